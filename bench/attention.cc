@@ -1,0 +1,221 @@
+// CPU paged-attention throughput, as ratios measured in one run:
+//   decode:  GB/s of KV read by each kernel vs this machine's streaming read bandwidth
+//            (batch 16, 2048 cached tokens + 1 new, 32 query heads over 8 KV heads, head_dim 128,
+//            bf16 KV, page size 16)
+//   prefill: GFLOP/s of one causal 2048-token sequence (same heads) vs oneDNN bf16 matmul
+//            (2048^3, bf16 x bf16 -> f32); causal FLOPs = 4 * S * S / 2 * head_dim * heads
+//   each kernel vs the float64 reference (run on a reduced size, rate-normalized)
+// Every kernel the CPU supports runs on ThreadPool::global() (all usable cores).
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "platform/cpu_info.h"
+#include "util/half.h"
+#include "util/thread_pool.h"
+
+using namespace spindle;
+using namespace spindle::kernels::cpu;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Best wall time of fn over `reps` runs (after one warm-up run).
+double best_time(int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now_s();
+    fn();
+    best = std::min(best, now_s() - t0);
+  }
+  return best;
+}
+
+// Multi-threaded streaming read (sum of 64-bit words) over 1 GiB: GB/s.
+double memory_read_gbps(ThreadPool& pool) {
+  const size_t bytes = size_t{1} << 30;
+  const size_t words = bytes / sizeof(uint64_t);
+  std::vector<uint64_t> buf(words);
+  const int64_t chunks = 256;
+  pool.parallel_for(chunks, [&](int64_t c) {  // first touch in parallel
+    for (size_t i = c * words / chunks; i < (c + 1) * words / chunks; ++i) buf[i] = i;
+  });
+  std::vector<uint64_t> sums(chunks);
+  const double t = best_time(5, [&] {
+    pool.parallel_for(chunks, [&](int64_t c) {
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      const uint64_t* p = buf.data() + c * words / chunks;
+      const size_t n = words / chunks;
+      for (size_t i = 0; i < n; i += 4) s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
+      sums[c] = s0 + s1 + s2 + s3;
+    });
+  });
+  volatile uint64_t sink = std::accumulate(sums.begin(), sums.end(), uint64_t{0});
+  (void)sink;
+  return bytes / t / 1e9;
+}
+
+struct MatmulRate {
+  double gflops = 0;
+  std::string impl;
+  int size = 0;
+};
+
+// oneDNN matmul n^3, bf16 x bf16 -> f32 (or f32 when bf16 is not available): best of several.
+MatmulRate onednn_matmul(dnnl::memory::data_type dt, int n) {
+  using namespace dnnl;
+  engine eng(engine::kind::cpu, 0);
+  stream st(eng);
+  const memory::dims a_dims = {n, n}, b_dims = {n, n}, c_dims = {n, n};
+  memory::desc a_md(a_dims, dt, memory::format_tag::ab);
+  memory::desc b_md(b_dims, dt, memory::format_tag::ab);
+  memory::desc c_md(c_dims, memory::data_type::f32, memory::format_tag::ab);
+  matmul::primitive_desc pd(matmul::desc(a_md, b_md, c_md), eng);
+  MatmulRate rate;
+  rate.impl = pd.impl_info_str();
+  rate.size = n;
+  if (rate.impl.find("ref") != std::string::npos && n > 512) return onednn_matmul(dt, 512);
+  memory a(a_md, eng), b(b_md, eng), c(c_md, eng);
+  std::memset(a.get_data_handle(), 0x3f, a_md.get_size());  // 0x3f3f: finite in bf16 and f32
+  std::memset(b.get_data_handle(), 0x3f, b_md.get_size());
+  matmul prim(pd);
+  const double t = best_time(5, [&] {
+    prim.execute(st, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    st.wait();
+  });
+  rate.gflops = 2.0 * n * n * double(n) / t / 1e9;
+  return rate;
+}
+
+struct Batch {
+  int num_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  int num_pages = 0;
+  std::vector<uint16_t> k_pages, v_pages;
+  std::vector<int32_t> table;
+  std::vector<AttentionSequence> seqs;
+  std::vector<float> q, out;
+  int64_t kv_bytes_read = 0;  // K and V of every visible position, once
+  double causal_flops = 0;
+
+  Batch(int batch, int num_new, int num_cached) {
+    const int per_seq = (num_new + num_cached + page_size - 1) / page_size;
+    num_pages = batch * per_seq;
+    const int64_t row = int64_t{num_kv_heads} * head_dim;
+    k_pages.resize(size_t(num_pages) * page_size * row);
+    v_pages.resize(k_pages.size());
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    for (size_t i = 0; i < k_pages.size(); ++i) {
+      k_pages[i] = float_to_bf16_bits(uni(rng));
+      v_pages[i] = float_to_bf16_bits(uni(rng));
+    }
+    table.resize(num_pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    for (int b = 0; b < batch; ++b) seqs.push_back({num_new, num_cached, b * num_new, table.data() + b * per_seq});
+    q.resize(size_t(batch) * num_new * num_heads * head_dim);
+    for (auto& x : q) x = uni(rng);
+    out.resize(q.size());
+    kv_bytes_read = int64_t{batch} * (num_new + num_cached) * row * 2 * 2;
+    causal_flops = 4.0 * num_new * double(num_new) / 2 * head_dim * num_heads * batch;
+  }
+
+  PagedAttentionParams params(ThreadPool* pool) {
+    PagedAttentionParams p;
+    p.q = q.data();
+    p.out = out.data();
+    p.k_pages = k_pages.data();
+    p.v_pages = v_pages.data();
+    p.kv_dtype = DType::kBF16;
+    p.num_pages = num_pages;
+    p.page_size = page_size;
+    p.num_heads = num_heads;
+    p.num_kv_heads = num_kv_heads;
+    p.head_dim = head_dim;
+    p.scale = 1.0f / std::sqrt(float(head_dim));
+    p.causal = true;
+    p.sequences = seqs;
+    p.pool = pool;
+    return p;
+  }
+};
+
+struct KernelEntry {
+  std::string name;
+  std::function<void(const PagedAttentionParams&)> run;
+};
+
+}  // namespace
+
+int main() {
+  const CpuInfo cpu = detect_cpu_info();
+  ThreadPool& pool = ThreadPool::global();
+  std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
+
+  std::vector<KernelEntry> kernels;
+  if (cpu.has("avx2") && cpu.has("fma") && cpu.has("f16c"))
+    kernels.push_back({"avx2", [](const PagedAttentionParams& p) { paged_attention_avx2(p); }});
+  const bool avx512 = cpu.has("avx512f") && cpu.has("avx512bw") && cpu.has("avx512vl");
+  if (avx512) kernels.push_back({"avx512", [](const PagedAttentionParams& p) { paged_attention_avx512(p, false); }});
+  if (avx512 && cpu.has("avx512_bf16"))
+    kernels.push_back({"avx512+bf16dot", [](const PagedAttentionParams& p) { paged_attention_avx512(p, true); }});
+  if (avx512 && cpu.has("avx512_bf16") && cpu.has("amx_tile") && cpu.has("amx_bf16"))
+    kernels.push_back({"amx", [](const PagedAttentionParams& p) { paged_attention_amx(p); }});
+
+  const double mem_gbps = memory_read_gbps(pool);
+  std::printf("memory read bandwidth (1 GiB streaming sum, all threads): %.1f GB/s\n", mem_gbps);
+  MatmulRate mm = onednn_matmul(dnnl::memory::data_type::bf16, 2048);
+  std::printf("oneDNN matmul bf16xbf16->f32 %d^3: %.1f GFLOP/s (impl %s)\n", mm.size, mm.gflops, mm.impl.c_str());
+  const MatmulRate mm32 = onednn_matmul(dnnl::memory::data_type::f32, 2048);
+  std::printf("oneDNN matmul f32 %d^3 (for context): %.1f GFLOP/s (impl %s)\n", mm32.size, mm32.gflops,
+              mm32.impl.c_str());
+
+  // Decode.
+  Batch decode(16, 1, 2048);
+  Batch decode_ref(1, 1, 2048);
+  const double ref_decode_gbps =
+      decode_ref.kv_bytes_read / best_time(1, [&] { paged_attention_reference(decode_ref.params(nullptr)); }) / 1e9;
+  std::printf("\ndecode: batch 16 x (2048 cached + 1 new), 32/8 heads, head_dim 128, bf16 KV, page 16: "
+              "%.1f MB of KV per step\n", decode.kv_bytes_read / 1e6);
+  std::printf("  %-16s %10s %12s %14s %12s\n", "kernel", "ms/step", "KV GB/s", "% of mem BW", "x reference");
+  std::printf("  %-16s %10s %12.2f %13.1f%% %12s   (batch 1, 1 thread, float64)\n", "reference", "-",
+              ref_decode_gbps, 100 * ref_decode_gbps / mem_gbps, "1.0");
+  for (const auto& k : kernels) {
+    const double t = best_time(10, [&] { k.run(decode.params(&pool)); });
+    const double gbps = decode.kv_bytes_read / t / 1e9;
+    std::printf("  %-16s %10.3f %12.1f %13.1f%% %12.1f\n", k.name.c_str(), t * 1e3, gbps, 100 * gbps / mem_gbps,
+                gbps / ref_decode_gbps);
+  }
+
+  // Prefill.
+  Batch prefill(1, 2048, 0);
+  Batch prefill_ref(1, 256, 0);
+  const double ref_gflops =
+      prefill_ref.causal_flops / best_time(1, [&] { paged_attention_reference(prefill_ref.params(nullptr)); }) / 1e9;
+  std::printf("\nprefill: 1 x 2048 causal tokens, 32/8 heads, head_dim 128, bf16 KV, page 16: %.1f GFLOP\n",
+              prefill.causal_flops / 1e9);
+  std::printf("  %-16s %10s %12s %14s %12s\n", "kernel", "ms", "GFLOP/s", "% of oneDNN", "x reference");
+  std::printf("  %-16s %10s %12.2f %13.1f%% %12s   (256 tokens, 1 thread, float64)\n", "reference", "-", ref_gflops,
+              100 * ref_gflops / mm.gflops, "1.0");
+  for (const auto& k : kernels) {
+    const double t = best_time(3, [&] { k.run(prefill.params(&pool)); });
+    const double gflops = prefill.causal_flops / t / 1e9;
+    std::printf("  %-16s %10.1f %12.1f %13.1f%% %12.1f\n", k.name.c_str(), t * 1e3, gflops,
+                100 * gflops / mm.gflops, gflops / ref_gflops);
+  }
+  return 0;
+}

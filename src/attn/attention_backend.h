@@ -1,0 +1,88 @@
+// The attention backend interface and its registry (DESIGN.md section 2).
+//
+// A backend is created for one AttentionShape. Once per step prepare() receives the batch layout
+// (shared by all layers); bind_kv_caches() hands it every layer's pages; forward() runs one layer.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "attn/attention_types.h"
+
+namespace spindle {
+class ThreadPool;
+struct CpuInfo;
+struct DeviceInfo;
+}  // namespace spindle
+
+namespace spindle::attn {
+
+struct BackendOptions {
+  ThreadPool* pool = nullptr;  // CPU worker pool; null means ThreadPool::global()
+};
+
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  virtual std::string_view name() const = 0;
+  // Host side, once per step, shared by all layers.
+  virtual void prepare(const BatchMetadata& batch, bool graph_mode = false) = 0;
+  // The per-layer KV pages this backend reads and writes (the whole pool; it uses its rank's range).
+  virtual void bind_kv_caches(std::span<const LayerKvCache> layers) = 0;
+  // q: [num_tokens, num_heads * head_dim]; k, v: [num_tokens, num_kv_heads * head_dim] (the new
+  // tokens, written into the pages first); out: [num_tokens, num_heads * head_dim].
+  virtual void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) = 0;
+};
+
+using PhaseMask = unsigned;
+inline constexpr PhaseMask kPrefillPhase = 1u << 0;
+inline constexpr PhaseMask kDecodePhase = 1u << 1;
+inline constexpr PhaseMask kBothPhases = kPrefillPhase | kDecodePhase;
+inline bool serves(PhaseMask mask, Phase phase) {
+  return (mask & (phase == Phase::kPrefill ? kPrefillPhase : kDecodePhase)) != 0;
+}
+
+struct BackendDescriptor {
+  std::string name;
+  Device device = Device::kCpu;
+  PhaseMask phases = kBothPhases;
+  int priority = 0;  // higher wins ties and the `priority` policy
+  std::string description;
+  // Empty means usable on this machine for this shape; otherwise every reason it is not.
+  std::function<std::vector<std::string>(const DeviceInfo&, const AttentionShape&)> unsupported_reasons;
+  std::function<std::unique_ptr<AttentionBackend>(const AttentionShape&, const DpConfig&,
+                                                  const BackendOptions&)>
+      factory;
+};
+
+class AttentionRegistry {
+ public:
+  // Throws when the name is taken or the descriptor is incomplete.
+  void register_backend(BackendDescriptor descriptor);
+  // Throws for an unknown name, listing every registered name.
+  const BackendDescriptor& get(std::string_view name) const;
+  bool contains(std::string_view name) const;
+  // Every descriptor, sorted by name.
+  std::vector<const BackendDescriptor*> list() const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<BackendDescriptor> descriptors_;
+};
+
+// The process-wide registry, holding every built-in backend.
+AttentionRegistry& attention_registry();
+
+// Creates a registered backend; checks the shape and the DpConfig first.
+std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name,
+                                                           const AttentionShape& shape,
+                                                           const DpConfig& dp_config,
+                                                           const BackendOptions& options = {});
+
+// Registers reference, cpu_avx2, cpu_avx512 and cpu_amx (attn/cpu_backends.cc).
+void register_cpu_attention_backends(AttentionRegistry& registry);
+
+}  // namespace spindle::attn

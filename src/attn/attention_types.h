@@ -1,0 +1,77 @@
+// The vocabulary of attention backends (DESIGN.md section 2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/dtype.h"
+
+namespace spindle::attn {
+
+enum class Device { kCpu, kCuda };
+enum class Phase { kPrefill, kDecode };
+
+std::string_view device_name(Device device);
+std::string_view phase_name(Phase phase);
+
+// The shape a backend is created for: one per model. GQA when num_kv_heads < num_heads.
+struct AttentionShape {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;             // usually 1 / sqrt(head_dim)
+  DType kv_dtype = DType::kBF16;
+  int page_size = 16;
+
+  std::string to_string() const;  // "32q/8kv x 128, bf16 KV, page 16"
+};
+
+// The KV pool a backend sees is rank-local when dp_size > 1.
+struct DpConfig {
+  int dp_size = 1;
+  int dp_rank = 0;
+};
+
+// Host-side description of one step's batch, shared by all layers.
+struct SequenceMetadata {
+  int num_new_tokens = 0;     // query rows this step (1 for decode)
+  int num_cached_tokens = 0;  // positions already in the pages
+  // Rank-local page ids covering positions [0, cached + new): ceil((cached + new) / page_size).
+  std::vector<int32_t> page_table;
+};
+
+struct BatchMetadata {
+  std::vector<SequenceMetadata> sequences;  // query rows are concatenated in this order
+  bool causal = true;
+
+  int64_t num_tokens() const;
+};
+
+// One layer's KV pages: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]
+// of dtype. With data parallelism the pool holds every rank's pages, rank r owning the contiguous
+// range [r * num_pages / dp_size, (r + 1) * num_pages / dp_size); page tables are rank-local.
+struct LayerKvCache {
+  void* k_pages = nullptr;
+  void* v_pages = nullptr;
+  int num_pages = 0;
+  int page_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  DType dtype = DType::kBF16;
+};
+
+// f32 activations, row-major.
+struct ConstTensor {
+  const float* data = nullptr;
+  int64_t rows = 0;  // tokens
+  int64_t cols = 0;  // heads * head_dim
+};
+struct Tensor {
+  float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+}  // namespace spindle::attn

@@ -1,0 +1,95 @@
+#include "attn/random_batch.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "util/half.h"
+
+namespace spindle::attn {
+
+LayerKvCache RandomBatch::layer_cache() {
+  LayerKvCache c;
+  c.k_pages = k_pages.data();
+  c.v_pages = v_pages.data();
+  c.num_pages = num_pages;
+  c.page_size = shape.page_size;
+  c.num_kv_heads = shape.num_kv_heads;
+  c.head_dim = shape.head_dim;
+  c.dtype = shape.kv_dtype;
+  return c;
+}
+
+namespace {
+
+void fill_pages_random(std::vector<std::byte>& pages, DType dtype, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  if (dtype == DType::kF32) {
+    auto* p = reinterpret_cast<float*>(pages.data());
+    for (size_t i = 0; i < pages.size() / sizeof(float); ++i) p[i] = dist(rng);
+  } else {
+    auto* p = reinterpret_cast<uint16_t*>(pages.data());
+    for (size_t i = 0; i < pages.size() / sizeof(uint16_t); ++i) p[i] = float_to_bf16_bits(dist(rng));
+  }
+}
+
+}  // namespace
+
+RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<SequenceSpec>& specs,
+                              uint64_t seed, bool causal, int extra_pages) {
+  RandomBatch b;
+  b.shape = shape;
+  b.metadata.causal = causal;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+
+  int num_used_pages = 0;
+  for (const auto& s : specs) {
+    num_used_pages += (s.num_cached_tokens + s.num_new_tokens + shape.page_size - 1) / shape.page_size;
+  }
+  b.num_pages = num_used_pages + extra_pages;
+  std::vector<int32_t> ids(b.num_pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+
+  size_t next = 0;
+  for (const auto& s : specs) {
+    SequenceMetadata m;
+    m.num_new_tokens = s.num_new_tokens;
+    m.num_cached_tokens = s.num_cached_tokens;
+    const int n = (s.num_cached_tokens + s.num_new_tokens + shape.page_size - 1) / shape.page_size;
+    m.page_table.assign(ids.begin() + next, ids.begin() + next + n);
+    next += n;
+    b.metadata.sequences.push_back(std::move(m));
+  }
+
+  const size_t page_elems = size_t{static_cast<size_t>(shape.page_size)} * shape.num_kv_heads * shape.head_dim;
+  b.k_pages.resize(page_elems * b.num_pages * dtype_size(shape.kv_dtype));
+  b.v_pages.resize(b.k_pages.size());
+  fill_pages_random(b.k_pages, shape.kv_dtype, rng);
+  fill_pages_random(b.v_pages, shape.kv_dtype, rng);
+
+  const int64_t tokens = b.metadata.num_tokens();
+  b.q.resize(tokens * b.q_cols());
+  b.k.resize(tokens * b.kv_cols());
+  b.v.resize(tokens * b.kv_cols());
+  for (auto* vec : {&b.q, &b.k, &b.v}) {
+    for (float& x : *vec) x = dist(rng);
+  }
+  return b;
+}
+
+std::vector<float> run_backend_once(AttentionBackend& backend, RandomBatch& batch) {
+  std::vector<float> out(batch.num_tokens() * batch.q_cols(), std::numeric_limits<float>::quiet_NaN());
+  LayerKvCache cache = batch.layer_cache();
+  backend.prepare(batch.metadata);
+  backend.bind_kv_caches({&cache, 1});
+  backend.forward(0, {batch.q.data(), batch.num_tokens(), batch.q_cols()},
+                  {batch.k.data(), batch.num_tokens(), batch.kv_cols()},
+                  {batch.v.data(), batch.num_tokens(), batch.kv_cols()},
+                  {out.data(), batch.num_tokens(), batch.q_cols()});
+  return out;
+}
+
+}  // namespace spindle::attn

@@ -1,0 +1,40 @@
+// Random attention inputs over scattered pages, for validation, tests and benchmarks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "attn/attention_backend.h"
+
+namespace spindle::attn {
+
+struct SequenceSpec {
+  int num_new_tokens = 0;
+  int num_cached_tokens = 0;
+};
+
+// A batch with its own KV pool (one layer). Cached positions are filled with random K/V; page ids
+// are shuffled so no sequence owns contiguous pages. Values are uniform in [-1, 1].
+struct RandomBatch {
+  AttentionShape shape;
+  BatchMetadata metadata;
+  std::vector<float> q, k, v;            // [tokens, heads * head_dim], [tokens, kv_heads * head_dim] x2
+  std::vector<std::byte> k_pages, v_pages;
+  int num_pages = 0;
+
+  LayerKvCache layer_cache();             // views into k_pages / v_pages
+  int64_t num_tokens() const { return metadata.num_tokens(); }
+  int64_t q_cols() const { return int64_t{shape.num_heads} * shape.head_dim; }
+  int64_t kv_cols() const { return int64_t{shape.num_kv_heads} * shape.head_dim; }
+};
+
+// extra_pages: unused pages added to the pool (scattered among the used ones).
+RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<SequenceSpec>& specs,
+                              uint64_t seed, bool causal = true, int extra_pages = 3);
+
+// Runs one forward of `backend` over the batch (writing the new K/V into the batch's pages) and
+// returns out [tokens, heads * head_dim]. The output is poisoned with NaN first.
+std::vector<float> run_backend_once(AttentionBackend& backend, RandomBatch& batch);
+
+}  // namespace spindle::attn

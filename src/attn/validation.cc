@@ -1,0 +1,353 @@
+#include "attn/validation.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+#include "attn/random_batch.h"
+#include "util/error.h"
+
+extern char** environ;
+
+namespace spindle::attn {
+
+Tolerance tolerance_for(DType kv_dtype) {
+  // See the header for the reasoning.
+  return kv_dtype == DType::kF32 ? Tolerance{2e-4} : Tolerance{1.5e-2};
+}
+
+std::string_view validation_status_name(ValidationStatus status) {
+  switch (status) {
+    case ValidationStatus::kPass: return "pass";
+    case ValidationStatus::kMismatch: return "mismatch";
+    case ValidationStatus::kCrash: return "crash";
+    case ValidationStatus::kTimeout: return "timeout";
+    case ValidationStatus::kError: return "error";
+    case ValidationStatus::kSkipped: return "skipped";
+  }
+  return "?";
+}
+
+// ---- JSON ---------------------------------------------------------------------------------------
+
+nlohmann::json to_json(const CheckReport& r) {
+  return {{"backend", r.backend},
+          {"shape", r.shape},
+          {"passed", r.passed},
+          {"tolerance", r.tolerance},
+          {"prefill_max_abs_error", r.prefill_max_abs_error},
+          {"prefill_max_rel_error", r.prefill_max_rel_error},
+          {"decode_max_abs_error", r.decode_max_abs_error},
+          {"decode_max_rel_error", r.decode_max_rel_error},
+          {"timed", r.timed},
+          {"prefill_tokens_per_s", r.prefill_tokens_per_s},
+          {"prefill_gflops", r.prefill_gflops},
+          {"decode_tokens_per_s", r.decode_tokens_per_s},
+          {"decode_kv_gb_per_s", r.decode_kv_gb_per_s},
+          {"peak_rss_bytes", r.peak_rss_bytes},
+          {"error", r.error}};
+}
+
+CheckReport check_report_from_json(const nlohmann::json& j) {
+  CheckReport r;
+  r.backend = j.at("backend").get<std::string>();
+  r.shape = j.at("shape").get<std::string>();
+  r.passed = j.at("passed").get<bool>();
+  r.tolerance = j.at("tolerance").get<double>();
+  r.prefill_max_abs_error = j.at("prefill_max_abs_error").get<double>();
+  r.prefill_max_rel_error = j.at("prefill_max_rel_error").get<double>();
+  r.decode_max_abs_error = j.at("decode_max_abs_error").get<double>();
+  r.decode_max_rel_error = j.at("decode_max_rel_error").get<double>();
+  r.timed = j.at("timed").get<bool>();
+  r.prefill_tokens_per_s = j.at("prefill_tokens_per_s").get<double>();
+  r.prefill_gflops = j.at("prefill_gflops").get<double>();
+  r.decode_tokens_per_s = j.at("decode_tokens_per_s").get<double>();
+  r.decode_kv_gb_per_s = j.at("decode_kv_gb_per_s").get<double>();
+  r.peak_rss_bytes = j.at("peak_rss_bytes").get<int64_t>();
+  r.error = j.at("error").get<std::string>();
+  return r;
+}
+
+nlohmann::json to_json(const ValidationOutcome& o) {
+  return {{"status", validation_status_name(o.status)}, {"detail", o.detail}, {"report", to_json(o.report)}};
+}
+
+ValidationOutcome validation_outcome_from_json(const nlohmann::json& j) {
+  ValidationOutcome o;
+  const auto status = j.at("status").get<std::string>();
+  bool known = false;
+  for (auto s : {ValidationStatus::kPass, ValidationStatus::kMismatch, ValidationStatus::kCrash,
+                 ValidationStatus::kTimeout, ValidationStatus::kError, ValidationStatus::kSkipped}) {
+    if (validation_status_name(s) == status) {
+      o.status = s;
+      known = true;
+    }
+  }
+  SPINDLE_CHECK(known, "unknown validation status '{}'", status);
+  o.detail = j.at("detail").get<std::string>();
+  o.report = check_report_from_json(j.at("report"));
+  return o;
+}
+
+// ---- The check (child side) ---------------------------------------------------------------------
+
+namespace {
+
+struct ErrorStats {
+  double max_abs = 0;
+  double max_rel = 0;
+};
+
+ErrorStats compare(const std::vector<float>& got, const std::vector<float>& want) {
+  ErrorStats e;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::fabs(double{got[i]} - double{want[i]});
+    if (!std::isfinite(got[i])) {
+      e.max_abs = e.max_rel = std::numeric_limits<double>::infinity();
+      return e;
+    }
+    e.max_abs = std::max(e.max_abs, diff);
+    e.max_rel = std::max(e.max_rel, diff / std::max(std::fabs(double{want[i]}), 1e-3));
+  }
+  return e;
+}
+
+// The candidate and `reference` on identical copies of one random batch.
+ErrorStats check_batch(const std::string& backend, const AttentionShape& shape,
+                       const std::vector<SequenceSpec>& specs, uint64_t seed) {
+  RandomBatch for_candidate = make_random_batch(shape, specs, seed);
+  RandomBatch for_reference = for_candidate;
+  auto candidate = create_attention_backend(backend, shape, {});
+  auto reference = create_attention_backend("reference", shape, {});
+  const auto got = run_backend_once(*candidate, for_candidate);
+  const auto want = run_backend_once(*reference, for_reference);
+  ErrorStats e = compare(got, want);
+  // The new K/V must land in the pages exactly as the reference wrote them.
+  if (for_candidate.k_pages != for_reference.k_pages || for_candidate.v_pages != for_reference.v_pages) {
+    e.max_abs = e.max_rel = std::numeric_limits<double>::infinity();
+  }
+  return e;
+}
+
+// Seconds per forward: one warm-up, then repeats until ~0.3 s (at least 2 runs, or 1 when slow).
+double time_forward(AttentionBackend& backend, RandomBatch& batch) {
+  using Clock = std::chrono::steady_clock;
+  auto once = [&] {
+    const auto t0 = Clock::now();
+    run_backend_once(backend, batch);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  const double first = once();
+  if (first > 1.0) return first;
+  double best = once();
+  double spent = first + best;
+  for (int i = 0; i < 20 && spent < 0.3; ++i) {
+    const double t = once();
+    best = std::min(best, t);
+    spent += t;
+  }
+  return best;
+}
+
+void time_backend(const std::string& backend, const AttentionShape& shape, CheckReport& report) {
+  auto instance = create_attention_backend(backend, shape, {});
+  {
+    RandomBatch prefill = make_random_batch(shape, {{kTimingPrefillTokens, 0}}, 11);
+    const double s = time_forward(*instance, prefill);
+    const double n = kTimingPrefillTokens;
+    report.prefill_tokens_per_s = n / s;
+    // Causal: n(n+1)/2 scores per head, 2 FLOPs per multiply-add, Q.K^T and P.V.
+    report.prefill_gflops = 4.0 * (n * (n + 1) / 2) * shape.head_dim * shape.num_heads / s / 1e9;
+  }
+  {
+    std::vector<SequenceSpec> specs(kTimingDecodeBatch, SequenceSpec{1, kTimingDecodeContext - 1});
+    RandomBatch decode = make_random_batch(shape, specs, 12);
+    const double s = time_forward(*instance, decode);
+    report.decode_tokens_per_s = kTimingDecodeBatch / s;
+    const double kv_bytes = 2.0 * kTimingDecodeBatch * kTimingDecodeContext * shape.num_kv_heads *
+                            shape.head_dim * dtype_size(shape.kv_dtype);
+    report.decode_kv_gb_per_s = kv_bytes / s / 1e9;
+  }
+  report.timed = true;
+}
+
+int64_t peak_rss_bytes() {
+  struct rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return int64_t{usage.ru_maxrss} * 1024;
+}
+
+}  // namespace
+
+CheckReport run_backend_check(const std::string& backend, const AttentionShape& shape, bool timing) {
+  CheckReport report;
+  report.backend = backend;
+  report.shape = shape.to_string();
+  report.tolerance = tolerance_for(shape.kv_dtype).max_abs_error;
+  try {
+    // Prefill: odd lengths, a cached prefix crossing pages, a sequence from scratch, one decode row.
+    const ErrorStats prefill = check_batch(backend, shape, {{17, 5}, {3, 130}, {64, 0}, {1, 9}}, 1);
+    // Decode: one new token per sequence over paged KV of varied lengths.
+    const ErrorStats decode = check_batch(backend, shape, {{1, 0}, {1, 7}, {1, 16}, {1, 130}, {1, 301}}, 2);
+    report.prefill_max_abs_error = prefill.max_abs;
+    report.prefill_max_rel_error = prefill.max_rel;
+    report.decode_max_abs_error = decode.max_abs;
+    report.decode_max_rel_error = decode.max_rel;
+    report.passed = prefill.max_abs <= report.tolerance && decode.max_abs <= report.tolerance;
+    if (report.passed && timing) time_backend(backend, shape, report);
+  } catch (const std::exception& e) {
+    report.passed = false;
+    report.error = e.what();
+  }
+  report.peak_rss_bytes = peak_rss_bytes();
+  return report;
+}
+
+int check_attention_child_main(const std::string& backend, const AttentionShape& shape, bool timing) {
+  const CheckReport report = run_backend_check(backend, shape, timing);
+  std::cout << to_json(report).dump() << std::endl;
+  if (!report.error.empty()) return 2;
+  return report.passed ? 0 : 1;
+}
+
+// ---- The parent side ----------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> child_arguments(const std::string& executable, const std::string& backend,
+                                         const AttentionShape& shape, bool timing) {
+  std::vector<std::string> args = {executable,
+                                   "__check-attention",
+                                   "--backend", backend,
+                                   "--heads", std::to_string(shape.num_heads),
+                                   "--kv-heads", std::to_string(shape.num_kv_heads),
+                                   "--head-dim", std::to_string(shape.head_dim),
+                                   "--kv-dtype", std::string(dtype_name(shape.kv_dtype)),
+                                   "--page-size", std::to_string(shape.page_size),
+                                   "--scale", fmt::format("{}", shape.scale)};
+  if (timing) args.push_back("--timing");
+  return args;
+}
+
+std::string signal_description(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  const char* text = strsignal(sig);
+  return fmt::format("SIG{} ({})", abbrev ? abbrev : std::to_string(sig).c_str(), text ? text : "?");
+}
+
+// Drains whatever is readable from fd into out; false at EOF.
+bool drain(int fd, std::string& out) {
+  char buf[4096];
+  const ssize_t n = ::read(fd, buf, sizeof(buf));
+  if (n > 0) {
+    out.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  return n < 0 && (errno == EINTR || errno == EAGAIN);
+}
+
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of("\n");
+  if (end == std::string::npos) return "";
+  auto begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+}  // namespace
+
+ValidationOutcome validate_in_child(const std::string& backend, const AttentionShape& shape,
+                                    const ChildOptions& options) {
+  const std::string executable = options.executable.empty() ? "/proc/self/exe" : options.executable;
+  const auto args = child_arguments(executable, backend, shape, options.timing);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  int out_pipe[2], err_pipe[2];
+  SPINDLE_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
+                "pipe2 failed: {}", std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, executable.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    SPINDLE_FAIL("cannot start validation child {}: {}", executable, std::strerror(rc));
+  }
+
+  std::string out, err;
+  bool out_open = true, err_open = true, timed_out = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options.timeout_s);
+  while (out_open || err_open) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fds[2] = {{out_open ? out_pipe[0] : -1, POLLIN, 0}, {err_open ? err_pipe[0] : -1, POLLIN, 0}};
+    const int ready = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (ready < 0 && errno != EINTR) break;
+    if (out_open && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) out_open = drain(out_pipe[0], out);
+    if (err_open && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) err_open = drain(err_pipe[0], err);
+  }
+  if (timed_out) ::kill(pid, SIGKILL);
+  int wstatus = 0;
+  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  ::close(out_pipe[0]);
+  ::close(err_pipe[0]);
+
+  ValidationOutcome outcome;
+  if (timed_out) {
+    outcome.status = ValidationStatus::kTimeout;
+    outcome.detail = fmt::format("no answer within {:g} s; killed", options.timeout_s);
+    return outcome;
+  }
+  if (WIFSIGNALED(wstatus)) {
+    outcome.status = ValidationStatus::kCrash;
+    outcome.detail = "crashed with " + signal_description(WTERMSIG(wstatus));
+    return outcome;
+  }
+  try {
+    outcome.report = check_report_from_json(nlohmann::json::parse(last_line(out)));
+  } catch (const std::exception& e) {
+    outcome.status = ValidationStatus::kError;
+    outcome.detail = fmt::format("child exited with status {} without a report: {}",
+                                 WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, last_line(err));
+    return outcome;
+  }
+  const CheckReport& r = outcome.report;
+  if (!r.error.empty()) {
+    outcome.status = ValidationStatus::kError;
+    outcome.detail = r.error;
+  } else if (!r.passed) {
+    outcome.status = ValidationStatus::kMismatch;
+    outcome.detail = fmt::format("max abs error prefill {:.3g}, decode {:.3g} > tolerance {:.3g}",
+                                 r.prefill_max_abs_error, r.decode_max_abs_error, r.tolerance);
+  } else {
+    outcome.status = ValidationStatus::kPass;
+    outcome.detail = fmt::format("max abs error prefill {:.3g}, decode {:.3g} <= {:.3g}",
+                                 r.prefill_max_abs_error, r.decode_max_abs_error, r.tolerance);
+  }
+  return outcome;
+}
+
+}  // namespace spindle::attn

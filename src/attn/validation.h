@@ -1,0 +1,81 @@
+// Proving a backend correct (and timing it) in an isolated child process.
+//
+// The parent re-executes the spindle binary (`spindle __check-attention ...`) once per candidate.
+// The child builds random inputs of the model's real shape -- a prefill batch with cached prefixes
+// and odd lengths, and a decode batch over paged KV -- runs the candidate and `reference` on
+// identical copies, and prints one JSON line (a CheckReport) on stdout. The parent survives
+// whatever the child does and records pass, mismatch, crash (with the signal), timeout or error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "attn/attention_types.h"
+#include <nlohmann/json_fwd.hpp>
+
+namespace spindle::attn {
+
+// Tolerances, per KV dtype: the one place they are stated. Inputs are uniform in [-1, 1], so
+// outputs are O(1). f32 KV with f32 arithmetic differs from float64 by accumulated rounding
+// (~1e-6 over hundreds of keys); bf16 KV kernels may also round q and the probabilities P to bf16
+// for bf16 dot products or AMX tiles (relative 2^-9 each), which moves outputs by ~2e-3.
+struct Tolerance {
+  double max_abs_error;
+};
+Tolerance tolerance_for(DType kv_dtype);
+
+// What the child measures for one backend on one shape.
+struct CheckReport {
+  std::string backend;
+  std::string shape;  // AttentionShape::to_string()
+  bool passed = false;
+  double tolerance = 0;
+  double prefill_max_abs_error = 0, prefill_max_rel_error = 0;
+  double decode_max_abs_error = 0, decode_max_rel_error = 0;
+  bool timed = false;
+  double prefill_tokens_per_s = 0;   // causal prefill of kTimingPrefillTokens new tokens
+  double prefill_gflops = 0;
+  double decode_tokens_per_s = 0;    // one token for each of kTimingDecodeBatch sequences
+  double decode_kv_gb_per_s = 0;     // KV bytes read per second
+  int64_t peak_rss_bytes = 0;
+  std::string error;                 // exception text when the check could not run
+};
+nlohmann::json to_json(const CheckReport& report);
+CheckReport check_report_from_json(const nlohmann::json& j);
+
+// Sizes of the timing runs (kept small so the child stays under 256 MiB for any model).
+inline constexpr int kTimingPrefillTokens = 256;
+inline constexpr int kTimingDecodeBatch = 8;
+inline constexpr int kTimingDecodeContext = 1024;
+
+// Runs the check in this process (the child's job; tests call it directly too).
+CheckReport run_backend_check(const std::string& backend, const AttentionShape& shape, bool timing);
+
+enum class ValidationStatus { kPass, kMismatch, kCrash, kTimeout, kError, kSkipped };
+std::string_view validation_status_name(ValidationStatus status);
+
+struct ValidationOutcome {
+  ValidationStatus status = ValidationStatus::kError;
+  std::string detail;   // why it was rejected ("crashed with SIGSEGV", "max abs error 0.5 > 0.015")
+  CheckReport report;   // what the child reported (empty on crash or timeout)
+};
+nlohmann::json to_json(const ValidationOutcome& outcome);
+ValidationOutcome validation_outcome_from_json(const nlohmann::json& j);
+
+struct ChildOptions {
+  std::string executable;      // the spindle binary; empty: /proc/self/exe
+  double timeout_s = 30.0;
+  bool timing = true;
+};
+
+// Spawns `executable __check-attention ...` (fork+exec via posix_spawn, nothing forked after
+// initialisation), waits at most timeout_s, and classifies the result.
+ValidationOutcome validate_in_child(const std::string& backend, const AttentionShape& shape,
+                                    const ChildOptions& options);
+
+// The child side: parses nothing, runs run_backend_check, prints the JSON line, returns the exit
+// code (0 pass, 1 mismatch, 2 error).
+int check_attention_child_main(const std::string& backend, const AttentionShape& shape, bool timing);
+
+}  // namespace spindle::attn

@@ -1,0 +1,94 @@
+// spindle doctor [MODEL_DIR | --heads H --kv-heads K --head-dim D] [--kv-cache-dtype ...] [--json]:
+// one row per attention backend and phase: available or why not, validation error, speed, chosen.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "config/server_config.h"
+#include "model/model_config.h"
+#include "platform/device_info.h"
+#include "util/error.h"
+
+namespace spindle::cli {
+namespace {
+
+struct DoctorArgs {
+  std::string model_dir;
+  config::ModelAttentionDims dims;
+  config::ServerConfig flags;
+  bool json = false;
+};
+
+config::ModelAttentionDims dims_from(const DoctorArgs& a) {
+  if (!a.model_dir.empty()) {
+    const ModelConfig m = load_model_config(a.model_dir);
+    return {m.num_attention_heads, m.num_key_value_heads, m.head_dim};
+  }
+  SPINDLE_CHECK(a.dims.num_heads > 0 && a.dims.head_dim > 0,
+                "doctor needs a MODEL_DIR or --heads H --kv-heads K --head-dim D");
+  config::ModelAttentionDims d = a.dims;
+  if (d.num_kv_heads == 0) d.num_kv_heads = d.num_heads;
+  return d;
+}
+
+std::string validation_cell(const config::BackendRow& row) {
+  if (!row.validation) return row.unsupported_reasons.empty() ? "-" : "";
+  const auto& v = *row.validation;
+  if (v.status != attn::ValidationStatus::kPass) return std::string(attn::validation_status_name(v.status));
+  const double err = row.phase == attn::Phase::kPrefill ? v.report.prefill_max_abs_error : v.report.decode_max_abs_error;
+  return fmt::format("pass {:.1e}", err);
+}
+
+void print_table(const config::ResolvedConfig& rc, const config::AttentionSelection& s) {
+  fmt::print("Attention backends for {}{}\n", rc.attention_shape.to_string(), s.from_cache ? " (from cache)" : "");
+  fmt::print("{:<12} {:<8} {:<5} {:<16} {:>12}  {:<6} {}\n", "backend", "phase", "avail", "validation",
+             "tokens/s", "chosen", "why");
+  for (const auto& r : s.rows) {
+    const bool available = r.unsupported_reasons.empty();
+    const std::string speed = r.speed > 0 ? fmt::format("{:.0f}", r.speed) : "-";
+    const std::string why = available ? r.why : fmt::format("{}", fmt::join(r.unsupported_reasons, "; "));
+    fmt::print("{:<12} {:<8} {:<5} {:<16} {:>12}  {:<6} {}\n", r.backend, attn::phase_name(r.phase),
+               available ? "yes" : "no", validation_cell(r), speed, r.chosen ? "*" : "", why);
+  }
+  for (const auto& r : s.rows) {
+    if (r.validation && r.validation->status != attn::ValidationStatus::kPass) {
+      fmt::print("  {} {}: {}\n", r.backend, attn::validation_status_name(r.validation->status), r.validation->detail);
+    }
+  }
+  fmt::print("Chosen: prefill {}, decode {}\n", s.prefill_backend, s.decode_backend);
+  for (const auto& w : s.warnings) fmt::print("WARNING: {}\n", w);
+}
+
+void run_doctor(const DoctorArgs& a) {
+  const DeviceInfo device = detect_device_info();
+  const config::ResolvedConfig rc = config::resolve(a.flags, device, dims_from(a));
+  const config::AttentionSelection s = config::select_attention(rc, device);
+  if (a.json) {
+    nlohmann::json j = config::to_json(s);
+    j["shape"] = rc.attention_shape.to_string();
+    std::cout << j.dump(2) << std::endl;
+    return;
+  }
+  print_table(rc, s);
+}
+
+}  // namespace
+
+void add_doctor_command(CLI::App& app) {
+  auto args = std::make_shared<DoctorArgs>();
+  auto* cmd = app.add_subcommand("doctor", "Validate, time and choose the attention backends for a model's shape");
+  cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (reads config.json)");
+  cmd->add_option("--heads", args->dims.num_heads, "Query heads (without a model folder)");
+  cmd->add_option("--kv-heads", args->dims.num_kv_heads, "KV heads (default: --heads)");
+  cmd->add_option("--head-dim", args->dims.head_dim, "Head dimension");
+  cmd->add_flag("--json", args->json, "Print JSON");
+  config::add_attention_flags(*cmd, args->flags);
+  cmd->callback([args] { run_doctor(*args); });
+}
+
+}  // namespace spindle::cli

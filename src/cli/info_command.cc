@@ -1,0 +1,132 @@
+// spindle info [MODEL_DIR] [--json]: this machine's CPU, memory and CUDA facts, and, given a model
+// folder, its architecture, parameter count, weight bytes per dtype and KV bytes per token.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/weight_map.h"
+#include "platform/device_info.h"
+#include "util/build_info.h"
+
+namespace spindle::cli {
+namespace {
+
+struct InfoArgs {
+  std::string model_dir;
+  bool json = false;
+};
+
+struct ModelFacts {
+  ModelConfig config;
+  WeightStats weights;
+  uint64_t kv_bytes_bf16 = 0;
+  uint64_t kv_bytes_f32 = 0;
+};
+
+ModelFacts read_model_facts(const std::string& dir) {
+  ModelFacts facts;
+  facts.config = load_model_config(dir);
+  const Checkpoint checkpoint(dir);
+  check_weights(facts.config, checkpoint);
+  facts.weights = weight_stats(checkpoint);
+  facts.kv_bytes_bf16 = kv_bytes_per_token(facts.config, DType::kBF16);
+  facts.kv_bytes_f32 = kv_bytes_per_token(facts.config, DType::kF32);
+  return facts;
+}
+
+nlohmann::json model_json(const ModelFacts& m) {
+  const ModelConfig& c = m.config;
+  nlohmann::json bytes = nlohmann::json::object();
+  for (const auto& [dtype, n] : m.weights.bytes_per_dtype) bytes[std::string(dtype_name(dtype))] = n;
+  return {{"architecture", architecture_name(c.architecture)},
+          {"num_parameters", m.weights.num_parameters},
+          {"weight_bytes", m.weights.num_bytes},
+          {"weight_bytes_per_dtype", bytes},
+          {"num_hidden_layers", c.num_hidden_layers},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_key_value_heads},
+          {"head_dim", c.head_dim},
+          {"vocab_size", c.vocab_size},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"torch_dtype", dtype_name(c.torch_dtype)},
+          {"kv_bytes_per_token", {{"BF16", m.kv_bytes_bf16}, {"F32", m.kv_bytes_f32}}}};
+}
+
+void print_machine(const DeviceInfo& d) {
+  fmt::print("Machine\n");
+  fmt::print("  CPU         {} ({}), {} usable logical cores\n", d.cpu.model_name, d.cpu.vendor,
+             d.cpu.num_logical_cores);
+  for (const auto& f : d.cpu.features) {
+    const std::string state = f.usable ? "yes" : f.present ? "present, unusable: " + f.reason : "no";
+    fmt::print("  {:<12}{}\n", f.name, state);
+  }
+  const MemoryInfo& m = d.memory;
+  fmt::print("  Memory      {} usable (bound: {}); total {}, MemAvailable {}\n", format_bytes(m.usable_bytes),
+             m.bound, format_bytes(m.total_bytes), format_bytes(m.mem_available_bytes));
+  if (m.cgroup_limit_bytes) {
+    fmt::print("  cgroup      {} limit {}, usage {}\n", m.cgroup_version, format_bytes(*m.cgroup_limit_bytes),
+               format_bytes(m.cgroup_usage_bytes.value_or(0)));
+  } else {
+    fmt::print("  cgroup      {} (no memory limit)\n", m.cgroup_version);
+  }
+  if (d.cuda_devices.empty()) {
+    fmt::print("  CUDA        none: {}\n", d.cuda_status);
+  }
+  for (const auto& g : d.cuda_devices) {
+    fmt::print("  CUDA {}      {} (sm_{}{}), {} SMs, {} total, {} free\n", g.index, g.name, g.cc_major, g.cc_minor,
+               g.num_sms, format_bytes(g.total_bytes), format_bytes(g.free_bytes));
+  }
+  fmt::print("  Fingerprint {}\n", device_fingerprint(d.cpu));
+}
+
+void print_model(const std::string& dir, const ModelFacts& m) {
+  const ModelConfig& c = m.config;
+  fmt::print("Model {}\n", dir);
+  fmt::print("  Architecture  {}\n", architecture_name(c.architecture));
+  fmt::print("  Parameters    {} ({})\n", m.weights.num_parameters, format_count(m.weights.num_parameters));
+  fmt::print("  Layers        {}, hidden {}, intermediate {}, vocab {}\n", c.num_hidden_layers, c.hidden_size,
+             c.intermediate_size, c.vocab_size);
+  fmt::print("  Attention     {} heads, {} KV heads, head_dim {}\n", c.num_attention_heads,
+             c.num_key_value_heads, c.head_dim);
+  fmt::print("  Weights       {}", format_bytes(m.weights.num_bytes));
+  for (const auto& [dtype, n] : m.weights.bytes_per_dtype) fmt::print(", {} {}", dtype_name(dtype), format_bytes(n));
+  fmt::print("\n  KV per token  {} (bf16), {} (f32)\n", format_bytes(m.kv_bytes_bf16), format_bytes(m.kv_bytes_f32));
+}
+
+void run_info(const InfoArgs& args) {
+  const DeviceInfo device = detect_device_info();
+  std::unique_ptr<ModelFacts> model;
+  if (!args.model_dir.empty()) model = std::make_unique<ModelFacts>(read_model_facts(args.model_dir));
+  if (args.json) {
+    nlohmann::json j = {{"build_id", build_id()}, {"machine", to_json(device)},
+                        {"device_fingerprint", device_fingerprint(device.cpu)}};
+    if (model) j["model"] = model_json(*model);
+    std::cout << j.dump(2) << std::endl;
+    return;
+  }
+  fmt::print("Spindle {}\n", build_id());
+  print_machine(device);
+  if (model) print_model(args.model_dir, *model);
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  auto args = std::make_shared<InfoArgs>();
+  auto* cmd = app.add_subcommand("info", "Show this machine's CPU, memory and CUDA facts, and a model's sizes");
+  cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
+  cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->callback([args] { run_info(*args); });
+}
+
+}  // namespace spindle::cli

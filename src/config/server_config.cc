@@ -1,0 +1,95 @@
+#include "config/server_config.h"
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "config/validation_cache.h"
+#include "util/build_info.h"
+#include "util/error.h"
+
+namespace spindle::config {
+
+ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelAttentionDims& model) {
+  ResolvedConfig r;
+  if (flags.kv_cache_dtype == "auto") {
+    r.kv_dtype = kDefaultKvDtype;
+  } else {
+    const auto parsed = parse_dtype(flags.kv_cache_dtype);
+    SPINDLE_CHECK(parsed == DType::kBF16 || parsed == DType::kF32,
+                  "--kv-cache-dtype '{}' is not supported; use bf16 or f32", flags.kv_cache_dtype);
+    r.kv_dtype = *parsed;
+  }
+  SPINDLE_CHECK(flags.page_size >= 0 && flags.page_size <= 256, "--page-size {} must be between 1 and 256",
+                flags.page_size);
+  r.page_size = flags.page_size > 0 ? flags.page_size : kDefaultPageSize;
+  SPINDLE_CHECK(flags.num_threads >= 0, "--threads {} must be positive", flags.num_threads);
+  r.num_threads = flags.num_threads > 0 ? flags.num_threads : std::max(1, device.cpu.num_logical_cores);
+
+  SPINDLE_CHECK(model.num_heads > 0 && model.num_kv_heads > 0 && model.head_dim > 0 &&
+                    model.num_heads % model.num_kv_heads == 0,
+                "attention dims must be positive with heads a multiple of KV heads (got {} heads, {} KV heads, "
+                "head_dim {})",
+                model.num_heads, model.num_kv_heads, model.head_dim);
+  r.attention_shape.num_heads = model.num_heads;
+  r.attention_shape.num_kv_heads = model.num_kv_heads;
+  r.attention_shape.head_dim = model.head_dim;
+  r.attention_shape.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(model.head_dim)));
+  r.attention_shape.kv_dtype = r.kv_dtype;
+  r.attention_shape.page_size = r.page_size;
+
+  r.attention.attention_backend = flags.attention_backend;
+  r.attention.prefill_attention_backend = flags.prefill_attention_backend;
+  r.attention.decode_attention_backend = flags.decode_attention_backend;
+  r.attention.policy = parse_policy(flags.attention_backend_policy);
+  r.attention.skip_validation = flags.skip_backend_validation;
+  r.attention.device = attn::Device::kCpu;
+
+  SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
+  r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
+  r.use_backend_cache = !flags.no_backend_cache;
+  r.backend_cache_dir = ValidationCache::default_dir();
+  return r;
+}
+
+void add_attention_flags(CLI::App& app, ServerConfig& f) {
+  app.add_option("--attention-backend", f.attention_backend, "Attention backend for both phases (auto)");
+  app.add_option("--prefill-attention-backend", f.prefill_attention_backend, "Prefill attention backend (auto)");
+  app.add_option("--decode-attention-backend", f.decode_attention_backend, "Decode attention backend (auto)");
+  app.add_option("--attention-backend-policy", f.attention_backend_policy,
+                 "How auto chooses: benchmark (fastest validated) or priority")
+      ->check(CLI::IsMember({"benchmark", "priority"}));
+  app.add_flag("--skip-backend-validation", f.skip_backend_validation,
+               "Trust backends without validating them (experts only)");
+  app.add_flag("--no-backend-cache", f.no_backend_cache, "Ignore and do not write the backend selection cache");
+  app.add_option("--backend-validation-timeout", f.backend_validation_timeout_s,
+                 "Seconds a validation child may run (30)");
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16 or f32");
+  app.add_option("--page-size", f.page_size, "Tokens per KV page (16)");
+  app.add_option("--threads", f.num_threads, "Worker threads (one per usable core)");
+}
+
+AttentionSelection select_attention(const ResolvedConfig& config, const DeviceInfo& device,
+                                    const std::string& executable) {
+  attn::ChildOptions child;
+  child.executable = executable;
+  child.timeout_s = config.backend_validation_timeout_s;
+  BackendValidator validator = [child](const std::string& backend, const attn::AttentionShape& shape,
+                                       bool timing) mutable {
+    child.timing = timing;
+    spdlog::info("validating attention backend {} on {}", backend, shape.to_string());
+    return attn::validate_in_child(backend, shape, child);
+  };
+  if (!config.use_backend_cache) {
+    return select_attention_backends(device, config.attention_shape, config.attention, validator);
+  }
+  ValidationCache cache(config.backend_cache_dir,
+                        ValidationCache::make_key(build_id(), device_fingerprint(device.cpu), config.attention_shape));
+  auto selection = select_attention_backends(device, config.attention_shape, config.attention, cache.wrap(validator));
+  selection.from_cache = cache.num_misses() == 0 && cache.num_hits() > 0;
+  if (cache.num_misses() > 0) cache.save();
+  return selection;
+}
+
+}  // namespace spindle::config

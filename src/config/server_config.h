@@ -1,0 +1,64 @@
+// ServerConfig holds every flag as the operator gave it; resolve() is the ONE place where the
+// defaults are decided (DESIGN.md section 1). Nothing else picks a default.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "attn/attention_types.h"
+#include "config/attention_selection.h"
+#include "platform/device_info.h"
+
+namespace CLI {
+class App;
+}
+
+namespace spindle::config {
+
+// The flags. "auto" and 0 mean "let resolve() decide".
+struct ServerConfig {
+  std::string attention_backend = "auto";
+  std::string prefill_attention_backend = "auto";
+  std::string decode_attention_backend = "auto";
+  std::string attention_backend_policy = "benchmark";
+  bool skip_backend_validation = false;
+  bool no_backend_cache = false;
+  double backend_validation_timeout_s = 30.0;
+  std::string kv_cache_dtype = "auto";
+  int page_size = 0;
+  int num_threads = 0;
+};
+
+// The attention-relevant facts of a model (from config.json, or given by hand to `doctor`).
+struct ModelAttentionDims {
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+struct ResolvedConfig {
+  DType kv_dtype = DType::kBF16;
+  int page_size = 16;
+  int num_threads = 1;
+  attn::AttentionShape attention_shape;
+  AttentionSelectionOptions attention;
+  double backend_validation_timeout_s = 30.0;
+  bool use_backend_cache = true;
+  std::filesystem::path backend_cache_dir;
+};
+
+inline constexpr int kDefaultPageSize = 16;
+inline constexpr DType kDefaultKvDtype = DType::kBF16;
+
+// Decides every default for this machine and model; throws on a bad flag value.
+ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelAttentionDims& model);
+
+// Registers the flags above on a CLI11 (sub)command.
+void add_attention_flags(CLI::App& app, ServerConfig& flags);
+
+// Runs selection with the real child-process validator and the on-disk cache.
+// executable: the spindle binary to re-execute (empty: /proc/self/exe).
+AttentionSelection select_attention(const ResolvedConfig& config, const DeviceInfo& device,
+                                    const std::string& executable = "");
+
+}  // namespace spindle::config

@@ -1,0 +1,112 @@
+#include "config/validation_cache.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "util/mapped_file.h"
+
+namespace spindle::config {
+namespace {
+
+uint64_t fnv1a(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool cacheable(attn::ValidationStatus s) {
+  return s == attn::ValidationStatus::kPass || s == attn::ValidationStatus::kMismatch ||
+         s == attn::ValidationStatus::kCrash;
+}
+
+}  // namespace
+
+ValidationCache::ValidationCache(std::filesystem::path dir, std::string key) : key_(std::move(key)) {
+  path_ = dir / fmt::format("attention-{:016x}.json", fnv1a(key_));
+  load();
+}
+
+std::filesystem::path ValidationCache::default_dir() {
+  if (const char* d = std::getenv("SPINDLE_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::filesystem::path(d) / "spindle";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "spindle";
+  return std::filesystem::temp_directory_path() / "spindle-cache";
+}
+
+std::string ValidationCache::make_key(std::string_view build_id, std::string_view device_fingerprint,
+                                      const attn::AttentionShape& shape) {
+  return fmt::format("build={};device={};heads={};kv_heads={};head_dim={};scale={};kv_dtype={};page={}",
+                     build_id, device_fingerprint, shape.num_heads, shape.num_kv_heads, shape.head_dim,
+                     shape.scale, dtype_name(shape.kv_dtype), shape.page_size);
+}
+
+void ValidationCache::load() {
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec)) return;
+  try {
+    const auto j = nlohmann::json::parse(read_text_file(path_));
+    if (j.at("key").get<std::string>() != key_) {
+      spdlog::warn("ignoring backend cache {}: it belongs to another key", path_.string());
+      return;
+    }
+    for (const auto& [name, outcome] : j.at("outcomes").items()) {
+      outcomes_[name] = attn::validation_outcome_from_json(outcome);
+    }
+  } catch (const std::exception& e) {
+    outcomes_.clear();
+    spdlog::warn("ignoring corrupt backend cache {}: {}", path_.string(), e.what());
+  }
+}
+
+std::optional<attn::ValidationOutcome> ValidationCache::find(const std::string& backend, bool timing) const {
+  const auto it = outcomes_.find(backend);
+  if (it == outcomes_.end()) return std::nullopt;
+  const bool timed = it->second.report.timed;
+  if (timing && !timed && it->second.status == attn::ValidationStatus::kPass) return std::nullopt;
+  return it->second;
+}
+
+void ValidationCache::store(const std::string& backend, const attn::ValidationOutcome& outcome) {
+  if (cacheable(outcome.status)) outcomes_[backend] = outcome;
+}
+
+void ValidationCache::save() const {
+  try {
+    std::filesystem::create_directories(path_.parent_path());
+    nlohmann::json j = {{"key", key_}, {"outcomes", nlohmann::json::object()}};
+    for (const auto& [name, outcome] : outcomes_) j["outcomes"][name] = attn::to_json(outcome);
+    const auto tmp = path_.string() + fmt::format(".tmp{}", ::getpid());
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << j.dump(2) << "\n";
+      if (!out) throw std::runtime_error("write failed");
+    }
+    std::filesystem::rename(tmp, path_);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not write backend cache {}: {}", path_.string(), e.what());
+  }
+}
+
+BackendValidator ValidationCache::wrap(BackendValidator inner) {
+  return [this, inner = std::move(inner)](const std::string& backend, const attn::AttentionShape& shape,
+                                          bool timing) {
+    if (auto cached = find(backend, timing)) {
+      ++num_hits_;
+      return *cached;
+    }
+    ++num_misses_;
+    auto outcome = inner(backend, shape, timing);
+    store(backend, outcome);
+    return outcome;
+  };
+}
+
+}  // namespace spindle::config

@@ -1,0 +1,93 @@
+// Paged attention on the CPU: the kernel contract shared by every ISA.
+//
+// KV layout, per layer: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]
+// of kv_dtype (kF32 or kBF16), row-major. Token t of a sequence lives in page
+// page_table[t / page_size], slot t % page_size.
+//
+// Queries and outputs are f32, [num_tokens, num_heads, head_dim], the rows of all sequences
+// concatenated in batch order. Query head h reads KV head h / (num_heads / num_kv_heads) (GQA).
+//
+// Sequence s has num_cached_tokens already in its pages and num_new_tokens new ones (whose K/V the
+// caller has already written into the pages, see write_kv_pages). Its query row i sits at
+// position num_cached_tokens + i and attends, when causal, to positions [0, num_cached_tokens + i];
+// otherwise to all num_cached_tokens + num_new_tokens positions.
+//
+// out = softmax(scale * q . K^T) . V per query row and head. Every output element is written.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "util/dtype.h"
+
+namespace spindle {
+class ThreadPool;
+}
+
+namespace spindle::kernels::cpu {
+
+struct AttentionSequence {
+  int num_new_tokens = 0;         // query rows of this sequence (1 for a decode step)
+  int num_cached_tokens = 0;      // positions already in the pages before this step
+  int query_offset = 0;           // first row of this sequence in q / out
+  const int32_t* page_table = nullptr;  // ceil((cached + new) / page_size) page indices
+};
+
+struct PagedAttentionParams {
+  const float* q = nullptr;       // [num_tokens, num_heads, head_dim]
+  float* out = nullptr;           // [num_tokens, num_heads, head_dim]
+  const void* k_pages = nullptr;  // [num_pages, page_size, num_kv_heads, head_dim]
+  const void* v_pages = nullptr;  // same layout as k_pages
+  DType kv_dtype = DType::kBF16;  // kF32 or kBF16
+  int num_pages = 0;
+  int page_size = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+  bool causal = true;
+  std::span<const AttentionSequence> sequences;
+  ThreadPool* pool = nullptr;     // null: run on the calling thread
+};
+
+// New tokens' K/V into their pages: k, v are [num_tokens, num_kv_heads, head_dim] f32, rows in the
+// same order as q. Converts to kv_dtype (bf16: round to nearest even).
+struct KvWriteParams {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  void* k_pages = nullptr;
+  void* v_pages = nullptr;
+  DType kv_dtype = DType::kBF16;
+  int num_pages = 0;
+  int page_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  std::span<const AttentionSequence> sequences;
+};
+
+// Host-side checks shared by every kernel: sizes positive, dtype supported, head counts divide,
+// query rows contiguous and in range, every page index inside [0, num_pages). Throws spindle::Error.
+void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tokens);
+void write_kv_pages(const KvWriteParams& p);
+
+// head_dim the optimized kernels (avx2, avx512, amx) accept: a positive multiple of this. The
+// reference takes any head_dim. Backends report other head_dims as unsupported.
+inline constexpr int kCpuAttentionHeadDimMultiple = 8;
+inline bool cpu_attention_head_dim_supported(int head_dim) {
+  return head_dim > 0 && head_dim % kCpuAttentionHeadDimMultiple == 0;
+}
+
+// The ground truth: plain loops, float64 accumulation. Slow.
+void paged_attention_reference(const PagedAttentionParams& p);
+// Tiled online softmax (flash-style) with AVX2 + FMA + F16C. Caller ensures the CPU has them.
+void paged_attention_avx2(const PagedAttentionParams& p);
+// AVX-512F/BW; avx512_bf16 dot products when use_bf16_dot (bf16 KV only).
+void paged_attention_avx512(const PagedAttentionParams& p, bool use_bf16_dot);
+// AMX-BF16 tiles for Q.K^T and P.V (bf16 KV only); caller has obtained the tile permission.
+// Needs AVX-512F/BW/BF16 too. f32 KV and decode-sized tasks (few rows) run the avx512 bf16-dot path.
+void paged_attention_amx(const PagedAttentionParams& p);
+
+// Total query rows of a batch (the sum of num_new_tokens).
+int64_t count_query_rows(std::span<const AttentionSequence> sequences);
+
+}  // namespace spindle::kernels::cpu

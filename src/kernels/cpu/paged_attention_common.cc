@@ -1,0 +1,97 @@
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace spindle::kernels::cpu {
+
+int64_t count_query_rows(std::span<const AttentionSequence> sequences) {
+  int64_t n = 0;
+  for (const auto& s : sequences) n += s.num_new_tokens;
+  return n;
+}
+
+namespace {
+
+void check_sequences(std::span<const AttentionSequence> sequences, int page_size, int num_pages,
+                     int64_t num_tokens) {
+  int64_t expected_offset = 0;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const auto& s = sequences[i];
+    SPINDLE_CHECK(s.num_new_tokens >= 0 && s.num_cached_tokens >= 0,
+                  "sequence {}: negative token counts ({} new, {} cached)", i, s.num_new_tokens,
+                  s.num_cached_tokens);
+    SPINDLE_CHECK(s.query_offset == expected_offset,
+                  "sequence {}: query_offset {} but rows must be contiguous in batch order (expected {})",
+                  i, s.query_offset, expected_offset);
+    expected_offset += s.num_new_tokens;
+    const int64_t total = int64_t{s.num_cached_tokens} + s.num_new_tokens;
+    if (total == 0) continue;
+    SPINDLE_CHECK(s.page_table != nullptr, "sequence {}: no page table", i);
+    const int64_t num_table_pages = (total + page_size - 1) / page_size;
+    for (int64_t j = 0; j < num_table_pages; ++j) {
+      const int32_t page = s.page_table[j];
+      SPINDLE_CHECK(page >= 0 && page < num_pages,
+                    "sequence {}: page table entry {} is page {}, outside [0, {})", i, j, page,
+                    num_pages);
+    }
+  }
+  SPINDLE_CHECK(expected_offset == num_tokens, "batch has {} query rows but the sequences add up to {}",
+                num_tokens, expected_offset);
+}
+
+}  // namespace
+
+void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tokens) {
+  SPINDLE_CHECK(p.kv_dtype == DType::kF32 || p.kv_dtype == DType::kBF16,
+                "KV dtype {} not supported by CPU attention (f32 or bf16)", dtype_name(p.kv_dtype));
+  SPINDLE_CHECK(p.num_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0 && p.page_size > 0,
+                "attention sizes must be positive (heads {}, kv heads {}, head_dim {}, page_size {})",
+                p.num_heads, p.num_kv_heads, p.head_dim, p.page_size);
+  SPINDLE_CHECK(p.num_heads % p.num_kv_heads == 0, "num_heads {} is not a multiple of num_kv_heads {}",
+                p.num_heads, p.num_kv_heads);
+  SPINDLE_CHECK(num_tokens == 0 || (p.q != nullptr && p.out != nullptr), "q/out missing");
+  SPINDLE_CHECK(p.k_pages != nullptr && p.v_pages != nullptr, "KV pages not bound");
+  check_sequences(p.sequences, p.page_size, p.num_pages, num_tokens);
+}
+
+void check_optimized_attention_params(const PagedAttentionParams& p, int64_t num_tokens,
+                                      const char* kernel_name) {
+  check_paged_attention_params(p, num_tokens);
+  SPINDLE_CHECK(cpu_attention_head_dim_supported(p.head_dim),
+                "{} attention needs head_dim to be a multiple of {} (got {})", kernel_name,
+                kCpuAttentionHeadDimMultiple, p.head_dim);
+}
+
+void write_kv_pages(const KvWriteParams& p) {
+  const int64_t row = int64_t{p.num_kv_heads} * p.head_dim;  // elements per token
+  const size_t elem = dtype_size(p.kv_dtype);
+  auto* k_base = static_cast<std::byte*>(p.k_pages);
+  auto* v_base = static_cast<std::byte*>(p.v_pages);
+  for (const auto& s : p.sequences) {
+    for (int i = 0; i < s.num_new_tokens; ++i) {
+      const int64_t pos = int64_t{s.num_cached_tokens} + i;
+      const int32_t page = s.page_table[pos / p.page_size];
+      const int64_t slot = int64_t{page} * p.page_size + pos % p.page_size;
+      const float* k_src = p.k + (int64_t{s.query_offset} + i) * row;
+      const float* v_src = p.v + (int64_t{s.query_offset} + i) * row;
+      std::byte* k_dst = k_base + slot * row * elem;
+      std::byte* v_dst = v_base + slot * row * elem;
+      if (p.kv_dtype == DType::kF32) {
+        std::memcpy(k_dst, k_src, row * sizeof(float));
+        std::memcpy(v_dst, v_src, row * sizeof(float));
+      } else {
+        auto* kd = reinterpret_cast<uint16_t*>(k_dst);
+        auto* vd = reinterpret_cast<uint16_t*>(v_dst);
+        for (int64_t e = 0; e < row; ++e) {
+          kd[e] = float_to_bf16_bits(k_src[e]);
+          vd[e] = float_to_bf16_bits(v_src[e]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace spindle::kernels::cpu

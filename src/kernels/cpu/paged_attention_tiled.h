@@ -1,0 +1,364 @@
+// Internal to the CPU attention kernels: the ISA-independent part of the tiled (flash-style)
+// algorithm, included by each ISA's .cc file (never by anything else).
+//
+// Work split: one task per (sequence, kv head, query block, kv split). A task owns all query
+// heads of the GQA group that share its KV head, so each K/V tile is read (and converted) once
+// for rows = block tokens x group heads. Row r of a task is token q_begin + r / group, query head
+// kv_head * group + r % group.
+//
+// Split-KV: when the batch has fewer tasks than the pool has threads (long single-sequence decode),
+// a task's key range is cut into pieces; each piece writes (max, sum, unnormalized O) per row into
+// a partial buffer and a second pass merges them.
+//
+// Everything here sits in an unnamed namespace on purpose: each ISA file is compiled with its own
+// target flags, and a shared (weak, COMDAT) symbol compiled with -mavx512f could be picked by the
+// linker for the AVX2 file too and fault on a CPU without AVX-512. For the same reason the ISA
+// files use no std:: containers of float, no fmt and no SPINDLE_CHECK (those instantiate shared
+// templates); checks live in paged_attention_common.cc (baseline flags).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "util/thread_pool.h"
+
+namespace spindle::kernels::cpu {
+
+// head_dim % 8 == 0 and the shared checks (defined in paged_attention_common.cc, baseline flags).
+void check_optimized_attention_params(const PagedAttentionParams& p, int64_t num_tokens,
+                                      const char* kernel_name);
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Keys per tile (a multiple of 32 so every ISA's vectors tile it).
+constexpr int kKeyTile = 64;
+// Split-KV pieces are at least this many keys (and a multiple of kKeyTile).
+constexpr int kMinSplitKeys = 128;
+
+// fp32 -> bf16 bits, round to nearest even (inputs here are finite). Local copy of
+// util/half.h's so no shared inline symbol is compiled with this file's flags.
+inline uint16_t to_bf16_bits(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, sizeof(u));
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+inline int round_up(int a, int b) { return (a + b - 1) / b * b; }
+inline int imin(int a, int b) { return a < b ? a : b; }
+inline int imax(int a, int b) { return a > b ? a : b; }
+
+// A 64-byte aligned, grow-only scratch array (per thread via thread_local owners).
+template <class T>
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(data_); }
+  T* get(size_t n) {
+    if (n > capacity_) {
+      std::free(data_);
+      const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+      data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+      if (data_ == nullptr) throw std::bad_alloc();
+      capacity_ = n;
+    }
+    return data_;
+  }
+
+ private:
+  T* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+struct Task {
+  int seq = 0;
+  int kv_head = 0;
+  int q_begin = 0, q_end = 0;  // new-token indices within the sequence
+  int k_begin = 0, k_end = 0;  // key positions this task reads; k_end <= the block's last limit
+  int num_splits = 1;          // > 1: writes partials, merged afterwards
+  int64_t partial = 0;         // first float of this task's partials (when num_splits > 1)
+  double cost = 0;
+};
+
+struct MergeItem {
+  int seq = 0, kv_head = 0, q_begin = 0, q_end = 0, num_splits = 1;
+  int64_t partial = 0;         // split s of row r at partial + (s * rows + r) * (head_dim + 2)
+};
+
+struct Plan {
+  std::vector<Task> tasks;
+  std::vector<MergeItem> merges;
+  int64_t num_partial_floats = 0;
+};
+
+// Number of keys query row `token` (new-token index) of sequence s may see.
+inline int visible_keys(const PagedAttentionParams& p, const AttentionSequence& s, int token) {
+  return p.causal ? s.num_cached_tokens + token + 1 : s.num_cached_tokens + s.num_new_tokens;
+}
+
+// rows_target: rows per task the ISA likes (block tokens = ceil(rows_target / group)).
+inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
+  Plan plan;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int block_tokens = imax(1, rows_target / group);
+  const int num_threads = p.pool ? p.pool->num_threads() : 1;
+  int64_t base_tasks = 0;
+  for (const auto& s : p.sequences) base_tasks += int64_t{ceil_div(s.num_new_tokens, block_tokens)} * p.num_kv_heads;
+  int want_splits = 1;
+  if (num_threads > 1 && base_tasks > 0 && base_tasks < 2 * num_threads)
+    want_splits = ceil_div(4 * num_threads, base_tasks);
+  const int D = p.head_dim;
+  for (int si = 0; si < static_cast<int>(p.sequences.size()); ++si) {
+    const auto& s = p.sequences[si];
+    for (int q0 = 0; q0 < s.num_new_tokens; q0 += block_tokens) {
+      const int q1 = imin(s.num_new_tokens, q0 + block_tokens);
+      const int rows = (q1 - q0) * group;
+      const int keys = visible_keys(p, s, q1 - 1);
+      int splits = imin(want_splits, ceil_div(keys, kMinSplitKeys));
+      int chunk = keys;
+      if (splits > 1) {
+        chunk = round_up(ceil_div(keys, splits), kKeyTile);
+        splits = ceil_div(keys, chunk);
+      }
+      for (int h = 0; h < p.num_kv_heads; ++h) {
+        MergeItem merge{si, h, q0, q1, splits, plan.num_partial_floats};
+        for (int sp = 0; sp < splits; ++sp) {
+          Task t;
+          t.seq = si;
+          t.kv_head = h;
+          t.q_begin = q0;
+          t.q_end = q1;
+          t.k_begin = sp * chunk;
+          t.k_end = imin(keys, (sp + 1) * chunk);
+          t.num_splits = splits;
+          t.partial = plan.num_partial_floats + int64_t{sp} * rows * (D + 2);
+          t.cost = double(rows) * (t.k_end - t.k_begin) + 64.0 * rows;
+          plan.tasks.push_back(t);
+        }
+        if (splits > 1) {
+          plan.merges.push_back(merge);
+          plan.num_partial_floats += int64_t{splits} * rows * (D + 2);
+        }
+      }
+    }
+  }
+  // Heaviest first so the dynamic schedule ends balanced (causal blocks differ in length).
+  std::stable_sort(plan.tasks.begin(), plan.tasks.end(),
+                   [](const Task& a, const Task& b) { return a.cost > b.cost; });
+  return plan;
+}
+
+inline const float* q_row(const PagedAttentionParams& p, const AttentionSequence& s, int token, int head) {
+  return p.q + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.head_dim;
+}
+inline float* out_row(const PagedAttentionParams& p, const AttentionSequence& s, int token, int head) {
+  return p.out + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.head_dim;
+}
+
+// Row pointers of keys [k0, k0 + n) of one KV head, following the page table.
+template <class T>
+inline void gather_rows(const PagedAttentionParams& p, const AttentionSequence& s, const void* pages,
+                        int kv_head, int k0, int n, const T** rows) {
+  const int64_t kv_row = int64_t{p.num_kv_heads} * p.head_dim;
+  const T* base = static_cast<const T*>(pages) + int64_t{kv_head} * p.head_dim;
+  const int ps = p.page_size;
+  for (int j = 0; j < n;) {
+    const int t = k0 + j;
+    const int slot = t % ps;
+    const int count = imin(ps - slot, n - j);
+    const T* first = base + (int64_t{s.page_table[t / ps]} * ps + slot) * kv_row;
+    for (int c = 0; c < count; ++c) rows[j + c] = first + c * kv_row;
+    j += count;
+  }
+}
+
+// Ends a task: rows' (m, l, O) to out (normalized) or to the partial buffer.
+inline void finish_task(const PagedAttentionParams& p, const Task& t, int rows, const float* m,
+                        const float* l, const float* o, float* partials) {
+  const int D = p.head_dim;
+  const int group = p.num_heads / p.num_kv_heads;
+  const auto& s = p.sequences[t.seq];
+  for (int r = 0; r < rows; ++r) {
+    const float* src = o + int64_t{r} * D;
+    if (t.num_splits == 1) {
+      float* dst = out_row(p, s, t.q_begin + r / group, t.kv_head * group + r % group);
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      for (int d = 0; d < D; ++d) dst[d] = src[d] * inv;
+    } else {
+      float* dst = partials + t.partial + int64_t{r} * (D + 2);
+      dst[0] = m[r];
+      dst[1] = l[r];
+      std::memcpy(dst + 2, src, sizeof(float) * D);
+    }
+  }
+}
+
+inline void merge_splits(const PagedAttentionParams& p, const MergeItem& item, const float* partials) {
+  const int D = p.head_dim;
+  const int group = p.num_heads / p.num_kv_heads;
+  const int rows = (item.q_end - item.q_begin) * group;
+  const auto& s = p.sequences[item.seq];
+  for (int r = 0; r < rows; ++r) {
+    float* dst = out_row(p, s, item.q_begin + r / group, item.kv_head * group + r % group);
+    float big = kNegInf;
+    for (int sp = 0; sp < item.num_splits; ++sp) {
+      const float* part = partials + item.partial + (int64_t{sp} * rows + r) * (D + 2);
+      big = part[0] > big ? part[0] : big;
+    }
+    for (int d = 0; d < D; ++d) dst[d] = 0.0f;
+    if (big == kNegInf) continue;
+    float total = 0.0f;
+    for (int sp = 0; sp < item.num_splits; ++sp) {
+      const float* part = partials + item.partial + (int64_t{sp} * rows + r) * (D + 2);
+      if (part[0] == kNegInf) continue;
+      const float w = std::exp(part[0] - big);
+      total += w * part[1];
+      for (int d = 0; d < D; ++d) dst[d] += w * part[2 + d];
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int d = 0; d < D; ++d) dst[d] *= inv;
+  }
+}
+
+// Runs fn(task, partials) for every task of the plan on p.pool, then merges the splits.
+template <class Fn>
+void run_plan(const PagedAttentionParams& p, const Plan& plan, Fn&& fn) {
+  Scratch<float> partial_buffer;
+  float* partials = plan.num_partial_floats ? partial_buffer.get(plan.num_partial_floats) : nullptr;
+  const int64_t n = static_cast<int64_t>(plan.tasks.size());
+  if (p.pool && n > 1) {
+    p.pool->parallel_for(n, [&](int64_t i) { fn(plan.tasks[i], partials); });
+  } else {
+    for (int64_t i = 0; i < n; ++i) fn(plan.tasks[i], partials);
+  }
+  const int64_t m = static_cast<int64_t>(plan.merges.size());
+  if (p.pool && m > 1) {
+    p.pool->parallel_for(m, [&](int64_t i) { merge_splits(p, plan.merges[i], partials); });
+  } else {
+    for (int64_t i = 0; i < m; ++i) merge_splits(p, plan.merges[i], partials);
+  }
+}
+
+// Per-thread buffers of the vector (non-AMX) task.
+struct VectorScratch {
+  Scratch<float> q, o, s, m, l, corr, k_conv, v_conv;
+  Scratch<uint16_t> q_bf16;
+  Scratch<int> limit;
+  Scratch<const void*> k_rows, v_rows;
+};
+
+inline VectorScratch& vector_scratch() {
+  thread_local VectorScratch scratch;
+  return scratch;
+}
+
+// The flash-style task for vector ISAs. Isa provides (all static):
+//   kWidth                      floats per vector
+//   kRowBlock                   rows a micro-kernel handles at once; tasks with more rows convert
+//                               bf16 K/V tiles to f32 once instead of per row block
+//   scores<KT>(q, q_stride, rows, k_rows, n, D, s, s_stride)        s[r][j] = q_r . k_j
+//   scores_bf16dot(qb, qb_stride, rows, k_rows, n, D, s, s_stride)  same, q and k in bf16
+//   softmax_rows(s, s_stride, rows, n_pad, m, l, corr)  online softmax update, s -> p in place
+//   pv<VT>(p, p_stride, rows, v_rows, n, D, o, corr)    o_r = o_r * corr_r + sum_j p_rj v_j
+//   convert_rows(src_rows, n, D, dst)                   bf16 rows -> f32 [n][D]
+template <class Isa>
+void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
+  const int D = p.head_dim;
+  const int group = p.num_heads / p.num_kv_heads;
+  const auto& s = p.sequences[t.seq];
+  const int rows = (t.q_end - t.q_begin) * group;
+  const bool kv_bf16 = p.kv_dtype == DType::kBF16;
+  const int dq = round_up(D, 32);  // bf16 q stride, zero padded
+
+  VectorScratch& sc = vector_scratch();
+  float* q = sc.q.get(size_t(rows) * D);
+  float* o = sc.o.get(size_t(rows) * D);
+  float* sbuf = sc.s.get(size_t(rows) * kKeyTile);
+  float* m = sc.m.get(rows);
+  float* l = sc.l.get(rows);
+  float* corr = sc.corr.get(rows);
+  int* limit = sc.limit.get(rows);
+  const void** k_rows = sc.k_rows.get(kKeyTile);
+  const void** v_rows = sc.v_rows.get(kKeyTile);
+  uint16_t* qb = nullptr;
+
+  for (int r = 0; r < rows; ++r) {
+    const int token = t.q_begin + r / group;
+    const float* src = q_row(p, s, token, t.kv_head * group + r % group);
+    for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * p.scale;
+    limit[r] = visible_keys(p, s, token);
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+  }
+  std::memset(o, 0, sizeof(float) * rows * D);
+  const bool use_dot = bf16_dot && kv_bf16;
+  if (use_dot) {
+    qb = sc.q_bf16.get(size_t(rows) * dq);
+    for (int r = 0; r < rows; ++r) {
+      for (int d = 0; d < D; ++d) qb[int64_t{r} * dq + d] = to_bf16_bits(q[int64_t{r} * D + d]);
+      for (int d = D; d < dq; ++d) qb[int64_t{r} * dq + d] = 0;
+    }
+  }
+  const bool convert = kv_bf16 && rows > Isa::kRowBlock;
+  float* k_conv = convert && !use_dot ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
+  float* v_conv = convert ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
+
+  for (int k0 = t.k_begin; k0 < t.k_end; k0 += kKeyTile) {
+    const int n = imin(kKeyTile, t.k_end - k0);
+    const int n_pad = round_up(n, Isa::kWidth);
+    if (kv_bf16) {
+      const auto** kr = reinterpret_cast<const uint16_t**>(k_rows);
+      const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
+      gather_rows(p, s, p.k_pages, t.kv_head, k0, n, kr);
+      gather_rows(p, s, p.v_pages, t.kv_head, k0, n, vr);
+      if (use_dot) {
+        Isa::scores_bf16dot(qb, dq, rows, kr, n, D, sbuf, kKeyTile);
+      } else if (convert) {
+        Isa::convert_rows(kr, n, D, k_conv);
+        const float* kf[kKeyTile];
+        for (int j = 0; j < n; ++j) kf[j] = k_conv + int64_t{j} * D;
+        Isa::scores(q, D, rows, kf, n, D, sbuf, kKeyTile);
+      } else {
+        Isa::scores(q, D, rows, kr, n, D, sbuf, kKeyTile);
+      }
+    } else {
+      const auto** kr = reinterpret_cast<const float**>(k_rows);
+      gather_rows(p, s, p.k_pages, t.kv_head, k0, n, kr);
+      gather_rows(p, s, p.v_pages, t.kv_head, k0, n, reinterpret_cast<const float**>(v_rows));
+      Isa::scores(q, D, rows, kr, n, D, sbuf, kKeyTile);
+    }
+    for (int r = 0; r < rows; ++r) {
+      const int visible = imax(0, imin(n, limit[r] - k0));
+      float* srow = sbuf + int64_t{r} * kKeyTile;
+      for (int j = visible; j < n_pad; ++j) srow[j] = kNegInf;
+    }
+    Isa::softmax_rows(sbuf, kKeyTile, rows, n_pad, m, l, corr);
+    if (kv_bf16) {
+      const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
+      if (convert) {
+        Isa::convert_rows(vr, n, D, v_conv);
+        const float* vf[kKeyTile];
+        for (int j = 0; j < n; ++j) vf[j] = v_conv + int64_t{j} * D;
+        Isa::pv(sbuf, kKeyTile, rows, vf, n, D, o, corr);
+      } else {
+        Isa::pv(sbuf, kKeyTile, rows, vr, n, D, o, corr);
+      }
+    } else {
+      Isa::pv(sbuf, kKeyTile, rows, reinterpret_cast<const float**>(v_rows), n, D, o, corr);
+    }
+  }
+  finish_task(p, t, rows, m, l, o, partials);
+}
+
+}  // namespace
+}  // namespace spindle::kernels::cpu

@@ -1,0 +1,90 @@
+// ModelConfig: the Hugging Face config.json of a decoder-only transformer, parsed and validated.
+//
+// Supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+// Defaults for absent fields follow the transformers config classes of those architectures:
+//   num_key_value_heads     = num_attention_heads
+//   head_dim                = hidden_size / num_attention_heads (then hidden_size must divide)
+//   rms_norm_eps            = 1e-6   (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config agree)
+//   rope_theta              = 10000
+//   rope_scaling            = none
+//   tie_word_embeddings     = false
+//   attention_bias          = true for Qwen2 (q/k/v carry a bias; the field is ignored),
+//                             else the json field, else false
+//   qk_norm                 = true for Qwen3 only (per-head RMSNorm on q and k)
+//   torch_dtype             = F32 when absent (transformers' meaning of "no dtype"); "dtype" is
+//                             accepted as the newer spelling of "torch_dtype"
+//   bos/eos_token_id        = int, list of ints, null or absent (empty list)
+//   hidden_act              = "silu"; any other activation is rejected
+// Rejected (not implemented): sliding-window attention in use, rope_scaling types other than
+// "default"/"linear"/"llama3", mlp_bias true.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/dtype.h"
+
+namespace spindle {
+
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+
+// "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM".
+std::string_view architecture_name(Architecture architecture);
+std::optional<Architecture> parse_architecture(std::string_view name);
+// Every supported name, comma separated (for error messages and `spindle info`).
+std::string supported_architectures();
+
+struct RopeScaling {
+  enum Type { kNone, kLinear, kLlama3 };
+  Type type = kNone;
+  double factor = 1.0;                       // kLinear, kLlama3
+  double low_freq_factor = 1.0;              // kLlama3
+  double high_freq_factor = 4.0;             // kLlama3
+  int original_max_position_embeddings = 0;  // kLlama3
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kLlama;
+  std::string model_type;  // config.json "model_type", informational ("" when absent)
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q_proj/k_proj/v_proj have a bias
+  bool qk_norm = false;         // q_norm/k_norm weights [head_dim] applied per head before rope
+  DType torch_dtype = DType::kF32;
+  std::vector<int> bos_token_ids;
+  std::vector<int> eos_token_ids;
+  // The attention window in effect; nullopt when attention is full. A window in effect is
+  // rejected today, so a parsed config always has nullopt here.
+  std::optional<int> sliding_window;
+
+  int q_size() const { return num_attention_heads * head_dim; }   // q_proj rows
+  int kv_size() const { return num_key_value_heads * head_dim; }  // k_proj, v_proj rows
+  int num_kv_groups() const { return num_attention_heads / num_key_value_heads; }
+};
+
+// Parses and validates one config.json. source_name names the file in every error message, e.g.
+//   "<dir>/config.json: field 'hidden_size' must be a positive integer, got \"abc\"".
+ModelConfig parse_model_config(const nlohmann::json& json, std::string_view source_name);
+// Reads model_dir/config.json; errors name that path.
+ModelConfig load_model_config(const std::filesystem::path& model_dir);
+
+// Bytes of K and V for one token over all layers on one tensor-parallel rank (DESIGN.md §3):
+//   num_hidden_layers * 2 * max(1, num_key_value_heads / tp_size) * head_dim * dtype_size(kv_dtype)
+uint64_t kv_bytes_per_token(const ModelConfig& config, DType kv_dtype, int tp_size = 1);
+
+}  // namespace spindle

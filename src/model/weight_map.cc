@@ -1,0 +1,180 @@
+#include "model/weight_map.h"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "util/error.h"
+
+namespace spindle {
+namespace {
+
+constexpr std::string_view kIgnoredSuffix = ".rotary_emb.inv_freq";
+
+bool is_float_weight(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+void append_capped(std::string& out, std::string_view title, const std::vector<std::string>& lines,
+                   size_t max_listed) {
+  if (lines.empty()) return;
+  out += fmt::format("\n  {} ({}):", title, lines.size());
+  for (size_t i = 0; i < lines.size() && i < max_listed; ++i) out += "\n    " + lines[i];
+  if (lines.size() > max_listed) out += fmt::format("\n    and {} more", lines.size() - max_listed);
+}
+
+}  // namespace
+
+std::string format_shape(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+std::string layer_weight_name(int layer, std::string_view suffix) {
+  return fmt::format("model.layers.{}.{}", layer, suffix);
+}
+
+namespace {
+
+// The tensors of decoder layer `layer`.
+std::vector<ExpectedTensor> layer_tensors(const ModelConfig& c, int layer) {
+  const int64_t h = c.hidden_size;
+  const int64_t inter = c.intermediate_size;
+  const int64_t q = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
+  const int64_t kv = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
+  std::vector<ExpectedTensor> out;
+  auto add = [&](std::string_view suffix, std::vector<int64_t> shape) {
+    out.push_back({layer_weight_name(layer, suffix), std::move(shape)});
+  };
+  add("input_layernorm.weight", {h});
+  add("self_attn.q_proj.weight", {q, h});
+  add("self_attn.k_proj.weight", {kv, h});
+  add("self_attn.v_proj.weight", {kv, h});
+  if (c.attention_bias) {
+    add("self_attn.q_proj.bias", {q});
+    add("self_attn.k_proj.bias", {kv});
+    add("self_attn.v_proj.bias", {kv});
+  }
+  add("self_attn.o_proj.weight", {h, q});
+  if (c.qk_norm) {
+    add("self_attn.q_norm.weight", {c.head_dim});
+    add("self_attn.k_norm.weight", {c.head_dim});
+  }
+  add("post_attention_layernorm.weight", {h});
+  add("mlp.gate_proj.weight", {inter, h});
+  add("mlp.up_proj.weight", {inter, h});
+  add("mlp.down_proj.weight", {h, inter});
+  return out;
+}
+
+// The tensors outside the decoder layers: embed_tokens, norm, lm_head.
+std::vector<ExpectedTensor> outer_tensors(const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  return {{"model.embed_tokens.weight", {c.vocab_size, h}},
+          {"model.norm.weight", {h}},
+          {"lm_head.weight", {c.vocab_size, h}, /*optional=*/c.tie_word_embeddings}};
+}
+
+// Sum of element counts of the non-optional tensors; throws on overflow.
+uint64_t count_elements(const std::vector<ExpectedTensor>& tensors) {
+  uint64_t total = 0;
+  for (const auto& t : tensors) {
+    if (t.optional) continue;
+    uint64_t n = 1;
+    bool overflow = false;
+    for (const int64_t dim : t.shape) {
+      overflow = overflow || __builtin_mul_overflow(n, static_cast<uint64_t>(dim), &n);
+    }
+    overflow = overflow || __builtin_add_overflow(total, n, &total);
+    SPINDLE_CHECK(!overflow, "parameter count of the model overflows 64 bits");
+  }
+  return total;
+}
+
+}  // namespace
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
+  auto outer = outer_tensors(c);
+  std::vector<ExpectedTensor> out;
+  out.push_back(std::move(outer[0]));
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    for (auto& t : layer_tensors(c, i)) out.push_back(std::move(t));
+  }
+  out.push_back(std::move(outer[1]));
+  out.push_back(std::move(outer[2]));
+  return out;
+}
+
+uint64_t parameter_count(const ModelConfig& config) {
+  uint64_t total = 0;
+  const bool overflow =
+      __builtin_mul_overflow(count_elements(layer_tensors(config, 0)),
+                             static_cast<uint64_t>(config.num_hidden_layers), &total) ||
+      __builtin_add_overflow(total, count_elements(outer_tensors(config)), &total);
+  SPINDLE_CHECK(!overflow, "parameter count of the model overflows 64 bits");
+  return total;
+}
+
+std::string WeightCheck::report() const {
+  std::string out;
+  append_capped(out, "missing tensors", missing, kMaxListed);
+  append_capped(out, "shape mismatches", shape_mismatches, kMaxListed);
+  append_capped(out, "unsupported dtypes", wrong_dtypes, kMaxListed);
+  append_capped(out, "unexpected tensors", unexpected, kMaxListed);
+  return out;
+}
+
+WeightCheck compare_weights(const ModelConfig& config, const std::vector<TensorInfo>& tensors) {
+  std::unordered_map<std::string_view, const TensorInfo*> by_name;
+  for (const auto& t : tensors) by_name.emplace(t.name, &t);
+  WeightCheck check;
+  std::unordered_map<std::string_view, bool> expected_names;
+  const auto expected = expected_tensors(config);
+  for (const auto& e : expected) {
+    expected_names.emplace(e.name, true);
+    const auto it = by_name.find(e.name);
+    if (it == by_name.end()) {
+      if (!e.optional) check.missing.push_back(fmt::format("{} {}", e.name, format_shape(e.shape)));
+      continue;
+    }
+    const TensorInfo& found = *it->second;
+    if (found.shape != e.shape) {
+      check.shape_mismatches.push_back(fmt::format("{}: expected {}, found {}", e.name,
+                                                   format_shape(e.shape),
+                                                   format_shape(found.shape)));
+    }
+    if (!is_float_weight(found.dtype)) {
+      check.wrong_dtypes.push_back(fmt::format("{}: {} (weights must be F32, F16 or BF16)",
+                                               e.name, dtype_name(found.dtype)));
+    }
+  }
+  for (const auto& t : tensors) {
+    if (expected_names.count(t.name) != 0 || ends_with(t.name, kIgnoredSuffix)) continue;
+    check.unexpected.push_back(
+        fmt::format("{} {} {}", t.name, format_shape(t.shape), dtype_name(t.dtype)));
+  }
+  return check;
+}
+
+void check_weights(const ModelConfig& config, const Checkpoint& checkpoint) {
+  const WeightCheck check = compare_weights(config, checkpoint.tensors());
+  SPINDLE_CHECK(check.ok(),
+                "{}: the checkpoint does not match config.json ({}, {} layers, hidden {}):{}",
+                checkpoint.dir().string(), architecture_name(config.architecture),
+                config.num_hidden_layers, config.hidden_size, check.report());
+}
+
+WeightStats weight_stats(const std::vector<TensorInfo>& tensors) {
+  WeightStats stats;
+  for (const auto& t : tensors) {
+    stats.num_parameters += t.num_elements();
+    stats.num_bytes += t.num_bytes();
+    stats.bytes_per_dtype[t.dtype] += t.num_bytes();
+  }
+  return stats;
+}
+
+}  // namespace spindle

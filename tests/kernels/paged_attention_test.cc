@@ -1,0 +1,360 @@
+// The CPU attention kernels against paged_attention_reference (float64 accumulation).
+//
+// Tolerances (max abs error per output element; inputs uniform in [-1, 1], scale 1/sqrt(head_dim),
+// so outputs are convex combinations of V rows and O(1)):
+//   kF32Math  = 1e-4  avx2, avx512 without bf16 dot, any KV dtype. K/V are read exactly (the
+//                     reference reads the same bf16 pages), so only f32 rounding of dot products
+//                     (<= 256 terms), the polynomial exp (~2e-7 relative) and the online-softmax
+//                     rescaling differ: observed ~1e-6.
+//   kBf16Math = 2e-2  avx512 with bf16 dot, amx. q (and for amx P) are rounded to bf16 (relative
+//                     2^-9): scores |s| <= ~3 move by ~6e-3, so softmax weights by ~0.6% and the
+//                     output, a weighted mean of values in [-1, 1], by a few 1e-3.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cpu/paged_attention.h"
+#include "platform/cpu_info.h"
+#include "util/error.h"
+#include "util/half.h"
+#include "util/thread_pool.h"
+
+namespace spindle::kernels::cpu {
+namespace {
+
+constexpr double kF32Math = 1e-4;
+constexpr double kBf16Math = 2e-2;
+
+enum class Kernel { kAvx2, kAvx512, kAvx512Bf16, kAmx };
+
+std::string kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::kAvx2: return "avx2";
+    case Kernel::kAvx512: return "avx512";
+    case Kernel::kAvx512Bf16: return "avx512bf16dot";
+    case Kernel::kAmx: return "amx";
+  }
+  return "?";
+}
+
+const CpuInfo& cpu() {
+  static const CpuInfo info = detect_cpu_info();
+  return info;
+}
+
+// Empty when the kernel can run here, else why not.
+std::string missing_features(Kernel k) {
+  std::vector<const char*> need = {"avx2", "fma", "f16c"};
+  if (k != Kernel::kAvx2) need.insert(need.end(), {"avx512f", "avx512bw", "avx512vl"});
+  if (k == Kernel::kAvx512Bf16 || k == Kernel::kAmx) need.push_back("avx512_bf16");
+  if (k == Kernel::kAmx) need.insert(need.end(), {"amx_tile", "amx_bf16"});
+  std::string missing;
+  for (const char* f : need)
+    if (!cpu().has(f)) missing += std::string(missing.empty() ? "" : ", ") + f;
+  return missing.empty() ? "" : "cpu lacks " + missing;
+}
+
+void run_kernel(Kernel k, const PagedAttentionParams& p) {
+  switch (k) {
+    case Kernel::kAvx2: paged_attention_avx2(p); break;
+    case Kernel::kAvx512: paged_attention_avx512(p, false); break;
+    case Kernel::kAvx512Bf16: paged_attention_avx512(p, true); break;
+    case Kernel::kAmx: paged_attention_amx(p); break;
+  }
+}
+
+double tolerance(Kernel k) { return (k == Kernel::kAvx2 || k == Kernel::kAvx512) ? kF32Math : kBf16Math; }
+
+struct SeqSpec {
+  int num_new;
+  int num_cached;
+};
+
+// A batch with random q and KV pages; pages of each sequence scattered over a shuffled pool.
+struct Problem {
+  int num_heads, num_kv_heads, head_dim, page_size;
+  DType kv_dtype;
+  bool causal = true;
+  std::vector<SeqSpec> specs;
+  std::vector<float> q;
+  std::vector<uint8_t> k_pages, v_pages;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<AttentionSequence> seqs;
+  int num_pages = 0;
+
+  Problem(int heads, int kv_heads, int dim, int page, DType dtype, std::vector<SeqSpec> s, uint32_t seed)
+      : num_heads(heads), num_kv_heads(kv_heads), head_dim(dim), page_size(page), kv_dtype(dtype),
+        specs(std::move(s)) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    int64_t rows = 0;
+    for (const auto& sp : specs) {
+      num_pages += (sp.num_cached + sp.num_new + page_size - 1) / page_size;
+      rows += sp.num_new;
+    }
+    num_pages += 3;  // unused pages too
+    std::vector<int32_t> ids(num_pages);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    const int64_t row = int64_t{num_kv_heads} * head_dim;
+    const size_t bytes = size_t(num_pages) * page_size * row * dtype_size(dtype);
+    k_pages.assign(bytes, 0xff);  // NaN-ish fill for bf16 and f32: unwritten slots must not be read
+    v_pages.assign(bytes, 0xff);
+    int next = 0, offset = 0;
+    for (const auto& sp : specs) {
+      const int n = (sp.num_cached + sp.num_new + page_size - 1) / page_size;
+      tables.emplace_back(ids.begin() + next, ids.begin() + next + n);
+      next += n;
+    }
+    for (size_t i = 0; i < specs.size(); ++i) {
+      // Every position (cached and new) written through write_kv_pages.
+      const int total = specs[i].num_cached + specs[i].num_new;
+      std::vector<float> k(total * row), v(total * row);
+      for (auto& x : k) x = uni(rng);
+      for (auto& x : v) x = uni(rng);
+      AttentionSequence all{total, 0, 0, tables[i].data()};
+      KvWriteParams w{k.data(), v.data(), k_pages.data(), v_pages.data(), kv_dtype, num_pages,
+                      page_size, num_kv_heads, head_dim, std::span(&all, 1)};
+      write_kv_pages(w);
+      seqs.push_back({specs[i].num_new, specs[i].num_cached, offset, tables[i].data()});
+      offset += specs[i].num_new;
+    }
+    q.resize(rows * num_heads * head_dim);
+    for (auto& x : q) x = uni(rng);
+  }
+
+  int64_t num_rows() const { return count_query_rows(seqs); }
+
+  PagedAttentionParams params(float* out, ThreadPool* pool) const {
+    PagedAttentionParams p;
+    p.q = q.data();
+    p.out = out;
+    p.k_pages = k_pages.data();
+    p.v_pages = v_pages.data();
+    p.kv_dtype = kv_dtype;
+    p.num_pages = num_pages;
+    p.page_size = page_size;
+    p.num_heads = num_heads;
+    p.num_kv_heads = num_kv_heads;
+    p.head_dim = head_dim;
+    p.scale = 1.0f / std::sqrt(float(head_dim));
+    p.causal = causal;
+    p.sequences = seqs;
+    p.pool = pool;
+    return p;
+  }
+
+  std::vector<float> reference() const {
+    std::vector<float> out(num_rows() * num_heads * head_dim, std::numeric_limits<float>::quiet_NaN());
+    paged_attention_reference(params(out.data(), nullptr));
+    return out;
+  }
+};
+
+std::string describe(const Problem& pr) {
+  std::string s = "heads " + std::to_string(pr.num_heads) + "/" + std::to_string(pr.num_kv_heads) +
+                  " head_dim " + std::to_string(pr.head_dim) + " page " + std::to_string(pr.page_size) +
+                  " kv " + std::string(dtype_name(pr.kv_dtype)) + (pr.causal ? " causal" : " non-causal") +
+                  " seqs (new,cached):";
+  for (const auto& sp : pr.specs) s += " (" + std::to_string(sp.num_new) + "," + std::to_string(sp.num_cached) + ")";
+  return s;
+}
+
+void expect_matches(Kernel k, const Problem& pr, const std::vector<float>& want, ThreadPool* pool) {
+  std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
+  run_kernel(k, pr.params(got.data(), pool));
+  double worst = 0.0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err = std::isfinite(got[i]) ? std::abs(double(got[i]) - want[i]) : 1e30;
+    if (err > worst) worst = err, worst_at = i;
+  }
+  EXPECT_LE(worst, tolerance(k)) << kernel_name(k) << " " << describe(pr) << ": element " << worst_at
+                                 << " got " << got[worst_at] << " want " << want[worst_at];
+}
+
+ThreadPool& test_pool() {
+  static ThreadPool pool(3);
+  return pool;
+}
+
+// The grid: batch 1 runs every (new, cached) pair for every shape; batches of 5 mix pairs, rotating.
+const SeqSpec kPairs[] = {{1, 0},  {3, 5},  {17, 130}, {64, 0},  {1, 130}, {3, 0},
+                          {17, 5}, {64, 130}, {1, 5},  {3, 130}, {17, 0},  {64, 5}};
+constexpr int kNumPairs = 12;
+struct Gqa {
+  int heads, kv_heads;
+};
+const Gqa kGqa[] = {{2, 2}, {4, 1}, {7, 1}};
+
+using GridParam = std::tuple<Kernel, int, DType, int>;  // kernel, head_dim, kv dtype, page size
+
+class PagedAttentionGrid : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(PagedAttentionGrid, MatchesReference) {
+  const auto [kernel, head_dim, dtype, page_size] = GetParam();
+  if (const std::string why = missing_features(kernel); !why.empty()) GTEST_SKIP() << why;
+  int rotation = head_dim / 16 + page_size + (dtype == DType::kBF16 ? 5 : 0);
+  for (const Gqa& g : kGqa) {
+    ++rotation;
+    for (const SeqSpec& one : kPairs) {  // batch 1: every (new, cached) pair
+      Problem pr(g.heads, g.kv_heads, head_dim, page_size, dtype, {one}, 1000 + rotation + one.num_new);
+      const auto want = pr.reference();
+      expect_matches(kernel, pr, want, &test_pool());
+    }
+    {
+      std::vector<SeqSpec> five;
+      for (int i = 0; i < 5; ++i) five.push_back(kPairs[(rotation * 5 + i) % kNumPairs]);
+      Problem pr(g.heads, g.kv_heads, head_dim, page_size, dtype, five, 2000 + rotation);
+      const auto want = pr.reference();
+      expect_matches(kernel, pr, want, &test_pool());
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, PagedAttentionGrid,
+    ::testing::Combine(::testing::Values(Kernel::kAvx2, Kernel::kAvx512, Kernel::kAvx512Bf16, Kernel::kAmx),
+                       ::testing::Values(64, 80, 96, 128, 256), ::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(1, 16)),
+    [](const ::testing::TestParamInfo<GridParam>& info) {
+      return kernel_name(std::get<0>(info.param)) + "_d" + std::to_string(std::get<1>(info.param)) + "_" +
+             std::string(dtype_name(std::get<2>(info.param))) + "_page" + std::to_string(std::get<3>(info.param));
+    });
+
+class PagedAttentionKernel : public ::testing::TestWithParam<Kernel> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = missing_features(GetParam()); !why.empty()) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(PagedAttentionKernel, NonCausal) {
+  Problem pr(8, 2, 64, 16, DType::kBF16, {{17, 5}, {3, 130}, {1, 0}}, 7);
+  pr.causal = false;
+  const auto want = pr.reference();
+  expect_matches(GetParam(), pr, want, &test_pool());
+}
+
+// Few tasks on a bigger pool: the key range is split and merged (decode and a short prefill).
+TEST_P(PagedAttentionKernel, SplitKvLongContext) {
+  ThreadPool pool(8);
+  Problem decode(4, 1, 128, 16, DType::kBF16, {{1, 1500}}, 11);
+  expect_matches(GetParam(), decode, decode.reference(), &pool);
+  Problem prefill(2, 1, 64, 1, DType::kF32, {{5, 700}}, 12);
+  expect_matches(GetParam(), prefill, prefill.reference(), &pool);
+}
+
+TEST_P(PagedAttentionKernel, SerialAndHeadDim136) {
+  Problem pr(6, 2, 136, 16, DType::kBF16, {{33, 20}, {1, 40}}, 13);
+  const auto want = pr.reference();
+  expect_matches(GetParam(), pr, want, nullptr);
+}
+
+TEST_P(PagedAttentionKernel, RejectsHeadDimNotMultipleOf8) {
+  Problem pr(2, 1, 20, 16, DType::kBF16, {{2, 3}}, 14);
+  std::vector<float> out(pr.num_rows() * 2 * 20);
+  EXPECT_THROW(run_kernel(GetParam(), pr.params(out.data(), nullptr)), Error);
+}
+
+TEST_P(PagedAttentionKernel, RejectsPageOutOfRange) {
+  Problem pr(2, 1, 64, 16, DType::kBF16, {{2, 30}}, 15);
+  pr.tables[0][1] = pr.num_pages;
+  std::vector<float> out(pr.num_rows() * 2 * 64);
+  EXPECT_THROW(run_kernel(GetParam(), pr.params(out.data(), nullptr)), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, PagedAttentionKernel,
+                         ::testing::Values(Kernel::kAvx2, Kernel::kAvx512, Kernel::kAvx512Bf16, Kernel::kAmx),
+                         [](const ::testing::TestParamInfo<Kernel>& info) { return kernel_name(info.param); });
+
+TEST(PagedAttentionParams, PageOutOfRangeIsAnError) {
+  Problem pr(2, 1, 64, 16, DType::kF32, {{2, 30}}, 21);
+  std::vector<float> out(pr.num_rows() * 2 * 64);
+  pr.tables[0][1] = -1;
+  EXPECT_THROW(paged_attention_reference(pr.params(out.data(), nullptr)), Error);
+  pr.tables[0][1] = pr.num_pages;
+  try {
+    check_paged_attention_params(pr.params(out.data(), nullptr), pr.num_rows());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("outside [0, " + std::to_string(pr.num_pages) + ")"), std::string::npos)
+        << e.message();
+  }
+}
+
+TEST(PagedAttentionParams, OtherErrors) {
+  Problem pr(4, 2, 64, 16, DType::kF32, {{2, 3}}, 22);
+  std::vector<float> out(pr.num_rows() * 4 * 64);
+  auto p = pr.params(out.data(), nullptr);
+  EXPECT_NO_THROW(check_paged_attention_params(p, pr.num_rows()));
+  EXPECT_THROW(check_paged_attention_params(p, pr.num_rows() + 1), Error);  // row count mismatch
+  auto bad = p;
+  bad.num_kv_heads = 3;
+  EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
+  bad = p;
+  bad.kv_dtype = DType::kF16;
+  EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
+  bad = p;
+  bad.k_pages = nullptr;
+  EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
+  std::vector<AttentionSequence> seqs(pr.seqs);
+  seqs[0].query_offset = 1;
+  bad = p;
+  bad.sequences = seqs;
+  EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
+  EXPECT_TRUE(cpu_attention_head_dim_supported(80));
+  EXPECT_FALSE(cpu_attention_head_dim_supported(84));
+  EXPECT_FALSE(cpu_attention_head_dim_supported(0));
+}
+
+TEST(WriteKvPages, PlacesRowsByPageTableAndRoundsToBf16) {
+  const int page_size = 4, kv_heads = 2, dim = 8, num_pages = 5;
+  const int64_t row = kv_heads * dim;
+  const std::vector<int32_t> table = {3, 0, 4};  // positions 0-3 in page 3, 4-7 in page 0, 8- in page 4
+  const AttentionSequence seq{3, 6, 0, table.data()};  // writes positions 6, 7, 8
+  std::vector<float> k(3 * row), v(3 * row);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = 1.0f + float(i) / 3.0f;  // not exactly representable in bf16
+    v[i] = -float(i) - 0.001f;
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    std::vector<uint8_t> kp(num_pages * page_size * row * dtype_size(dtype), 0);
+    std::vector<uint8_t> vp(kp.size(), 0);
+    write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), dtype, num_pages, page_size, kv_heads, dim,
+                    std::span(&seq, 1)});
+    auto at = [&](const std::vector<uint8_t>& pages, int64_t slot, int64_t e) -> float {
+      if (dtype == DType::kF32) return reinterpret_cast<const float*>(pages.data())[slot * row + e];
+      return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(pages.data())[slot * row + e]);
+    };
+    auto expect_value = [&](float got, float src) {
+      if (dtype == DType::kF32) {
+        EXPECT_EQ(got, src);
+      } else {
+        EXPECT_EQ(got, bf16_bits_to_float(float_to_bf16_bits(src)));
+      }
+    };
+    const int64_t slots[3] = {0 * page_size + 2, 0 * page_size + 3, 4 * page_size + 0};  // pos 6, 7, 8
+    int64_t nonzero = 0;
+    for (int i = 0; i < 3; ++i) {
+      for (int64_t e = 0; e < row; ++e) {
+        expect_value(at(kp, slots[i], e), k[i * row + e]);
+        expect_value(at(vp, slots[i], e), v[i * row + e]);
+      }
+    }
+    for (int64_t slot = 0; slot < num_pages * page_size; ++slot)
+      for (int64_t e = 0; e < row; ++e) nonzero += at(kp, slot, e) != 0.0f;
+    EXPECT_EQ(nonzero, 3 * row);  // nothing else touched
+  }
+}
+
+}  // namespace
+}  // namespace spindle::kernels::cpu
