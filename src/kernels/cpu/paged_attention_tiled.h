@@ -1,10 +1,13 @@
 // Internal to the CPU attention kernels: the ISA-independent part of the tiled (flash-style)
 // algorithm, included by each ISA's .cc file (never by anything else).
 //
-// Work split: one task per (sequence, kv head, query block, kv split). A task owns all query
-// heads of the GQA group that share its KV head, so each K/V tile is read (and converted) once
-// for rows = block tokens x group heads. Row r of a task is token q_begin + r / group, query head
-// kv_head * group + r % group.
+// Work split: one task per (sequence, kv heads, query block, kv split). A task owns all query
+// heads of the GQA group that share each of its KV heads, so each K/V tile is read (and converted)
+// once for rows = block tokens x group heads. Prefill tasks take one KV head; decode-sized tasks
+// (few rows per head, memory bound) take all KV heads, so they read whole contiguous token rows
+// of the pages instead of num_kv_heads-strided pieces (TLB and prefetcher friendly). Row r of a
+// task is KV head kv_head + r / rows_per_head; within it, rr = r % rows_per_head is token
+// q_begin + rr / group, query head (kv head) * group + rr % group.
 //
 // Split-KV: when the batch has fewer tasks than the pool has threads (long single-sequence decode),
 // a task's key range is cut into pieces; each piece writes (max, sum, unnormalized O) per row into
@@ -24,6 +27,8 @@
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include <xmmintrin.h>
 
 #include "kernels/cpu/paged_attention.h"
 #include "util/thread_pool.h"
@@ -83,6 +88,7 @@ class Scratch {
 struct Task {
   int seq = 0;
   int kv_head = 0;
+  int num_heads = 1;           // KV heads [kv_head, kv_head + num_heads)
   int q_begin = 0, q_end = 0;  // new-token indices within the sequence
   int k_begin = 0, k_end = 0;  // key positions this task reads; k_end <= the block's last limit
   int num_splits = 1;          // > 1: writes partials, merged afterwards
@@ -91,7 +97,7 @@ struct Task {
 };
 
 struct MergeItem {
-  int seq = 0, kv_head = 0, q_begin = 0, q_end = 0, num_splits = 1;
+  int seq = 0, kv_head = 0, num_heads = 1, q_begin = 0, q_end = 0, num_splits = 1;
   int64_t partial = 0;         // split s of row r at partial + (s * rows + r) * (head_dim + 2)
 };
 
@@ -106,6 +112,22 @@ inline int visible_keys(const PagedAttentionParams& p, const AttentionSequence& 
   return p.causal ? s.num_cached_tokens + token + 1 : s.num_cached_tokens + s.num_new_tokens;
 }
 
+// Query rows per KV head at or below which a task takes all KV heads (decode-sized).
+constexpr int kAllHeadsMaxRows = 8;
+
+inline int heads_per_task(const PagedAttentionParams& p, int rows_per_head) {
+  return rows_per_head <= kAllHeadsMaxRows ? p.num_kv_heads : 1;
+}
+
+struct RowCoord {
+  int token;  // new-token index in the sequence
+  int head;   // query head
+};
+inline RowCoord row_coord(int group, int kv_head, int q_begin, int rows_per_head, int r) {
+  const int rr = r % rows_per_head;
+  return {q_begin + rr / group, (kv_head + r / rows_per_head) * group + rr % group};
+}
+
 // rows_target: rows per task the ISA likes (block tokens = ceil(rows_target / group)).
 inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
   Plan plan;
@@ -113,7 +135,12 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
   const int block_tokens = imax(1, rows_target / group);
   const int num_threads = p.pool ? p.pool->num_threads() : 1;
   int64_t base_tasks = 0;
-  for (const auto& s : p.sequences) base_tasks += int64_t{ceil_div(s.num_new_tokens, block_tokens)} * p.num_kv_heads;
+  for (const auto& s : p.sequences) {
+    for (int q0 = 0; q0 < s.num_new_tokens; q0 += block_tokens) {
+      const int rph = (imin(s.num_new_tokens, q0 + block_tokens) - q0) * group;
+      base_tasks += p.num_kv_heads / heads_per_task(p, rph);
+    }
+  }
   int want_splits = 1;
   if (num_threads > 1 && base_tasks > 0 && base_tasks < 2 * num_threads)
     want_splits = ceil_div(4 * num_threads, base_tasks);
@@ -122,7 +149,8 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
     const auto& s = p.sequences[si];
     for (int q0 = 0; q0 < s.num_new_tokens; q0 += block_tokens) {
       const int q1 = imin(s.num_new_tokens, q0 + block_tokens);
-      const int rows = (q1 - q0) * group;
+      const int heads = heads_per_task(p, (q1 - q0) * group);
+      const int rows = (q1 - q0) * group * heads;
       const int keys = visible_keys(p, s, q1 - 1);
       int splits = imin(want_splits, ceil_div(keys, kMinSplitKeys));
       int chunk = keys;
@@ -130,12 +158,13 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
         chunk = round_up(ceil_div(keys, splits), kKeyTile);
         splits = ceil_div(keys, chunk);
       }
-      for (int h = 0; h < p.num_kv_heads; ++h) {
-        MergeItem merge{si, h, q0, q1, splits, plan.num_partial_floats};
+      for (int h = 0; h < p.num_kv_heads; h += heads) {
+        MergeItem merge{si, h, heads, q0, q1, splits, plan.num_partial_floats};
         for (int sp = 0; sp < splits; ++sp) {
           Task t;
           t.seq = si;
           t.kv_head = h;
+          t.num_heads = heads;
           t.q_begin = q0;
           t.q_end = q1;
           t.k_begin = sp * chunk;
@@ -182,16 +211,39 @@ inline void gather_rows(const PagedAttentionParams& p, const AttentionSequence& 
   }
 }
 
+// Prefetches K and V rows of keys [k0, k0 + n) (the next tile) into the cache: rows of one KV
+// head are num_kv_heads * head_dim elements apart, a stride the hardware prefetchers miss.
+inline void prefetch_tile(const PagedAttentionParams& p, const AttentionSequence& s, int kv_head,
+                          int num_heads, int k0, int n) {
+  const int64_t elem = p.kv_dtype == DType::kBF16 ? 2 : 4;
+  const int64_t kv_row = int64_t{p.num_kv_heads} * p.head_dim * elem;
+  const int64_t row_bytes = int64_t{p.head_dim} * num_heads * elem;
+  const char* kb = static_cast<const char*>(p.k_pages) + int64_t{kv_head} * p.head_dim * elem;
+  const char* vb = static_cast<const char*>(p.v_pages) + int64_t{kv_head} * p.head_dim * elem;
+  const int ps = p.page_size;
+  for (int j = 0; j < n; ++j) {
+    const int t = k0 + j;
+    const int64_t off = (int64_t{s.page_table[t / ps]} * ps + t % ps) * kv_row;
+    for (int64_t b = 0; b < row_bytes; b += 64) {
+      _mm_prefetch(kb + off + b, _MM_HINT_T0);
+      _mm_prefetch(vb + off + b, _MM_HINT_T0);
+    }
+  }
+}
+
 // Ends a task: rows' (m, l, O) to out (normalized) or to the partial buffer.
+// o: [rows][o_stride] (o_stride >= head_dim; 0 means head_dim).
 inline void finish_task(const PagedAttentionParams& p, const Task& t, int rows, const float* m,
-                        const float* l, const float* o, float* partials) {
+                        const float* l, const float* o, float* partials, int o_stride = 0) {
   const int D = p.head_dim;
   const int group = p.num_heads / p.num_kv_heads;
   const auto& s = p.sequences[t.seq];
+  const int rows_per_head = rows / t.num_heads;
   for (int r = 0; r < rows; ++r) {
-    const float* src = o + int64_t{r} * D;
+    const float* src = o + int64_t{r} * (o_stride ? o_stride : D);
     if (t.num_splits == 1) {
-      float* dst = out_row(p, s, t.q_begin + r / group, t.kv_head * group + r % group);
+      const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rows_per_head, r);
+      float* dst = out_row(p, s, c.token, c.head);
       const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
       for (int d = 0; d < D; ++d) dst[d] = src[d] * inv;
     } else {
@@ -206,10 +258,12 @@ inline void finish_task(const PagedAttentionParams& p, const Task& t, int rows, 
 inline void merge_splits(const PagedAttentionParams& p, const MergeItem& item, const float* partials) {
   const int D = p.head_dim;
   const int group = p.num_heads / p.num_kv_heads;
-  const int rows = (item.q_end - item.q_begin) * group;
+  const int rows_per_head = (item.q_end - item.q_begin) * group;
+  const int rows = rows_per_head * item.num_heads;
   const auto& s = p.sequences[item.seq];
   for (int r = 0; r < rows; ++r) {
-    float* dst = out_row(p, s, item.q_begin + r / group, item.kv_head * group + r % group);
+    const RowCoord c = row_coord(group, item.kv_head, item.q_begin, rows_per_head, r);
+    float* dst = out_row(p, s, c.token, c.head);
     float big = kNegInf;
     for (int sp = 0; sp < item.num_splits; ++sp) {
       const float* part = partials + item.partial + (int64_t{sp} * rows + r) * (D + 2);
@@ -276,7 +330,8 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const int D = p.head_dim;
   const int group = p.num_heads / p.num_kv_heads;
   const auto& s = p.sequences[t.seq];
-  const int rows = (t.q_end - t.q_begin) * group;
+  const int rph = (t.q_end - t.q_begin) * group;  // rows per KV head
+  const int rows = rph * t.num_heads;
   const bool kv_bf16 = p.kv_dtype == DType::kBF16;
   const int dq = round_up(D, 32);  // bf16 q stride, zero padded
 
@@ -293,10 +348,10 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   uint16_t* qb = nullptr;
 
   for (int r = 0; r < rows; ++r) {
-    const int token = t.q_begin + r / group;
-    const float* src = q_row(p, s, token, t.kv_head * group + r % group);
+    const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
+    const float* src = q_row(p, s, c.token, c.head);
     for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * p.scale;
-    limit[r] = visible_keys(p, s, token);
+    limit[r] = visible_keys(p, s, c.token);
     m[r] = kNegInf;
     l[r] = 0.0f;
   }
@@ -309,52 +364,61 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       for (int d = D; d < dq; ++d) qb[int64_t{r} * dq + d] = 0;
     }
   }
-  const bool convert = kv_bf16 && rows > Isa::kRowBlock;
+  const bool convert = kv_bf16 && rph > Isa::kRowBlock;
   float* k_conv = convert && !use_dot ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
   float* v_conv = convert ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
 
   for (int k0 = t.k_begin; k0 < t.k_end; k0 += kKeyTile) {
     const int n = imin(kKeyTile, t.k_end - k0);
     const int n_pad = round_up(n, Isa::kWidth);
-    if (kv_bf16) {
-      const auto** kr = reinterpret_cast<const uint16_t**>(k_rows);
-      const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
-      gather_rows(p, s, p.k_pages, t.kv_head, k0, n, kr);
-      gather_rows(p, s, p.v_pages, t.kv_head, k0, n, vr);
-      if (use_dot) {
-        Isa::scores_bf16dot(qb, dq, rows, kr, n, D, sbuf, kKeyTile);
-      } else if (convert) {
-        Isa::convert_rows(kr, n, D, k_conv);
-        const float* kf[kKeyTile];
-        for (int j = 0; j < n; ++j) kf[j] = k_conv + int64_t{j} * D;
-        Isa::scores(q, D, rows, kf, n, D, sbuf, kKeyTile);
+    if (k0 + kKeyTile < t.k_end)
+      prefetch_tile(p, s, t.kv_head, t.num_heads, k0 + kKeyTile, imin(kKeyTile, t.k_end - k0 - kKeyTile));
+    for (int hh = 0; hh < t.num_heads; ++hh) {
+      const int h = t.kv_head + hh;
+      const int64_t r0 = int64_t{hh} * rph;
+      const float* qh = q + r0 * D;
+      float* sh = sbuf + r0 * kKeyTile;
+      float* oh = o + r0 * D;
+      if (kv_bf16) {
+        const auto** kr = reinterpret_cast<const uint16_t**>(k_rows);
+        const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
+        gather_rows(p, s, p.k_pages, h, k0, n, kr);
+        gather_rows(p, s, p.v_pages, h, k0, n, vr);
+        if (use_dot) {
+          Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
+        } else if (convert) {
+          Isa::convert_rows(kr, n, D, k_conv);
+          const float* kf[kKeyTile];
+          for (int j = 0; j < n; ++j) kf[j] = k_conv + int64_t{j} * D;
+          Isa::scores(qh, D, rph, kf, n, D, sh, kKeyTile);
+        } else {
+          Isa::scores(qh, D, rph, kr, n, D, sh, kKeyTile);
+        }
       } else {
-        Isa::scores(q, D, rows, kr, n, D, sbuf, kKeyTile);
+        const auto** kr = reinterpret_cast<const float**>(k_rows);
+        gather_rows(p, s, p.k_pages, h, k0, n, kr);
+        gather_rows(p, s, p.v_pages, h, k0, n, reinterpret_cast<const float**>(v_rows));
+        Isa::scores(qh, D, rph, kr, n, D, sh, kKeyTile);
       }
-    } else {
-      const auto** kr = reinterpret_cast<const float**>(k_rows);
-      gather_rows(p, s, p.k_pages, t.kv_head, k0, n, kr);
-      gather_rows(p, s, p.v_pages, t.kv_head, k0, n, reinterpret_cast<const float**>(v_rows));
-      Isa::scores(q, D, rows, kr, n, D, sbuf, kKeyTile);
-    }
-    for (int r = 0; r < rows; ++r) {
-      const int visible = imax(0, imin(n, limit[r] - k0));
-      float* srow = sbuf + int64_t{r} * kKeyTile;
-      for (int j = visible; j < n_pad; ++j) srow[j] = kNegInf;
-    }
-    Isa::softmax_rows(sbuf, kKeyTile, rows, n_pad, m, l, corr);
-    if (kv_bf16) {
-      const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
-      if (convert) {
-        Isa::convert_rows(vr, n, D, v_conv);
-        const float* vf[kKeyTile];
-        for (int j = 0; j < n; ++j) vf[j] = v_conv + int64_t{j} * D;
-        Isa::pv(sbuf, kKeyTile, rows, vf, n, D, o, corr);
+      for (int r = 0; r < rph; ++r) {
+        const int visible = imax(0, imin(n, limit[r0 + r] - k0));
+        float* srow = sh + int64_t{r} * kKeyTile;
+        for (int j = visible; j < n_pad; ++j) srow[j] = kNegInf;
+      }
+      Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
+      if (kv_bf16) {
+        const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
+        if (convert) {
+          Isa::convert_rows(vr, n, D, v_conv);
+          const float* vf[kKeyTile];
+          for (int j = 0; j < n; ++j) vf[j] = v_conv + int64_t{j} * D;
+          Isa::pv(sh, kKeyTile, rph, vf, n, D, oh, corr + r0);
+        } else {
+          Isa::pv(sh, kKeyTile, rph, vr, n, D, oh, corr + r0);
+        }
       } else {
-        Isa::pv(sbuf, kKeyTile, rows, vr, n, D, o, corr);
+        Isa::pv(sh, kKeyTile, rph, reinterpret_cast<const float**>(v_rows), n, D, oh, corr + r0);
       }
-    } else {
-      Isa::pv(sbuf, kKeyTile, rows, reinterpret_cast<const float**>(v_rows), n, D, o, corr);
     }
   }
   finish_task(p, t, rows, m, l, o, partials);

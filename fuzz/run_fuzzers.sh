@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets with clang (>= 15) and runs each for SECONDS (default 60) from the seed
+# corpus in fuzz/corpus; new inputs go to a scratch corpus, crashes to build-fuzz/artifacts/.
+# Usage: fuzz/run_fuzzers.sh [SECONDS]   (env CC/CXX pick the compiler; default clang-16)
+set -euo pipefail
+seconds="${1:-60}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${root}/build-fuzz"
+CC="${CC:-clang-16}" CXX="${CXX:-clang++-16}" cmake -S "${root}" -B "${build}" -G Ninja \
+  -DSPINDLE_FUZZ=ON -DSPINDLE_CUDA=OFF -DSPINDLE_TESTS=OFF >/dev/null
+ninja -C "${build}" fuzz_safetensors_header fuzz_model_config
+mkdir -p "${build}/artifacts"
+for pair in "fuzz_safetensors_header:safetensors" "fuzz_model_config:config"; do
+  target="${pair%%:*}"
+  corpus="${pair##*:}"
+  scratch="${build}/corpus/${corpus}"
+  mkdir -p "${scratch}"
+  echo "== ${target} for ${seconds}s"
+  "${build}/fuzz/${target}" -dict="${root}/fuzz/${corpus}.dict" -max_total_time="${seconds}" \
+    -artifact_prefix="${build}/artifacts/${target}-" -print_final_stats=1 \
+    "${scratch}" "${root}/fuzz/corpus/${corpus}"
+done

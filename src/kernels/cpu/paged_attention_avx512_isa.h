@@ -1,0 +1,247 @@
+// Internal: the AVX-512 micro-kernels of the vector task (see paged_attention_tiled.h), included
+// by paged_attention_avx512.cc and paged_attention_amx.cc (which falls back to them for decode).
+// Needs -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512bf16. head_dim is a multiple of 8:
+// the last 16-lane chunk of a row may be half full and is read and written with a mask.
+#pragma once
+
+#include <immintrin.h>
+
+#include "kernels/cpu/paged_attention_tiled.h"
+
+namespace spindle::kernels::cpu {
+namespace {
+
+inline __mmask16 lane_mask(int count) {  // the first min(count, 16) lanes
+  return count >= 16 ? __mmask16(0xffff) : __mmask16((1u << count) - 1);
+}
+
+inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load16(const uint16_t* p, __mmask16 m) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// Sum of a zmm folded to a ymm (lanes i and i + 8 added).
+inline __m256 fold(__m512 v) {
+  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+// The 8 horizontal sums of v[0..7], in order.
+inline __m256 hsum8x(const __m256 v[8]) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]);
+  const __m256 t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// e^x per lane, relative error ~2e-7; x below -87.3 (and -inf) gives exactly 0.
+inline __m512 exp16(__m512 x) {
+  const __mmask16 valid = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 y = _mm512_set1_ps(1.0f / 5040);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 720));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 120));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 24));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f / 6));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(0.5f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(valid, _mm512_scalef_ps(y, n));
+}
+
+// Writes the R*J dot products of acc (row-major [R][J]) to s[r * s_stride + j].
+template <int R, int J>
+inline void store_dots(__m512 (&acc)[R][J], float* s, int s_stride) {
+  constexpr int kN = R * J;
+  alignas(32) float sums[(kN + 7) / 8 * 8];
+  for (int base = 0; base < kN; base += 8) {
+    __m256 v[8];
+    for (int i = 0; i < 8; ++i) {
+      const int idx = base + i;
+      v[i] = idx < kN ? fold(acc[idx / J][idx % J]) : _mm256_setzero_ps();
+    }
+    _mm256_store_ps(sums + base, hsum8x(v));
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) s[r * s_stride + j] = sums[r * J + j];
+}
+
+// s[r][j] = q_r . k_j, f32 math (q f32, k f32 or bf16).
+template <int R, int J, class KT>
+inline void dot_block512(const float* q, int q_stride, const KT* const* k, int D, float* s, int s_stride) {
+  __m512 acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int d = 0; d < D; d += 16) {
+    const __mmask16 m = lane_mask(D - d);
+    __m512 kv[J];
+    for (int j = 0; j < J; ++j) kv[j] = load16(k[j] + d, m);
+    for (int r = 0; r < R; ++r) {
+      const __m512 qv = _mm512_maskz_loadu_ps(m, q + r * q_stride + d);
+      for (int j = 0; j < J; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
+    }
+  }
+  store_dots<R, J>(acc, s, s_stride);
+}
+
+// s[r][j] = q_r . k_j with bf16 pair dot products (q bf16, stride qs, zero padded to 32).
+template <int R, int J>
+inline void dot_block_bf16(const uint16_t* q, int qs, const uint16_t* const* k, int D, float* s, int s_stride) {
+  __m512 acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int d = 0; d < D; d += 32) {
+    const int left = D - d;
+    const __mmask32 m = left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1);
+    __m512bh kv[J];
+    for (int j = 0; j < J; ++j) kv[j] = (__m512bh)_mm512_maskz_loadu_epi16(m, k[j] + d);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh qv = (__m512bh)_mm512_loadu_si512(q + r * qs + d);
+      for (int j = 0; j < J; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], qv, kv[j]);
+    }
+  }
+  store_dots<R, J>(acc, s, s_stride);
+}
+
+template <int R>
+constexpr int keys_per_block512() {
+  return R <= 2 ? 8 : 4;
+}
+
+template <int R, class KT>
+inline void dot_rows512(const float* q, int q_stride, const KT* const* k, int n, int D, float* s, int s_stride) {
+  constexpr int J = keys_per_block512<R>();
+  int j = 0;
+  for (; j + J <= n; j += J) dot_block512<R, J>(q, q_stride, k + j, D, s + j, s_stride);
+  for (; j < n; ++j) dot_block512<R, 1>(q, q_stride, k + j, D, s + j, s_stride);
+}
+
+template <int R>
+inline void dot_rows_bf16(const uint16_t* q, int qs, const uint16_t* const* k, int n, int D, float* s, int s_stride) {
+  constexpr int J = keys_per_block512<R>();
+  int j = 0;
+  for (; j + J <= n; j += J) dot_block_bf16<R, J>(q, qs, k + j, D, s + j, s_stride);
+  for (; j < n; ++j) dot_block_bf16<R, 1>(q, qs, k + j, D, s + j, s_stride);
+}
+
+// o[r][16 c0 .. 16 (c0 + NV)) = o * corr_r + sum_j p[r][j] v_j[...]; lanes past D masked.
+template <int R, int NV, class VT>
+inline void pv_block512(const float* pm, int p_stride, const VT* const* v, int n, int c0, float* o, int D,
+                        const float* corr) {
+  __m512 acc[R][NV];
+  __mmask16 mask[NV];
+  for (int i = 0; i < NV; ++i) mask[i] = lane_mask(D - 16 * (c0 + i));
+  for (int r = 0; r < R; ++r) {
+    const __m512 c = _mm512_set1_ps(corr[r]);
+    for (int i = 0; i < NV; ++i)
+      acc[r][i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask[i], o + r * D + 16 * (c0 + i)), c);
+  }
+  for (int j = 0; j < n; ++j) {
+    __m512 vv[NV];
+    for (int i = 0; i < NV; ++i) vv[i] = load16(v[j] + 16 * (c0 + i), mask[i]);
+    for (int r = 0; r < R; ++r) {
+      const __m512 pb = _mm512_set1_ps(pm[r * p_stride + j]);
+      for (int i = 0; i < NV; ++i) acc[r][i] = _mm512_fmadd_ps(pb, vv[i], acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < NV; ++i) _mm512_mask_storeu_ps(o + r * D + 16 * (c0 + i), mask[i], acc[r][i]);
+}
+
+template <int R, class VT>
+inline void pv_rows512(const float* pm, int p_stride, const VT* const* v, int n, int D, float* o,
+                       const float* corr) {
+  constexpr int NV = R <= 2 ? 8 : 4;
+  const int chunks = (D + 15) / 16;
+  int c = 0;
+  for (; c + NV <= chunks; c += NV) pv_block512<R, NV>(pm, p_stride, v, n, c, o, D, corr);
+  for (; c < chunks; ++c) pv_block512<R, 1>(pm, p_stride, v, n, c, o, D, corr);
+}
+
+struct Avx512 {
+  static constexpr int kWidth = 16;
+  static constexpr int kRowBlock = 4;
+
+  template <class KT>
+  static void scores(const float* q, int q_stride, int rows, const KT* const* k, int n, int D, float* s,
+                     int s_stride) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) dot_rows512<4>(q + r * q_stride, q_stride, k, n, D, s + r * s_stride, s_stride);
+    const float* qr = q + r * q_stride;
+    float* sr = s + r * s_stride;
+    switch (rows - r) {
+      case 3: dot_rows512<3>(qr, q_stride, k, n, D, sr, s_stride); break;
+      case 2: dot_rows512<2>(qr, q_stride, k, n, D, sr, s_stride); break;
+      case 1: dot_rows512<1>(qr, q_stride, k, n, D, sr, s_stride); break;
+      default: break;
+    }
+  }
+
+  static void scores_bf16dot(const uint16_t* q, int qs, int rows, const uint16_t* const* k, int n, int D,
+                             float* s, int s_stride) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) dot_rows_bf16<4>(q + r * qs, qs, k, n, D, s + r * s_stride, s_stride);
+    const uint16_t* qr = q + r * qs;
+    float* sr = s + r * s_stride;
+    switch (rows - r) {
+      case 3: dot_rows_bf16<3>(qr, qs, k, n, D, sr, s_stride); break;
+      case 2: dot_rows_bf16<2>(qr, qs, k, n, D, sr, s_stride); break;
+      case 1: dot_rows_bf16<1>(qr, qs, k, n, D, sr, s_stride); break;
+      default: break;
+    }
+  }
+
+  static void softmax_rows(float* s, int s_stride, int rows, int n_pad, float* m, float* l, float* corr) {
+    for (int r = 0; r < rows; ++r) {
+      float* row = s + r * s_stride;
+      __m512 mx = _mm512_set1_ps(kNegInf);
+      for (int j = 0; j < n_pad; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
+      const float tile_max = _mm512_reduce_max_ps(mx);
+      const float m_new = tile_max > m[r] ? tile_max : m[r];
+      const float m_use = m_new == kNegInf ? 0.0f : m_new;  // a row with nothing visible yet
+      corr[r] = std::exp(m[r] - m_use);
+      const __m512 mu = _mm512_set1_ps(m_use);
+      __m512 sum = _mm512_setzero_ps();
+      for (int j = 0; j < n_pad; j += 16) {
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), mu));
+        _mm512_storeu_ps(row + j, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      l[r] = l[r] * corr[r] + _mm512_reduce_add_ps(sum);
+      m[r] = m_new;
+    }
+  }
+
+  template <class VT>
+  static void pv(const float* pm, int p_stride, int rows, const VT* const* v, int n, int D, float* o,
+                 const float* corr) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) pv_rows512<4>(pm + r * p_stride, p_stride, v, n, D, o + r * D, corr + r);
+    const float* pr = pm + r * p_stride;
+    float* orow = o + r * D;
+    switch (rows - r) {
+      case 3: pv_rows512<3>(pr, p_stride, v, n, D, orow, corr + r); break;
+      case 2: pv_rows512<2>(pr, p_stride, v, n, D, orow, corr + r); break;
+      case 1: pv_rows512<1>(pr, p_stride, v, n, D, orow, corr + r); break;
+      default: break;
+    }
+  }
+
+  static void convert_rows(const uint16_t* const* src, int n, int D, float* dst) {
+    for (int j = 0; j < n; ++j)
+      for (int d = 0; d < D; d += 16) {
+        const __mmask16 m = lane_mask(D - d);
+        _mm512_mask_storeu_ps(dst + int64_t{j} * D + d, m, load16(src[j] + d, m));
+      }
+  }
+};
+
+}  // namespace
+}  // namespace spindle::kernels::cpu

@@ -1,0 +1,130 @@
+// The validation protocol end to end: the real spindle binary as the child, and fault injection
+// (SPINDLE_ATTN_FAULT) proving that a crash, a hang and wrong values are each caught.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "attn/attention_backend.h"
+#include "attn/fault_injection.h"
+#include "attn/validation.h"
+#include "platform/device_info.h"
+#include "support/fake_machines.h"
+#include "util/error.h"
+
+namespace spindle::attn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A model-like shape: 32 query heads over 8 KV heads, head_dim 128 (Llama-3-8B).
+const AttentionShape kShape{32, 8, 128, 0.08838834764831845f, DType::kBF16, 16};
+
+// The first optimized backend this machine can run (fault tests need a backend other than the
+// reference it is compared with).
+std::string optimized_backend_here() {
+  const DeviceInfo device = testing::this_cpu();
+  for (const char* name : {"cpu_avx2", "cpu_avx512", "cpu_amx"}) {
+    if (attention_registry().get(name).unsupported_reasons(device, kShape).empty()) return name;
+  }
+  return "";
+}
+
+ChildOptions child_options(double timeout_s = 60, bool timing = false) {
+  ChildOptions o;
+  o.executable = SPINDLE_BINARY;
+  o.timeout_s = timeout_s;
+  o.timing = timing;
+  return o;
+}
+
+class FaultEnv {
+ public:
+  explicit FaultEnv(const std::string& spec) { ::setenv(kFaultEnvVar, spec.c_str(), 1); }
+  ~FaultEnv() { ::unsetenv(kFaultEnvVar); }
+};
+
+TEST(ValidationTest, ToleranceIsStatedPerDtype) {
+  EXPECT_LT(tolerance_for(DType::kF32).max_abs_error, tolerance_for(DType::kBF16).max_abs_error);
+}
+
+TEST(ValidationTest, ReferenceInProcessPasses) {
+  const CheckReport r = run_backend_check("reference", {4, 1, 64, 0.125f, DType::kF32, 1}, false);
+  EXPECT_TRUE(r.passed) << r.error;
+  EXPECT_EQ(r.prefill_max_abs_error, 0.0);
+}
+
+TEST(ValidationTest, UnknownBackendIsAnErrorNotACrash) {
+  const auto outcome = validate_in_child("flashinfer", kShape, child_options());
+  EXPECT_EQ(outcome.status, ValidationStatus::kError);
+  EXPECT_THAT(outcome.detail, HasSubstr("unknown attention backend"));
+}
+
+TEST(ValidationTest, OptimizedBackendPassesInAChildWithinMemoryLimits) {
+  const std::string backend = optimized_backend_here();
+  if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
+  const auto outcome = validate_in_child(backend, kShape, child_options());
+  ASSERT_EQ(outcome.status, ValidationStatus::kPass) << outcome.detail;
+  EXPECT_LE(outcome.report.prefill_max_abs_error, tolerance_for(DType::kBF16).max_abs_error);
+  EXPECT_GT(outcome.report.peak_rss_bytes, 0);
+  EXPECT_LT(outcome.report.peak_rss_bytes, 64ll << 20) << "validation must stay under 64 MiB";
+  EXPECT_FALSE(outcome.report.timed);
+
+  const auto timed = validate_in_child(backend, kShape, child_options(120, true));
+  ASSERT_EQ(timed.status, ValidationStatus::kPass) << timed.detail;
+  EXPECT_TRUE(timed.report.timed);
+  EXPECT_GT(timed.report.prefill_tokens_per_s, 0);
+  EXPECT_GT(timed.report.decode_tokens_per_s, 0);
+  EXPECT_LT(timed.report.peak_rss_bytes, 256ll << 20) << "timing must stay under 256 MiB";
+}
+
+TEST(ValidationTest, InjectedCrashIsCaughtWithTheSignalName) {
+  const std::string backend = optimized_backend_here();
+  if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
+  FaultEnv fault(backend + "=crash");
+  const auto outcome = validate_in_child(backend, kShape, child_options());
+  EXPECT_EQ(outcome.status, ValidationStatus::kCrash);
+  EXPECT_THAT(outcome.detail, HasSubstr("SIGSEGV"));
+}
+
+TEST(ValidationTest, InjectedHangIsKilledAtTheTimeout) {
+  const std::string backend = optimized_backend_here();
+  if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
+  FaultEnv fault(backend + "=hang");
+  const auto outcome = validate_in_child(backend, kShape, child_options(2.0));
+  EXPECT_EQ(outcome.status, ValidationStatus::kTimeout);
+  EXPECT_THAT(outcome.detail, HasSubstr("2 s"));
+}
+
+TEST(ValidationTest, InjectedWrongValuesAreAMismatch) {
+  const std::string backend = optimized_backend_here();
+  if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
+  FaultEnv fault(backend + "=wrong");
+  const auto outcome = validate_in_child(backend, kShape, child_options());
+  EXPECT_EQ(outcome.status, ValidationStatus::kMismatch);
+  EXPECT_NEAR(outcome.report.prefill_max_abs_error, 0.5, 0.02);
+  EXPECT_THAT(outcome.detail, HasSubstr("> tolerance"));
+}
+
+TEST(ValidationTest, FaultSpecParsing) {
+  EXPECT_EQ(parse_fault_for("a=crash,b=wrong", "b"), FaultMode::kWrong);
+  EXPECT_EQ(parse_fault_for("a=crash", "b"), FaultMode::kNone);
+  EXPECT_EQ(parse_fault_for("", "b"), FaultMode::kNone);
+  EXPECT_THROW(parse_fault_for("b=explode", "b"), Error);
+  EXPECT_THROW(parse_fault_for("b", "b"), Error);
+}
+
+TEST(ValidationTest, OutcomeJsonRoundTrip) {
+  ValidationOutcome o;
+  o.status = ValidationStatus::kCrash;
+  o.detail = "crashed with SIGILL";
+  o.report.backend = "cpu_amx";
+  o.report.decode_kv_gb_per_s = 12.5;
+  const auto back = validation_outcome_from_json(to_json(o));
+  EXPECT_EQ(back.status, ValidationStatus::kCrash);
+  EXPECT_EQ(back.detail, o.detail);
+  EXPECT_EQ(back.report.backend, "cpu_amx");
+  EXPECT_EQ(back.report.decode_kv_gb_per_s, 12.5);
+}
+
+}  // namespace
+}  // namespace spindle::attn

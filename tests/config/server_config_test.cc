@@ -1,0 +1,86 @@
+// Pins every resolved default for a few fake machines. Expected values are written by hand: moving
+// code around must not silently change a default.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "config/server_config.h"
+#include "support/fake_machines.h"
+#include "util/error.h"
+
+namespace spindle::config {
+namespace {
+
+const ModelAttentionDims kLlama8B{32, 8, 128};
+const ModelAttentionDims kQwen05B{14, 2, 64};
+
+TEST(ServerConfigTest, DefaultsOnAnAvx2Desktop) {
+  const ResolvedConfig r = resolve({}, testing::avx2_machine(8), kLlama8B);
+  EXPECT_EQ(r.kv_dtype, DType::kBF16);
+  EXPECT_EQ(r.page_size, 16);
+  EXPECT_EQ(r.num_threads, 8);
+  EXPECT_EQ(r.attention_shape.num_heads, 32);
+  EXPECT_EQ(r.attention_shape.num_kv_heads, 8);
+  EXPECT_EQ(r.attention_shape.head_dim, 128);
+  EXPECT_FLOAT_EQ(r.attention_shape.scale, 0.08838834764831845f);  // 1/sqrt(128)
+  EXPECT_EQ(r.attention_shape.kv_dtype, DType::kBF16);
+  EXPECT_EQ(r.attention_shape.page_size, 16);
+  EXPECT_EQ(r.attention.attention_backend, "auto");
+  EXPECT_EQ(r.attention.prefill_attention_backend, "auto");
+  EXPECT_EQ(r.attention.decode_attention_backend, "auto");
+  EXPECT_EQ(r.attention.policy, BackendPolicy::kBenchmark);
+  EXPECT_FALSE(r.attention.skip_validation);
+  EXPECT_EQ(r.attention.device, attn::Device::kCpu);
+  EXPECT_EQ(r.backend_validation_timeout_s, 30.0);
+  EXPECT_TRUE(r.use_backend_cache);
+}
+
+TEST(ServerConfigTest, DefaultsOnAnAmxServer) {
+  const ResolvedConfig r = resolve({}, testing::sapphire_rapids_machine(true, 56), kQwen05B);
+  EXPECT_EQ(r.kv_dtype, DType::kBF16);
+  EXPECT_EQ(r.page_size, 16);
+  EXPECT_EQ(r.num_threads, 56);
+  EXPECT_FLOAT_EQ(r.attention_shape.scale, 0.125f);  // 1/sqrt(64)
+  EXPECT_EQ(r.attention.policy, BackendPolicy::kBenchmark);
+  EXPECT_EQ(r.backend_validation_timeout_s, 30.0);
+}
+
+TEST(ServerConfigTest, DefaultsOnAnAmxDeniedServerAreTheSame) {
+  const ResolvedConfig r = resolve({}, testing::sapphire_rapids_machine(false, 32), kLlama8B);
+  EXPECT_EQ(r.kv_dtype, DType::kBF16);
+  EXPECT_EQ(r.page_size, 16);
+  EXPECT_EQ(r.num_threads, 32);
+}
+
+TEST(ServerConfigTest, FlagsOverrideDefaults) {
+  ServerConfig f;
+  f.kv_cache_dtype = "f32";
+  f.page_size = 1;
+  f.num_threads = 3;
+  f.attention_backend_policy = "priority";
+  f.no_backend_cache = true;
+  const ResolvedConfig r = resolve(f, testing::avx2_machine(8), kLlama8B);
+  EXPECT_EQ(r.kv_dtype, DType::kF32);
+  EXPECT_EQ(r.attention_shape.kv_dtype, DType::kF32);
+  EXPECT_EQ(r.page_size, 1);
+  EXPECT_EQ(r.num_threads, 3);
+  EXPECT_EQ(r.attention.policy, BackendPolicy::kPriority);
+  EXPECT_FALSE(r.use_backend_cache);
+}
+
+TEST(ServerConfigTest, BadFlagsAreClearErrors) {
+  ServerConfig f;
+  f.kv_cache_dtype = "fp8";
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--kv-cache-dtype 'fp8' is not supported")));
+  f = {};
+  f.page_size = 512;
+  EXPECT_THROW(resolve(f, testing::avx2_machine(), kLlama8B), Error);
+  f = {};
+  f.attention_backend_policy = "fastest";
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("benchmark, priority")));
+  EXPECT_THROW(resolve({}, testing::avx2_machine(), {6, 4, 64}), Error);
+}
+
+}  // namespace
+}  // namespace spindle::config
