@@ -1,4 +1,276 @@
+// Paged attention with AMX-BF16 tiles for the two matrix products, softmax in AVX-512 f32.
+//
+// A task (one KV head, a query block of M <= 16 rows = block tokens x GQA group) walks the keys
+// in tiles of 32:
+//   S^T [32 keys x 16 rows] = K [32 keys x D] . Q^T          A = K rows (gathered, bf16 as stored),
+//                                                            B = Q^T in pair-interleaved (VNNI) form,
+//                                                                built once per task
+//   online softmax on S^T: one zmm per key, lane = query row (all vertical ops)
+//   O [16 rows x D] += P [16 x 32 keys] . V [32 keys x D]    A = P (bf16; a 16x16 dword transpose of
+//                                                                the key-pair vectors), B = V tile
+//                                                                repacked to key-pair-interleaved form
+// O lives in thread-local memory and is rescaled there (corr per row) before each tile's P.V.
+// Q and P are rounded to bf16; K and V are read exactly; accumulation is f32.
+//
+// Tile configuration: loaded at the start of every AMX task and released (_tile_release) at its
+// end. A per-thread "already configured" flag is not safe here: other AMX users on the same pool
+// threads (oneDNN matmuls between attention calls) load their own configuration or release the
+// tiles, and a stale flag would then compute garbage or fault. One ldtilecfg per task (>= one
+// query block x all its keys) costs nothing measurable, and releasing returns the tile state to
+// init so context switches do not save 8 KiB of tile data.
+//
+// The process must already hold AMX permission (arch_prctl ARCH_REQ_XCOMP_PERM; the backend
+// requests it through platform/cpu_info). Decode-sized tasks (<= 8 rows per KV head), query
+// blocks over 16 rows (GQA groups above 16) and f32 KV run the avx512 path (bf16 dot products
+// for bf16 KV), where AMX would not win or does not apply.
+#include <immintrin.h>
+
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/paged_attention_avx512_isa.h"
+#include "kernels/cpu/paged_attention_tiled.h"
+
 namespace spindle::kernels::cpu {
-void paged_attention_amx(const PagedAttentionParams& p) {}
+namespace {
+
+constexpr int kAmxRows = 16;  // query rows per task (M), tile rows
+constexpr int kAmxKeys = 32;  // keys per tile (two 16-key S^T tiles, one 32-key P.V step)
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tile registers, all 16 rows x 64 bytes:
+enum : int {
+  kTileS = 0,   // C: S^T, 16 keys x 16 rows f32
+  kTileK = 1,   // A: 16 keys x 32 dims bf16
+  kTileQ = 2,   // B: 16 dim pairs x 16 rows
+  kTileP = 3,   // A: 16 rows x 32 keys bf16
+  kTileV = 4,   // B: 16 key pairs x 16 dims
+  kTileO = 5,   // C: 16 rows x 16 dims f32
+};
+
+void load_tile_config() {
+  TileConfig cfg;
+  for (int t = 0; t <= kTileO; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
 }
+
+struct AmxScratch {
+  Scratch<uint16_t> q_pairs;  // [Dp / 2][16 rows][2]
+  Scratch<uint16_t> k_tile;   // [32 keys][Dp], zero padded
+  Scratch<uint16_t> v_pairs;  // [Dv / 16 blocks][16 key pairs][16 dims][2]
+  Scratch<float> st;          // [32 keys][16 rows]
+  Scratch<uint32_t> p_rows;   // [16 rows][16 key pairs]
+  Scratch<float> o;           // [16 rows][Dv]
+};
+
+AmxScratch& amx_scratch() {
+  thread_local AmxScratch scratch;
+  return scratch;
+}
+
+// In-place transpose of a 16 x 16 matrix of 32-bit elements (row i in r[i]).
+inline void transpose16x16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // u[4i + k], 128-bit lane L: column 4L + k of rows 4i .. 4i + 3
+    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {  // row 4L + k = lane L of u[k], u[4 + k], u[8 + k], u[12 + k]
+    const __m512i s0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x44);
+    const __m512i s1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xee);
+    const __m512i s2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x44);
+    const __m512i s3 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xee);
+    r[k] = _mm512_shuffle_i32x4(s0, s2, 0x88);
+    r[4 + k] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
+    r[8 + k] = _mm512_shuffle_i32x4(s1, s3, 0x88);
+    r[12 + k] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
+  }
+}
+
+inline __mmask32 word_mask(int count) {  // the first min(count, 32) 16-bit lanes
+  return count >= 32 ? __mmask32(0xffffffffu) : count <= 0 ? __mmask32(0) : __mmask32((1u << count) - 1);
+}
+
+void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
+  const int D = p.head_dim;
+  const int Dp = round_up(D, 32);  // K / Q dims, zero padded to whole 32-dim tiles
+  const int Dv = round_up(D, 16);  // O / V dims, whole 16-dim blocks
+  const int num_vblocks = Dv / 16;
+  const int group = p.num_heads / p.num_kv_heads;
+  const auto& s = p.sequences[t.seq];
+  const int M = (t.q_end - t.q_begin) * group;  // <= kAmxRows
+
+  AmxScratch& sc = amx_scratch();
+  uint16_t* qp = sc.q_pairs.get(size_t(Dp) * kAmxRows);
+  uint16_t* kt = sc.k_tile.get(size_t(kAmxKeys) * Dp);
+  uint16_t* vp = sc.v_pairs.get(size_t(num_vblocks) * 16 * 32);
+  float* st = sc.st.get(size_t(kAmxKeys) * kAmxRows);
+  uint32_t* pr = sc.p_rows.get(size_t(kAmxRows) * 16);
+  float* o = sc.o.get(size_t(kAmxRows) * Dv);
+
+  // Q^T pairs: qp[(i * 16 + m) * 2 + e] = bf16(scale * q[m][2i + e]); zero past M rows or D dims.
+  alignas(64) int limit[kAmxRows];
+  for (int m = 0; m < kAmxRows; ++m) {
+    const float* src = nullptr;
+    limit[m] = 0;  // padding rows see nothing
+    if (m < M) {
+      const RowCoord c = row_coord(group, t.kv_head, t.q_begin, M, m);
+      src = q_row(p, s, c.token, c.head);
+      limit[m] = visible_keys(p, s, c.token);
+    }
+    for (int d = 0; d < Dp; ++d) {
+      const float x = (src && d < D) ? src[d] * p.scale : 0.0f;
+      qp[(size_t(d / 2) * kAmxRows + m) * 2 + (d & 1)] = to_bf16_bits(x);
+    }
+  }
+  std::memset(o, 0, sizeof(float) * kAmxRows * Dv);
+  const __m512i limits = _mm512_load_si512(limit);
+  __m512 m_run = _mm512_set1_ps(kNegInf);
+  __m512 l_run = _mm512_setzero_ps();
+
+  __m512i idx_lo, idx_hi;  // interleave two 32 x bf16 rows: (a[i], b[i]) for i in [0, 16) / [16, 32)
+  {
+    alignas(64) uint16_t lo[32], hi[32];
+    for (int i = 0; i < 16; ++i) {
+      lo[2 * i] = uint16_t(i);
+      lo[2 * i + 1] = uint16_t(32 + i);
+      hi[2 * i] = uint16_t(16 + i);
+      hi[2 * i + 1] = uint16_t(48 + i);
+    }
+    idx_lo = _mm512_load_si512(lo);
+    idx_hi = _mm512_load_si512(hi);
+  }
+  alignas(64) uint16_t pair_idx[32];  // [even keys 0..15 | odd keys 0..15] -> (even[m], odd[m]) pairs
+  for (int i = 0; i < 16; ++i) {
+    pair_idx[2 * i] = uint16_t(i);
+    pair_idx[2 * i + 1] = uint16_t(16 + i);
+  }
+  const __m512i pair_perm = _mm512_load_si512(pair_idx);
+
+  const uint16_t* k_rows[kAmxKeys];
+  const uint16_t* v_rows[kAmxKeys];
+  load_tile_config();
+  for (int k0 = t.k_begin; k0 < t.k_end; k0 += kAmxKeys) {
+    const int n = imin(kAmxKeys, t.k_end - k0);
+    if (k0 + kAmxKeys < t.k_end)
+      prefetch_tile(p, s, t.kv_head, 1, k0 + kAmxKeys, imin(kAmxKeys, t.k_end - k0 - kAmxKeys));
+    gather_rows(p, s, p.k_pages, t.kv_head, k0, n, k_rows);
+    gather_rows(p, s, p.v_pages, t.kv_head, k0, n, v_rows);
+
+    // K tile, contiguous and zero padded (pages scatter keys; D may not fill the last 32 dims).
+    for (int j = 0; j < kAmxKeys; ++j) {
+      uint16_t* dst = kt + size_t(j) * Dp;
+      for (int d = 0; d < Dp; d += 32) {
+        const __m512i x = j < n ? _mm512_maskz_loadu_epi16(word_mask(D - d), k_rows[j] + d) : _mm512_setzero_si512();
+        _mm512_store_si512(dst + d, x);
+      }
+    }
+    // S^T = K . Q^T, two 16-key tiles.
+    for (int half = 0; half < 2; ++half) {
+      _tile_zero(kTileS);
+      for (int c = 0; c < Dp / 32; ++c) {
+        _tile_loadd(kTileK, kt + size_t(half * 16) * Dp + c * 32, Dp * 2);
+        _tile_loadd(kTileQ, qp + size_t(c) * 16 * kAmxRows * 2, 64);
+        _tile_dpbf16ps(kTileS, kTileK, kTileQ);
+      }
+      _tile_stored(kTileS, st + half * 16 * kAmxRows, 64);
+    }
+
+    // Online softmax, lane = query row.
+    __m512 sv[kAmxKeys];
+    __m512 tile_max = _mm512_set1_ps(kNegInf);
+    for (int j = 0; j < kAmxKeys; ++j) {
+      const __mmask16 visible = j < n ? _mm512_cmpgt_epi32_mask(limits, _mm512_set1_epi32(k0 + j)) : __mmask16(0);
+      sv[j] = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible, _mm512_load_ps(st + j * kAmxRows));
+      tile_max = _mm512_max_ps(tile_max, sv[j]);
+    }
+    const __m512 m_new = _mm512_max_ps(m_run, tile_max);
+    const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
+    const __m512 m_use = _mm512_mask_mov_ps(m_new, none, _mm512_setzero_ps());
+    const __m512 corr = exp16(_mm512_sub_ps(m_run, m_use));
+    __m512 sum = _mm512_setzero_ps();
+    __m512i w[16];
+    for (int i = 0; i < 16; ++i) {
+      const __m512 pe = exp16(_mm512_sub_ps(sv[2 * i], m_use));
+      const __m512 po = exp16(_mm512_sub_ps(sv[2 * i + 1], m_use));
+      sum = _mm512_add_ps(sum, _mm512_add_ps(pe, po));
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(po, pe);  // [bf16(pe) | bf16(po)]
+      w[i] = _mm512_permutexvar_epi16(pair_perm, both);           // dword m = (pe[m], po[m])
+    }
+    l_run = _mm512_fmadd_ps(l_run, corr, sum);
+    m_run = m_new;
+    transpose16x16(w);  // w[m] = row m of P: 16 key pairs
+    for (int m = 0; m < kAmxRows; ++m) _mm512_store_si512(pr + m * 16, w[m]);
+
+    // V tile as key pairs: vp[((b * 16) + i) * 32 + 2 d + e] = V[2i + e][16 b + d]; zero past n / D.
+    for (int i = 0; i < 16; ++i) {
+      const bool has_a = 2 * i < n, has_b = 2 * i + 1 < n;
+      for (int d = 0; d < Dv; d += 32) {
+        const __mmask32 mask = word_mask(D - d);
+        const __m512i a = has_a ? _mm512_maskz_loadu_epi16(mask, v_rows[2 * i] + d) : _mm512_setzero_si512();
+        const __m512i b = has_b ? _mm512_maskz_loadu_epi16(mask, v_rows[2 * i + 1] + d) : _mm512_setzero_si512();
+        const int blk = d / 16;
+        _mm512_store_si512(vp + (size_t(blk) * 16 + i) * 32, _mm512_permutex2var_epi16(a, idx_lo, b));
+        if (blk + 1 < num_vblocks)
+          _mm512_store_si512(vp + (size_t(blk + 1) * 16 + i) * 32, _mm512_permutex2var_epi16(a, idx_hi, b));
+      }
+    }
+    // O = O * corr (per row), then O += P . V block by block.
+    alignas(64) float corr_rows[kAmxRows];
+    _mm512_store_ps(corr_rows, corr);
+    for (int m = 0; m < kAmxRows; ++m) {
+      const __m512 c = _mm512_set1_ps(corr_rows[m]);
+      float* row = o + size_t(m) * Dv;
+      for (int d = 0; d < Dv; d += 16) _mm512_store_ps(row + d, _mm512_mul_ps(_mm512_load_ps(row + d), c));
+    }
+    _tile_loadd(kTileP, pr, 64);
+    for (int b = 0; b < num_vblocks; ++b) {
+      _tile_loadd(kTileO, o + b * 16, Dv * 4);
+      _tile_loadd(kTileV, vp + size_t(b) * 16 * 32, 64);
+      _tile_dpbf16ps(kTileO, kTileP, kTileV);
+      _tile_stored(kTileO, o + b * 16, Dv * 4);
+    }
+  }
+  _tile_release();
+
+  alignas(64) float m_out[kAmxRows], l_out[kAmxRows];
+  _mm512_store_ps(m_out, m_run);
+  _mm512_store_ps(l_out, l_run);
+  finish_task(p, t, M, m_out, l_out, o, partials, Dv);
+}
+
+}  // namespace
+
+void paged_attention_amx(const PagedAttentionParams& p) {
+  check_optimized_attention_params(p, count_query_rows(p.sequences), "amx");
+  if (p.kv_dtype != DType::kBF16) {
+    paged_attention_avx512(p, false);
+    return;
+  }
+  const int group = p.num_heads / p.num_kv_heads;
+  const Plan plan = make_plan(p, kAmxRows);
+  run_plan(p, plan, [&](const Task& t, float* partials) {
+    const int rows = (t.q_end - t.q_begin) * group;
+    if (t.num_heads == 1 && rows > kAllHeadsMaxRows && rows <= kAmxRows) {
+      amx_task(p, t, partials);
+    } else {
+      vector_task<Avx512>(p, t, partials, true);
+    }
+  });
+}
+
+}  // namespace spindle::kernels::cpu
