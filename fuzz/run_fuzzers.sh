@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets with clang (>= 15) and runs each for SECONDS (default 60) from the seed
+# Builds the fuzz targets with clang (Debian 12: clang-14 with libclang-rt-14-dev, installed here when missing) and runs each for SECONDS (default 60) from the seed
 # corpus in fuzz/corpus; new inputs go to a scratch corpus, crashes to build-fuzz/artifacts/.
-# Usage: fuzz/run_fuzzers.sh [SECONDS]   (env CC/CXX pick the compiler; default clang-16)
+# Usage: fuzz/run_fuzzers.sh [SECONDS]   (env CC/CXX pick the compiler; default clang)
 set -euo pipefail
 seconds="${1:-60}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${root}/build-fuzz"
-CC="${CC:-clang-16}" CXX="${CXX:-clang++-16}" cmake -S "${root}" -B "${build}" -G Ninja \
+for pkg in clang libclang-rt-14-dev; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
+    break
+  fi
+done
+CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "${root}" -B "${build}" -G Ninja \
   -DSPINDLE_FUZZ=ON -DSPINDLE_CUDA=OFF -DSPINDLE_TESTS=OFF >/dev/null
 ninja -C "${build}" fuzz_safetensors_header fuzz_model_config
 mkdir -p "${build}/artifacts"

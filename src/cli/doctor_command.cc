@@ -29,8 +29,13 @@ config::ModelAttentionDims dims_from(const DoctorArgs& a) {
     const ModelConfig m = load_model_config(a.model_dir);
     return {m.num_attention_heads, m.num_key_value_heads, m.head_dim};
   }
+  if (a.dims.num_heads == 0 && a.dims.head_dim == 0) {
+    // No model: the Llama-3-8B attention shape, a common GQA layout.
+    fmt::print(stderr, "doctor: no MODEL_DIR or --heads/--head-dim given; using 32 heads, 8 KV heads, head_dim 128\n");
+    return {32, 8, 128};
+  }
   SPINDLE_CHECK(a.dims.num_heads > 0 && a.dims.head_dim > 0,
-                "doctor needs a MODEL_DIR or --heads H --kv-heads K --head-dim D");
+                "doctor needs both --heads and --head-dim (or a MODEL_DIR)");
   config::ModelAttentionDims d = a.dims;
   if (d.num_kv_heads == 0) d.num_kv_heads = d.num_heads;
   return d;

@@ -51,7 +51,8 @@ struct TensorView {
 // dtype/shape/data_offsets or has the wrong types; the dtype is not one of F32, F16, BF16, I8,
 // U8, F8_E4M3; a dimension is negative; data_offsets is not [begin, end] with begin <= end <=
 // data area size; the element count times the dtype size differs from end - begin; or two
-// non-empty tensors overlap. Pure: no I/O. When metadata is given it receives __metadata__.
+// non-empty tensors overlap. Gaps between tensors and bytes after the last one are tolerated.
+// Pure: no I/O. When metadata is given it receives __metadata__.
 std::vector<TensorInfo> parse_safetensors_header(std::span<const std::byte> file_bytes,
                                                  std::string_view file_name,
                                                  std::map<std::string, std::string>* metadata =

@@ -12,17 +12,17 @@ std::string_view short_path(std::string_view path) {
   return path;
 }
 
-std::string with_location(const std::string& message, const std::source_location& where) {
+std::string with_location(const std::string& message, const SourceLocation& where) {
   return fmt::format("{} [{}:{}]", message, short_path(where.file_name()), where.line());
 }
 
 }  // namespace
 
-Error::Error(std::string message, std::source_location where)
+Error::Error(std::string message, SourceLocation where)
     : std::runtime_error(with_location(message, where)), message_(std::move(message)), where_(where) {}
 
 namespace detail {
-void throw_error(std::string message, std::source_location where) {
+void throw_error(std::string message, SourceLocation where) {
   throw Error(std::move(message), where);
 }
 }  // namespace detail

@@ -9,6 +9,7 @@
 #include "attn/validation.h"
 #include "platform/device_info.h"
 #include "support/fake_machines.h"
+#include "support/spindle_binary.h"
 #include "util/error.h"
 
 namespace spindle::attn {
@@ -31,7 +32,7 @@ std::string optimized_backend_here() {
 
 ChildOptions child_options(double timeout_s = 60, bool timing = false) {
   ChildOptions o;
-  o.executable = SPINDLE_BINARY;
+  o.executable = testing::spindle_binary();
   o.timeout_s = timeout_s;
   o.timing = timing;
   return o;

@@ -9,6 +9,7 @@
 #include "attn/fault_injection.h"
 #include "config/attention_selection.h"
 #include "support/fake_machines.h"
+#include "support/spindle_binary.h"
 #include "util/error.h"
 
 namespace spindle::config {
@@ -176,7 +177,7 @@ TEST_P(FaultySelectionTest, FaultyBackendIsRejectedAndTheNextChosen) {
   }
   ::setenv(attn::kFaultEnvVar, spec.c_str(), 1);
   attn::ChildOptions child;
-  child.executable = SPINDLE_BINARY;
+  child.executable = testing::spindle_binary();
   child.timeout_s = 3;
   const auto s = select_attention_backends(device, kShape, {}, [&](const std::string& name, const auto& shape, bool timing) {
     child.timing = timing;

@@ -43,7 +43,8 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// Tile registers, all 16 rows x 64 bytes:
+// Tile registers, all 16 rows x 64 bytes (GCC's _tile_* macros paste the register number, so the
+// calls below spell these numbers literally):
 enum : int {
   kTileS = 0,   // C: S^T, 16 keys x 16 rows f32
   kTileK = 1,   // A: 16 keys x 32 dims bf16
@@ -181,13 +182,13 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
     }
     // S^T = K . Q^T, two 16-key tiles.
     for (int half = 0; half < 2; ++half) {
-      _tile_zero(kTileS);
+      _tile_zero(0);
       for (int c = 0; c < Dp / 32; ++c) {
-        _tile_loadd(kTileK, kt + size_t(half * 16) * Dp + c * 32, Dp * 2);
-        _tile_loadd(kTileQ, qp + size_t(c) * 16 * kAmxRows * 2, 64);
-        _tile_dpbf16ps(kTileS, kTileK, kTileQ);
+        _tile_loadd(1, kt + size_t(half * 16) * Dp + c * 32, Dp * 2);
+        _tile_loadd(2, qp + size_t(c) * 16 * kAmxRows * 2, 64);
+        _tile_dpbf16ps(0, 1, 2);
       }
-      _tile_stored(kTileS, st + half * 16 * kAmxRows, 64);
+      _tile_stored(0, st + half * 16 * kAmxRows, 64);
     }
 
     // Online softmax, lane = query row.
@@ -237,12 +238,12 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
       float* row = o + size_t(m) * Dv;
       for (int d = 0; d < Dv; d += 16) _mm512_store_ps(row + d, _mm512_mul_ps(_mm512_load_ps(row + d), c));
     }
-    _tile_loadd(kTileP, pr, 64);
+    _tile_loadd(3, pr, 64);
     for (int b = 0; b < num_vblocks; ++b) {
-      _tile_loadd(kTileO, o + b * 16, Dv * 4);
-      _tile_loadd(kTileV, vp + size_t(b) * 16 * 32, 64);
-      _tile_dpbf16ps(kTileO, kTileP, kTileV);
-      _tile_stored(kTileO, o + b * 16, Dv * 4);
+      _tile_loadd(5, o + b * 16, Dv * 4);
+      _tile_loadd(4, vp + size_t(b) * 16 * 32, 64);
+      _tile_dpbf16ps(5, 3, 4);
+      _tile_stored(5, o + b * 16, Dv * 4);
     }
   }
   _tile_release();

@@ -4,6 +4,10 @@
 // the last 16-lane chunk of a row may be half full and is read and written with a mask.
 #pragma once
 
+// GCC 12's AVX-512 headers trip these on their own _mm512_undefined_* (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include "kernels/cpu/paged_attention_tiled.h"
@@ -23,7 +27,10 @@ inline __m512 load16(const uint16_t* p, __mmask16 m) {
 
 // Sum of a zmm folded to a ymm (lanes i and i + 8 added).
 inline __m256 fold(__m512 v) {
-  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  // (maskz extracts: GCC 12's _mm512_castps512_ps256 trips -Wuninitialized in its own header)
+  const __m512d x = _mm512_castps_pd(v);
+  return _mm256_add_ps(_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, x, 0)),
+                       _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, x, 1)));
 }
 
 // The 8 horizontal sums of v[0..7], in order.
