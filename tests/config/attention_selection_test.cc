@@ -73,7 +73,9 @@ TEST(AttentionSelectionTest, AmxDeniedByTheOsPicksAvx512) {
   EXPECT_EQ(s.prefill_backend, "cpu_avx512");
   EXPECT_EQ(s.decode_backend, "cpu_avx512");
   for (const auto& row : s.rows) {
-    if (row.backend == "cpu_amx") EXPECT_THAT(row.unsupported_reasons.front(), HasSubstr("arch_prctl"));
+    if (row.backend == "cpu_amx") {
+      EXPECT_THAT(row.unsupported_reasons.front(), HasSubstr("arch_prctl"));
+    }
   }
 }
 

@@ -1,0 +1,191 @@
+// The spindle binary end to end: `info` on model folders this test writes (counts computed by hand
+// below), each malformed input's own error (exit 1, never a signal), and `doctor` using its cache.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/safetensors_writer.h"
+#include "support/spindle_binary.h"
+#include "util/mapped_file.h"
+
+namespace spindle {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct RunResult {
+  int exit_code = -1;   // -1 when killed by a signal
+  int signal = 0;
+  std::string out, err;
+};
+
+RunResult run_spindle(const std::string& args, const std::string& env = "") {
+  static int counter = 0;
+  const fs::path dir = fs::temp_directory_path();
+  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  const fs::path out = dir / ("spindle_cli_out_" + tag), err = dir / ("spindle_cli_err_" + tag);
+  const std::string cmd = env + " " + testing::spindle_binary() + " " + args + " > " + out.string() + " 2> " + err.string();
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  r.out = read_text_file(out);
+  r.err = read_text_file(err);
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+// Llama: vocab 32, hidden 16, intermediate 24, 2 layers, 4 heads of head_dim 8 over 2 KV heads.
+const char* kTinyLlamaConfig = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 32, "hidden_size": 16,
+  "intermediate_size": 24, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "torch_dtype": "bfloat16",
+  "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2})";
+
+std::vector<testing::NamedTensor> tiny_llama_tensors() {
+  std::vector<testing::NamedTensor> t;
+  uint32_t seed = 1;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    t.push_back(testing::random_tensor(name, DType::kBF16, std::move(shape), seed++));
+  };
+  add("model.embed_tokens.weight", {32, 16});
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    add(p + "input_layernorm.weight", {16});
+    add(p + "self_attn.q_proj.weight", {32, 16});
+    add(p + "self_attn.k_proj.weight", {16, 16});
+    add(p + "self_attn.v_proj.weight", {16, 16});
+    add(p + "self_attn.o_proj.weight", {16, 32});
+    add(p + "post_attention_layernorm.weight", {16});
+    add(p + "mlp.gate_proj.weight", {24, 16});
+    add(p + "mlp.up_proj.weight", {24, 16});
+    add(p + "mlp.down_proj.weight", {16, 24});
+  }
+  add("model.norm.weight", {16});
+  add("lm_head.weight", {32, 16});
+  return t;
+}
+
+fs::path write_model(const std::string& name, const std::vector<testing::NamedTensor>& tensors,
+                     const std::string& config = kTinyLlamaConfig) {
+  const fs::path dir = fs::temp_directory_path() / ("spindle_cli_model_" + name + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << config;
+  testing::write_safetensors(dir / "model.safetensors", tensors);
+  return dir;
+}
+
+TEST(CliTest, InfoPrintsHandComputedCounts) {
+  const fs::path dir = write_model("ok", tiny_llama_tensors());
+  const RunResult r = run_spindle("info " + dir.string() + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  // embed 512 + 2 x (16 + 512 + 256 + 256 + 512 + 16 + 384 + 384 + 384) + norm 16 + lm_head 512
+  EXPECT_EQ(j["model"]["num_parameters"], 6480);
+  EXPECT_EQ(j["model"]["weight_bytes_per_dtype"]["BF16"], 12960);
+  // 2 layers x (K, V) x 2 KV heads x head_dim 8 x bytes
+  EXPECT_EQ(j["model"]["kv_bytes_per_token"]["BF16"], 128);
+  EXPECT_EQ(j["model"]["kv_bytes_per_token"]["F32"], 256);
+  EXPECT_EQ(j["model"]["architecture"], "LlamaForCausalLM");
+  EXPECT_GE(j["machine"]["cpu"]["num_logical_cores"].get<int>(), 1);
+
+  const RunResult text = run_spindle("info " + dir.string());
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("Parameters    6480"));
+  EXPECT_THAT(text.out, HasSubstr("LlamaForCausalLM"));
+  fs::remove_all(dir);
+}
+
+TEST(CliTest, InfoWithoutModelPrintsMachineFacts) {
+  const RunResult r = run_spindle("info");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Memory"));
+  EXPECT_THAT(r.out, HasSubstr("avx2"));
+  EXPECT_THAT(r.out, HasSubstr("Fingerprint"));
+}
+
+struct MalformedCase {
+  std::string name;
+  std::function<fs::path()> make;
+  std::vector<std::string> expected;  // substrings of the error
+};
+
+TEST(CliTest, EveryMalformedModelGetsItsOwnErrorNeverACrash) {
+  auto tensors = tiny_llama_tensors();
+  std::vector<MalformedCase> cases = {
+      {"no_config", [&] {
+         auto d = write_model("noconfig", tensors);
+         fs::remove(d / "config.json");
+         return d;
+       }, {"config.json"}},
+      {"bad_json", [&] { return write_model("badjson", tensors, "{\"architectures\": [\"LlamaFor"); }, {"config.json"}},
+      {"unknown_arch", [&] {
+         return write_model("arch", tensors, R"({"architectures": ["GPTNeoXForCausalLM"]})");
+       }, {"GPTNeoXForCausalLM", "LlamaForCausalLM"}},
+      {"missing_tensor", [&] {
+         auto t = tensors;
+         t.pop_back();  // lm_head
+         return write_model("missing", t);
+       }, {"lm_head.weight"}},
+      {"truncated_safetensors", [&] {
+         auto d = write_model("trunc", tensors);
+         fs::resize_file(d / "model.safetensors", 100);
+         return d;
+       }, {"model.safetensors"}},
+      {"no_weights", [&] {
+         auto d = write_model("noweights", tensors);
+         fs::remove(d / "model.safetensors");
+         return d;
+       }, {"model.safetensors"}},
+  };
+  for (const auto& c : cases) {
+    const fs::path dir = c.make();
+    const RunResult r = run_spindle("info " + dir.string());
+    EXPECT_EQ(r.signal, 0) << c.name;
+    EXPECT_EQ(r.exit_code, 1) << c.name << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("error: ")) << c.name;
+    for (const auto& s : c.expected) EXPECT_THAT(r.err, HasSubstr(s)) << c.name;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(CliTest, DoctorChoosesAPairAndTheSecondRunUsesTheCache) {
+  const fs::path cache = fs::temp_directory_path() / ("spindle_cli_cache_" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const std::string env = "SPINDLE_CACHE_DIR=" + cache.string();
+  const std::string args = "doctor --heads 8 --kv-heads 2 --head-dim 64 --json";
+  const RunResult first = run_spindle(args, env);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto j1 = nlohmann::json::parse(first.out);
+  EXPECT_FALSE(j1["from_cache"].get<bool>());
+  EXPECT_FALSE(j1["prefill_backend"].get<std::string>().empty());
+  EXPECT_FALSE(j1["decode_backend"].get<std::string>().empty());
+  EXPECT_EQ(j1["rows"].size(), 8u);  // four backends, two phases
+
+  const RunResult second = run_spindle(args, env);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  const auto j2 = nlohmann::json::parse(second.out);
+  EXPECT_TRUE(j2["from_cache"].get<bool>());
+  EXPECT_EQ(j2["prefill_backend"], j1["prefill_backend"]);
+  EXPECT_EQ(j2["decode_backend"], j1["decode_backend"]);
+  EXPECT_THAT(second.err, ::testing::Not(HasSubstr("validating attention backend")));
+  fs::remove_all(cache);
+}
+
+TEST(CliTest, DoctorRejectsAnUnknownBackendListingTheNames) {
+  const RunResult r = run_spindle("doctor --heads 8 --head-dim 64 --attention-backend flash --no-backend-cache");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("unknown attention backend 'flash'"));
+  EXPECT_THAT(r.err, HasSubstr("cpu_avx2"));
+}
+
+}  // namespace
+}  // namespace spindle
