@@ -201,6 +201,10 @@ void register_cpu_attention_backends(AttentionRegistry& registry) {
       "cpu_amx", 30, "AMX-BF16 tiles for Q.K^T and P.V (f32 KV: AVX-512 path)",
       {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"},
       false, [](const kc::PagedAttentionParams& p) {
+        // Linux grants AMX tile state per process: this process (e.g. a validation child) must
+        // ask before its first tile instruction, or the CPU raises SIGILL.
+        static const AmxPermission permission = request_amx_permission();
+        SPINDLE_CHECK(permission.granted, "cpu_amx: OS denied AMX tile state: {}", permission.reason);
         if (p.kv_dtype == DType::kBF16) {
           kc::paged_attention_amx(p);
         } else {

@@ -149,16 +149,18 @@ Architecture read_architecture(const FieldReader& fields) {
   return *architecture;
 }
 
-RopeScaling read_rope_scaling(const FieldReader& fields) {
+// key: "rope_scaling" (transformers 4) or "rope_parameters" (transformers 5, which also holds
+// rope_theta).
+RopeScaling read_rope_scaling(const FieldReader& fields, const std::string& key) {
   RopeScaling scaling;
-  const json* value = fields.find("rope_scaling");
+  const json* value = fields.find(key);
   if (value == nullptr) return scaling;
-  if (!value->is_object()) fields.fail_type("rope_scaling", "an object or null", *value);
-  const FieldReader sub(*value, fields.source(), "rope_scaling.");
+  if (!value->is_object()) fields.fail_type(key, "an object or null", *value);
+  const FieldReader sub(*value, fields.source(), key + ".");
   auto type = sub.string("rope_type");
   if (!type) type = sub.string("type");
-  SPINDLE_CHECK(type.has_value(), "{}: field 'rope_scaling' has no 'rope_type' (or 'type')",
-                fields.source());
+  SPINDLE_CHECK(type.has_value(), "{}: field '{}' has no 'rope_type' (or 'type')",
+                fields.source(), key);
   if (*type == "default") return scaling;
   if (*type == "linear") {
     scaling.type = RopeScaling::kLinear;
@@ -178,15 +180,15 @@ RopeScaling read_rope_scaling(const FieldReader& fields) {
     scaling.original_max_position_embeddings =
         sub.required_positive_int("original_max_position_embeddings");
     SPINDLE_CHECK(scaling.high_freq_factor > scaling.low_freq_factor,
-                  "{}: field 'rope_scaling.high_freq_factor' ({}) must be larger than "
-                  "'rope_scaling.low_freq_factor' ({})",
-                  fields.source(), scaling.high_freq_factor, scaling.low_freq_factor);
+                  "{}: field '{}.high_freq_factor' ({}) must be larger than "
+                  "'{}.low_freq_factor' ({})",
+                  fields.source(), key, scaling.high_freq_factor, key, scaling.low_freq_factor);
     return scaling;
   }
   SPINDLE_FAIL(
-      "{}: field 'rope_scaling' has type '{}', which is not supported (supported: default, "
+      "{}: field '{}' has type '{}', which is not supported (supported: default, "
       "linear, llama3)",
-      fields.source(), *type);
+      fields.source(), key, *type);
 }
 
 // Rejects configurations whose attention uses a sliding window (not implemented).
@@ -203,6 +205,15 @@ void check_sliding_window(const FieldReader& fields, ModelConfig& config) {
                   "{}: field 'use_sliding_window' is true: sliding-window attention is not "
                   "supported",
                   fields.source());
+  }
+  if (const json* types = fields.find("layer_types"); types != nullptr && types->is_array()) {
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      SPINDLE_CHECK(t.is_string() && t.get<std::string>() == "full_attention",
+                    "{}: field 'layer_types[{}]' is {}: only full_attention layers are supported "
+                    "(sliding-window attention is not)",
+                    fields.source(), i, t.dump());
+    }
   }
   config.sliding_window = std::nullopt;
 }
@@ -293,7 +304,12 @@ ModelConfig parse_model_config(const json& json_config, std::string_view source_
 
   c.rms_norm_eps = fields.positive_number("rms_norm_eps", 1e-6);
   c.rope_theta = fields.positive_number("rope_theta", 10000.0);
-  c.rope_scaling = read_rope_scaling(fields);
+  if (const json* params = fields.find("rope_parameters"); params != nullptr && params->is_object()) {
+    c.rope_scaling = read_rope_scaling(fields, "rope_parameters");
+    c.rope_theta = FieldReader(*params, source_name, "rope_parameters.").positive_number("rope_theta", c.rope_theta);
+  } else {
+    c.rope_scaling = read_rope_scaling(fields, "rope_scaling");
+  }
   c.tie_word_embeddings = fields.boolean("tie_word_embeddings", false);
   c.attention_bias = c.architecture == Architecture::kQwen2
                          ? true

@@ -137,6 +137,27 @@ TEST(ModelConfig, Mistral7B_v03) {
   EXPECT_EQ(parameter_count(c), 7'248'023'552u);
 }
 
+// transformers 5 writes rope_theta and the scaling into "rope_parameters" (the golden models
+// under tests/golden were saved by transformers 5.17).
+TEST(ModelConfig, RopeParametersOfTransformers5) {
+  const auto golden = std::filesystem::path(SPINDLE_FIXTURES_DIR) / ".." / "golden";
+  const ModelConfig llama = load_model_config(golden / "llama-gqa-f32");
+  EXPECT_EQ(llama.rope_theta, 500000.0);
+  EXPECT_EQ(llama.rope_scaling.type, RopeScaling::kLlama3);
+  EXPECT_EQ(llama.rope_scaling.factor, 8.0);
+  EXPECT_EQ(llama.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_EQ(llama.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(llama.rope_scaling.original_max_position_embeddings, 64);
+  const ModelConfig qwen = load_model_config(golden / "qwen2-tied-f32");
+  EXPECT_EQ(qwen.rope_theta, 1000000.0);
+  EXPECT_EQ(qwen.rope_scaling.type, RopeScaling::kNone);
+
+  json j = read_fixture("qwen2.5-0.5b");
+  j["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_THAT([&] { parse_model_config(j, "config.json"); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("layer_types[1]")));
+}
+
 TEST(ModelConfig, Defaults) {
   json j = {{"architectures", {"LlamaForCausalLM"}}, {"vocab_size", 100},
             {"hidden_size", 64},  {"intermediate_size", 128},
