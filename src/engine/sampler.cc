@@ -1,0 +1,130 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace spindle::engine {
+
+Sampler::Sampler(SamplingParams params, uint64_t default_seed)
+    : params_(std::move(params)), rng_(params_.seed.value_or(default_seed)) {}
+
+void Sampler::apply_penalties(std::span<float> logits, std::span<const int> prompt, std::span<const int> output) {
+  const int vocab = static_cast<int>(logits.size());
+  if (params_.repetition_penalty != 1.0f) {
+    // HF: a seen token's logit is divided by the penalty when positive, multiplied when negative.
+    auto penalise = [&](int t) {
+      if (t < 0 || t >= vocab) return;
+      float& l = logits[t];
+      l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+    };
+    std::vector<bool> seen(vocab, false);
+    for (auto span : {prompt, output}) {
+      for (int t : span) {
+        if (t >= 0 && t < vocab && !seen[t]) {
+          seen[t] = true;
+          penalise(t);
+        }
+      }
+    }
+  }
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    counts_.assign(vocab, 0);
+    for (int t : output) {
+      if (t >= 0 && t < vocab) ++counts_[t];
+    }
+    for (int t = 0; t < vocab; ++t) {
+      if (counts_[t] > 0) logits[t] -= params_.presence_penalty + params_.frequency_penalty * counts_[t];
+    }
+  }
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token >= 0 && token < vocab) logits[token] += bias;
+  }
+}
+
+int Sampler::draw(std::span<float> logits) {
+  const int vocab = static_cast<int>(logits.size());
+  order_.resize(vocab);
+  std::iota(order_.begin(), order_.end(), 0);
+  // Candidates sorted by logit (only as many as top-k needs when it is set).
+  const int k = params_.top_k > 0 ? std::min(params_.top_k, vocab) : vocab;
+  auto by_logit = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
+  order_.resize(k);
+
+  // Softmax over the candidates at the temperature.
+  const double max_logit = logits[order_[0]];
+  std::vector<double> probs(k);
+  double sum = 0;
+  for (int i = 0; i < k; ++i) {
+    probs[i] = std::exp((double{logits[order_[i]]} - max_logit) / params_.temperature);
+    sum += probs[i];
+  }
+  for (double& p : probs) p /= sum;
+
+  // top-p: the smallest prefix whose mass reaches top_p (always at least one token).
+  int keep = k;
+  if (params_.top_p < 1.0f) {
+    double mass = 0;
+    for (int i = 0; i < k; ++i) {
+      mass += probs[i];
+      if (mass >= params_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  // min-p: drop tokens whose probability is below min_p times the largest.
+  if (params_.min_p > 0.0f) {
+    const double floor = params_.min_p * probs[0];
+    int i = 1;
+    while (i < keep && probs[i] >= floor) ++i;
+    keep = i;
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += probs[i];
+  std::uniform_real_distribution<double> uniform(0.0, kept);
+  const double u = uniform(rng_);
+  double acc = 0;
+  for (int i = 0; i < keep; ++i) {
+    acc += probs[i];
+    if (u < acc) return order_[i];
+  }
+  return order_[keep - 1];
+}
+
+void raw_logprobs(std::span<const float> logits, int token, int k, SampledToken& out) {
+  double max_logit = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max_logit = std::max(max_logit, double{l});
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double{l} - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  out.logprob = static_cast<float>(logits[token] - log_z);
+  out.top.clear();
+  if (k <= 0) return;
+  std::vector<int> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  k = std::min<int>(k, static_cast<int>(ids.size()));
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (int i = 0; i < k; ++i) out.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - log_z)});
+}
+
+SampledToken Sampler::sample(std::span<float> logits, std::span<const int> prompt, std::span<const int> output) {
+  const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
+  std::vector<float> raw;
+  if (want_logprobs) raw.assign(logits.begin(), logits.end());
+  apply_penalties(logits, prompt, output);
+
+  SampledToken result;
+  if (params_.greedy()) {
+    result.token = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else {
+    result.token = draw(logits);
+  }
+  if (want_logprobs) raw_logprobs(raw, result.token, params_.top_logprobs, result);
+  return result;
+}
+
+}  // namespace spindle::engine

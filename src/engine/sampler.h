@@ -1,0 +1,53 @@
+// Turns one row of logits into the next token, per request (DESIGN.md: engine/).
+//
+// Order of operations (as vLLM): repetition, presence and frequency penalties -> logit bias ->
+// (greedy: argmax) -> temperature -> top-k -> top-p -> min-p -> draw from the renormalised
+// distribution with the request's own generator. Log-probabilities are reported from the raw
+// model distribution (log_softmax of the unprocessed logits), as OpenAI and vLLM do.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace spindle::engine {
+
+struct TokenLogprob {
+  int token = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  int token = 0;
+  float logprob = 0.0f;                 // raw log-probability of `token` (when requested)
+  std::vector<TokenLogprob> top;        // top_logprobs alternatives, best first
+};
+
+class Sampler {
+ public:
+  // default_seed is used when params.seed is unset (the engine passes a fresh random value).
+  Sampler(SamplingParams params, uint64_t default_seed);
+
+  // logits: [vocab] of this request's last position; modified in place (scratch).
+  // prompt and output: this request's tokens so far (penalties look at them).
+  SampledToken sample(std::span<float> logits, std::span<const int> prompt, std::span<const int> output);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void apply_penalties(std::span<float> logits, std::span<const int> prompt, std::span<const int> output);
+  int draw(std::span<float> logits);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<int> order_;      // scratch: candidate ids
+  std::vector<int> counts_;     // scratch: output token counts
+};
+
+// log_softmax of one row, for the top `k` entries (best first) and for `token`.
+void raw_logprobs(std::span<const float> logits, int token, int k, SampledToken& out);
+
+}  // namespace spindle::engine

@@ -1,0 +1,35 @@
+// Per-request sampling parameters (the OpenAI and vLLM knobs) and their validation.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spindle::engine {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy
+  int top_k = 0;                    // 0 or -1: disabled
+  float top_p = 1.0f;               // (0, 1]
+  float min_p = 0.0f;               // [0, 1]: drop tokens below min_p * p(max)
+  float repetition_penalty = 1.0f;  // > 0; HF style, over prompt and output tokens
+  float presence_penalty = 0.0f;    // [-2, 2]; OpenAI style, over output tokens
+  float frequency_penalty = 0.0f;   // [-2, 2]; OpenAI style, over output tokens
+  std::map<int, float> logit_bias;  // token id -> added to its logit ([-100, 100])
+  std::optional<uint64_t> seed;     // same seed, same tokens
+  std::vector<std::string> stop;    // stop strings (not included in the output)
+  std::vector<int> stop_token_ids;  // besides the model's EOS ids
+  int max_tokens = 16;              // >= 1
+  bool ignore_eos = false;
+  int top_logprobs = 0;             // alternatives to report per token, [0, 20]
+  bool logprobs = false;            // report the chosen token's log-probability
+
+  bool greedy() const { return temperature == 0.0f || top_k == 1; }
+};
+
+// Throws spindle::Error naming the field and the accepted range.
+void validate_sampling_params(const SamplingParams& params, int vocab_size);
+
+}  // namespace spindle::engine
