@@ -1,0 +1,111 @@
+#include "engine/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace spindle::engine {
+
+Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), buckets_(bounds_.size(), 0) {}
+
+void Histogram::observe(double value) {
+  const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
+  if (it != bounds_.end()) ++buckets_[it - bounds_.begin()];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(const std::string& name, std::string& out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += buckets_[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, count_, name, sum_, name, count_);
+}
+
+namespace {
+const std::vector<double> kLatencyBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                             0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+
+std::string escape_label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+void gauge(std::string& out, const char* name, const char* help, double value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
+}
+void counter(std::string& out, const char* name, const char* help, uint64_t value) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, value);
+}
+}  // namespace
+
+Metrics::Metrics() : ttft_(kLatencyBuckets), itl_(kLatencyBuckets), e2e_(kLatencyBuckets) {}
+
+void Metrics::set_info(std::map<std::string, std::string> labels) {
+  std::lock_guard lock(mutex_);
+  info_ = std::move(labels);
+}
+void Metrics::observe_time_to_first_token(double s) {
+  std::lock_guard lock(mutex_);
+  ttft_.observe(s);
+}
+void Metrics::observe_inter_token_latency(double s) {
+  std::lock_guard lock(mutex_);
+  itl_.observe(s);
+}
+void Metrics::observe_e2e_latency(double s) {
+  std::lock_guard lock(mutex_);
+  e2e_.observe(s);
+}
+MetricsSnapshot Metrics::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return snapshot_;
+}
+
+std::string Metrics::render() const {
+  std::lock_guard lock(mutex_);
+  const MetricsSnapshot& s = snapshot_;
+  std::string out;
+  gauge(out, "spindle_num_requests_running", "Requests in the running batch.", s.num_requests_running);
+  gauge(out, "spindle_num_requests_waiting", "Requests waiting to be scheduled.", s.num_requests_waiting);
+  gauge(out, "spindle_kv_pages_used", "KV cache pages in use or cached.", s.kv_pages_used);
+  gauge(out, "spindle_kv_pages_total", "KV cache pages in the pool.", s.kv_pages_total);
+  gauge(out, "spindle_kv_cache_usage_ratio", "Fraction of KV pages in use.",
+        s.kv_pages_total ? double(s.kv_pages_used) / double(s.kv_pages_total) : 0.0);
+  counter(out, "spindle_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries);
+  counter(out, "spindle_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", s.prefix_cache_hits);
+  counter(out, "spindle_prompt_tokens_total", "Prompt tokens processed.", s.prompt_tokens_total);
+  counter(out, "spindle_generation_tokens_total", "Tokens generated.", s.generation_tokens_total);
+  counter(out, "spindle_num_preemptions_total", "Requests preempted (recomputed later).", s.preemptions_total);
+  counter(out, "spindle_requests_finished_total", "Requests finished.", s.requests_finished_total);
+  counter(out, "spindle_requests_aborted_total", "Requests aborted (client gone or cancelled).", s.requests_aborted_total);
+  out += "# HELP spindle_time_to_first_token_seconds Time from arrival to the first token.\n"
+         "# TYPE spindle_time_to_first_token_seconds histogram\n";
+  ttft_.render("spindle_time_to_first_token_seconds", out);
+  out += "# HELP spindle_inter_token_latency_seconds Time between consecutive tokens of a request.\n"
+         "# TYPE spindle_inter_token_latency_seconds histogram\n";
+  itl_.render("spindle_inter_token_latency_seconds", out);
+  out += "# HELP spindle_e2e_request_latency_seconds Time from arrival to the last token.\n"
+         "# TYPE spindle_e2e_request_latency_seconds histogram\n";
+  e2e_.render("spindle_e2e_request_latency_seconds", out);
+  out += "# HELP spindle_info Static facts: model and chosen attention backends.\n# TYPE spindle_info gauge\nspindle_info{";
+  bool first = true;
+  for (const auto& [k, v] : info_) {
+    out += fmt::format("{}{}=\"{}\"", first ? "" : ",", k, escape_label(v));
+    first = false;
+  }
+  out += "} 1\n";
+  return out;
+}
+
+}  // namespace spindle::engine

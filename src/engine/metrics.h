@@ -1,0 +1,68 @@
+// Engine metrics in the Prometheus text exposition format (version 0.0.4).
+//
+// The engine thread updates them; HTTP threads render them. Every update and render takes one
+// mutex (a few hundred updates per step at most: cheap next to a forward pass).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace spindle::engine {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Lines "name_bucket{le=...} n", "name_sum", "name_count".
+  void render(const std::string& name, std::string& out) const;
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> buckets_;  // cumulative at render time
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+struct MetricsSnapshot {
+  int64_t num_requests_running = 0;
+  int64_t num_requests_waiting = 0;
+  int64_t kv_pages_used = 0;
+  int64_t kv_pages_total = 0;
+  uint64_t prefix_cache_queries = 0;  // tokens looked up
+  uint64_t prefix_cache_hits = 0;     // tokens found
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generation_tokens_total = 0;
+  uint64_t preemptions_total = 0;
+  uint64_t requests_finished_total = 0;
+  uint64_t requests_aborted_total = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  // Static labels for the info metric (chosen attention backends, model).
+  void set_info(std::map<std::string, std::string> labels);
+  template <typename F>
+  void update(F&& f) {
+    std::lock_guard lock(mutex_);
+    f(snapshot_);
+  }
+  void observe_time_to_first_token(double seconds);
+  void observe_inter_token_latency(double seconds);
+  void observe_e2e_latency(double seconds);
+  MetricsSnapshot snapshot() const;
+  std::string render() const;
+
+ private:
+  mutable std::mutex mutex_;
+  MetricsSnapshot snapshot_;
+  std::map<std::string, std::string> info_;
+  Histogram ttft_, itl_, e2e_;
+};
+
+}  // namespace spindle::engine

@@ -1,0 +1,256 @@
+#include "server/openai_protocol.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace spindle::server {
+
+using nlohmann::json;
+
+json ApiError::to_json() const {
+  json e = {{"message", what()}, {"type", type_}, {"code", status_}};
+  e["param"] = param_.empty() ? json(nullptr) : json(param_);
+  return {{"error", e}};
+}
+
+void bad_request(const std::string& param, const std::string& message) {
+  throw ApiError(400, "invalid_request_error", param, message);
+}
+
+namespace {
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return v.is_number_integer() || v.is_number_unsigned() ? "an integer" : "a number";
+  }
+}
+
+// Reads optional fields of a JSON object with type and range checks; null means absent.
+class Fields {
+ public:
+  explicit Fields(const json& object) : o_(object) {}
+
+  const json* get(const char* name) const {
+    auto it = o_.find(name);
+    return it == o_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<double> number(const char* name, double lo, double hi) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) bad_request(name, fmt::format("'{}' must be a number, got {}", name, type_name(*v)));
+    const double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi) {
+      bad_request(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+    }
+    return x;
+  }
+  std::optional<int64_t> integer(const char* name, int64_t lo, int64_t hi) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer() && !v->is_number_unsigned()) {
+      bad_request(name, fmt::format("'{}' must be an integer, got {}", name, type_name(*v)));
+    }
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+      bad_request(name, fmt::format("'{}' must be between {} and {}", name, lo, hi));
+    }
+    const int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) bad_request(name, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, x));
+    return x;
+  }
+  std::optional<bool> boolean(const char* name) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) bad_request(name, fmt::format("'{}' must be a boolean, got {}", name, type_name(*v)));
+    return v->get<bool>();
+  }
+  std::optional<std::string> string(const char* name) const {
+    const json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) bad_request(name, fmt::format("'{}' must be a string, got {}", name, type_name(*v)));
+    return v->get<std::string>();
+  }
+
+ private:
+  const json& o_;
+};
+
+constexpr int64_t kMaxTokensLimit = 1 << 20;
+
+json parse_body(const std::string& body, size_t max_body_bytes) {
+  if (body.size() > max_body_bytes) {
+    throw ApiError(413, "invalid_request_error", "",
+                   fmt::format("request body is {} bytes; the limit is {}", body.size(), max_body_bytes));
+  }
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad_request("", "request body is not valid JSON");
+  if (!j.is_object()) bad_request("", fmt::format("request body must be a JSON object, got {}", type_name(j)));
+  return j;
+}
+
+std::vector<std::string> parse_stop(const json* v) {
+  std::vector<std::string> out;
+  if (!v) return out;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const auto& s : *v) {
+      if (!s.is_string()) bad_request("stop", "'stop' must be a string or an array of strings");
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    bad_request("stop", fmt::format("'stop' must be a string or an array of strings, got {}", type_name(*v)));
+  }
+  if (out.size() > 16) bad_request("stop", "'stop' may hold at most 16 strings");
+  for (const auto& s : out) {
+    if (s.empty()) bad_request("stop", "'stop' strings must not be empty");
+  }
+  return out;
+}
+
+// The fields shared by completions and chat.
+void parse_common(const json& j, GenerationRequest& r) {
+  const Fields f(j);
+  r.model = f.string("model").value_or("");
+  auto& s = r.sampling;
+  if (auto n = f.integer("n", 1, 1)) (void)n;  // n > 1 is rejected by the range
+  if (auto v = f.number("temperature", 0, 2)) s.temperature = static_cast<float>(*v);
+  if (auto v = f.number("top_p", 0, 1)) {
+    if (*v == 0) bad_request("top_p", "'top_p' must be greater than 0");
+    s.top_p = static_cast<float>(*v);
+  }
+  if (auto v = f.integer("top_k", -1, 1 << 20)) s.top_k = static_cast<int>(*v);
+  if (auto v = f.number("min_p", 0, 1)) s.min_p = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty", -2, 2)) s.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.number("frequency_penalty", -2, 2)) s.frequency_penalty = static_cast<float>(*v);
+  if (auto v = f.number("repetition_penalty", 1e-3, 100)) s.repetition_penalty = static_cast<float>(*v);
+  if (auto v = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) {
+    s.seed = static_cast<uint64_t>(*v);
+  }
+  s.stop = parse_stop(f.get("stop"));
+  if (const json* ids = f.get("stop_token_ids")) {
+    if (!ids->is_array()) bad_request("stop_token_ids", "'stop_token_ids' must be an array of integers");
+    for (const auto& t : *ids) {
+      if (!t.is_number_integer()) bad_request("stop_token_ids", "'stop_token_ids' must be an array of integers");
+      s.stop_token_ids.push_back(t.get<int>());
+    }
+  }
+  if (const json* bias = f.get("logit_bias")) {
+    if (!bias->is_object()) bad_request("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    for (const auto& [key, value] : bias->items()) {
+      size_t used = 0;
+      int token = -1;
+      try {
+        token = std::stoi(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != key.size() || token < 0) {
+        bad_request("logit_bias", fmt::format("'logit_bias' key '{}' is not a token id", key));
+      }
+      if (!value.is_number() || std::fabs(value.get<double>()) > 100) {
+        bad_request("logit_bias", fmt::format("'logit_bias' value for {} must be a number in [-100, 100]", key));
+      }
+      s.logit_bias[token] = value.get<float>();
+    }
+  }
+  if (auto v = f.boolean("ignore_eos")) s.ignore_eos = *v;
+  if (auto v = f.boolean("stream")) r.stream = *v;
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) bad_request("stream_options", "'stream_options' must be an object");
+    if (auto v = Fields(*so).boolean("include_usage")) r.include_usage = *v;
+  }
+}
+
+std::string message_content(const json& m, size_t index) {
+  const json& c = m.at("content");
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {  // [{"type": "text", "text": "..."}]
+    std::string text;
+    for (const auto& part : c) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        bad_request(fmt::format("messages[{}].content", index), "only text content parts are supported");
+      }
+      text += part["text"].get<std::string>();
+    }
+    return text;
+  }
+  bad_request(fmt::format("messages[{}].content", index), "message content must be a string or text parts");
+}
+
+}  // namespace
+
+GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes) {
+  const json j = parse_body(body, max_body_bytes);
+  GenerationRequest r;
+  parse_common(j, r);
+  const Fields f(j);
+  const json* prompt = f.get("prompt");
+  if (!prompt) bad_request("prompt", "'prompt' is required");
+  if (prompt->is_string()) {
+    r.prompt = prompt->get<std::string>();
+  } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+    r.prompt = (*prompt)[0].get<std::string>();
+  } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
+    for (const auto& t : *prompt) {
+      if (!t.is_number_integer()) bad_request("prompt", "a token-id prompt must hold only integers");
+      r.prompt_token_ids.push_back(t.get<int>());
+    }
+  } else {
+    bad_request("prompt", "'prompt' must be a string, a one-string array or an array of token ids (batches are not supported)");
+  }
+  if (auto v = f.integer("max_tokens", 1, kMaxTokensLimit)) r.sampling.max_tokens = static_cast<int>(*v);
+  if (auto v = f.integer("logprobs", 0, 20)) {
+    r.sampling.logprobs = true;
+    r.sampling.top_logprobs = static_cast<int>(*v);
+  }
+  if (auto v = f.boolean("echo")) r.echo = *v;
+  return r;
+}
+
+GenerationRequest parse_chat_request(const std::string& body, size_t max_body_bytes) {
+  const json j = parse_body(body, max_body_bytes);
+  GenerationRequest r;
+  r.chat = true;
+  parse_common(j, r);
+  const Fields f(j);
+  const json* messages = f.get("messages");
+  if (!messages || !messages->is_array() || messages->empty()) {
+    bad_request("messages", "'messages' must be a non-empty array");
+  }
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content")) {
+      bad_request(fmt::format("messages[{}]", i), "each message needs a string 'role' and a 'content'");
+    }
+    const std::string role = m["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer") {
+      bad_request(fmt::format("messages[{}].role", i),
+                  fmt::format("role '{}' is not supported (system, developer, user, assistant)", role));
+    }
+    r.messages.push_back({role == "developer" ? "system" : role, message_content(m, i)});
+  }
+  auto max_tokens = f.integer("max_completion_tokens", 1, kMaxTokensLimit);
+  if (!max_tokens) max_tokens = f.integer("max_tokens", 1, kMaxTokensLimit);
+  r.sampling.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : -1;  // -1: up to the context
+  if (auto v = f.boolean("logprobs")) r.sampling.logprobs = *v;
+  if (auto v = f.integer("top_logprobs", 0, 20)) {
+    if (!r.sampling.logprobs) bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r.sampling.top_logprobs = static_cast<int>(*v);
+  }
+  return r;
+}
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+}  // namespace spindle::server

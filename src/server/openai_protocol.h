@@ -1,0 +1,64 @@
+// The OpenAI-compatible wire format: parsing and validating request bodies, building responses.
+//
+// Parsing never trusts the client: every field is type-checked and range-checked, and a problem
+// becomes an ApiError (HTTP status, OpenAI error type, the offending parameter, a message that
+// says what was wrong). The server turns it into {"error": {...}} with that status.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace spindle::server {
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string type, std::string param, const std::string& message)
+      : std::runtime_error(message), status_(status), type_(std::move(type)), param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& type() const { return type_; }
+  const std::string& param() const { return param_; }
+  nlohmann::json to_json() const;
+
+ private:
+  int status_;
+  std::string type_;
+  std::string param_;
+};
+
+// 400 invalid_request_error naming the parameter.
+[[noreturn]] void bad_request(const std::string& param, const std::string& message);
+
+struct ChatMessage {
+  std::string role;     // system | user | assistant
+  std::string content;
+};
+
+struct GenerationRequest {
+  bool chat = false;
+  std::string model;                     // may be empty: the served model
+  std::string prompt;                    // completions: the prompt text
+  std::vector<int> prompt_token_ids;     // completions: a prompt given as token ids
+  std::vector<ChatMessage> messages;     // chat
+  engine::SamplingParams sampling;
+  bool stream = false;
+  bool include_usage = false;            // stream_options.include_usage
+  bool echo = false;                     // completions: prepend the prompt
+};
+
+// Body of POST /v1/completions or /v1/chat/completions. Throws ApiError.
+GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes);
+GenerationRequest parse_chat_request(const std::string& body, size_t max_body_bytes);
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+nlohmann::json usage_json(const Usage& usage);
+
+}  // namespace spindle::server
