@@ -1,15 +1,34 @@
 // Linear layers on the CPU: y = x . W^T (+ bias), activations f32, weights in their stored dtype.
 //
 // Weights are row-major [out_features, in_features], exactly as Hugging Face stores nn.Linear
-// (and the embedding / LM head [vocab, hidden]). x is [m, in_features] f32, y is [m, out_features]
-// f32, both row-major with the given leading dimensions (in elements).
+// (and the embedding / LM head [vocab, hidden]). x is [m, in_features] f32 and y is
+// [m, out_features] f32, both contiguous row-major. The kernels read the weights in place (they
+// may be mmap'd safetensors); nothing prepacks or copies them whole.
 //
-// LinearKernel is created once per weight (prepacking, oneDNN primitives, ISA choice happen in
-// the constructor or lazily per batch-size bucket) and reused for every forward.
+// LinearKernel is created once per weight (ISA choice, oneDNN primitives per batch-size bucket
+// happen in the constructor or lazily) and reused for every forward. forward() may be called
+// from several threads at once.
+//
+// Implementations (names for make_named_linear_kernel; see linear.cc for the policy):
+//   reference    plain loops, float64 accumulation: the ground truth for tests.
+//   avx2         AVX2+FMA register-tiled dot products straight from the stored weights (bf16 is
+//                widened to f32 in registers), f32 accumulation; rows of W split over the
+//                ThreadPool. Memory-bound decode path (small m).
+//   avx512       the same with AVX-512F/BW/VL.
+//   onednn_f32   prefill path: bf16 weights are widened block by block (~8 MiB of f32 per block)
+//                into a per-thread buffer and multiplied by oneDNN's f32 matmul (its own OpenMP
+//                threads; the ThreadPool is not used). f32 weights go to oneDNN directly.
+//   onednn_bf16  oneDNN bf16 matmul (AMX / AVX512-BF16): x is ROUNDED TO BF16 first (relative
+//                error ~4e-3), f32 accumulation and output. bf16 weights only.
+//   auto         what make_linear_kernel returns: the direct kernel (avx512 > avx2) for
+//                m <= kLinearDirectMaxRows, the oneDNN kernel above that.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "util/dtype.h"
 
@@ -26,17 +45,42 @@ struct LinearWeight {
   int64_t in_features = 0;
 };
 
+struct LinearOptions {
+  // Exactness first: by default every path accumulates f32 products of the f32 activations
+  // (relative error ~1e-6 of sum |x||w|). When true AND the CPU has AMX-BF16 or AVX512-BF16 AND
+  // the weights are bf16, large-m products use oneDNN's bf16 matmul, which rounds x to bf16
+  // (relative error ~4e-3) for ~2.4x the f32 rate. Decode (small m) is unaffected.
+  bool allow_bf16_activations = false;
+};
+
+// Batches up to this many rows take the direct (memory-bound) kernel in "auto".
+inline constexpr int64_t kLinearDirectMaxRows = 16;
+
 class LinearKernel {
  public:
   virtual ~LinearKernel() = default;
   // y[m, out] = x[m, in] . W^T + bias (bias: f32 [out] or null). Overwrites y.
+  // pool: workers for the direct kernels (null: the calling thread only); oneDNN paths use
+  // oneDNN's own threads and must not be called from inside pool->parallel_for.
   virtual void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias = nullptr) = 0;
   virtual const char* name() const = 0;
 };
 
 // The fastest correct implementation for this machine and weight (checked with CpuInfo).
-std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight);
+// Throws spindle::Error for a weight that is not kF32/kBF16 or has non-positive sizes / null data.
+std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options = {});
 // Plain loops with double accumulation: the ground truth for tests.
 std::unique_ptr<LinearKernel> make_reference_linear_kernel(const LinearWeight& weight);
+
+// Every implementation name, in the order above ("reference", ..., "auto").
+std::vector<std::string> linear_kernel_names();
+// Why `name` cannot run this weight on this CPU; empty when it can. Unknown names get a reason
+// that lists the known ones.
+std::string linear_kernel_unsupported_reason(std::string_view name, const LinearWeight& weight,
+                                             const LinearOptions& options = {});
+// One implementation by name, for tests and benchmarks. Throws spindle::Error with the reason
+// when it is unsupported here.
+std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, const LinearWeight& weight,
+                                                       const LinearOptions& options = {});
 
 }  // namespace spindle::kernels::cpu

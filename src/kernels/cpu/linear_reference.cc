@@ -42,9 +42,4 @@ std::unique_ptr<LinearKernel> make_reference_linear_kernel(const LinearWeight& w
   return std::make_unique<ReferenceLinear>(weight);
 }
 
-// Until the optimized kernels land, the reference serves.
-std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight) {
-  return make_reference_linear_kernel(weight);
-}
-
 }  // namespace spindle::kernels::cpu

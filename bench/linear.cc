@@ -1,0 +1,204 @@
+// CPU linear layers (kernels/cpu/linear.h) on Llama-3.2-1B shapes (bf16 weights), as ratios
+// measured in one run:
+//   decode (m = 1, 16): GB/s of weights read per product vs this machine's streaming read
+//       bandwidth. Each shape gets enough copies of its weight (>= 512 MiB together) that a sweep
+//       over them reads from memory, not from cache, as a real forward over all layers does.
+//   prefill (m = 512): GFLOP/s of each kernel vs oneDNN's matmul of the same shape measured in
+//       the same run: f32 (on an f32 copy of the weight: the yardstick of our f32 path) and bf16
+//       (bf16 x bf16 -> f32, where the CPU has a real implementation).
+// Direct kernels and "auto" use ThreadPool::global(); oneDNN uses its own OpenMP threads.
+#include <dnnl.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "kernels/cpu/linear.h"
+#include "platform/cpu_info.h"
+#include "util/half.h"
+#include "util/thread_pool.h"
+
+using namespace spindle;
+using namespace spindle::kernels::cpu;
+using spindle::bench::best_time;
+using spindle::bench::memory_read_gbps;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t out, in;
+};
+constexpr Shape kShapes[] = {
+    {"q/o_proj", 2048, 2048}, {"k/v_proj", 512, 2048},    {"gate/up", 8192, 2048},
+    {"down", 2048, 8192},     {"lm_head", 128256, 2048},
+};
+constexpr size_t kMinSweepBytes = size_t{512} << 20;
+
+std::vector<float> random_floats(size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = uni(rng);
+  return v;
+}
+
+// A bf16 buffer filled by repeating a random 64 Ki-element block (fast to make; the values do
+// not matter to the speed, only that they are finite and not all equal).
+std::vector<uint16_t> bf16_weights(size_t n, unsigned seed) {
+  const std::vector<float> block = random_floats(65536, -0.05f, 0.05f, seed);
+  std::vector<uint16_t> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = float_to_bf16_bits(block[i & 65535]);
+  return w;
+}
+
+// oneDNN matmul rate for y[m, out] = x . W^T with W [out, in] of `dt` (strides {1, in}): GFLOP/s,
+// or 0 when oneDNN has no non-reference implementation.
+double onednn_rate(dnnl::memory::data_type dt, int64_t m, int64_t out, int64_t in, std::string* impl) {
+  using namespace dnnl;
+  engine eng(engine::kind::cpu, 0);
+  stream st(eng);
+  memory::desc a_md({m, in}, dt, {in, 1});
+  memory::desc b_md({in, out}, dt, {1, in});
+  memory::desc c_md({m, out}, memory::data_type::f32, {out, 1});
+  try {
+    matmul::primitive_desc pd(matmul::desc(a_md, b_md, c_md), eng);
+    *impl = pd.impl_info_str();
+    if (impl->find("ref") != std::string::npos) return 0;
+    memory a(a_md, eng), b(b_md, eng), c(c_md, eng);
+    std::memset(a.get_data_handle(), 0x3c, a_md.get_size());  // 0x3c3c: finite in bf16 and f32
+    std::memset(b.get_data_handle(), 0x3c, b_md.get_size());
+    matmul prim(pd);
+    const double t = best_time(2, [&] {
+      prim.execute(st, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+      st.wait();
+    });
+    return 2.0 * m * out * double(in) / t / 1e9;
+  } catch (const dnnl::error& e) {
+    *impl = e.what();
+    return 0;
+  }
+}
+
+}  // namespace
+
+int main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  const CpuInfo cpu = detect_cpu_info();
+  ThreadPool& pool = ThreadPool::global();
+  std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
+  const double mem_gbps = memory_read_gbps(pool);
+  std::printf("memory read bandwidth (1 GiB streaming sum, all threads): %.1f GB/s\n", mem_gbps);
+
+  std::vector<std::string> direct;
+  for (const char* name : {"avx2", "avx512"}) {
+    std::vector<uint16_t> probe(64);
+    if (linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 8, 8}).empty()) direct.push_back(name);
+  }
+  direct.push_back("auto");
+
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    const size_t esize = dtype_size(dtype);
+    std::printf("\ndecode: %s weights, GB/s of weights read per product and %% of the read bandwidth\n",
+                std::string(dtype_name(dtype)).c_str());
+    std::printf("  %-10s %-8s %-6s %-22s %10s %8s %10s %8s\n", "shape", "out", "in", "kernel", "m=1 GB/s", "m=1 %BW",
+                "m=16 GB/s", "m=16 %BW");
+    for (const Shape& s : kShapes) {
+      const size_t elems = size_t(s.out) * s.in, bytes = elems * esize;
+      const size_t copies = std::max<size_t>(2, (kMinSweepBytes + bytes - 1) / bytes);
+      std::vector<std::vector<uint16_t>> weights;  // f32 weights: two bf16 halves per element
+      for (size_t c = 0; c < copies; ++c) weights.push_back(bf16_weights(elems * esize / 2, unsigned(c + 1)));
+      const std::vector<float> x = random_floats(16 * s.in, -1, 1, 7);
+      std::vector<float> y(16 * s.out);
+      for (const std::string& name : direct) {
+        std::vector<std::unique_ptr<LinearKernel>> kernels;
+        for (auto& w : weights) kernels.push_back(make_named_linear_kernel(name, {w.data(), dtype, s.out, s.in}));
+        double gbps[2];
+        const int64_t ms[2] = {1, 16};
+        for (int i = 0; i < 2; ++i) {
+          const double t = best_time(3, [&] {
+            for (auto& k : kernels) k->forward(x.data(), ms[i], y.data(), &pool);
+          });
+          gbps[i] = double(bytes) * copies / t / 1e9;
+        }
+        std::printf("  %-10s %-8lld %-6lld %-22s %10.1f %7.1f%% %10.1f %7.1f%%\n", s.name, (long long)s.out,
+                    (long long)s.in, kernels[0]->name(), gbps[0], 100 * gbps[0] / mem_gbps, gbps[1],
+                    100 * gbps[1] / mem_gbps);
+      }
+    }
+  }
+
+  // Where the direct kernel stops paying: gate/up shape, bf16, weights streamed from memory.
+  {
+    const Shape s = kShapes[2];
+    const size_t elems = size_t(s.out) * s.in;
+    std::vector<std::vector<uint16_t>> weights;
+    for (size_t c = 0; c < 8; ++c) weights.push_back(bf16_weights(elems, unsigned(c + 1)));
+    const std::vector<float> x = random_floats(256 * s.in, -1, 1, 7);
+    std::vector<float> y(256 * s.out);
+    std::printf("\ncrossover (%s [%lld x %lld] bf16, kLinearDirectMaxRows = %lld): GFLOP/s\n", s.name,
+                (long long)s.out, (long long)s.in, (long long)kLinearDirectMaxRows);
+    std::printf("  %-12s", "kernel");
+    const int64_t ms[] = {1, 8, 16, 32, 64, 128, 256};
+    for (int64_t m : ms) std::printf(" %7s%-3lld", "m=", (long long)m);
+    std::printf("\n");
+    for (const char* name : {direct[direct.size() - 2].c_str(), "onednn_f32"}) {
+      std::vector<std::unique_ptr<LinearKernel>> kernels;
+      for (auto& w : weights)
+        kernels.push_back(make_named_linear_kernel(name, {w.data(), DType::kBF16, s.out, s.in}));
+      std::printf("  %-12s", name);
+      for (int64_t m : ms) {
+        const double t = best_time(2, [&] {
+          for (auto& k : kernels) k->forward(x.data(), m, y.data(), &pool);
+        });
+        std::printf(" %10.1f", 2.0 * m * elems * weights.size() / t / 1e9);
+      }
+      std::printf("\n");
+    }
+  }
+
+  const int64_t m = 512;
+  std::printf("\nprefill: m = %lld, GFLOP/s (bf16 weights unless noted)\n", (long long)m);
+  for (const Shape& s : kShapes) {
+    const size_t elems = size_t(s.out) * s.in;
+    const std::vector<uint16_t> w = bf16_weights(elems, 1);
+    const std::vector<float> x = random_floats(m * s.in, -1, 1, 7);
+    std::vector<float> y(m * s.out);
+    const double flops = 2.0 * m * s.out * double(s.in);
+    std::string impl32, impl16;
+    const double ref32 = onednn_rate(dnnl::memory::data_type::f32, m, s.out, s.in, &impl32);
+    const double ref16 = onednn_rate(dnnl::memory::data_type::bf16, m, s.out, s.in, &impl16);
+    std::printf("  %s [%lld x %lld]: oneDNN f32 matmul (f32 weights) %.1f GFLOP/s (%s); oneDNN bf16 matmul ",
+                s.name, (long long)s.out, (long long)s.in, ref32, impl32.c_str());
+    if (ref16 > 0) {
+      std::printf("%.1f GFLOP/s (%s)\n", ref16, impl16.c_str());
+    } else {
+      std::printf("unavailable (%s)\n", impl16.c_str());
+    }
+    LinearOptions bf16_ok;
+    bf16_ok.allow_bf16_activations = true;
+    struct Row {
+      const char* name;
+      LinearOptions options;
+    };
+    for (const Row& row : {Row{"onednn_f32", {}}, Row{"onednn_bf16", bf16_ok}, Row{"auto", {}}}) {
+      const LinearWeight weight{w.data(), DType::kBF16, s.out, s.in};
+      const std::string reason = linear_kernel_unsupported_reason(row.name, weight, row.options);
+      if (!reason.empty()) {
+        std::printf("    %-28s unavailable: %s\n", row.name, reason.c_str());
+        continue;
+      }
+      auto kernel = make_named_linear_kernel(row.name, weight, row.options);
+      const double t = best_time(2, [&] { kernel->forward(x.data(), m, y.data(), &pool); });
+      const double gflops = flops / t / 1e9;
+      std::printf("    %-28s %8.1f GFLOP/s  %5.1f%% of oneDNN f32", kernel->name(), gflops, 100 * gflops / ref32);
+      if (ref16 > 0) std::printf("  %5.1f%% of oneDNN bf16", 100 * gflops / ref16);
+      std::printf("\n");
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,247 @@
+// Whole-model forward throughput on the CPU (Model::forward), as ratios measured in one run:
+//   decode:  tokens/s at batch 1 and batch 16 (each sequence with --context cached tokens) vs the
+//            bound from this machine's streaming read bandwidth: a decode step must read every
+//            projection weight and the LM head once (plus the KV of the context).
+//   prefill: tokens/s and TFLOP/s of one --prompt-token sequence vs oneDNN's matmul rate at the
+//            MLP shape [prompt, hidden] x [hidden, intermediate], measured in the same run.
+// The model: --model DIR, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
+// into a temporary folder (bench_model_writer.h) and removed at exit. KV cache bf16, page 16,
+// the highest-priority CPU attention backend usable here, make_linear_kernel's linear kernels,
+// ThreadPool::global() (SPINDLE_NUM_THREADS).
+//
+// usage: bench_model_forward [--model DIR] [--layers N] [--context 512] [--prompt 512] [--steps 8]
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "bench_model_writer.h"
+#include "bench_util.h"
+#include "model/model.h"
+#include "platform/device_info.h"
+#include "util/thread_pool.h"
+
+using namespace spindle;
+
+namespace {
+
+struct Args {
+  std::string model_dir;
+  int layers = 16;
+  int context = 512;
+  int prompt = 512;
+  int steps = 8;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--model") a.model_dir = argv[i + 1];
+    else if (k == "--layers") a.layers = std::atoi(argv[i + 1]);
+    else if (k == "--context") a.context = std::atoi(argv[i + 1]);
+    else if (k == "--prompt") a.prompt = std::atoi(argv[i + 1]);
+    else if (k == "--steps") a.steps = std::atoi(argv[i + 1]);
+    else SPINDLE_FAIL("unknown flag {}", k);
+  }
+  return a;
+}
+
+// oneDNN matmul [m, k] x [k, n] -> f32 of dtype dt: GFLOP/s (best of 5) and the implementation.
+std::pair<double, std::string> onednn_matmul(dnnl::memory::data_type dt, int64_t m, int64_t k, int64_t n) {
+  using namespace dnnl;
+  engine eng(engine::kind::cpu, 0);
+  stream st(eng);
+  memory::desc a_md({m, k}, dt, memory::format_tag::ab);
+  memory::desc b_md({k, n}, dt, memory::format_tag::ab);
+  memory::desc c_md({m, n}, memory::data_type::f32, memory::format_tag::ab);
+  matmul::primitive_desc pd(matmul::desc(a_md, b_md, c_md), eng);
+  memory a(a_md, eng), b(b_md, eng), c(c_md, eng);
+  std::memset(a.get_data_handle(), 0x3f, a_md.get_size());
+  std::memset(b.get_data_handle(), 0x3f, b_md.get_size());
+  matmul prim(pd);
+  const double t = bench::best_time(5, [&] {
+    prim.execute(st, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    st.wait();
+  });
+  return {2.0 * m * k * double(n) / t / 1e9, pd.impl_info_str()};
+}
+
+std::string best_cpu_backend(const attn::AttentionShape& shape) {
+  const DeviceInfo device = detect_device_info();
+  std::string best = "reference";
+  int priority = -1;
+  for (const auto* d : attn::attention_registry().list()) {
+    if (d->device != attn::Device::kCpu || d->name == "reference") continue;
+    if (!d->unsupported_reasons(device, shape).empty()) continue;
+    if (d->priority > priority) best = d->name, priority = d->priority;
+  }
+  return best;
+}
+
+// KV pages for every layer, handed out in order.
+struct KvPool {
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<attn::LayerKvCache> caches;
+  int num_pages = 0, next = 0, page_size = 16;
+
+  KvPool(const ModelConfig& c, int pages) : num_pages(pages) {
+    const size_t bytes = size_t(pages) * page_size * c.kv_size() * 2;
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      storage.emplace_back(bytes);
+      storage.emplace_back(bytes);
+      caches.push_back({storage[2 * l].data(), storage[2 * l + 1].data(), pages, page_size,
+                        c.num_key_value_heads, c.head_dim, DType::kBF16});
+    }
+  }
+  std::vector<int32_t> take(int tokens) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < (tokens + page_size - 1) / page_size; ++i) {
+      SPINDLE_CHECK(next < num_pages, "bench KV pool exhausted");
+      t.push_back(next++);
+    }
+    return t;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    const Args args = parse_args(argc, argv);
+    ThreadPool& pool = ThreadPool::global();
+    const DeviceInfo device = detect_device_info();
+    std::printf("cpu: %s, %d threads in ThreadPool::global()\n", device.cpu.model_name.c_str(), pool.num_threads());
+    const double bw = bench::memory_read_gbps(pool);
+    std::printf("memory read bandwidth (1 GiB streaming sum, all threads): %.1f GB/s\n", bw);
+
+    std::filesystem::path dir = args.model_dir;
+    std::unique_ptr<bench::TempDir> temp;
+    if (dir.empty()) {
+      temp = std::make_unique<bench::TempDir>();
+      dir = temp->path();
+      bench::BenchModelShape shape = bench::llama_3_2_1b_shape();
+      shape.num_hidden_layers = args.layers;
+      const double t0 = bench::now_s();
+      const uint64_t bytes = bench::write_bench_model(dir, shape);
+      std::printf("wrote random bf16 Llama-3.2-1B-shaped model (%d layers): %.2f GB in %.1f s\n",
+                  shape.num_hidden_layers, bytes / 1e9, bench::now_s() - t0);
+    }
+    double t0 = bench::now_s();
+    auto model = Model::load(dir);
+    const ModelConfig& c = model->config();
+    std::printf("loaded %s in %.2f s: weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers\n",
+                dir.string().c_str(), bench::now_s() - t0, model->weight_bytes() / 1e9,
+                model->linear_kernel_name(), model->num_fused_gate_up(), c.num_hidden_layers);
+
+    // Bytes a decode step reads: every projection and the LM head once (bf16 or f32 as stored).
+    const double elem = double(dtype_size(c.torch_dtype));
+    const double h = c.hidden_size, im = c.intermediate_size, v = c.vocab_size;
+    const double layer_params = h * c.q_size() + 2 * h * c.kv_size() + c.q_size() * h + 3 * h * im;
+    const double linear_params = layer_params * c.num_hidden_layers;
+    const double step_weight_bytes = (linear_params + v * h) * elem;
+    const double kv_token_bytes = double(c.num_hidden_layers) * 2 * c.kv_size() * 2;  // bf16 KV
+
+    // Prefill yardstick: oneDNN at the MLP shape, f32 (the exact path) and bf16 where supported.
+    auto [mm32, mm32_impl] = onednn_matmul(dnnl::memory::data_type::f32, args.prompt, c.hidden_size, c.intermediate_size);
+    std::printf("oneDNN matmul f32 %dx%dx%d: %.1f GFLOP/s (impl %s)\n", args.prompt, c.hidden_size,
+                c.intermediate_size, mm32, mm32_impl.c_str());
+    double mm16 = 0;
+    try {
+      auto [rate, impl] = onednn_matmul(dnnl::memory::data_type::bf16, args.prompt, c.hidden_size, c.intermediate_size);
+      mm16 = rate;
+      std::printf("oneDNN matmul bf16 %dx%dx%d: %.1f GFLOP/s (impl %s)\n", args.prompt, c.hidden_size,
+                  c.intermediate_size, rate, impl.c_str());
+    } catch (const dnnl::error& e) {
+      std::printf("oneDNN matmul bf16: unavailable on this CPU (%s)\n", e.what());
+    }
+
+    const attn::AttentionShape shape = model->attention_shape(DType::kBF16, 16);
+    const std::string backend_name = best_cpu_backend(shape);
+    auto backend = attn::create_attention_backend(backend_name, shape, {});
+    model->set_attention_backends(backend.get(), backend.get());
+    const int max_batch = 16;
+    const int per_seq = args.context + args.steps + 2;
+    KvPool kv(c, max_batch * ((per_seq + 15) / 16) + (args.prompt + 15) / 16);
+    model->bind_kv_caches(kv.caches);
+    std::printf("attention backend %s, bf16 KV, page 16; %.2f GB of KV pages\n", backend_name.c_str(),
+                kv.num_pages * 16 * kv_token_bytes / 1e9);
+    std::mt19937 rng(1);
+    std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
+
+    // Prefill: one sequence of args.prompt tokens, logits for the last.
+    {
+      attn::BatchMetadata batch;
+      batch.sequences.push_back({args.prompt, 0, kv.take(args.prompt)});
+      std::vector<int32_t> ids(args.prompt);
+      for (auto& id : ids) id = token(rng);
+      std::vector<float> logits(c.vocab_size);
+      const int64_t last = args.prompt - 1;
+      const double t = bench::best_time(2, [&] { model->forward(ids, batch, {&last, 1}, logits.data()); });
+      const double p = args.prompt;
+      const double attn_flops = 4.0 * p * p / 2 * c.head_dim * c.num_attention_heads * c.num_hidden_layers;
+      const double flops = 2 * linear_params * p + 2 * v * h + attn_flops;
+      const double tflops = flops / t / 1e12;
+      std::printf("\nprefill %d tokens: %.2f s, %.1f tokens/s, %.3f TFLOP/s (%.2f TFLOP: 2 x %.3g linear params x "
+                  "tokens + LM head row + causal attention)\n",
+                  args.prompt, t, p / t, tflops, flops / 1e12, linear_params);
+      std::printf("  vs oneDNN f32 matmul rate: %.1f%% (bound %.1f tokens/s)", 100 * tflops * 1e3 / mm32,
+                  p * mm32 * 1e9 / flops);
+      if (mm16 > 0) std::printf(", vs oneDNN bf16: %.1f%%", 100 * tflops * 1e3 / mm16);
+      std::printf("\n  memory bound (weights read once / bandwidth): %.0f tokens/s\n",
+                  p / (step_weight_bytes / (bw * 1e9)));
+    }
+
+    // Decode: `b` sequences with args.context cached tokens each, args.steps steps.
+    for (const int b : {1, max_batch}) {
+      std::vector<std::vector<int32_t>> tables;
+      kv.next = (args.prompt + 15) / 16;  // reuse the decode region
+      for (int s = 0; s < b; ++s) tables.push_back(kv.take(per_seq));
+      std::vector<int32_t> ids(b);
+      std::vector<int64_t> rows(b);
+      for (int s = 0; s < b; ++s) rows[s] = s;
+      std::vector<float> logits(size_t(b) * c.vocab_size);
+      auto step = [&](int i) {
+        attn::BatchMetadata batch;
+        for (int s = 0; s < b; ++s) {
+          const int cached = args.context + i;
+          std::vector<int32_t> table(tables[s].begin(), tables[s].begin() + (cached + 1 + 15) / 16);
+          batch.sequences.push_back({1, cached, std::move(table)});
+          ids[s] = token(rng);
+        }
+        model->forward(ids, batch, rows, logits.data());
+      };
+      step(0);  // warm-up
+      // The bound uses the higher of the start-of-run and a fresh bandwidth measurement (on a
+      // shared machine other load moves it; the higher one is the stricter bound).
+      const double bw_now = bench::memory_read_gbps(pool);
+      const double bw_bound = std::max(bw, bw_now);
+      const double start = bench::now_s();
+      for (int i = 1; i <= args.steps; ++i) step(i);
+      const double t = (bench::now_s() - start) / args.steps;
+      const double kv_bytes = b * (args.context + args.steps / 2.0) * kv_token_bytes;
+      const double bound_w = b / (step_weight_bytes / (bw_bound * 1e9));
+      const double bound_wkv = b / ((step_weight_bytes + kv_bytes) / (bw_bound * 1e9));
+      std::printf("\ndecode batch %d, %d cached tokens each: %.1f ms/step, %.2f tokens/s\n", b, args.context,
+                  t * 1e3, b / t);
+      std::printf("  memory read bandwidth now %.1f GB/s, bound uses %.1f GB/s\n", bw_now, bw_bound);
+      std::printf("  bound from bandwidth: %.2f tokens/s (weights %.2f GB/step) -> %.1f%%; with KV (%.3f GB/step): "
+                  "%.2f tokens/s -> %.1f%%; effective %.1f GB/s\n",
+                  bound_w, step_weight_bytes / 1e9, 100 * (b / t) / bound_w, kv_bytes / 1e9, bound_wkv,
+                  100 * (b / t) / bound_wkv, (step_weight_bytes + kv_bytes) / t / 1e9);
+    }
+    std::printf("\nworkspace_bytes after the run: %.1f MB\n", model->workspace_bytes() / 1e6);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

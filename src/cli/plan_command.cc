@@ -1,0 +1,151 @@
+// spindle plan MODEL_DIR [--dp-size N] [--kv-cache-dtype ...] [--page-size P] [--max-model-len L]
+//   [--max-total-tokens N|auto] [--mem-fraction F] [--max-num-batched-tokens N] [--json]:
+// the KV cache capacity plan (DESIGN.md section 3) for this model on this machine, per DP rank,
+// and how many sequences of max_model_len fit at once. Weights are only mapped (headers read),
+// so it takes well under a second. Until the model forward exists the workspace is estimated
+// (config::estimate_workspace_bytes) and says so.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "config/kv_config.h"
+#include "config/server_config.h"
+#include "kv/capacity_planner.h"
+#include "model/model_config.h"
+#include "model/safetensors.h"
+#include "model/weight_map.h"
+#include "platform/memory_info.h"
+#include "util/error.h"
+
+namespace spindle::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model_dir;
+  config::ServerConfig flags;  // --kv-cache-dtype, --page-size
+  config::KvFlags kv_flags;
+  std::string memory_root = "/";  // hidden: read /proc and cgroup files under this root (tests)
+  bool json = false;
+};
+
+nlohmann::json plan_json(const std::string& dir, const ModelConfig& model, const kv::KvLayout& layout,
+                         const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : p.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"first_page", r.first_page},
+                     {"num_pages", r.num_pages},
+                     {"max_total_tokens", r.max_total_tokens},
+                     {"kv_bytes", r.kv_bytes}});
+  }
+  return {{"model_dir", dir},
+          {"architecture", architecture_name(model.architecture)},
+          {"usable_bytes", p.usable_bytes},
+          {"usable_bound", p.usable_bound},
+          {"weight_bytes", p.weight_bytes},
+          {"weights_subtracted", p.weights_subtracted},
+          {"workspace_bytes_per_rank", p.workspace_bytes},
+          {"workspace_source", p.workspace_source},
+          {"max_num_batched_tokens", p.max_num_batched_tokens},
+          {"reserve_bytes", p.reserve_bytes},
+          {"budget_bytes", p.budget_bytes},
+          {"mem_fraction", p.mem_fraction},
+          {"dp_size", p.dp_size},
+          {"kv_budget_bytes_per_rank", p.kv_budget_bytes_per_rank},
+          {"kv_cache_dtype", dtype_name(layout.dtype)},
+          {"kv_bytes_per_token", p.kv_bytes_per_token},
+          {"page_size", p.page_size},
+          {"bytes_per_page", p.bytes_per_page},
+          {"max_total_tokens_source", p.explicit_max_total_tokens ? "explicit" : "auto"},
+          {"auto_max_total_tokens_per_rank", p.auto_max_total_tokens},
+          {"capped_by_page_ids", p.capped_by_page_ids},
+          {"max_total_tokens_per_rank", p.max_total_tokens},
+          {"num_pages_per_rank", p.num_pages_per_rank},
+          {"num_pages", p.num_pages()},
+          {"kv_bytes_per_rank", p.kv_bytes_per_rank},
+          {"max_model_len", p.max_model_len},
+          {"pages_per_sequence", p.pages_per_sequence},
+          {"num_sequences_per_rank", p.num_sequences_per_rank},
+          {"num_sequences", p.num_sequences_per_rank * p.dp_size},
+          {"prefix_cache", kv_config.enable_prefix_cache},
+          {"ranks", ranks}};
+}
+
+void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLayout& layout,
+                const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p) {
+  fmt::print("KV cache plan for {} ({}, {} KV, page {}, dp {})\n", dir, architecture_name(model.architecture),
+             dtype_name(layout.dtype), p.page_size, p.dp_size);
+  fmt::print("  usable memory       {:>12}  bound: {}\n", format_bytes(p.usable_bytes), p.usable_bound);
+  if (p.weights_subtracted) {
+    fmt::print("  - weights           {:>12}  tensor bytes as loaded (mmap)\n", format_bytes(p.weight_bytes));
+  }
+  const std::string how = p.workspace_source == "measured"
+                              ? fmt::format("measured: profiling forward at {} tokens", p.max_num_batched_tokens)
+                              : fmt::format("estimated: f32 activations of one forward at {} tokens "
+                                            "(no profiling forward yet)",
+                                            p.max_num_batched_tokens);
+  fmt::print("  - workspace         {:>12}  x {} rank(s); {}\n", format_bytes(p.workspace_bytes), p.dp_size, how);
+  fmt::print("  - reserve           {:>12}  max(256 MiB, 5% of usable)\n", format_bytes(p.reserve_bytes));
+  fmt::print("  = budget            {:>12}\n", format_bytes(p.budget_bytes));
+  fmt::print("  KV budget per rank  {:>12}  budget x mem fraction {} / {} rank(s)\n",
+             format_bytes(p.kv_budget_bytes_per_rank), p.mem_fraction, p.dp_size);
+  fmt::print("  KV per token        {:>12}  {} layers x 2 x {} KV heads x {} x {} B\n",
+             format_bytes(p.kv_bytes_per_token), layout.num_layers, layout.num_kv_heads, layout.head_dim,
+             dtype_size(layout.dtype));
+  fmt::print("  page                {:>12}  {} tokens\n", format_bytes(p.bytes_per_page), p.page_size);
+  fmt::print("  max total tokens    {:>12}  per rank ({}{}), {} pages, {}\n", p.max_total_tokens,
+             p.explicit_max_total_tokens ? "explicit" : "auto",
+             p.capped_by_page_ids ? ", capped by the int32 page-id range" : "", p.num_pages_per_rank,
+             format_bytes(p.kv_bytes_per_rank));
+  fmt::print("  sequences of {} tokens at once: {} per rank, {} in all\n", p.max_model_len,
+             p.num_sequences_per_rank, p.num_sequences_per_rank * p.dp_size);
+  fmt::print("  prefix cache        {}\n", kv_config.enable_prefix_cache ? "on" : "off (--disable-prefix-cache)");
+  for (const auto& r : p.ranks) {
+    fmt::print("  rank {}: pages [{}, {}), {} tokens, {}\n", r.rank, r.first_page, r.first_page + r.num_pages,
+               r.max_total_tokens, format_bytes(r.kv_bytes));
+  }
+}
+
+void run_plan(const PlanArgs& args) {
+  SPINDLE_CHECK(!args.model_dir.empty(), "plan needs a MODEL_DIR (a Hugging Face model folder)");
+  const ModelConfig model = load_model_config(args.model_dir);
+  const Checkpoint checkpoint(args.model_dir);
+  check_weights(model, checkpoint);
+  const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
+
+  // resolve() decides the KV dtype and page size; of the machine it needs only the memory here.
+  DeviceInfo device;
+  device.memory = read_memory_info(args.memory_root);
+  const config::ResolvedConfig resolved = config::resolve(
+      args.flags, device, {model.num_attention_heads, model.num_key_value_heads, model.head_dim});
+  const config::ResolvedKvConfig kv_config = config::resolve_kv(args.kv_flags, model);
+  const kv::KvLayout layout = config::kv_layout_for(model, resolved.kv_dtype, resolved.page_size);
+  const kv::KvPlan plan = config::plan_kv_cache(kv_config, layout, model, device.memory, weight_bytes);
+  if (args.json) {
+    std::cout << plan_json(args.model_dir, model, layout, kv_config, plan).dump(2) << std::endl;
+  } else {
+    print_plan(args.model_dir, model, layout, kv_config, plan);
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand("plan", "Show the KV cache capacity plan for a model on this machine");
+  cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
+  cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16 or f32");
+  cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
+  config::add_kv_flags(*cmd, args->kv_flags);
+  cmd->add_option("--memory-root", args->memory_root, "Read /proc and cgroup files under this root (tests)")
+      ->group("");
+  cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->callback([args] { run_plan(*args); });
+}
+
+}  // namespace spindle::cli

@@ -1,0 +1,102 @@
+#include "config/kv_config.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <charconv>
+
+#include "util/error.h"
+
+namespace spindle::config {
+namespace {
+
+std::optional<int64_t> parse_max_total_tokens(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  SPINDLE_CHECK(ec == std::errc() && end == text.data() + text.size() && value > 0,
+                "--max-total-tokens must be auto or a positive number of tokens per DP rank, got '{}'", text);
+  return value;
+}
+
+}  // namespace
+
+ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model) {
+  ResolvedKvConfig r;
+  r.max_total_tokens = parse_max_total_tokens(flags.max_total_tokens);
+  SPINDLE_CHECK(flags.mem_fraction == 0 || (flags.mem_fraction > 0 && flags.mem_fraction <= 1),
+                "--mem-fraction {} must be in (0, 1]", flags.mem_fraction);
+  r.mem_fraction = flags.mem_fraction > 0 ? flags.mem_fraction : kDefaultMemFraction;
+  SPINDLE_CHECK(flags.max_num_batched_tokens >= 0, "--max-num-batched-tokens {} must be positive",
+                flags.max_num_batched_tokens);
+  r.max_num_batched_tokens =
+      flags.max_num_batched_tokens > 0 ? flags.max_num_batched_tokens : kDefaultMaxNumBatchedTokens;
+  SPINDLE_CHECK(flags.max_model_len >= 0, "--max-model-len {} must be positive", flags.max_model_len);
+  SPINDLE_CHECK(flags.max_model_len <= model.max_position_embeddings,
+                "--max-model-len {} exceeds the model's max_position_embeddings {}", flags.max_model_len,
+                model.max_position_embeddings);
+  r.max_model_len = flags.max_model_len > 0 ? flags.max_model_len : model.max_position_embeddings;
+  SPINDLE_CHECK(flags.dp_size >= 0, "--dp-size {} must be at least 1", flags.dp_size);
+  r.dp_size = flags.dp_size > 0 ? flags.dp_size : 1;
+  r.enable_prefix_cache = !flags.disable_prefix_cache;
+  return r;
+}
+
+void add_kv_flags(CLI::App& app, KvFlags& f) {
+  app.add_option("--max-total-tokens", f.max_total_tokens,
+                 "KV cache capacity in tokens per DP rank, or auto (sized from free memory)");
+  app.add_option("--mem-fraction", f.mem_fraction,
+                 "Fraction of the budget left after weights, workspace and reserve given to the KV cache (0.90)");
+  app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
+                 "Largest number of tokens in one forward; sizes the workspace (2048)");
+  app.add_option("--max-model-len", f.max_model_len, "Longest sequence served (the model's max_position_embeddings)");
+  app.add_option("--dp-size", f.dp_size, "Data-parallel ranks, each with its own KV pool (1)");
+  app.add_flag("--disable-prefix-cache", f.disable_prefix_cache, "Do not share KV pages between common prefixes");
+}
+
+kv::KvLayout kv_layout_for(const ModelConfig& model, DType kv_dtype, int page_size, int tp_size) {
+  SPINDLE_CHECK(tp_size >= 1, "tensor-parallel size {} must be at least 1", tp_size);
+  kv::KvLayout layout;
+  layout.num_layers = model.num_hidden_layers;
+  layout.num_kv_heads = std::max(1, model.num_key_value_heads / tp_size);
+  layout.head_dim = model.head_dim;
+  layout.dtype = kv_dtype;
+  layout.page_size = page_size;
+  layout.check();
+  return layout;
+}
+
+uint64_t estimate_workspace_bytes(const ModelConfig& m, int max_num_batched_tokens) {
+  SPINDLE_CHECK(max_num_batched_tokens > 0, "--max-num-batched-tokens {} must be positive", max_num_batched_tokens);
+  const uint64_t floats_per_token = 3 * uint64_t(m.hidden_size) + 2 * uint64_t(m.q_size()) +
+                                    2 * uint64_t(m.kv_size()) + 2 * uint64_t(m.intermediate_size) +
+                                    uint64_t(m.vocab_size);
+  return uint64_t(max_num_batched_tokens) * sizeof(float) * floats_per_token;
+}
+
+kv::KvPlan plan_kv_cache(const ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
+                         const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe,
+                         bool usable_after_weights) {
+  kv::KvPlanInput in;
+  in.usable_bytes = memory.usable_bytes;
+  in.usable_bound = memory.bound;
+  in.usable_after_weights = usable_after_weights;
+  in.weight_bytes = weight_bytes;
+  in.max_num_batched_tokens = config.max_num_batched_tokens;
+  if (probe) {
+    in.workspace_bytes = probe(config.max_num_batched_tokens);
+    in.workspace_source = "measured";
+  } else {
+    in.workspace_bytes = estimate_workspace_bytes(model, config.max_num_batched_tokens);
+    in.workspace_source = "estimated";
+  }
+  in.kv_bytes_per_token = layout.bytes_per_token();
+  in.page_size = layout.page_size;
+  in.mem_fraction = config.mem_fraction;
+  in.dp_size = config.dp_size;
+  in.max_model_len = config.max_model_len;
+  in.max_total_tokens = config.max_total_tokens;
+  return kv::plan_kv_capacity(in);
+}
+
+}  // namespace spindle::config

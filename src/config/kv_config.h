@@ -1,0 +1,75 @@
+// The KV cache flags and their defaults, and the glue from a model and this machine to the
+// capacity planner (kv/capacity_planner.h). Defaults are decided here, in resolve_kv(), and
+// nowhere else; it is meant to be called from config::resolve() once ServerConfig holds KvFlags.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "kv/capacity_planner.h"
+#include "kv/kv_layout.h"
+#include "model/model_config.h"
+#include "platform/memory_info.h"
+
+namespace CLI {
+class App;
+}
+
+namespace spindle::config {
+
+inline constexpr double kDefaultMemFraction = 0.90;
+inline constexpr int kDefaultMaxNumBatchedTokens = 2048;
+
+// The flags. "auto" and 0 mean "let resolve_kv() decide".
+struct KvFlags {
+  std::string max_total_tokens = "auto";  // "auto" or a positive integer: tokens per DP rank
+  double mem_fraction = 0;                // 0: kDefaultMemFraction
+  int max_num_batched_tokens = 0;         // 0: kDefaultMaxNumBatchedTokens
+  int max_model_len = 0;                  // 0: the model's max_position_embeddings
+  int dp_size = 0;                        // 0: 1
+  bool disable_prefix_cache = false;
+};
+
+struct ResolvedKvConfig {
+  std::optional<int64_t> max_total_tokens;  // per DP rank; nullopt: auto
+  double mem_fraction = kDefaultMemFraction;
+  int max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
+  int max_model_len = 0;
+  int dp_size = 1;
+  bool enable_prefix_cache = true;
+};
+
+// Throws spindle::Error on a bad value: max_total_tokens neither auto nor a positive integer,
+// mem_fraction outside (0, 1], a negative count, max_model_len above max_position_embeddings.
+ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model);
+
+// Registers --max-total-tokens, --mem-fraction, --max-num-batched-tokens, --max-model-len,
+// --dp-size and --disable-prefix-cache.
+void add_kv_flags(CLI::App& app, KvFlags& flags);
+
+// The KV geometry of one tensor-parallel rank: max(1, num_key_value_heads / tp_size) KV heads.
+kv::KvLayout kv_layout_for(const ModelConfig& model, DType kv_dtype, int page_size, int tp_size = 1);
+
+// Peak workspace bytes of one forward over max_num_batched_tokens tokens, measured by a profiling
+// forward of the model (wired by the engine once the forward exists).
+using WorkspaceProbe = std::function<uint64_t(int max_num_batched_tokens)>;
+
+// Until the probe exists: the f32 activation buffers of one forward over T tokens, reused across
+// layers (H hidden, Q = heads * head_dim, K = kv_heads * head_dim, I intermediate, V vocab):
+//   T * 4 * (3H      residual, normed input, projection output
+//            + Q + 2K  q, k, v
+//            + Q       attention output
+//            + 2I      gate and up (the activation is applied in place)
+//            + V)      logits (a decode step of T sequences samples T rows)
+uint64_t estimate_workspace_bytes(const ModelConfig& model, int max_num_batched_tokens);
+
+// Plans the KV cache for this model on this memory: the probe's measurement when given
+// (workspace_source "measured"), else estimate_workspace_bytes ("estimated"). weight_bytes: the
+// bytes of weights loaded; usable_after_weights: memory was read with them already resident.
+kv::KvPlan plan_kv_cache(const ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
+                         const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe = {},
+                         bool usable_after_weights = false);
+
+}  // namespace spindle::config

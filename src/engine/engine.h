@@ -1,0 +1,87 @@
+// The engine: one thread that owns the scheduler, the KV pages and the model, and runs steps.
+//
+// Clients (HTTP handlers, `spindle generate`) call submit() from any thread and read the
+// returned RequestStream. Each step: schedule (admit waiting requests by free pages, reuse
+// prefix-cache pages, chunk long prompts, preempt the newest request by recompute when pages run
+// out) -> one model forward over every scheduled token -> sample -> detokenize, match stop
+// strings -> push events -> free the pages of finished or cancelled requests.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "engine/request_stream.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace spindle::engine {
+
+// submit() when the waiting queue is full: the server answers 503.
+class EngineOverloaded : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  int max_queued_requests = 1024;
+  std::string model_name;
+};
+
+class Engine {
+ public:
+  // Borrows everything; they must outlive the engine. The KV pool's caches must already be bound
+  // to the model.
+  Engine(Model& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
+         kv::PagePool& pool, Metrics& metrics, EngineOptions options);
+  ~Engine();
+
+  void start();
+  void stop();
+
+  // Thread-safe. The prompt must already be validated (length, vocabulary); params too.
+  // Throws EngineOverloaded when max_queued_requests are waiting.
+  std::shared_ptr<RequestStream> submit(std::vector<int> prompt, SamplingParams params);
+
+  // Helpers for clients (thread-safe: the tokenizer is immutable).
+  const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
+  const tokenizer::ChatTemplate* chat_template() const { return chat_template_; }
+  int max_model_len() const { return options_.scheduler.max_model_len; }
+  const std::string& model_name() const { return options_.model_name; }
+  Metrics& metrics() { return metrics_; }
+  // check_integrity() of the KV pool, run on the engine thread between steps (for tests).
+  bool kv_integrity_ok();
+
+ private:
+  void loop();
+  void run_step();
+
+  Model& model_;
+  const tokenizer::Tokenizer& tokenizer_;
+  const tokenizer::ChatTemplate* chat_template_;
+  Metrics& metrics_;
+  EngineOptions options_;
+  Scheduler scheduler_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Request>> incoming_;
+  bool stopping_ = false;
+  std::atomic<uint64_t> next_id_{1};
+  std::thread thread_;
+  std::vector<float> logits_;
+};
+
+}  // namespace spindle::engine

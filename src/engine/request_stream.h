@@ -1,0 +1,50 @@
+// The channel between the engine thread (producer) and the one client of a request (consumer:
+// an HTTP handler or `spindle generate`). Thread-safe; the consumer may cancel, and the engine
+// frees the request's pages at its next step.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace spindle::engine {
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "abort", "error"
+
+// One event of a request's output. Text deltas never split a UTF-8 sequence or a stop string.
+struct RequestOutput {
+  std::string text;                     // new text since the last event
+  std::vector<int> tokens;              // new tokens since the last event
+  std::vector<SampledToken> logprobs;   // one per token when logprobs were requested
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;            // so far
+  int num_cached_prompt_tokens = 0;     // served from the prefix cache
+  std::string error;                    // when finish_reason is kError
+};
+
+class RequestStream {
+ public:
+  void push(RequestOutput output);
+  // Waits up to `timeout` for the next event; false on timeout.
+  bool pop(RequestOutput& out, std::chrono::milliseconds timeout);
+  // Blocks until the next event.
+  RequestOutput pop();
+  void cancel();
+  bool cancelled() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<RequestOutput> queue_;
+  bool cancelled_ = false;
+};
+
+}  // namespace spindle::engine

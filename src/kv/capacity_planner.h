@@ -1,0 +1,98 @@
+// The KV capacity planner (DESIGN.md section 3): plain numbers in, a KvPlan out, no I/O.
+//
+// With one shared memory for all DP ranks (CPU), the weights are mapped once and shared, while
+// every rank runs its own forward and so needs its own workspace:
+//
+//   reserve            = max(256 MiB, usable / 20)                  (runtime and allocator overhead)
+//   budget             = usable - weights - dp_size * workspace - reserve
+//                        (weights are not subtracted when usable was measured after loading them,
+//                         as cudaMemGetInfo is)
+//   kv_bytes_per_rank  = floor(budget * mem_fraction / dp_size)     (mem_fraction at 1e-6 resolution)
+//   auto tokens/rank   = floor(kv_bytes_per_rank / kv_bytes_per_token), rounded down to whole pages
+//   max_total_tokens   = auto, or the explicit --max-total-tokens (per rank, rounded down to whole
+//                        pages), which must not exceed auto
+//   pages per rank     = max_total_tokens / page_size;  pool pages = dp_size * pages per rank
+//
+// Errors (spindle::Error, start-up stops): no budget left after weights, workspace and reserve;
+// an explicit max_total_tokens above what fits (stating the bytes it needs and those available);
+// a pool that cannot hold one sequence of max_model_len (naming the shortfall).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace spindle::kv {
+
+inline constexpr uint64_t kMinReserveBytes = 256ull << 20;
+inline constexpr uint64_t kReserveDivisor = 20;  // 5% of usable
+// Page ids are int32 (page tables): the pool is capped at this many pages over all ranks.
+inline constexpr int64_t kMaxPoolPages = 0x7fffffff;
+
+// max(kMinReserveBytes, usable_bytes / kReserveDivisor).
+uint64_t reserve_bytes_for(uint64_t usable_bytes);
+
+struct KvPlanInput {
+  uint64_t usable_bytes = 0;
+  std::string usable_bound;           // which bound set usable_bytes (MemoryInfo::bound)
+  bool usable_after_weights = false;  // usable was measured with the weights already resident
+  uint64_t weight_bytes = 0;          // bytes of weights actually loaded (once, shared by ranks)
+  uint64_t workspace_bytes = 0;       // peak workspace of one forward at max_num_batched_tokens, per rank
+  std::string workspace_source = "estimated";  // "estimated" or "measured"
+  int max_num_batched_tokens = 0;
+  uint64_t kv_bytes_per_token = 0;  // KvLayout::bytes_per_token()
+  int page_size = 16;
+  double mem_fraction = 0.90;  // (0, 1]
+  int dp_size = 1;
+  int max_model_len = 0;                        // one sequence of this length must fit in a rank
+  std::optional<int64_t> max_total_tokens;      // explicit, per rank; nullopt = auto
+};
+
+// One DP rank's share of the pool (global page ids).
+struct RankPlan {
+  int rank = 0;
+  int first_page = 0;
+  int num_pages = 0;
+  int64_t max_total_tokens = 0;
+  uint64_t kv_bytes = 0;  // num_pages * bytes_per_page
+};
+
+struct KvPlan {
+  uint64_t usable_bytes = 0;
+  std::string usable_bound;
+  uint64_t weight_bytes = 0;
+  bool weights_subtracted = true;
+  uint64_t workspace_bytes = 0;  // per rank
+  std::string workspace_source;
+  int max_num_batched_tokens = 0;
+  uint64_t reserve_bytes = 0;
+  uint64_t budget_bytes = 0;  // usable - weights - dp_size * workspace - reserve
+  double mem_fraction = 0;
+  int dp_size = 1;
+  uint64_t kv_budget_bytes_per_rank = 0;  // floor(budget * mem_fraction / dp_size)
+
+  uint64_t kv_bytes_per_token = 0;
+  int page_size = 0;
+  uint64_t bytes_per_page = 0;  // kv_bytes_per_token * page_size
+
+  int64_t auto_max_total_tokens = 0;  // per rank: what auto gives (after the page-id cap)
+  bool capped_by_page_ids = false;    // auto was lowered to kMaxPoolPages over all ranks
+  bool explicit_max_total_tokens = false;
+  int64_t max_total_tokens = 0;  // per rank, whole pages
+  int num_pages_per_rank = 0;
+  uint64_t kv_bytes_per_rank = 0;  // num_pages_per_rank * bytes_per_page
+
+  int max_model_len = 0;
+  int64_t pages_per_sequence = 0;      // ceil(max_model_len / page_size)
+  int64_t num_sequences_per_rank = 0;  // sequences of max_model_len that fit at once
+
+  std::vector<RankPlan> ranks;  // [dp_size]
+
+  int num_pages() const { return num_pages_per_rank * dp_size; }  // the whole pool
+};
+
+// Throws spindle::Error for invalid inputs and for the errors listed above.
+KvPlan plan_kv_capacity(const KvPlanInput& input);
+
+}  // namespace spindle::kv

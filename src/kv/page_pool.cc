@@ -1,0 +1,87 @@
+#include "kv/page_pool.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace spindle::kv {
+namespace {
+
+constexpr uint64_t kArrayAlignment = 4096;
+
+uint64_t round_up(uint64_t n, uint64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
+PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size) : layout_(layout), num_pages_(num_pages) {
+  layout_.check();
+  SPINDLE_CHECK(dp_size >= 1, "--dp-size {} must be at least 1", dp_size);
+  SPINDLE_CHECK(num_pages > 0 && num_pages % dp_size == 0,
+                "the KV pool needs a positive number of pages that is a multiple of --dp-size {} (got {})", dp_size,
+                num_pages);
+  array_stride_ = round_up(uint64_t(num_pages) * layout_.bytes_per_layer_page(), kArrayAlignment);
+  mapped_bytes_ = static_cast<size_t>(array_stride_ * 2 * uint64_t(layout_.num_layers));
+  void* memory = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  SPINDLE_CHECK(memory != MAP_FAILED, "cannot map {} bytes for the KV cache ({} pages): {}", mapped_bytes_, num_pages,
+                std::strerror(errno));
+  memory_ = memory;
+  for (int r = 0; r < dp_size; ++r) {
+    allocators_.push_back(std::make_unique<PageAllocator>(num_pages / dp_size, layout_.page_size));
+  }
+}
+
+PagePool::~PagePool() {
+  if (memory_ != nullptr) munmap(memory_, mapped_bytes_);
+}
+
+int PagePool::first_page(int rank) const {
+  SPINDLE_CHECK(rank >= 0 && rank < dp_size(), "DP rank {} is outside [0, {})", rank, dp_size());
+  return static_cast<int>(int64_t{rank} * num_pages_ / dp_size());
+}
+
+uint64_t PagePool::num_bytes() const {
+  return 2 * uint64_t(layout_.num_layers) * uint64_t(num_pages_) * layout_.bytes_per_layer_page();
+}
+
+PageAllocator& PagePool::allocator(int rank) {
+  SPINDLE_CHECK(rank >= 0 && rank < dp_size(), "DP rank {} is outside [0, {})", rank, dp_size());
+  return *allocators_[static_cast<size_t>(rank)];
+}
+
+const PageAllocator& PagePool::allocator(int rank) const {
+  SPINDLE_CHECK(rank >= 0 && rank < dp_size(), "DP rank {} is outside [0, {})", rank, dp_size());
+  return *allocators_[static_cast<size_t>(rank)];
+}
+
+std::vector<attn::LayerKvCache> PagePool::layer_caches() const {
+  std::vector<attn::LayerKvCache> caches;
+  caches.reserve(static_cast<size_t>(layout_.num_layers));
+  for (int layer = 0; layer < layout_.num_layers; ++layer) {
+    attn::LayerKvCache c;
+    c.k_pages = array(layer, 0, 0);
+    c.v_pages = array(layer, 1, 0);
+    c.num_pages = num_pages_;
+    c.page_size = layout_.page_size;
+    c.num_kv_heads = layout_.num_kv_heads;
+    c.head_dim = layout_.head_dim;
+    c.dtype = layout_.dtype;
+    caches.push_back(c);
+  }
+  return caches;
+}
+
+std::byte* PagePool::array(int layer, int which, int global_page) const {
+  SPINDLE_CHECK(layer >= 0 && layer < layout_.num_layers, "layer {} is outside [0, {})", layer, layout_.num_layers);
+  SPINDLE_CHECK(global_page >= 0 && global_page < num_pages_, "page {} is outside the pool [0, {})", global_page,
+                num_pages_);
+  return static_cast<std::byte*>(memory_) + array_stride_ * (2 * uint64_t(layer) + uint64_t(which)) +
+         uint64_t(global_page) * layout_.bytes_per_layer_page();
+}
+
+std::byte* PagePool::k_page(int layer, int global_page) const { return array(layer, 0, global_page); }
+std::byte* PagePool::v_page(int layer, int global_page) const { return array(layer, 1, global_page); }
+
+}  // namespace spindle::kv

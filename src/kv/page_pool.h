@@ -1,0 +1,67 @@
+// PagePool: the KV cache memory, fixed pages of page_size tokens holding every layer's K and V,
+// and one PageAllocator per DP rank over that rank's pages.
+//
+// Memory: for each layer, a K array and a V array, each
+//   [num_pages, page_size, num_kv_heads, head_dim] of layout.dtype (bf16 or f32),
+// each starting on a 4096-byte boundary, zeroed and committed up front (one anonymous mapping,
+// MAP_POPULATE), so a pool too large for the machine fails at start-up rather than mid-request.
+//
+// Data parallelism: the pool holds every rank's pages; rank r owns the global pages
+// [r * num_pages / dp_size, (r + 1) * num_pages / dp_size) (attn/attention_types.h), so
+// num_pages must be a multiple of dp_size. allocator(r) hands out rank-local ids
+// [0, num_pages_per_rank()), the ids page tables hold; global = first_page(r) + local.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "attn/attention_types.h"
+#include "kv/kv_layout.h"
+#include "kv/page_allocator.h"
+
+namespace spindle::kv {
+
+class PagePool {
+ public:
+  // num_pages: the whole pool, every rank's pages. Throws when the layout is invalid, num_pages
+  // is not a positive multiple of dp_size, or the memory cannot be mapped.
+  PagePool(const KvLayout& layout, int num_pages, int dp_size = 1);
+  ~PagePool();
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
+
+  const KvLayout& layout() const { return layout_; }
+  int num_pages() const { return num_pages_; }
+  int dp_size() const { return static_cast<int>(allocators_.size()); }
+  int num_pages_per_rank() const { return num_pages_ / dp_size(); }
+  // The first global page of a rank's range.
+  int first_page(int rank) const;
+  // Bytes of K and V held: 2 * num_layers * num_pages * layout.bytes_per_layer_page() (before
+  // alignment padding).
+  uint64_t num_bytes() const;
+
+  // The rank's allocator (rank-local page ids).
+  PageAllocator& allocator(int rank = 0);
+  const PageAllocator& allocator(int rank = 0) const;
+
+  // One entry per layer, each covering the whole pool (all ranks), for bind_kv_caches().
+  std::vector<attn::LayerKvCache> layer_caches() const;
+
+  // The K (or V) bytes of one layer's page: [page_size, num_kv_heads, head_dim] of dtype.
+  std::byte* k_page(int layer, int global_page) const;
+  std::byte* v_page(int layer, int global_page) const;
+
+ private:
+  std::byte* array(int layer, int which, int global_page) const;  // which: 0 K, 1 V
+
+  KvLayout layout_;
+  int num_pages_ = 0;
+  uint64_t array_stride_ = 0;  // bytes between consecutive arrays (K0, V0, K1, V1, ...)
+  void* memory_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  std::vector<std::unique_ptr<PageAllocator>> allocators_;  // [dp_size]
+};
+
+}  // namespace spindle::kv

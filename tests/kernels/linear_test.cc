@@ -1,0 +1,165 @@
+// Linear kernels (kernels/cpu/linear.h) against the float64 reference.
+//
+// Tolerances, per output element y[i, j], relative to the magnitude of its terms
+// S = sum_t |x[i, t] * w[j, t]| + |bias[j]|:
+//   f32 accumulation (avx2, avx512, onednn_f32, auto by default): |y - ref| <= 1e-5 * S + 1e-30
+//   bf16 activations (onednn_bf16, x rounded to bf16 = relative 2^-9 per term): |y - ref| <= 1e-2 * S
+// Shapes: m in {1, 2, 3, 7, 16, 17, 64, 129} (both sides of kLinearDirectMaxRows),
+// in in {1, 13, 64, 80, 136, 2048} (13 and 1 exercise the non-vector k tail), out in {1, 15, 96, 257};
+// bf16 and f32 weights, with and without bias; y is poisoned with NaN before every call.
+// Variants whose ISA this CPU lacks are skipped with the reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/linear.h"
+#include "util/error.h"
+#include "util/half.h"
+#include "util/thread_pool.h"
+
+namespace spindle::kernels::cpu {
+namespace {
+
+constexpr double kF32Tolerance = 1e-5;
+constexpr double kBf16ActivationTolerance = 1e-2;
+constexpr int64_t kMs[] = {1, 2, 3, 7, 16, 17, 64, 129};
+constexpr int64_t kIns[] = {1, 13, 64, 80, 136, 2048};
+constexpr int64_t kOuts[] = {1, 15, 96, 257};
+
+struct Case {
+  int64_t m, in, out;
+  DType dtype;
+  bool with_bias;
+};
+
+struct Data {
+  std::vector<float> x, bias, w32, expected, scale;
+  std::vector<uint16_t> w16;
+  LinearWeight weight;
+};
+
+Data make_data(const Case& c, std::mt19937& rng) {
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  Data d;
+  d.x.resize(c.m * c.in);
+  for (auto& v : d.x) v = uni(rng);
+  d.weight = {nullptr, c.dtype, c.out, c.in};
+  if (c.dtype == DType::kBF16) {
+    d.w16.resize(c.out * c.in);
+    for (auto& v : d.w16) v = float_to_bf16_bits(uni(rng));
+    d.weight.data = d.w16.data();
+  } else {
+    d.w32.resize(c.out * c.in);
+    for (auto& v : d.w32) v = uni(rng);
+    d.weight.data = d.w32.data();
+  }
+  if (c.with_bias) {
+    d.bias.resize(c.out);
+    for (auto& v : d.bias) v = uni(rng);
+  }
+  d.expected.assign(c.m * c.out, 0.0f);
+  make_reference_linear_kernel(d.weight)->forward(d.x.data(), c.m, d.expected.data(), nullptr,
+                                                  c.with_bias ? d.bias.data() : nullptr);
+  d.scale.resize(c.m * c.out);
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.out; ++j) {
+      double s = c.with_bias ? std::fabs(d.bias[j]) : 0.0;
+      for (int64_t t = 0; t < c.in; ++t) {
+        const double w = c.dtype == DType::kBF16 ? bf16_bits_to_float(d.w16[j * c.in + t]) : d.w32[j * c.in + t];
+        s += std::fabs(d.x[i * c.in + t] * w);
+      }
+      d.scale[i * c.out + j] = static_cast<float>(s);
+    }
+  }
+  return d;
+}
+
+// Runs `name` over every shape and weight dtype it serves; failures are reported per element.
+void check_variant(const std::string& name, double tolerance, const LinearOptions& options = {}) {
+  std::vector<uint16_t> probe(64 * 64);
+  const std::string reason = linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 64, 64}, options);
+  if (!reason.empty()) GTEST_SKIP() << name << ": " << reason;
+  ThreadPool pool(3);  // more threads than this VM's cores: exercises the split, not the speed
+  std::mt19937 rng(42);
+  int checked = 0;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (int64_t in : kIns) {
+      for (int64_t out : kOuts) {
+        for (int64_t m : kMs) {
+          const Case c{m, in, out, dtype, (m + in + out) % 2 == 0};
+          const Data d = make_data(c, rng);
+          // Variants that serve only one weight dtype (onednn_bf16) skip the other one.
+          if (!linear_kernel_unsupported_reason(name, d.weight, options).empty()) continue;
+          auto kernel = make_named_linear_kernel(name, d.weight, options);
+          std::vector<float> y(m * out, std::numeric_limits<float>::quiet_NaN());
+          kernel->forward(d.x.data(), m, y.data(), &pool, c.with_bias ? d.bias.data() : nullptr);
+          int bad = 0;
+          for (int64_t e = 0; e < m * out && bad < 3; ++e) {
+            const double err = std::fabs(double{y[e]} - d.expected[e]);
+            if (!(err <= tolerance * d.scale[e] + 1e-30)) {
+              ++bad;
+              ADD_FAILURE() << kernel->name() << " " << dtype_name(dtype) << " m=" << m << " in=" << in
+                            << " out=" << out << " bias=" << c.with_bias << " y[" << e / out << "," << e % out
+                            << "] = " << y[e] << ", reference " << d.expected[e] << ", scale " << d.scale[e];
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GE(checked, std::size(kIns) * std::size(kOuts) * std::size(kMs));
+}
+
+TEST(LinearTest, Avx2MatchesReference) { check_variant("avx2", kF32Tolerance); }
+TEST(LinearTest, Avx512MatchesReference) { check_variant("avx512", kF32Tolerance); }
+TEST(LinearTest, OneDnnF32MatchesReference) { check_variant("onednn_f32", kF32Tolerance); }
+TEST(LinearTest, OneDnnBf16MatchesReferenceLoosely) { check_variant("onednn_bf16", kBf16ActivationTolerance); }
+TEST(LinearTest, AutoMatchesReference) { check_variant("auto", kF32Tolerance); }
+TEST(LinearTest, AutoWithBf16ActivationsMatchesReferenceLoosely) {
+  check_variant("auto", kBf16ActivationTolerance, LinearOptions{.allow_bf16_activations = true});
+}
+
+TEST(LinearTest, BothBiasCasesAreCovered) {
+  // check_variant picks the bias from the parity of m + in + out: make sure both occur for every dtype.
+  int with = 0, without = 0;
+  for (int64_t in : kIns)
+    for (int64_t out : kOuts)
+      for (int64_t m : kMs) ((m + in + out) % 2 == 0 ? with : without)++;
+  EXPECT_GT(with, 50);
+  EXPECT_GT(without, 50);
+}
+
+TEST(LinearTest, AutoIsExactByDefault) {
+  std::vector<uint16_t> w(64 * 64);
+  const LinearWeight weight{w.data(), DType::kBF16, 64, 64};
+  const std::string name = make_linear_kernel(weight)->name();
+  EXPECT_EQ(name.find("bf16"), std::string::npos) << name;
+  EXPECT_NE(name.find("onednn_f32"), std::string::npos) << name;
+}
+
+TEST(LinearTest, RejectsBadWeightsAndNames) {
+  std::vector<uint16_t> w(16);
+  EXPECT_THROW(make_linear_kernel({w.data(), DType::kF16, 4, 4}), Error);
+  EXPECT_THROW(make_linear_kernel({w.data(), DType::kBF16, 0, 4}), Error);
+  EXPECT_THROW(make_linear_kernel({nullptr, DType::kBF16, 4, 4}), Error);
+  const LinearWeight ok{w.data(), DType::kBF16, 4, 4};
+  EXPECT_NE(linear_kernel_unsupported_reason("nope", ok).find("known: reference"), std::string::npos);
+  EXPECT_THROW(make_named_linear_kernel("nope", ok), Error);
+  EXPECT_EQ(linear_kernel_names().back(), "auto");
+}
+
+TEST(LinearTest, ZeroRowsWritesNothing) {
+  std::vector<float> w(8 * 8, 1.0f);
+  auto kernel = make_linear_kernel({w.data(), DType::kF32, 8, 8});
+  float y = 7.0f;
+  kernel->forward(nullptr, 0, &y, nullptr);
+  EXPECT_EQ(y, 7.0f);
+}
+
+}  // namespace
+}  // namespace spindle::kernels::cpu

@@ -1,0 +1,470 @@
+// The capacity planner against hand-computed plans (DESIGN.md section 3), the KV config glue
+// (defaults, layout, workspace estimate) and the budgets of the cgroup fixtures.
+//
+// The rule under test (kv/capacity_planner.h):
+//   reserve          = max(256 MiB, usable / 20)
+//   budget           = usable - weights - dp * workspace - reserve
+//   kv per rank      = floor(budget * mem_fraction / dp)
+//   pages per rank   = floor(kv per rank / (kv_bytes_per_token * page_size))
+//   max_total_tokens = pages * page_size;  sequences = pages / ceil(max_model_len / page_size)
+// Every expected number below is worked out by hand in the comment beside it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "config/kv_config.h"
+#include "kv/capacity_planner.h"
+#include "model/model_config.h"
+#include "model/weight_map.h"
+#include "platform/memory_info.h"
+#include "util/error.h"
+
+namespace spindle::kv {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kFixtures = SPINDLE_FIXTURES_DIR;
+
+ModelConfig fixture_model(const std::string& name) { return load_model_config(kFixtures + "/models/" + name); }
+
+// A Llama-2-7B-shaped MHA model (32 KV heads = 32 heads): none of the fixtures is MHA.
+ModelConfig mha_model() {
+  return parse_model_config(nlohmann::json{{"architectures", {"LlamaForCausalLM"}},
+                                           {"hidden_size", 4096},
+                                           {"intermediate_size", 11008},
+                                           {"num_hidden_layers", 32},
+                                           {"num_attention_heads", 32},
+                                           {"num_key_value_heads", 32},
+                                           {"vocab_size", 32000},
+                                           {"max_position_embeddings", 4096},
+                                           {"torch_dtype", "bfloat16"}},
+                            "mha config");
+}
+
+MemoryInfo memory_of(uint64_t usable, const std::string& bound = "MemAvailable") {
+  MemoryInfo m;
+  m.usable_bytes = usable;
+  m.bound = bound;
+  return m;
+}
+
+// Plans a model with the defaults (bf16 KV, page 16, mem fraction 0.90, 2048 batched tokens,
+// max_model_len = max_position_embeddings, auto) plus the given flags.
+KvPlan plan_for(const ModelConfig& model, const MemoryInfo& memory, uint64_t weight_bytes,
+                const config::KvFlags& flags = {}) {
+  const auto kv = config::resolve_kv(flags, model);
+  const auto layout = config::kv_layout_for(model, DType::kBF16, 16);
+  return config::plan_kv_cache(kv, layout, model, memory, weight_bytes);
+}
+
+constexpr uint64_t k32GiB = 34'359'738'368;      // 32 * 2^30
+constexpr uint64_t kReserve32GiB = 1'717'986'918;  // floor(34359738368 / 20) > 256 MiB
+
+struct ArchCase {
+  std::string fixture;
+  uint64_t num_parameters;      // by hand, checked against parameter_count
+  uint64_t kv_bytes_per_token;  // layers * 2 * kv_heads * head_dim * 2 (bf16)
+  uint64_t workspace_bytes;     // 2048 * 4 * (3H + 2Q + 2K + 2I + V)
+  uint64_t budget_bytes;        // 32 GiB - 2 * params - workspace - reserve
+  uint64_t kv_bytes_per_rank;   // floor(budget * 0.9)
+  int num_pages;                // floor(kv / (kv_bytes_per_token * 16))
+  int64_t num_sequences;        // pages / ceil(max_position_embeddings / 16)
+};
+
+// Llama-3.2-1B: H 2048, I 8192, 16 layers, 32 heads, 8 KV heads, head_dim 64, V 128256, tied.
+//   params  = V*H 262668288 + 16 * (q 2048*2048 + k 512*2048 + v 512*2048 + o 2048*2048
+//             + mlp 3*8192*2048 + norms 2*2048 = 60821504) + norm 2048 = 1235814400
+//   kv/tok  = 16 * 2 * 8 * 64 * 2 = 32768
+//   ws      = 2048 * 4 * (6144 + 4096 + 1024 + 16384 + 128256 = 155904) = 1277165568
+//   budget  = 34359738368 - 2471628800 - 1277165568 - 1717986918 = 28892957082
+//   kv      = floor(28892957082 * 0.9) = 26003661373
+//   pages   = floor(26003661373 / 524288) = 49598 (793568 tokens); seq 131072 = 8192 pages -> 6
+// Qwen2.5-0.5B: H 896, I 4864, 24 layers, 14 heads, 2 KV heads, head_dim 64, V 151936, tied, qkv bias.
+//   params  = V*H 136134656 + 24 * (q 896*896 + k 128*896 + v 128*896 + o 896*896 + mlp 3*4864*896
+//             + norms 2*896 + bias 896+128+128 = 14912384) + 896 = 494032768
+//   kv/tok  = 24 * 2 * 2 * 64 * 2 = 12288
+//   ws      = 2048 * 4 * (2688 + 1792 + 256 + 9728 + 151936 = 166400) = 1363148800
+//   budget  = 34359738368 - 988065536 - 1363148800 - 1717986918 = 30290537114
+//   kv      = floor(30290537114 * 0.9) = 27261483402
+//   pages   = floor(27261483402 / 196608) = 138659 (2218544 tokens); seq 32768 = 2048 pages -> 67
+// Qwen3-0.6B: H 1024, I 3072, 28 layers, 16 heads, 8 KV heads, head_dim 128, V 151936, tied, qk norm.
+//   params  = V*H 155582464 + 28 * (q 2048*1024 + k 1024*1024 + v 1024*1024 + o 1024*2048
+//             + mlp 3*3072*1024 + norms 2*1024 + qk norms 2*128 = 15730944) + 1024 = 596049920
+//   kv/tok  = 28 * 2 * 8 * 128 * 2 = 114688
+//   ws      = 2048 * 4 * (3072 + 4096 + 2048 + 6144 + 151936 = 167296) = 1370488832
+//   budget  = 34359738368 - 1192099840 - 1370488832 - 1717986918 = 30079162778
+//   kv      = floor(30079162778 * 0.9) = 27071246500
+//   pages   = floor(27071246500 / 1835008) = 14752 (236032 tokens); seq 40960 = 2560 pages -> 5
+// Mistral-7B-v0.3: H 4096, I 14336, 32 layers, 32 heads, 8 KV heads, head_dim 128, V 32768, untied.
+//   params  = 2 * V*H 268435456 + 32 * (q 4096*4096 + k 1024*4096 + v 1024*4096 + o 4096*4096
+//             + mlp 3*14336*4096 + norms 2*4096 = 218112000) + 4096 = 7248023552
+//   kv/tok  = 32 * 2 * 8 * 128 * 2 = 131072
+//   ws      = 2048 * 4 * (12288 + 8192 + 2048 + 28672 + 32768 = 83968) = 687865856
+//   budget  = 34359738368 - 14496047104 - 687865856 - 1717986918 = 17457838490
+//   kv      = floor(17457838490 * 0.9) = 15712054641
+//   pages   = floor(15712054641 / 2097152) = 7492 (119872 tokens); seq 32768 = 2048 pages -> 3
+const ArchCase kArchCases[] = {
+    {"llama-3.2-1b", 1235814400, 32768, 1277165568, 28892957082, 26003661373, 49598, 6},
+    {"qwen2.5-0.5b", 494032768, 12288, 1363148800, 30290537114, 27261483402, 138659, 67},
+    {"qwen3-0.6b", 596049920, 114688, 1370488832, 30079162778, 27071246500, 14752, 5},
+    {"mistral-7b-v0.3", 7248023552, 131072, 687865856, 17457838490, 15712054641, 7492, 3},
+};
+
+TEST(CapacityPlannerTest, FourArchitecturesOn32GiB) {
+  for (const ArchCase& c : kArchCases) {
+    SCOPED_TRACE(c.fixture);
+    const ModelConfig model = fixture_model(c.fixture);
+    ASSERT_EQ(parameter_count(model), c.num_parameters);
+    ASSERT_EQ(config::kv_layout_for(model, DType::kBF16, 16).bytes_per_token(), c.kv_bytes_per_token);
+    ASSERT_EQ(config::estimate_workspace_bytes(model, 2048), c.workspace_bytes);
+
+    const KvPlan p = plan_for(model, memory_of(k32GiB), 2 * c.num_parameters);
+    EXPECT_EQ(p.usable_bytes, k32GiB);
+    EXPECT_EQ(p.usable_bound, "MemAvailable");
+    EXPECT_EQ(p.weight_bytes, 2 * c.num_parameters);
+    EXPECT_EQ(p.workspace_bytes, c.workspace_bytes);
+    EXPECT_EQ(p.workspace_source, "estimated");
+    EXPECT_EQ(p.reserve_bytes, kReserve32GiB);
+    EXPECT_EQ(p.budget_bytes, c.budget_bytes);
+    EXPECT_EQ(p.kv_budget_bytes_per_rank, c.kv_bytes_per_rank);
+    EXPECT_EQ(p.kv_bytes_per_token, c.kv_bytes_per_token);
+    EXPECT_EQ(p.num_pages_per_rank, c.num_pages);
+    EXPECT_EQ(p.max_total_tokens, int64_t{c.num_pages} * 16);
+    EXPECT_EQ(p.auto_max_total_tokens, p.max_total_tokens);
+    EXPECT_FALSE(p.explicit_max_total_tokens);
+    EXPECT_EQ(p.kv_bytes_per_rank, uint64_t(c.num_pages) * c.kv_bytes_per_token * 16);
+    EXPECT_EQ(p.num_sequences_per_rank, c.num_sequences);
+    ASSERT_EQ(p.ranks.size(), 1u);
+    EXPECT_EQ(p.ranks[0].first_page, 0);
+    EXPECT_EQ(p.ranks[0].num_pages, c.num_pages);
+  }
+}
+
+TEST(CapacityPlannerTest, MhaModel) {
+  // Llama-2-7B shape: H 4096, I 11008, 32 layers, 32 heads = 32 KV heads, head_dim 128, V 32000.
+  //   params = 2 * 32000*4096 262144000 + 32 * (4 * 4096*4096 + 3*11008*4096 + 2*4096 = 202383360)
+  //            + 4096 = 6738415616; weights 13476831232
+  //   kv/tok = 32 * 2 * 32 * 128 * 2 = 524288 (4x the 8-KV-head Mistral, MHA costs that much)
+  //   ws     = 2048 * 4 * (12288 + 8192 + 8192 + 22016 + 32000 = 82688) = 677380096
+  //   budget = 34359738368 - 13476831232 - 677380096 - 1717986918 = 18487540122
+  //   kv     = floor(18487540122 * 0.9) = 16638786109
+  //   pages  = floor(16638786109 / 8388608) = 1983 (31728 tokens); seq 4096 = 256 pages -> 7
+  const ModelConfig model = mha_model();
+  ASSERT_EQ(parameter_count(model), 6738415616u);
+  ASSERT_EQ(kv_bytes_per_token(model, DType::kBF16), 524288u);
+  const KvPlan p = plan_for(model, memory_of(k32GiB), 13476831232);
+  EXPECT_EQ(p.workspace_bytes, 677380096u);
+  EXPECT_EQ(p.budget_bytes, 18487540122u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 16638786109u);
+  EXPECT_EQ(p.num_pages_per_rank, 1983);
+  EXPECT_EQ(p.max_total_tokens, 31728);
+  EXPECT_EQ(p.num_sequences_per_rank, 7);
+}
+
+TEST(CapacityPlannerTest, LayoutMatchesModelKvBytesPerToken) {
+  for (const char* name : {"llama-3.2-1b", "qwen2.5-0.5b", "qwen3-0.6b", "mistral-7b-v0.3"}) {
+    const ModelConfig model = fixture_model(name);
+    for (const DType dtype : {DType::kBF16, DType::kF32}) {
+      for (const int tp : {1, 2, 16}) {
+        EXPECT_EQ(config::kv_layout_for(model, dtype, 16, tp).bytes_per_token(), kv_bytes_per_token(model, dtype, tp))
+            << name << " tp " << tp;
+      }
+    }
+  }
+  // f32 doubles the bf16 cost: Llama-3.2-1B 16 * 2 * 8 * 64 * 4 = 65536.
+  EXPECT_EQ(config::kv_layout_for(fixture_model("llama-3.2-1b"), DType::kF32, 16).bytes_per_token(), 65536u);
+}
+
+TEST(CapacityPlannerTest, F32KvHalvesTheTokens) {
+  // Llama-3.2-1B, f32 KV: kv 26003661373 as above; pages = floor(26003661373 / (65536 * 16 = 1048576))
+  //   = 24799 (396784 tokens).
+  const ModelConfig model = fixture_model("llama-3.2-1b");
+  const auto kv = config::resolve_kv({}, model);
+  const KvPlan p = config::plan_kv_cache(kv, config::kv_layout_for(model, DType::kF32, 16), model,
+                                         memory_of(k32GiB), 2471628800);
+  EXPECT_EQ(p.num_pages_per_rank, 24799);
+  EXPECT_EQ(p.max_total_tokens, 396784);
+}
+
+TEST(CapacityPlannerTest, CgroupV2LimitBinds) {
+  // tests/fixtures/cgroup/v2: memory.max 4 GiB - memory.current 1 GiB = 3221225472 < MemAvailable.
+  // Qwen2.5-0.5B: reserve = max(268435456, 3221225472 / 20 = 161061273) = 268435456
+  //   budget = 3221225472 - 988065536 - 1363148800 - 268435456 = 601575680
+  //   kv     = floor(601575680 * 0.9) = 541418112
+  //   pages  = floor(541418112 / 196608) = 2753 (44048 tokens); one sequence of 32768 (2048 pages)
+  const MemoryInfo memory = read_memory_info(kFixtures + "/cgroup/v2");
+  ASSERT_EQ(memory.usable_bytes, 3221225472u);
+  const KvPlan p = plan_for(fixture_model("qwen2.5-0.5b"), memory, 988065536);
+  EXPECT_EQ(p.usable_bound, "cgroup v2 limit minus usage");
+  EXPECT_EQ(p.reserve_bytes, 268435456u);
+  EXPECT_EQ(p.budget_bytes, 601575680u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 541418112u);
+  EXPECT_EQ(p.num_pages_per_rank, 2753);
+  EXPECT_EQ(p.max_total_tokens, 44048);
+  EXPECT_EQ(p.num_sequences_per_rank, 1);
+}
+
+TEST(CapacityPlannerTest, CgroupV1TooSmallForOneSequence) {
+  // tests/fixtures/cgroup/v1: limit 2 GiB - usage 512 MiB = 1610612736.
+  // Qwen2.5-0.5B at 512 batched tokens: ws = 512 * 4 * 166400 = 340787200
+  //   budget = 1610612736 - 988065536 - 340787200 - 268435456 = 13324544
+  //   kv     = floor(13324544 * 0.9) = 11992089
+  //   pages  = floor(11992089 / 196608) = 60 (960 tokens)
+  // A sequence of 32768 tokens needs 2048 pages = 402653184 bytes; 60 pages are 11796480 bytes,
+  // short by 390856704.
+  const MemoryInfo memory = read_memory_info(kFixtures + "/cgroup/v1");
+  ASSERT_EQ(memory.usable_bytes, 1610612736u);
+  const ModelConfig model = fixture_model("qwen2.5-0.5b");
+  config::KvFlags flags;
+  flags.max_num_batched_tokens = 512;
+  try {
+    plan_for(model, memory, 988065536, flags);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("--max-model-len 32768"));
+    EXPECT_THAT(e.message(), HasSubstr("2048 pages of 16 tokens, 402653184 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("11796480 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("short by 390856704 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("cgroup v1 limit minus usage"));
+  }
+  // At --max-model-len 512 (32 pages) one sequence fits: 60 / 32 = 1.
+  flags.max_model_len = 512;
+  const KvPlan p = plan_for(model, memory, 988065536, flags);
+  EXPECT_EQ(p.num_pages_per_rank, 60);
+  EXPECT_EQ(p.max_total_tokens, 960);
+  EXPECT_EQ(p.pages_per_sequence, 32);
+  EXPECT_EQ(p.num_sequences_per_rank, 1);
+}
+
+TEST(CapacityPlannerTest, NoBudgetLeftNamesTheShortfall) {
+  // tests/fixtures/cgroup/v2_nested: the parent's 2 GiB - 1.5 GiB = 536870912 binds.
+  // Qwen2.5-0.5B: 988065536 + 1363148800 + 268435456 = 2619649792 spent, 2082778880 short.
+  const MemoryInfo memory = read_memory_info(kFixtures + "/cgroup/v2_nested");
+  ASSERT_EQ(memory.usable_bytes, 536870912u);
+  try {
+    plan_for(fixture_model("qwen2.5-0.5b"), memory, 988065536);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("no memory is left for the KV cache"));
+    EXPECT_THAT(e.message(), HasSubstr("short by 2082778880 bytes"));
+  }
+}
+
+TEST(CapacityPlannerTest, DataParallelSplitsTheBudget) {
+  // Llama-3.2-1B, dp 2: weights once, workspace per rank.
+  //   budget   = 34359738368 - 2471628800 - 2 * 1277165568 - 1717986918 = 27615791514
+  //   kv/rank  = floor(27615791514 * 0.9 / 2) = 12427106181
+  //   pages    = floor(12427106181 / 524288) = 23702 per rank (379232 tokens); 8192-page sequences: 2
+  const ModelConfig model = fixture_model("llama-3.2-1b");
+  config::KvFlags flags;
+  flags.dp_size = 2;
+  const KvPlan p = plan_for(model, memory_of(k32GiB), 2471628800, flags);
+  EXPECT_EQ(p.dp_size, 2);
+  EXPECT_EQ(p.budget_bytes, 27615791514u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 12427106181u);
+  EXPECT_EQ(p.num_pages_per_rank, 23702);
+  EXPECT_EQ(p.max_total_tokens, 379232);
+  EXPECT_EQ(p.num_sequences_per_rank, 2);
+  EXPECT_EQ(p.num_pages(), 47404);
+  ASSERT_EQ(p.ranks.size(), 2u);
+  EXPECT_EQ(p.ranks[0].first_page, 0);
+  EXPECT_EQ(p.ranks[1].first_page, 23702);
+  for (const RankPlan& r : p.ranks) {
+    EXPECT_EQ(r.num_pages, 23702);
+    EXPECT_EQ(r.max_total_tokens, 379232);
+    EXPECT_EQ(r.kv_bytes, 23702ull * 524288);
+  }
+}
+
+TEST(CapacityPlannerTest, DataParallelUnderCgroup) {
+  // cgroup v2 (3221225472 usable), Qwen2.5-0.5B, dp 3, 256 batched tokens, max_model_len 1024:
+  //   ws     = 256 * 4 * 166400 = 170393600
+  //   budget = 3221225472 - 988065536 - 3 * 170393600 - 268435456 = 1453543680
+  //   kv     = floor(1453543680 * 0.9 / 3) = 436063104
+  //   pages  = floor(436063104 / 196608) = 2217 per rank (35472 tokens); 64-page sequences: 34
+  config::KvFlags flags;
+  flags.dp_size = 3;
+  flags.max_num_batched_tokens = 256;
+  flags.max_model_len = 1024;
+  const KvPlan p = plan_for(fixture_model("qwen2.5-0.5b"), read_memory_info(kFixtures + "/cgroup/v2"), 988065536,
+                            flags);
+  EXPECT_EQ(p.workspace_bytes, 170393600u);
+  EXPECT_EQ(p.budget_bytes, 1453543680u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 436063104u);
+  EXPECT_EQ(p.num_pages_per_rank, 2217);
+  EXPECT_EQ(p.num_sequences_per_rank, 34);
+  ASSERT_EQ(p.ranks.size(), 3u);
+  EXPECT_EQ(p.ranks[2].first_page, 2 * 2217);
+}
+
+TEST(CapacityPlannerTest, ExplicitMaxTotalTokens) {
+  const ModelConfig model = fixture_model("llama-3.2-1b");
+  config::KvFlags flags;
+  // Exactly what auto gives, plus one token (not a whole page): rounds down to 49598 pages.
+  flags.max_total_tokens = "793569";
+  KvPlan p = plan_for(model, memory_of(k32GiB), 2471628800, flags);
+  EXPECT_TRUE(p.explicit_max_total_tokens);
+  EXPECT_EQ(p.num_pages_per_rank, 49598);
+  EXPECT_EQ(p.max_total_tokens, 793568);
+  // Fewer than auto: 1000 tokens -> 62 pages (992 tokens); a 992-token sequence is 62 pages.
+  flags.max_total_tokens = "1000";
+  flags.max_model_len = 992;
+  p = plan_for(model, memory_of(k32GiB), 2471628800, flags);
+  EXPECT_EQ(p.num_pages_per_rank, 62);
+  EXPECT_EQ(p.max_total_tokens, 992);
+  EXPECT_EQ(p.auto_max_total_tokens, 793568);
+  EXPECT_EQ(p.kv_bytes_per_rank, 32505856u);  // 62 * 524288
+  EXPECT_EQ(p.num_sequences_per_rank, 1);
+}
+
+TEST(CapacityPlannerTest, ExplicitTooLargeStatesNeededAndAvailableBytes) {
+  // One page more than auto: 49599 pages * 524288 = 26004160512 bytes needed; 26003661373 available.
+  config::KvFlags flags;
+  flags.max_total_tokens = "793584";
+  try {
+    plan_for(fixture_model("llama-3.2-1b"), memory_of(k32GiB), 2471628800, flags);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("--max-total-tokens 793584 does not fit"));
+    EXPECT_THAT(e.message(), HasSubstr("need 26004160512 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("leaves 26003661373 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("room for 793568 tokens"));
+  }
+}
+
+TEST(CapacityPlannerTest, ExplicitBelowOneSequenceIsAnError) {
+  config::KvFlags flags;
+  flags.max_total_tokens = "1000";  // 62 pages; the default max_model_len 131072 needs 8192
+  EXPECT_THROW(plan_for(fixture_model("llama-3.2-1b"), memory_of(k32GiB), 2471628800, flags), Error);
+}
+
+TEST(CapacityPlannerTest, MeasuredWorkspaceAndWeightsAlreadyResident) {
+  const ModelConfig model = fixture_model("llama-3.2-1b");
+  const auto kv = config::resolve_kv({}, model);
+  const auto layout = config::kv_layout_for(model, DType::kBF16, 16);
+  int probed_tokens = 0;
+  const config::WorkspaceProbe probe = [&](int tokens) {
+    probed_tokens = tokens;
+    return uint64_t{1} << 30;
+  };
+  // Usable read after loading: budget = 34359738368 - 1073741824 - 1717986918 = 31568009626
+  //   kv = floor(31568009626 * 0.9) = 28411208663; pages = floor(28411208663 / 524288) = 54190
+  const KvPlan p = config::plan_kv_cache(kv, layout, model, memory_of(k32GiB), 2471628800, probe, true);
+  EXPECT_EQ(probed_tokens, 2048);
+  EXPECT_EQ(p.workspace_source, "measured");
+  EXPECT_FALSE(p.weights_subtracted);
+  EXPECT_EQ(p.budget_bytes, 31568009626u);
+  EXPECT_EQ(p.num_pages_per_rank, 54190);
+}
+
+TEST(CapacityPlannerTest, PlainNumbers) {
+  // usable 1 GiB, reserve 256 MiB: budget = 1073741824 - 100000000 - 200000000 - 268435456
+  //   = 505306368; mem fraction 1.0 -> pages = floor(505306368 / (1000 * 4)) = 126326
+  KvPlanInput in;
+  in.usable_bytes = 1073741824;
+  in.usable_bound = "test";
+  in.weight_bytes = 100000000;
+  in.workspace_bytes = 200000000;
+  in.max_num_batched_tokens = 64;
+  in.kv_bytes_per_token = 1000;
+  in.page_size = 4;
+  in.mem_fraction = 1.0;
+  in.max_model_len = 10;
+  const KvPlan p = plan_kv_capacity(in);
+  EXPECT_EQ(p.reserve_bytes, 268435456u);
+  EXPECT_EQ(p.budget_bytes, 505306368u);
+  EXPECT_EQ(p.num_pages_per_rank, 126326);
+  EXPECT_EQ(p.max_total_tokens, 505304);
+  EXPECT_EQ(p.pages_per_sequence, 3);           // ceil(10 / 4)
+  EXPECT_EQ(p.num_sequences_per_rank, 42108);  // floor(126326 / 3)
+  // mem fraction 0.5: floor(505306368 * 0.5) = 252653184 -> 63163 pages.
+  in.mem_fraction = 0.5;
+  EXPECT_EQ(plan_kv_capacity(in).num_pages_per_rank, 63163);
+}
+
+TEST(CapacityPlannerTest, ReserveRule) {
+  EXPECT_EQ(reserve_bytes_for(0), 268435456u);
+  EXPECT_EQ(reserve_bytes_for(5368709120), 268435456u);  // 5 GiB / 20 = 256 MiB exactly
+  EXPECT_EQ(reserve_bytes_for(k32GiB), kReserve32GiB);
+}
+
+TEST(CapacityPlannerTest, InvalidInputs) {
+  KvPlanInput in;
+  in.usable_bytes = 1ull << 40;
+  in.max_num_batched_tokens = 1;
+  in.kv_bytes_per_token = 1000;
+  in.max_model_len = 16;
+  EXPECT_NO_THROW(plan_kv_capacity(in));
+  for (const double f : {0.0, -0.1, 1.01}) {
+    KvPlanInput bad = in;
+    bad.mem_fraction = f;
+    EXPECT_THROW(plan_kv_capacity(bad), Error) << f;
+  }
+  KvPlanInput bad = in;
+  bad.dp_size = 0;
+  EXPECT_THROW(plan_kv_capacity(bad), Error);
+  bad = in;
+  bad.max_total_tokens = 0;
+  EXPECT_THROW(plan_kv_capacity(bad), Error);
+}
+
+TEST(CapacityPlannerTest, PageIdRangeCapsAuto) {
+  // 1 TiB of budget over 1 byte per token: far more than 2^31 - 1 pages.
+  KvPlanInput in;
+  in.usable_bytes = 1ull << 42;
+  in.max_num_batched_tokens = 1;
+  in.kv_bytes_per_token = 1;
+  in.page_size = 1;
+  in.max_model_len = 16;
+  in.dp_size = 2;
+  const KvPlan p = plan_kv_capacity(in);
+  EXPECT_TRUE(p.capped_by_page_ids);
+  EXPECT_EQ(p.num_pages_per_rank, kMaxPoolPages / 2);
+}
+
+TEST(KvConfigTest, Defaults) {
+  const ModelConfig model = fixture_model("qwen3-0.6b");
+  const auto r = config::resolve_kv({}, model);
+  EXPECT_FALSE(r.max_total_tokens.has_value());
+  EXPECT_EQ(r.mem_fraction, 0.90);
+  EXPECT_EQ(r.max_num_batched_tokens, 2048);
+  EXPECT_EQ(r.max_model_len, 40960);
+  EXPECT_EQ(r.dp_size, 1);
+  EXPECT_TRUE(r.enable_prefix_cache);
+  config::KvFlags flags;
+  flags.disable_prefix_cache = true;
+  flags.max_total_tokens = "4096";
+  const auto s = config::resolve_kv(flags, model);
+  EXPECT_FALSE(s.enable_prefix_cache);
+  EXPECT_EQ(s.max_total_tokens, 4096);
+}
+
+TEST(KvConfigTest, BadValues) {
+  const ModelConfig model = fixture_model("qwen3-0.6b");
+  for (const char* text : {"", "0", "-5", "12x", "lots", "AUTO"}) {
+    config::KvFlags flags;
+    flags.max_total_tokens = text;
+    EXPECT_THROW(config::resolve_kv(flags, model), Error) << text;
+  }
+  config::KvFlags flags;
+  flags.mem_fraction = 1.5;
+  EXPECT_THROW(config::resolve_kv(flags, model), Error);
+  flags = {};
+  flags.max_model_len = 40961;
+  try {
+    config::resolve_kv(flags, model);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("max_position_embeddings 40960"));
+  }
+  flags = {};
+  flags.dp_size = -1;
+  EXPECT_THROW(config::resolve_kv(flags, model), Error);
+}
+
+}  // namespace
+}  // namespace spindle::kv

@@ -1,0 +1,230 @@
+// PagePool: the memory layout, the allocator's accounting, and data-parallel isolation: a rank's
+// allocator hands out only its own range, and an attention backend created for that rank over
+// the pool's layer_caches() leaves every other rank's pages byte for byte unchanged.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "kv/block_table.h"
+#include "kv/page_pool.h"
+#include "support/fake_machines.h"
+#include "util/error.h"
+
+namespace spindle::kv {
+namespace {
+
+TEST(PagePoolTest, LayerArraysArePageAlignedDisjointAndZeroed) {
+  const KvLayout layout{3, 2, 80, DType::kBF16, 16};
+  PagePool pool(layout, 7);
+  EXPECT_EQ(layout.bytes_per_layer_page(), 16u * 2 * 80 * 2);
+  EXPECT_EQ(layout.bytes_per_token(), 3u * 2 * 2 * 80 * 2);
+  EXPECT_EQ(pool.num_bytes(), 2u * 3 * 7 * layout.bytes_per_layer_page());
+  const auto caches = pool.layer_caches();
+  ASSERT_EQ(caches.size(), 3u);
+  std::set<const void*> starts;
+  const uint64_t array_bytes = 7 * layout.bytes_per_layer_page();
+  for (const auto& c : caches) {
+    EXPECT_EQ(c.num_pages, 7);
+    EXPECT_EQ(c.page_size, 16);
+    EXPECT_EQ(c.num_kv_heads, 2);
+    EXPECT_EQ(c.head_dim, 80);
+    EXPECT_EQ(c.dtype, DType::kBF16);
+    for (const void* p : {c.k_pages, c.v_pages}) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
+      starts.insert(p);
+      const auto* bytes = static_cast<const unsigned char*>(p);
+      for (uint64_t i = 0; i < array_bytes; i += 97) ASSERT_EQ(bytes[i], 0);
+    }
+  }
+  EXPECT_EQ(starts.size(), 6u);
+  // Arrays do not overlap: consecutive starts are at least one array apart.
+  const void* prev = nullptr;
+  for (const void* p : starts) {
+    if (prev) {
+      EXPECT_GE(static_cast<const std::byte*>(p) - static_cast<const std::byte*>(prev), int64_t(array_bytes));
+    }
+    prev = p;
+  }
+  EXPECT_EQ(pool.k_page(1, 3), static_cast<std::byte*>(caches[1].k_pages) + 3 * layout.bytes_per_layer_page());
+  EXPECT_EQ(pool.v_page(2, 6), static_cast<std::byte*>(caches[2].v_pages) + 6 * layout.bytes_per_layer_page());
+  EXPECT_THROW(pool.k_page(3, 0), Error);
+  EXPECT_THROW(pool.k_page(0, 7), Error);
+}
+
+TEST(PagePoolTest, RejectsBadShapes) {
+  EXPECT_THROW(PagePool({2, 2, 64, DType::kF16, 16}, 4), Error);  // KV dtype bf16 or f32 only
+  EXPECT_THROW(PagePool({0, 2, 64, DType::kF32, 16}, 4), Error);
+  EXPECT_THROW(PagePool({2, 2, 64, DType::kF32, 16}, 0), Error);
+  EXPECT_THROW(PagePool({2, 2, 64, DType::kF32, 16}, 5, 2), Error);  // not a multiple of dp
+}
+
+TEST(PageAllocatorTest, StatesAndMisuse) {
+  PageAllocator a(4, 16);
+  std::vector<int32_t> pages;
+  ASSERT_TRUE(a.allocate(3, pages));
+  EXPECT_EQ(pages, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_FALSE(a.allocate(2, pages));  // all or nothing
+  EXPECT_EQ(pages.size(), 3u);
+  a.check_integrity();
+  EXPECT_THROW(a.retain(3), Error);           // free page
+  EXPECT_THROW(a.set_cached(3, true), Error);  // only in-use pages enter the cache
+  EXPECT_THROW(a.release(4), Error);           // out of range
+  a.set_cached(0, true);
+  a.retain(0);
+  EXPECT_EQ(a.ref_count(0), 2);
+  a.release(0);
+  a.release(0);
+  EXPECT_EQ(a.num_cached_pages(), 1);
+  EXPECT_THROW(a.release(0), Error);  // unreferenced
+  a.set_cached(0, false);             // evicted: free again
+  a.release(1);
+  a.release(2);
+  EXPECT_EQ(a.num_free_pages(), 4);
+  a.check_integrity();
+}
+
+TEST(PagePoolTest, EachRankAllocatesOnlyItsOwnRange) {
+  const int dp = 3, per_rank = 5;
+  PagePool pool({1, 1, 8, DType::kF32, 4}, dp * per_rank, dp);
+  EXPECT_EQ(pool.num_pages_per_rank(), per_rank);
+  std::set<int> global_pages;
+  for (int r = 0; r < dp; ++r) {
+    EXPECT_EQ(pool.first_page(r), r * per_rank);  // [r * n / dp, (r + 1) * n / dp)
+    PageAllocator& a = pool.allocator(r);
+    EXPECT_EQ(a.num_pages(), per_rank);
+    std::vector<int32_t> pages;
+    ASSERT_TRUE(a.allocate(per_rank, pages));
+    EXPECT_FALSE(a.allocate(1, pages));  // exhausting one rank does not borrow from another
+    for (const int32_t p : pages) {
+      EXPECT_GE(p, 0);
+      EXPECT_LT(p, per_rank);
+      EXPECT_TRUE(global_pages.insert(pool.first_page(r) + p).second);
+    }
+    a.check_integrity();
+  }
+  EXPECT_EQ(global_pages.size(), size_t(dp * per_rank));
+  EXPECT_EQ(*global_pages.rbegin(), dp * per_rank - 1);
+  EXPECT_THROW(pool.allocator(dp), Error);
+}
+
+// --- DP isolation through the attention backends ---------------------------------------------
+
+constexpr float kSentinel = 1e30f;
+
+struct IsolationCase {
+  std::string backend;
+  int dp_size;
+  int dp_rank;
+};
+void PrintTo(const IsolationCase& c, std::ostream* os) {
+  *os << c.backend << " dp " << c.dp_size << " rank " << c.dp_rank;
+}
+
+class DpPoolIsolationTest : public ::testing::TestWithParam<IsolationCase> {};
+
+TEST_P(DpPoolIsolationTest, BackendTouchesOnlyItsRanksPages) {
+  const IsolationCase c = GetParam();
+  const attn::AttentionShape shape{4, 2, 64, 0.125f, DType::kF32, 4};
+  const auto reasons = attn::attention_registry().get(c.backend).unsupported_reasons(testing::this_cpu(), shape);
+  if (!reasons.empty()) GTEST_SKIP() << c.backend << ": " << reasons.front();
+
+  const int per_rank = 8;
+  const KvLayout layout{2, shape.num_kv_heads, shape.head_dim, DType::kF32, shape.page_size};
+  PagePool pool(layout, c.dp_size * per_rank, c.dp_size);
+  const uint64_t array_bytes = uint64_t(pool.num_pages()) * layout.bytes_per_layer_page();
+  for (int layer = 0; layer < layout.num_layers; ++layer) {
+    for (std::byte* base : {pool.k_page(layer, 0), pool.v_page(layer, 0)}) {
+      for (uint64_t i = 0; i < array_bytes; i += sizeof(float)) std::memcpy(base + i, &kSentinel, sizeof(float));
+    }
+  }
+  auto snapshot = [&] {
+    std::vector<std::vector<std::byte>> s;
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      s.emplace_back(pool.k_page(layer, 0), pool.k_page(layer, 0) + array_bytes);
+      s.emplace_back(pool.v_page(layer, 0), pool.v_page(layer, 0) + array_bytes);
+    }
+    return s;
+  };
+  const auto before = snapshot();
+
+  // Two requests on this rank: a prefill of 5 and 9 tokens, then one decode token each.
+  PageAllocator& allocator = pool.allocator(c.dp_rank);
+  std::vector<int32_t> unused;
+  ASSERT_TRUE(allocator.allocate(1, unused));  // page 0: held, never in a table, never written
+  std::vector<BlockTable> tables;
+  tables.emplace_back(allocator);
+  tables.emplace_back(allocator);
+  auto backend = attn::create_attention_backend(c.backend, shape, {c.dp_size, c.dp_rank});
+  const auto caches = pool.layer_caches();
+  backend->bind_kv_caches(caches);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const std::vector<int>& new_tokens : {std::vector<int>{5, 9}, std::vector<int>{1, 1}}) {
+    attn::BatchMetadata batch;
+    for (size_t i = 0; i < tables.size(); ++i) {
+      attn::SequenceMetadata s;
+      s.num_cached_tokens = tables[i].num_tokens();
+      s.num_new_tokens = new_tokens[i];
+      ASSERT_TRUE(tables[i].extend(new_tokens[i]));
+      s.page_table = tables[i].pages();
+      batch.sequences.push_back(s);
+    }
+    const int64_t rows = batch.num_tokens();
+    const int64_t q_cols = shape.num_heads * shape.head_dim, kv_cols = shape.num_kv_heads * shape.head_dim;
+    std::vector<float> q(rows * q_cols), k(rows * kv_cols), v(rows * kv_cols), out(rows * q_cols);
+    for (auto* t : {&q, &k, &v}) {
+      for (float& x : *t) x = uniform(rng);
+    }
+    backend->prepare(batch);
+    for (int layer = 0; layer < layout.num_layers; ++layer) {
+      backend->forward(layer, {q.data(), rows, q_cols}, {k.data(), rows, kv_cols}, {v.data(), rows, kv_cols},
+                       {out.data(), rows, q_cols});
+      // A convex combination of V rows in [-1, 1]: any sentinel read would show.
+      for (const float x : out) ASSERT_TRUE(std::isfinite(x) && std::fabs(x) <= 1.0f + 1e-4f) << x;
+    }
+  }
+
+  const auto after = snapshot();
+  const uint64_t page_bytes = layout.bytes_per_layer_page();
+  std::set<int> written;  // global pages of this rank's tables
+  for (const auto& t : tables) {
+    for (const int32_t p : t.pages()) written.insert(pool.first_page(c.dp_rank) + p);
+  }
+  for (size_t a = 0; a < after.size(); ++a) {
+    for (int page = 0; page < pool.num_pages(); ++page) {
+      const bool same = std::memcmp(after[a].data() + page * page_bytes, before[a].data() + page * page_bytes,
+                                    page_bytes) == 0;
+      if (written.count(page)) {
+        EXPECT_FALSE(same) << "array " << a << " page " << page << " was not written";
+      } else {
+        EXPECT_TRUE(same) << "array " << a << " page " << page << " (rank " << page / per_rank << ") changed";
+      }
+    }
+  }
+  std::vector<const BlockTable*> live;
+  for (const auto& t : tables) live.push_back(&t);
+  EXPECT_THROW(check_integrity(allocator, live), Error);  // page 0 is held outside any table
+  for (auto& t : tables) t.free();
+  allocator.release(0);
+  check_integrity(allocator, {});
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DpPoolIsolationTest,
+                         ::testing::Values(IsolationCase{"reference", 1, 0}, IsolationCase{"reference", 2, 0},
+                                           IsolationCase{"reference", 2, 1}, IsolationCase{"reference", 3, 1},
+                                           IsolationCase{"reference", 4, 3}, IsolationCase{"cpu_avx2", 3, 2},
+                                           IsolationCase{"cpu_avx512", 2, 1}, IsolationCase{"cpu_amx", 2, 1}),
+                         [](const auto& info) {
+                           return info.param.backend + "_dp" + std::to_string(info.param.dp_size) + "_rank" +
+                                  std::to_string(info.param.dp_rank);
+                         });
+
+}  // namespace
+}  // namespace spindle::kv
