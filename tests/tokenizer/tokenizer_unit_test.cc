@@ -58,6 +58,7 @@ TEST(TokenizerTest, AddedTokenFlags) {
   j["added_tokens"] = {{{"id", 7}, {"content", "<x>"}, {"special", true}, {"lstrip", true}, {"rstrip", false},
                         {"single_word", false}, {"normalized", false}}};
   EXPECT_EQ(from_json(j).encode("ab  <x> a"), (std::vector<TokenId>{3, 7, 6, 0}));
+  EXPECT_EQ(from_json(j).encode("ab\u00a0\u3000<x>"), (std::vector<TokenId>{3, 7}));  // Unicode whitespace
   j["added_tokens"][0]["lstrip"] = false;
   j["added_tokens"][0]["rstrip"] = true;
   EXPECT_EQ(from_json(j).encode("ab <x>  a"), (std::vector<TokenId>{3, 6, 7, 0}));
