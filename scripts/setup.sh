@@ -17,6 +17,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   libcli11-dev           # command line
   libpcre2-dev           # tokenizer pre-split regexes
+  libicu-dev             # tokenizer NFC normalizer (Qwen2 tokenizers)
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   spindle::cli::add_info_command(app);
   spindle::cli::add_doctor_command(app);
+  spindle::cli::add_generate_command(app);
+  spindle::cli::add_serve_command(app);
   spindle::cli::add_plan_command(app);
   spindle::cli::add_check_attention_command(app, exit_code);
   try {

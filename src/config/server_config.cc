@@ -53,6 +53,13 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   return r;
 }
 
+ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelConfig& model) {
+  ResolvedConfig r = resolve(flags, device,
+                             ModelAttentionDims{model.num_attention_heads, model.num_key_value_heads, model.head_dim});
+  r.kv = resolve_kv(flags.kv, model);
+  return r;
+}
+
 void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_option("--attention-backend", f.attention_backend, "Attention backend for both phases (auto)");
   app.add_option("--prefill-attention-backend", f.prefill_attention_backend, "Prefill attention backend (auto)");

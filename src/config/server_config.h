@@ -7,6 +7,8 @@
 
 #include "attn/attention_types.h"
 #include "config/attention_selection.h"
+#include "config/kv_config.h"
+#include "model/model_config.h"
 #include "platform/device_info.h"
 
 namespace CLI {
@@ -27,6 +29,8 @@ struct ServerConfig {
   std::string kv_cache_dtype = "auto";
   int page_size = 0;
   int num_threads = 0;
+  std::string chat_template;  // "": recognise from the model; or chatml | llama3 | llama2
+  KvFlags kv;
 };
 
 // The attention-relevant facts of a model (from config.json, or given by hand to `doctor`).
@@ -45,6 +49,7 @@ struct ResolvedConfig {
   double backend_validation_timeout_s = 30.0;
   bool use_backend_cache = true;
   std::filesystem::path backend_cache_dir;
+  ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
 };
 
 inline constexpr int kDefaultPageSize = 16;
@@ -52,6 +57,8 @@ inline constexpr DType kDefaultKvDtype = DType::kBF16;
 
 // Decides every default for this machine and model; throws on a bad flag value.
 ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelAttentionDims& model);
+// The same plus the KV cache settings (which need the model's max_position_embeddings).
+ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelConfig& model);
 
 // Registers the flags above on a CLI11 (sub)command.
 void add_attention_flags(CLI::App& app, ServerConfig& flags);

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -22,6 +23,8 @@
 #include "engine/request_stream.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "kv/page_pool.h"
+#include "kv/prefix_cache.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +40,7 @@ class EngineOverloaded : public std::runtime_error {
 struct EngineOptions {
   SchedulerOptions scheduler;
   int max_queued_requests = 1024;
+  bool enable_prefix_cache = true;
   std::string model_name;
 };
 
@@ -67,18 +71,28 @@ class Engine {
  private:
   void loop();
   void run_step();
+  void run_pending_checks();
+  void publish_gauges();
+  void fail_all(const std::string& message);
+  void abort_cancelled();
+  void accept_token(Request& r, const SampledToken& sampled);
+  bool is_stop_token(const Request& r, int token) const;
 
   Model& model_;
   const tokenizer::Tokenizer& tokenizer_;
   const tokenizer::ChatTemplate* chat_template_;
   Metrics& metrics_;
   EngineOptions options_;
+  kv::PageAllocator& allocator_;   // rank 0 of the pool (data parallelism: one engine per rank)
+  kv::PrefixCache prefix_cache_;
   Scheduler scheduler_;
 
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Request>> incoming_;
   bool stopping_ = false;
+  int num_waiting_ = 0;                      // as of the last step (guarded by mutex_)
+  std::vector<std::promise<bool>> checks_;   // integrity checks asked for (guarded by mutex_)
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
   std::vector<float> logits_;

@@ -24,7 +24,7 @@ PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size) : layout_
                 num_pages);
   array_stride_ = round_up(uint64_t(num_pages) * layout_.bytes_per_layer_page(), kArrayAlignment);
   mapped_bytes_ = static_cast<size_t>(array_stride_ * 2 * uint64_t(layout_.num_layers));
-  void* memory = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  void* memory = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   SPINDLE_CHECK(memory != MAP_FAILED, "cannot map {} bytes for the KV cache ({} pages): {}", mapped_bytes_, num_pages,
                 std::strerror(errno));
   memory_ = memory;

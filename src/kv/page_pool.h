@@ -3,8 +3,10 @@
 //
 // Memory: for each layer, a K array and a V array, each
 //   [num_pages, page_size, num_kv_heads, head_dim] of layout.dtype (bf16 or f32),
-// each starting on a 4096-byte boundary, zeroed and committed up front (one anonymous mapping,
-// MAP_POPULATE), so a pool too large for the machine fails at start-up rather than mid-request.
+// each starting on a 4096-byte boundary, in one anonymous mapping. The kernel supplies zeroed
+// memory as pages are first written, so start-up costs nothing and resident memory grows with use
+// up to the planned size (the planner already proved the plan fits). Pre-faulting the whole pool
+// (MAP_POPULATE) was tried: a 19 GiB pool took ~55 s to start on the 2-core dev machine.
 //
 // Data parallelism: the pool holds every rank's pages; rank r owns the global pages
 // [r * num_pages / dp_size, (r + 1) * num_pages / dp_size) (attn/attention_types.h), so

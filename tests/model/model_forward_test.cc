@@ -10,6 +10,10 @@
 //                          that round activations.
 //   kBatchTolerance = 1e-4 the same prompt run alone and inside a ragged batch (different row
 //                          counts may take different linear/attention code paths).
+//   kBf16KvTolerance = 5e-2 a bf16 KV cache instead of f32: K and V rounded to bf16 (2^-9
+//                          relative), amplified by these small random models' large logits.
+//                          Observed max (2026-11-29): 1.1e-2 reference, 1.1e-2 cpu_avx2 (EPYC),
+//                          1.8e-2 cpu_amx (Xeon; it also rounds q and P to bf16). Catches O(1) bugs.
 // Greedy: the next 32 argmax ids (one prefill, then 31 single-token decode steps through the KV
 // cache) must equal HF's exactly. The fixtures' smallest top-2 margin is ~6e-4 logits, so the
 // golden runs use an f32 KV cache (a bf16 cache rounds K/V; one test checks it stays close).
@@ -44,6 +48,7 @@ namespace {
 constexpr double kF32Tolerance = 1e-4;
 constexpr double kBf16Tolerance = 2e-2;
 constexpr double kBatchTolerance = 1e-4;
+constexpr double kBf16KvTolerance = 5e-2;
 constexpr int kPageSize = 16;
 constexpr int kGreedySteps = 32;
 
@@ -313,7 +318,7 @@ TEST_P(ModelForwardTest, MixedPrefillAndDecodeBatch) {
   }
 }
 
-// A bf16 KV cache (the serving default) rounds K and V; the logits stay within the bf16 bound.
+// A bf16 KV cache (the serving default) rounds K and V; the logits stay close.
 TEST_P(ModelForwardTest, Bf16KvCacheStaysClose) {
   attn::AttentionBackend* backend = make_backend(DType::kBF16, GetParam().best_backend);
   model_->set_attention_backends(backend, backend);
@@ -329,7 +334,7 @@ TEST_P(ModelForwardTest, Bf16KvCacheStaysClose) {
     model_->forward(prompt.ids, batch, {&last, 1}, logits.data());
     max_error = std::max(max_error, relative_error(logits, prompt.last_logits));
   }
-  EXPECT_LE(max_error, kBf16Tolerance);
+  EXPECT_LE(max_error, kBf16KvTolerance);
   std::printf("[ bf16 KV  ] %s with %s attention: max relative error %.3g\n", GetParam().model.c_str(),
               std::string(backend->name()).c_str(), max_error);
 }

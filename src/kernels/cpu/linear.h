@@ -53,8 +53,11 @@ struct LinearOptions {
   bool allow_bf16_activations = false;
 };
 
-// Batches up to this many rows take the direct (memory-bound) kernel in "auto".
-inline constexpr int64_t kLinearDirectMaxRows = 16;
+// Batches up to this many rows take the direct kernel in "auto". Measured (bench/linear.cc,
+// crossover table, bench/results/2026-11-29-linear-cpu-epyc.md): on a 16-core AVX-512 Xeon the
+// direct kernel beats widening + oneDNN f32 up to m ~ 256 (724 vs 437 GFLOP/s at m = 64); on a
+// 2-core AVX2 EPYC they are about even at m = 64.
+inline constexpr int64_t kLinearDirectMaxRows = 64;
 
 class LinearKernel {
  public:

@@ -4,8 +4,8 @@
 // exactly weights[K, N] with strides {1, K}, so no weight is copied for f32 weights or the bf16
 // path. For the f32 path over bf16 weights, blocks of W rows are widened into a per-thread f32
 // buffer of about kWidenBlockBytes and multiplied block by block (y's row stride stays n).
-// M is a run-time dimension where oneDNN has a real (non-reference) implementation for it;
-// otherwise one primitive per exact M is created and cached.
+// M is a run-time dimension where oneDNN implements that as fast as a fixed M; otherwise one
+// primitive per exact M is created (a few ms of JIT) and cached (up to kMaxExactPrimitives).
 //
 // The element-wise loops around the products (widening, x to bf16, bias) run on oneDNN's own
 // OpenMP threads (this file is compiled with -fopenmp; Debian's oneDNN uses libgomp too): those
@@ -118,7 +118,10 @@ class OneDnnLinear final : public LinearKernel {
   }
 
  private:
-  // Caller holds mutex_.
+  // Caller holds mutex_. The run-time-M primitive serves every m when oneDNN implements it with
+  // the same kernel family as a fixed-M one (gemm:jit on AVX2 machines); where the fixed-M
+  // implementation differs (brg:avx512_core vs gemm:jit with run-time M on AVX-512 machines,
+  // ~1.5x faster), primitives per exact m are created and cached instead.
   dnnl::matmul& primitive(int64_t m, int64_t ncols) {
     const memory::data_type ab_type = bf16_ ? memory::data_type::bf16 : memory::data_type::f32;
     const int64_t k = w_.in_features, n = w_.out_features;
@@ -127,7 +130,8 @@ class OneDnnLinear final : public LinearKernel {
       std::optional<dnnl::matmul> prim;
       try {
         const auto pd = make_pd(DNNL_RUNTIME_DIM_VAL, k, ncols, n, ab_type);
-        if (!is_reference_impl(pd)) prim.emplace(pd);
+        const auto fixed = make_pd(std::max<int64_t>(m, 64), k, ncols, n, ab_type);
+        if (!is_reference_impl(pd) && std::string(pd.impl_info_str()) == fixed.impl_info_str()) prim.emplace(pd);
       } catch (const dnnl::error&) {
       }
       runtime = runtime_m_.emplace(ncols, std::move(prim)).first;

@@ -1,0 +1,150 @@
+#include "cli/serving_stack.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "cli/format.h"
+#include "util/error.h"
+
+namespace spindle::cli {
+
+std::filesystem::path default_model_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path source_tree = fs::path(SPINDLE_SOURCE_DIR) / "models" / "kjv-tiny";
+  if (fs::exists(source_tree / "config.json", ec)) return source_tree;
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) {
+    const fs::path exe(std::string(buf, static_cast<size_t>(n)));
+    for (const fs::path& candidate : {exe.parent_path().parent_path() / "share" / "spindle" / "models" / "kjv-tiny",
+                                      exe.parent_path().parent_path().parent_path() / "models" / "kjv-tiny"}) {
+      if (fs::exists(candidate / "config.json", ec)) return candidate;
+    }
+  }
+  SPINDLE_FAIL("no model folder given and the embedded model (models/kjv-tiny) was not found at {}",
+               source_tree.string());
+}
+
+void add_serving_flags(CLI::App& app, ServingFlags& f) {
+  app.add_option("model_dir", f.model_dir, "Hugging Face model folder (default: the embedded models/kjv-tiny)");
+  app.add_option("--served-model-name", f.served_model_name, "Model name in the API (default: the folder name)");
+  app.add_option("--chat-template", f.server.chat_template, "chatml, llama3 or llama2 (default: recognise the model's)");
+  app.add_option("--max-running-requests", f.max_running_requests, "Requests in the running batch at most (256)");
+  app.add_option("--max-queued-requests", f.max_queued_requests, "Waiting requests before 503 (1024)");
+  config::add_attention_flags(app, f.server);
+  config::add_kv_flags(app, f.server.kv);
+}
+
+ServingStack::~ServingStack() {
+  if (engine) engine->stop();
+}
+
+namespace {
+
+// Peak workspace of one forward over `num_tokens` prompt tokens of one sequence, plus the logits
+// buffer the engine keeps for a step of that many sequences.
+uint64_t profile_workspace(ServingStack& s, int num_tokens) {
+  const auto layout = config::kv_layout_for(s.model_config, s.resolved.kv_dtype, s.resolved.page_size);
+  const int num_pages = (num_tokens + layout.page_size - 1) / layout.page_size;
+  kv::PagePool scratch(layout, num_pages);
+  s.model->bind_kv_caches(scratch.layer_caches());
+  attn::BatchMetadata batch;
+  attn::SequenceMetadata seq;
+  seq.num_new_tokens = num_tokens;
+  for (int i = 0; i < num_pages; ++i) seq.page_table.push_back(i);
+  batch.sequences.push_back(seq);
+  std::vector<int32_t> tokens(num_tokens, s.tokenizer->bos_id().value_or(0));
+  const std::vector<int64_t> rows = {num_tokens - 1};
+  std::vector<float> logits(s.model_config.vocab_size);
+  s.model->forward(tokens, batch, rows, logits.data());
+  return s.model->workspace_bytes() + uint64_t{static_cast<uint64_t>(s.model_config.vocab_size)} * 4 * num_tokens;
+}
+
+}  // namespace
+
+std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
+  auto s = std::make_unique<ServingStack>();
+  s->model_dir = flags.model_dir.empty() ? default_model_dir() : std::filesystem::path(flags.model_dir);
+  s->model_name = flags.served_model_name.empty() ? s->model_dir.filename().string() : flags.served_model_name;
+  if (s->model_name.empty()) s->model_name = s->model_dir.parent_path().filename().string();
+  s->device = detect_device_info();
+  s->model_config = load_model_config(s->model_dir);
+  s->resolved = config::resolve(flags.server, s->device, s->model_config);
+  s->pool = std::make_unique<ThreadPool>(s->resolved.num_threads);
+
+  s->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(s->model_dir));
+  if (!flags.server.chat_template.empty()) {
+    s->chat_template = tokenizer::ChatTemplate::for_tokenizer(*s->tokenizer,
+                                                              tokenizer::parse_chat_format(flags.server.chat_template));
+  } else if (!s->tokenizer->chat_template().empty()) {
+    try {
+      s->chat_template = tokenizer::ChatTemplate::for_tokenizer(*s->tokenizer);
+    } catch (const Error& e) {
+      spdlog::warn("chat completions disabled: {} (choose one with --chat-template)", e.message());
+    }
+  }
+
+  s->selection = config::select_attention(s->resolved, s->device);
+  ModelOptions model_options;
+  model_options.pool = s->pool.get();
+  s->model = Model::load(s->model_dir, model_options);
+  const attn::AttentionShape shape = s->model->attention_shape(s->resolved.kv_dtype, s->resolved.page_size);
+  attn::BackendOptions backend_options;
+  backend_options.pool = s->pool.get();
+  s->prefill_backend = attn::create_attention_backend(s->selection.prefill_backend, shape, {}, backend_options);
+  s->decode_backend = attn::create_attention_backend(s->selection.decode_backend, shape, {}, backend_options);
+  s->model->set_attention_backends(s->prefill_backend.get(), s->decode_backend.get());
+
+  SPINDLE_CHECK(s->resolved.kv.dp_size == 1,
+                "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
+                s->resolved.kv.dp_size);
+  const auto layout = config::kv_layout_for(s->model_config, s->resolved.kv_dtype, s->resolved.page_size);
+  ServingStack* raw = s.get();
+  s->kv_plan = config::plan_kv_cache(s->resolved.kv, layout, s->model_config, s->device.memory, s->model->weight_bytes(),
+                                     [raw](int tokens) { return profile_workspace(*raw, tokens); });
+  s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size);
+  s->model->bind_kv_caches(s->kv_pool->layer_caches());
+
+  s->metrics.set_info({{"model", s->model_name},
+                       {"prefill_attention_backend", s->selection.prefill_backend},
+                       {"decode_attention_backend", s->selection.decode_backend},
+                       {"linear_kernel", s->model->linear_kernel_name()}});
+  engine::EngineOptions engine_options;
+  engine_options.model_name = s->model_name;
+  engine_options.max_queued_requests = flags.max_queued_requests;
+  engine_options.enable_prefix_cache = s->resolved.kv.enable_prefix_cache;
+  engine_options.scheduler.max_num_batched_tokens = s->resolved.kv.max_num_batched_tokens;
+  engine_options.scheduler.max_running_requests = flags.max_running_requests;
+  engine_options.scheduler.max_model_len = s->resolved.kv.max_model_len;
+  s->engine = std::make_unique<engine::Engine>(*s->model, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,
+                                               *s->kv_pool, s->metrics, engine_options);
+  s->engine->start();
+  return s;
+}
+
+void log_serving_stack(const ServingStack& s) {
+  spdlog::info("model {} ({}, {}), weights {}, linear kernel {}", s.model_name, s.model_dir.string(),
+               architecture_name(s.model_config.architecture), format_bytes(s.model->weight_bytes()),
+               s.model->linear_kernel_name());
+  for (const auto& row : s.selection.rows) {
+    if (row.chosen) {
+      spdlog::info("{} attention: {} ({}){}", attn::phase_name(row.phase), row.backend, row.why,
+                   s.selection.from_cache ? " [from cache]" : "");
+    }
+  }
+  for (const auto& w : s.selection.warnings) spdlog::warn("{}", w);
+  const kv::KvPlan& p = s.kv_plan;
+  spdlog::info("KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {} -> KV {} for {} tokens ({} pages of {}), "
+               "{} KV dtype, max model len {}",
+               format_bytes(p.usable_bytes), p.usable_bound, format_bytes(p.weight_bytes), format_bytes(p.workspace_bytes),
+               p.workspace_source, format_bytes(p.reserve_bytes), format_bytes(p.kv_bytes_per_rank), p.max_total_tokens,
+               p.num_pages_per_rank, p.page_size, dtype_name(s.resolved.kv_dtype), s.resolved.kv.max_model_len);
+}
+
+}  // namespace spindle::cli

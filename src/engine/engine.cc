@@ -1,0 +1,245 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "util/error.h"
+
+namespace spindle::engine {
+
+namespace {
+uint64_t random_seed() {
+  static std::random_device device;
+  return (uint64_t{device()} << 32) ^ device();
+}
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+Engine::Engine(Model& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
+               kv::PagePool& pool, Metrics& metrics, EngineOptions options)
+    : model_(model),
+      tokenizer_(tokenizer),
+      chat_template_(chat_template),
+      metrics_(metrics),
+      options_(std::move(options)),
+      allocator_(pool.allocator(0)),
+      prefix_cache_(allocator_, options_.enable_prefix_cache),
+      scheduler_(allocator_, prefix_cache_, options_.scheduler) {
+  metrics_.update([&](MetricsSnapshot& s) { s.kv_pages_total = allocator_.num_pages(); });
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+  SPINDLE_CHECK(!thread_.joinable(), "engine already started");
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(std::vector<int> prompt, SamplingParams params) {
+  auto stream = std::make_shared<RequestStream>();
+  std::vector<int32_t> ids(prompt.begin(), prompt.end());
+  {
+    std::lock_guard lock(mutex_);
+    if (num_waiting_ + static_cast<int>(incoming_.size()) >= options_.max_queued_requests) {
+      throw EngineOverloaded("too many requests are waiting (" + std::to_string(options_.max_queued_requests) +
+                             "); retry later");
+    }
+    incoming_.push_back(std::make_unique<Request>(next_id_++, std::move(ids), std::move(params), random_seed(), stream,
+                                                  allocator_, tokenizer_));
+  }
+  wake_.notify_one();
+  return stream;
+}
+
+bool Engine::kv_integrity_ok() {
+  std::promise<bool> result;
+  auto future = result.get_future();
+  {
+    std::lock_guard lock(mutex_);
+    checks_.push_back(std::move(result));
+  }
+  wake_.notify_one();
+  return future.get();
+}
+
+void Engine::run_pending_checks() {
+  std::vector<std::promise<bool>> checks;
+  {
+    std::lock_guard lock(mutex_);
+    checks.swap(checks_);
+  }
+  for (auto& p : checks) {
+    try {
+      scheduler_.check_integrity();
+      p.set_value(true);
+    } catch (const std::exception& e) {
+      spdlog::error("KV integrity check failed: {}", e.what());
+      p.set_value(false);
+    }
+  }
+}
+
+void Engine::loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !checks_.empty() || scheduler_.has_work(); });
+      if (stopping_) break;
+      while (!incoming_.empty()) {
+        scheduler_.add(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+    }
+    run_pending_checks();
+    try {
+      run_step();
+    } catch (const std::exception& e) {
+      // A step failed (should not happen): fail every request rather than the process.
+      spdlog::error("engine step failed: {}", e.what());
+      fail_all(e.what());
+    }
+    publish_gauges();
+  }
+  fail_all("the server is shutting down");
+}
+
+void Engine::publish_gauges() {
+  const auto& stats = prefix_cache_.stats();
+  const int running = scheduler_.num_running(), waiting = scheduler_.num_waiting();
+  {
+    std::lock_guard lock(mutex_);
+    num_waiting_ = waiting;
+  }
+  metrics_.update([&](MetricsSnapshot& s) {
+    s.num_requests_running = running;
+    s.num_requests_waiting = waiting;
+    s.kv_pages_used = allocator_.num_pages() - allocator_.num_free_pages();
+    s.prefix_cache_queries = stats.num_lookup_tokens;
+    s.prefix_cache_hits = stats.num_hit_tokens;
+  });
+}
+
+void Engine::fail_all(const std::string& message) {
+  for (Request* r : scheduler_.all_requests()) {
+    RequestOutput out;
+    out.finished = true;
+    out.finish_reason = FinishReason::kError;
+    out.error = message;
+    r->stream->push(std::move(out));
+    scheduler_.release(r, /*cache_pages=*/false);
+  }
+}
+
+void Engine::abort_cancelled() {
+  for (Request* r : scheduler_.cancelled_requests()) {
+    RequestOutput out;
+    out.finished = true;
+    out.finish_reason = FinishReason::kAbort;
+    out.num_prompt_tokens = static_cast<int>(r->prompt.size());
+    out.num_output_tokens = static_cast<int>(r->output.size());
+    r->stream->push(std::move(out));
+    scheduler_.release(r, /*cache_pages=*/true);
+    metrics_.update([](MetricsSnapshot& s) { ++s.requests_aborted_total; });
+  }
+}
+
+void Engine::run_step() {
+  abort_cancelled();
+  StepPlan plan = scheduler_.schedule();
+  if (plan.num_preempted > 0) {
+    metrics_.update([&](MetricsSnapshot& s) { s.preemptions_total += plan.num_preempted; });
+  }
+  if (plan.empty()) return;
+  const int vocab = model_.config().vocab_size;
+  logits_.resize(plan.logit_rows.size() * static_cast<size_t>(vocab));
+  model_.forward(plan.token_ids, plan.batch, plan.logit_rows, logits_.data());
+  scheduler_.update(plan);
+
+  int num_prompt_tokens = 0;
+  for (const auto& s : plan.sequences) {
+    Request& r = *s.request;
+    num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens, static_cast<int>(r.prompt.size())) -
+                                         s.num_cached_tokens);
+    if (s.logits_row < 0) continue;
+    std::span<float> row(logits_.data() + static_cast<size_t>(s.logits_row) * vocab, vocab);
+    accept_token(r, r.sampler.sample(row, r.prompt, r.output));
+  }
+  metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
+  for (Request* r : scheduler_.finished_requests()) scheduler_.release(r, /*cache_pages=*/true);
+}
+
+bool Engine::is_stop_token(const Request& r, int token) const {
+  const auto& p = r.sampler.params();
+  if (!p.ignore_eos) {
+    for (int eos : tokenizer_.eos_ids()) {
+      if (token == eos) return true;
+    }
+    for (int eos : model_.config().eos_token_ids) {
+      if (token == eos) return true;
+    }
+  }
+  for (int t : p.stop_token_ids) {
+    if (token == t) return true;
+  }
+  return false;
+}
+
+void Engine::accept_token(Request& r, const SampledToken& sampled) {
+  const auto now = Clock::now();
+  if (r.output.empty()) {
+    metrics_.observe_time_to_first_token(seconds_between(r.arrival, now));
+  } else if (r.last_token_time && r.num_preemptions == 0) {
+    metrics_.observe_inter_token_latency(seconds_between(*r.last_token_time, now));
+  }
+  r.last_token_time = now;
+  r.output.push_back(sampled.token);
+  metrics_.update([](MetricsSnapshot& s) { ++s.generation_tokens_total; });
+
+  RequestOutput out;
+  out.tokens.push_back(sampled.token);
+  const auto& p = r.sampler.params();
+  if (p.logprobs || p.top_logprobs > 0) out.logprobs.push_back(sampled);
+  const bool stop_token = is_stop_token(r, sampled.token);
+  if (!stop_token) {
+    const auto matched = r.stop_matcher.feed(r.detokenizer.push(sampled.token));
+    out.text = matched.emit;
+    if (matched.stopped) {
+      out.finished = true;
+      out.finish_reason = FinishReason::kStop;
+    }
+  } else {
+    out.finished = true;
+    out.finish_reason = FinishReason::kStop;
+  }
+  if (!out.finished && (static_cast<int>(r.output.size()) >= p.max_tokens || r.num_tokens() >= max_model_len())) {
+    out.finished = true;
+    out.finish_reason = FinishReason::kLength;
+  }
+  if (out.finished && out.finish_reason == FinishReason::kLength) {
+    // The held-back tail (a partial UTF-8 sequence, a possible stop-string start) goes out now.
+    const auto tail = r.stop_matcher.feed(r.detokenizer.finish());
+    out.text += tail.emit;
+    if (!tail.stopped) out.text += r.stop_matcher.flush();
+  }
+  out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+  out.num_output_tokens = static_cast<int>(r.output.size());
+  out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
+  if (out.finished) {
+    r.finished = true;
+    metrics_.observe_e2e_latency(seconds_between(r.arrival, now));
+    metrics_.update([](MetricsSnapshot& s) { ++s.requests_finished_total; });
+  }
+  r.stream->push(std::move(out));
+}
+
+}  // namespace spindle::engine

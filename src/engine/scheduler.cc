@@ -1,0 +1,191 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace spindle::engine {
+
+Scheduler::Scheduler(kv::PageAllocator& allocator, kv::PrefixCache& prefix_cache, SchedulerOptions options)
+    : allocator_(allocator), prefix_cache_(prefix_cache), options_(options) {
+  SPINDLE_CHECK(options_.max_num_batched_tokens > 0 && options_.max_running_requests > 0 && options_.max_model_len > 0,
+                "scheduler limits must be positive");
+}
+
+void Scheduler::add(std::unique_ptr<Request> request) { waiting_.push_back(std::move(request)); }
+
+void Scheduler::add_to_plan(Request& r, int n, StepPlan& plan) {
+  ScheduledSequence s;
+  s.request = &r;
+  s.num_new_tokens = n;
+  s.num_cached_tokens = r.num_computed_tokens;
+  const int64_t first_row = static_cast<int64_t>(plan.token_ids.size());
+  for (int i = 0; i < n; ++i) plan.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
+  if (r.num_computed_tokens + n == r.num_tokens()) {
+    s.logits_row = static_cast<int>(plan.logit_rows.size());
+    plan.logit_rows.push_back(first_row + n - 1);
+  }
+  attn::SequenceMetadata m;
+  m.num_new_tokens = n;
+  m.num_cached_tokens = r.num_computed_tokens;
+  m.page_table = r.table.pages();
+  plan.batch.sequences.push_back(std::move(m));
+  plan.sequences.push_back(s);
+}
+
+void Scheduler::preempt(Request& r) {
+  // Keep what was computed as cached pages (cheap to reuse when it comes back), free the rest.
+  const int cached = std::min(r.num_computed_tokens, r.table.num_tokens());
+  if (cached > 0) {
+    const auto all = r.all_tokens();
+    prefix_cache_.insert(std::span<const int32_t>(all.data(), cached), r.table);
+  }
+  r.table.free();
+  r.num_computed_tokens = 0;
+  ++r.num_preemptions;
+  r.preempted = true;
+}
+
+bool Scheduler::try_schedule_running(Request& r, int& budget, StepPlan& plan) {
+  const int remaining = r.num_tokens() - r.num_computed_tokens;
+  const int n = std::min(remaining, budget);
+  if (n <= 0) return true;  // no budget this step; stays running
+  // Pages for the new tokens; preempt the newest others while short.
+  while (!r.table.extend(std::max(0, r.num_computed_tokens + n - r.table.num_tokens()))) {
+    Request* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      if (it->get() != &r && !(*it)->preempted && (*it)->table.num_pages() > 0) {
+        const bool in_plan = std::any_of(plan.sequences.begin(), plan.sequences.end(),
+                                         [&](const ScheduledSequence& s) { return s.request == it->get(); });
+        if (!in_plan) {
+          victim = it->get();
+          break;
+        }
+      }
+    }
+    if (victim == nullptr) return false;  // r itself must give way
+    preempt(*victim);
+    ++plan.num_preempted;
+  }
+  add_to_plan(r, n, plan);
+  budget -= n;
+  return true;
+}
+
+bool Scheduler::try_admit(Request& r, int& budget, StepPlan& plan) {
+  if (r.table.num_pages() == 0 && r.num_computed_tokens == 0) {
+    // Reuse the longest cached prefix; at least the last token is always computed.
+    const auto all = r.all_tokens();
+    const auto pages = prefix_cache_.match(std::span<const int32_t>(all.data(), all.size() - 1));
+    if (!pages.empty()) {
+      r.table.assign_prefix(pages);
+      r.num_computed_tokens = r.table.num_tokens();
+      if (r.num_preemptions == 0) r.num_cached_prompt_tokens = r.num_computed_tokens;
+    }
+  }
+  const int n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+  if (n <= 0 || !r.table.extend(std::max(0, r.num_computed_tokens + n - r.table.num_tokens()))) {
+    r.table.free();  // give the prefix pages back to the cache; retry next step
+    r.num_computed_tokens = 0;
+    return false;
+  }
+  add_to_plan(r, n, plan);
+  budget -= n;
+  return true;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.batch.causal = true;
+  int budget = options_.max_num_batched_tokens;
+
+  // 1. Running requests, oldest first. One that cannot get pages even after preempting every
+  //    newer one gives way itself.
+  for (size_t i = 0; i < running_.size();) {
+    Request& r = *running_[i];
+    if (r.preempted || try_schedule_running(r, budget, plan)) {
+      ++i;
+      continue;
+    }
+    preempt(r);
+    ++plan.num_preempted;
+    waiting_.push_front(std::move(running_[i]));
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  // Preempted victims (pages freed, computed == 0) move back to the front of the queue, newest
+  // last so the oldest is readmitted first.
+  for (size_t i = running_.size(); i-- > 0;) {
+    if (running_[i]->preempted) {
+      waiting_.push_front(std::move(running_[i]));
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
+  // 2. Waiting requests, first come first served.
+  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < options_.max_running_requests) {
+    Request& r = *waiting_.front();
+    if (!try_admit(r, budget, plan)) break;
+    r.preempted = false;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+  return plan;
+}
+
+void Scheduler::update(const StepPlan& plan) {
+  for (const auto& s : plan.sequences) s.request->num_computed_tokens += s.num_new_tokens;
+}
+
+void Scheduler::release(Request* request, bool cache_pages) {
+  if (cache_pages && request->num_computed_tokens > 0) {
+    const auto all = request->all_tokens();
+    const int n = std::min(request->num_computed_tokens, request->table.num_tokens());
+    prefix_cache_.insert(std::span<const int32_t>(all.data(), n), request->table);
+  }
+  request->table.free();
+  auto drop = [&](auto& container) {
+    for (auto it = container.begin(); it != container.end(); ++it) {
+      if (it->get() == request) {
+        container.erase(it);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!drop(running_)) drop(waiting_);
+}
+
+std::vector<Request*> Scheduler::all_requests() const {
+  std::vector<Request*> out;
+  for (const auto& r : running_) out.push_back(r.get());
+  for (const auto& r : waiting_) out.push_back(r.get());
+  return out;
+}
+
+std::vector<Request*> Scheduler::finished_requests() const {
+  std::vector<Request*> out;
+  for (const auto& r : running_) {
+    if (r->finished) out.push_back(r.get());
+  }
+  return out;
+}
+
+std::vector<Request*> Scheduler::cancelled_requests() const {
+  std::vector<Request*> out;
+  for (const auto& r : running_) {
+    if (r->stream->cancelled()) out.push_back(r.get());
+  }
+  for (const auto& r : waiting_) {
+    if (r->stream->cancelled()) out.push_back(r.get());
+  }
+  return out;
+}
+
+void Scheduler::check_integrity() const {
+  std::vector<const kv::BlockTable*> live;
+  for (const auto& r : running_) live.push_back(&r->table);
+  for (const auto& r : waiting_) live.push_back(&r->table);
+  kv::check_integrity(prefix_cache_, live);
+}
+
+}  // namespace spindle::engine

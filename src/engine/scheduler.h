@@ -1,0 +1,87 @@
+// The scheduler's two-call contract: schedule() says which tokens of which requests to compute
+// this step (and builds the batch), update() applies the step's result.
+//
+// Policy (continuous batching with chunked prefill):
+//  1. Running requests first, oldest first: a decoding request needs one token; one still in
+//     its prompt gets a chunk of what remains of the token budget (--max-num-batched-tokens).
+//     When the pool cannot provide a page, the newest running request is preempted: its full
+//     pages go to the prefix cache, the rest back to the pool, and it waits (at the front) to be
+//     recomputed from its prompt and output so far. Nothing is lost.
+//  2. Then waiting requests, first come first served, while there is budget, a running slot
+//     (--max-running-requests) and pages: each first reuses its longest cached prefix.
+// A request whose whole context (prompt + output) is computed gets a logits row.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "attn/attention_types.h"
+#include "engine/request.h"
+#include "kv/prefix_cache.h"
+
+namespace spindle::engine {
+
+struct SchedulerOptions {
+  int max_num_batched_tokens = 2048;
+  int max_running_requests = 256;
+  int max_model_len = 0;
+};
+
+struct ScheduledSequence {
+  Request* request = nullptr;
+  int num_new_tokens = 0;
+  int num_cached_tokens = 0;
+  int logits_row = -1;  // index into the step's logits, or -1
+};
+
+struct StepPlan {
+  std::vector<ScheduledSequence> sequences;
+  attn::BatchMetadata batch;
+  std::vector<int32_t> token_ids;    // [num_tokens]
+  std::vector<int64_t> logit_rows;   // rows of token_ids whose logits are wanted
+  int num_preempted = 0;
+
+  bool empty() const { return sequences.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(kv::PageAllocator& allocator, kv::PrefixCache& prefix_cache, SchedulerOptions options);
+
+  void add(std::unique_ptr<Request> request);
+  StepPlan schedule();
+  // Marks the scheduled tokens computed. Call after the forward succeeded.
+  void update(const StepPlan& plan);
+  // Releases a finished or aborted request's pages (full pages of a finished one go to the prefix
+  // cache) and forgets it.
+  void release(Request* request, bool cache_pages);
+  // Every request, running then waiting.
+  std::vector<Request*> all_requests() const;
+  // Running requests that finished this step (to release).
+  std::vector<Request*> finished_requests() const;
+  // Requests whose client cancelled, so the engine can abort them (running and waiting).
+  std::vector<Request*> cancelled_requests() const;
+
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  const kv::PageAllocator& allocator() const { return allocator_; }
+  const kv::PrefixCache& prefix_cache() const { return prefix_cache_; }
+  // Pages, reference counts and the radix tree are consistent.
+  void check_integrity() const;
+
+ private:
+  bool try_schedule_running(Request& r, int& budget, StepPlan& plan);
+  bool try_admit(Request& r, int& budget, StepPlan& plan);
+  void preempt(Request& r);
+  void add_to_plan(Request& r, int num_new_tokens, StepPlan& plan);
+
+  kv::PageAllocator& allocator_;
+  kv::PrefixCache& prefix_cache_;
+  SchedulerOptions options_;
+  std::vector<std::unique_ptr<Request>> running_;   // admission order (oldest first)
+  std::deque<std::unique_ptr<Request>> waiting_;
+};
+
+}  // namespace spindle::engine
