@@ -5,7 +5,7 @@ SPINDLE := $(BUILD_DIR)/bin/spindle
 .PHONY: run test build clean
 
 run: build
-	$(SPINDLE) info
+	$(SPINDLE) serve
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j 2 --timeout 600

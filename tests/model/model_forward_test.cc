@@ -136,6 +136,13 @@ std::string best_cpu_backend(const attn::AttentionShape& shape) {
   return best;
 }
 
+// The model folder of a golden case: tests/golden/<model>, except the embedded model, which lives
+// in models/ (its fixtures in tests/golden/kjv-tiny).
+std::filesystem::path model_dir(const std::string& model) {
+  if (model == "kjv-tiny") return kGoldenDir / ".." / ".." / "models" / "kjv-tiny";
+  return kGoldenDir / model;
+}
+
 struct Case {
   std::string model;  // folder under tests/golden
   bool best_backend;  // false: "reference"
@@ -154,12 +161,12 @@ class ModelForwardTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     ModelOptions options;
     if (!GetParam().best_backend) options.make_linear = kernels::cpu::make_reference_linear_kernel;
-    model_ = Model::load(kGoldenDir / GetParam().model, options);
+    model_ = Model::load(model_dir(GetParam().model), options);
     ASSERT_EQ(model_->num_fused_gate_up(), model_->config().num_hidden_layers)
         << "HF writes gate_proj and up_proj back to back";
     golden_ = read_golden(GetParam().model);
     ASSERT_EQ(golden_.size(), 4u);
-    const bool bf16 = GetParam().model.ends_with("bf16");
+    const bool bf16 = GetParam().model.ends_with("bf16") || GetParam().model == "kjv-tiny";
     tolerance_ = bf16 ? kBf16Tolerance : kF32Tolerance;
   }
 
@@ -343,7 +350,7 @@ TEST_P(ModelForwardTest, Bf16KvCacheStaysClose) {
 // the f32 bias copies; workspace_bytes grows with the batch and never shrinks.
 TEST_P(ModelForwardTest, WeightAndWorkspaceBytes) {
   const ModelConfig& c = model_->config();
-  const Checkpoint checkpoint(kGoldenDir / GetParam().model);
+  const Checkpoint checkpoint(model_dir(GetParam().model));
   uint64_t bias_bytes = 0;
   if (c.attention_bias) bias_bytes = uint64_t(c.num_hidden_layers) * (c.q_size() + 2 * c.kv_size()) * 4;
   EXPECT_EQ(model_->weight_bytes(), checkpoint.total_bytes() + bias_bytes);
@@ -361,13 +368,16 @@ TEST_P(ModelForwardTest, WeightAndWorkspaceBytes) {
     std::vector<float> logits(vocab());
     model_->forward(prompt.ids, batch, {&last, 1}, logits.data());
   };
-  run(golden_[3]);  // the longest prompt
+  const GoldenPrompt& longest = *std::max_element(golden_.begin(), golden_.end(), [](const auto& a, const auto& b) {
+    return a.ids.size() < b.ids.size();
+  });
+  run(longest);
   const uint64_t after_long = model_->workspace_bytes();
-  const int64_t t = static_cast<int64_t>(golden_[3].ids.size());
+  const int64_t t = static_cast<int64_t>(longest.ids.size());
   const int64_t per_token = 4 * (3 * int64_t{c.hidden_size} + 2 * c.q_size() + 2 * c.kv_size() +
                                  3 * int64_t{c.intermediate_size});
   EXPECT_GE(after_long - before, static_cast<uint64_t>(t * per_token));
-  run(golden_[0]);
+  for (const auto& prompt : golden_) run(prompt);  // none longer: nothing grows
   EXPECT_EQ(model_->workspace_bytes(), after_long);
 }
 
@@ -378,6 +388,8 @@ std::vector<Case> all_cases() {
       for (const bool best : {false, true}) cases.push_back({std::string(model) + "-" + dtype, best});
     }
   }
+  // The embedded model (models/kjv-tiny, bf16 weights), fixtures by tools/train_tiny/train.py.
+  for (const bool best : {false, true}) cases.push_back({"kjv-tiny", best});
   return cases;
 }
 
