@@ -1,9 +1,15 @@
 // spindle plan MODEL_DIR [--dp-size N] [--kv-cache-dtype ...] [--page-size P] [--max-model-len L]
-//   [--max-total-tokens N|auto] [--mem-fraction F] [--max-num-batched-tokens N] [--json]:
+//   [--max-total-tokens N|auto] [--mem-fraction F] [--max-num-batched-tokens N] [--threads N]
+//   [--estimate-workspace] [--json]:
 // the KV cache capacity plan (DESIGN.md section 3) for this model on this machine, per DP rank,
-// and how many sequences of max_model_len fit at once. Weights are only mapped (headers read),
-// so it takes well under a second. Until the model forward exists the workspace is estimated
-// (config::estimate_workspace_bytes) and says so.
+// and how many sequences of max_model_len fit at once.
+//
+// The workspace is measured as serve measures it: the model is loaded (mmap) and one profiling
+// forward runs at --max-num-batched-tokens (config::measure_workspace_bytes), with the
+// highest-priority attention backend available here (not validated: the workspace does not depend
+// on the backend). That takes a few seconds on the CPU for small models. --estimate-workspace skips
+// loading and uses config::estimate_workspace_bytes (headers only, well under a second); the
+// output says which it used.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -15,21 +21,24 @@
 #include "cli/format.h"
 #include "config/kv_config.h"
 #include "config/server_config.h"
+#include "config/workspace_probe.h"
 #include "kv/capacity_planner.h"
+#include "model/model.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
 #include "platform/memory_info.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace spindle::cli {
 namespace {
 
 struct PlanArgs {
   std::string model_dir;
-  config::ServerConfig flags;  // --kv-cache-dtype, --page-size
-  config::KvFlags kv_flags;
+  config::ServerConfig flags;  // --kv-cache-dtype, --page-size, --threads and the KV flags
   std::string memory_root = "/";  // hidden: read /proc and cgroup files under this root (tests)
+  bool estimate_workspace = false;
   bool json = false;
 };
 
@@ -87,7 +96,7 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
   const std::string how = p.workspace_source == "measured"
                               ? fmt::format("measured: profiling forward at {} tokens", p.max_num_batched_tokens)
                               : fmt::format("estimated: f32 activations of one forward at {} tokens "
-                                            "(no profiling forward yet)",
+                                            "(--estimate-workspace)",
                                             p.max_num_batched_tokens);
   fmt::print("  - workspace         {:>12}  x {} rank(s); {}\n", format_bytes(p.workspace_bytes), p.dp_size, how);
   fmt::print("  - reserve           {:>12}  max(256 MiB, 5% of usable)\n", format_bytes(p.reserve_bytes));
@@ -114,22 +123,36 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
 void run_plan(const PlanArgs& args) {
   SPINDLE_CHECK(!args.model_dir.empty(), "plan needs a MODEL_DIR (a Hugging Face model folder)");
   const ModelConfig model = load_model_config(args.model_dir);
-  const Checkpoint checkpoint(args.model_dir);
-  check_weights(model, checkpoint);
-  const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
 
-  // resolve() decides the KV dtype and page size; of the machine it needs only the memory here.
+  // resolve() decides the KV dtype and page size; of the machine it needs the memory (read before
+  // the weights are mapped, as serve reads it) and, for the profiling forward, the CPU.
   DeviceInfo device;
   device.memory = read_memory_info(args.memory_root);
-  const config::ResolvedConfig resolved = config::resolve(
-      args.flags, device, {model.num_attention_heads, model.num_key_value_heads, model.head_dim});
-  const config::ResolvedKvConfig kv_config = config::resolve_kv(args.kv_flags, model);
+  if (!args.estimate_workspace) device.cpu = detect_cpu_info();
+  const config::ResolvedConfig resolved = config::resolve(args.flags, device, model);
   const kv::KvLayout layout = config::kv_layout_for(model, resolved.kv_dtype, resolved.page_size);
-  const kv::KvPlan plan = config::plan_kv_cache(kv_config, layout, model, device.memory, weight_bytes);
-  if (args.json) {
-    std::cout << plan_json(args.model_dir, model, layout, kv_config, plan).dump(2) << std::endl;
+
+  kv::KvPlan plan;
+  if (args.estimate_workspace) {
+    const Checkpoint checkpoint(args.model_dir);
+    check_weights(model, checkpoint);
+    const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
+    plan = config::plan_kv_cache(resolved.kv, layout, model, device.memory, weight_bytes);
   } else {
-    print_plan(args.model_dir, model, layout, kv_config, plan);
+    ThreadPool pool(resolved.num_threads);
+    ModelOptions options;
+    options.pool = &pool;
+    const std::unique_ptr<Model> loaded = Model::load(args.model_dir, options);
+    const config::UnvalidatedBackends backends = config::make_unvalidated_backends(resolved, device, &pool);
+    loaded->set_attention_backends(backends.prefill.get(), backends.decode.get());
+    plan = config::plan_kv_cache(
+        resolved.kv, layout, model, device.memory, loaded->weight_bytes(),
+        config::make_workspace_probe(*loaded, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len));
+  }
+  if (args.json) {
+    std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan).dump(2) << std::endl;
+  } else {
+    print_plan(args.model_dir, model, layout, resolved.kv, plan);
   }
 }
 
@@ -141,7 +164,11 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
   cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16 or f32");
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
-  config::add_kv_flags(*cmd, args->kv_flags);
+  config::add_kv_flags(*cmd, args->flags.kv);
+  cmd->add_option("--threads", args->flags.num_threads, "CPU threads for the profiling forward (all usable cores)");
+  cmd->add_flag("--estimate-workspace", args->estimate_workspace,
+                "Estimate the workspace from the model's shape instead of loading the model and measuring "
+                "it with a profiling forward");
   cmd->add_option("--memory-root", args->memory_root, "Read /proc and cgroup files under this root (tests)")
       ->group("");
   cmd->add_flag("--json", args->json, "Print JSON");

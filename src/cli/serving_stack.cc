@@ -9,6 +9,7 @@
 #include <climits>
 
 #include "cli/format.h"
+#include "config/workspace_probe.h"
 #include "util/error.h"
 
 namespace spindle::cli {
@@ -44,29 +45,6 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
 ServingStack::~ServingStack() {
   if (engine) engine->stop();
 }
-
-namespace {
-
-// Peak workspace of one forward over `num_tokens` prompt tokens of one sequence, plus the logits
-// buffer the engine keeps for a step of that many sequences.
-uint64_t profile_workspace(ServingStack& s, int num_tokens) {
-  const auto layout = config::kv_layout_for(s.model_config, s.resolved.kv_dtype, s.resolved.page_size);
-  const int num_pages = (num_tokens + layout.page_size - 1) / layout.page_size;
-  kv::PagePool scratch(layout, num_pages);
-  s.model->bind_kv_caches(scratch.layer_caches());
-  attn::BatchMetadata batch;
-  attn::SequenceMetadata seq;
-  seq.num_new_tokens = num_tokens;
-  for (int i = 0; i < num_pages; ++i) seq.page_table.push_back(i);
-  batch.sequences.push_back(seq);
-  std::vector<int32_t> tokens(num_tokens, s.tokenizer->bos_id().value_or(0));
-  const std::vector<int64_t> rows = {num_tokens - 1};
-  std::vector<float> logits(s.model_config.vocab_size);
-  s.model->forward(tokens, batch, rows, logits.data());
-  return s.model->workspace_bytes() + uint64_t{static_cast<uint64_t>(s.model_config.vocab_size)} * 4 * num_tokens;
-}
-
-}  // namespace
 
 std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   auto s = std::make_unique<ServingStack>();
@@ -105,9 +83,9 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
                 "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
                 s->resolved.kv.dp_size);
   const auto layout = config::kv_layout_for(s->model_config, s->resolved.kv_dtype, s->resolved.page_size);
-  ServingStack* raw = s.get();
-  s->kv_plan = config::plan_kv_cache(s->resolved.kv, layout, s->model_config, s->device.memory, s->model->weight_bytes(),
-                                     [raw](int tokens) { return profile_workspace(*raw, tokens); });
+  s->kv_plan = config::plan_kv_cache(
+      s->resolved.kv, layout, s->model_config, s->device.memory, s->model->weight_bytes(),
+      config::make_workspace_probe(*s->model, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len));
   s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size);
   s->model->bind_kv_caches(s->kv_pool->layer_caches());
 

@@ -1,12 +1,16 @@
 // `spindle plan` end to end on a golden model folder, with memory read from a cgroup fixture
-// (hidden --memory-root) so every number is fixed and worked out by hand below.
+// (hidden --memory-root) so usable memory is fixed.
+//
+// By default plan measures the workspace with a profiling forward; that number cannot be worked
+// out by hand, so those tests check the planner's arithmetic between the JSON fields. With
+// --estimate-workspace every number is fixed and worked out by hand below.
 //
 // tests/golden/llama-gqa-f32: H 128, I 256, 2 layers, 4 heads, 1 KV head, head_dim 64, V 1024,
 // untied, f32 weights; max_position_embeddings 256.
 //   weights  = 4 * (2 * 1024*128 + 2 * (q 256*128 + k 64*128 + v 64*128 + o 128*256 + mlp 3*256*128
 //              + norms 2*128) + 128) = 4 * 623232 = 2492928
 //   kv/tok   = 2 * 2 * 1 * 64 * 2 (bf16) = 512; page = 512 * 16 = 8192
-//   ws       = 2048 * 4 * (3*128 + 2*256 + 2*64 + 2*256 + 1024 = 2560) = 20971520 (estimated)
+//   ws       = 2048 * 4 * (3*128 + 2*256 + 2*64 + 2*256 + 1024 = 2560) = 20971520 (--estimate-workspace)
 // tests/fixtures/cgroup/v2: usable = 4 GiB - 1 GiB = 3221225472; reserve = max(256 MiB, 5%) = 268435456
 //   budget   = 3221225472 - 2492928 - 20971520 - 268435456 = 2929325568
 //   kv       = floor(2929325568 * 0.9) = 2636393011
@@ -61,9 +65,70 @@ RunResult run_spindle(const std::string& args) {
   return r;
 }
 
-TEST(PlanCommandTest, JsonBreakdown) {
+constexpr uint64_t kUsable = 3221225472;  // tests/fixtures/cgroup/v2
+constexpr uint64_t kWeights = 2492928;
+constexpr uint64_t kReserve = 268435456;
+constexpr uint64_t kBytesPerPage = 8192;
+
+// The planner's relations (capacity_planner.h) between the fields of one plan's JSON.
+void expect_consistent_plan(const nlohmann::json& j, int dp_size) {
+  const uint64_t ws = j["workspace_bytes_per_rank"];
+  EXPECT_EQ(j["budget_bytes"].get<uint64_t>(), kUsable - kWeights - uint64_t(dp_size) * ws - kReserve);
+  const uint64_t budget = j["budget_bytes"];
+  const uint64_t kv_per_rank = j["kv_budget_bytes_per_rank"];
+  EXPECT_EQ(kv_per_rank, budget * 9 / 10 / uint64_t(dp_size));  // mem fraction 0.9, floor
+  const uint64_t pages = kv_per_rank / kBytesPerPage;
+  EXPECT_EQ(j["num_pages_per_rank"].get<uint64_t>(), pages);
+  EXPECT_EQ(j["num_pages"].get<uint64_t>(), pages * uint64_t(dp_size));
+  EXPECT_EQ(j["max_total_tokens_per_rank"].get<uint64_t>(), pages * 16);
+  EXPECT_EQ(j["kv_bytes_per_rank"].get<uint64_t>(), pages * kBytesPerPage);
+  EXPECT_EQ(j["num_sequences_per_rank"].get<uint64_t>(), pages / 16);  // 256 tokens = 16 pages
+  ASSERT_EQ(j["ranks"].size(), size_t(dp_size));
+  for (int r = 0; r < dp_size; ++r) {
+    EXPECT_EQ(j["ranks"][r]["first_page"].get<uint64_t>(), uint64_t(r) * pages);
+    EXPECT_EQ(j["ranks"][r]["max_total_tokens"].get<uint64_t>(), pages * 16);
+  }
+}
+
+TEST(PlanCommandTest, JsonBreakdownWithMeasuredWorkspace) {
   const auto start = std::chrono::steady_clock::now();
   const RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --json");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(seconds, 5.0);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["usable_bytes"], kUsable);
+  EXPECT_EQ(j["usable_bound"], "cgroup v2 limit minus usage");
+  EXPECT_EQ(j["weight_bytes"], kWeights);
+  EXPECT_EQ(j["workspace_source"], "measured");
+  EXPECT_EQ(j["max_num_batched_tokens"], 2048);
+  // At least the logits of a step of 2048 sequences (2048 * 1024 * 4) plus activations.
+  EXPECT_GT(j["workspace_bytes_per_rank"].get<uint64_t>(), 2048u * 1024 * 4);
+  EXPECT_EQ(j["reserve_bytes"], kReserve);
+  EXPECT_EQ(j["kv_cache_dtype"], "BF16");
+  EXPECT_EQ(j["kv_bytes_per_token"], 512);
+  EXPECT_EQ(j["page_size"], 16);
+  EXPECT_EQ(j["max_total_tokens_source"], "auto");
+  EXPECT_EQ(j["max_model_len"], 256);
+  EXPECT_EQ(j["prefix_cache"], true);
+  expect_consistent_plan(j, 1);
+}
+
+TEST(PlanCommandTest, MeasuredWorkspaceGrowsWithTheBatch) {
+  const auto small = nlohmann::json::parse(
+      run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --max-num-batched-tokens 256 --json").out);
+  const auto large = nlohmann::json::parse(
+      run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --max-num-batched-tokens 4096 --json").out);
+  EXPECT_EQ(small["workspace_source"], "measured");
+  EXPECT_EQ(large["workspace_source"], "measured");
+  EXPECT_GT(large["workspace_bytes_per_rank"].get<uint64_t>(), 8 * small["workspace_bytes_per_rank"].get<uint64_t>());
+  expect_consistent_plan(small, 1);
+  expect_consistent_plan(large, 1);
+}
+
+TEST(PlanCommandTest, JsonBreakdownWithEstimatedWorkspace) {
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --json");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LT(seconds, 5.0);
@@ -87,15 +152,17 @@ TEST(PlanCommandTest, JsonBreakdown) {
   EXPECT_EQ(j["num_sequences_per_rank"], 20114);
   EXPECT_EQ(j["prefix_cache"], true);
   ASSERT_EQ(j["ranks"].size(), 1u);
+  expect_consistent_plan(j, 1);
 }
 
 TEST(PlanCommandTest, DataParallelPerRank) {
-  // dp 2: budget = 3221225472 - 2492928 - 2 * 20971520 - 268435456 = 2908354048
+  // Estimated, dp 2: budget = 3221225472 - 2492928 - 2 * 20971520 - 268435456 = 2908354048
   //   kv/rank = floor(2908354048 * 0.9 / 2) = 1308759321; pages = floor(1308759321 / 8192) = 159760
   //   (2556160 tokens); 159760 / 16 = 9985 sequences of 256 per rank.
-  const RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --dp-size 2 --json");
+  RunResult r =
+      run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --dp-size 2 --estimate-workspace --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto j = nlohmann::json::parse(r.out);
+  auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["budget_bytes"], 2908354048u);
   EXPECT_EQ(j["kv_budget_bytes_per_rank"], 1308759321u);
   EXPECT_EQ(j["num_pages_per_rank"], 159760);
@@ -104,28 +171,47 @@ TEST(PlanCommandTest, DataParallelPerRank) {
   ASSERT_EQ(j["ranks"].size(), 2u);
   EXPECT_EQ(j["ranks"][1]["first_page"], 159760);
   EXPECT_EQ(j["ranks"][1]["max_total_tokens"], 2556160);
+  expect_consistent_plan(j, 2);
+
+  // Measured: each rank runs its own forward, so the workspace counts twice.
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --dp-size 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["workspace_source"], "measured");
+  expect_consistent_plan(j, 2);
 }
 
-TEST(PlanCommandTest, TextSaysTheWorkspaceIsEstimated) {
-  const RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
-                                  " --kv-cache-dtype f32 --max-model-len 128 --max-total-tokens 4096");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("estimated"));
-  EXPECT_THAT(r.out, HasSubstr("cgroup v2 limit minus usage"));
-  EXPECT_THAT(r.out, HasSubstr("4096  per rank (explicit), 256 pages"));
-  EXPECT_THAT(r.out, HasSubstr("sequences of 128 tokens at once: 32 per rank"));  // 256 pages / 8
-  EXPECT_THAT(r.out, HasSubstr("F32 KV"));
+TEST(PlanCommandTest, TextSaysHowTheWorkspaceWasObtained) {
+  const std::string args = "plan " + kModel + " --memory-root " + kCgroupV2 +
+                           " --kv-cache-dtype f32 --max-model-len 128 --max-total-tokens 4096";
+  for (const bool estimate : {false, true}) {
+    const RunResult r = run_spindle(args + (estimate ? " --estimate-workspace" : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr(estimate ? "estimated: f32 activations of one forward at 2048 tokens"
+                                          : "measured: profiling forward at 2048 tokens"));
+    EXPECT_THAT(r.out, HasSubstr("cgroup v2 limit minus usage"));
+    EXPECT_THAT(r.out, HasSubstr("4096  per rank (explicit), 256 pages"));
+    EXPECT_THAT(r.out, HasSubstr("sequences of 128 tokens at once: 32 per rank"));  // 256 pages / 8
+    EXPECT_THAT(r.out, HasSubstr("F32 KV"));
+  }
 }
 
 TEST(PlanCommandTest, Errors) {
   RunResult r = run_spindle("plan");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("plan needs a MODEL_DIR"));
-  // 5149216 tokens = 321826 pages, one more than fits: 321826 * 8192 = 2636398592 bytes needed.
-  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --max-total-tokens 5149216");
+  // Estimated: 5149216 tokens = 321826 pages, one more than fits: 321826 * 8192 = 2636398592 bytes.
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --max-total-tokens 5149216");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("need 2636398592 bytes"));
   EXPECT_THAT(r.err, HasSubstr("leaves 2636393011 bytes"));
+  // Measured: one page more than auto gives.
+  const auto j = nlohmann::json::parse(run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --json").out);
+  const uint64_t pages = j["num_pages_per_rank"].get<uint64_t>() + 1;
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --max-total-tokens " + std::to_string(pages * 16));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("need " + std::to_string(pages * kBytesPerPage) + " bytes"));
+  EXPECT_THAT(r.err, HasSubstr("leaves " + std::to_string(j["kv_budget_bytes_per_rank"].get<uint64_t>()) + " bytes"));
   r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --max-model-len 257");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("max_position_embeddings 256"));

@@ -1,0 +1,51 @@
+// The measured workspace for the KV capacity planner (DESIGN.md section 3): one profiling forward
+// of the model at the largest batch the scheduler may form. Shared by `spindle serve`/`generate`
+// (cli/serving_stack.cc), `spindle plan` and bench/kv_fill.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "attn/attention_backend.h"
+#include "config/kv_config.h"
+#include "config/server_config.h"
+#include "platform/device_info.h"
+#include "util/dtype.h"
+
+namespace spindle {
+class Model;
+class ThreadPool;
+}  // namespace spindle
+
+namespace spindle::config {
+
+// Runs one forward over num_tokens tokens, split into sequences of at most max_seq_len tokens
+// (the scheduler never forms a longer one; --max-model-len), with one logit row per sequence,
+// on a scratch KV pool of exactly the pages that needs (freed on return). The model's attention
+// backends must be set; its KV caches are left bound to the freed scratch pool, so the caller
+// binds its own pool afterwards. Returns
+//   Model::workspace_bytes() after that forward (scratch activations, RoPE table, positions)
+//   + num_tokens * vocab_size * 4   the engine's logits buffer for a step of num_tokens sequences
+//   + (num_tokens - rows) * hidden * 4   the final-norm rows such a step adds to the workspace
+// The last two are what a decode step of num_tokens sequences would add; they are counted rather
+// than run because the LM head over every row would dominate the profile's time. Kernel scratch
+// (oneDNN's buffers, attention tiles) is not included: the reserve covers it.
+uint64_t measure_workspace_bytes(Model& model, DType kv_dtype, int page_size, int num_tokens, int max_seq_len);
+
+// measure_workspace_bytes for plan_kv_cache(); the model must outlive the probe's use.
+WorkspaceProbe make_workspace_probe(Model& model, DType kv_dtype, int page_size, int max_seq_len);
+
+// Attention backends for a profiling (or benchmark) forward without the child-process validation
+// serve runs: the highest-priority backend available for each phase on this machine and shape
+// (explicit --attention-backend flags in `resolved` still win). The workspace does not depend on
+// which backend runs.
+struct UnvalidatedBackends {
+  std::unique_ptr<attn::AttentionBackend> prefill;
+  std::unique_ptr<attn::AttentionBackend> decode;
+  std::string prefill_name, decode_name;
+};
+UnvalidatedBackends make_unvalidated_backends(const ResolvedConfig& resolved, const DeviceInfo& device,
+                                              ThreadPool* pool);
+
+}  // namespace spindle::config
