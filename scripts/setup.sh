@@ -27,6 +27,10 @@ for pkg in "${PACKAGES[@]}"; do
     missing+=("$pkg")
   fi
 done
+# node and npm for the OpenAI Node client test (tests/node), unless some install already has them
+# (a NodeSource nodejs ships npm and conflicts with Debian's npm package).
+if ! command -v node >/dev/null 2>&1; then missing+=(nodejs); fi
+if ! command -v npm >/dev/null 2>&1; then missing+=(npm); fi
 
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
@@ -35,6 +39,14 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The locked npm packages of tests/node, when absent or older than the lock file. Without them
+# the Node client test skips, so a failure here (offline) is a warning.
+if [[ ! -f tests/node/node_modules/.package-lock.json ||
+      tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]]; then
+  echo "setup: npm ci --prefix tests/node"
+  npm ci --prefix tests/node --no-audit --no-fund || echo "setup: warning: npm ci failed; the OpenAI Node client test will skip"
 fi
 
 if [[ "${SPINDLE_SETUP_ONLY_DEPS:-0}" == "1" ]]; then exit 0; fi

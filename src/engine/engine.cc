@@ -66,6 +66,7 @@ bool Engine::kv_integrity_ok() {
   auto future = result.get_future();
   {
     std::lock_guard lock(mutex_);
+    SPINDLE_CHECK(!stopping_, "the engine is stopping");
     checks_.push_back(std::move(result));
   }
   wake_.notify_one();
@@ -111,6 +112,7 @@ void Engine::loop() {
     publish_gauges();
   }
   fail_all("the server is shutting down");
+  run_pending_checks();  // a kv_integrity_ok() caller must not wait forever on a stopped engine
 }
 
 void Engine::publish_gauges() {
@@ -124,6 +126,7 @@ void Engine::publish_gauges() {
     s.num_requests_running = running;
     s.num_requests_waiting = waiting;
     s.kv_pages_used = allocator_.num_pages() - allocator_.num_free_pages();
+    s.kv_pages_in_use = allocator_.num_in_use_pages();
     s.prefix_cache_queries = stats.num_lookup_tokens;
     s.prefix_cache_hits = stats.num_hit_tokens;
   });

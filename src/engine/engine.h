@@ -66,6 +66,7 @@ class Engine {
   const std::string& model_name() const { return options_.model_name; }
   Metrics& metrics() { return metrics_; }
   // check_integrity() of the KV pool, run on the engine thread between steps (for tests).
+  // Throws spindle::Error once stop() has begun.
   bool kv_integrity_ok();
 
  private:

@@ -79,6 +79,8 @@ std::string Metrics::render() const {
   gauge(out, "spindle_num_requests_running", "Requests in the running batch.", s.num_requests_running);
   gauge(out, "spindle_num_requests_waiting", "Requests waiting to be scheduled.", s.num_requests_waiting);
   gauge(out, "spindle_kv_pages_used", "KV cache pages in use or cached.", s.kv_pages_used);
+  gauge(out, "spindle_kv_pages_in_use", "KV cache pages referenced by requests (cached-only pages excluded).",
+        s.kv_pages_in_use);
   gauge(out, "spindle_kv_pages_total", "KV cache pages in the pool.", s.kv_pages_total);
   gauge(out, "spindle_kv_cache_usage_ratio", "Fraction of KV pages in use.",
         s.kv_pages_total ? double(s.kv_pages_used) / double(s.kv_pages_total) : 0.0);

@@ -30,7 +30,8 @@ class Histogram {
 struct MetricsSnapshot {
   int64_t num_requests_running = 0;
   int64_t num_requests_waiting = 0;
-  int64_t kv_pages_used = 0;
+  int64_t kv_pages_used = 0;    // not on the free list: referenced by a request or cached
+  int64_t kv_pages_in_use = 0;  // referenced by at least one request
   int64_t kv_pages_total = 0;
   uint64_t prefix_cache_queries = 0;  // tokens looked up
   uint64_t prefix_cache_hits = 0;     // tokens found

@@ -170,7 +170,7 @@ void stream_completion(engine::Engine& engine, const GenerationRequest& r, Submi
   const std::string id = new_id(r.chat ? "chatcmpl" : "cmpl");
   const int64_t created = static_cast<int64_t>(std::time(nullptr));
   const char* object = r.chat ? "chat.completion.chunk" : "text_completion";
-  auto send = [&](const json& chunk) { return write("data: " + chunk.dump() + "\n\n"); };
+  auto send = [&](const json& chunk) { return write("data: " + to_json_text(chunk) + "\n\n"); };
   auto chunk_with = [&](json choice) {
     return json{{"id", id}, {"object", object}, {"created", created}, {"model", engine.model_name()},
                 {"choices", json::array({std::move(choice)})}};

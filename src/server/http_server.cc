@@ -3,6 +3,10 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include "engine/engine.h"
@@ -15,14 +19,27 @@ using nlohmann::json;
 
 namespace {
 
+// httplib 0.11 listens with a backlog of 5: a burst of concurrent connections overflows the accept
+// queue and the kernel resets some of them (SYN cookies that fail). This gives the bound socket
+// a real backlog (Linux lets listen() be called again on a listening socket to change it).
+class ListeningServer : public httplib::Server {
+ public:
+  void raise_backlog() {
+    const socket_t sock = svr_sock_;
+    SPINDLE_CHECK(sock != INVALID_SOCKET && ::listen(sock, SOMAXCONN) == 0, "cannot raise the listen backlog: {}",
+                  std::strerror(errno));
+  }
+};
+
 void reply_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status();
-  res.set_content(e.to_json().dump(), "application/json");
+  res.set_content(to_json_text(e.to_json()), "application/json");
 }
 
 }  // namespace
 
-HttpServer::HttpServer(HttpServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(HttpServerOptions options)
+    : options_(std::move(options)), http_(std::make_unique<ListeningServer>()) {
   // httplib rejects larger bodies itself (413 without a body); ours gives the JSON error below it.
   http_->set_payload_max_length(options_.max_body_bytes * 2);
   const int threads = options_.num_http_threads;
@@ -44,6 +61,7 @@ int HttpServer::bind() {
     port = -1;
   }
   SPINDLE_CHECK(port > 0, "cannot listen on {}:{} (address in use or not available)", options_.host, options_.port);
+  static_cast<ListeningServer&>(*http_).raise_backlog();
   return port;
 }
 
@@ -74,21 +92,34 @@ void HttpServer::install_routes() {
     };
   };
 
-  auto generation = [this](bool chat) {
-    return [this, chat](engine::Engine& engine, const httplib::Request& req, httplib::Response& res) {
-      auto request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(req.body, options_.max_body_bytes)
-                                                              : parse_completion_request(req.body, options_.max_body_bytes));
+  // The generation routes read their body through a ContentReader: httplib's own body reading
+  // parses an application/x-www-form-urlencoded body (curl -d's default type) as a query string
+  // and refuses one over 8 KiB with 413, whatever the limit.
+  auto generation = [this, guarded](bool chat) {
+    auto handler = [this, chat](engine::Engine& engine, const httplib::Request& req, httplib::Response& res,
+                                const std::string& body) {
+      auto request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, options_.max_body_bytes)
+                                                              : parse_completion_request(body, options_.max_body_bytes));
       auto submitted = std::make_shared<Submitted>(submit_request(engine, *request));
       if (!request->stream) {
-        res.set_content(complete(engine, *request, *submitted).dump(), "application/json");
+        res.set_content(to_json_text(complete(engine, *request, *submitted)), "application/json");
         return;
       }
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
           [&engine, request, submitted](size_t, httplib::DataSink& sink) {
-            stream_completion(engine, *request, *submitted,
-                              [&sink](const std::string& chunk) { return sink.is_writable() && sink.write(chunk.data(), chunk.size()); });
+            // Runs on an httplib worker after the headers went out: an exception escaping here
+            // would terminate the process, so it ends this stream (and request) instead.
+            try {
+              stream_completion(engine, *request, *submitted, [&sink](const std::string& chunk) {
+                return sink.is_writable() && sink.write(chunk.data(), chunk.size());
+              });
+            } catch (const std::exception& e) {
+              spdlog::error("stream failed: {}", e.what());
+              submitted->stream->cancel();
+              return false;
+            }
             sink.done();
             return true;
           },
@@ -96,14 +127,32 @@ void HttpServer::install_routes() {
             if (!success) submitted->stream->cancel();
           });
     };
+    return [guarded, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      std::string body;
+      const bool complete = reader([&](const char* data, size_t size) {
+        body.append(data, size);
+        return true;
+      });
+      guarded([&](engine::Engine& engine, const httplib::Request& r, httplib::Response& response) {
+        if (!complete) {
+          if (response.status == 413) throw ApiError(413, "invalid_request_error", "", "request body too large");
+          bad_request("", "could not read the request body");
+        }
+        handler(engine, r, response, body);
+      })(req, res);
+    };
   };
 
-  http_->Post("/v1/completions", guarded(generation(false)));
-  http_->Post("/v1/chat/completions", guarded(generation(true)));
+  http_->Post("/v1/completions", generation(false));
+  http_->Post("/v1/chat/completions", generation(true));
   http_->Get("/v1/models", guarded([](engine::Engine& engine, const httplib::Request&, httplib::Response& res) {
     json model = {{"id", engine.model_name()}, {"object", "model"}, {"created", static_cast<int64_t>(std::time(nullptr))},
                   {"owned_by", "spindle"}, {"max_model_len", engine.max_model_len()}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+  }));
+  // For tests: the KV pool's integrity check, run on the engine thread between steps.
+  http_->Get("/internal/kv_integrity", guarded([](engine::Engine& engine, const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"ok", engine.kv_integrity_ok()}}.dump(), "application/json");
   }));
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool ready = engine_.load() != nullptr;
@@ -124,7 +173,7 @@ void HttpServer::install_routes() {
     if (!res.body.empty()) return;
     const std::string message = res.status == 413 ? "request body too large"
                                                    : fmt::format("no route for {} {}", req.method, req.path);
-    res.set_content(ApiError(res.status, "invalid_request_error", "", message).to_json().dump(), "application/json");
+    res.set_content(to_json_text(ApiError(res.status, "invalid_request_error", "", message).to_json()), "application/json");
   });
 }
 

@@ -83,6 +83,16 @@ class Fields {
 
 constexpr int64_t kMaxTokensLimit = 1 << 20;
 
+// A token id from JSON, range-checked before narrowing (get<int>() would wrap 2^32 + 1 to 1).
+int token_id(const json& v, const char* param, const char* what) {
+  if (!v.is_number_integer()) bad_request(param, fmt::format("{} must hold only integers", what));
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())
+                             : (v.get<int64_t>() < 0 || v.get<int64_t>() > std::numeric_limits<int32_t>::max())) {
+    bad_request(param, fmt::format("{} holds {}, which is not a token id", what, v.dump()));
+  }
+  return v.get<int>();
+}
+
 json parse_body(const std::string& body, size_t max_body_bytes) {
   if (body.size() > max_body_bytes) {
     throw ApiError(413, "invalid_request_error", "",
@@ -136,10 +146,7 @@ void parse_common(const json& j, GenerationRequest& r) {
   s.stop = parse_stop(f.get("stop"));
   if (const json* ids = f.get("stop_token_ids")) {
     if (!ids->is_array()) bad_request("stop_token_ids", "'stop_token_ids' must be an array of integers");
-    for (const auto& t : *ids) {
-      if (!t.is_number_integer()) bad_request("stop_token_ids", "'stop_token_ids' must be an array of integers");
-      s.stop_token_ids.push_back(t.get<int>());
-    }
+    for (const auto& t : *ids) s.stop_token_ids.push_back(token_id(t, "stop_token_ids", "'stop_token_ids'"));
   }
   if (const json* bias = f.get("logit_bias")) {
     if (!bias->is_object()) bad_request("logit_bias", "'logit_bias' must be an object of token id -> bias");
@@ -198,10 +205,7 @@ GenerationRequest parse_completion_request(const std::string& body, size_t max_b
   } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
     r.prompt = (*prompt)[0].get<std::string>();
   } else if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer()) {
-    for (const auto& t : *prompt) {
-      if (!t.is_number_integer()) bad_request("prompt", "a token-id prompt must hold only integers");
-      r.prompt_token_ids.push_back(t.get<int>());
-    }
+    for (const auto& t : *prompt) r.prompt_token_ids.push_back(token_id(t, "prompt", "a token-id prompt"));
   } else {
     bad_request("prompt", "'prompt' must be a string, a one-string array or an array of token ids (batches are not supported)");
   }
@@ -246,6 +250,8 @@ GenerationRequest parse_chat_request(const std::string& body, size_t max_body_by
   }
   return r;
 }
+
+std::string to_json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},

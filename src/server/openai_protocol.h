@@ -55,6 +55,10 @@ struct GenerationRequest {
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes);
 GenerationRequest parse_chat_request(const std::string& body, size_t max_body_bytes);
 
+// Serialises a response body or event. Invalid UTF-8 (a request path echoed in an error, say)
+// becomes U+FFFD rather than an exception that would take the server down.
+std::string to_json_text(const nlohmann::json& j);
+
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;

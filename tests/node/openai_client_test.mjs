@@ -1,0 +1,131 @@
+// The official OpenAI Node client against a running `spindle serve`:
+//   node tests/node/openai_client_test.mjs http://127.0.0.1:PORT/v1 [API_KEY]
+// Runs chat (whole), chat (streamed deltas, with a usage chunk), completions (whole and streamed)
+// and models.list, asserts what comes back, and exits non-zero on the first failure.
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const baseURL = process.argv[2];
+if (!baseURL) {
+  console.error('usage: node openai_client_test.mjs BASE_URL [API_KEY]');
+  process.exit(2);
+}
+const client = new OpenAI({ baseURL, apiKey: process.argv[3] ?? 'unused', maxRetries: 0, timeout: 30_000 });
+const kMaxTokens = 8;
+
+function checkUsage(usage, what) {
+  assert.ok(usage, `${what}: usage is missing`);
+  assert.ok(usage.prompt_tokens > 0, `${what}: prompt_tokens ${usage.prompt_tokens}`);
+  assert.ok(usage.completion_tokens > 0 && usage.completion_tokens <= kMaxTokens,
+            `${what}: completion_tokens ${usage.completion_tokens}`);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens, `${what}: total_tokens`);
+}
+
+const tests = {
+  async models() {
+    const page = await client.models.list();
+    assert.ok(page.data.length >= 1, 'no model listed');
+    assert.equal(page.data[0].object, 'model');
+  },
+
+  async chat() {
+    const r = await client.chat.completions.create({
+      model: 'kjv-tiny',
+      messages: [{ role: 'user', content: 'Who made the heaven and the earth?' }],
+      max_tokens: kMaxTokens,
+      temperature: 0,
+      ignore_eos: true,
+    });
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.choices.length, 1);
+    const c = r.choices[0];
+    assert.equal(c.message.role, 'assistant');
+    assert.ok(typeof c.message.content === 'string' && c.message.content.length > 0, 'empty content');
+    assert.equal(c.finish_reason, 'length');
+    checkUsage(r.usage, 'chat');
+    assert.equal(r.usage.completion_tokens, kMaxTokens);
+  },
+
+  async chatStream() {
+    const stream = await client.chat.completions.create({
+      model: 'kjv-tiny',
+      messages: [{ role: 'user', content: 'Who made the heaven and the earth?' }],
+      max_tokens: kMaxTokens,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let role = null, content = '', finish = null, usage = null, numChunks = 0;
+    for await (const chunk of stream) {
+      ++numChunks;
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      if (chunk.usage) usage = chunk.usage;
+      for (const choice of chunk.choices) {
+        if (choice.delta?.role) role = choice.delta.role;
+        if (choice.delta?.content) content += choice.delta.content;
+        if (choice.finish_reason) finish = choice.finish_reason;
+      }
+    }
+    assert.ok(numChunks >= 2, `only ${numChunks} chunks`);
+    assert.equal(role, 'assistant');
+    assert.ok(content.length > 0, 'no content streamed');
+    assert.ok(finish === 'stop' || finish === 'length', `finish_reason ${finish}`);
+    checkUsage(usage, 'chat stream');
+  },
+
+  async completion() {
+    const r = await client.completions.create({
+      model: 'kjv-tiny',
+      prompt: 'And God said',
+      max_tokens: kMaxTokens,
+      temperature: 0,
+    });
+    assert.equal(r.object, 'text_completion');
+    assert.ok(r.choices[0].text.length > 0, 'empty text');
+    assert.ok(r.choices[0].finish_reason === 'stop' || r.choices[0].finish_reason === 'length');
+    checkUsage(r.usage, 'completion');
+  },
+
+  async completionStream() {
+    const stream = await client.completions.create({
+      model: 'kjv-tiny',
+      prompt: 'And God said',
+      max_tokens: kMaxTokens,
+      temperature: 0,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '', finish = null, usage = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const choice of chunk.choices) {
+        text += choice.text;
+        if (choice.finish_reason) finish = choice.finish_reason;
+      }
+    }
+    assert.ok(text.length > 0, 'no text streamed');
+    assert.ok(finish === 'stop' || finish === 'length', `finish_reason ${finish}`);
+    checkUsage(usage, 'completion stream');
+  },
+
+  async badRequestIsAnApiError() {
+    await assert.rejects(
+      client.completions.create({ model: 'kjv-tiny', prompt: 'x', max_tokens: -1 }),
+      (e) => e instanceof OpenAI.APIError && e.status === 400);
+    await assert.rejects(
+      client.completions.create({ model: 'no-such-model', prompt: 'x', max_tokens: 1 }),
+      (e) => e instanceof OpenAI.NotFoundError);
+  },
+};
+
+let failed = 0;
+for (const [name, test] of Object.entries(tests)) {
+  try {
+    await test();
+    console.log(`ok ${name}`);
+  } catch (e) {
+    ++failed;
+    console.log(`FAILED ${name}: ${e?.stack ?? e}`);
+  }
+}
+console.log(`openai_client_test: ${Object.keys(tests).length - failed} ok, ${failed} failing`);
+process.exit(failed ? 1 : 0);
