@@ -1,8 +1,10 @@
 // CPU linear layers (kernels/cpu/linear.h) on Llama-3.2-1B shapes (bf16 weights), as ratios
 // measured in one run:
 //   decode (m = 1, 16): GB/s of weights read per product vs this machine's streaming read
-//       bandwidth (best of two measurements). Each shape gets enough copies of its weight (>= 512 MiB together) that a sweep
-//       over them reads from memory, not from cache, as a real forward over all layers does.
+//       bandwidth (best of two measurements). Each shape gets enough copies of its weight
+//       (>= 512 MiB together) that a sweep over them reads from memory, not from cache, as a real
+//       forward over all layers does.
+//   crossover: direct kernel vs widening + oneDNN f32 over m (where kLinearDirectMaxRows comes from).
 //   prefill (m = 512): GFLOP/s of each kernel vs oneDNN's matmul of the same shape measured in
 //       the same run: f32 (on an f32 copy of the weight: the yardstick of our f32 path) and bf16
 //       (bf16 x bf16 -> f32, where the CPU has a real implementation).
@@ -92,9 +94,9 @@ int main() {
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
-  // Measured twice (this run and once more below) and the larger one is the yardstick: on a
-  // shared VM a neighbour's burst can halve one measurement.
-  double mem_gbps = std::max(memory_read_gbps(pool), memory_read_gbps(pool));
+  // Measured twice, back to back, and the larger one is the yardstick: on a shared VM a
+  // neighbour's burst can halve one measurement.
+  const double mem_gbps = std::max(memory_read_gbps(pool), memory_read_gbps(pool));
   std::printf("memory read bandwidth (1 GiB streaming sum, all threads, best of 2x5): %.1f GB/s\n", mem_gbps);
 
   std::vector<std::string> direct;

@@ -21,7 +21,8 @@
 //   onednn_bf16  oneDNN bf16 matmul (AMX / AVX512-BF16): x is ROUNDED TO BF16 first (relative
 //                error ~4e-3), f32 accumulation and output. bf16 weights only.
 //   auto         what make_linear_kernel returns: the direct kernel (avx512 > avx2) for
-//                m <= kLinearDirectMaxRows, the oneDNN kernel above that.
+//                m <= kLinearDirectMaxRows, the oneDNN kernel above that (onednn_bf16 only with
+//                LinearOptions::allow_bf16_activations on a CPU that has it, else onednn_f32).
 #pragma once
 
 #include <cstdint>
@@ -49,14 +50,15 @@ struct LinearOptions {
   // Exactness first: by default every path accumulates f32 products of the f32 activations
   // (relative error ~1e-6 of sum |x||w|). When true AND the CPU has AMX-BF16 or AVX512-BF16 AND
   // the weights are bf16, large-m products use oneDNN's bf16 matmul, which rounds x to bf16
-  // (relative error ~4e-3) for ~2.4x the f32 rate. Decode (small m) is unaffected.
+  // (relative error ~4e-3) for 2-4x the f32 rate (2.6-3.3 TFLOP/s on a 16-core AMX Xeon).
+  // Decode (m <= kLinearDirectMaxRows) is unaffected.
   bool allow_bf16_activations = false;
 };
 
 // Batches up to this many rows take the direct kernel in "auto". Measured (bench/linear.cc,
 // crossover table, bench/results/2026-11-29-linear-cpu-epyc.md): on a 16-core AVX-512 Xeon the
-// direct kernel beats widening + oneDNN f32 up to m ~ 256 (724 vs 437 GFLOP/s at m = 64); on a
-// 2-core AVX2 EPYC they are about even at m = 64.
+// direct kernel beats widening + oneDNN f32 up to m = 256 (912 vs 445 GFLOP/s at m = 64); on a
+// 2-core AVX2 EPYC it is slightly ahead at m = 64 (153 vs 146) and even from m = 128.
 inline constexpr int64_t kLinearDirectMaxRows = 64;
 
 class LinearKernel {
