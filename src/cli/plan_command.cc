@@ -99,7 +99,7 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
                                             "(--estimate-workspace)",
                                             p.max_num_batched_tokens);
   fmt::print("  - workspace         {:>12}  x {} rank(s); {}\n", format_bytes(p.workspace_bytes), p.dp_size, how);
-  fmt::print("  - reserve           {:>12}  max(256 MiB, 5% of usable)\n", format_bytes(p.reserve_bytes));
+  fmt::print("  - reserve           {:>12}  max(128 MiB, 2% of usable)\n", format_bytes(p.reserve_bytes));
   fmt::print("  = budget            {:>12}\n", format_bytes(p.budget_bytes));
   fmt::print("  KV budget per rank  {:>12}  budget x mem fraction {} / {} rank(s)\n",
              format_bytes(p.kv_budget_bytes_per_rank), p.mem_fraction, p.dp_size);

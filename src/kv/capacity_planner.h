@@ -3,7 +3,7 @@
 // With one shared memory for all DP ranks (CPU), the weights are mapped once and shared, while
 // every rank runs its own forward and so needs its own workspace:
 //
-//   reserve            = max(256 MiB, usable / 20)                  (runtime and allocator overhead)
+//   reserve            = max(128 MiB, usable / 50)                  (runtime and allocator overhead)
 //   budget             = usable - weights - dp_size * workspace - reserve
 //                        (weights are not subtracted when usable was measured after loading them,
 //                         as cudaMemGetInfo is)
@@ -25,12 +25,32 @@
 
 namespace spindle::kv {
 
-inline constexpr uint64_t kMinReserveBytes = 256ull << 20;
-inline constexpr uint64_t kReserveDivisor = 20;  // 5% of usable
+inline constexpr uint64_t kMinReserveBytes = 128ull << 20;
+inline constexpr uint64_t kReserveDivisor = 50;  // 2% of usable
 // Page ids are int32 (page tables): the pool is capped at this many pages over all ranks.
 inline constexpr int64_t kMaxPoolPages = 0x7fffffff;
 
-// max(kMinReserveBytes, usable_bytes / kReserveDivisor).
+// max(kMinReserveBytes, usable_bytes / kReserveDivisor) = max(128 MiB, usable / 50).
+//
+// The reserve covers what the plan does not itemise: code, heap, allocator slack, oneDNN scratch,
+// thread stacks, kernel page tables. Measured by bench/kv_fill (whole pool filled through the
+// forward, bench/results/2026-11-29-kv-fill-cpu-epyc.md; CPU, kjv-tiny, one rank, 2 threads):
+//   - f32 KV, 512-token steps: everything but the KV peaked at 86.7 MiB against weights 27.0 MiB +
+//     measured workspace 19.1 MiB, so ~41 MiB (40.6) was unitemised: code ~11 MiB (RssFile 38.3 MiB
+//     less the 27.0 MiB of weights), the onednn_f32 8 MiB widening buffer, oneDNN's own buffers,
+//     thread stacks, heap.
+//   - bf16 KV, 2048-token steps: 97.3 MiB against 27.0 + 76.1 = 103.1 MiB planned (the measured
+//     workspace's logits bound was not reached), so nothing unitemised showed.
+// The 128 MiB floor is ~3x the 41 MiB measured. The 2% term takes over above 6.25 GiB of usable
+// and grows with what grows with memory (page tables are ~0.2% of what is mapped; allocator
+// fragmentation); mem_fraction (0.90) leaves a further 10% of the budget unallocated on top.
+// The former max(256 MiB, usable / 20) held the peak RSS at 0.61-0.66 of usable but left the KV
+// pool at only 0.55-0.62 of what would really have fit at 768 MiB (the floor was a third of it);
+// the target is never over usable and a KV pool of >= 85% of what would fit. With this rule (same
+// bench, f32 KV, 512-token steps) the non-KV peak was 89.6-89.8 MiB; peak RSS / usable 0.812 at
+// 768 MiB and 0.878 at 3 GiB; KV / what would really fit 0.788 at 768 MiB (the floor is 1/6 of it)
+// and 0.874 at 3 GiB (mem_fraction caps this ratio at 0.90).
+// Not measured: many threads' stacks, dp_size > 1 ranks, CUDA; the reserve is not per rank.
 uint64_t reserve_bytes_for(uint64_t usable_bytes);
 
 struct KvPlanInput {

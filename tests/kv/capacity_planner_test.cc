@@ -2,7 +2,7 @@
 // (defaults, layout, workspace estimate) and the budgets of the cgroup fixtures.
 //
 // The rule under test (kv/capacity_planner.h):
-//   reserve          = max(256 MiB, usable / 20)
+//   reserve          = max(128 MiB, usable / 50)
 //   budget           = usable - weights - dp * workspace - reserve
 //   kv per rank      = floor(budget * mem_fraction / dp)
 //   pages per rank   = floor(kv per rank / (kv_bytes_per_token * page_size))
@@ -62,7 +62,7 @@ KvPlan plan_for(const ModelConfig& model, const MemoryInfo& memory, uint64_t wei
 }
 
 constexpr uint64_t k32GiB = 34'359'738'368;      // 32 * 2^30
-constexpr uint64_t kReserve32GiB = 1'717'986'918;  // floor(34359738368 / 20) > 256 MiB
+constexpr uint64_t kReserve32GiB = 687'194'767;  // floor(34359738368 / 50) = floor(687194767.36) > 128 MiB
 
 struct ArchCase {
   std::string fixture;
@@ -80,38 +80,38 @@ struct ArchCase {
 //             + mlp 3*8192*2048 + norms 2*2048 = 60821504) + norm 2048 = 1235814400
 //   kv/tok  = 16 * 2 * 8 * 64 * 2 = 32768
 //   ws      = 2048 * 4 * (6144 + 4096 + 1024 + 16384 + 128256 = 155904) = 1277165568
-//   budget  = 34359738368 - 2471628800 - 1277165568 - 1717986918 = 28892957082
-//   kv      = floor(28892957082 * 0.9) = 26003661373
-//   pages   = floor(26003661373 / 524288) = 49598 (793568 tokens); seq 131072 = 8192 pages -> 6
+//   budget  = 34359738368 - 2471628800 - 1277165568 - 687194767 = 29923749233
+//   kv      = floor(29923749233 * 0.9) = floor(26931374309.7) = 26931374309
+//   pages   = floor(26931374309 / 524288) = 51367 (821872 tokens); seq 131072 = 8192 pages -> 6
 // Qwen2.5-0.5B: H 896, I 4864, 24 layers, 14 heads, 2 KV heads, head_dim 64, V 151936, tied, qkv bias.
 //   params  = V*H 136134656 + 24 * (q 896*896 + k 128*896 + v 128*896 + o 896*896 + mlp 3*4864*896
 //             + norms 2*896 + bias 896+128+128 = 14912384) + 896 = 494032768
 //   kv/tok  = 24 * 2 * 2 * 64 * 2 = 12288
 //   ws      = 2048 * 4 * (2688 + 1792 + 256 + 9728 + 151936 = 166400) = 1363148800
-//   budget  = 34359738368 - 988065536 - 1363148800 - 1717986918 = 30290537114
-//   kv      = floor(30290537114 * 0.9) = 27261483402
-//   pages   = floor(27261483402 / 196608) = 138659 (2218544 tokens); seq 32768 = 2048 pages -> 67
+//   budget  = 34359738368 - 988065536 - 1363148800 - 687194767 = 31321329265
+//   kv      = floor(31321329265 * 0.9) = floor(28189196338.5) = 28189196338
+//   pages   = floor(28189196338 / 196608) = 143377 (2294032 tokens); seq 32768 = 2048 pages -> 70
 // Qwen3-0.6B: H 1024, I 3072, 28 layers, 16 heads, 8 KV heads, head_dim 128, V 151936, tied, qk norm.
 //   params  = V*H 155582464 + 28 * (q 2048*1024 + k 1024*1024 + v 1024*1024 + o 1024*2048
 //             + mlp 3*3072*1024 + norms 2*1024 + qk norms 2*128 = 15730944) + 1024 = 596049920
 //   kv/tok  = 28 * 2 * 8 * 128 * 2 = 114688
 //   ws      = 2048 * 4 * (3072 + 4096 + 2048 + 6144 + 151936 = 167296) = 1370488832
-//   budget  = 34359738368 - 1192099840 - 1370488832 - 1717986918 = 30079162778
-//   kv      = floor(30079162778 * 0.9) = 27071246500
-//   pages   = floor(27071246500 / 1835008) = 14752 (236032 tokens); seq 40960 = 2560 pages -> 5
+//   budget  = 34359738368 - 1192099840 - 1370488832 - 687194767 = 31109954929
+//   kv      = floor(31109954929 * 0.9) = floor(27998959436.1) = 27998959436
+//   pages   = floor(27998959436 / 1835008) = 15258 (244128 tokens); seq 40960 = 2560 pages -> 5
 // Mistral-7B-v0.3: H 4096, I 14336, 32 layers, 32 heads, 8 KV heads, head_dim 128, V 32768, untied.
 //   params  = 2 * V*H 268435456 + 32 * (q 4096*4096 + k 1024*4096 + v 1024*4096 + o 4096*4096
 //             + mlp 3*14336*4096 + norms 2*4096 = 218112000) + 4096 = 7248023552
 //   kv/tok  = 32 * 2 * 8 * 128 * 2 = 131072
 //   ws      = 2048 * 4 * (12288 + 8192 + 2048 + 28672 + 32768 = 83968) = 687865856
-//   budget  = 34359738368 - 14496047104 - 687865856 - 1717986918 = 17457838490
-//   kv      = floor(17457838490 * 0.9) = 15712054641
-//   pages   = floor(15712054641 / 2097152) = 7492 (119872 tokens); seq 32768 = 2048 pages -> 3
+//   budget  = 34359738368 - 14496047104 - 687865856 - 687194767 = 18488630641
+//   kv      = floor(18488630641 * 0.9) = floor(16639767576.9) = 16639767576
+//   pages   = floor(16639767576 / 2097152) = 7934 (126944 tokens); seq 32768 = 2048 pages -> 3
 const ArchCase kArchCases[] = {
-    {"llama-3.2-1b", 1235814400, 32768, 1277165568, 28892957082, 26003661373, 49598, 6},
-    {"qwen2.5-0.5b", 494032768, 12288, 1363148800, 30290537114, 27261483402, 138659, 67},
-    {"qwen3-0.6b", 596049920, 114688, 1370488832, 30079162778, 27071246500, 14752, 5},
-    {"mistral-7b-v0.3", 7248023552, 131072, 687865856, 17457838490, 15712054641, 7492, 3},
+    {"llama-3.2-1b", 1235814400, 32768, 1277165568, 29923749233, 26931374309, 51367, 6},
+    {"qwen2.5-0.5b", 494032768, 12288, 1363148800, 31321329265, 28189196338, 143377, 70},
+    {"qwen3-0.6b", 596049920, 114688, 1370488832, 31109954929, 27998959436, 15258, 5},
+    {"mistral-7b-v0.3", 7248023552, 131072, 687865856, 18488630641, 16639767576, 7934, 3},
 };
 
 TEST(CapacityPlannerTest, FourArchitecturesOn32GiB) {
@@ -150,19 +150,19 @@ TEST(CapacityPlannerTest, MhaModel) {
   //            + 4096 = 6738415616; weights 13476831232
   //   kv/tok = 32 * 2 * 32 * 128 * 2 = 524288 (4x the 8-KV-head Mistral, MHA costs that much)
   //   ws     = 2048 * 4 * (12288 + 8192 + 8192 + 22016 + 32000 = 82688) = 677380096
-  //   budget = 34359738368 - 13476831232 - 677380096 - 1717986918 = 18487540122
-  //   kv     = floor(18487540122 * 0.9) = 16638786109
-  //   pages  = floor(16638786109 / 8388608) = 1983 (31728 tokens); seq 4096 = 256 pages -> 7
+  //   budget = 34359738368 - 13476831232 - 677380096 - 687194767 = 19518332273
+  //   kv     = floor(19518332273 * 0.9) = floor(17566499045.7) = 17566499045
+  //   pages  = floor(17566499045 / 8388608) = 2094 (33504 tokens); seq 4096 = 256 pages -> 8
   const ModelConfig model = mha_model();
   ASSERT_EQ(parameter_count(model), 6738415616u);
   ASSERT_EQ(kv_bytes_per_token(model, DType::kBF16), 524288u);
   const KvPlan p = plan_for(model, memory_of(k32GiB), 13476831232);
   EXPECT_EQ(p.workspace_bytes, 677380096u);
-  EXPECT_EQ(p.budget_bytes, 18487540122u);
-  EXPECT_EQ(p.kv_budget_bytes_per_rank, 16638786109u);
-  EXPECT_EQ(p.num_pages_per_rank, 1983);
-  EXPECT_EQ(p.max_total_tokens, 31728);
-  EXPECT_EQ(p.num_sequences_per_rank, 7);
+  EXPECT_EQ(p.budget_bytes, 19518332273u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 17566499045u);
+  EXPECT_EQ(p.num_pages_per_rank, 2094);
+  EXPECT_EQ(p.max_total_tokens, 33504);
+  EXPECT_EQ(p.num_sequences_per_rank, 8);
 }
 
 TEST(CapacityPlannerTest, LayoutMatchesModelKvBytesPerToken) {
@@ -180,42 +180,43 @@ TEST(CapacityPlannerTest, LayoutMatchesModelKvBytesPerToken) {
 }
 
 TEST(CapacityPlannerTest, F32KvHalvesTheTokens) {
-  // Llama-3.2-1B, f32 KV: kv 26003661373 as above; pages = floor(26003661373 / (65536 * 16 = 1048576))
-  //   = 24799 (396784 tokens).
+  // Llama-3.2-1B, f32 KV: kv 26931374309 as above; pages = floor(26931374309 / (65536 * 16 = 1048576))
+  //   = 25683 (410928 tokens).
   const ModelConfig model = fixture_model("llama-3.2-1b");
   const auto kv = config::resolve_kv({}, model);
   const KvPlan p = config::plan_kv_cache(kv, config::kv_layout_for(model, DType::kF32, 16), model,
                                          memory_of(k32GiB), 2471628800);
-  EXPECT_EQ(p.num_pages_per_rank, 24799);
-  EXPECT_EQ(p.max_total_tokens, 396784);
+  EXPECT_EQ(p.num_pages_per_rank, 25683);
+  EXPECT_EQ(p.max_total_tokens, 410928);
 }
 
 TEST(CapacityPlannerTest, CgroupV2LimitBinds) {
   // tests/fixtures/cgroup/v2: memory.max 4 GiB - memory.current 1 GiB = 3221225472 < MemAvailable.
-  // Qwen2.5-0.5B: reserve = max(268435456, 3221225472 / 20 = 161061273) = 268435456
-  //   budget = 3221225472 - 988065536 - 1363148800 - 268435456 = 601575680
-  //   kv     = floor(601575680 * 0.9) = 541418112
-  //   pages  = floor(541418112 / 196608) = 2753 (44048 tokens); one sequence of 32768 (2048 pages)
+  // Qwen2.5-0.5B: reserve = max(134217728, 3221225472 / 50 = 64424509) = 134217728
+  //   budget = 3221225472 - 988065536 - 1363148800 - 134217728 = 735793408
+  //   kv     = floor(735793408 * 0.9) = floor(662214067.2) = 662214067
+  //   pages  = floor(662214067 / 196608) = 3368 (53888 tokens); one sequence of 32768 (2048 pages)
   const MemoryInfo memory = read_memory_info(kFixtures + "/cgroup/v2");
   ASSERT_EQ(memory.usable_bytes, 3221225472u);
   const KvPlan p = plan_for(fixture_model("qwen2.5-0.5b"), memory, 988065536);
   EXPECT_EQ(p.usable_bound, "cgroup v2 limit minus usage");
-  EXPECT_EQ(p.reserve_bytes, 268435456u);
-  EXPECT_EQ(p.budget_bytes, 601575680u);
-  EXPECT_EQ(p.kv_budget_bytes_per_rank, 541418112u);
-  EXPECT_EQ(p.num_pages_per_rank, 2753);
-  EXPECT_EQ(p.max_total_tokens, 44048);
+  EXPECT_EQ(p.reserve_bytes, 134217728u);
+  EXPECT_EQ(p.budget_bytes, 735793408u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 662214067u);
+  EXPECT_EQ(p.num_pages_per_rank, 3368);
+  EXPECT_EQ(p.max_total_tokens, 53888);
   EXPECT_EQ(p.num_sequences_per_rank, 1);
 }
 
 TEST(CapacityPlannerTest, CgroupV1TooSmallForOneSequence) {
   // tests/fixtures/cgroup/v1: limit 2 GiB - usage 512 MiB = 1610612736.
   // Qwen2.5-0.5B at 512 batched tokens: ws = 512 * 4 * 166400 = 340787200
-  //   budget = 1610612736 - 988065536 - 340787200 - 268435456 = 13324544
-  //   kv     = floor(13324544 * 0.9) = 11992089
-  //   pages  = floor(11992089 / 196608) = 60 (960 tokens)
-  // A sequence of 32768 tokens needs 2048 pages = 402653184 bytes; 60 pages are 11796480 bytes,
-  // short by 390856704.
+  //   reserve = max(134217728, 1610612736 / 50 = 32212254) = 134217728
+  //   budget = 1610612736 - 988065536 - 340787200 - 134217728 = 147542272
+  //   kv     = floor(147542272 * 0.9) = floor(132788044.8) = 132788044
+  //   pages  = floor(132788044 / 196608) = 675 (10800 tokens)
+  // A sequence of 32768 tokens needs 2048 pages = 402653184 bytes; 675 pages are 675 * 196608 =
+  // 132710400 bytes, short by 402653184 - 132710400 = 269942784.
   const MemoryInfo memory = read_memory_info(kFixtures + "/cgroup/v1");
   ASSERT_EQ(memory.usable_bytes, 1610612736u);
   const ModelConfig model = fixture_model("qwen2.5-0.5b");
@@ -227,22 +228,23 @@ TEST(CapacityPlannerTest, CgroupV1TooSmallForOneSequence) {
   } catch (const Error& e) {
     EXPECT_THAT(e.message(), HasSubstr("--max-model-len 32768"));
     EXPECT_THAT(e.message(), HasSubstr("2048 pages of 16 tokens, 402653184 bytes"));
-    EXPECT_THAT(e.message(), HasSubstr("11796480 bytes"));
-    EXPECT_THAT(e.message(), HasSubstr("short by 390856704 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("132710400 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("short by 269942784 bytes"));
     EXPECT_THAT(e.message(), HasSubstr("cgroup v1 limit minus usage"));
   }
-  // At --max-model-len 512 (32 pages) one sequence fits: 60 / 32 = 1.
+  // At --max-model-len 512 (32 pages) sequences fit: floor(675 / 32) = 21.
   flags.max_model_len = 512;
   const KvPlan p = plan_for(model, memory, 988065536, flags);
-  EXPECT_EQ(p.num_pages_per_rank, 60);
-  EXPECT_EQ(p.max_total_tokens, 960);
+  EXPECT_EQ(p.num_pages_per_rank, 675);
+  EXPECT_EQ(p.max_total_tokens, 10800);
   EXPECT_EQ(p.pages_per_sequence, 32);
-  EXPECT_EQ(p.num_sequences_per_rank, 1);
+  EXPECT_EQ(p.num_sequences_per_rank, 21);
 }
 
 TEST(CapacityPlannerTest, NoBudgetLeftNamesTheShortfall) {
   // tests/fixtures/cgroup/v2_nested: the parent's 2 GiB - 1.5 GiB = 536870912 binds.
-  // Qwen2.5-0.5B: 988065536 + 1363148800 + 268435456 = 2619649792 spent, 2082778880 short.
+  // Qwen2.5-0.5B: reserve = max(134217728, 536870912 / 50 = 10737418) = 134217728;
+  //   988065536 + 1363148800 + 134217728 = 2485432064 spent, 2485432064 - 536870912 = 1948561152 short.
   const MemoryInfo memory = read_memory_info(kFixtures + "/cgroup/v2_nested");
   ASSERT_EQ(memory.usable_bytes, 536870912u);
   try {
@@ -250,42 +252,43 @@ TEST(CapacityPlannerTest, NoBudgetLeftNamesTheShortfall) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_THAT(e.message(), HasSubstr("no memory is left for the KV cache"));
-    EXPECT_THAT(e.message(), HasSubstr("short by 2082778880 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("short by 1948561152 bytes"));
   }
 }
 
 TEST(CapacityPlannerTest, DataParallelSplitsTheBudget) {
   // Llama-3.2-1B, dp 2: weights once, workspace per rank.
-  //   budget   = 34359738368 - 2471628800 - 2 * 1277165568 - 1717986918 = 27615791514
-  //   kv/rank  = floor(27615791514 * 0.9 / 2) = 12427106181
-  //   pages    = floor(12427106181 / 524288) = 23702 per rank (379232 tokens); 8192-page sequences: 2
+  //   budget   = 34359738368 - 2471628800 - 2 * 1277165568 - 687194767 = 28646583665
+  //   kv/rank  = floor(28646583665 * 0.9 / 2) = floor(12890962649.25) = 12890962649
+  //   pages    = floor(12890962649 / 524288) = 24587 per rank (393392 tokens); 8192-page sequences: 3
+  //   pool     = 2 * 24587 = 49174 pages
   const ModelConfig model = fixture_model("llama-3.2-1b");
   config::KvFlags flags;
   flags.dp_size = 2;
   const KvPlan p = plan_for(model, memory_of(k32GiB), 2471628800, flags);
   EXPECT_EQ(p.dp_size, 2);
-  EXPECT_EQ(p.budget_bytes, 27615791514u);
-  EXPECT_EQ(p.kv_budget_bytes_per_rank, 12427106181u);
-  EXPECT_EQ(p.num_pages_per_rank, 23702);
-  EXPECT_EQ(p.max_total_tokens, 379232);
-  EXPECT_EQ(p.num_sequences_per_rank, 2);
-  EXPECT_EQ(p.num_pages(), 47404);
+  EXPECT_EQ(p.budget_bytes, 28646583665u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 12890962649u);
+  EXPECT_EQ(p.num_pages_per_rank, 24587);
+  EXPECT_EQ(p.max_total_tokens, 393392);
+  EXPECT_EQ(p.num_sequences_per_rank, 3);
+  EXPECT_EQ(p.num_pages(), 49174);
   ASSERT_EQ(p.ranks.size(), 2u);
   EXPECT_EQ(p.ranks[0].first_page, 0);
-  EXPECT_EQ(p.ranks[1].first_page, 23702);
+  EXPECT_EQ(p.ranks[1].first_page, 24587);
   for (const RankPlan& r : p.ranks) {
-    EXPECT_EQ(r.num_pages, 23702);
-    EXPECT_EQ(r.max_total_tokens, 379232);
-    EXPECT_EQ(r.kv_bytes, 23702ull * 524288);
+    EXPECT_EQ(r.num_pages, 24587);
+    EXPECT_EQ(r.max_total_tokens, 393392);
+    EXPECT_EQ(r.kv_bytes, 24587ull * 524288);
   }
 }
 
 TEST(CapacityPlannerTest, DataParallelUnderCgroup) {
   // cgroup v2 (3221225472 usable), Qwen2.5-0.5B, dp 3, 256 batched tokens, max_model_len 1024:
   //   ws     = 256 * 4 * 166400 = 170393600
-  //   budget = 3221225472 - 988065536 - 3 * 170393600 - 268435456 = 1453543680
-  //   kv     = floor(1453543680 * 0.9 / 3) = 436063104
-  //   pages  = floor(436063104 / 196608) = 2217 per rank (35472 tokens); 64-page sequences: 34
+  //   budget = 3221225472 - 988065536 - 3 * 170393600 - 134217728 = 1587761408
+  //   kv     = floor(1587761408 * 0.9 / 3) = floor(476328422.4) = 476328422
+  //   pages  = floor(476328422 / 196608) = 2422 per rank (38752 tokens); 64-page sequences: floor(2422 / 64) = 37
   config::KvFlags flags;
   flags.dp_size = 3;
   flags.max_num_batched_tokens = 256;
@@ -293,46 +296,48 @@ TEST(CapacityPlannerTest, DataParallelUnderCgroup) {
   const KvPlan p = plan_for(fixture_model("qwen2.5-0.5b"), read_memory_info(kFixtures + "/cgroup/v2"), 988065536,
                             flags);
   EXPECT_EQ(p.workspace_bytes, 170393600u);
-  EXPECT_EQ(p.budget_bytes, 1453543680u);
-  EXPECT_EQ(p.kv_budget_bytes_per_rank, 436063104u);
-  EXPECT_EQ(p.num_pages_per_rank, 2217);
-  EXPECT_EQ(p.num_sequences_per_rank, 34);
+  EXPECT_EQ(p.budget_bytes, 1587761408u);
+  EXPECT_EQ(p.kv_budget_bytes_per_rank, 476328422u);
+  EXPECT_EQ(p.num_pages_per_rank, 2422);
+  EXPECT_EQ(p.num_sequences_per_rank, 37);
   ASSERT_EQ(p.ranks.size(), 3u);
-  EXPECT_EQ(p.ranks[2].first_page, 2 * 2217);
+  EXPECT_EQ(p.ranks[2].first_page, 2 * 2422);
 }
 
 TEST(CapacityPlannerTest, ExplicitMaxTotalTokens) {
   const ModelConfig model = fixture_model("llama-3.2-1b");
   config::KvFlags flags;
-  // Exactly what auto gives, plus one token (not a whole page): rounds down to 49598 pages.
-  flags.max_total_tokens = "793569";
+  // Exactly what auto gives (51367 pages = 821872 tokens, see above), plus one token (not a whole
+  // page): rounds down to 51367 pages.
+  flags.max_total_tokens = "821873";
   KvPlan p = plan_for(model, memory_of(k32GiB), 2471628800, flags);
   EXPECT_TRUE(p.explicit_max_total_tokens);
-  EXPECT_EQ(p.num_pages_per_rank, 49598);
-  EXPECT_EQ(p.max_total_tokens, 793568);
+  EXPECT_EQ(p.num_pages_per_rank, 51367);
+  EXPECT_EQ(p.max_total_tokens, 821872);
   // Fewer than auto: 1000 tokens -> 62 pages (992 tokens); a 992-token sequence is 62 pages.
   flags.max_total_tokens = "1000";
   flags.max_model_len = 992;
   p = plan_for(model, memory_of(k32GiB), 2471628800, flags);
   EXPECT_EQ(p.num_pages_per_rank, 62);
   EXPECT_EQ(p.max_total_tokens, 992);
-  EXPECT_EQ(p.auto_max_total_tokens, 793568);
+  EXPECT_EQ(p.auto_max_total_tokens, 821872);
   EXPECT_EQ(p.kv_bytes_per_rank, 32505856u);  // 62 * 524288
   EXPECT_EQ(p.num_sequences_per_rank, 1);
 }
 
 TEST(CapacityPlannerTest, ExplicitTooLargeStatesNeededAndAvailableBytes) {
-  // One page more than auto: 49599 pages * 524288 = 26004160512 bytes needed; 26003661373 available.
+  // One page more than auto: 51368 pages (821888 tokens) * 524288 = 26931625984 bytes needed;
+  // 26931374309 available.
   config::KvFlags flags;
-  flags.max_total_tokens = "793584";
+  flags.max_total_tokens = "821888";
   try {
     plan_for(fixture_model("llama-3.2-1b"), memory_of(k32GiB), 2471628800, flags);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_THAT(e.message(), HasSubstr("--max-total-tokens 793584 does not fit"));
-    EXPECT_THAT(e.message(), HasSubstr("need 26004160512 bytes"));
-    EXPECT_THAT(e.message(), HasSubstr("leaves 26003661373 bytes"));
-    EXPECT_THAT(e.message(), HasSubstr("room for 793568 tokens"));
+    EXPECT_THAT(e.message(), HasSubstr("--max-total-tokens 821888 does not fit"));
+    EXPECT_THAT(e.message(), HasSubstr("need 26931625984 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("leaves 26931374309 bytes"));
+    EXPECT_THAT(e.message(), HasSubstr("room for 821872 tokens"));
   }
 }
 
@@ -351,19 +356,21 @@ TEST(CapacityPlannerTest, MeasuredWorkspaceAndWeightsAlreadyResident) {
     probed_tokens = tokens;
     return uint64_t{1} << 30;
   };
-  // Usable read after loading: budget = 34359738368 - 1073741824 - 1717986918 = 31568009626
-  //   kv = floor(31568009626 * 0.9) = 28411208663; pages = floor(28411208663 / 524288) = 54190
+  // Usable read after loading: budget = 34359738368 - 1073741824 - 687194767 = 32598801777
+  //   kv = floor(32598801777 * 0.9) = floor(29338921599.3) = 29338921599;
+  //   pages = floor(29338921599 / 524288) = 55959
   const KvPlan p = config::plan_kv_cache(kv, layout, model, memory_of(k32GiB), 2471628800, probe, true);
   EXPECT_EQ(probed_tokens, 2048);
   EXPECT_EQ(p.workspace_source, "measured");
   EXPECT_FALSE(p.weights_subtracted);
-  EXPECT_EQ(p.budget_bytes, 31568009626u);
-  EXPECT_EQ(p.num_pages_per_rank, 54190);
+  EXPECT_EQ(p.budget_bytes, 32598801777u);
+  EXPECT_EQ(p.num_pages_per_rank, 55959);
 }
 
 TEST(CapacityPlannerTest, PlainNumbers) {
-  // usable 1 GiB, reserve 256 MiB: budget = 1073741824 - 100000000 - 200000000 - 268435456
-  //   = 505306368; mem fraction 1.0 -> pages = floor(505306368 / (1000 * 4)) = 126326
+  // usable 1 GiB, reserve = max(128 MiB, 1073741824 / 50 = 21474836) = 134217728:
+  //   budget = 1073741824 - 100000000 - 200000000 - 134217728 = 639524096;
+  //   mem fraction 1.0 -> pages = floor(639524096 / (1000 * 4)) = floor(159881.024) = 159881
   KvPlanInput in;
   in.usable_bytes = 1073741824;
   in.usable_bound = "test";
@@ -375,20 +382,21 @@ TEST(CapacityPlannerTest, PlainNumbers) {
   in.mem_fraction = 1.0;
   in.max_model_len = 10;
   const KvPlan p = plan_kv_capacity(in);
-  EXPECT_EQ(p.reserve_bytes, 268435456u);
-  EXPECT_EQ(p.budget_bytes, 505306368u);
-  EXPECT_EQ(p.num_pages_per_rank, 126326);
-  EXPECT_EQ(p.max_total_tokens, 505304);
+  EXPECT_EQ(p.reserve_bytes, 134217728u);
+  EXPECT_EQ(p.budget_bytes, 639524096u);
+  EXPECT_EQ(p.num_pages_per_rank, 159881);
+  EXPECT_EQ(p.max_total_tokens, 639524);        // 159881 * 4
   EXPECT_EQ(p.pages_per_sequence, 3);           // ceil(10 / 4)
-  EXPECT_EQ(p.num_sequences_per_rank, 42108);  // floor(126326 / 3)
-  // mem fraction 0.5: floor(505306368 * 0.5) = 252653184 -> 63163 pages.
+  EXPECT_EQ(p.num_sequences_per_rank, 53293);  // floor(159881 / 3)
+  // mem fraction 0.5: floor(639524096 * 0.5) = 319762048 -> floor(319762048 / 4000) = 79940 pages.
   in.mem_fraction = 0.5;
-  EXPECT_EQ(plan_kv_capacity(in).num_pages_per_rank, 63163);
+  EXPECT_EQ(plan_kv_capacity(in).num_pages_per_rank, 79940);
 }
 
 TEST(CapacityPlannerTest, ReserveRule) {
-  EXPECT_EQ(reserve_bytes_for(0), 268435456u);
-  EXPECT_EQ(reserve_bytes_for(5368709120), 268435456u);  // 5 GiB / 20 = 256 MiB exactly
+  EXPECT_EQ(reserve_bytes_for(0), 134217728u);           // the 128 MiB floor
+  EXPECT_EQ(reserve_bytes_for(6710886400), 134217728u);  // 6.25 GiB / 50 = 128 MiB exactly
+  EXPECT_EQ(reserve_bytes_for(6710886450), 134217729u);  // 50 bytes more: 2% takes over
   EXPECT_EQ(reserve_bytes_for(k32GiB), kReserve32GiB);
 }
 

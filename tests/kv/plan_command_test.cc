@@ -11,10 +11,11 @@
 //              + norms 2*128) + 128) = 4 * 623232 = 2492928
 //   kv/tok   = 2 * 2 * 1 * 64 * 2 (bf16) = 512; page = 512 * 16 = 8192
 //   ws       = 2048 * 4 * (3*128 + 2*256 + 2*64 + 2*256 + 1024 = 2560) = 20971520 (--estimate-workspace)
-// tests/fixtures/cgroup/v2: usable = 4 GiB - 1 GiB = 3221225472; reserve = max(256 MiB, 5%) = 268435456
-//   budget   = 3221225472 - 2492928 - 20971520 - 268435456 = 2929325568
-//   kv       = floor(2929325568 * 0.9) = 2636393011
-//   pages    = floor(2636393011 / 8192) = 321825 (5149200 tokens); seq 256 = 16 pages -> 20114
+// tests/fixtures/cgroup/v2: usable = 4 GiB - 1 GiB = 3221225472;
+//   reserve  = max(128 MiB, 3221225472 / 50 = 64424509) = 134217728
+//   budget   = 3221225472 - 2492928 - 20971520 - 134217728 = 3063543296
+//   kv       = floor(3063543296 * 0.9) = floor(2757188966.4) = 2757188966
+//   pages    = floor(2757188966 / 8192) = 336570 (5385120 tokens); seq 256 = 16 pages -> 21035
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -67,7 +68,7 @@ RunResult run_spindle(const std::string& args) {
 
 constexpr uint64_t kUsable = 3221225472;  // tests/fixtures/cgroup/v2
 constexpr uint64_t kWeights = 2492928;
-constexpr uint64_t kReserve = 268435456;
+constexpr uint64_t kReserve = 134217728;  // max(128 MiB, 3221225472 / 50)
 constexpr uint64_t kBytesPerPage = 8192;
 
 // The planner's relations (capacity_planner.h) between the fields of one plan's JSON.
@@ -139,38 +140,39 @@ TEST(PlanCommandTest, JsonBreakdownWithEstimatedWorkspace) {
   EXPECT_EQ(j["workspace_bytes_per_rank"], 20971520u);
   EXPECT_EQ(j["workspace_source"], "estimated");
   EXPECT_EQ(j["max_num_batched_tokens"], 2048);
-  EXPECT_EQ(j["reserve_bytes"], 268435456u);
-  EXPECT_EQ(j["budget_bytes"], 2929325568u);
-  EXPECT_EQ(j["kv_budget_bytes_per_rank"], 2636393011u);
+  EXPECT_EQ(j["reserve_bytes"], 134217728u);
+  EXPECT_EQ(j["budget_bytes"], 3063543296u);
+  EXPECT_EQ(j["kv_budget_bytes_per_rank"], 2757188966u);
   EXPECT_EQ(j["kv_cache_dtype"], "BF16");
   EXPECT_EQ(j["kv_bytes_per_token"], 512);
   EXPECT_EQ(j["page_size"], 16);
   EXPECT_EQ(j["max_total_tokens_source"], "auto");
-  EXPECT_EQ(j["max_total_tokens_per_rank"], 5149200);
-  EXPECT_EQ(j["num_pages_per_rank"], 321825);
+  EXPECT_EQ(j["max_total_tokens_per_rank"], 5385120);
+  EXPECT_EQ(j["num_pages_per_rank"], 336570);
   EXPECT_EQ(j["max_model_len"], 256);
-  EXPECT_EQ(j["num_sequences_per_rank"], 20114);
+  EXPECT_EQ(j["num_sequences_per_rank"], 21035);
   EXPECT_EQ(j["prefix_cache"], true);
   ASSERT_EQ(j["ranks"].size(), 1u);
   expect_consistent_plan(j, 1);
 }
 
 TEST(PlanCommandTest, DataParallelPerRank) {
-  // Estimated, dp 2: budget = 3221225472 - 2492928 - 2 * 20971520 - 268435456 = 2908354048
-  //   kv/rank = floor(2908354048 * 0.9 / 2) = 1308759321; pages = floor(1308759321 / 8192) = 159760
-  //   (2556160 tokens); 159760 / 16 = 9985 sequences of 256 per rank.
+  // Estimated, dp 2: budget = 3221225472 - 2492928 - 2 * 20971520 - 134217728 = 3042571776
+  //   kv/rank = floor(3042571776 * 0.9 / 2) = floor(1369157299.2) = 1369157299;
+  //   pages = floor(1369157299 / 8192) = 167133 (2674128 tokens), 334266 in the pool;
+  //   floor(167133 / 16) = 10445 sequences of 256 per rank.
   RunResult r =
       run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --dp-size 2 --estimate-workspace --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["budget_bytes"], 2908354048u);
-  EXPECT_EQ(j["kv_budget_bytes_per_rank"], 1308759321u);
-  EXPECT_EQ(j["num_pages_per_rank"], 159760);
-  EXPECT_EQ(j["num_pages"], 319520);
-  EXPECT_EQ(j["num_sequences"], 2 * 9985);
+  EXPECT_EQ(j["budget_bytes"], 3042571776u);
+  EXPECT_EQ(j["kv_budget_bytes_per_rank"], 1369157299u);
+  EXPECT_EQ(j["num_pages_per_rank"], 167133);
+  EXPECT_EQ(j["num_pages"], 334266);
+  EXPECT_EQ(j["num_sequences"], 2 * 10445);
   ASSERT_EQ(j["ranks"].size(), 2u);
-  EXPECT_EQ(j["ranks"][1]["first_page"], 159760);
-  EXPECT_EQ(j["ranks"][1]["max_total_tokens"], 2556160);
+  EXPECT_EQ(j["ranks"][1]["first_page"], 167133);
+  EXPECT_EQ(j["ranks"][1]["max_total_tokens"], 2674128);
   expect_consistent_plan(j, 2);
 
   // Measured: each rank runs its own forward, so the workspace counts twice.
@@ -200,11 +202,11 @@ TEST(PlanCommandTest, Errors) {
   RunResult r = run_spindle("plan");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("plan needs a MODEL_DIR"));
-  // Estimated: 5149216 tokens = 321826 pages, one more than fits: 321826 * 8192 = 2636398592 bytes.
-  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --max-total-tokens 5149216");
+  // Estimated: 5385136 tokens = 336571 pages, one more than fits: 336571 * 8192 = 2757189632 bytes.
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --max-total-tokens 5385136");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("need 2636398592 bytes"));
-  EXPECT_THAT(r.err, HasSubstr("leaves 2636393011 bytes"));
+  EXPECT_THAT(r.err, HasSubstr("need 2757189632 bytes"));
+  EXPECT_THAT(r.err, HasSubstr("leaves 2757188966 bytes"));
   // Measured: one page more than auto gives.
   const auto j = nlohmann::json::parse(run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --json").out);
   const uint64_t pages = j["num_pages_per_rank"].get<uint64_t>() + 1;
