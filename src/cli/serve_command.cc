@@ -27,6 +27,9 @@ void on_signal(int) {
 }
 
 void run_serve(ServeArgs& a) {
+  // Each open request holds an HTTP thread for its whole generation: enough threads for every
+  // running and queued request (so the queue limit answers 503) plus headroom for /health etc.
+  a.http.num_http_threads = a.serving.max_running_requests + a.serving.max_queued_requests + 16;
   server::HttpServer http(a.http);
   const int port = http.bind();
   g_server = &http;

@@ -50,6 +50,7 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int> prompt, SamplingP
   std::vector<int32_t> ids(prompt.begin(), prompt.end());
   {
     std::lock_guard lock(mutex_);
+    if (stopping_) throw EngineOverloaded("the server is shutting down");
     if (num_waiting_ + static_cast<int>(incoming_.size()) >= options_.max_queued_requests) {
       throw EngineOverloaded("too many requests are waiting (" + std::to_string(options_.max_queued_requests) +
                              "); retry later");
@@ -110,6 +111,14 @@ void Engine::loop() {
       fail_all(e.what());
     }
     publish_gauges();
+  }
+  {
+    // Requests submitted but not yet taken into the scheduler get their final event too.
+    std::lock_guard lock(mutex_);
+    while (!incoming_.empty()) {
+      scheduler_.add(std::move(incoming_.front()));
+      incoming_.pop_front();
+    }
   }
   fail_all("the server is shutting down");
   run_pending_checks();  // a kv_integrity_ok() caller must not wait forever on a stopped engine
@@ -213,12 +222,14 @@ void Engine::accept_token(Request& r, const SampledToken& sampled) {
   const auto& p = r.sampler.params();
   if (p.logprobs || p.top_logprobs > 0) out.logprobs.push_back(sampled);
   const bool stop_token = is_stop_token(r, sampled.token);
+  bool stopped_by_string = false;
   if (!stop_token) {
     const auto matched = r.stop_matcher.feed(r.detokenizer.push(sampled.token));
     out.text = matched.emit;
     if (matched.stopped) {
       out.finished = true;
       out.finish_reason = FinishReason::kStop;
+      stopped_by_string = true;
     }
   } else {
     out.finished = true;
@@ -228,8 +239,9 @@ void Engine::accept_token(Request& r, const SampledToken& sampled) {
     out.finished = true;
     out.finish_reason = FinishReason::kLength;
   }
-  if (out.finished && out.finish_reason == FinishReason::kLength) {
-    // The held-back tail (a partial UTF-8 sequence, a possible stop-string start) goes out now.
+  if (out.finished && !stopped_by_string) {
+    // Finished by length, EOS or a stop token: the held-back tail (a partial UTF-8 sequence, text
+    // that could have started a stop string) goes out now.
     const auto tail = r.stop_matcher.feed(r.detokenizer.finish());
     out.text += tail.emit;
     if (!tail.stopped) out.text += r.stop_matcher.flush();

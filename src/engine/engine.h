@@ -7,6 +7,7 @@
 // strings -> push events -> free the pages of finished or cancelled requests.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -63,6 +64,8 @@ class Engine {
   const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
   const tokenizer::ChatTemplate* chat_template() const { return chat_template_; }
   int max_model_len() const { return options_.scheduler.max_model_len; }
+  // Token ids a request may use: those both the tokenizer and the model's embedding know.
+  int vocab_size() const { return std::min(tokenizer_.vocab_size(), model_.config().vocab_size); }
   const std::string& model_name() const { return options_.model_name; }
   Metrics& metrics() { return metrics_; }
   // check_integrity() of the KV pool, run on the engine thread between steps (for tests).

@@ -94,6 +94,12 @@ bool Scheduler::try_admit(Request& r, int& budget, StepPlan& plan) {
   return true;
 }
 
+std::vector<Request*> Scheduler::running_requests_in_order() const {
+  std::vector<Request*> out;
+  for (const auto& r : running_) out.push_back(r.get());
+  return out;
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.batch.causal = true;
@@ -101,27 +107,28 @@ StepPlan Scheduler::schedule() {
 
   // 1. Running requests, oldest first. One that cannot get pages even after preempting every
   //    newer one gives way itself.
-  for (size_t i = 0; i < running_.size();) {
-    Request& r = *running_[i];
-    if (r.preempted || try_schedule_running(r, budget, plan)) {
-      ++i;
-      continue;
-    }
-    preempt(r);
-    ++plan.num_preempted;
-    waiting_.push_front(std::move(running_[i]));
-    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
-  // Preempted victims (pages freed, computed == 0) move back to the front of the queue, newest
-  // last so the oldest is readmitted first.
-  for (size_t i = running_.size(); i-- > 0;) {
-    if (running_[i]->preempted) {
-      waiting_.push_front(std::move(running_[i]));
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  for (Request* r : running_requests_in_order()) {
+    if (!r->preempted && !try_schedule_running(*r, budget, plan)) {
+      preempt(*r);
+      ++plan.num_preempted;
     }
   }
+  // Everything preempted this step (victims and requests that gave way) goes back to the front of
+  // the queue in admission order, so the oldest is readmitted first -- but not in this step.
+  std::vector<std::unique_ptr<Request>> preempted;
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->preempted) {
+      preempted.push_back(std::move(*it));
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  const size_t num_just_preempted = preempted.size();
+  for (auto it = preempted.rbegin(); it != preempted.rend(); ++it) waiting_.push_front(std::move(*it));
 
   // 2. Waiting requests, first come first served.
+  if (num_just_preempted > 0) return plan;  // pages are short: let this step's work finish first
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < options_.max_running_requests) {
     Request& r = *waiting_.front();
     if (!try_admit(r, budget, plan)) break;

@@ -72,6 +72,7 @@ class Scheduler {
   void check_integrity() const;
 
  private:
+  std::vector<Request*> running_requests_in_order() const;  // oldest first
   bool try_schedule_running(Request& r, int& budget, StepPlan& plan);
   bool try_admit(Request& r, int& budget, StepPlan& plan);
   void preempt(Request& r);

@@ -91,7 +91,7 @@ Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
     } else if (!r.prompt_token_ids.empty()) {
       ids = r.prompt_token_ids;
       for (int t : ids) {
-        if (t < 0 || t >= tok.vocab_size()) bad_request("prompt", fmt::format("token id {} is outside the vocabulary", t));
+        if (t < 0 || t >= engine.vocab_size()) bad_request("prompt", fmt::format("token id {} is outside the vocabulary", t));
       }
       s.prompt_text = tok.decode(ids, false);
     } else {
@@ -102,6 +102,14 @@ Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
     bad_request(r.chat ? "messages" : "prompt", e.message());
   }
   if (ids.empty()) bad_request(r.chat ? "messages" : "prompt", "the prompt is empty");
+  for (int t : ids) {
+    // A tokenizer may know added tokens beyond the model's embedding rows.
+    if (t >= engine.vocab_size()) {
+      bad_request(r.chat ? "messages" : "prompt",
+                  fmt::format("the prompt holds token {} ('{}'), which this model's embedding does not have", t,
+                              tok.id_to_token(t)));
+    }
+  }
   const int max_len = engine.max_model_len();
   const int n = static_cast<int>(ids.size());
   if (n >= max_len) {
@@ -115,7 +123,7 @@ Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
                             r.sampling.max_tokens, max_len));
   }
   try {
-    engine::validate_sampling_params(r.sampling, tok.vocab_size());
+    engine::validate_sampling_params(r.sampling, engine.vocab_size());
   } catch (const Error& e) {
     bad_request("", e.message());
   }
@@ -128,15 +136,29 @@ Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
   return s;
 }
 
-json complete(engine::Engine& engine, const GenerationRequest& r, Submitted& s) {
+json complete(engine::Engine& engine, const GenerationRequest& r, Submitted& s,
+              const std::function<bool()>& client_alive) {
   std::string text = r.echo ? s.prompt_text : "";
   json completion_lp = empty_completion_logprobs();
   json chat_lp = json::array();
   size_t text_offset = text.size();
   engine::RequestOutput out;
   int num_output_tokens = 0;
+  // The client is asked about every 200 ms, whether or not tokens are flowing.
+  constexpr auto kProbeInterval = std::chrono::milliseconds(200);
+  auto next_probe = std::chrono::steady_clock::now() + kProbeInterval;
   do {
-    out = s.stream->pop();
+    for (;;) {
+      const bool got = s.stream->pop(out, kProbeInterval);
+      if (client_alive && std::chrono::steady_clock::now() >= next_probe) {
+        next_probe = std::chrono::steady_clock::now() + kProbeInterval;
+        if (!client_alive()) {
+          s.stream->cancel();
+          return nullptr;
+        }
+      }
+      if (got) break;
+    }
     check_not_failed(out);
     text += out.text;
     num_output_tokens = out.num_output_tokens;
@@ -186,7 +208,7 @@ void stream_completion(engine::Engine& engine, const GenerationRequest& r, Submi
     s.stream->cancel();
     return;
   }
-  size_t text_offset = 0;
+  size_t text_offset = (!r.chat && r.echo) ? s.prompt_text.size() : 0;  // as in complete()
   int num_output_tokens = 0;
   for (;;) {
     engine::RequestOutput out;

@@ -24,8 +24,10 @@ struct Submitted {
 };
 Submitted submit_request(engine::Engine& engine, GenerationRequest& request);
 
-// Collects the whole output and returns the response body.
-nlohmann::json complete(engine::Engine& engine, const GenerationRequest& request, Submitted& submitted);
+// Collects the whole output and returns the response body. About every 200 ms `client_alive` is
+// asked (when given); false cancels the request and returns null.
+nlohmann::json complete(engine::Engine& engine, const GenerationRequest& request, Submitted& submitted,
+                        const std::function<bool()>& client_alive = {});
 
 // Streams: calls write(chunk) for every "data: ...\n\n" event; a false return means the client
 // is gone, and the request is cancelled. Returns after [DONE] or cancellation.

@@ -102,7 +102,33 @@ void HttpServer::install_routes() {
                                                               : parse_completion_request(body, options_.max_body_bytes));
       auto submitted = std::make_shared<Submitted>(submit_request(engine, *request));
       if (!request->stream) {
-        res.set_content(to_json_text(complete(engine, *request, *submitted)), "application/json");
+        // Sent chunked so that a client that hangs up is noticed: while the answer is not ready,
+        // a space (valid leading JSON whitespace) goes out every 200 ms, and a failed write
+        // cancels the request. The status is 200 by then; a generation failure after it is
+        // reported as an OpenAI error object in the body.
+        res.set_chunked_content_provider(
+            "application/json",
+            [&engine, request, submitted](size_t, httplib::DataSink& sink) {
+              std::string body;
+              try {
+                const json response = complete(engine, *request, *submitted, [&sink] {
+                  return sink.is_writable() && sink.write(" ", 1);
+                });
+                if (response.is_null()) return false;  // the client is gone
+                body = to_json_text(response);
+              } catch (const ApiError& e) {
+                body = to_json_text(e.to_json());
+              } catch (const std::exception& e) {
+                spdlog::error("completion failed: {}", e.what());
+                body = to_json_text(ApiError(500, "internal_error", "", e.what()).to_json());
+              }
+              if (!sink.write(body.data(), body.size())) return false;
+              sink.done();
+              return true;
+            },
+            [submitted](bool success) {
+              if (!success) submitted->stream->cancel();
+            });
         return;
       }
       res.set_header("Cache-Control", "no-cache");
@@ -128,6 +154,15 @@ void HttpServer::install_routes() {
           });
     };
     return [guarded, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+      if (req.is_multipart_form_data()) {
+        // httplib's multipart reader needs callbacks we do not give it; the API takes JSON only.
+        res.status = 415;
+        res.set_content(to_json_text(ApiError(415, "invalid_request_error", "",
+                                              "request bodies must be JSON (Content-Type: application/json)")
+                                         .to_json()),
+                        "application/json");
+        return;
+      }
       std::string body;
       const bool complete = reader([&](const char* data, size_t size) {
         body.append(data, size);
@@ -171,8 +206,10 @@ void HttpServer::install_routes() {
   // Unknown routes and methods: OpenAI-style 404 JSON.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    const std::string message = res.status == 413 ? "request body too large"
-                                                   : fmt::format("no route for {} {}", req.method, req.path);
+    const std::string message = res.status == 413   ? "request body too large"
+                                : res.status == 404 ? fmt::format("no route for {} {}", req.method, req.path)
+                                                    : fmt::format("{} {} failed with HTTP status {}", req.method,
+                                                                  req.path, res.status);
     res.set_content(to_json_text(ApiError(res.status, "invalid_request_error", "", message).to_json()), "application/json");
   });
 }

@@ -181,7 +181,9 @@ std::string message_content(const json& m, size_t index) {
   if (c.is_array()) {  // [{"type": "text", "text": "..."}]
     std::string text;
     for (const auto& part : c) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      const bool text_part = part.is_object() && part.contains("type") && part["type"].is_string() &&
+                             part["type"].get<std::string>() == "text" && part.contains("text") && part["text"].is_string();
+      if (!text_part) {
         bad_request(fmt::format("messages[{}].content", index), "only text content parts are supported");
       }
       text += part["text"].get<std::string>();

@@ -5,6 +5,12 @@
 // test the KV pool must settle (no page referenced) and pass its integrity check.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <atomic>
 
 #include <filesystem>
 #include <future>
@@ -281,6 +287,76 @@ TEST_F(ServerApiTest, StopStringAndEndOfSequence) {
   EXPECT_EQ(s.finish_reason, "stop");
   EXPECT_EQ(s.text, "");
   expect_usage(s.usage, num_chat_tokens(messages), 1);
+}
+
+// Text held back because it could start a stop string is still delivered when the request ends
+// on a stop token (or EOS) instead: the same greedy run with and without an unmatched stop string.
+TEST_F(ServerApiTest, HeldBackTextIsDeliveredWhenAStopTokenEnds) {
+  const auto be = kjv_tokenizer().encode(" be", false);
+  ASSERT_EQ(be.size(), 1u) << "' be' is one token of the KJV tokenizer";
+  const json base = {{"prompt", "And God said"}, {"max_tokens", 32}, {"temperature", 0}, {"stop_token_ids", {be[0]}}};
+  const JsonReply plain = completion(base);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const std::string text = plain.json["choices"][0]["text"];
+  ASSERT_EQ(plain.json["choices"][0]["finish_reason"], "stop") << text;
+  json with_stop = base;
+  with_stop["stop"] = {" will not", " never matches this"};
+  ASSERT_EQ(text.find(" will not"), std::string::npos);
+  const JsonReply r = completion(with_stop);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["choices"][0]["text"], text);
+  with_stop["stream"] = true;
+  const StreamSummary s = summarise(post_stream(*client_, "/v1/completions", with_stop), false);
+  EXPECT_EQ(s.text, text);
+}
+
+// A non-streaming client that gives up is noticed (the body is sent chunked, with a space about
+// every 200 ms) and its request aborted rather than run to max_tokens. Four streams run beside it
+// so that its 480 tokens take seconds, not one.
+TEST_F(ServerApiTest, NonStreamingClientThatHangsUpIsAborted) {
+  const auto before = server_metrics(*client_);
+  std::vector<std::thread> load;
+  std::atomic<int> num_load_ok{0};
+  for (int i = 0; i < 4; ++i) {
+    load.emplace_back([&] {
+      auto c = server_->client(120);
+      const StreamSummary s = summarise(
+          post_stream(*c, "/v1/completions",
+                      {{"prompt", "In the beginning"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}}),
+          false);
+      if (s.finish_reason == "length") ++num_load_ok;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  {
+    // A raw client: sends the request, waits 0.5 s, hangs up (an HTTP client's read timeout would
+    // never fire: the server's keep-alive spaces arrive every 200 ms).
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string body = json{{"prompt", "And God said"}, {"max_tokens", 480}, {"ignore_eos", true}}.dump();
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ::close(fd);
+  }
+  for (auto& t : load) t.join();
+  EXPECT_EQ(num_load_ok.load(), 4);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::map<std::string, double> m;
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    m = server_metrics(*client_);
+  } while (std::chrono::steady_clock::now() < deadline &&
+           (metric(m, "spindle_requests_aborted_total") - metric(before, "spindle_requests_aborted_total") < 1 ||
+            metric(m, "spindle_num_requests_running") != 0));
+  EXPECT_EQ(metric(m, "spindle_requests_aborted_total") - metric(before, "spindle_requests_aborted_total"), 1);
+  EXPECT_TRUE(kv_settled(*client_));
 }
 
 TEST_F(ServerApiTest, CompletionStreaming) {
