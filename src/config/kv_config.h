@@ -53,10 +53,10 @@ void add_kv_flags(CLI::App& app, KvFlags& flags);
 kv::KvLayout kv_layout_for(const ModelConfig& model, DType kv_dtype, int page_size, int tp_size = 1);
 
 // Peak workspace bytes of one forward over max_num_batched_tokens tokens, measured by a profiling
-// forward of the model (wired by the engine once the forward exists).
+// forward of the model (config/workspace_probe.h makes one; serve and plan use it).
 using WorkspaceProbe = std::function<uint64_t(int max_num_batched_tokens)>;
 
-// Until the probe exists: the f32 activation buffers of one forward over T tokens, reused across
+// Without a probe (plan --estimate-workspace): the f32 activation buffers of one forward over T tokens, reused across
 // layers (H hidden, Q = heads * head_dim, K = kv_heads * head_dim, I intermediate, V vocab):
 //   T * 4 * (3H      residual, normed input, projection output
 //            + Q + 2K  q, k, v
