@@ -20,6 +20,13 @@ std::string new_id(const char* prefix) {
   return fmt::format("{}-{:x}{:06x}", prefix, static_cast<uint64_t>(std::time(nullptr)), counter++);
 }
 
+// The token's own bytes (a byte-level token may hold part of a UTF-8 sequence), for "bytes".
+std::vector<uint8_t> token_bytes(const engine::Engine& engine, int token) {
+  std::string raw;
+  engine.tokenizer().append_token_bytes(token, /*skip_special_tokens=*/false, raw);
+  return std::vector<uint8_t>(raw.begin(), raw.end());
+}
+
 std::string token_text(const engine::Engine& engine, int token) {
   return engine.tokenizer().decode(std::vector<int>{token}, /*skip_special_tokens=*/false);
 }
@@ -46,11 +53,11 @@ void append_chat_logprobs(const engine::Engine& engine, const engine::RequestOut
     json top = json::array();
     for (const auto& t : s.top) {
       const std::string tt = token_text(engine, t.token);
-      top.push_back({{"token", tt}, {"logprob", t.logprob}, {"bytes", std::vector<uint8_t>(tt.begin(), tt.end())}});
+      top.push_back({{"token", tt}, {"logprob", t.logprob}, {"bytes", token_bytes(engine, t.token)}});
     }
     content.push_back({{"token", text},
                        {"logprob", s.logprob},
-                       {"bytes", std::vector<uint8_t>(text.begin(), text.end())},
+                       {"bytes", token_bytes(engine, s.token)},
                        {"top_logprobs", top}});
   }
 }
