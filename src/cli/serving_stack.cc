@@ -71,6 +71,13 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   s->selection = config::select_attention(s->resolved, s->device);
   ModelOptions model_options;
   model_options.pool = s->pool.get();
+  if (s->resolved.bf16_activations) {
+    model_options.make_linear = [](const kernels::cpu::LinearWeight& w) {
+      kernels::cpu::LinearOptions o;
+      o.allow_bf16_activations = true;
+      return kernels::cpu::make_linear_kernel(w, o);
+    };
+  }
   s->model = Model::load(s->model_dir, model_options);
   const attn::AttentionShape shape = s->model->attention_shape(s->resolved.kv_dtype, s->resolved.page_size);
   attn::BackendOptions backend_options;

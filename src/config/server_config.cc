@@ -46,6 +46,9 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   r.attention.skip_validation = flags.skip_backend_validation;
   r.attention.device = attn::Device::kCpu;
 
+  SPINDLE_CHECK(flags.matmul_precision == "exact" || flags.matmul_precision == "bf16",
+                "--matmul-precision '{}' is not one of: exact, bf16", flags.matmul_precision);
+  r.bf16_activations = flags.matmul_precision == "bf16";
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
@@ -75,6 +78,10 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16 or f32");
   app.add_option("--page-size", f.page_size, "Tokens per KV page (16)");
   app.add_option("--threads", f.num_threads, "Worker threads (one per usable core)");
+  app.add_option("--matmul-precision", f.matmul_precision,
+                 "exact: f32 activations in every matrix product (default); bf16: round activations to bf16 for "
+                 "oneDNN's AMX/AVX512-BF16 matmul on large batches (faster prefill, ~1e-2 relative error)")
+      ->check(CLI::IsMember({"exact", "bf16"}));
 }
 
 AttentionSelection select_attention(const ResolvedConfig& config, const DeviceInfo& device,

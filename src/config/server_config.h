@@ -30,6 +30,7 @@ struct ServerConfig {
   int page_size = 0;
   int num_threads = 0;
   std::string chat_template;  // "": recognise from the model; or chatml | llama3 | llama2
+  std::string matmul_precision = "exact";  // exact | bf16
   KvFlags kv;
 };
 
@@ -49,6 +50,10 @@ struct ResolvedConfig {
   double backend_validation_timeout_s = 30.0;
   bool use_backend_cache = true;
   std::filesystem::path backend_cache_dir;
+  // Linear layers may round activations to bf16 for oneDNN's AMX / AVX512-BF16 matmul (large
+  // batches, bf16 weights, CPUs that have it). Default false: f32 activations, results within
+  // ~1e-6 of a float64 reference.
+  bool bf16_activations = false;
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
 };
 

@@ -32,10 +32,12 @@ TEST(ServerConfigTest, DefaultsOnAnAvx2Desktop) {
   EXPECT_EQ(r.attention.device, attn::Device::kCpu);
   EXPECT_EQ(r.backend_validation_timeout_s, 30.0);
   EXPECT_TRUE(r.use_backend_cache);
+  EXPECT_FALSE(r.bf16_activations);  // exact f32 matrix products unless asked
 }
 
 TEST(ServerConfigTest, DefaultsOnAnAmxServer) {
   const ResolvedConfig r = resolve({}, testing::sapphire_rapids_machine(true, 56), kQwen05B);
+  EXPECT_FALSE(r.bf16_activations);  // even where AMX would make bf16 matmuls fast
   EXPECT_EQ(r.kv_dtype, DType::kBF16);
   EXPECT_EQ(r.page_size, 16);
   EXPECT_EQ(r.num_threads, 56);
@@ -58,7 +60,9 @@ TEST(ServerConfigTest, FlagsOverrideDefaults) {
   f.num_threads = 3;
   f.attention_backend_policy = "priority";
   f.no_backend_cache = true;
+  f.matmul_precision = "bf16";
   const ResolvedConfig r = resolve(f, testing::avx2_machine(8), kLlama8B);
+  EXPECT_TRUE(r.bf16_activations);
   EXPECT_EQ(r.kv_dtype, DType::kF32);
   EXPECT_EQ(r.attention_shape.kv_dtype, DType::kF32);
   EXPECT_EQ(r.page_size, 1);
@@ -72,6 +76,10 @@ TEST(ServerConfigTest, BadFlagsAreClearErrors) {
   f.kv_cache_dtype = "fp8";
   EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--kv-cache-dtype 'fp8' is not supported")));
+  f = {};
+  f.matmul_precision = "fp8";
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--matmul-precision 'fp8'")));
   f = {};
   f.page_size = 512;
   EXPECT_THROW(resolve(f, testing::avx2_machine(), kLlama8B), Error);
