@@ -8,15 +8,19 @@ else()
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
+  # Ampere (sm_80) and Hopper (sm_90) unless the user chose; must be set before enable_language,
+  # which would otherwise pick the compiler's default (sm_75 for CUDA 13).
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(SPINDLE_WITH_CUDA ON)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-      set(CMAKE_CUDA_ARCHITECTURES 80 90)
-    endif()
-    set(CMAKE_CUDA_STANDARD 20)
+    # CMake 3.25 knows no C++20 dialect for nvcc: .cu files are C++17 and include only plain
+    # launch headers; everything C++20 stays in .cc files.
+    set(CMAKE_CUDA_STANDARD 17)
     message(STATUS "Spindle: CUDA enabled (${CMAKE_CUDA_COMPILER}, archs ${CMAKE_CUDA_ARCHITECTURES})")
   elseif(_spindle_cuda STREQUAL "ON")
     message(FATAL_ERROR "Spindle: -DSPINDLE_CUDA=ON but no CUDA compiler (nvcc) was found")

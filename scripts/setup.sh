@@ -19,6 +19,7 @@ PACKAGES=(
   libpcre2-dev           # tokenizer pre-split regexes
   libicu-dev             # tokenizer NFC normalizer (Qwen2 tokenizers)
   libgtest-dev libgmock-dev libbenchmark-dev
+  patchelf               # scripts/bundle.sh: RPATH $ORIGIN/../lib on the bundled binaries
 )
 
 missing=()

@@ -85,4 +85,7 @@ std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name
 // Registers reference, cpu_avx2, cpu_avx512 and cpu_amx (attn/cpu_backends.cc).
 void register_cpu_attention_backends(AttentionRegistry& registry);
 
+// Registers cuda_reference (attn/cuda_backends.cc); exists only in builds with SPINDLE_WITH_CUDA.
+void register_cuda_attention_backends(AttentionRegistry& registry);
+
 }  // namespace spindle::attn

@@ -47,6 +47,9 @@ AttentionRegistry& attention_registry() {
   static AttentionRegistry registry = [] {
     AttentionRegistry r;
     register_cpu_attention_backends(r);
+#ifdef SPINDLE_WITH_CUDA
+    register_cuda_attention_backends(r);
+#endif
     return r;
   }();
   return registry;

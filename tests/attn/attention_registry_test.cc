@@ -3,6 +3,7 @@
 
 #include "attn/attention_backend.h"
 #include "support/fake_machines.h"
+#include "util/build_info.h"
 #include "util/error.h"
 
 namespace spindle::attn {
@@ -14,9 +15,15 @@ AttentionShape shape_of(int heads, int kv_heads, int head_dim, DType dtype = DTy
   return {heads, kv_heads, head_dim, 0.125f, dtype, 16};
 }
 
+// Builds with CUDA also register cuda_reference (attn/cuda_backends.cc).
 TEST(AttentionRegistryTest, ListsBuiltinsSorted) {
-  EXPECT_EQ(attention_registry().names(),
-            (std::vector<std::string>{"cpu_amx", "cpu_avx2", "cpu_avx512", "reference"}));
+  if (built_with_cuda()) {
+    EXPECT_EQ(attention_registry().names(),
+              (std::vector<std::string>{"cpu_amx", "cpu_avx2", "cpu_avx512", "cuda_reference", "reference"}));
+  } else {
+    EXPECT_EQ(attention_registry().names(),
+              (std::vector<std::string>{"cpu_amx", "cpu_avx2", "cpu_avx512", "reference"}));
+  }
 }
 
 TEST(AttentionRegistryTest, UnknownNameListsEveryRegisteredName) {
@@ -25,7 +32,8 @@ TEST(AttentionRegistryTest, UnknownNameListsEveryRegisteredName) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown attention backend 'flashinfer'"));
-    EXPECT_THAT(e.what(), HasSubstr("cpu_amx, cpu_avx2, cpu_avx512, reference"));
+    EXPECT_THAT(e.what(), HasSubstr(built_with_cuda() ? "cpu_amx, cpu_avx2, cpu_avx512, cuda_reference, reference"
+                                                       : "cpu_amx, cpu_avx2, cpu_avx512, reference"));
   }
   EXPECT_THROW(create_attention_backend("nope", shape_of(4, 1, 64), {}), Error);
 }

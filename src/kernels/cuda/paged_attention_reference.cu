@@ -1,0 +1,158 @@
+// cuda_reference paged attention: one thread block per (query row, head), float accumulation,
+// online softmax with a running max, keys in tiles of kThreads. Plus the K/V page writer.
+// Correctness first: each thread computes one key's score per tile (uncoalesced K reads); the
+// P.V product is coalesced over head_dim.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/paged_attention_launch.h"
+
+namespace spindle::kernels::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kAccPerThread = (kMaxHeadDim + kThreads - 1) / kThreads;
+
+template <bool kBf16>
+__device__ __forceinline__ float load_kv(const void* base, int64_t index) {
+  if constexpr (kBf16) {
+    const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16;
+    return __uint_as_float(bits);
+  } else {
+    return static_cast<const float*>(base)[index];
+  }
+}
+
+// Same rounding as util/half.h float_to_bf16_bits (nearest even; NaN kept quiet).
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float value) {
+  const uint32_t u = __float_as_uint(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  const uint32_t lsb = (u >> 16) & 1u;
+  return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
+}
+
+// Every thread gets the block-wide max (is_max) or sum. `red` holds kWarps floats.
+__device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = is_max ? fmaxf(v, other) : v + other;
+  }
+  __syncthreads();  // earlier readers of red are done
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = red[0];
+  for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, red[w]) : v + red[w];
+  return v;
+}
+
+template <bool kBf16>
+__global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(AttentionLaunch a) {
+  extern __shared__ float smem[];
+  float* q_s = smem;                // [head_dim]
+  float* p_s = smem + a.head_dim;   // [kThreads]
+  __shared__ float red[kWarps];
+
+  const int row = blockIdx.x;
+  const int head = blockIdx.y;
+  const int tid = threadIdx.x;
+  const RowInfo info = a.rows[row];
+  const int kv_head = head / (a.num_heads / a.num_kv_heads);
+  const int64_t kv_cols = int64_t{a.num_kv_heads} * a.head_dim;
+  const int64_t q_index = (int64_t{row} * a.num_heads + head) * a.head_dim;
+  const int32_t* table = a.page_tables + info.page_table_offset;
+
+  for (int d = tid; d < a.head_dim; d += kThreads) q_s[d] = a.q[q_index + d];
+  __syncthreads();
+
+  float running_max = -INFINITY;
+  float running_sum = 0.0f;
+  float acc[kAccPerThread];
+  for (int c = 0; c < kAccPerThread; ++c) acc[c] = 0.0f;
+
+  for (int start = 0; start < info.kv_len; start += kThreads) {
+    const int j = start + tid;
+    float score = -INFINITY;
+    if (j < info.kv_len) {
+      const int64_t slot = int64_t{table[j / a.page_size]} * a.page_size + j % a.page_size;
+      const int64_t base = slot * kv_cols + int64_t{kv_head} * a.head_dim;
+      float dot = 0.0f;
+      for (int d = 0; d < a.head_dim; ++d) dot += q_s[d] * load_kv<kBf16>(a.k_pages, base + d);
+      score = dot * a.scale;
+    }
+    const float tile_max = block_reduce(score, red, true);
+    const float new_max = fmaxf(running_max, tile_max);  // finite: the tile has a valid key
+    const float p = j < info.kv_len ? expf(score - new_max) : 0.0f;
+    p_s[tid] = p;
+    const float tile_sum = block_reduce(p, red, false);  // its barriers also publish p_s
+    const float alpha = expf(running_max - new_max);     // 0 on the first tile
+    running_sum = running_sum * alpha + tile_sum;
+    running_max = new_max;
+
+    const int n = min(kThreads, info.kv_len - start);
+    for (int c = 0; c < kAccPerThread; ++c) {
+      const int d = tid + c * kThreads;
+      if (d >= a.head_dim) break;
+      float sum = acc[c] * alpha;
+      for (int jj = 0; jj < n; ++jj) {
+        const int pos = start + jj;
+        const int64_t slot = int64_t{table[pos / a.page_size]} * a.page_size + pos % a.page_size;
+        sum += p_s[jj] * load_kv<kBf16>(a.v_pages, slot * kv_cols + int64_t{kv_head} * a.head_dim + d);
+      }
+      acc[c] = sum;
+    }
+    __syncthreads();  // p_s is rewritten by the next tile
+  }
+
+  const float inv = 1.0f / running_sum;
+  for (int c = 0; c < kAccPerThread; ++c) {
+    const int d = tid + c * kThreads;
+    if (d < a.head_dim) a.out[q_index + d] = acc[c] * inv;
+  }
+}
+
+template <bool kBf16>
+__global__ void write_kv_kernel(KvWriteLaunch a) {
+  const int row = blockIdx.x;
+  const int64_t dst = a.slots[row] * a.kv_cols;
+  const int64_t src = int64_t{row} * a.kv_cols;
+  for (int64_t e = threadIdx.x; e < a.kv_cols; e += blockDim.x) {
+    if constexpr (kBf16) {
+      static_cast<uint16_t*>(a.k_pages)[dst + e] = float_to_bf16_bits(a.k[src + e]);
+      static_cast<uint16_t*>(a.v_pages)[dst + e] = float_to_bf16_bits(a.v[src + e]);
+    } else {
+      static_cast<float*>(a.k_pages)[dst + e] = a.k[src + e];
+      static_cast<float*>(a.v_pages)[dst + e] = a.v[src + e];
+    }
+  }
+}
+
+}  // namespace
+
+void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t stream) {
+  if (a.num_rows == 0) return;
+  const dim3 grid(static_cast<unsigned>(a.num_rows), static_cast<unsigned>(a.num_heads));
+  const size_t shared = sizeof(float) * (static_cast<size_t>(a.head_dim) + kThreads);
+  if (a.bf16) {
+    paged_attention_reference_kernel<true><<<grid, kThreads, shared, stream>>>(a);
+  } else {
+    paged_attention_reference_kernel<false><<<grid, kThreads, shared, stream>>>(a);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_write_kv(const KvWriteLaunch& a, cudaStream_t stream) {
+  if (a.num_rows == 0) return;
+  constexpr int kWriteThreads = 256;
+  if (a.bf16) {
+    write_kv_kernel<true><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+  } else {
+    write_kv_kernel<false><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spindle::kernels::cuda::detail
