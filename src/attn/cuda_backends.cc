@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "attn/attention_backend.h"
-#include "attn/fault_injection.h"
+#include "attn/paged_backend.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/paged_attention.h"
@@ -26,50 +26,26 @@ namespace kcu = kernels::cuda;
 
 constexpr int kMinCcMajor = 8;
 
-class CudaReferenceBackend final : public AttentionBackend {
+class CudaReferenceBackend final : public PagedBackend {
  public:
-  CudaReferenceBackend(const AttentionShape& shape, const DpConfig& dp)
-      : shape_(shape), dp_(dp), fault_(fault_for("cuda_reference")) {
-    SPINDLE_CHECK(shape_.head_dim <= kcu::kCudaReferenceMaxHeadDim,
-                  "cuda_reference: head_dim {} not supported (up to {})", shape_.head_dim,
-                  kcu::kCudaReferenceMaxHeadDim);
-    SPINDLE_CHECK(shape_.kv_dtype == DType::kF32 || shape_.kv_dtype == DType::kBF16,
-                  "cuda_reference: KV dtype {} not supported (bf16, f32)", dtype_name(shape_.kv_dtype));
+  CudaReferenceBackend(const AttentionShape& shape, const DpConfig& dp) : PagedBackend("cuda_reference", shape, dp) {
+    SPINDLE_CHECK(shape.head_dim <= kcu::kCudaReferenceMaxHeadDim, "cuda_reference: head_dim {} not supported (up to {})",
+                  shape.head_dim, kcu::kCudaReferenceMaxHeadDim);
+    SPINDLE_CHECK(shape.kv_dtype == DType::kF32 || shape.kv_dtype == DType::kBF16,
+                  "cuda_reference: KV dtype {} not supported (bf16, f32)", dtype_name(shape.kv_dtype));
   }
 
-  std::string_view name() const override { return "cuda_reference"; }
+ private:
+  struct DeviceLayer {
+    kcu::DeviceBuffer k, v;
+  };
 
-  void prepare(const BatchMetadata& batch, bool /*graph_mode*/) override {
-    batch_ = batch;
-    sequences_.clear();
-    int offset = 0;
-    for (const auto& s : batch_.sequences) {
-      const int64_t total = int64_t{s.num_cached_tokens} + s.num_new_tokens;
-      SPINDLE_CHECK(static_cast<int64_t>(s.page_table.size()) * shape_.page_size >= total,
-                    "sequence {}: page table of {} pages cannot hold {} tokens (page size {})",
-                    sequences_.size(), s.page_table.size(), total, shape_.page_size);
-      sequences_.push_back({s.num_new_tokens, s.num_cached_tokens, offset, s.page_table.data()});
-      offset += s.num_new_tokens;
-    }
-    num_tokens_ = offset;
-  }
-
-  void bind_kv_caches(std::span<const LayerKvCache> layers) override {
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const auto& l = layers[i];
-      SPINDLE_CHECK(l.num_kv_heads == shape_.num_kv_heads && l.head_dim == shape_.head_dim &&
-                        l.page_size == shape_.page_size && l.dtype == shape_.kv_dtype,
-                    "layer {} KV cache ({} kv heads, head_dim {}, page {}, {}) does not match the "
-                    "backend shape {}",
-                    i, l.num_kv_heads, l.head_dim, l.page_size, dtype_name(l.dtype), shape_.to_string());
-      SPINDLE_CHECK(l.num_pages >= dp_.dp_size, "layer {}: {} pages cannot be split over {} DP ranks",
-                    i, l.num_pages, dp_.dp_size);
-    }
-    layers_.assign(layers.begin(), layers.end());
+  // Mirrors this rank's host pages on the device.
+  void on_bind() override {
     device_layers_.clear();
-    device_layers_.resize(layers_.size());
-    for (size_t i = 0; i < layers_.size(); ++i) {
-      const RankPages host = rank_pages(layers_[i]);
+    device_layers_.resize(layers().size());
+    for (size_t i = 0; i < layers().size(); ++i) {
+      const RankPages host = rank_pages(layers()[i]);
       DeviceLayer& d = device_layers_[i];
       d.k.reserve(host.bytes);
       d.v.reserve(host.bytes);
@@ -78,113 +54,38 @@ class CudaReferenceBackend final : public AttentionBackend {
     }
   }
 
-  void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) override {
-    SPINDLE_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()),
-                  "layer {} has no bound KV cache ({} bound)", layer, layers_.size());
-    const int64_t q_cols = int64_t{shape_.num_heads} * shape_.head_dim;
-    const int64_t kv_cols = int64_t{shape_.num_kv_heads} * shape_.head_dim;
-    SPINDLE_CHECK(q.rows == num_tokens_ && out.rows == num_tokens_ && k.rows == num_tokens_ &&
-                      v.rows == num_tokens_,
-                  "forward: tensors have {}/{}/{}/{} rows (q/k/v/out) but the prepared batch has {}",
-                  q.rows, k.rows, v.rows, out.rows, num_tokens_);
-    SPINDLE_CHECK(q.cols == q_cols && out.cols == q_cols && k.cols == kv_cols && v.cols == kv_cols,
-                  "forward: q/out need {} columns and k/v {}", q_cols, kv_cols);
-    act_out_fatal_fault(fault_);
+  void run_layer(int layer, const kc::KvWriteParams& host_write, const kc::PagedAttentionParams& host) override {
+    kc::write_kv_pages(host_write);  // the host pool
 
-    const LayerKvCache& cache = layers_[layer];
-    const RankPages host = rank_pages(cache);
-    DeviceLayer& dev = device_layers_[layer];
-
-    // Host-side checks on the host view first (same geometry as the device mirror).
-    kc::PagedAttentionParams p;
-    p.q = q.data;
-    p.out = out.data;
-    p.k_pages = host.k;
-    p.v_pages = host.v;
-    p.kv_dtype = cache.dtype;
-    p.num_pages = host.num_pages;
-    p.page_size = cache.page_size;
-    p.num_heads = shape_.num_heads;
-    p.num_kv_heads = shape_.num_kv_heads;
-    p.head_dim = shape_.head_dim;
-    p.scale = shape_.scale;
-    p.causal = batch_.causal;
-    p.sequences = sequences_;
-    kc::check_paged_attention_params(p, num_tokens_);
-    if (num_tokens_ == 0) return;
-
-    kc::KvWriteParams w;
-    w.k = k.data;
-    w.v = v.data;
-    w.k_pages = host.k;
-    w.v_pages = host.v;
-    w.kv_dtype = cache.dtype;
-    w.num_pages = host.num_pages;
-    w.page_size = cache.page_size;
-    w.num_kv_heads = shape_.num_kv_heads;
-    w.head_dim = shape_.head_dim;
-    w.sequences = sequences_;
-    kc::write_kv_pages(w);  // the host pool
-
-    const size_t q_bytes = sizeof(float) * static_cast<size_t>(num_tokens_ * q_cols);
-    const size_t kv_bytes = sizeof(float) * static_cast<size_t>(num_tokens_ * kv_cols);
+    const int64_t q_cols = int64_t{shape().num_heads} * shape().head_dim;
+    const int64_t kv_cols = int64_t{shape().num_kv_heads} * shape().head_dim;
+    const size_t q_bytes = sizeof(float) * static_cast<size_t>(num_tokens() * q_cols);
+    const size_t kv_bytes = sizeof(float) * static_cast<size_t>(num_tokens() * kv_cols);
     q_.reserve(q_bytes);
     k_.reserve(kv_bytes);
     v_.reserve(kv_bytes);
     out_.reserve(q_bytes);
-    CUDA_CHECK(cudaMemcpy(q_.data(), q.data, q_bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(k_.data(), k.data, kv_bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(v_.data(), v.data, kv_bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(q_.data(), host.q, q_bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(k_.data(), host_write.k, kv_bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(v_.data(), host_write.v, kv_bytes, cudaMemcpyHostToDevice));
 
+    DeviceLayer& dev = device_layers_[layer];
+    kc::KvWriteParams w = host_write;
     w.k = k_.as<float>();
     w.v = v_.as<float>();
     w.k_pages = dev.k.data();
     w.v_pages = dev.v.data();
     kcu::write_kv_pages(w, scratch_);  // the device mirror
 
+    kc::PagedAttentionParams p = host;
     p.q = q_.as<float>();
     p.out = out_.as<float>();
     p.k_pages = dev.k.data();
     p.v_pages = dev.v.data();
     kcu::paged_attention_reference(p, scratch_);
-    CUDA_CHECK(cudaMemcpy(out.data, out_.data(), q_bytes, cudaMemcpyDeviceToHost));
-
-    if (fault_ == FaultMode::kWrong) {
-      for (int64_t i = 0; i < out.rows * out.cols; ++i) out.data[i] += 0.5f;
-    }
+    CUDA_CHECK(cudaMemcpy(host.out, out_.data(), q_bytes, cudaMemcpyDeviceToHost));
   }
 
- private:
-  struct RankPages {
-    std::byte* k = nullptr;
-    std::byte* v = nullptr;
-    int num_pages = 0;
-    size_t bytes = 0;
-  };
-  struct DeviceLayer {
-    kcu::DeviceBuffer k, v;
-  };
-
-  // This rank's contiguous share of the host pool; page tables index into it.
-  RankPages rank_pages(const LayerKvCache& cache) const {
-    const int pages_per_rank = cache.num_pages / dp_.dp_size;
-    const size_t page_bytes = static_cast<size_t>(cache.page_size) * cache.num_kv_heads *
-                              cache.head_dim * dtype_size(cache.dtype);
-    RankPages r;
-    r.k = static_cast<std::byte*>(cache.k_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
-    r.v = static_cast<std::byte*>(cache.v_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
-    r.num_pages = pages_per_rank;
-    r.bytes = page_bytes * pages_per_rank;
-    return r;
-  }
-
-  AttentionShape shape_;
-  DpConfig dp_;
-  FaultMode fault_;
-  BatchMetadata batch_;
-  std::vector<kc::AttentionSequence> sequences_;
-  int64_t num_tokens_ = 0;
-  std::vector<LayerKvCache> layers_;
   std::vector<DeviceLayer> device_layers_;
   kcu::DeviceBuffer q_, k_, v_, out_;
   kcu::AttentionScratch scratch_;

@@ -1,0 +1,103 @@
+#include "attn/paged_backend.h"
+
+#include "util/error.h"
+
+namespace spindle::attn {
+
+namespace kc = kernels::cpu;
+
+PagedBackend::PagedBackend(std::string name, const AttentionShape& shape, const DpConfig& dp)
+    : name_(std::move(name)), shape_(shape), dp_(dp), fault_(fault_for(name_)) {}
+
+void PagedBackend::prepare(const BatchMetadata& batch, bool /*graph_mode*/) {
+  batch_ = batch;
+  sequences_.clear();
+  int offset = 0;
+  for (const auto& s : batch_.sequences) {
+    const int64_t total = int64_t{s.num_cached_tokens} + s.num_new_tokens;
+    SPINDLE_CHECK(static_cast<int64_t>(s.page_table.size()) * shape_.page_size >= total,
+                  "sequence {}: page table of {} pages cannot hold {} tokens (page size {})", sequences_.size(),
+                  s.page_table.size(), total, shape_.page_size);
+    sequences_.push_back({s.num_new_tokens, s.num_cached_tokens, offset, s.page_table.data()});
+    offset += s.num_new_tokens;
+  }
+  num_tokens_ = offset;
+}
+
+void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    SPINDLE_CHECK(l.num_kv_heads == shape_.num_kv_heads && l.head_dim == shape_.head_dim &&
+                      l.page_size == shape_.page_size && l.dtype == shape_.kv_dtype,
+                  "layer {} KV cache ({} kv heads, head_dim {}, page {}, {}) does not match the backend shape {}", i,
+                  l.num_kv_heads, l.head_dim, l.page_size, dtype_name(l.dtype), shape_.to_string());
+    SPINDLE_CHECK(l.num_pages >= dp_.dp_size, "layer {}: {} pages cannot be split over {} DP ranks", i, l.num_pages,
+                  dp_.dp_size);
+  }
+  layers_.assign(layers.begin(), layers.end());
+  on_bind();
+}
+
+PagedBackend::RankPages PagedBackend::rank_pages(const LayerKvCache& cache) const {
+  const int pages_per_rank = cache.num_pages / dp_.dp_size;
+  const size_t page_bytes =
+      static_cast<size_t>(cache.page_size) * cache.num_kv_heads * cache.head_dim * dtype_size(cache.dtype);
+  RankPages r;
+  r.k = static_cast<std::byte*>(cache.k_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
+  r.v = static_cast<std::byte*>(cache.v_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
+  r.num_pages = pages_per_rank;
+  r.bytes = page_bytes * pages_per_rank;
+  return r;
+}
+
+void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) {
+  SPINDLE_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()), "layer {} has no bound KV cache ({} bound)",
+                layer, layers_.size());
+  const int64_t q_cols = int64_t{shape_.num_heads} * shape_.head_dim;
+  const int64_t kv_cols = int64_t{shape_.num_kv_heads} * shape_.head_dim;
+  SPINDLE_CHECK(q.rows == num_tokens_ && out.rows == num_tokens_ && k.rows == num_tokens_ && v.rows == num_tokens_,
+                "forward: tensors have {}/{}/{}/{} rows (q/k/v/out) but the prepared batch has {}", q.rows, k.rows,
+                v.rows, out.rows, num_tokens_);
+  SPINDLE_CHECK(q.cols == q_cols && out.cols == q_cols && k.cols == kv_cols && v.cols == kv_cols,
+                "forward: q/out need {} columns and k/v {}", q_cols, kv_cols);
+  act_out_fatal_fault(fault_);
+
+  const LayerKvCache& cache = layers_[layer];
+  const RankPages pages = rank_pages(cache);
+
+  kc::PagedAttentionParams p;
+  p.q = q.data;
+  p.out = out.data;
+  p.k_pages = pages.k;
+  p.v_pages = pages.v;
+  p.kv_dtype = cache.dtype;
+  p.num_pages = pages.num_pages;
+  p.page_size = cache.page_size;
+  p.num_heads = shape_.num_heads;
+  p.num_kv_heads = shape_.num_kv_heads;
+  p.head_dim = shape_.head_dim;
+  p.scale = shape_.scale;
+  p.causal = batch_.causal;
+  p.sequences = sequences_;
+  kc::check_paged_attention_params(p, num_tokens_);
+  if (num_tokens_ == 0) return;
+
+  kc::KvWriteParams w;
+  w.k = k.data;
+  w.v = v.data;
+  w.k_pages = pages.k;
+  w.v_pages = pages.v;
+  w.kv_dtype = cache.dtype;
+  w.num_pages = pages.num_pages;
+  w.page_size = cache.page_size;
+  w.num_kv_heads = shape_.num_kv_heads;
+  w.head_dim = shape_.head_dim;
+  w.sequences = sequences_;
+
+  run_layer(layer, w, p);
+  if (fault_ == FaultMode::kWrong) {
+    for (int64_t i = 0; i < out.rows * out.cols; ++i) out.data[i] += 0.5f;
+  }
+}
+
+}  // namespace spindle::attn

@@ -1,0 +1,60 @@
+// PagedBackend: the host-side work every paged attention backend shares, so each device's
+// backend only says how to run one layer.
+//
+// prepare() turns BatchMetadata into the kernels' per-sequence rows; bind_kv_caches() checks each
+// layer's geometry against the shape; forward() checks the tensors, acts out injected faults
+// (SPINDLE_ATTN_FAULT) and hands run_layer() the kernel parameters for this DP rank's contiguous
+// page range (host pointers, already checked by kernels::cpu::check_paged_attention_params).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "attn/fault_injection.h"
+#include "kernels/cpu/paged_attention.h"
+
+namespace spindle::attn {
+
+class PagedBackend : public AttentionBackend {
+ public:
+  PagedBackend(std::string name, const AttentionShape& shape, const DpConfig& dp);
+
+  std::string_view name() const final { return name_; }
+  void prepare(const BatchMetadata& batch, bool graph_mode = false) final;
+  void bind_kv_caches(std::span<const LayerKvCache> layers) final;
+  void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) final;
+
+ protected:
+  // One layer's work, on this rank's pages. `write` carries the new K/V (k, v) and `attention` the
+  // queries and the output; both point at the host pages of the rank's range.
+  virtual void run_layer(int layer, const kernels::cpu::KvWriteParams& write,
+                         const kernels::cpu::PagedAttentionParams& attention) = 0;
+  // Called after the caches were checked and stored (e.g. to mirror them on a device).
+  virtual void on_bind() {}
+
+  // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
+  struct RankPages {
+    std::byte* k = nullptr;
+    std::byte* v = nullptr;
+    int num_pages = 0;
+    size_t bytes = 0;  // of K (and of V)
+  };
+  RankPages rank_pages(const LayerKvCache& cache) const;
+
+  const AttentionShape& shape() const { return shape_; }
+  const std::vector<LayerKvCache>& layers() const { return layers_; }
+  int64_t num_tokens() const { return num_tokens_; }
+
+ private:
+  std::string name_;
+  AttentionShape shape_;
+  DpConfig dp_;
+  FaultMode fault_;
+  BatchMetadata batch_;
+  std::vector<kernels::cpu::AttentionSequence> sequences_;
+  int64_t num_tokens_ = 0;
+  std::vector<LayerKvCache> layers_;
+};
+
+}  // namespace spindle::attn
