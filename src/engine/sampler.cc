@@ -43,7 +43,33 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int> prom
   }
 }
 
+int Sampler::draw_unsorted(std::span<float> logits) {
+  // Temperature (and min-p) alone need no ordering: one pass for the weights relative to the
+  // largest (so the largest is exactly 1 and min-p is a plain threshold), one for the draw.
+  const int vocab = static_cast<int>(logits.size());
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  probs_.resize(vocab);
+  double kept = 0;
+  for (int i = 0; i < vocab; ++i) {
+    const double w = std::exp((double{logits[i]} - max_logit) / params_.temperature);
+    probs_[i] = w >= params_.min_p ? w : 0.0;
+    kept += probs_[i];
+  }
+  std::uniform_real_distribution<double> uniform(0.0, kept);
+  const double u = uniform(rng_);
+  double acc = 0;
+  int last = 0;
+  for (int i = 0; i < vocab; ++i) {
+    if (probs_[i] == 0.0) continue;
+    acc += probs_[i];
+    last = i;
+    if (u < acc) return i;
+  }
+  return last;
+}
+
 int Sampler::draw(std::span<float> logits) {
+  if (params_.top_k <= 0 && params_.top_p >= 1.0f) return draw_unsorted(logits);
   const int vocab = static_cast<int>(logits.size());
   order_.resize(vocab);
   std::iota(order_.begin(), order_.end(), 0);
@@ -55,13 +81,14 @@ int Sampler::draw(std::span<float> logits) {
 
   // Softmax over the candidates at the temperature.
   const double max_logit = logits[order_[0]];
-  std::vector<double> probs(k);
+  std::vector<double>& probs = probs_;
+  probs.resize(k);
   double sum = 0;
   for (int i = 0; i < k; ++i) {
     probs[i] = std::exp((double{logits[order_[i]]} - max_logit) / params_.temperature);
     sum += probs[i];
   }
-  for (double& p : probs) p /= sum;
+  for (int i = 0; i < k; ++i) probs[i] /= sum;
 
   // top-p: the smallest prefix whose mass reaches top_p (always at least one token).
   int keep = k;

@@ -2,7 +2,8 @@
 //
 // Order of operations (as vLLM): repetition, presence and frequency penalties -> logit bias ->
 // (greedy: argmax) -> temperature -> top-k -> top-p -> min-p -> draw from the renormalised
-// distribution with the request's own generator. Log-probabilities are reported from the raw
+// distribution with the request's own generator. Without top-k and top-p nothing is sorted (a
+// full sort of a 128k vocabulary per token was the cost of plain temperature sampling). Log-probabilities are reported from the raw
 // model distribution (log_softmax of the unprocessed logits), as OpenAI and vLLM do.
 #pragma once
 
@@ -40,11 +41,13 @@ class Sampler {
  private:
   void apply_penalties(std::span<float> logits, std::span<const int> prompt, std::span<const int> output);
   int draw(std::span<float> logits);
+  int draw_unsorted(std::span<float> logits);  // no top-k / top-p: no sort of the vocabulary
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<int> order_;      // scratch: candidate ids
   std::vector<int> counts_;     // scratch: output token counts
+  std::vector<double> probs_;   // scratch: candidate weights
 };
 
 // log_softmax of one row, for the top `k` entries (best first) and for `token`.
