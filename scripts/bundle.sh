@@ -13,10 +13,12 @@
 # Result:
 #   OUT/bin/spindle                  RPATH $ORIGIN/../lib
 #   OUT/bin/cuda_attention_test      when built (tests/cuda); run it with SPINDLE_BINARY=OUT/bin/spindle
-#                                    so its validation child is the bundled binary
+#   OUT/bin/cuda_model_test          so its validation child is the bundled binary
+#   OUT/bin/bench_attention_cuda     when built (bench/); bench/run_cuda_bench.sh finds it there
 #   OUT/lib/*.so*                    every library `ldd` lists except the base system's (libc, libm,
 #                                    libpthread, libdl, librt, ld-linux, libgcc_s) and the NVIDIA
-#                                    driver's (libcuda.so*, libnvidia*), which the target provides
+#                                    driver's (libcuda.so*, libnvidia*) and cuBLAS (libcublas*), which
+#                                    the target provides
 #
 # The CUDA runtime is linked statically (CUDA::cudart_static), so only the driver is needed there.
 # Needs patchelf (a Debian package; scripts/setup.sh installs it). .bundle/ is ignored by git.
@@ -33,12 +35,14 @@ command -v patchelf >/dev/null || { echo "bundle: patchelf not found (apt-get in
 [[ -x $build_dir/bin/spindle ]] || { echo "bundle: $build_dir/bin/spindle not built (ninja -C $build_dir spindle)" >&2; exit 1; }
 
 binaries=("$build_dir/bin/spindle")
-if [[ -x $build_dir/tests/cuda/cuda_attention_test ]]; then
-  binaries+=("$build_dir/tests/cuda/cuda_attention_test")
-fi
+for optional in tests/cuda/cuda_attention_test tests/cuda/cuda_model_test bench/bench_attention_cuda; do
+  if [[ -x $build_dir/$optional ]]; then binaries+=("$build_dir/$optional"); fi
+done
 
-# Base system and NVIDIA driver libraries stay behind.
-excluded='^(linux-vdso|linux-gate|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|ld-linux|libgcc_s\.so|libcuda\.so|libnvidia)'
+# Base system and NVIDIA driver libraries stay behind, and so do cuBLAS (hundreds of MB): a GPU
+# host has it with its CUDA installation (on our H200 host, PyTorch's nvidia-cublas wheel: put its
+# lib/ on LD_LIBRARY_PATH). cuDNN is loaded at run time (dlopen), so ldd never lists it.
+excluded='^(linux-vdso|linux-gate|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|ld-linux|libgcc_s\.so|libcuda\.so|libnvidia|libcublas)'
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"

@@ -28,6 +28,10 @@ class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   virtual std::string_view name() const = 0;
+  // Where forward()'s tensors and the bound KV pages must live: host memory for kCpu; for kCuda,
+  // device memory of the CUDA device current on the calling thread (kernels run on the legacy
+  // default stream; forward() returns once they are queued, not finished).
+  virtual Device device() const = 0;
   // Host side, once per step, shared by all layers.
   virtual void prepare(const BatchMetadata& batch, bool graph_mode = false) = 0;
   // The per-layer KV pages this backend reads and writes (the whole pool; it uses its rank's range).
@@ -85,7 +89,8 @@ std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name
 // Registers reference, cpu_avx2, cpu_avx512 and cpu_amx (attn/cpu_backends.cc).
 void register_cpu_attention_backends(AttentionRegistry& registry);
 
-// Registers cuda_reference (attn/cuda_backends.cc); exists only in builds with SPINDLE_WITH_CUDA.
+// Registers cuda_reference, cuda_flash and cudnn_sdpa (attn/cuda_backends.cc); exists only in
+// builds with SPINDLE_WITH_CUDA.
 void register_cuda_attention_backends(AttentionRegistry& registry);
 
 }  // namespace spindle::attn

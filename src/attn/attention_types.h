@@ -50,7 +50,8 @@ struct BatchMetadata {
 };
 
 // One layer's KV pages: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]
-// of dtype. With data parallelism the pool holds every rank's pages, rank r owning the contiguous
+// of dtype, in the memory of `device` (host memory, or CUDA device memory of the device the
+// calling thread has bound). With data parallelism the pool holds every rank's pages, rank r owning the contiguous
 // range [r * num_pages / dp_size, (r + 1) * num_pages / dp_size); page tables are rank-local.
 struct LayerKvCache {
   void* k_pages = nullptr;
@@ -60,9 +61,10 @@ struct LayerKvCache {
   int num_kv_heads = 0;
   int head_dim = 0;
   DType dtype = DType::kBF16;
+  Device device = Device::kCpu;
 };
 
-// f32 activations, row-major.
+// f32 activations, row-major, in the memory of the backend's device (AttentionBackend::device()).
 struct ConstTensor {
   const float* data = nullptr;
   int64_t rows = 0;  // tokens

@@ -26,7 +26,7 @@ class CpuPagedAttentionBackend final : public PagedBackend {
  public:
   CpuPagedAttentionBackend(std::string name, Kernel kernel, const AttentionShape& shape, const DpConfig& dp,
                            const BackendOptions& options)
-      : PagedBackend(std::move(name), shape, dp),
+      : PagedBackend(std::move(name), Device::kCpu, shape, dp),
         kernel_(std::move(kernel)),
         pool_(options.pool ? options.pool : &ThreadPool::global()) {}
 
@@ -50,8 +50,10 @@ std::string feature_gap(const CpuInfo& cpu, std::string_view feature) {
   return "";
 }
 
+// any_head_dim: the float64 reference, which also reads f16 KV (the CUDA backends' ground truth).
 void add_shape_gaps(const AttentionShape& shape, bool any_head_dim, std::vector<std::string>& reasons) {
-  if (shape.kv_dtype != DType::kF32 && shape.kv_dtype != DType::kBF16) {
+  const bool f16_ok = any_head_dim && shape.kv_dtype == DType::kF16;
+  if (shape.kv_dtype != DType::kF32 && shape.kv_dtype != DType::kBF16 && !f16_ok) {
     reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f32)", dtype_name(shape.kv_dtype)));
   }
   if (!any_head_dim &&

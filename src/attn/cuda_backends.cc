@@ -1,19 +1,20 @@
-// The CUDA attention backends (built only with SPINDLE_WITH_CUDA): cuda_reference.
+// The CUDA attention backends (built only with SPINDLE_WITH_CUDA): cuda_reference, cuda_flash,
+// cudnn_sdpa. Every tensor forward() receives and every bound KV page is CUDA device memory of
+// the device current on the calling thread; kernels run on the legacy default stream.
 //
-// First slice, a stepping stone: the backend keeps its own device copy of the KV pages. At
-// bind_kv_caches it allocates device pages of the same geometry for this rank's page range and
-// uploads the host pages; forward copies q/k/v to the device, writes the new K/V into both the
-// device pages (kernel) and the host pages (CPU, so callers that inspect the host pool, like the
-// validation child, still see them), runs the kernel and copies out back. Host pages changed by
-// anyone else after bind are not seen until the next bind.
+// Per step, prepare() uploads the batch layout once (kernels::cuda::DeviceBatch); per layer the
+// new K/V are written into the pages by one kernel, then the backend's attention kernel runs.
 #include <fmt/format.h>
 
+#include <climits>
+#include <memory>
 #include <vector>
 
 #include "attn/attention_backend.h"
 #include "attn/paged_backend.h"
 #include "kernels/cpu/paged_attention.h"
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cudnn_sdpa.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/paged_attention.h"
 #include "platform/device_info.h"
 #include "util/error.h"
@@ -23,88 +24,115 @@ namespace {
 
 namespace kc = kernels::cpu;
 namespace kcu = kernels::cuda;
+namespace kd = kernels::cuda::detail;
 
 constexpr int kMinCcMajor = 8;
 
-class CudaReferenceBackend final : public PagedBackend {
+// The host-side work of every CUDA backend; subclasses only say how to attend.
+class CudaPagedBackend : public PagedBackend {
+ protected:
+  CudaPagedBackend(std::string name, const AttentionShape& shape, const DpConfig& dp)
+      : PagedBackend(std::move(name), Device::kCuda, shape, dp), num_sms_(kcu::current_device_sm_count()) {}
+
+  // One layer's attention over the uploaded batch; the new K/V are already in the pages.
+  virtual void attend(const kc::PagedAttentionParams& p) = 0;
+
+  const kcu::DeviceBatch& batch() const { return batch_; }
+  int num_sms() const { return num_sms_; }
+
+ private:
+  void on_prepare() final {
+    const int num_pages = layers().empty() ? INT_MAX : rank_pages(layers().front()).num_pages;
+    batch_.upload(sequences(), shape().page_size, num_pages, causal());
+  }
+
+  void run_layer(int /*layer*/, const kc::KvWriteParams& write, const kc::PagedAttentionParams& p) final {
+    kcu::write_kv_pages(write, batch_);
+    attend(p);
+  }
+
+  void corrupt_output(Tensor out) final { kcu::add_constant(out.data, out.rows * out.cols, 0.5f); }
+
+  kcu::DeviceBatch batch_;
+  int num_sms_ = 0;
+};
+
+class CudaReferenceBackend final : public CudaPagedBackend {
  public:
-  CudaReferenceBackend(const AttentionShape& shape, const DpConfig& dp) : PagedBackend("cuda_reference", shape, dp) {
+  CudaReferenceBackend(const AttentionShape& shape, const DpConfig& dp) : CudaPagedBackend("cuda_reference", shape, dp) {
     SPINDLE_CHECK(shape.head_dim <= kcu::kCudaReferenceMaxHeadDim, "cuda_reference: head_dim {} not supported (up to {})",
                   shape.head_dim, kcu::kCudaReferenceMaxHeadDim);
-    SPINDLE_CHECK(shape.kv_dtype == DType::kF32 || shape.kv_dtype == DType::kBF16,
-                  "cuda_reference: KV dtype {} not supported (bf16, f32)", dtype_name(shape.kv_dtype));
+    kcu::kv_type_of(shape.kv_dtype);  // throws for an unsupported KV dtype
   }
 
  private:
-  struct DeviceLayer {
-    kcu::DeviceBuffer k, v;
-  };
+  void attend(const kc::PagedAttentionParams& p) override { kcu::paged_attention_reference(p, batch()); }
+};
 
-  // Mirrors this rank's host pages on the device.
-  void on_bind() override {
-    device_layers_.clear();
-    device_layers_.resize(layers().size());
-    for (size_t i = 0; i < layers().size(); ++i) {
-      const RankPages host = rank_pages(layers()[i]);
-      DeviceLayer& d = device_layers_[i];
-      d.k.reserve(host.bytes);
-      d.v.reserve(host.bytes);
-      CUDA_CHECK(cudaMemcpy(d.k.data(), host.k, host.bytes, cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(d.v.data(), host.v, host.bytes, cudaMemcpyHostToDevice));
+class CudaFlashBackend final : public CudaPagedBackend {
+ public:
+  CudaFlashBackend(const AttentionShape& shape, const DpConfig& dp) : CudaPagedBackend("cuda_flash", shape, dp) {
+    const kd::KvType kv = kcu::kv_type_of(shape.kv_dtype);
+    SPINDLE_CHECK(kd::flash_prefill_supports(shape.head_dim, kv) && kd::flash_decode_supports(shape.head_dim, kv),
+                  "cuda_flash: head_dim {} with {} KV not supported", shape.head_dim, dtype_name(shape.kv_dtype));
+  }
+
+ private:
+  void attend(const kc::PagedAttentionParams& p) override {
+    kd::PagedLayerLaunch a = kcu::make_layer_launch(p, batch(), num_sms());
+    if (a.batch.num_rows == 0) return;
+    const bool decode = a.batch.max_new_tokens == 1;
+    const size_t bytes = decode ? kd::flash_decode_workspace_bytes(a) : kd::flash_prefill_workspace_bytes(a);
+    if (bytes > 0) workspace_.reserve(bytes);
+    a.workspace = bytes > 0 ? workspace_.data() : nullptr;
+    a.workspace_bytes = bytes;
+    if (decode) {
+      kd::launch_flash_decode(a, nullptr);
+    } else {
+      kd::launch_flash_prefill(a, nullptr);
     }
   }
 
-  void run_layer(int layer, const kc::KvWriteParams& host_write, const kc::PagedAttentionParams& host) override {
-    kc::write_kv_pages(host_write);  // the host pool
-
-    const int64_t q_cols = int64_t{shape().num_heads} * shape().head_dim;
-    const int64_t kv_cols = int64_t{shape().num_kv_heads} * shape().head_dim;
-    const size_t q_bytes = sizeof(float) * static_cast<size_t>(num_tokens() * q_cols);
-    const size_t kv_bytes = sizeof(float) * static_cast<size_t>(num_tokens() * kv_cols);
-    q_.reserve(q_bytes);
-    k_.reserve(kv_bytes);
-    v_.reserve(kv_bytes);
-    out_.reserve(q_bytes);
-    CUDA_CHECK(cudaMemcpy(q_.data(), host.q, q_bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(k_.data(), host_write.k, kv_bytes, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(v_.data(), host_write.v, kv_bytes, cudaMemcpyHostToDevice));
-
-    DeviceLayer& dev = device_layers_[layer];
-    kc::KvWriteParams w = host_write;
-    w.k = k_.as<float>();
-    w.v = v_.as<float>();
-    w.k_pages = dev.k.data();
-    w.v_pages = dev.v.data();
-    kcu::write_kv_pages(w, scratch_);  // the device mirror
-
-    kc::PagedAttentionParams p = host;
-    p.q = q_.as<float>();
-    p.out = out_.as<float>();
-    p.k_pages = dev.k.data();
-    p.v_pages = dev.v.data();
-    kcu::paged_attention_reference(p, scratch_);
-    CUDA_CHECK(cudaMemcpy(host.out, out_.data(), q_bytes, cudaMemcpyDeviceToHost));
-  }
-
-  std::vector<DeviceLayer> device_layers_;
-  kcu::DeviceBuffer q_, k_, v_, out_;
-  kcu::AttentionScratch scratch_;
+  kcu::DeviceBuffer workspace_;
 };
 
-std::vector<std::string> cuda_reference_gaps(const DeviceInfo& device, const AttentionShape& shape) {
-  std::vector<std::string> reasons;
+class CudnnSdpaBackend final : public CudaPagedBackend {
+ public:
+  CudnnSdpaBackend(const AttentionShape& shape, const DpConfig& dp)
+      : CudaPagedBackend("cudnn_sdpa", shape, dp),
+        sdpa_(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.scale, kcu::kv_type_of(shape.kv_dtype),
+              shape.page_size) {}
+
+ private:
+  void attend(const kc::PagedAttentionParams& p) override {
+    const kd::PagedLayerLaunch a = kcu::make_layer_launch(p, batch(), num_sms());
+    if (a.batch.num_rows > 0) sdpa_.run(a, nullptr);
+  }
+
+  kcu::CudnnSdpa sdpa_;
+};
+
+// The device this worker is bound to: DeviceInfo lists it first (config::bind_device).
+void add_device_gaps(const DeviceInfo& device, std::vector<std::string>& reasons) {
   if (device.cuda_devices.empty()) {
     reasons.push_back(device.cuda_status.empty() ? "no CUDA device"
                                                  : fmt::format("no CUDA device: {}", device.cuda_status));
-  } else {
-    const CudaDeviceInfo& d = device.cuda_devices.front();  // the device this worker is bound to
-    if (d.cc_major < kMinCcMajor) {
-      reasons.push_back(fmt::format("CUDA device {} ({}) has compute capability {}.{}, needs {}.0",
-                                    d.index, d.name, d.cc_major, d.cc_minor, kMinCcMajor));
-    }
+    return;
   }
-  if (shape.kv_dtype != DType::kF32 && shape.kv_dtype != DType::kBF16) {
-    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f32)", dtype_name(shape.kv_dtype)));
+  const CudaDeviceInfo& d = device.cuda_devices.front();
+  if (d.cc_major < kMinCcMajor) {
+    reasons.push_back(fmt::format("CUDA device {} ({}) has compute capability {}.{}, needs {}.0", d.index, d.name,
+                                  d.cc_major, d.cc_minor, kMinCcMajor));
+  }
+}
+
+bool is_cuda_kv_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
+
+std::vector<std::string> cuda_reference_gaps(const DeviceInfo& device, const AttentionShape& shape) {
+  std::vector<std::string> reasons;
+  add_device_gaps(device, reasons);
+  if (!is_cuda_kv_dtype(shape.kv_dtype)) {
+    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f16, f32)", dtype_name(shape.kv_dtype)));
   }
   if (shape.head_dim > kcu::kCudaReferenceMaxHeadDim) {
     reasons.push_back(fmt::format("head_dim {} not supported (up to {})", shape.head_dim,
@@ -113,20 +141,65 @@ std::vector<std::string> cuda_reference_gaps(const DeviceInfo& device, const Att
   return reasons;
 }
 
+std::vector<std::string> cuda_flash_gaps(const DeviceInfo& device, const AttentionShape& shape) {
+  std::vector<std::string> reasons;
+  add_device_gaps(device, reasons);
+  if (shape.kv_dtype != DType::kBF16 && shape.kv_dtype != DType::kF16) {
+    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f16: tensor-core inputs)", dtype_name(shape.kv_dtype)));
+    return reasons;
+  }
+  const kd::KvType kv = kcu::kv_type_of(shape.kv_dtype);
+  if (!kd::flash_prefill_supports(shape.head_dim, kv)) {
+    reasons.push_back(fmt::format("head_dim {} not supported by the prefill kernel", shape.head_dim));
+  }
+  if (!kd::flash_decode_supports(shape.head_dim, kv)) {
+    reasons.push_back(fmt::format("head_dim {} not supported by the decode kernel", shape.head_dim));
+  }
+  return reasons;
+}
+
+std::vector<std::string> cudnn_sdpa_gaps(const DeviceInfo& device, const AttentionShape& shape) {
+  std::vector<std::string> reasons;
+  add_device_gaps(device, reasons);
+  if (!is_cuda_kv_dtype(shape.kv_dtype)) {
+    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f16)", dtype_name(shape.kv_dtype)));
+    return reasons;
+  }
+  const int cc_major = device.cuda_devices.empty() ? 0 : device.cuda_devices.front().cc_major;
+  const int cc_minor = device.cuda_devices.empty() ? 0 : device.cuda_devices.front().cc_minor;
+  for (auto& r : kcu::cudnn_sdpa_unsupported_reasons(cc_major, cc_minor, shape.head_dim, kcu::kv_type_of(shape.kv_dtype))) {
+    if (device.cuda_devices.empty() && r.find("compute capability") != std::string::npos) continue;
+    reasons.push_back(std::move(r));
+  }
+  return reasons;
+}
+
+template <typename Backend>
+BackendDescriptor make_cuda_descriptor(std::string name, int priority, std::string description,
+                                       std::vector<std::string> (*gaps)(const DeviceInfo&, const AttentionShape&)) {
+  BackendDescriptor d;
+  d.name = std::move(name);
+  d.device = Device::kCuda;
+  d.phases = kBothPhases;
+  d.priority = priority;
+  d.description = std::move(description);
+  d.unsupported_reasons = gaps;
+  d.factory = [](const AttentionShape& shape, const DpConfig& dp, const BackendOptions&) {
+    return std::make_unique<Backend>(shape, dp);
+  };
+  return d;
+}
+
 }  // namespace
 
 void register_cuda_attention_backends(AttentionRegistry& registry) {
-  BackendDescriptor d;
-  d.name = "cuda_reference";
-  d.device = Device::kCuda;
-  d.phases = kBothPhases;
-  d.priority = 0;
-  d.description = "one thread block per (row, head), float accumulation: the CUDA ground truth";
-  d.unsupported_reasons = cuda_reference_gaps;
-  d.factory = [](const AttentionShape& shape, const DpConfig& dp, const BackendOptions&) {
-    return std::make_unique<CudaReferenceBackend>(shape, dp);
-  };
-  registry.register_backend(std::move(d));
+  registry.register_backend(make_cuda_descriptor<CudaReferenceBackend>(
+      "cuda_reference", 0, "one thread block per (row, head), float accumulation: the CUDA ground truth",
+      cuda_reference_gaps));
+  registry.register_backend(make_cuda_descriptor<CudnnSdpaBackend>(
+      "cudnn_sdpa", 1, "cuDNN fused flash attention (graph API, paged K/V), loaded at run time", cudnn_sdpa_gaps));
+  registry.register_backend(make_cuda_descriptor<CudaFlashBackend>(
+      "cuda_flash", 2, "FlashAttention-2-style prefill on tensor cores + split-KV paged decode", cuda_flash_gaps));
 }
 
 }  // namespace spindle::attn

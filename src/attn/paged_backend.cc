@@ -6,8 +6,8 @@ namespace spindle::attn {
 
 namespace kc = kernels::cpu;
 
-PagedBackend::PagedBackend(std::string name, const AttentionShape& shape, const DpConfig& dp)
-    : name_(std::move(name)), shape_(shape), dp_(dp), fault_(fault_for(name_)) {}
+PagedBackend::PagedBackend(std::string name, Device device, const AttentionShape& shape, const DpConfig& dp)
+    : name_(std::move(name)), device_(device), shape_(shape), dp_(dp), fault_(fault_for(name_)) {}
 
 void PagedBackend::prepare(const BatchMetadata& batch, bool /*graph_mode*/) {
   batch_ = batch;
@@ -22,6 +22,7 @@ void PagedBackend::prepare(const BatchMetadata& batch, bool /*graph_mode*/) {
     offset += s.num_new_tokens;
   }
   num_tokens_ = offset;
+  on_prepare();
 }
 
 void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
@@ -31,6 +32,8 @@ void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
                       l.page_size == shape_.page_size && l.dtype == shape_.kv_dtype,
                   "layer {} KV cache ({} kv heads, head_dim {}, page {}, {}) does not match the backend shape {}", i,
                   l.num_kv_heads, l.head_dim, l.page_size, dtype_name(l.dtype), shape_.to_string());
+    SPINDLE_CHECK(l.device == device_, "layer {}: {} needs its KV pages in {} memory, they are in {} memory", i,
+                  name_, device_name(device_), device_name(l.device));
     SPINDLE_CHECK(l.num_pages >= dp_.dp_size, "layer {}: {} pages cannot be split over {} DP ranks", i, l.num_pages,
                   dp_.dp_size);
   }
@@ -95,9 +98,11 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   w.sequences = sequences_;
 
   run_layer(layer, w, p);
-  if (fault_ == FaultMode::kWrong) {
-    for (int64_t i = 0; i < out.rows * out.cols; ++i) out.data[i] += 0.5f;
-  }
+  if (fault_ == FaultMode::kWrong) corrupt_output(out);
+}
+
+void PagedBackend::corrupt_output(Tensor out) {
+  for (int64_t i = 0; i < out.rows * out.cols; ++i) out.data[i] += 0.5f;
 }
 
 }  // namespace spindle::attn

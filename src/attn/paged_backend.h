@@ -4,7 +4,8 @@
 // prepare() turns BatchMetadata into the kernels' per-sequence rows; bind_kv_caches() checks each
 // layer's geometry against the shape; forward() checks the tensors, acts out injected faults
 // (SPINDLE_ATTN_FAULT) and hands run_layer() the kernel parameters for this DP rank's contiguous
-// page range (host pointers, already checked by kernels::cpu::check_paged_attention_params).
+// page range, already checked by kernels::cpu::check_paged_attention_params. Tensor and page
+// pointers are in the memory of device(); the sequences and their page tables are host memory.
 #pragma once
 
 #include <string>
@@ -18,9 +19,10 @@ namespace spindle::attn {
 
 class PagedBackend : public AttentionBackend {
  public:
-  PagedBackend(std::string name, const AttentionShape& shape, const DpConfig& dp);
+  PagedBackend(std::string name, Device device, const AttentionShape& shape, const DpConfig& dp);
 
   std::string_view name() const final { return name_; }
+  Device device() const final { return device_; }
   void prepare(const BatchMetadata& batch, bool graph_mode = false) final;
   void bind_kv_caches(std::span<const LayerKvCache> layers) final;
   void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) final;
@@ -30,8 +32,12 @@ class PagedBackend : public AttentionBackend {
   // queries and the output; both point at the host pages of the rank's range.
   virtual void run_layer(int layer, const kernels::cpu::KvWriteParams& write,
                          const kernels::cpu::PagedAttentionParams& attention) = 0;
-  // Called after the caches were checked and stored (e.g. to mirror them on a device).
+  // Called after the caches were checked and stored.
   virtual void on_bind() {}
+  // Called at the end of prepare(), once sequences() holds the step's batch (e.g. to upload it).
+  virtual void on_prepare() {}
+  // The `wrong` fault: adds 0.5 to every element of out (host loop; device backends override).
+  virtual void corrupt_output(Tensor out);
 
   // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
   struct RankPages {
@@ -45,9 +51,13 @@ class PagedBackend : public AttentionBackend {
   const AttentionShape& shape() const { return shape_; }
   const std::vector<LayerKvCache>& layers() const { return layers_; }
   int64_t num_tokens() const { return num_tokens_; }
+  bool causal() const { return batch_.causal; }
+  // The prepared batch in kernel form (query_offset set, page tables pointing into the batch).
+  const std::vector<kernels::cpu::AttentionSequence>& sequences() const { return sequences_; }
 
  private:
   std::string name_;
+  Device device_;
   AttentionShape shape_;
   DpConfig dp_;
   FaultMode fault_;

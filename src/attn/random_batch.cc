@@ -1,5 +1,7 @@
 #include "attn/random_batch.h"
 
+#include "attn/staged_batch.h"
+
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -28,6 +30,9 @@ void fill_pages_random(std::vector<std::byte>& pages, DType dtype, std::mt19937_
   if (dtype == DType::kF32) {
     auto* p = reinterpret_cast<float*>(pages.data());
     for (size_t i = 0; i < pages.size() / sizeof(float); ++i) p[i] = dist(rng);
+  } else if (dtype == DType::kF16) {
+    auto* p = reinterpret_cast<uint16_t*>(pages.data());
+    for (size_t i = 0; i < pages.size() / sizeof(uint16_t); ++i) p[i] = float_to_fp16_bits(dist(rng));
   } else {
     auto* p = reinterpret_cast<uint16_t*>(pages.data());
     for (size_t i = 0; i < pages.size() / sizeof(uint16_t); ++i) p[i] = float_to_bf16_bits(dist(rng));
@@ -81,15 +86,14 @@ RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<Seq
 }
 
 std::vector<float> run_backend_once(AttentionBackend& backend, RandomBatch& batch) {
-  std::vector<float> out(batch.num_tokens() * batch.q_cols(), std::numeric_limits<float>::quiet_NaN());
-  LayerKvCache cache = batch.layer_cache();
+  StagedBatch staged(batch, backend.device());
+  LayerKvCache cache = staged.layer_cache();
   backend.prepare(batch.metadata);
   backend.bind_kv_caches({&cache, 1});
-  backend.forward(0, {batch.q.data(), batch.num_tokens(), batch.q_cols()},
-                  {batch.k.data(), batch.num_tokens(), batch.kv_cols()},
-                  {batch.v.data(), batch.num_tokens(), batch.kv_cols()},
-                  {out.data(), batch.num_tokens(), batch.q_cols()});
-  return out;
+  backend.forward(0, staged.q(), staged.k(), staged.v(), staged.out());
+  staged.synchronize();
+  staged.read_pages_back();
+  return staged.read_out();
 }
 
 }  // namespace spindle::attn

@@ -34,7 +34,8 @@ RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<Seq
                               uint64_t seed, bool causal = true, int extra_pages = 3);
 
 // Runs one forward of `backend` over the batch (writing the new K/V into the batch's pages) and
-// returns out [tokens, heads * head_dim]. The output is poisoned with NaN first.
+// returns out [tokens, heads * head_dim]. The output is poisoned with NaN first. CUDA backends get
+// device copies (StagedBatch) on the current device; their pages are copied back afterwards.
 std::vector<float> run_backend_once(AttentionBackend& backend, RandomBatch& batch);
 
 }  // namespace spindle::attn

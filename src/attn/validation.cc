@@ -17,6 +17,8 @@
 #include <iostream>
 
 #include "attn/random_batch.h"
+#include "attn/staged_batch.h"
+#include "platform/cuda_info.h"
 #include "util/error.h"
 
 extern char** environ;
@@ -141,19 +143,25 @@ ErrorStats check_batch(const std::string& backend, const AttentionShape& shape,
   return e;
 }
 
-// Seconds per forward: one warm-up, then repeats until ~0.3 s (at least 2 runs, or 1 when slow).
+// Seconds per forward over a batch staged once on the backend's device (CUDA: the kernels alone,
+// synchronized): one warm-up, then repeats until ~0.3 s (at least 2 runs, or 1 when slow).
 double time_forward(AttentionBackend& backend, RandomBatch& batch) {
   using Clock = std::chrono::steady_clock;
+  StagedBatch staged(batch, backend.device());
+  LayerKvCache cache = staged.layer_cache();
+  backend.bind_kv_caches({&cache, 1});
   auto once = [&] {
     const auto t0 = Clock::now();
-    run_backend_once(backend, batch);
+    backend.prepare(batch.metadata);
+    backend.forward(0, staged.q(), staged.k(), staged.v(), staged.out());
+    staged.synchronize();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   };
   const double first = once();
   if (first > 1.0) return first;
   double best = once();
   double spent = first + best;
-  for (int i = 0; i < 20 && spent < 0.3; ++i) {
+  for (int i = 0; i < 50 && spent < 0.3; ++i) {
     const double t = once();
     best = std::min(best, t);
     spent += t;
@@ -163,20 +171,21 @@ double time_forward(AttentionBackend& backend, RandomBatch& batch) {
 
 void time_backend(const std::string& backend, const AttentionShape& shape, CheckReport& report) {
   auto instance = create_attention_backend(backend, shape, {});
+  const TimingSizes sizes = timing_sizes(instance->device());
   {
-    RandomBatch prefill = make_random_batch(shape, {{kTimingPrefillTokens, 0}}, 11);
+    RandomBatch prefill = make_random_batch(shape, {{sizes.prefill_tokens, 0}}, 11);
     const double s = time_forward(*instance, prefill);
-    const double n = kTimingPrefillTokens;
+    const double n = sizes.prefill_tokens;
     report.prefill_tokens_per_s = n / s;
     // Causal: n(n+1)/2 scores per head, 2 FLOPs per multiply-add, Q.K^T and P.V.
     report.prefill_gflops = 4.0 * (n * (n + 1) / 2) * shape.head_dim * shape.num_heads / s / 1e9;
   }
   {
-    std::vector<SequenceSpec> specs(kTimingDecodeBatch, SequenceSpec{1, kTimingDecodeContext - 1});
+    std::vector<SequenceSpec> specs(sizes.decode_batch, SequenceSpec{1, sizes.decode_context - 1});
     RandomBatch decode = make_random_batch(shape, specs, 12);
     const double s = time_forward(*instance, decode);
-    report.decode_tokens_per_s = kTimingDecodeBatch / s;
-    const double kv_bytes = 2.0 * kTimingDecodeBatch * kTimingDecodeContext * shape.num_kv_heads *
+    report.decode_tokens_per_s = sizes.decode_batch / s;
+    const double kv_bytes = 2.0 * sizes.decode_batch * sizes.decode_context * shape.num_kv_heads *
                             shape.head_dim * dtype_size(shape.kv_dtype);
     report.decode_kv_gb_per_s = kv_bytes / s / 1e9;
   }
@@ -215,8 +224,21 @@ CheckReport run_backend_check(const std::string& backend, const AttentionShape& 
   return report;
 }
 
-int check_attention_child_main(const std::string& backend, const AttentionShape& shape, bool timing) {
-  const CheckReport report = run_backend_check(backend, shape, timing);
+int check_attention_child_main(const std::string& backend, const AttentionShape& shape, bool timing,
+                               int cuda_device) {
+  CheckReport report;
+  if (cuda_device >= 0) {
+    try {
+      bind_cuda_device(cuda_device);
+    } catch (const std::exception& e) {
+      report.backend = backend;
+      report.shape = shape.to_string();
+      report.error = e.what();
+      std::cout << to_json(report).dump() << std::endl;
+      return 2;
+    }
+  }
+  report = run_backend_check(backend, shape, timing);
   std::cout << to_json(report).dump() << std::endl;
   if (!report.error.empty()) return 2;
   return report.passed ? 0 : 1;
@@ -227,7 +249,7 @@ int check_attention_child_main(const std::string& backend, const AttentionShape&
 namespace {
 
 std::vector<std::string> child_arguments(const std::string& executable, const std::string& backend,
-                                         const AttentionShape& shape, bool timing) {
+                                         const AttentionShape& shape, bool timing, int cuda_device) {
   std::vector<std::string> args = {executable,
                                    "__check-attention",
                                    "--backend", backend,
@@ -238,6 +260,10 @@ std::vector<std::string> child_arguments(const std::string& executable, const st
                                    "--page-size", std::to_string(shape.page_size),
                                    "--scale", fmt::format("{}", shape.scale)};
   if (timing) args.push_back("--timing");
+  if (cuda_device >= 0) {
+    args.push_back("--cuda-device");
+    args.push_back(std::to_string(cuda_device));
+  }
   return args;
 }
 
@@ -270,7 +296,7 @@ std::string last_line(const std::string& text) {
 ValidationOutcome validate_in_child(const std::string& backend, const AttentionShape& shape,
                                     const ChildOptions& options) {
   const std::string executable = options.executable.empty() ? "/proc/self/exe" : options.executable;
-  const auto args = child_arguments(executable, backend, shape, options.timing);
+  const auto args = child_arguments(executable, backend, shape, options.timing, options.cuda_device);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

@@ -34,9 +34,9 @@ struct CheckReport {
   double prefill_max_abs_error = 0, prefill_max_rel_error = 0;
   double decode_max_abs_error = 0, decode_max_rel_error = 0;
   bool timed = false;
-  double prefill_tokens_per_s = 0;   // causal prefill of kTimingPrefillTokens new tokens
+  double prefill_tokens_per_s = 0;   // causal prefill of timing_sizes(device).prefill_tokens tokens
   double prefill_gflops = 0;
-  double decode_tokens_per_s = 0;    // one token for each of kTimingDecodeBatch sequences
+  double decode_tokens_per_s = 0;    // one token for each of timing_sizes(device).decode_batch sequences
   double decode_kv_gb_per_s = 0;     // KV bytes read per second
   int64_t peak_rss_bytes = 0;
   std::string error;                 // exception text when the check could not run
@@ -44,10 +44,20 @@ struct CheckReport {
 nlohmann::json to_json(const CheckReport& report);
 CheckReport check_report_from_json(const nlohmann::json& j);
 
-// Sizes of the timing runs (kept small so the child stays under 256 MiB for any model).
-inline constexpr int kTimingPrefillTokens = 256;
-inline constexpr int kTimingDecodeBatch = 8;
-inline constexpr int kTimingDecodeContext = 1024;
+// Sizes of the timing runs: one causal prefill of prefill_tokens new tokens, and one decode step
+// of decode_batch sequences over decode_context tokens each. CPU: small, so the child stays under
+// 256 MiB for any model. CUDA: large enough that a launch runs well past its overhead
+// (decode reads ~270 MB of KV for 8 KV heads x 128 bf16).
+struct TimingSizes {
+  int prefill_tokens;
+  int decode_batch;
+  int decode_context;
+};
+inline constexpr TimingSizes kCpuTimingSizes{256, 8, 1024};
+inline constexpr TimingSizes kCudaTimingSizes{2048, 16, 4096};
+inline constexpr TimingSizes timing_sizes(Device device) {
+  return device == Device::kCuda ? kCudaTimingSizes : kCpuTimingSizes;
+}
 
 // Runs the check in this process (the child's job; tests call it directly too).
 CheckReport run_backend_check(const std::string& backend, const AttentionShape& shape, bool timing);
@@ -67,6 +77,7 @@ struct ChildOptions {
   std::string executable;      // the spindle binary; empty: /proc/self/exe
   double timeout_s = 30.0;
   bool timing = true;
+  int cuda_device = -1;        // >= 0: the child binds this CUDA device before anything else
 };
 
 // Spawns `executable __check-attention ...` (fork+exec via posix_spawn, nothing forked after
@@ -74,8 +85,9 @@ struct ChildOptions {
 ValidationOutcome validate_in_child(const std::string& backend, const AttentionShape& shape,
                                     const ChildOptions& options);
 
-// The child side: parses nothing, runs run_backend_check, prints the JSON line, returns the exit
-// code (0 pass, 1 mismatch, 2 error).
-int check_attention_child_main(const std::string& backend, const AttentionShape& shape, bool timing);
+// The child side: binds cuda_device when >= 0 (its first CUDA call), runs run_backend_check,
+// prints the JSON line, returns the exit code (0 pass, 1 mismatch, 2 error).
+int check_attention_child_main(const std::string& backend, const AttentionShape& shape, bool timing,
+                               int cuda_device = -1);
 
 }  // namespace spindle::attn

@@ -16,6 +16,7 @@ struct CheckArgs {
   std::string kv_dtype = "BF16";
   float scale = 0;
   bool timing = false;
+  int cuda_device = -1;
 };
 
 }  // namespace
@@ -32,6 +33,7 @@ void add_check_attention_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--page-size", args->page_size);
   cmd->add_option("--scale", args->scale)->required();
   cmd->add_flag("--timing", args->timing);
+  cmd->add_option("--cuda-device", args->cuda_device);
   cmd->callback([args, &exit_code] {
     attn::AttentionShape shape;
     shape.num_heads = args->heads;
@@ -42,7 +44,7 @@ void add_check_attention_command(CLI::App& app, int& exit_code) {
     SPINDLE_CHECK(dtype.has_value(), "unknown KV dtype '{}'", args->kv_dtype);
     shape.kv_dtype = *dtype;
     shape.page_size = args->page_size;
-    exit_code = attn::check_attention_child_main(args->backend, shape, args->timing);
+    exit_code = attn::check_attention_child_main(args->backend, shape, args->timing, args->cuda_device);
   });
 }
 

@@ -49,16 +49,35 @@ std::string validation_cell(const config::BackendRow& row) {
   return fmt::format("pass {:.1e}", err);
 }
 
-void print_table(const config::ResolvedConfig& rc, const config::AttentionSelection& s) {
+// The timed rate behind a row's speed: prefill GFLOP/s (causal), decode GB/s of KV read.
+std::string rate_cell(const config::BackendRow& row) {
+  if (!row.validation || !row.validation->report.timed) return "-";
+  const auto& report = row.validation->report;
+  if (row.phase == attn::Phase::kPrefill) return fmt::format("{:.1f} GFLOP/s", report.prefill_gflops);
+  return fmt::format("{:.1f} GB/s KV", report.decode_kv_gb_per_s);
+}
+
+std::string device_line(const config::ResolvedConfig& rc, const DeviceInfo& device) {
+  if (rc.device == attn::Device::kCuda && !device.cuda_devices.empty()) {
+    const CudaDeviceInfo& d = device.cuda_devices.front();
+    return fmt::format("cuda:{} {} (compute capability {}.{}, {} SMs, {:.1f} of {:.1f} GiB free)", d.index, d.name,
+                       d.cc_major, d.cc_minor, d.num_sms, d.free_bytes / double(1ull << 30),
+                       d.total_bytes / double(1ull << 30));
+  }
+  return fmt::format("cpu {} ({} threads)", device.cpu.model_name, rc.num_threads);
+}
+
+void print_table(const config::ResolvedConfig& rc, const DeviceInfo& device, const config::AttentionSelection& s) {
+  fmt::print("Device: {}\n", device_line(rc, device));
   fmt::print("Attention backends for {}{}\n", rc.attention_shape.to_string(), s.from_cache ? " (from cache)" : "");
-  fmt::print("{:<12} {:<8} {:<5} {:<16} {:>12}  {:<6} {}\n", "backend", "phase", "avail", "validation",
-             "tokens/s", "chosen", "why");
+  fmt::print("{:<15} {:<8} {:<5} {:<16} {:>12} {:>18}  {:<6} {}\n", "backend", "phase", "avail", "validation",
+             "tokens/s", "rate", "chosen", "why");
   for (const auto& r : s.rows) {
     const bool available = r.unsupported_reasons.empty();
     const std::string speed = r.speed > 0 ? fmt::format("{:.0f}", r.speed) : "-";
     const std::string why = available ? r.why : fmt::format("{}", fmt::join(r.unsupported_reasons, "; "));
-    fmt::print("{:<12} {:<8} {:<5} {:<16} {:>12}  {:<6} {}\n", r.backend, attn::phase_name(r.phase),
-               available ? "yes" : "no", validation_cell(r), speed, r.chosen ? "*" : "", why);
+    fmt::print("{:<15} {:<8} {:<5} {:<16} {:>12} {:>18}  {:<6} {}\n", r.backend, attn::phase_name(r.phase),
+               available ? "yes" : "no", validation_cell(r), speed, rate_cell(r), r.chosen ? "*" : "", why);
   }
   for (const auto& r : s.rows) {
     if (r.validation && r.validation->status != attn::ValidationStatus::kPass) {
@@ -70,16 +89,18 @@ void print_table(const config::ResolvedConfig& rc, const config::AttentionSelect
 }
 
 void run_doctor(const DoctorArgs& a) {
-  const DeviceInfo device = detect_device_info();
-  const config::ResolvedConfig rc = config::resolve(a.flags, device, dims_from(a));
+  const DeviceInfo detected = detect_device_info();
+  const config::ResolvedConfig rc = config::resolve(a.flags, detected, dims_from(a));
+  const DeviceInfo device = config::bind_worker_device(rc, detected);
   const config::AttentionSelection s = config::select_attention(rc, device);
   if (a.json) {
     nlohmann::json j = config::to_json(s);
     j["shape"] = rc.attention_shape.to_string();
+    j["device"] = device_line(rc, device);
     std::cout << j.dump(2) << std::endl;
     return;
   }
-  print_table(rc, s);
+  print_table(rc, device, s);
 }
 
 }  // namespace

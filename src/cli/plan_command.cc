@@ -162,7 +162,7 @@ void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand("plan", "Show the KV cache capacity plan for a model on this machine");
   cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
-  cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16 or f32");
+  cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference) or f32");
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
   config::add_kv_flags(*cmd, args->flags.kv);
   cmd->add_option("--threads", args->flags.num_threads, "CPU threads for the profiling forward (all usable cores)");

@@ -155,11 +155,11 @@ class Selector {
     for (auto* row : passed) {
       if (row != best) row->why = by_speed ? "slower" : "lower priority";
     }
-    if (best->backend == "reference" && num_available > 1) {
+    if ((best->backend == "reference" || best->backend == "cuda_reference") && num_available > 1) {
       result_.warnings.push_back(fmt::format(
-          "every optimized {} attention backend failed validation on {}; falling back to `reference`, "
+          "every optimized {} attention backend failed validation on {}; falling back to `{}`, "
           "which is correct but very slow",
-          attn::phase_name(phase), shape_.to_string()));
+          attn::phase_name(phase), shape_.to_string(), best->backend));
     }
     return best->backend;
   }

@@ -3,7 +3,12 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "config/validation_cache.h"
 #include "util/build_info.h"
@@ -11,14 +16,37 @@
 
 namespace spindle::config {
 
+std::pair<attn::Device, int> parse_device(std::string_view text) {
+  if (text == "cpu") return {attn::Device::kCpu, -1};
+  if (text == "cuda") return {attn::Device::kCuda, 0};
+  if (text.starts_with("cuda:")) {
+    const std::string_view digits = text.substr(5);
+    int index = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec == std::errc() && end == digits.data() + digits.size() && !digits.empty() && index >= 0) {
+      return {attn::Device::kCuda, index};
+    }
+  }
+  SPINDLE_FAIL("--device '{}' is not one of: cpu, cuda, cuda:N (N a CUDA device ordinal)", text);
+}
+
 ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelAttentionDims& model) {
   ResolvedConfig r;
+  std::tie(r.device, r.cuda_device) = parse_device(flags.device);
+  if (r.device == attn::Device::kCuda) {
+    SPINDLE_CHECK(!device.cuda_devices.empty(), "--device {}: no usable CUDA device ({})", flags.device,
+                  device.cuda_status.empty() ? "none found" : device.cuda_status);
+    const bool present = std::any_of(device.cuda_devices.begin(), device.cuda_devices.end(),
+                                     [&](const CudaDeviceInfo& d) { return d.index == r.cuda_device; });
+    SPINDLE_CHECK(present, "--device {}: this machine has CUDA devices 0 to {}", flags.device,
+                  device.cuda_devices.size() - 1);
+  }
   if (flags.kv_cache_dtype == "auto") {
     r.kv_dtype = kDefaultKvDtype;
   } else {
     const auto parsed = parse_dtype(flags.kv_cache_dtype);
-    SPINDLE_CHECK(parsed == DType::kBF16 || parsed == DType::kF32,
-                  "--kv-cache-dtype '{}' is not supported; use bf16 or f32", flags.kv_cache_dtype);
+    SPINDLE_CHECK(parsed == DType::kBF16 || parsed == DType::kF32 || parsed == DType::kF16,
+                  "--kv-cache-dtype '{}' is not supported; use bf16, fp16 or f32", flags.kv_cache_dtype);
     r.kv_dtype = *parsed;
   }
   SPINDLE_CHECK(flags.page_size >= 0 && flags.page_size <= 256, "--page-size {} must be between 1 and 256",
@@ -44,7 +72,7 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   r.attention.decode_attention_backend = flags.decode_attention_backend;
   r.attention.policy = parse_policy(flags.attention_backend_policy);
   r.attention.skip_validation = flags.skip_backend_validation;
-  r.attention.device = attn::Device::kCpu;
+  r.attention.device = r.device;
 
   SPINDLE_CHECK(flags.matmul_precision == "exact" || flags.matmul_precision == "bf16",
                 "--matmul-precision '{}' is not one of: exact, bf16", flags.matmul_precision);
@@ -63,7 +91,17 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   return r;
 }
 
+DeviceInfo bind_worker_device(const ResolvedConfig& config, DeviceInfo detected) {
+  if (config.device != attn::Device::kCuda) return detected;
+  detected.cuda_devices = {bind_cuda_device(config.cuda_device)};
+  detected.cuda_status = fmt::format("bound to CUDA device {}", config.cuda_device);
+  return detected;
+}
+
 void add_attention_flags(CLI::App& app, ServerConfig& f) {
+  app.add_option("--device", f.device,
+                 "Where attention and the KV cache run: cpu (default), cuda or cuda:N (the worker binds that GPU "
+                 "before validating backends and planning memory)");
   app.add_option("--attention-backend", f.attention_backend, "Attention backend for both phases (auto)");
   app.add_option("--prefill-attention-backend", f.prefill_attention_backend, "Prefill attention backend (auto)");
   app.add_option("--decode-attention-backend", f.decode_attention_backend, "Decode attention backend (auto)");
@@ -75,7 +113,7 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_flag("--no-backend-cache", f.no_backend_cache, "Ignore and do not write the backend selection cache");
   app.add_option("--backend-validation-timeout", f.backend_validation_timeout_s,
                  "Seconds a validation child may run (30)");
-  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16 or f32");
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference) or f32");
   app.add_option("--page-size", f.page_size, "Tokens per KV page (16)");
   app.add_option("--threads", f.num_threads, "Worker threads (one per usable core)");
   app.add_option("--matmul-precision", f.matmul_precision,
@@ -89,6 +127,7 @@ AttentionSelection select_attention(const ResolvedConfig& config, const DeviceIn
   attn::ChildOptions child;
   child.executable = executable;
   child.timeout_s = config.backend_validation_timeout_s;
+  child.cuda_device = config.device == attn::Device::kCuda ? config.cuda_device : -1;
   BackendValidator validator = [child](const std::string& backend, const attn::AttentionShape& shape,
                                        bool timing) mutable {
     child.timing = timing;
@@ -98,8 +137,14 @@ AttentionSelection select_attention(const ResolvedConfig& config, const DeviceIn
   if (!config.use_backend_cache) {
     return select_attention_backends(device, config.attention_shape, config.attention, validator);
   }
+  // The bound GPU is part of what was measured.
+  std::string fingerprint = device_fingerprint(device.cpu);
+  if (config.device == attn::Device::kCuda && !device.cuda_devices.empty()) {
+    const CudaDeviceInfo& gpu = device.cuda_devices.front();
+    fingerprint += fmt::format("-{}-sm{}{}", gpu.name, gpu.cc_major, gpu.cc_minor);
+  }
   ValidationCache cache(config.backend_cache_dir,
-                        ValidationCache::make_key(build_id(), device_fingerprint(device.cpu), config.attention_shape));
+                        ValidationCache::make_key(build_id(), fingerprint, config.attention_shape));
   auto selection = select_attention_backends(device, config.attention_shape, config.attention, cache.wrap(validator));
   selection.from_cache = cache.num_misses() == 0 && cache.num_hits() > 0;
   if (cache.num_misses() > 0) cache.save();

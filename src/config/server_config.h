@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "attn/attention_types.h"
 #include "config/attention_selection.h"
@@ -19,6 +21,7 @@ namespace spindle::config {
 
 // The flags. "auto" and 0 mean "let resolve() decide".
 struct ServerConfig {
+  std::string device = "cpu";  // cpu | cuda | cuda:N
   std::string attention_backend = "auto";
   std::string prefill_attention_backend = "auto";
   std::string decode_attention_backend = "auto";
@@ -42,6 +45,8 @@ struct ModelAttentionDims {
 };
 
 struct ResolvedConfig {
+  attn::Device device = attn::Device::kCpu;  // where attention and the KV cache run
+  int cuda_device = -1;                      // the CUDA ordinal when device is kCuda, else -1
   DType kv_dtype = DType::kBF16;
   int page_size = 16;
   int num_threads = 1;
@@ -64,6 +69,14 @@ inline constexpr DType kDefaultKvDtype = DType::kBF16;
 ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelAttentionDims& model);
 // The same plus the KV cache settings (which need the model's max_position_embeddings).
 ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, const ModelConfig& model);
+
+// Binds the worker to its device: for CUDA makes config.cuda_device current on the calling thread
+// and returns `detected` with cuda_devices holding only that device (free memory read now), the
+// form backend selection and capacity planning take. CPU: returns `detected` unchanged.
+DeviceInfo bind_worker_device(const ResolvedConfig& config, DeviceInfo detected);
+
+// "cpu" -> {kCpu, -1}; "cuda" -> {kCuda, 0}; "cuda:N" -> {kCuda, N}; throws naming the accepted forms.
+std::pair<attn::Device, int> parse_device(std::string_view text);
 
 // Registers the flags above on a CLI11 (sub)command.
 void add_attention_flags(CLI::App& app, ServerConfig& flags);

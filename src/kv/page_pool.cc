@@ -7,7 +7,19 @@
 
 #include "util/error.h"
 
+#ifdef SPINDLE_WITH_CUDA
+#include "kernels/cuda/device_buffer.h"
+#endif
+
 namespace spindle::kv {
+
+#ifdef SPINDLE_WITH_CUDA
+struct PagePool::DeviceMemory {
+  kernels::cuda::DeviceBuffer buffer;
+};
+#else
+struct PagePool::DeviceMemory {};
+#endif
 namespace {
 
 constexpr uint64_t kArrayAlignment = 4096;
@@ -16,7 +28,8 @@ uint64_t round_up(uint64_t n, uint64_t multiple) { return (n + multiple - 1) / m
 
 }  // namespace
 
-PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size) : layout_(layout), num_pages_(num_pages) {
+PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size, attn::Device device)
+    : layout_(layout), device_(device), num_pages_(num_pages) {
   layout_.check();
   SPINDLE_CHECK(dp_size >= 1, "--dp-size {} must be at least 1", dp_size);
   SPINDLE_CHECK(num_pages > 0 && num_pages % dp_size == 0,
@@ -24,17 +37,34 @@ PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size) : layout_
                 num_pages);
   array_stride_ = round_up(uint64_t(num_pages) * layout_.bytes_per_layer_page(), kArrayAlignment);
   mapped_bytes_ = static_cast<size_t>(array_stride_ * 2 * uint64_t(layout_.num_layers));
-  void* memory = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  SPINDLE_CHECK(memory != MAP_FAILED, "cannot map {} bytes for the KV cache ({} pages): {}", mapped_bytes_, num_pages,
-                std::strerror(errno));
-  memory_ = memory;
+  if (device == attn::Device::kCuda) {
+#ifdef SPINDLE_WITH_CUDA
+    device_memory_ = std::make_unique<DeviceMemory>();
+    try {
+      device_memory_->buffer.reserve(mapped_bytes_);
+      kernels::cuda::fill_zero(device_memory_->buffer.data(), mapped_bytes_);
+    } catch (const Error& e) {
+      SPINDLE_FAIL("cannot allocate {} bytes of CUDA memory for the KV cache ({} pages): {}", mapped_bytes_,
+                   num_pages, e.what());
+    }
+    memory_ = device_memory_->buffer.data();
+#else
+    SPINDLE_FAIL("cannot place the KV cache on a CUDA device: this spindle was built without CUDA");
+#endif
+  } else {
+    void* memory =
+        mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    SPINDLE_CHECK(memory != MAP_FAILED, "cannot map {} bytes for the KV cache ({} pages): {}", mapped_bytes_,
+                  num_pages, std::strerror(errno));
+    memory_ = memory;
+  }
   for (int r = 0; r < dp_size; ++r) {
     allocators_.push_back(std::make_unique<PageAllocator>(num_pages / dp_size, layout_.page_size));
   }
 }
 
 PagePool::~PagePool() {
-  if (memory_ != nullptr) munmap(memory_, mapped_bytes_);
+  if (memory_ != nullptr && !device_memory_) munmap(memory_, mapped_bytes_);
 }
 
 int PagePool::first_page(int rank) const {
@@ -68,6 +98,7 @@ std::vector<attn::LayerKvCache> PagePool::layer_caches() const {
     c.num_kv_heads = layout_.num_kv_heads;
     c.head_dim = layout_.head_dim;
     c.dtype = layout_.dtype;
+    c.device = device_;
     caches.push_back(c);
   }
   return caches;

@@ -2,11 +2,15 @@
 // and one PageAllocator per DP rank over that rank's pages.
 //
 // Memory: for each layer, a K array and a V array, each
-//   [num_pages, page_size, num_kv_heads, head_dim] of layout.dtype (bf16 or f32),
-// each starting on a 4096-byte boundary, in one anonymous mapping. The kernel supplies zeroed
+//   [num_pages, page_size, num_kv_heads, head_dim] of layout.dtype (bf16, f16 or f32),
+// each starting on a 4096-byte boundary, in one allocation.
+//
+// Host pool (Device::kCpu): one anonymous mapping. The kernel supplies zeroed
 // memory as pages are first written, so start-up costs nothing and resident memory grows with use
 // up to the planned size (the planner already proved the plan fits). Pre-faulting the whole pool
 // (MAP_POPULATE) was tried: a 19 GiB pool took ~55 s to start on the 2-core dev machine.
+// CUDA pool (Device::kCuda, builds with CUDA): one cudaMalloc on the calling thread's current
+// device, zeroed once; k_page()/v_page() and layer_caches() then hold device pointers.
 //
 // Data parallelism: the pool holds every rank's pages; rank r owns the global pages
 // [r * num_pages / dp_size, (r + 1) * num_pages / dp_size) (attn/attention_types.h), so
@@ -28,13 +32,14 @@ namespace spindle::kv {
 class PagePool {
  public:
   // num_pages: the whole pool, every rank's pages. Throws when the layout is invalid, num_pages
-  // is not a positive multiple of dp_size, or the memory cannot be mapped.
-  PagePool(const KvLayout& layout, int num_pages, int dp_size = 1);
+  // is not a positive multiple of dp_size, or the memory cannot be mapped or allocated.
+  PagePool(const KvLayout& layout, int num_pages, int dp_size = 1, attn::Device device = attn::Device::kCpu);
   ~PagePool();
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
   const KvLayout& layout() const { return layout_; }
+  attn::Device device() const { return device_; }
   int num_pages() const { return num_pages_; }
   int dp_size() const { return static_cast<int>(allocators_.size()); }
   int num_pages_per_rank() const { return num_pages_ / dp_size(); }
@@ -59,10 +64,13 @@ class PagePool {
   std::byte* array(int layer, int which, int global_page) const;  // which: 0 K, 1 V
 
   KvLayout layout_;
+  attn::Device device_ = attn::Device::kCpu;
   int num_pages_ = 0;
   uint64_t array_stride_ = 0;  // bytes between consecutive arrays (K0, V0, K1, V1, ...)
   void* memory_ = nullptr;
   size_t mapped_bytes_ = 0;
+  struct DeviceMemory;
+  std::unique_ptr<DeviceMemory> device_memory_;  // the CUDA allocation, when device_ is kCuda
   std::vector<std::unique_ptr<PageAllocator>> allocators_;  // [dp_size]
 };
 

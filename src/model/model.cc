@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/model_files.h"
 #include "model/weight_map.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -57,20 +58,13 @@ void grow(std::vector<float>& buffer, int64_t size) {
 
 kc::TypedWeight typed(const TensorView& view) { return {view.bytes.data(), view.info->dtype}; }
 
-std::vector<float> to_f32(const TensorView& view) {
-  std::vector<float> out(view.info->num_elements());
-  kc::embedding_gather(typed(view), 1, static_cast<int64_t>(out.size()), std::vector<int32_t>{0},
-                       out.data());
-  return out;
-}
-
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelOptions& options) {
   std::unique_ptr<Model> model(new Model());
-  model->config_ = load_model_config(dir);
-  model->checkpoint_ = std::make_unique<Checkpoint>(dir);
-  check_weights(model->config_, *model->checkpoint_);
+  ModelFiles files = open_model_files(dir);
+  model->config_ = std::move(files.config);
+  model->checkpoint_ = std::move(files.checkpoint);
   model->pool_ = options.pool ? options.pool : &ThreadPool::global();
   model->load_weights(options);
   model->ws_ = std::make_unique<Workspace>();
@@ -103,7 +97,7 @@ void Model::load_weights(const ModelOptions& options) {
   };
   auto bias = [&](const std::string& name) {
     TensorView t = view(name);
-    std::vector<float> b = to_f32(t);
+    std::vector<float> b = tensor_to_f32(t);
     weight_bytes_ += b.size() * sizeof(float);
     return b;
   };
@@ -140,28 +134,13 @@ void Model::load_weights(const ModelOptions& options) {
     }
     l.down = linear(name("mlp.down_proj.weight"));
   }
-  const bool tied = c.tie_word_embeddings || checkpoint_->find("lm_head.weight") == nullptr;
-  if (tied) {
+  if (lm_head_is_tied(c, *checkpoint_)) {
     lm_head_ = linear_from(checkpoint_->tensor("model.embed_tokens.weight"), c.vocab_size);
   } else {
     lm_head_ = linear("lm_head.weight");
   }
 
-  kc::RopeParams rope;
-  rope.head_dim = c.head_dim;
-  rope.theta = c.rope_theta;
-  rope.factor = c.rope_scaling.factor;
-  rope.low_freq_factor = c.rope_scaling.low_freq_factor;
-  rope.high_freq_factor = c.rope_scaling.high_freq_factor;
-  rope.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
-  switch (c.rope_scaling.type) {
-    case RopeScaling::kNone: rope.scaling = kc::RopeParams::kNone; break;
-    case RopeScaling::kLinear: rope.scaling = kc::RopeParams::kLinear; break;
-    case RopeScaling::kLlama3: rope.scaling = kc::RopeParams::kLlama3; break;
-  }
-  int64_t positions = options.rope_table_positions;
-  if (positions <= 0) positions = std::min<int64_t>(std::max(c.max_position_embeddings, 1), int64_t{1} << 20);
-  rope_ = std::make_unique<kc::RopeTable>(rope, positions);
+  rope_ = std::make_unique<kc::RopeTable>(rope_params(c), rope_table_positions(c, options.rope_table_positions));
 }
 
 uint64_t Model::workspace_bytes() const {
@@ -175,27 +154,15 @@ int Model::num_fused_gate_up() const {
                                         [](const Layer& l) { return l.gate_up != nullptr; }));
 }
 
-attn::AttentionShape Model::attention_shape(DType kv_dtype, int page_size) const {
-  attn::AttentionShape s;
-  s.num_heads = config_.num_attention_heads;
-  s.num_kv_heads = config_.num_key_value_heads;
-  s.head_dim = config_.head_dim;
-  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
-  s.kv_dtype = kv_dtype;
-  s.page_size = page_size;
-  return s;
-}
-
 void Model::set_attention_backends(attn::AttentionBackend* prefill, attn::AttentionBackend* decode) {
-  SPINDLE_CHECK(prefill != nullptr && decode != nullptr, "set_attention_backends: backends must not be null");
+  check_attention_backends(prefill, decode, device());
   prefill_backend_ = prefill;
   decode_backend_ = decode;
   if (!kv_caches_.empty()) bind_kv_caches(std::vector<attn::LayerKvCache>(kv_caches_));
 }
 
 void Model::bind_kv_caches(std::span<const attn::LayerKvCache> caches) {
-  SPINDLE_CHECK(static_cast<int>(caches.size()) == config_.num_hidden_layers,
-                "bind_kv_caches: {} caches given for {} layers", caches.size(), config_.num_hidden_layers);
+  check_kv_caches(caches, config_.num_hidden_layers, device());
   kv_caches_.assign(caches.begin(), caches.end());
   if (prefill_backend_ != nullptr) prefill_backend_->bind_kv_caches(kv_caches_);
   if (decode_backend_ != nullptr && decode_backend_ != prefill_backend_) {
@@ -233,19 +200,7 @@ void Model::forward(std::span<const int32_t> token_ids, const attn::BatchMetadat
                     std::span<const int64_t> logit_rows, float* logits) {
   const ModelConfig& c = config_;
   const int64_t t = static_cast<int64_t>(token_ids.size());
-  SPINDLE_CHECK(t == batch.num_tokens(), "forward: {} token ids for a batch of {} new tokens", t,
-                batch.num_tokens());
-  bool any_prefill = false;
-  positions_.clear();
-  for (const auto& s : batch.sequences) {
-    SPINDLE_CHECK(s.num_new_tokens >= 0 && s.num_cached_tokens >= 0,
-                  "forward: negative token counts ({} new, {} cached)", s.num_new_tokens, s.num_cached_tokens);
-    any_prefill = any_prefill || s.num_new_tokens > 1;
-    for (int i = 0; i < s.num_new_tokens; ++i) positions_.push_back(int64_t{s.num_cached_tokens} + i);
-  }
-  for (const int64_t r : logit_rows) {
-    SPINDLE_CHECK(r >= 0 && r < t, "forward: logit row {} is outside the batch's {} tokens", r, t);
-  }
+  const bool any_prefill = check_forward_step(t, batch, logit_rows, positions_);
   if (t == 0) return;
   attn::AttentionBackend* backend = any_prefill ? prefill_backend_ : decode_backend_;
   SPINDLE_CHECK(backend != nullptr, "forward: no attention backend set (set_attention_backends)");

@@ -28,6 +28,7 @@
 #include "attn/attention_backend.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/ops.h"
+#include "model/forward_model.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 
@@ -46,7 +47,7 @@ struct ModelOptions {
   int64_t rope_table_positions = 0;
 };
 
-class Model {
+class Model final : public ForwardModel {
  public:
   // Reads dir/config.json, maps the checkpoint, checks every weight's name, shape and dtype
   // (check_weights) and makes the linear kernels. Throws spindle::Error naming the folder.
@@ -55,34 +56,24 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
+  attn::Device device() const override { return attn::Device::kCpu; }
   // Bytes of the checkpoint tensors the forward pass reads (a tied or unused lm_head.weight does
   // not count) plus the f32 copies of biases; the weights are mmap'd, not copied.
-  uint64_t weight_bytes() const { return weight_bytes_; }
+  uint64_t weight_bytes() const override { return weight_bytes_; }
   // Current size of the scratch activations (grown on demand by forward, never shrunk) plus the
   // RoPE table. Run forward at the largest batch first to measure the peak.
-  uint64_t workspace_bytes() const;
+  uint64_t workspace_bytes() const override;
   // The linear kernel chosen for the projections ("reference", ...).
-  const char* linear_kernel_name() const;
+  const char* linear_kernel_name() const override;
   // Layers whose gate_proj and up_proj run as one [2I, H] kernel (they lie back to back in the file).
   int num_fused_gate_up() const;
 
-  // The attention shape the backends must be created for: the model's heads, head_dim and
-  // scale 1/sqrt(head_dim), with the caller's KV dtype and page size.
-  attn::AttentionShape attention_shape(DType kv_dtype, int page_size) const;
-
-  // prefill serves steps where any sequence has more than one new token, decode the others.
-  // Not owned; may be the same backend. Re-binds the KV caches given so far.
-  void set_attention_backends(attn::AttentionBackend* prefill, attn::AttentionBackend* decode);
-  // One cache per layer (num_hidden_layers of them); the caller owns the pages. Passed on to the
-  // backends now and whenever they change.
-  void bind_kv_caches(std::span<const attn::LayerKvCache> caches);
-
-  // token_ids: [batch.num_tokens()] (every sequence's new tokens, in batch order).
-  // logit_rows: indices into token_ids whose logits are wanted (e.g. each sequence's last row).
-  // logits: [logit_rows.size(), vocab_size] f32, written row by row in logit_rows order.
+  // ForwardModel (forward_model.h): CPU attention backends and host KV pages.
+  void set_attention_backends(attn::AttentionBackend* prefill, attn::AttentionBackend* decode) override;
+  void bind_kv_caches(std::span<const attn::LayerKvCache> caches) override;
   void forward(std::span<const int32_t> token_ids, const attn::BatchMetadata& batch,
-               std::span<const int64_t> logit_rows, float* logits);
+               std::span<const int64_t> logit_rows, float* logits) override;
 
  private:
   struct Layer;

@@ -36,4 +36,9 @@ std::vector<CudaDeviceInfo> detect_cuda_devices();
 // probe_cuda_devices().unavailable_reason: empty when at least one device was found.
 std::string cuda_unavailable_reason();
 
+// Makes CUDA device `index` current on the calling thread (cudaSetDevice) and describes it, its
+// free memory read now (cudaMemGetInfo). Throws spindle::Error naming the device and the reason
+// when it cannot ("built without CUDA", no such device, driver error).
+CudaDeviceInfo bind_cuda_device(int index);
+
 }  // namespace spindle

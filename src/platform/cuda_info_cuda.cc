@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "platform/cuda_info.h"
+#include "util/error.h"
 
 namespace spindle {
 namespace {
@@ -67,6 +68,24 @@ CudaProbe probe() {
 }
 
 }  // namespace
+
+CudaDeviceInfo bind_cuda_device(int index) {
+  int num_devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&num_devices);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    SPINDLE_FAIL("cannot use CUDA device {}: {}", index, describe(err));
+  }
+  SPINDLE_CHECK(index >= 0 && index < num_devices, "cannot use CUDA device {}: this machine has {} (0 to {})", index,
+                num_devices, num_devices - 1);
+  CudaDeviceInfo info;
+  const std::string error = query_device(index, info);  // leaves the device current
+  if (!error.empty()) {
+    cudaGetLastError();
+    SPINDLE_FAIL("cannot use CUDA device {}: {}", index, error);
+  }
+  return info;
+}
 
 CudaProbe probe_cuda_devices() {
   try {

@@ -15,11 +15,12 @@ AttentionShape shape_of(int heads, int kv_heads, int head_dim, DType dtype = DTy
   return {heads, kv_heads, head_dim, 0.125f, dtype, 16};
 }
 
-// Builds with CUDA also register cuda_reference (attn/cuda_backends.cc).
+// Builds with CUDA also register cuda_flash, cuda_reference and cudnn_sdpa (attn/cuda_backends.cc).
 TEST(AttentionRegistryTest, ListsBuiltinsSorted) {
   if (built_with_cuda()) {
     EXPECT_EQ(attention_registry().names(),
-              (std::vector<std::string>{"cpu_amx", "cpu_avx2", "cpu_avx512", "cuda_reference", "reference"}));
+              (std::vector<std::string>{"cpu_amx", "cpu_avx2", "cpu_avx512", "cuda_flash", "cuda_reference",
+                                                  "cudnn_sdpa", "reference"}));
   } else {
     EXPECT_EQ(attention_registry().names(),
               (std::vector<std::string>{"cpu_amx", "cpu_avx2", "cpu_avx512", "reference"}));
@@ -32,7 +33,7 @@ TEST(AttentionRegistryTest, UnknownNameListsEveryRegisteredName) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown attention backend 'flashinfer'"));
-    EXPECT_THAT(e.what(), HasSubstr(built_with_cuda() ? "cpu_amx, cpu_avx2, cpu_avx512, cuda_reference, reference"
+    EXPECT_THAT(e.what(), HasSubstr(built_with_cuda() ? "cpu_amx, cpu_avx2, cpu_avx512, cuda_flash, cuda_reference, cudnn_sdpa, reference"
                                                        : "cpu_amx, cpu_avx2, cpu_avx512, reference"));
   }
   EXPECT_THROW(create_attention_backend("nope", shape_of(4, 1, 64), {}), Error);

@@ -1,10 +1,14 @@
-// cuda_reference against the CPU `reference` backend (float64 accumulation), over the CPU kernel
-// grid's subset, and through the validation child. Skips when no CUDA device is usable here.
+// The CUDA attention backends (cuda_reference, cuda_flash, cudnn_sdpa) against the CPU `reference`
+// backend (float64 accumulation) over the CPU kernel grid's shapes, plus long contexts, DP ranks,
+// device placement errors, and validation in a child. Skips when no CUDA device is usable here;
+// each backend's case skips with its unsupported reasons on this device.
 //
-// Tolerances (max abs error per output element; inputs uniform in [-1, 1]): the device kernel
-// accumulates in float, the reference in double, both over the same K/V values (bf16 pages are
-// read exactly by both), so only f32 rounding over <= ~150 keys and head_dim <= 256 terms differs.
-//   f32 KV 1e-4, bf16 KV 2e-3 (the validation tolerances' spirit; the bf16 bound is loose on purpose).
+// Tolerances (max abs error per output element; inputs uniform in [-1, 1], outputs O(1)):
+//   cuda_reference: float accumulation over the same K/V values the reference reads (bf16/f16 pages
+//     are read exactly by both), so only f32 rounding differs: f32 KV 1e-4, bf16/f16 KV 2e-3.
+//   cuda_flash, cudnn_sdpa: tensor cores take q and the probabilities P rounded to the KV type
+//     (relative 2^-9 for bf16, 2^-12 for f16 per element), accumulate in f32: bf16 1.5e-2 (the
+//     validation tolerance, attn/validation.h), f16 4e-3.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -16,47 +20,67 @@
 
 #include "attn/attention_backend.h"
 #include "attn/random_batch.h"
+#include "attn/staged_batch.h"
 #include "attn/validation.h"
+#include "kernels/cuda/device_buffer.h"
 #include "platform/cuda_info.h"
 #include "platform/device_info.h"
 #include "support/spindle_binary.h"
 #include "util/build_info.h"
+#include "util/error.h"
 
 namespace spindle::attn {
 namespace {
 
 using ::testing::HasSubstr;
+namespace kcu = kernels::cuda;
 
-// Why CUDA attention cannot run here ("" when it can): probed once per process.
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
+// The device as the selection sees it ("" reason when usable): probed once per process.
+const DeviceInfo& cuda_device_info() {
+  static const DeviceInfo info = [] {
+    DeviceInfo d;
     const CudaProbe probe = probe_cuda_devices();
-    if (probe.devices.empty()) return probe.unavailable_reason.empty() ? std::string("no devices")
-                                                                       : probe.unavailable_reason;
-    const auto& d = probe.devices.front();
-    if (d.cc_major < 8) {
-      return "device 0 (" + d.name + ") has compute capability " + std::to_string(d.cc_major) + "." +
-             std::to_string(d.cc_minor) + ", needs 8.0";
-    }
-    return std::string();
+    d.cuda_devices = probe.devices;
+    d.cuda_status = probe.devices.empty() ? probe.unavailable_reason : "probed";
+    return d;
   }();
-  return reason;
+  return info;
 }
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                  \
-  do {                                                                              \
-    if (!no_device_reason().empty()) GTEST_SKIP() << "no CUDA device: " << no_device_reason(); \
+std::string no_device_reason() {
+  const DeviceInfo& d = cuda_device_info();
+  if (d.cuda_devices.empty()) return d.cuda_status.empty() ? "no devices" : d.cuda_status;
+  const auto& gpu = d.cuda_devices.front();
+  if (gpu.cc_major < 8) {
+    return "device 0 (" + gpu.name + ") has compute capability " + std::to_string(gpu.cc_major) + "." +
+           std::to_string(gpu.cc_minor) + ", needs 8.0";
+  }
+  return "";
+}
+
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                              \
+  do {                                                                                          \
+    if (const std::string why = no_device_reason(); !why.empty()) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
-double tolerance(DType dtype) { return dtype == DType::kF32 ? 1e-4 : 2e-3; }
+#define SKIP_UNLESS_SUPPORTED(backend, shape)                                                        \
+  do {                                                                                               \
+    const auto reasons = attention_registry().get(backend).unsupported_reasons(cuda_device_info(), shape); \
+    if (!reasons.empty()) GTEST_SKIP() << backend << " unsupported here: " << reasons.front();      \
+  } while (0)
 
-// Runs cuda_reference and reference on identical copies; returns the max abs error and checks
-// that the new K/V landed in the host pages identically.
-double max_error(const AttentionShape& shape, const std::vector<SequenceSpec>& specs, uint64_t seed,
-                 bool causal = true) {
+double tolerance(const std::string& backend, DType dtype) {
+  if (backend == "cuda_reference") return dtype == DType::kF32 ? 1e-4 : 2e-3;
+  return dtype == DType::kF16 ? 4e-3 : 1.5e-2;
+}
+
+// Runs `backend` and reference on identical copies; returns the max abs error and checks that the
+// new K/V landed in the pages identically.
+double max_error(const std::string& backend, const AttentionShape& shape, const std::vector<SequenceSpec>& specs,
+                 uint64_t seed, bool causal = true) {
   RandomBatch for_cuda = make_random_batch(shape, specs, seed, causal);
   RandomBatch for_reference = for_cuda;
-  auto cuda = create_attention_backend("cuda_reference", shape, {});
+  auto cuda = create_attention_backend(backend, shape, {});
   auto reference = create_attention_backend("reference", shape, {});
   const auto got = run_backend_once(*cuda, for_cuda);
   const auto want = run_backend_once(*reference, for_reference);
@@ -70,37 +94,49 @@ double max_error(const AttentionShape& shape, const std::vector<SequenceSpec>& s
   return worst;
 }
 
-TEST(CudaAttentionRegistryTest, RegisteredAsACudaBackendWithReasons) {
-  ASSERT_TRUE(built_with_cuda());
-  const auto& d = attention_registry().get("cuda_reference");
-  EXPECT_EQ(d.device, Device::kCuda);
-  EXPECT_EQ(d.priority, 0);
-  const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
-
-  DeviceInfo none;
-  none.cuda_status = "no devices";
-  EXPECT_THAT(d.unsupported_reasons(none, shape), ::testing::ElementsAre(HasSubstr("no CUDA device")));
-
-  DeviceInfo turing;
-  turing.cuda_devices.push_back({0, "Tesla T4", 7, 5, 40, 16ull << 30, 15ull << 30});
-  EXPECT_THAT(d.unsupported_reasons(turing, shape),
-              ::testing::ElementsAre(HasSubstr("compute capability 7.5, needs 8.0")));
-
-  DeviceInfo hopper;
-  hopper.cuda_devices.push_back({0, "NVIDIA H200", 9, 0, 132, 141ull << 30, 140ull << 30});
-  EXPECT_TRUE(d.unsupported_reasons(hopper, shape).empty());
-  EXPECT_THAT(d.unsupported_reasons(hopper, {32, 8, 512, 0.04f, DType::kBF16, 16}),
-              ::testing::Contains("head_dim 512 not supported (up to 256)"));
-  EXPECT_THAT(d.unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kF16, 16}),
-              ::testing::Contains("KV dtype F16 not supported (bf16, f32)"));
+const char* dtype_label(DType dtype) {
+  return dtype == DType::kF32 ? "f32" : dtype == DType::kF16 ? "f16" : "bf16";
 }
 
-// (KV dtype, head_dim, page size); inside: batch 1 and 5, new 1/3/17, cached 0/5/130, GQA 1/4/7.
-class CudaAttentionGridTest : public ::testing::TestWithParam<std::tuple<DType, int, int>> {};
+TEST(CudaAttentionRegistryTest, RegisteredAsCudaBackendsWithReasons) {
+  ASSERT_TRUE(built_with_cuda());
+  const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
+  DeviceInfo none;
+  none.cuda_status = "no devices";
+  DeviceInfo turing;
+  turing.cuda_devices.push_back({0, "Tesla T4", 7, 5, 40, 16ull << 30, 15ull << 30});
+  for (const char* name : {"cuda_reference", "cuda_flash", "cudnn_sdpa"}) {
+    SCOPED_TRACE(name);
+    const auto& d = attention_registry().get(name);
+    EXPECT_EQ(d.device, Device::kCuda);
+    EXPECT_THAT(d.unsupported_reasons(none, shape), ::testing::Contains(HasSubstr("no CUDA device")));
+    EXPECT_THAT(d.unsupported_reasons(turing, shape),
+                ::testing::Contains(HasSubstr("compute capability 7.5, needs 8.0")));
+  }
+  DeviceInfo hopper;
+  hopper.cuda_devices.push_back({0, "NVIDIA H200", 9, 0, 132, 141ull << 30, 140ull << 30});
+  const auto& reference = attention_registry().get("cuda_reference");
+  EXPECT_TRUE(reference.unsupported_reasons(hopper, shape).empty());
+  EXPECT_THAT(reference.unsupported_reasons(hopper, {32, 8, 512, 0.04f, DType::kBF16, 16}),
+              ::testing::Contains("head_dim 512 not supported (up to 256)"));
+  EXPECT_THAT(reference.unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kF8E4M3, 16}),
+              ::testing::Contains(HasSubstr("KV dtype F8_E4M3 not supported")));
+  const auto& flash = attention_registry().get("cuda_flash");
+  EXPECT_TRUE(flash.unsupported_reasons(hopper, shape).empty());
+  EXPECT_THAT(flash.unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kF32, 16}),
+              ::testing::Contains(HasSubstr("KV dtype F32 not supported")));
+  EXPECT_THAT(flash.unsupported_reasons(hopper, {32, 8, 72, 0.1f, DType::kBF16, 16}),
+              ::testing::Contains(HasSubstr("head_dim 72 not supported by the prefill kernel")));
+}
+
+// (backend, KV dtype, head_dim, page size); inside: batch 1 and 5, new 1/3/17, cached 0/5/130, GQA 1/4/7.
+using GridParam = std::tuple<std::string, DType, int, int>;
+class CudaAttentionGridTest : public ::testing::TestWithParam<GridParam> {};
 
 TEST_P(CudaAttentionGridTest, MatchesReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const auto [dtype, head_dim, page_size] = GetParam();
+  const auto [backend, dtype, head_dim, page_size] = GetParam();
+  SKIP_UNLESS_SUPPORTED(backend, (AttentionShape{8, 2, head_dim, 0.1f, dtype, page_size}));
   double worst = 0;
   uint64_t seed = 1;
   for (int group : {1, 4, 7}) {
@@ -114,87 +150,155 @@ TEST_P(CudaAttentionGridTest, MatchesReference) {
           for (int s = 0; s < batch; ++s) specs.push_back({new_tokens, cached + (s % 2) * s});
           SCOPED_TRACE(shape.to_string() + ", batch " + std::to_string(batch) + ", new " +
                        std::to_string(new_tokens) + ", cached " + std::to_string(cached));
-          const double e = max_error(shape, specs, seed++);
-          EXPECT_LE(e, tolerance(dtype));
+          const double e = max_error(backend, shape, specs, seed++);
+          EXPECT_LE(e, tolerance(backend, dtype));
           worst = std::max(worst, e);
         }
       }
     }
   }
   RecordProperty("max_abs_error", std::to_string(worst));
-  std::printf("max abs error %.3g (tolerance %.0e)\n", worst, tolerance(dtype));
+  std::printf("%s: max abs error %.3g (tolerance %.1e)\n", backend.c_str(), worst, tolerance(backend, dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Grid, CudaAttentionGridTest,
-    ::testing::Combine(::testing::Values(DType::kBF16, DType::kF32), ::testing::Values(64, 128, 256),
+    ::testing::Combine(::testing::Values("cuda_reference", "cuda_flash", "cudnn_sdpa"),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32), ::testing::Values(64, 80, 128, 256),
                        ::testing::Values(1, 16)),
     [](const auto& info) {
-      return std::string(std::get<0>(info.param) == DType::kF32 ? "f32" : "bf16") + "_d" +
-             std::to_string(std::get<1>(info.param)) + "_page" + std::to_string(std::get<2>(info.param));
+      return std::get<0>(info.param) + "_" + dtype_label(std::get<1>(info.param)) + "_d" +
+             std::to_string(std::get<2>(info.param)) + "_page" + std::to_string(std::get<3>(info.param));
     });
 
-TEST(CudaAttentionTest, NonCausalAndOddHeadDim) {
+class CudaBackendTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaBackendTest, NonCausalOddLengthsAndPageSize) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const AttentionShape shape{6, 3, 72, 0.12f, DType::kF32, 16};
-  EXPECT_LE(max_error(shape, {{5, 20}, {1, 0}, {33, 0}}, 7, /*causal=*/false), 1e-4);
-  // A long context: many key tiles (the kernel takes 128 keys per tile).
-  const AttentionShape bf16{8, 2, 128, 0.088f, DType::kBF16, 16};
-  EXPECT_LE(max_error(bf16, {{1, 1500}, {2, 300}}, 8), 2e-3);
+  const std::string backend = GetParam();
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    const AttentionShape shape{6, 3, 64, 0.12f, dtype, 5};
+    SKIP_UNLESS_SUPPORTED(backend, shape);
+    EXPECT_LE(max_error(backend, shape, {{5, 20}, {1, 0}, {33, 0}, {70, 11}}, 7, /*causal=*/false),
+              tolerance(backend, dtype))
+        << dtype_label(dtype);
+  }
 }
 
-TEST(CudaAttentionTest, DataParallelRankUsesItsOwnPages) {
+TEST_P(CudaBackendTest, LongPrefillWithCachedPrefix) {
   SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{16, 4, 128, 0.088f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  // Many query and key tiles, a diagonal that does not start at a tile boundary, mixed decode rows.
+  EXPECT_LE(max_error(backend, shape, {{600, 300}, {1, 1500}, {129, 0}, {2, 77}}, 8), tolerance(backend, shape.kv_dtype));
+}
+
+TEST_P(CudaBackendTest, LongDecodeSplitsOfDifferentLengths) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  // One sequence long enough to be split many ways next to tiny ones.
+  EXPECT_LE(max_error(backend, shape, {{1, 0}, {1, 20000}, {1, 4095}, {1, 16}, {1, 3}}, 9),
+            tolerance(backend, shape.kv_dtype));
+}
+
+TEST_P(CudaBackendTest, DataParallelRankUsesItsOwnPages) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
   // Rank 1 of 2 over a pool twice the batch's size: the rank-local batch lives in the upper half.
   const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
   RandomBatch local = make_random_batch(shape, {{3, 20}, {1, 40}}, 9);
   RandomBatch reference_batch = local;
   const size_t half = local.k_pages.size();
   std::vector<std::byte> k_pool(2 * half, std::byte{0x7f}), v_pool(2 * half, std::byte{0x7f});
   std::copy(local.k_pages.begin(), local.k_pages.end(), k_pool.begin() + half);
   std::copy(local.v_pages.begin(), local.v_pages.end(), v_pool.begin() + half);
-  LayerKvCache pool = local.layer_cache();
-  pool.k_pages = k_pool.data();
-  pool.v_pages = v_pool.data();
+
+  StagedBatch staged(local, Device::kCuda);  // q, k, v, out on the device
+  kcu::DeviceBuffer k_device(k_pool.size()), v_device(v_pool.size());
+  kcu::copy_to_device(k_device.data(), k_pool.data(), k_pool.size());
+  kcu::copy_to_device(v_device.data(), v_pool.data(), v_pool.size());
+  LayerKvCache pool = staged.layer_cache();
+  pool.k_pages = k_device.data();
+  pool.v_pages = v_device.data();
   pool.num_pages = 2 * local.num_pages;
 
-  auto cuda = create_attention_backend("cuda_reference", shape, {2, 1});
-  std::vector<float> out(local.num_tokens() * local.q_cols());
+  auto cuda = create_attention_backend(backend, shape, {2, 1});
   cuda->prepare(local.metadata);
   cuda->bind_kv_caches({&pool, 1});
-  cuda->forward(0, {local.q.data(), local.num_tokens(), local.q_cols()},
-                {local.k.data(), local.num_tokens(), local.kv_cols()},
-                {local.v.data(), local.num_tokens(), local.kv_cols()},
-                {out.data(), local.num_tokens(), local.q_cols()});
+  cuda->forward(0, staged.q(), staged.k(), staged.v(), staged.out());
+  staged.synchronize();
+  const std::vector<float> out = staged.read_out();
+  kcu::copy_to_host(k_pool.data(), k_device.data(), k_pool.size());
+
   auto reference = create_attention_backend("reference", shape, {});
   const auto want = run_backend_once(*reference, reference_batch);
   double worst = 0;
   for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(double{out[i]} - want[i]));
-  EXPECT_LE(worst, 2e-3);
+  EXPECT_LE(worst, tolerance(backend, shape.kv_dtype));
   EXPECT_TRUE(std::equal(reference_batch.k_pages.begin(), reference_batch.k_pages.end(), k_pool.begin() + half));
   EXPECT_TRUE(std::all_of(k_pool.begin(), k_pool.begin() + half, [](std::byte b) { return b == std::byte{0x7f}; }))
       << "rank 1 wrote into rank 0's pages";
 }
 
-TEST(CudaAttentionTest, PassesValidationInAChild) {
+TEST_P(CudaBackendTest, RefusesHostPages) {
   SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  RandomBatch batch = make_random_batch(shape, {{3, 20}}, 10);
+  LayerKvCache host = batch.layer_cache();
+  auto cuda = create_attention_backend(backend, shape, {});
+  try {
+    cuda->bind_kv_caches({&host, 1});
+    FAIL() << "bound host pages";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("needs its KV pages in cuda memory, they are in cpu memory"));
+  }
+}
+
+TEST_P(CudaBackendTest, PassesValidationInAChild) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
   ChildOptions options;
   options.executable = testing::spindle_binary();
-  options.timeout_s = 120;
+  options.timeout_s = 180;
   options.timing = true;
-  for (DType dtype : {DType::kBF16, DType::kF32}) {
+  options.cuda_device = cuda_device_info().cuda_devices.front().index;
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     const AttentionShape shape{32, 8, 128, 0.08838834764831845f, dtype, 16};
-    const auto outcome = validate_in_child("cuda_reference", shape, options);
-    ASSERT_EQ(outcome.status, ValidationStatus::kPass) << outcome.detail;
+    if (!attention_registry().get(backend).unsupported_reasons(cuda_device_info(), shape).empty()) continue;
+    const auto outcome = validate_in_child(backend, shape, options);
+    ASSERT_EQ(outcome.status, ValidationStatus::kPass) << dtype_label(dtype) << ": " << outcome.detail;
     EXPECT_LE(outcome.report.prefill_max_abs_error, tolerance_for(dtype).max_abs_error);
     EXPECT_LE(outcome.report.decode_max_abs_error, tolerance_for(dtype).max_abs_error);
-    std::printf("%s: prefill err %.3g, decode err %.3g, prefill %.0f tok/s (%.1f GFLOP/s), decode %.0f tok/s "
+    std::printf("%s %s: prefill err %.3g, decode err %.3g, prefill %.0f tok/s (%.1f GFLOP/s), decode %.0f tok/s "
                 "(%.1f GB/s KV)\n",
-                shape.to_string().c_str(), outcome.report.prefill_max_abs_error,
+                backend.c_str(), shape.to_string().c_str(), outcome.report.prefill_max_abs_error,
                 outcome.report.decode_max_abs_error, outcome.report.prefill_tokens_per_s,
                 outcome.report.prefill_gflops, outcome.report.decode_tokens_per_s,
                 outcome.report.decode_kv_gb_per_s);
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CudaBackendTest,
+                         ::testing::Values("cuda_reference", "cuda_flash", "cudnn_sdpa"),
+                         [](const auto& info) { return info.param; });
+
+TEST(CudaAttentionTest, WrongFaultIsCaughtOnTheDevice) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  ChildOptions options;
+  options.executable = testing::spindle_binary();
+  options.timeout_s = 120;
+  options.timing = false;
+  options.cuda_device = cuda_device_info().cuda_devices.front().index;
+  ::setenv("SPINDLE_ATTN_FAULT", "cuda_reference=wrong", 1);
+  const auto outcome = validate_in_child("cuda_reference", {8, 2, 64, 0.125f, DType::kBF16, 16}, options);
+  ::unsetenv("SPINDLE_ATTN_FAULT");
+  EXPECT_EQ(outcome.status, ValidationStatus::kMismatch) << outcome.detail;
 }
 
 }  // namespace

@@ -302,7 +302,7 @@ TEST(PagedAttentionParams, OtherErrors) {
   bad.num_kv_heads = 3;
   EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
   bad = p;
-  bad.kv_dtype = DType::kF16;
+  bad.kv_dtype = DType::kF8E4M3;
   EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
   bad = p;
   bad.k_pages = nullptr;

@@ -59,7 +59,7 @@ TEST(PagePoolTest, LayerArraysArePageAlignedDisjointAndZeroed) {
 }
 
 TEST(PagePoolTest, RejectsBadShapes) {
-  EXPECT_THROW(PagePool({2, 2, 64, DType::kF16, 16}, 4), Error);  // KV dtype bf16 or f32 only
+  EXPECT_THROW(PagePool({2, 2, 64, DType::kF8E4M3, 16}, 4), Error);  // KV dtype bf16, f16 or f32 only
   EXPECT_THROW(PagePool({0, 2, 64, DType::kF32, 16}, 4), Error);
   EXPECT_THROW(PagePool({2, 2, 64, DType::kF32, 16}, 0), Error);
   EXPECT_THROW(PagePool({2, 2, 64, DType::kF32, 16}, 5, 2), Error);  // not a multiple of dp

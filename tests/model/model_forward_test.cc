@@ -37,6 +37,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "platform/device_info.h"
+#include "golden_fixtures.h"
 #include "safetensors_writer.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -52,39 +53,12 @@ constexpr double kBf16KvTolerance = 5e-2;
 constexpr int kPageSize = 16;
 constexpr int kGreedySteps = 32;
 
-const std::filesystem::path kGoldenDir = std::filesystem::path(SPINDLE_FIXTURES_DIR) / ".." / "golden";
-
-struct GoldenPrompt {
-  std::string text;
-  std::vector<int32_t> ids;
-  std::vector<float> last_logits;
-  std::vector<int32_t> greedy;
-};
-
-std::vector<GoldenPrompt> read_golden(const std::string& model) {
-  std::ifstream in(kGoldenDir / model / "golden.json");
-  EXPECT_TRUE(in.good()) << "cannot read golden.json of " << model;
-  const nlohmann::json j = nlohmann::json::parse(in);
-  std::vector<GoldenPrompt> out;
-  for (const auto& p : j.at("prompts")) {
-    out.push_back({p.at("text").get<std::string>(), p.at("ids").get<std::vector<int32_t>>(),
-                   p.at("last_logits").get<std::vector<float>>(), p.at("greedy").get<std::vector<int32_t>>()});
-  }
-  return out;
-}
-
-double relative_error(std::span<const float> ours, std::span<const float> golden) {
-  double max_diff = 0, max_ref = 0;
-  for (size_t i = 0; i < golden.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(double{ours[i]} - golden[i]));
-    max_ref = std::max(max_ref, std::abs(double{golden[i]}));
-  }
-  return max_diff / max_ref;
-}
-
-int32_t argmax(std::span<const float> row) {
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-}
+using testing::argmax;
+using testing::GoldenPrompt;
+using testing::kGoldenDir;
+using testing::model_dir;
+using testing::read_golden;
+using testing::relative_error;
 
 // KV pages for every layer of one model, handed out from a shuffled free list so sequences
 // never own contiguous pages. Stands in for kv/PagePool in these tests.
@@ -136,13 +110,6 @@ std::string best_cpu_backend(const attn::AttentionShape& shape) {
   return best;
 }
 
-// The model folder of a golden case: tests/golden/<model>, except the embedded model, which lives
-// in models/ (its fixtures in tests/golden/kjv-tiny).
-std::filesystem::path model_dir(const std::string& model) {
-  if (model == "kjv-tiny") return kGoldenDir / ".." / ".." / "models" / "kjv-tiny";
-  return kGoldenDir / model;
-}
-
 struct Case {
   std::string model;  // folder under tests/golden
   bool best_backend;  // false: "reference"
@@ -166,8 +133,7 @@ class ModelForwardTest : public ::testing::TestWithParam<Case> {
         << "HF writes gate_proj and up_proj back to back";
     golden_ = read_golden(GetParam().model);
     ASSERT_EQ(golden_.size(), 4u);
-    const bool bf16 = GetParam().model.ends_with("bf16") || GetParam().model == "kjv-tiny";
-    tolerance_ = bf16 ? kBf16Tolerance : kF32Tolerance;
+    tolerance_ = testing::is_bf16_model(GetParam().model) ? kBf16Tolerance : kF32Tolerance;
   }
 
   // Creates the backend for the case with KV dtype `kv_dtype` (kept alive by the fixture).

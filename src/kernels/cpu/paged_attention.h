@@ -1,7 +1,7 @@
 // Paged attention on the CPU: the kernel contract shared by every ISA.
 //
 // KV layout, per layer: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]
-// of kv_dtype (kF32 or kBF16), row-major. Token t of a sequence lives in page
+// of kv_dtype (kF32 or kBF16; kF16 for the reference and the CUDA kernels), row-major. Token t of a sequence lives in page
 // page_table[t / page_size], slot t % page_size.
 //
 // Queries and outputs are f32, [num_tokens, num_heads, head_dim], the rows of all sequences
@@ -38,7 +38,7 @@ struct PagedAttentionParams {
   float* out = nullptr;           // [num_tokens, num_heads, head_dim]
   const void* k_pages = nullptr;  // [num_pages, page_size, num_kv_heads, head_dim]
   const void* v_pages = nullptr;  // same layout as k_pages
-  DType kv_dtype = DType::kBF16;  // kF32 or kBF16
+  DType kv_dtype = DType::kBF16;  // kF32, kBF16 or kF16 (reference only)
   int num_pages = 0;
   int page_size = 0;
   int num_heads = 0;
@@ -51,7 +51,7 @@ struct PagedAttentionParams {
 };
 
 // New tokens' K/V into their pages: k, v are [num_tokens, num_kv_heads, head_dim] f32, rows in the
-// same order as q. Converts to kv_dtype (bf16: round to nearest even).
+// same order as q. Converts to kv_dtype (bf16, f16: round to nearest even).
 struct KvWriteParams {
   const float* k = nullptr;
   const float* v = nullptr;

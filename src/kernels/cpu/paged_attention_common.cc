@@ -45,8 +45,8 @@ void check_sequences(std::span<const AttentionSequence> sequences, int page_size
 }  // namespace
 
 void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tokens) {
-  SPINDLE_CHECK(p.kv_dtype == DType::kF32 || p.kv_dtype == DType::kBF16,
-                "KV dtype {} not supported by CPU attention (f32 or bf16)", dtype_name(p.kv_dtype));
+  SPINDLE_CHECK(p.kv_dtype == DType::kF32 || p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF16,
+                "KV dtype {} not supported by paged attention (f32, bf16 or f16)", dtype_name(p.kv_dtype));
   SPINDLE_CHECK(p.num_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0 && p.page_size > 0,
                 "attention sizes must be positive (heads {}, kv heads {}, head_dim {}, page_size {})",
                 p.num_heads, p.num_kv_heads, p.head_dim, p.page_size);
@@ -60,6 +60,8 @@ void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tok
 void check_optimized_attention_params(const PagedAttentionParams& p, int64_t num_tokens,
                                       const char* kernel_name) {
   check_paged_attention_params(p, num_tokens);
+  SPINDLE_CHECK(p.kv_dtype == DType::kF32 || p.kv_dtype == DType::kBF16,
+                "{} attention supports f32 or bf16 KV (got {})", kernel_name, dtype_name(p.kv_dtype));
   SPINDLE_CHECK(cpu_attention_head_dim_supported(p.head_dim),
                 "{} attention needs head_dim to be a multiple of {} (got {})", kernel_name,
                 kCpuAttentionHeadDimMultiple, p.head_dim);
@@ -85,9 +87,10 @@ void write_kv_pages(const KvWriteParams& p) {
       } else {
         auto* kd = reinterpret_cast<uint16_t*>(k_dst);
         auto* vd = reinterpret_cast<uint16_t*>(v_dst);
+        const bool f16 = p.kv_dtype == DType::kF16;
         for (int64_t e = 0; e < row; ++e) {
-          kd[e] = float_to_bf16_bits(k_src[e]);
-          vd[e] = float_to_bf16_bits(v_src[e]);
+          kd[e] = f16 ? float_to_fp16_bits(k_src[e]) : float_to_bf16_bits(k_src[e]);
+          vd[e] = f16 ? float_to_fp16_bits(v_src[e]) : float_to_bf16_bits(v_src[e]);
         }
       }
     }

@@ -11,6 +11,7 @@ namespace {
 
 double load(const void* pages, DType dtype, int64_t index) {
   if (dtype == DType::kF32) return static_cast<const float*>(pages)[index];
+  if (dtype == DType::kF16) return fp16_bits_to_float(static_cast<const uint16_t*>(pages)[index]);
   return bf16_bits_to_float(static_cast<const uint16_t*>(pages)[index]);
 }
 

@@ -1,60 +1,64 @@
-// Paged attention on a CUDA device: the contract of kernels/cpu/paged_attention.h, with every
-// tensor (q, out, k/v pages, new k/v) in device memory and the batch layout (sequences and their
-// page tables) on the host. Host-side checks (kernels::cpu::check_paged_attention_params) run
-// before any launch; the per-row metadata is uploaded into a DeviceScratch.
+// Paged attention on a CUDA device: the contract of kernels/cpu/paged_attention.h with every
+// tensor (q, out, new k/v, k/v pages) in device memory. A step's batch layout is uploaded once
+// (DeviceBatch::upload, after host-side checks) and shared by every layer's launches.
 //
-// cuda_reference: one thread block per (query row, head), float accumulation, online softmax with
-// a running max. Correctness first; head_dim up to kCudaReferenceMaxHeadDim.
+// Kernels: cuda_reference (paged_attention_reference.cu: one block per (query row, head), float
+// accumulation, the GPU ground truth), cuda_flash (flash_attention.h), cudnn_sdpa (cudnn_sdpa.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/paged_layer_launch.h"
+#include "util/dtype.h"
 
 namespace spindle::kernels::cuda {
 
 inline constexpr int kCudaReferenceMaxHeadDim = 256;  // == detail::kMaxHeadDim
 
-// A grow-only device allocation (cudaMalloc), freed on destruction. Not copyable.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) { reserve(bytes); }
-  ~DeviceBuffer();
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+// kF32, kBF16 or kF16; throws for any other KV dtype.
+detail::KvType kv_type_of(DType dtype);
 
-  // Ensures at least `bytes` are allocated (contents are lost when it grows).
-  void reserve(size_t bytes);
-  void* data() const { return data_; }
-  size_t size() const { return bytes_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+// One step's batch on the device: per sequence its DeviceSequence and page table, per query row
+// its page slot (for the K/V writer) and RowInfo (for the reference kernel).
+class DeviceBatch {
+ public:
+  // Uploads the batch (synchronously). Checks what the kernels rely on: rows contiguous in batch
+  // order, page tables long enough, every page id in [0, num_pages). Throws spindle::Error.
+  void upload(std::span<const cpu::AttentionSequence> sequences, int page_size, int num_pages, bool causal);
+
+  const detail::PagedBatchView& view() const { return view_; }
+  const int64_t* slots() const { return slots_.as<int64_t>(); }   // [num_rows]
+  const void* rows() const { return rows_.data(); }               // [num_rows] detail::RowInfo
 
  private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
+  detail::PagedBatchView view_;
+  DeviceBuffer sequences_, page_tables_, slots_, rows_;
+  std::vector<int32_t> host_tables_;  // staging, reused
 };
 
-// Scratch for the per-row metadata of one launch (reused across calls).
-struct AttentionScratch {
-  DeviceBuffer rows;         // per query row: RowInfo (paged_attention_reference.cu)
-  DeviceBuffer page_tables;  // every sequence's page table, concatenated
-  DeviceBuffer slots;        // per new token: its page slot (write_kv_pages)
-};
+// The common launch of one layer over this rank's pages (p's pointers are device memory).
+detail::PagedLayerLaunch make_layer_launch(const cpu::PagedAttentionParams& p, const DeviceBatch& batch,
+                                           int num_sms);
 
-// p.q, p.out, p.k_pages, p.v_pages are device pointers; p.sequences (and their page tables) are
-// host memory. p.pool is ignored. Synchronous on `stream` only for the metadata upload.
-void paged_attention_reference(const cpu::PagedAttentionParams& p, AttentionScratch& scratch,
+// New tokens' K/V (device f32 [rows, kv_heads * head_dim]) into their device pages, rounded to
+// the KV type (nearest even), bit-identical to cpu::write_kv_pages.
+void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch, cudaStream_t stream = nullptr);
+
+// cuda_reference over the uploaded batch.
+void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceBatch& batch,
                                cudaStream_t stream = nullptr);
 
-// New tokens' K/V into their device pages: p.k, p.v, p.k_pages, p.v_pages are device pointers,
-// p.sequences host memory. bf16: round to nearest even, bit-identical to cpu::write_kv_pages.
-void write_kv_pages(const cpu::KvWriteParams& p, AttentionScratch& scratch, cudaStream_t stream = nullptr);
+// out[i] += value over n device floats (the validation tests' `wrong` fault).
+void add_constant(float* out, int64_t n, float value, cudaStream_t stream = nullptr);
+
+// Multiprocessors of the current device.
+int current_device_sm_count();
 
 }  // namespace spindle::kernels::cuda

@@ -1,11 +1,13 @@
-// Internal: the plain launch arguments shared by paged_attention.cc (host checks, metadata) and
-// paged_attention_reference.cu (kernels). Every pointer is device memory. C++17 (nvcc's dialect
+// Internal: the plain launch arguments of the reference kernel, the K/V page writer and the small
+// helpers in paged_attention_reference.cu. Every pointer is device memory. C++17 (nvcc's dialect
 // here), so nothing from the C++20 host headers.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/paged_layer_launch.h"
 
 namespace spindle::kernels::cuda::detail {
 
@@ -22,7 +24,7 @@ struct AttentionLaunch {
   float* out = nullptr;
   const void* k_pages = nullptr;
   const void* v_pages = nullptr;
-  bool bf16 = false;  // else f32
+  KvType kv_type = KvType::kBF16;
   int num_rows = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
@@ -38,7 +40,7 @@ struct KvWriteLaunch {
   const float* v = nullptr;
   void* k_pages = nullptr;
   void* v_pages = nullptr;
-  bool bf16 = false;
+  KvType kv_type = KvType::kBF16;
   int num_rows = 0;
   int64_t kv_cols = 0;            // num_kv_heads * head_dim
   const int64_t* slots = nullptr; // per row: page * page_size + position % page_size
@@ -46,5 +48,7 @@ struct KvWriteLaunch {
 
 void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t stream);
 void launch_write_kv(const KvWriteLaunch& a, cudaStream_t stream);
+// data[i] += value for i in [0, n) (the `wrong` fault of the validation tests).
+void launch_add_constant(float* data, int64_t n, float value, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda::detail

@@ -2,6 +2,7 @@
 // online softmax with a running max, keys in tiles of kThreads. Plus the K/V page writer.
 // Correctness first: each thread computes one key's score per tile (uncoalesced K reads); the
 // P.V product is coalesced over head_dim.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -17,11 +18,13 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kAccPerThread = (kMaxHeadDim + kThreads - 1) / kThreads;
 
-template <bool kBf16>
+template <KvType kKv>
 __device__ __forceinline__ float load_kv(const void* base, int64_t index) {
-  if constexpr (kBf16) {
+  if constexpr (kKv == KvType::kBF16) {
     const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16;
     return __uint_as_float(bits);
+  } else if constexpr (kKv == KvType::kF16) {
+    return __half2float(static_cast<const __half*>(base)[index]);
   } else {
     return static_cast<const float*>(base)[index];
   }
@@ -49,7 +52,7 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
   return v;
 }
 
-template <bool kBf16>
+template <KvType kKv>
 __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(AttentionLaunch a) {
   extern __shared__ float smem[];
   float* q_s = smem;                // [head_dim]
@@ -80,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
       const int64_t slot = int64_t{table[j / a.page_size]} * a.page_size + j % a.page_size;
       const int64_t base = slot * kv_cols + int64_t{kv_head} * a.head_dim;
       float dot = 0.0f;
-      for (int d = 0; d < a.head_dim; ++d) dot += q_s[d] * load_kv<kBf16>(a.k_pages, base + d);
+      for (int d = 0; d < a.head_dim; ++d) dot += q_s[d] * load_kv<kKv>(a.k_pages, base + d);
       score = dot * a.scale;
     }
     const float tile_max = block_reduce(score, red, true);
@@ -100,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
       for (int jj = 0; jj < n; ++jj) {
         const int pos = start + jj;
         const int64_t slot = int64_t{table[pos / a.page_size]} * a.page_size + pos % a.page_size;
-        sum += p_s[jj] * load_kv<kBf16>(a.v_pages, slot * kv_cols + int64_t{kv_head} * a.head_dim + d);
+        sum += p_s[jj] * load_kv<kKv>(a.v_pages, slot * kv_cols + int64_t{kv_head} * a.head_dim + d);
       }
       acc[c] = sum;
     }
@@ -114,19 +117,29 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
   }
 }
 
-template <bool kBf16>
+template <KvType kKv>
 __global__ void write_kv_kernel(KvWriteLaunch a) {
   const int row = blockIdx.x;
   const int64_t dst = a.slots[row] * a.kv_cols;
   const int64_t src = int64_t{row} * a.kv_cols;
   for (int64_t e = threadIdx.x; e < a.kv_cols; e += blockDim.x) {
-    if constexpr (kBf16) {
+    if constexpr (kKv == KvType::kBF16) {
       static_cast<uint16_t*>(a.k_pages)[dst + e] = float_to_bf16_bits(a.k[src + e]);
       static_cast<uint16_t*>(a.v_pages)[dst + e] = float_to_bf16_bits(a.v[src + e]);
+    } else if constexpr (kKv == KvType::kF16) {
+      // Round to nearest even, as util/half.h float_to_fp16_bits.
+      static_cast<__half*>(a.k_pages)[dst + e] = __float2half_rn(a.k[src + e]);
+      static_cast<__half*>(a.v_pages)[dst + e] = __float2half_rn(a.v[src + e]);
     } else {
       static_cast<float*>(a.k_pages)[dst + e] = a.k[src + e];
       static_cast<float*>(a.v_pages)[dst + e] = a.v[src + e];
     }
+  }
+}
+
+__global__ void add_constant_kernel(float* data, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    data[i] += value;
   }
 }
 
@@ -136,10 +149,16 @@ void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t str
   if (a.num_rows == 0) return;
   const dim3 grid(static_cast<unsigned>(a.num_rows), static_cast<unsigned>(a.num_heads));
   const size_t shared = sizeof(float) * (static_cast<size_t>(a.head_dim) + kThreads);
-  if (a.bf16) {
-    paged_attention_reference_kernel<true><<<grid, kThreads, shared, stream>>>(a);
-  } else {
-    paged_attention_reference_kernel<false><<<grid, kThreads, shared, stream>>>(a);
+  switch (a.kv_type) {
+    case KvType::kBF16:
+      paged_attention_reference_kernel<KvType::kBF16><<<grid, kThreads, shared, stream>>>(a);
+      break;
+    case KvType::kF16:
+      paged_attention_reference_kernel<KvType::kF16><<<grid, kThreads, shared, stream>>>(a);
+      break;
+    case KvType::kF32:
+      paged_attention_reference_kernel<KvType::kF32><<<grid, kThreads, shared, stream>>>(a);
+      break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -147,11 +166,23 @@ void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t str
 void launch_write_kv(const KvWriteLaunch& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
   constexpr int kWriteThreads = 256;
-  if (a.bf16) {
-    write_kv_kernel<true><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
-  } else {
-    write_kv_kernel<false><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+  switch (a.kv_type) {
+    case KvType::kBF16:
+      write_kv_kernel<KvType::kBF16><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+      break;
+    case KvType::kF16:
+      write_kv_kernel<KvType::kF16><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+      break;
+    case KvType::kF32:
+      write_kv_kernel<KvType::kF32><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+      break;
   }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_constant(float* data, int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return;
+  add_constant_kernel<<<256, 256, 0, stream>>>(data, n, value);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,95 @@
+// Linear layers on a CUDA device with cuBLAS: y[rows, out] = x[rows, in] . W^T (+ bias), x and y
+// f32 row-major, W row-major [out, in] (nn.Linear's layout) in its stored dtype, all in device
+// memory of the device that was current when the CublasLinear was made.
+//
+// f32 weights: cublasGemmEx in f32 with CUBLAS_COMPUTE_32F (no TF32).
+// bf16 / f16 weights: cuBLAS multiplies 16-bit by 16-bit (f32 accumulation and output), so x is
+// converted to the weight's type first, by default losslessly enough to keep f32 results:
+//   split (default)  x = hi + lo with hi = round16(x), lo = round16(x - hi) (~16 significant bits)
+//                    and y = W.hi + W.lo. Measured on the golden models (a CPU simulation with
+//                    the same rounding): logits within ~2e-5 of Hugging Face and identical greedy
+//                    continuations; one product with 2 * rows columns up to kFusedSplitMaxRows
+//                    rows (decode: the weight is read once), two accumulating products above.
+//   round            x = round16(x) only (allow_16bit_activations): half the prefill FLOPs, but
+//                    ~1e-2 relative logit error on the golden models and greedy continuations
+//                    that diverge where the top two logits are close.
+// f16: activations beyond the f16 range (65504) become inf; bf16 has f32's range.
+//
+// One cuBLAS handle per CublasLinear, bound to one stream; its workspace is allocated up front.
+// Not thread-safe.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_buffer.h"
+#include "util/dtype.h"
+
+struct cublasContext;  // cublasHandle_t is cublasContext*
+
+namespace spindle::kernels::cuda {
+
+// A weight in device memory: row-major [out_features, in_features] of dtype (kF32, kBF16, kF16).
+struct DeviceWeight {
+  const void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+};
+
+// Split products of at most this many rows run as one product over the stacked [hi; lo] rows.
+inline constexpr int64_t kFusedSplitMaxRows = 32;
+// The cuBLAS workspace set on the handle (the size NVIDIA recommends for Hopper).
+inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+class CublasLinear {
+ public:
+  // Creates the handle on the current device, on `stream` (null: the legacy default stream).
+  explicit CublasLinear(cudaStream_t stream, bool allow_16bit_activations = false);
+  ~CublasLinear();
+  CublasLinear(const CublasLinear&) = delete;
+  CublasLinear& operator=(const CublasLinear&) = delete;
+
+  // Grows the scratch for products of up to max_rows rows, max_in input and max_out output
+  // features. Call before queuing work that uses the scratch: growing frees the old buffers.
+  // prepare/forward never allocate; they throw when the scratch is too small.
+  void reserve(int64_t max_rows, int64_t max_in, int64_t max_out);
+
+  // x [rows, cols] f32 made ready for weights of `dtype`: f32 is used in place, 16-bit types are
+  // converted (split or rounded) into the scratch. Valid until the next prepare(); several
+  // weights of the same dtype and in_features may share one prepared input.
+  struct Input {
+    const float* x = nullptr;
+    const void* converted = nullptr;  // 16-bit: [rows, cols], or [2 rows, cols] (hi rows, lo rows) when split
+    DType dtype = DType::kF32;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    bool split = false;
+  };
+  Input prepare(const float* x, int64_t rows, int64_t cols, DType dtype);
+
+  // y [x.rows, w.out_features] = x . W^T (+ bias [w.out_features] f32, device). Overwrites y.
+  // Throws when x was prepared for another dtype or width.
+  void forward(const DeviceWeight& w, const Input& x, float* y, const float* bias = nullptr);
+  // prepare() then forward().
+  void forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias = nullptr);
+
+  // "cublas_split" (default) or "cublas_round16".
+  const char* name() const;
+  // Device bytes: the cuBLAS workspace and the scratch.
+  uint64_t workspace_bytes() const;
+
+ private:
+  // C[rows, out] (= beta * C) + x16_or_f32[rows, in] . W^T over n rows starting at b.
+  void gemm(const DeviceWeight& w, const void* b, int64_t n, float* c, float beta);
+
+  cublasContext* handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool round_ = false;
+  DeviceBuffer workspace_;  // cuBLAS's
+  DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]
+  DeviceBuffer product_;    // f32 [2 * min(max_rows, kFusedSplitMaxRows), max_out]
+};
+
+}  // namespace spindle::kernels::cuda

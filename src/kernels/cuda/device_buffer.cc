@@ -1,0 +1,54 @@
+#include "kernels/cuda/device_buffer.h"
+
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace spindle::kernels::cuda {
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);  // no throw from a destructor
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::reserve(size_t bytes) {
+  if (bytes <= bytes_) return;
+  if (data_ != nullptr) {
+    CUDA_CHECK(cudaFree(data_));
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  CUDA_CHECK(cudaMalloc(&data_, bytes));
+  bytes_ = bytes;
+}
+
+void copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void fill_zero(void* device_dst, size_t bytes) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemset(device_dst, 0, bytes));
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void synchronize_device() { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace spindle::kernels::cuda

@@ -1,0 +1,677 @@
+// cuda_flash decode: split-KV (flash-decoding) paged attention for steps where every sequence has
+// exactly one new token (launch contract: paged_layer_launch.h, flash_attention.h).
+//
+// Work split. Block (kv_head_tile, split, sequence) attends the query row of `sequence` for the
+// query heads [kv_head * G + 8 * tile, +8) of one KV head (G = num_heads / num_kv_heads; a group
+// of more than 8 heads takes several tiles) over the keys [split * chunk_keys, +chunk_keys) of
+// that sequence, so every K/V byte is read once per tile. Splits past a sequence's length exit.
+// A sequence whose keys fit one split writes `out` directly; otherwise each split writes its
+// normalised partial output and log2-sum-exp to the workspace and flash_decode_merge_kernel
+// combines them.
+//
+// Inside a block. Each warp owns a ring of kStages shared-memory stages and streams its own
+// tiles of kStageKeys keys (warp w takes tiles w, w + num_warps, ...) with cp.async, so two
+// stages of ~8 KB of K and V are in flight per warp without holding registers. The slot of every
+// key of the chunk is looked up once into shared memory. Products run on tensor cores
+// (mma.m16n8k16, f32 accumulation) with f32-accurate inputs: q and the probabilities p are split
+// into hi + lo halves of the KV type (x = hi + lo to 2^-18 relative for bf16, better for fp16),
+// and the k dimension of each mma holds the same 8 elements twice, once against hi and once
+// against lo, so the sum is exact up to f32 rounding:
+//   scores   S   [16 heads (8 used) x 8 keys]   += [q_hi | q_lo] . [K ; K]^T   (8 dims per mma)
+//   output   O^T [16 dims x 8 heads]            += [V^T | V^T] . [P_hi ; P_lo]^T (8 keys per mma)
+// The score fragment (head lane/4, keys 2*(lane%4)+{0,1}) is exactly the B fragment the second
+// product needs, so p never leaves registers. Online softmax in log2 units, f32 throughout. At the
+// end the warps' (max, sum, O) are combined through shared memory.
+//
+// head_dim: any multiple of 8 in [8, 256], run-time, in three compiled buckets (<= 64, <= 128,
+// <= 256) per KV type. Chunk sizes: make_decode_plan.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/flash_attention.h"
+
+namespace spindle::kernels::cuda::detail {
+namespace {
+
+constexpr int kMaxWarps = 4;              // warps per split block (fewer where shared memory is small)
+constexpr int kMaxThreads = kMaxWarps * 32;
+constexpr int kStages = 3;                // cp.async ring depth per warp
+constexpr int kHeadsPerTile = 8;          // query heads per block: the n (or m) = 8 side of the mma
+constexpr int kMinChunkKeys = 256;        // keys per split: enough to amortise a block's start-up
+constexpr int kMaxChunkKeys = 512;        // ... and small enough for many blocks per SM (short tail)
+constexpr int kChunkGranule = 128;        // chunk_keys is a multiple of every bucket's block step
+constexpr int kResidentBlocksPerSm = 2;   // split blocks one SM holds (shared memory bound, H100)
+constexpr int kTargetWaves = 4;           // aim for this many rounds of resident blocks
+constexpr int kSlotBytes = kMaxChunkKeys * 4;
+constexpr int kMergeThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Compile-time shape of one head-dim bucket: head_dim in (kMaxHeadDim / 2, kMaxHeadDim] (the
+// smallest bucket also takes every smaller multiple of 8). head_dim itself is a run-time value.
+template <int kMaxHeadDim>
+struct Tile {
+  static constexpr int kMaxChunks = kMaxHeadDim / 8;          // 16-byte chunks of a K/V row
+  static constexpr int kChunkGroups = kMaxChunks / 4;          // one ldmatrix.x4 reads 4 chunks
+  static constexpr int kDimTiles = kMaxChunks / 2;             // O^T m-tiles of 16 dims
+  static constexpr int kStageKeys = 2048 / kMaxHeadDim;        // keys per stage: 32, 16, 8
+  static constexpr int kKeyTiles = kStageKeys / 8;             // 8-key mma tiles per stage
+  static constexpr int kCopiesPerLane = kStageKeys * kMaxChunks / 32;  // 16-byte copies of K per stage
+  static constexpr int kQFragBytes = kMaxChunks * 32 * 8;      // q A fragments, [kMaxChunks][32 lanes]
+};
+
+// Shared-memory row pitch of a K/V stage in 16-bit elements: room for whole 4-chunk ldmatrix
+// groups, plus 16 bytes so the 8 rows of an 8x8 matrix fall in distinct banks.
+__host__ __device__ inline int stage_row_pitch(int head_dim) { return (head_dim + 31) / 32 * 32 + 8; }
+
+// 16-bit elements of one warp's ring: kStages x {K, V} x [stage_keys][pitch].
+__host__ __device__ inline int ring_elems_per_warp(int stage_keys, int head_dim) {
+  return kStages * 2 * stage_keys * stage_row_pitch(head_dim);
+}
+
+// Floats of the end-of-block merge area (aliases the rings): o [warps][8][head_dim + 4], then the
+// warps' max [warps][8] and sum [warps][8].
+__host__ __device__ inline int merge_floats(int num_warps, int head_dim) {
+  return num_warps * kHeadsPerTile * (head_dim + 4) + 2 * num_warps * kHeadsPerTile;
+}
+
+struct SplitParams {
+  const float* q;                 // [num_rows, num_heads, head_dim]
+  float* out;                     // [num_rows, num_heads, head_dim]
+  const uint16_t* k_pages;        // [num_pages, page_size, num_kv_heads, head_dim] bf16/fp16 bits
+  const uint16_t* v_pages;        // same layout
+  const DeviceSequence* sequences;
+  const int32_t* page_tables;
+  float* partial_out;             // [num_sequences, num_heads, num_splits, head_dim] (num_splits > 1)
+  float* partial_lse;             // [num_sequences, num_heads, num_splits], log2 units
+  int num_heads, num_kv_heads, head_dim, page_size;
+  int group_size;                 // query heads per KV head
+  int num_head_tiles;             // ceil(group_size / kHeadsPerTile)
+  int chunk_keys;                 // keys per split, <= kMaxChunkKeys
+  int num_splits;                 // splits of the longest sequence
+  float scale_log2;               // scale * log2(e)
+};
+
+// ---- device helpers ---------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; zero-fills the destination when !valid.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8x8 b16 matrices; lane l supplies the address of row (l % 8) of matrix (l / 8) and gets
+// (row l/4, cols 2*(l%4)+{0,1}) of each, or with .trans (rows 2*(l%4)+{0,1}, col l/4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+
+// d[16x8] += A[16x16] . B[16x8], f32 accumulation. A regs: (row l/4, k 2*(l%4)), (row l/4 + 8, same
+// k), (row l/4, k + 8), (row l/4 + 8, k + 8); B regs: (k 2*(l%4), col l/4), (k + 8, col l/4);
+// d: (row l/4, cols 2*(l%4)+{0,1}), (row l/4 + 8, same cols).
+template <bool kBf16>
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// (x0, x1) -> packed hi = round(x) and lo = round(x - hi) in the KV type; x0 in the low half.
+template <bool kBf16>
+__device__ __forceinline__ void split_hi_lo(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  if constexpr (kBf16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+    memcpy(&hi, &h, 4);
+    memcpy(&lo, &l, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(x0, x1);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x0 - hf.x, x1 - hf.y);
+    memcpy(&hi, &h, 4);
+    memcpy(&lo, &l, 4);
+  }
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- split kernel pieces ----------------------------------------------------------------------
+
+// One warp's running attention state for the block's heads. Lane l: group = l / 4, quad = l % 4.
+template <int kMaxHeadDim>
+struct WarpState {
+  const uint2* q;                                // shared [kMaxChunks][32 lanes]: A fragments
+                                                 // (q_hi, q_lo) of head `group`, dims 8c + 2*quad + {0,1}
+  float max_log2 = -INFINITY;                    // running max score of head `group`
+  float sum = 0.0f;                              // this lane's part of the running sum, head `group`
+  float acc[Tile<kMaxHeadDim>::kDimTiles][4];    // O^T: dims 16t + group (+8), heads 2*quad + {0,1}
+};
+
+// Where one warp's stage copies come from. Offsets are in 16-bit elements.
+struct StageSource {
+  const uint16_t* k;        // k_pages + kv_head * head_dim
+  const uint16_t* v;        // v_pages + kv_head * head_dim
+  int64_t slot_pitch;       // num_kv_heads * head_dim: elements from one slot to the next
+  const int32_t* slots;     // shared: slot of chunk key i (page * page_size + offset)
+  int num_keys;             // keys of this block's chunk
+  int num_chunks;           // head_dim / 8
+  int chunk_div;            // ceil(65536 / num_chunks): i / num_chunks == (i * chunk_div) >> 16, i < 256
+  int pitch;                // stage_row_pitch(head_dim)
+};
+
+// Issues the copies of keys [key0, key0 + kStageKeys) of the chunk into one stage (K rows, then V
+// rows); keys past the chunk are zero-filled.
+template <int kMaxHeadDim>
+__device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_stage, int key0, int lane) {
+  using T = Tile<kMaxHeadDim>;
+  uint16_t* v_stage = k_stage + T::kStageKeys * src.pitch;
+  const int num_copies = T::kStageKeys * src.num_chunks;
+#pragma unroll
+  for (int j = 0; j < T::kCopiesPerLane; ++j) {
+    const int i = lane + 32 * j;
+    if (i < num_copies) {
+      const int row = (i * src.chunk_div) >> 16;
+      const int chunk = i - row * src.num_chunks;
+      const int key = key0 + row;
+      const bool valid = key < src.num_keys;
+      const int64_t offset = valid ? int64_t{src.slots[key]} * src.slot_pitch + chunk * 8 : 0;
+      const int dst = row * src.pitch + chunk * 8;
+      cp_async_16(k_stage + dst, src.k + offset, valid);
+      cp_async_16(v_stage + dst, src.v + offset, valid);
+    }
+  }
+}
+
+// Attends the keys [key0, key0 + kStageKeys) of the chunk held in one stage (masking keys past
+// num_keys) and folds them into the warp state.
+template <int kMaxHeadDim, bool kBf16>
+__device__ __forceinline__ void attend_stage(WarpState<kMaxHeadDim>& st, const uint16_t* k_stage, int key0,
+                                             int num_keys, int num_chunks, int pitch, int lane) {
+  using T = Tile<kMaxHeadDim>;
+  const uint16_t* v_stage = k_stage + T::kStageKeys * pitch;
+  const int quad = lane & 3;
+  const int ld_offset = (lane & 7) * pitch + (lane >> 3) * 8;  // row lane%8 of matrix (chunk) lane/8
+
+  // s[n]: scores of head `group` (rows 8-15 unused), keys key0 + 8n + 2*quad + {0,1}.
+  float s[T::kKeyTiles][4];
+#pragma unroll
+  for (int n = 0; n < T::kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int g = 0; g < T::kChunkGroups; ++g) {
+    if (4 * g < num_chunks) {
+      uint2 q[4];  // q[e]: A fragment (hi, lo) of chunk 4g + e
+#pragma unroll
+      for (int e = 0; e < 4; ++e) q[e] = st.q[(4 * g + e) * 32 + lane];
+#pragma unroll
+      for (int n = 0; n < T::kKeyTiles; ++n) {
+        uint32_t k[4];  // k[e]: B fragment of keys 8n.., dims of chunk 4g + e
+        ldmatrix_x4(k, k_stage + ld_offset + 8 * n * pitch + 32 * g);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (4 * g + e < num_chunks) mma_16816<kBf16>(s[n], q[e].x, 0u, q[e].y, 0u, k[e], k[e]);
+        }
+      }
+    }
+  }
+
+  // Online softmax (log2 units) over this stage; every lane of a group sees the same max.
+  float stage_max = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < T::kKeyTiles; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (key0 + 8 * n + 2 * quad + e >= num_keys) s[n][e] = -INFINITY;
+      stage_max = fmaxf(stage_max, s[n][e]);
+    }
+  }
+  stage_max = fmaxf(stage_max, __shfl_xor_sync(0xffffffffu, stage_max, 1));
+  stage_max = fmaxf(stage_max, __shfl_xor_sync(0xffffffffu, stage_max, 2));
+  const float new_max = fmaxf(st.max_log2, stage_max);  // finite: key0 < num_keys
+  const float alpha = fast_exp2(st.max_log2 - new_max);  // 0 on the first stage
+  st.max_log2 = new_max;
+
+  uint32_t p[T::kKeyTiles][2];  // B fragments of P^T: keys 8n + 2*quad + {0,1}, head `group`: hi, lo
+  float stage_sum = 0.0f;
+#pragma unroll
+  for (int n = 0; n < T::kKeyTiles; ++n) {
+    const float p0 = fast_exp2(s[n][0] - new_max);
+    const float p1 = fast_exp2(s[n][1] - new_max);
+    stage_sum += p0 + p1;
+    split_hi_lo<kBf16>(p0, p1, p[n][0], p[n][1]);
+  }
+  st.sum = st.sum * alpha + stage_sum;
+
+  // acc columns are heads 2*quad and 2*quad + 1, whose alphas live in lanes 8*quad and 8*quad + 4.
+  const float alpha_even = __shfl_sync(0xffffffffu, alpha, 8 * quad);
+  const float alpha_odd = __shfl_sync(0xffffffffu, alpha, 8 * quad + 4);
+#pragma unroll
+  for (int t = 0; t < T::kDimTiles; ++t) {
+    st.acc[t][0] *= alpha_even;
+    st.acc[t][1] *= alpha_odd;
+    st.acc[t][2] *= alpha_even;
+    st.acc[t][3] *= alpha_odd;
+  }
+
+  // O^T += V^T . P^T; ldmatrix.trans of chunks 4g..4g+3 gives the A fragments (dims x keys) of
+  // dim tiles 2g (chunks 4g, 4g+1) and 2g + 1. Rows past head_dim hold junk and are never stored.
+#pragma unroll
+  for (int g = 0; g < T::kChunkGroups; ++g) {
+    if (4 * g < num_chunks) {
+#pragma unroll
+      for (int n = 0; n < T::kKeyTiles; ++n) {
+        uint32_t v[4];
+        ldmatrix_x4_trans(v, v_stage + ld_offset + 8 * n * pitch + 32 * g);
+        mma_16816<kBf16>(st.acc[2 * g], v[0], v[1], v[0], v[1], p[n][0], p[n][1]);
+        if (4 * g + 2 < num_chunks) mma_16816<kBf16>(st.acc[2 * g + 1], v[2], v[3], v[2], v[3], p[n][0], p[n][1]);
+      }
+    }
+  }
+}
+
+// Combines the warps' states through shared memory (`merge` aliases the rings; every cp.async has
+// completed) and writes the block's result for its heads: to `out` when the sequence has one
+// split, else the normalised partial output and its log2-sum-exp.
+template <int kMaxHeadDim>
+__device__ __forceinline__ void finish_block(const SplitParams& p, WarpState<kMaxHeadDim>& st, float* merge,
+                                             int num_warps, int heads_in_tile, int head0, int split,
+                                             int seq_index, int row, bool single_split) {
+  using T = Tile<kMaxHeadDim>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = lane >> 2, quad = lane & 3;
+  const int head_dim = p.head_dim;
+  const int o_pitch = head_dim + 4;
+  float* merge_o = merge;                                            // [warps][8][o_pitch]
+  float* merge_max = merge + num_warps * kHeadsPerTile * o_pitch;    // [warps][8]
+  float* merge_sum = merge_max + num_warps * kHeadsPerTile;          // [warps][8]
+
+  float sum = st.sum;
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (quad == 0) {
+    merge_max[warp * kHeadsPerTile + group] = st.max_log2;
+    merge_sum[warp * kHeadsPerTile + group] = sum;
+  }
+  float* o_even = merge_o + (warp * kHeadsPerTile + 2 * quad) * o_pitch;
+  float* o_odd = o_even + o_pitch;
+#pragma unroll
+  for (int t = 0; t < T::kDimTiles; ++t) {
+    const int d = 16 * t + group;
+    if (d < head_dim) {
+      o_even[d] = st.acc[t][0];
+      o_odd[d] = st.acc[t][1];
+    }
+    if (d + 8 < head_dim) {
+      o_even[d + 8] = st.acc[t][2];
+      o_odd[d + 8] = st.acc[t][3];
+    }
+  }
+  __syncthreads();
+
+  for (int i = threadIdx.x; i < heads_in_tile * head_dim; i += blockDim.x) {
+    const int h = i / head_dim;
+    const int d = i - h * head_dim;
+    float block_max = -INFINITY;
+    for (int w = 0; w < num_warps; ++w) block_max = fmaxf(block_max, merge_max[w * kHeadsPerTile + h]);
+    float num = 0.0f, den = 0.0f;
+    for (int w = 0; w < num_warps; ++w) {
+      const float f = fast_exp2(merge_max[w * kHeadsPerTile + h] - block_max);  // 0 for idle warps
+      num += f * merge_o[(w * kHeadsPerTile + h) * o_pitch + d];
+      den += f * merge_sum[w * kHeadsPerTile + h];
+    }
+    const float value = num / den;
+    const int head = head0 + h;
+    if (single_split) {
+      p.out[(int64_t{row} * p.num_heads + head) * head_dim + d] = value;
+    } else {
+      const int64_t partial = (int64_t{seq_index} * p.num_heads + head) * p.num_splits + split;
+      p.partial_out[partial * head_dim + d] = value;
+      if (d == 0) p.partial_lse[partial] = block_max + log2f(den);
+    }
+  }
+}
+
+// Grid (num_kv_heads * num_head_tiles, num_splits, num_sequences); blockDim.x = 32 * num_warps.
+// Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
+template <int kMaxHeadDim, bool kBf16>
+__global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(const SplitParams p) {
+  using T = Tile<kMaxHeadDim>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  int32_t* slots = reinterpret_cast<int32_t*>(smem);                     // [kMaxChunkKeys]
+  uint2* q_frags = reinterpret_cast<uint2*>(smem + kSlotBytes);          // [kMaxChunks][32 lanes]
+  uint16_t* rings = reinterpret_cast<uint16_t*>(smem + kSlotBytes + T::kQFragBytes);  // ring_elems_per_warp each
+
+  const int head_tile = blockIdx.x % p.num_head_tiles;
+  const int kv_head = blockIdx.x / p.num_head_tiles;
+  const int split = blockIdx.y;
+  const int seq_index = blockIdx.z;
+  const DeviceSequence seq = p.sequences[seq_index];
+  const int kv_len = seq.num_cached_tokens + seq.num_new_tokens;
+  const int key_begin = split * p.chunk_keys;
+  if (seq.num_new_tokens < 1 || key_begin >= kv_len) return;  // block-uniform
+  const int num_keys = min(p.chunk_keys, kv_len - key_begin);
+  const bool single_split = kv_len <= p.chunk_keys;
+  const int row = seq.query_offset;  // the sequence's one query row
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  const int head_dim = p.head_dim;
+  const int num_chunks = head_dim / 8;
+  const int head0 = kv_head * p.group_size + head_tile * kHeadsPerTile;
+  const int heads_in_tile = min(kHeadsPerTile, p.group_size - head_tile * kHeadsPerTile);
+
+  // Slots of the chunk's keys: one page-table read per key, once per block.
+  const int32_t* table = p.page_tables + seq.page_table_offset;
+  for (int i = threadIdx.x; i < num_keys; i += blockDim.x) {
+    const int t = key_begin + i;
+    slots[i] = table[t / p.page_size] * p.page_size + t % p.page_size;
+  }
+
+  // q fragments: entry (c, l) holds q_hi, q_lo of head head0 + l/4 (zero for padding heads), dims
+  // 8c + 2*(l%4) + {0,1}, pre-scaled into log2 units.
+  for (int i = threadIdx.x; i < T::kMaxChunks * 32; i += blockDim.x) {
+    const int c = i >> 5, h = (i & 31) >> 2;
+    float2 v = make_float2(0.0f, 0.0f);
+    if (h < heads_in_tile && c < num_chunks) {
+      v = *reinterpret_cast<const float2*>(p.q + (int64_t{row} * p.num_heads + head0 + h) * head_dim + 8 * c +
+                                           2 * (i & 3));
+    }
+    uint2 f;
+    split_hi_lo<kBf16>(v.x * p.scale_log2, v.y * p.scale_log2, f.x, f.y);
+    q_frags[i] = f;
+  }
+
+  WarpState<kMaxHeadDim> st;
+  st.q = q_frags;
+#pragma unroll
+  for (int t = 0; t < T::kDimTiles; ++t) st.acc[t][0] = st.acc[t][1] = st.acc[t][2] = st.acc[t][3] = 0.0f;
+  __syncthreads();  // slots, q_frags
+
+  StageSource src;
+  src.k = p.k_pages + int64_t{kv_head} * head_dim;
+  src.v = p.v_pages + int64_t{kv_head} * head_dim;
+  src.slot_pitch = int64_t{p.num_kv_heads} * head_dim;
+  src.slots = slots;
+  src.num_keys = num_keys;
+  src.num_chunks = num_chunks;
+  src.chunk_div = (65536 + num_chunks - 1) / num_chunks;
+  src.pitch = stage_row_pitch(head_dim);
+  const int stage_elems = 2 * T::kStageKeys * src.pitch;
+  uint16_t* ring = rings + warp * ring_elems_per_warp(T::kStageKeys, head_dim);
+
+  // This warp's tiles: w, w + num_warps, ... of the chunk's ceil(num_keys / kStageKeys).
+  const int num_tiles = (num_keys + T::kStageKeys - 1) / T::kStageKeys;
+  const int my_tiles = warp < num_tiles ? (num_tiles - warp + num_warps - 1) / num_warps : 0;
+  const int first_key = warp * T::kStageKeys;     // of this warp's tile 0
+  const int tile_step = num_warps * T::kStageKeys;  // keys from one of its tiles to the next
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < my_tiles) issue_stage<kMaxHeadDim>(src, ring + s * stage_elems, first_key + s * tile_step, lane);
+    cp_async_commit();
+  }
+  for (int i = 0; i < my_tiles; ++i) {
+    cp_async_wait<kStages - 2>();  // this lane's copies of tile i have landed
+    __syncwarp();                  // ... and every lane's; stage (i - 1) % kStages is no longer read
+    const int next = i + kStages - 1;
+    if (next < my_tiles) {
+      issue_stage<kMaxHeadDim>(src, ring + (next % kStages) * stage_elems, first_key + next * tile_step, lane);
+    }
+    cp_async_commit();  // one group per iteration, empty or not, keeps wait_group's count right
+    attend_stage<kMaxHeadDim, kBf16>(st, ring + (i % kStages) * stage_elems, first_key + i * tile_step, num_keys,
+                                     num_chunks, src.pitch, lane);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // rings become the merge area
+
+  finish_block<kMaxHeadDim>(p, st, reinterpret_cast<float*>(rings), num_warps, heads_in_tile, head0, split,
+                            seq_index, row, single_split);
+}
+
+// ---- merge kernel -----------------------------------------------------------------------------
+
+struct MergeParams {
+  const DeviceSequence* sequences;
+  const float* partial_out;  // [num_sequences, num_heads, num_splits, head_dim], normalised
+  const float* partial_lse;  // [num_sequences, num_heads, num_splits], log2 units
+  float* out;                // [num_rows, num_heads, head_dim]
+  int num_heads, head_dim, chunk_keys, num_splits;
+};
+
+// Every thread gets the block-wide max (is_max) or sum; `scratch` holds kMergeThreads / 32 floats.
+__device__ __forceinline__ float merge_block_reduce(float v, float* scratch, bool is_max) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = is_max ? fmaxf(v, other) : v + other;
+  }
+  __syncthreads();  // earlier readers of scratch are done
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kMergeThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
+// Grid (num_heads, num_sequences), kMergeThreads threads, num_splits floats of dynamic shared
+// memory. out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max) over the sequence's splits;
+// sequences with one split were written by the split kernel.
+__global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const MergeParams p) {
+  extern __shared__ float weights[];  // [num_splits]
+  __shared__ float scratch[kMergeThreads / 32];
+  const int head = blockIdx.x;
+  const int seq_index = blockIdx.y;
+  const DeviceSequence seq = p.sequences[seq_index];
+  const int kv_len = seq.num_cached_tokens + seq.num_new_tokens;
+  const int num_splits = min((kv_len + p.chunk_keys - 1) / p.chunk_keys, p.num_splits);
+  if (seq.num_new_tokens < 1 || num_splits <= 1) return;  // block-uniform
+
+  const int64_t base = (int64_t{seq_index} * p.num_heads + head) * p.num_splits;
+  float max_lse = -INFINITY;
+  for (int i = threadIdx.x; i < num_splits; i += kMergeThreads) max_lse = fmaxf(max_lse, p.partial_lse[base + i]);
+  max_lse = merge_block_reduce(max_lse, scratch, true);
+  float total = 0.0f;
+  for (int i = threadIdx.x; i < num_splits; i += kMergeThreads) {
+    const float w = exp2f(p.partial_lse[base + i] - max_lse);
+    weights[i] = w;
+    total += w;
+  }
+  total = merge_block_reduce(total, scratch, false);  // its barriers also publish weights
+  const float inv_total = 1.0f / total;
+
+  const float* partial = p.partial_out + base * p.head_dim;
+  float* dst = p.out + (int64_t{seq.query_offset} * p.num_heads + head) * p.head_dim;
+  for (int d = threadIdx.x; d < p.head_dim; d += kMergeThreads) {
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int i = 0; i < num_splits; ++i) acc += weights[i] * partial[int64_t{i} * p.head_dim + d];
+    dst[d] = acc * inv_total;
+  }
+}
+
+// ---- host side --------------------------------------------------------------------------------
+
+// How a batch is cut into blocks; a pure function of the launch, shared by the workspace size and
+// the launch.
+struct DecodePlan {
+  int num_head_tiles = 1;  // ceil(group_size / kHeadsPerTile)
+  int chunk_keys = kMinChunkKeys;
+  int num_splits = 1;      // of the longest sequence
+};
+
+DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
+  DecodePlan plan;
+  const int group_size = a.num_heads / std::max(1, a.num_kv_heads);
+  plan.num_head_tiles = (group_size + kHeadsPerTile - 1) / kHeadsPerTile;
+  const int64_t pairs = std::max<int64_t>(1, int64_t{a.batch.num_sequences} * a.num_kv_heads * plan.num_head_tiles);
+  const int64_t target_blocks = int64_t{std::max(1, a.num_sms)} * kResidentBlocksPerSm * kTargetWaves;
+  const int64_t wanted_splits = std::max<int64_t>(1, (target_blocks + pairs - 1) / pairs);
+  const int64_t max_kv_len = std::max(1, a.batch.max_kv_len);
+  int64_t chunk = (max_kv_len + wanted_splits - 1) / wanted_splits;
+  chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
+  plan.chunk_keys = static_cast<int>(std::clamp<int64_t>(chunk, kMinChunkKeys, kMaxChunkKeys));
+  plan.num_splits = static_cast<int>((max_kv_len + plan.chunk_keys - 1) / plan.chunk_keys);
+  return plan;
+}
+
+[[noreturn]] void fail(const char* what) {
+  throw_cuda_error(cudaErrorInvalidValue, what, __FILE__, __LINE__);
+}
+
+// Largest dynamic shared memory one block may opt into on the current device (cached per thread).
+int max_block_smem_bytes() {
+  thread_local int cached_device = -1;
+  thread_local int cached_bytes = 0;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&cached_bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cached_device = device;
+  }
+  return cached_bytes;
+}
+
+// slots + q fragments + max(rings, merge area); the layout of flash_decode_split_kernel.
+template <int kMaxHeadDim>
+size_t split_kernel_smem_bytes(int head_dim, int num_warps) {
+  using T = Tile<kMaxHeadDim>;
+  const size_t rings = size_t{2} * num_warps * ring_elems_per_warp(T::kStageKeys, head_dim);
+  const size_t merge = sizeof(float) * merge_floats(num_warps, head_dim);
+  return kSlotBytes + T::kQFragBytes + std::max(rings, merge);
+}
+
+template <int kMaxHeadDim, bool kBf16>
+void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
+  const int limit = max_block_smem_bytes();
+  int num_warps = kMaxWarps;
+  while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps) > size_t(limit)) --num_warps;
+  const size_t smem = split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps);
+  if (smem > size_t(limit)) fail("flash_decode: not enough shared memory per block on this device");
+  auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, 32 * num_warps, smem, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <bool kBf16>
+void launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
+  if (p.head_dim <= 64) {
+    launch_split_kernel<64, kBf16>(p, grid, stream);
+  } else if (p.head_dim <= 128) {
+    launch_split_kernel<128, kBf16>(p, grid, stream);
+  } else {
+    launch_split_kernel<256, kBf16>(p, grid, stream);
+  }
+}
+
+}  // namespace
+
+bool flash_decode_supports(int head_dim, KvType kv_type) {
+  const bool kv_ok = kv_type == KvType::kBF16 || kv_type == KvType::kF16;
+  return kv_ok && head_dim >= 8 && head_dim <= 256 && head_dim % 8 == 0;
+}
+
+size_t flash_decode_workspace_bytes(const PagedLayerLaunch& a) {
+  if (a.batch.num_sequences == 0) return 0;
+  const DecodePlan plan = make_decode_plan(a);
+  if (plan.num_splits <= 1) return 0;
+  // partial_out [num_sequences, num_heads, num_splits, head_dim] + partial_lse [.., num_splits]
+  return sizeof(float) * size_t(a.batch.num_sequences) * size_t(a.num_heads) * size_t(plan.num_splits) *
+         (size_t(a.head_dim) + 1);
+}
+
+void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
+  if (a.batch.num_sequences == 0) return;
+  if (a.batch.max_new_tokens != 1) fail("launch_flash_decode: needs exactly one new token per sequence");
+  if (!flash_decode_supports(a.head_dim, a.kv_type)) fail("launch_flash_decode: unsupported head_dim or KV type");
+  if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0) fail("launch_flash_decode: num_heads % num_kv_heads");
+  if (a.page_size < 1) fail("launch_flash_decode: page_size < 1");
+  if (a.batch.num_sequences > 65535) fail("launch_flash_decode: more than 65535 sequences");
+
+  const DecodePlan plan = make_decode_plan(a);
+  const size_t workspace_bytes = flash_decode_workspace_bytes(a);
+  if (workspace_bytes > 0 && (a.workspace == nullptr || a.workspace_bytes < workspace_bytes)) {
+    fail("launch_flash_decode: workspace smaller than flash_decode_workspace_bytes()");
+  }
+  if (plan.num_splits > 65535 || sizeof(float) * plan.num_splits > 48 * 1024) {
+    fail("launch_flash_decode: max_kv_len too long");
+  }
+
+  SplitParams p;
+  p.q = a.q;
+  p.out = a.out;
+  p.k_pages = static_cast<const uint16_t*>(a.k_pages);
+  p.v_pages = static_cast<const uint16_t*>(a.v_pages);
+  p.sequences = a.batch.sequences;
+  p.page_tables = a.batch.page_tables;
+  p.partial_out = workspace_bytes > 0 ? static_cast<float*>(a.workspace) : nullptr;
+  p.partial_lse = workspace_bytes > 0 ? p.partial_out + size_t(a.batch.num_sequences) * a.num_heads *
+                                                            plan.num_splits * a.head_dim
+                                      : nullptr;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.head_dim = a.head_dim;
+  p.page_size = a.page_size;
+  p.group_size = a.num_heads / a.num_kv_heads;
+  p.num_head_tiles = plan.num_head_tiles;
+  p.chunk_keys = plan.chunk_keys;
+  p.num_splits = plan.num_splits;
+  p.scale_log2 = a.scale * kLog2e;
+
+  const dim3 grid(static_cast<unsigned>(a.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
+                  static_cast<unsigned>(a.batch.num_sequences));
+  if (a.kv_type == KvType::kBF16) {
+    launch_split_kernel_for_head_dim<true>(p, grid, stream);
+  } else {
+    launch_split_kernel_for_head_dim<false>(p, grid, stream);
+  }
+  if (plan.num_splits <= 1) return;
+
+  MergeParams m;
+  m.sequences = a.batch.sequences;
+  m.partial_out = p.partial_out;
+  m.partial_lse = p.partial_lse;
+  m.out = a.out;
+  m.num_heads = a.num_heads;
+  m.head_dim = a.head_dim;
+  m.chunk_keys = plan.chunk_keys;
+  m.num_splits = plan.num_splits;
+  const dim3 merge_grid(static_cast<unsigned>(a.num_heads), static_cast<unsigned>(a.batch.num_sequences));
+  flash_decode_merge_kernel<<<merge_grid, kMergeThreads, sizeof(float) * plan.num_splits, stream>>>(m);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spindle::kernels::cuda::detail

@@ -1,0 +1,279 @@
+// Kernels of model_ops.h. Element-wise ops are grid-stride loops over 64-bit indices; RMSNorm
+// runs one warp per row for short rows (per-head q/k norm) and one block per row otherwise.
+// Products and sums that the CPU code writes without FMA use the _rn intrinsics, which nvcc
+// never contracts, so the results match kernels/cpu/ops.cc bit for bit where the inputs do
+// (expf and the f64 cos/sin past the RoPE table may differ in the last bit).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/model_ops.h"
+
+namespace spindle::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 65536;
+// Rows of at most this many columns (per-head q/k norms) get one warp each, 8 rows per block;
+// longer rows (hidden states) one block each.
+constexpr int64_t kWarpRowMaxCols = 256;
+
+unsigned blocks_for(int64_t n) {
+  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+__device__ __forceinline__ int64_t global_index() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+__device__ __forceinline__ float load_weight(const void* w, WeightType type, int64_t i) {
+  switch (type) {
+    case WeightType::kF32: return static_cast<const float*>(w)[i];
+    case WeightType::kBF16:
+      return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(w)[i]) << 16);
+    default: return __half2float(__ushort_as_half(static_cast<const uint16_t*>(w)[i]));
+  }
+}
+
+// util/half.h float_to_bf16_bits: nearest even, NaN kept quiet with its sign.
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float value) {
+  const uint32_t u = __float_as_uint(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  const uint32_t lsb = (u >> 16) & 1u;
+  return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
+}
+
+// Rounds to the 16-bit type; *back receives the rounded value as f32.
+__device__ __forceinline__ uint16_t round_16bit(float x, bool bf16, float* back) {
+  if (bf16) {
+    const uint16_t bits = float_to_bf16_bits(x);
+    *back = __uint_as_float(static_cast<uint32_t>(bits) << 16);
+    return bits;
+  }
+  const __half h = __float2half_rn(x);
+  *back = __half2float(h);
+  return __half_as_ushort(h);
+}
+
+__global__ void embedding_gather_kernel(const void* table, WeightType type, int64_t hidden, const int32_t* ids,
+                                        int64_t n, float* out) {
+  for (int64_t e = global_index(); e < n; e += grid_stride()) {
+    const int64_t row = e / hidden;
+    const int64_t col = e - row * hidden;
+    out[e] = load_weight(table, type, static_cast<int64_t>(ids[row]) * hidden + col);
+  }
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Writes row `r` given its sum of squares; `first`/`step` walk this thread's columns.
+__device__ __forceinline__ void rms_norm_write(const float* xr, float* o, int64_t cols, double sum, const void* weight,
+                                               WeightType type, float eps, int first, int step) {
+  const float mean = static_cast<float>(sum / static_cast<double>(cols));
+  const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  for (int64_t i = first; i < cols; i += step) {
+    o[i] = __fmul_rn(__fmul_rn(xr[i], inv_rms), load_weight(weight, type, i));
+  }
+}
+
+// One warp per row; blockDim.x == kThreads (kThreads / 32 rows per block).
+__global__ void rms_norm_warp_kernel(const float* x, int64_t x_stride, const int64_t* row_index, float* out,
+                                     int64_t out_stride, int64_t rows, int64_t cols, const void* weight,
+                                     WeightType type, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (r >= rows) return;  // whole warps leave together
+  const int64_t src = row_index != nullptr ? row_index[r] : r;
+  const float* xr = x + src * x_stride;
+  double sum = 0.0;
+  for (int64_t i = lane; i < cols; i += 32) sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+  sum = warp_sum(sum);
+  rms_norm_write(xr, out + r * out_stride, cols, sum, weight, type, eps, lane, 32);
+}
+
+// One block of kThreads per row.
+__global__ void rms_norm_block_kernel(const float* x, int64_t x_stride, const int64_t* row_index, float* out,
+                                      int64_t out_stride, int64_t cols, const void* weight, WeightType type,
+                                      float eps) {
+  __shared__ double partial[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  const int64_t src = row_index != nullptr ? row_index[r] : r;
+  const float* xr = x + src * x_stride;
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
+    sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
+  }
+  sum = warp_sum(sum);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];  // same order in every thread
+  rms_norm_write(xr, out + r * out_stride, cols, total, weight, type, eps, threadIdx.x, kThreads);
+}
+
+__global__ void rope_kernel(float* q, float* k, int64_t num_tokens, int num_heads, int num_kv_heads, int head_dim,
+                            const int64_t* positions, const float* table, int64_t table_positions,
+                            const float* inv_freq) {
+  const int half = head_dim / 2;
+  const int heads = num_heads + num_kv_heads;
+  const int64_t n = num_tokens * heads * half;
+  for (int64_t e = global_index(); e < n; e += grid_stride()) {
+    const int i = static_cast<int>(e % half);
+    const int64_t rest = e / half;
+    const int head = static_cast<int>(rest % heads);
+    const int64_t token = rest / heads;
+    float* x = head < num_heads ? q + (token * num_heads + head) * head_dim
+                                : k + (token * num_kv_heads + (head - num_heads)) * head_dim;
+    const int64_t p = positions[token];
+    float c, s;
+    if (p < table_positions) {
+      c = table[p * head_dim + i];
+      s = table[p * head_dim + half + i];
+    } else {
+      const float angle = __fmul_rn(inv_freq[i], static_cast<float>(p));
+      c = static_cast<float>(cos(static_cast<double>(angle)));
+      s = static_cast<float>(sin(static_cast<double>(angle)));
+    }
+    const float a = x[i];
+    const float b = x[i + half];
+    x[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    x[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
+                                int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t e = global_index(); e < n; e += grid_stride()) {
+    const int64_t r = e / cols;
+    const int64_t i = e - r * cols;
+    const float g = gate[r * in_stride + i];
+    const float u = up[r * in_stride + i];
+    out[e] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+  }
+}
+
+__global__ void add_inplace_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t e = global_index(); e < n; e += grid_stride()) y[e] = __fadd_rn(y[e], x[e]);
+}
+
+__global__ void add_bias_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t e = global_index(); e < n; e += grid_stride()) y[e] = __fadd_rn(y[e], bias[e % cols]);
+}
+
+__global__ void sum_halves_kernel(const float* c, const float* bias, int64_t rows, int64_t cols, float* y) {
+  const int64_t n = rows * cols;
+  for (int64_t e = global_index(); e < n; e += grid_stride()) {
+    float v = __fadd_rn(c[e], c[n + e]);
+    if (bias != nullptr) v = __fadd_rn(v, bias[e % cols]);
+    y[e] = v;
+  }
+}
+
+__global__ void f32_to_16bit_kernel(const float* x, int64_t n, bool bf16, uint16_t* out) {
+  for (int64_t e = global_index(); e < n; e += grid_stride()) {
+    float unused;
+    out[e] = round_16bit(x[e], bf16, &unused);
+  }
+}
+
+__global__ void split_to_16bit_kernel(const float* x, int64_t n, bool bf16, uint16_t* out) {
+  for (int64_t e = global_index(); e < n; e += grid_stride()) {
+    float hi;
+    out[e] = round_16bit(x[e], bf16, &hi);
+    float unused;
+    out[n + e] = round_16bit(__fsub_rn(x[e], hi), bf16, &unused);
+  }
+}
+
+}  // namespace
+
+void launch_embedding_gather(const void* table, WeightType type, int64_t hidden, const int32_t* ids,
+                             int64_t num_ids, float* out, cudaStream_t stream) {
+  const int64_t n = num_ids * hidden;
+  if (n <= 0) return;
+  embedding_gather_kernel<<<blocks_for(n), kThreads, 0, stream>>>(table, type, hidden, ids, n, out);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_rms_norm(const float* x, int64_t x_stride, const int64_t* row_index, float* out, int64_t out_stride,
+                     int64_t rows, int64_t cols, const void* weight, WeightType weight_type, float eps,
+                     cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  if (cols <= kWarpRowMaxCols) {
+    const int64_t rows_per_block = kThreads / 32;
+    const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+    rms_norm_warp_kernel<<<blocks, kThreads, 0, stream>>>(x, x_stride, row_index, out, out_stride, rows, cols,
+                                                          weight, weight_type, eps);
+  } else {
+    rms_norm_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, x_stride, row_index, out,
+                                                                                out_stride, cols, weight, weight_type, eps);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope(float* q, float* k, int64_t num_tokens, int num_heads, int num_kv_heads, int head_dim,
+                 const int64_t* positions, const float* table, int64_t table_positions, const float* inv_freq,
+                 cudaStream_t stream) {
+  const int64_t n = num_tokens * (num_heads + num_kv_heads) * (head_dim / 2);
+  if (n <= 0) return;
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(q, k, num_tokens, num_heads, num_kv_heads, head_dim, positions,
+                                                      table, table_positions, inv_freq);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows, int64_t cols,
+                     cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, in_stride, out, rows, cols);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_inplace_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, rows, cols);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_sum_halves(const float* c, const float* bias, int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  sum_halves_kernel<<<blocks_for(n), kThreads, 0, stream>>>(c, bias, rows, cols, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_f32_to_16bit(const float* x, int64_t n, WeightType type, void* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  f32_to_16bit_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, type == WeightType::kBF16,
+                                                              static_cast<uint16_t*>(out));
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_split_to_16bit(const float* x, int64_t rows, int64_t cols, WeightType type, void* out,
+                           cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n <= 0) return;
+  split_to_16bit_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, type == WeightType::kBF16,
+                                                                static_cast<uint16_t*>(out));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spindle::kernels::cuda

@@ -1,0 +1,64 @@
+// Internal: the launch contract of the optimized CUDA paged attention kernels (cuda_flash prefill
+// and decode, cudnn_sdpa). Plain structs of device pointers, shared by the host code (.cc, C++20)
+// and the kernels (.cu, C++17): nothing from the C++20 host headers.
+//
+// Layouts (the contract of kernels/cpu/paged_attention.h, on the device):
+//   q, out      [num_rows, num_heads, head_dim] f32, every sequence's rows concatenated in order
+//   k/v pages   [num_pages, page_size, num_kv_heads, head_dim] of kv_type (this rank's pages)
+//   Token t of sequence s lives in page page_tables[s.page_table_offset + t / page_size],
+//   slot t % page_size. Query row i of sequence s sits at position s.num_cached_tokens + i and
+//   attends, when causal, to positions [0, num_cached_tokens + i]; otherwise to all
+//   num_cached_tokens + num_new_tokens positions. Query head h reads KV head
+//   h / (num_heads / num_kv_heads) (GQA).
+//   out = softmax(scale * q . K^T) . V per row and head; every element of out is written.
+// The new tokens' K/V are already in the pages when a kernel runs (write_kv_pages ran first).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace spindle::kernels::cuda::detail {
+
+enum class KvType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+// One sequence of the step, in device memory (uploaded once per step, shared by all layers).
+struct DeviceSequence {
+  int32_t query_offset = 0;       // first row of the sequence in q / out
+  int32_t num_new_tokens = 0;     // its query rows (1 for a decode step)
+  int32_t num_cached_tokens = 0;  // positions already in the pages before this step
+  int32_t page_table_offset = 0;  // where its page table starts in page_tables
+};
+
+// The step's batch: device arrays plus host-known maxima for sizing grids.
+struct PagedBatchView {
+  const DeviceSequence* sequences = nullptr;  // [num_sequences]
+  const int32_t* page_tables = nullptr;       // every sequence's table, concatenated
+  int num_sequences = 0;
+  int num_rows = 0;                           // sum of num_new_tokens
+  int max_new_tokens = 0;                     // max over sequences
+  int max_kv_len = 0;                         // max over sequences of cached + new
+  bool causal = true;
+};
+
+// One layer's launch.
+struct PagedLayerLaunch {
+  const float* q = nullptr;
+  float* out = nullptr;
+  const void* k_pages = nullptr;
+  const void* v_pages = nullptr;
+  KvType kv_type = KvType::kBF16;
+  int num_pages = 0;
+  int page_size = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+  PagedBatchView batch;
+  int num_sms = 0;                 // multiprocessors of the current device (grid sizing)
+  void* workspace = nullptr;       // device scratch of at least the kernel's *_workspace_bytes()
+  size_t workspace_bytes = 0;
+};
+
+}  // namespace spindle::kernels::cuda::detail

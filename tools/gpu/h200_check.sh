@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The GPU host's checks, in one go (the device tool runs it from the repo root with the bundle
+# archive carried in .device/). Writes every log under /tmp/gpu-out and packs them into
+# $OUT/gpu-out.tar.gz (the device tool brings back at most 8 files):
+#   env.txt          GPU, driver, cuDNN/cuBLAS found
+#   attention.txt    tests/cuda/cuda_attention_test (all CUDA backends vs the float64 reference)
+#   model.txt        tests/cuda/cuda_model_test (HF goldens on the GPU)
+#   memcheck.txt     compute-sanitizer memcheck over the attention grid's subset ($MEMCHECK_FILTER)
+#   doctor*.txt      spindle doctor --device cuda:0 (bf16, fp16 KV)
+#   bench.md         bench/run_cuda_bench.sh (Spindle vs torch SDPA)
+# STEPS (default "env attention model memcheck doctor bench") picks steps.
+set -uo pipefail
+out=/tmp/gpu-out
+rm -rf "$out"
+mkdir -p "$out"
+pack() { [[ -n ${OUT:-} ]] && tar -czf "$OUT/gpu-out.tar.gz" -C /tmp gpu-out; }
+trap pack EXIT
+steps=${STEPS:-env attention model memcheck doctor bench}
+
+# Compiled-in source paths (goldens, fixtures) point at /work/main.
+if [[ ! -e /work/main ]]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
+if [[ -f .device/bundle.tar.xz ]]; then tar -xJf .device/bundle.tar.xz; fi
+site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
+nvlibs=$(ls -d "$site"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+export LD_LIBRARY_PATH="${nvlibs}${LD_LIBRARY_PATH:-}"
+export SPINDLE_CUDNN_LIBRARY=$(ls "$site"/nvidia/cudnn/lib/libcudnn.so.9 2>/dev/null | head -1)
+export SPINDLE_BINARY=$PWD/.bundle/bin/spindle
+export SPINDLE_CACHE_DIR=/tmp/spindle-cache
+bin=.bundle/bin
+
+has() { [[ " $steps " == *" $1 "* ]]; }
+run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
+  local name=$1 limit=$2; shift 2
+  echo "== $name: $*" | tee "$out/$name.txt"
+  timeout "$limit" "$@" >>"$out/$name.txt" 2>&1
+  echo "== $name exit $?" | tee -a "$out/$name.txt"
+  grep -E "FAILED|PASSED|SKIPPED \[|ERROR SUMMARY|error|Chosen" "$out/$name.txt" | head -40
+}
+
+if has env; then
+  { nvidia-smi; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; echo "cudnn=$SPINDLE_CUDNN_LIBRARY";
+    python3 -c 'import torch; print(torch.__version__, torch.backends.cudnn.version())';
+    ldd $bin/spindle; } >"$out/env.txt" 2>&1
+  head -20 "$out/env.txt"
+fi
+has attention && run attention 420 $bin/cuda_attention_test --gtest_brief=1
+has model && run model 240 $bin/cuda_model_test --gtest_brief=1
+if has memcheck; then
+  filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/*_f16_d64_page1:Backends/CudaBackendTest.NonCausal*:Backends/CudaBackendTest.LongDecode*'}
+  run memcheck 420 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
+fi
+if has doctor; then
+  run doctor 300 $bin/spindle doctor --device cuda:0 --no-backend-cache --backend-validation-timeout 120
+  run doctor_fp16 300 $bin/spindle doctor --device cuda:0 --no-backend-cache --kv-cache-dtype fp16 --backend-validation-timeout 120
+fi
+if has bench; then
+  SPINDLE_BENCH_BIN=$bin/bench_attention_cuda timeout 500 bash bench/run_cuda_bench.sh "$out/bench.md" >"$out/bench_log.txt" 2>&1
+  echo "== bench exit $?"; tail -40 "$out/bench.md" 2>/dev/null
+fi
