@@ -8,7 +8,9 @@
 #   memcheck.txt     compute-sanitizer memcheck over the attention grid's subset ($MEMCHECK_FILTER)
 #   doctor*.txt      spindle doctor --device cuda:0 (bf16, fp16 KV)
 #   bench.md         bench/run_cuda_bench.sh (Spindle vs torch SDPA)
-# STEPS (default "env attention model memcheck doctor bench") picks steps.
+#   quickbench.txt   bench_attention_cuda alone, short timings (Spindle's kernels only)
+# STEPS (default "env attention model memcheck doctor bench") picks steps; each has a time limit
+# so one command stays inside the device tool's 10 minutes.
 set -uo pipefail
 out=/tmp/gpu-out
 rm -rf "$out"
@@ -34,7 +36,10 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
   echo "== $name: $*" | tee "$out/$name.txt"
   timeout "$limit" "$@" >>"$out/$name.txt" 2>&1
   echo "== $name exit $?" | tee -a "$out/$name.txt"
-  grep -E "FAILED|PASSED|SKIPPED \[|ERROR SUMMARY|error|Chosen" "$out/$name.txt" | head -40
+  case $name in
+    doctor*|quickbench) tail -30 "$out/$name.txt" ;;
+    *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
+  esac
 }
 
 if has env; then
@@ -43,16 +48,17 @@ if has env; then
     ldd $bin/spindle; } >"$out/env.txt" 2>&1
   head -20 "$out/env.txt"
 fi
-has attention && run attention 420 $bin/cuda_attention_test --gtest_brief=1
-has model && run model 240 $bin/cuda_model_test --gtest_brief=1
+has attention && run attention 200 $bin/cuda_attention_test --gtest_brief=1
+has model && run model 100 $bin/cuda_model_test --gtest_brief=1
 if has memcheck; then
   filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/*_f16_d64_page1:Backends/CudaBackendTest.NonCausal*:Backends/CudaBackendTest.LongDecode*'}
-  run memcheck 420 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
+  run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
 fi
 if has doctor; then
-  run doctor 300 $bin/spindle doctor --device cuda:0 --no-backend-cache --backend-validation-timeout 120
-  run doctor_fp16 300 $bin/spindle doctor --device cuda:0 --no-backend-cache --kv-cache-dtype fp16 --backend-validation-timeout 120
+  run doctor 100 $bin/spindle doctor --device cuda:0 --no-backend-cache --backend-validation-timeout 120
+  run doctor_fp16 100 $bin/spindle doctor --device cuda:0 --no-backend-cache --kv-cache-dtype fp16 --backend-validation-timeout 120
 fi
+has quickbench && run quickbench 120 $bin/bench_attention_cuda --min-ms 50 --repeats 3
 if has bench; then
   SPINDLE_BENCH_BIN=$bin/bench_attention_cuda timeout 500 bash bench/run_cuda_bench.sh "$out/bench.md" >"$out/bench_log.txt" 2>&1
   echo "== bench exit $?"; tail -40 "$out/bench.md" 2>/dev/null
