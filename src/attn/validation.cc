@@ -284,6 +284,20 @@ bool drain(int fd, std::string& out) {
   return n < 0 && (errno == EINTR || errno == EAGAIN);
 }
 
+// The last line of the child's stdout that is a JSON object (a library may print after it).
+std::string last_json_line(const std::string& text) {
+  size_t end = text.size();
+  while (end > 0) {
+    const size_t begin = text.rfind('\n', end - 1);
+    const size_t start = begin == std::string::npos ? 0 : begin + 1;
+    const std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.front() == '{' && nlohmann::json::accept(line)) return line;
+    if (begin == std::string::npos) break;
+    end = begin;
+  }
+  return "";
+}
+
 std::string last_line(const std::string& text) {
   auto end = text.find_last_not_of("\n");
   if (end == std::string::npos) return "";
@@ -353,11 +367,12 @@ ValidationOutcome validate_in_child(const std::string& backend, const AttentionS
     return outcome;
   }
   try {
-    outcome.report = check_report_from_json(nlohmann::json::parse(last_line(out)));
+    outcome.report = check_report_from_json(nlohmann::json::parse(last_json_line(out)));
   } catch (const std::exception& e) {
     outcome.status = ValidationStatus::kError;
     outcome.detail = fmt::format("child exited with status {} without a report: {}",
-                                 WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, last_line(err));
+                                 WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
+                                 last_line(err).empty() ? last_line(out) : last_line(err));
     return outcome;
   }
   const CheckReport& r = outcome.report;

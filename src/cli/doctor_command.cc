@@ -53,7 +53,10 @@ std::string validation_cell(const config::BackendRow& row) {
 std::string rate_cell(const config::BackendRow& row) {
   if (!row.validation || !row.validation->report.timed) return "-";
   const auto& report = row.validation->report;
-  if (row.phase == attn::Phase::kPrefill) return fmt::format("{:.1f} GFLOP/s", report.prefill_gflops);
+  if (row.phase == attn::Phase::kPrefill) {
+    return report.prefill_gflops >= 1000 ? fmt::format("{:.1f} TFLOP/s", report.prefill_gflops / 1000)
+                                         : fmt::format("{:.1f} GFLOP/s", report.prefill_gflops);
+  }
   return fmt::format("{:.1f} GB/s KV", report.decode_kv_gb_per_s);
 }
 

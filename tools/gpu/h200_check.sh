@@ -48,10 +48,12 @@ if has env; then
     ldd $bin/spindle; } >"$out/env.txt" 2>&1
   head -20 "$out/env.txt"
 fi
-has attention && run attention 200 $bin/cuda_attention_test --gtest_brief=1
+has attention && run attention 200 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=${ATTENTION_FILTER:-*}"
+has cudnn && SPINDLE_CUDNN_RAGGED=0 run cudnn_padded 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
+has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1
 if has memcheck; then
-  filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/*_f16_d64_page1:Backends/CudaBackendTest.NonCausal*:Backends/CudaBackendTest.LongDecode*'}
+  filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/cuda_*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_f16_d64_page1:Backends/CudaBackendTest.NonCausal*/cuda_*:Backends/CudaBackendTest.LongPrefill*/cuda_*'}
   run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
 fi
 if has doctor; then
