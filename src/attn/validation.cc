@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <limits>
 
 #include "attn/random_batch.h"
 #include "attn/staged_batch.h"
@@ -62,16 +63,26 @@ nlohmann::json to_json(const CheckReport& r) {
           {"error", r.error}};
 }
 
+namespace {
+
+// JSON has no infinity or NaN: nlohmann writes them as null, which reads back as infinity here
+// (an error that large fails any tolerance, as it should).
+double error_from_json(const nlohmann::json& value) {
+  return value.is_null() ? std::numeric_limits<double>::infinity() : value.get<double>();
+}
+
+}  // namespace
+
 CheckReport check_report_from_json(const nlohmann::json& j) {
   CheckReport r;
   r.backend = j.at("backend").get<std::string>();
   r.shape = j.at("shape").get<std::string>();
   r.passed = j.at("passed").get<bool>();
   r.tolerance = j.at("tolerance").get<double>();
-  r.prefill_max_abs_error = j.at("prefill_max_abs_error").get<double>();
-  r.prefill_max_rel_error = j.at("prefill_max_rel_error").get<double>();
-  r.decode_max_abs_error = j.at("decode_max_abs_error").get<double>();
-  r.decode_max_rel_error = j.at("decode_max_rel_error").get<double>();
+  r.prefill_max_abs_error = error_from_json(j.at("prefill_max_abs_error"));
+  r.prefill_max_rel_error = error_from_json(j.at("prefill_max_rel_error"));
+  r.decode_max_abs_error = error_from_json(j.at("decode_max_abs_error"));
+  r.decode_max_rel_error = error_from_json(j.at("decode_max_rel_error"));
   r.timed = j.at("timed").get<bool>();
   r.prefill_tokens_per_s = j.at("prefill_tokens_per_s").get<double>();
   r.prefill_gflops = j.at("prefill_gflops").get<double>();

@@ -2,6 +2,9 @@
 // (SPINDLE_ATTN_FAULT) proving that a crash, a hang and wrong values are each caught.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <limits>
+#include <cmath>
 #include <stdlib.h>
 
 #include "attn/attention_backend.h"
@@ -125,6 +128,18 @@ TEST(ValidationTest, OutcomeJsonRoundTrip) {
   EXPECT_EQ(back.detail, o.detail);
   EXPECT_EQ(back.report.backend, "cpu_amx");
   EXPECT_EQ(back.report.decode_kv_gb_per_s, 12.5);
+}
+
+TEST(ValidationTest, NonFiniteErrorsSurviveJson) {
+  // A kernel that writes NaN gives an infinite error; JSON carries it as null.
+  CheckReport r;
+  r.backend = "cudnn_sdpa";
+  r.prefill_max_abs_error = std::numeric_limits<double>::infinity();
+  r.decode_max_rel_error = std::numeric_limits<double>::quiet_NaN();
+  const CheckReport back = check_report_from_json(nlohmann::json::parse(to_json(r).dump()));
+  EXPECT_TRUE(std::isinf(back.prefill_max_abs_error));
+  EXPECT_TRUE(std::isinf(back.decode_max_rel_error));
+  EXPECT_EQ(back.decode_max_abs_error, 0.0);
 }
 
 }  // namespace

@@ -62,6 +62,6 @@ if has doctor; then
 fi
 has quickbench && run quickbench 120 $bin/bench_attention_cuda --min-ms 50 --repeats 3
 if has bench; then
-  SPINDLE_BENCH_BIN=$bin/bench_attention_cuda timeout 500 bash bench/run_cuda_bench.sh "$out/bench.md" >"$out/bench_log.txt" 2>&1
+  SPINDLE_BENCH_BIN=$bin/bench_attention_cuda timeout ${BENCH_TIMEOUT:-330} bash bench/run_cuda_bench.sh "$out/bench.md" >"$out/bench_log.txt" 2>&1
   echo "== bench exit $?"; tail -40 "$out/bench.md" 2>/dev/null
 fi

@@ -399,8 +399,9 @@ void CudnnSdpaPlan::execute(cudnnHandle_t handle, const CudnnSdpaBuffers& buffer
   float neg_inf_causal = negative_infinity_;
   std::vector<int64_t> uids = {kUidQ, kUidK, kUidV, kUidO, kUidSeqLenQ, kUidSeqLenKv, kUidPageTableK,
                                kUidPageTableV, kUidScale, kUidNegInfPadding};
-  std::vector<void*> pointers = {const_cast<void*>(buffers.q),          buffers.o,
-                                 const_cast<void*>(buffers.k_pages),    const_cast<void*>(buffers.v_pages),
+  // In the order of uids.
+  std::vector<void*> pointers = {const_cast<void*>(buffers.q),          const_cast<void*>(buffers.k_pages),
+                                 const_cast<void*>(buffers.v_pages),    buffers.o,
                                  const_cast<int32_t*>(buffers.seq_len_q), const_cast<int32_t*>(buffers.seq_len_kv),
                                  const_cast<int32_t*>(buffers.page_table), const_cast<int32_t*>(buffers.page_table),
                                  &scale_value,                          &neg_inf_padding};
