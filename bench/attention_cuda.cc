@@ -367,7 +367,7 @@ Runner make_runner(const std::string& backend, const CaseSpec& spec, const Devic
   Runner r;
   const bool prefill_kernel = backend == "cuda_flash_prefill" || (backend == "cuda_flash" && !spec.decode);
   if (backend == "cudnn_sdpa") {
-    const auto reasons = cudnn_sdpa_unsupported_reasons(dev.cc_major, dev.cc_minor, kHeadDim, KvType::kBF16);
+    const auto reasons = cudnn_sdpa_unsupported_reasons(dev.cc_major, dev.cc_minor, kHeadDim, KvType::kBF16, kPageSize);
     for (const auto& reason : reasons) r.skip_reason += (r.skip_reason.empty() ? "" : "; ") + reason;
     if (!r.skip_reason.empty()) return r;
     cudnn = std::make_unique<CudnnSdpa>(kNumHeads, kNumKvHeads, kHeadDim, kScale, KvType::kBF16, kPageSize);

@@ -167,7 +167,8 @@ std::vector<std::string> cudnn_sdpa_gaps(const DeviceInfo& device, const Attenti
   }
   const int cc_major = device.cuda_devices.empty() ? 0 : device.cuda_devices.front().cc_major;
   const int cc_minor = device.cuda_devices.empty() ? 0 : device.cuda_devices.front().cc_minor;
-  for (auto& r : kcu::cudnn_sdpa_unsupported_reasons(cc_major, cc_minor, shape.head_dim, kcu::kv_type_of(shape.kv_dtype))) {
+  for (auto& r : kcu::cudnn_sdpa_unsupported_reasons(cc_major, cc_minor, shape.head_dim,
+                                                      kcu::kv_type_of(shape.kv_dtype), shape.page_size)) {
     if (device.cuda_devices.empty() && r.find("compute capability") != std::string::npos) continue;
     reasons.push_back(std::move(r));
   }

@@ -112,7 +112,7 @@ struct PlanKey {
 }  // namespace
 
 std::vector<std::string> cudnn_sdpa_unsupported_reasons(int cc_major, int cc_minor, int head_dim,
-                                                        detail::KvType kv_type) {
+                                                        detail::KvType kv_type, int page_size) {
   std::vector<std::string> reasons;
   if (std::string gap = library_gap(); !gap.empty()) reasons.push_back(std::move(gap));
   if (cc_major < 8) {
@@ -132,6 +132,11 @@ std::vector<std::string> cudnn_sdpa_unsupported_reasons(int cc_major, int cc_min
                                    : fmt::format("head_dim {} not supported (up to 128 here; up to 256 needs compute "
                                                  "capability 9.x and cuDNN >= 9.10)",
                                                  head_dim));
+  }
+  // cuDNN's paged cache load takes the page ("block") size as a power of two (seen on cuDNN 9.19:
+  // "block size needs to be non-zero and a power of 2").
+  if (page_size < 1 || (page_size & (page_size - 1)) != 0) {
+    reasons.push_back(fmt::format("page size {} not supported (cuDNN paged K/V needs a power of 2)", page_size));
   }
   return reasons;
 }

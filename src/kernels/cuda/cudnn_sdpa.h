@@ -16,9 +16,10 @@
 namespace spindle::kernels::cuda {
 
 // Every reason cudnn_sdpa cannot serve this shape on a device of compute capability cc_major.cc_minor
-// (empty when it can): cuDNN missing or older than 9.5, compute capability, head_dim, KV dtype.
+// (empty when it can): cuDNN missing or older than 9.5, compute capability, head_dim, KV dtype,
+// page size (a power of 2).
 std::vector<std::string> cudnn_sdpa_unsupported_reasons(int cc_major, int cc_minor, int head_dim,
-                                                        detail::KvType kv_type);
+                                                        detail::KvType kv_type, int page_size);
 
 // "cuDNN 9.8.0 (libcudnn.so.9)", or why no usable cuDNN was found. For logs and `spindle doctor`.
 std::string cudnn_sdpa_library();
