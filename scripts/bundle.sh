@@ -17,8 +17,8 @@
 #   OUT/bin/bench_attention_cuda     when built (bench/); bench/run_cuda_bench.sh finds it there
 #   OUT/lib/*.so*                    every library `ldd` lists except the base system's (libc, libm,
 #                                    libpthread, libdl, librt, ld-linux, libgcc_s) and the NVIDIA
-#                                    driver's (libcuda.so*, libnvidia*) and cuBLAS (libcublas*), which
-#                                    the target provides
+#                                    driver's (libcuda.so*, libnvidia*), which the target provides;
+#                                    cuBLAS and cuDNN are dlopen'ed there at run time
 #
 # The CUDA runtime is linked statically (CUDA::cudart_static), so only the driver is needed there.
 # Needs patchelf (a Debian package; scripts/setup.sh installs it). .bundle/ is ignored by git.
@@ -39,9 +39,9 @@ for optional in tests/cuda/cuda_attention_test tests/cuda/cuda_model_test bench/
   if [[ -x $build_dir/$optional ]]; then binaries+=("$build_dir/$optional"); fi
 done
 
-# Base system and NVIDIA driver libraries stay behind, and so do cuBLAS (hundreds of MB): a GPU
-# host has it with its CUDA installation (on our H200 host, PyTorch's nvidia-cublas wheel: put its
-# lib/ on LD_LIBRARY_PATH). cuDNN is loaded at run time (dlopen), so ldd never lists it.
+# Base system and NVIDIA driver libraries stay behind. cuBLAS and cuDNN are loaded at run time
+# (dlopen) from the GPU host's CUDA installation (on our H200 host: PyTorch's nvidia-* wheels, put
+# their lib/ folders on LD_LIBRARY_PATH); libcublas is excluded should a build ever link it.
 excluded='^(linux-vdso|linux-gate|libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|ld-linux|libgcc_s\.so|libcuda\.so|libnvidia|libcublas)'
 
 rm -rf "$out"

@@ -1,4 +1,4 @@
-// spindle plan MODEL_DIR [--dp-size N] [--kv-cache-dtype ...] [--page-size P] [--max-model-len L]
+// spindle plan MODEL_DIR [--device cpu|cuda:N] [--dp-size N] [--kv-cache-dtype ...] [--page-size P] [--max-model-len L]
 //   [--max-total-tokens N|auto] [--mem-fraction F] [--max-num-batched-tokens N] [--threads N]
 //   [--estimate-workspace] [--json]:
 // the KV cache capacity plan (DESIGN.md section 3) for this model on this machine, per DP rank,
@@ -24,6 +24,8 @@
 #include "config/workspace_probe.h"
 #include "kv/capacity_planner.h"
 #include "model/model.h"
+#include "model/model_loader.h"
+#include "platform/cuda_info.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
@@ -92,6 +94,9 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
   fmt::print("  usable memory       {:>12}  bound: {}\n", format_bytes(p.usable_bytes), p.usable_bound);
   if (p.weights_subtracted) {
     fmt::print("  - weights           {:>12}  tensor bytes as loaded (mmap)\n", format_bytes(p.weight_bytes));
+  } else {
+    fmt::print("    weights           {:>12}  resident on the device: already out of usable\n",
+               format_bytes(p.weight_bytes));
   }
   const std::string how = p.workspace_source == "measured"
                               ? fmt::format("measured: profiling forward at {} tokens", p.max_num_batched_tokens)
@@ -126,10 +131,18 @@ void run_plan(const PlanArgs& args) {
 
   // resolve() decides the KV dtype and page size; of the machine it needs the memory (read before
   // the weights are mapped, as serve reads it) and, for the profiling forward, the CPU.
+  // --device cuda:N: the GPU's memory instead (cudaMemGetInfo on the bound device).
   DeviceInfo device;
   device.memory = read_memory_info(args.memory_root);
   if (!args.estimate_workspace) device.cpu = detect_cpu_info();
+  if (args.flags.device != "cpu") {
+    const CudaProbe probe = probe_cuda_devices();
+    device.cuda_devices = probe.devices;
+    device.cuda_status = probe.unavailable_reason;
+  }
   const config::ResolvedConfig resolved = config::resolve(args.flags, device, model);
+  const bool on_cuda = resolved.device == attn::Device::kCuda;
+  device = config::bind_worker_device(resolved, device);
   const kv::KvLayout layout = config::kv_layout_for(model, resolved.kv_dtype, resolved.page_size);
 
   kv::KvPlan plan;
@@ -137,17 +150,23 @@ void run_plan(const PlanArgs& args) {
     const Checkpoint checkpoint(args.model_dir);
     check_weights(model, checkpoint);
     const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
-    plan = config::plan_kv_cache(resolved.kv, layout, model, device.memory, weight_bytes);
+    const MemoryInfo memory = on_cuda ? config::cuda_usable_memory(resolved.cuda_device) : device.memory;
+    plan = config::plan_kv_cache(resolved.kv, layout, model, memory, weight_bytes);
   } else {
     ThreadPool pool(resolved.num_threads);
-    ModelOptions options;
-    options.pool = &pool;
-    const std::unique_ptr<Model> loaded = Model::load(args.model_dir, options);
+    ForwardModelOptions options;
+    options.device = resolved.device;
+    options.cuda_device = resolved.cuda_device;
+    options.cpu.pool = &pool;
+    const std::unique_ptr<ForwardModel> loaded = load_forward_model(args.model_dir, options);
     const config::UnvalidatedBackends backends = config::make_unvalidated_backends(resolved, device, &pool);
     loaded->set_attention_backends(backends.prefill.get(), backends.decode.get());
+    // CUDA: free memory read with the weights resident, before the profiling forward.
+    const MemoryInfo memory = on_cuda ? config::cuda_usable_memory(resolved.cuda_device) : device.memory;
     plan = config::plan_kv_cache(
-        resolved.kv, layout, model, device.memory, loaded->weight_bytes(),
-        config::make_workspace_probe(*loaded, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len));
+        resolved.kv, layout, model, memory, loaded->weight_bytes(),
+        config::make_workspace_probe(*loaded, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len),
+        /*usable_after_weights=*/on_cuda);
   }
   if (args.json) {
     std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan).dump(2) << std::endl;
@@ -165,6 +184,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference) or f32");
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
   config::add_kv_flags(*cmd, args->flags.kv);
+  cmd->add_option("--device", args->flags.device,
+                  "Plan for cpu (default) or cuda / cuda:N (weights loaded onto that GPU, its free memory read)");
   cmd->add_option("--threads", args->flags.num_threads, "CPU threads for the profiling forward (all usable cores)");
   cmd->add_flag("--estimate-workspace", args->estimate_workspace,
                 "Estimate the workspace from the model's shape instead of loading the model and measuring "

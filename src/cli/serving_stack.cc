@@ -1,5 +1,7 @@
 #include "cli/serving_stack.h"
 
+#include "model/model_loader.h"
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -51,9 +53,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   s->model_dir = flags.model_dir.empty() ? default_model_dir() : std::filesystem::path(flags.model_dir);
   s->model_name = flags.served_model_name.empty() ? s->model_dir.filename().string() : flags.served_model_name;
   if (s->model_name.empty()) s->model_name = s->model_dir.parent_path().filename().string();
-  s->device = detect_device_info();
+  const DeviceInfo detected = detect_device_info();
   s->model_config = load_model_config(s->model_dir);
-  s->resolved = config::resolve(flags.server, s->device, s->model_config);
+  s->resolved = config::resolve(flags.server, detected, s->model_config);
+  // The worker binds its device before validating backends and planning memory.
+  s->device = config::bind_worker_device(s->resolved, detected);
   s->pool = std::make_unique<ThreadPool>(s->resolved.num_threads);
 
   s->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(s->model_dir));
@@ -78,7 +82,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
       return kernels::cpu::make_linear_kernel(w, o);
     };
   }
-  s->model = Model::load(s->model_dir, model_options);
+  ForwardModelOptions load_options;
+  load_options.device = s->resolved.device;
+  load_options.cuda_device = s->resolved.cuda_device;
+  load_options.cpu = model_options;
+  s->model = load_forward_model(s->model_dir, load_options);
   const attn::AttentionShape shape = s->model->attention_shape(s->resolved.kv_dtype, s->resolved.page_size);
   attn::BackendOptions backend_options;
   backend_options.pool = s->pool.get();
@@ -90,10 +98,15 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
                 "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
                 s->resolved.kv.dp_size);
   const auto layout = config::kv_layout_for(s->model_config, s->resolved.kv_dtype, s->resolved.page_size);
+  const bool on_cuda = s->resolved.device == attn::Device::kCuda;
+  // CUDA: the device's free memory now, with the weights already resident.
+  const MemoryInfo usable = on_cuda ? config::cuda_usable_memory(s->resolved.cuda_device) : s->device.memory;
   s->kv_plan = config::plan_kv_cache(
-      s->resolved.kv, layout, s->model_config, s->device.memory, s->model->weight_bytes(),
-      config::make_workspace_probe(*s->model, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len));
-  s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size);
+      s->resolved.kv, layout, s->model_config, usable, s->model->weight_bytes(),
+      config::make_workspace_probe(*s->model, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len),
+      /*usable_after_weights=*/on_cuda);
+  s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size,
+                                              s->resolved.device);
   s->model->bind_kv_caches(s->kv_pool->layer_caches());
 
   s->metrics.set_info({{"model", s->model_name},
@@ -107,6 +120,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   engine_options.scheduler.max_num_batched_tokens = s->resolved.kv.max_num_batched_tokens;
   engine_options.scheduler.max_running_requests = flags.max_running_requests;
   engine_options.scheduler.max_model_len = s->resolved.kv.max_model_len;
+  engine_options.cuda_device = on_cuda ? s->resolved.cuda_device : -1;
   s->engine = std::make_unique<engine::Engine>(*s->model, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,
                                                *s->kv_pool, s->metrics, engine_options);
   s->engine->start();

@@ -14,7 +14,7 @@
 #include "engine/engine.h"
 #include "kv/capacity_planner.h"
 #include "kv/page_pool.h"
-#include "model/model.h"
+#include "model/forward_model.h"
 #include "platform/device_info.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -51,7 +51,7 @@ struct ServingStack {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<tokenizer::ChatTemplate> chat_template;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<ForwardModel> model;  // Model (CPU) or CudaModel (--device cuda:N)
   std::unique_ptr<attn::AttentionBackend> prefill_backend;
   std::unique_ptr<attn::AttentionBackend> decode_backend;
   kv::KvPlan kv_plan;

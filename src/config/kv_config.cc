@@ -1,5 +1,9 @@
 #include "config/kv_config.h"
 
+#include <fmt/format.h>
+
+#include "platform/cuda_info.h"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -72,6 +76,16 @@ uint64_t estimate_workspace_bytes(const ModelConfig& m, int max_num_batched_toke
                                     2 * uint64_t(m.kv_size()) + 2 * uint64_t(m.intermediate_size) +
                                     uint64_t(m.vocab_size);
   return uint64_t(max_num_batched_tokens) * sizeof(float) * floats_per_token;
+}
+
+MemoryInfo cuda_usable_memory(int cuda_device) {
+  const CudaMemory gpu = current_cuda_memory();
+  MemoryInfo m;
+  m.total_bytes = gpu.total_bytes;
+  m.mem_available_bytes = gpu.free_bytes;
+  m.usable_bytes = gpu.free_bytes;
+  m.bound = fmt::format("cudaMemGetInfo free on cuda:{}, weights resident", cuda_device);
+  return m;
 }
 
 kv::KvPlan plan_kv_cache(const ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,

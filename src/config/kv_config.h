@@ -65,6 +65,11 @@ using WorkspaceProbe = std::function<uint64_t(int max_num_batched_tokens)>;
 //            + V)      logits (a decode step of T sequences samples T rows)
 uint64_t estimate_workspace_bytes(const ModelConfig& model, int max_num_batched_tokens);
 
+// The usable memory of the calling thread's current CUDA device (bound to cuda_device): its free
+// bytes now (cudaMemGetInfo), so read it after the weights are loaded and pass
+// usable_after_weights = true to plan_kv_cache. Throws without CUDA.
+MemoryInfo cuda_usable_memory(int cuda_device);
+
 // Plans the KV cache for this model on this memory: the probe's measurement when given
 // (workspace_source "measured"), else estimate_workspace_bytes ("estimated"). weight_bytes: the
 // bytes of weights loaded; usable_after_weights: memory was read with them already resident.

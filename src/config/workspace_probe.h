@@ -14,7 +14,7 @@
 #include "util/dtype.h"
 
 namespace spindle {
-class Model;
+class ForwardModel;
 class ThreadPool;
 }  // namespace spindle
 
@@ -29,12 +29,12 @@ namespace spindle::config {
 //   + num_tokens * vocab_size * 4   the engine's logits buffer for a step of num_tokens sequences
 //   + (num_tokens - rows) * hidden * 4   the final-norm rows such a step adds to the workspace
 // The last two are what a decode step of num_tokens sequences would add; they are counted rather
-// than run because the LM head over every row would dominate the profile's time. Kernel scratch
-// (oneDNN's buffers, attention tiles) is not included: the reserve covers it.
-uint64_t measure_workspace_bytes(Model& model, DType kv_dtype, int page_size, int num_tokens, int max_seq_len);
+// than run because the LM head over every row would dominate the profile's time. CPU kernel
+// scratch (oneDNN's buffers, attention tiles) is not included: the reserve covers it.
+uint64_t measure_workspace_bytes(ForwardModel& model, DType kv_dtype, int page_size, int num_tokens, int max_seq_len);
 
 // measure_workspace_bytes for plan_kv_cache(); the model must outlive the probe's use.
-WorkspaceProbe make_workspace_probe(Model& model, DType kv_dtype, int page_size, int max_seq_len);
+WorkspaceProbe make_workspace_probe(ForwardModel& model, DType kv_dtype, int page_size, int max_seq_len);
 
 // Attention backends for a profiling (or benchmark) forward without the child-process validation
 // serve runs: the highest-priority backend available for each phase on this machine and shape

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "platform/cuda_info.h"
+
 #include <spdlog/spdlog.h>
 
 #include <random>
@@ -16,7 +18,7 @@ uint64_t random_seed() {
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 }  // namespace
 
-Engine::Engine(Model& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
+Engine::Engine(ForwardModel& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
                kv::PagePool& pool, Metrics& metrics, EngineOptions options)
     : model_(model),
       tokenizer_(tokenizer),
@@ -33,7 +35,10 @@ Engine::~Engine() { stop(); }
 
 void Engine::start() {
   SPINDLE_CHECK(!thread_.joinable(), "engine already started");
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    if (options_.cuda_device >= 0) bind_cuda_device(options_.cuda_device);
+    loop();
+  });
 }
 
 void Engine::stop() {

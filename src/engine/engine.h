@@ -26,7 +26,7 @@
 #include "engine/scheduler.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
-#include "model/model.h"
+#include "model/forward_model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,13 +43,16 @@ struct EngineOptions {
   int max_queued_requests = 1024;
   bool enable_prefix_cache = true;
   std::string model_name;
+  // >= 0: the engine thread binds this CUDA device before its first step (a CUDA model's forward
+  // runs on the engine thread, and the current device is per thread).
+  int cuda_device = -1;
 };
 
 class Engine {
  public:
   // Borrows everything; they must outlive the engine. The KV pool's caches must already be bound
   // to the model.
-  Engine(Model& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
+  Engine(ForwardModel& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
          kv::PagePool& pool, Metrics& metrics, EngineOptions options);
   ~Engine();
 
@@ -82,7 +85,7 @@ class Engine {
   void accept_token(Request& r, const SampledToken& sampled);
   bool is_stop_token(const Request& r, int token) const;
 
-  Model& model_;
+  ForwardModel& model_;
   const tokenizer::Tokenizer& tokenizer_;
   const tokenizer::ChatTemplate* chat_template_;
   Metrics& metrics_;

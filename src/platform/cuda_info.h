@@ -41,4 +41,12 @@ std::string cuda_unavailable_reason();
 // when it cannot ("built without CUDA", no such device, driver error).
 CudaDeviceInfo bind_cuda_device(int index);
 
+// cudaMemGetInfo of the calling thread's current device, read now. Throws spindle::Error (also in
+// builds without CUDA).
+struct CudaMemory {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+CudaMemory current_cuda_memory();
+
 }  // namespace spindle

@@ -69,6 +69,17 @@ CudaProbe probe() {
 
 }  // namespace
 
+CudaMemory current_cuda_memory() {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    SPINDLE_FAIL("cudaMemGetInfo failed: {}", describe(err));
+  }
+  return {free_bytes, total_bytes};
+}
+
 CudaDeviceInfo bind_cuda_device(int index) {
   int num_devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&num_devices);

@@ -8,6 +8,7 @@
 #   memcheck.txt     compute-sanitizer memcheck over the attention grid's subset ($MEMCHECK_FILTER)
 #   doctor*.txt      spindle doctor --device cuda:0 (bf16, fp16 KV)
 #   bench.md         bench/run_cuda_bench.sh (Spindle vs torch SDPA)
+#   plan_gpu, generate_gpu/cpu, serve, http   a golden model served from the GPU (step "serving")
 #   quickbench.txt   bench_attention_cuda alone, short timings (Spindle's kernels only)
 # STEPS (default "env attention model memcheck doctor bench") picks steps; each has a time limit
 # so one command stays inside the device tool's 10 minutes.
@@ -37,7 +38,7 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
   timeout "$limit" "$@" >>"$out/$name.txt" 2>&1
   echo "== $name exit $?" | tee -a "$out/$name.txt"
   case $name in
-    doctor*|quickbench) tail -30 "$out/$name.txt" ;;
+    doctor*|quickbench|plan*|generate*) tail -30 "$out/$name.txt" ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
   esac
 }
@@ -59,6 +60,23 @@ fi
 if has doctor; then
   run doctor 100 $bin/spindle doctor --device cuda:0 --no-backend-cache --backend-validation-timeout 120
   run doctor_fp16 100 $bin/spindle doctor --device cuda:0 --no-backend-cache --kv-cache-dtype fp16 --backend-validation-timeout 120
+fi
+if has serving; then
+  # A golden model (HF fixtures) served from the GPU: plan, greedy generate on GPU and CPU, HTTP.
+  model=tests/golden/llama-gqa-bf16
+  run plan_gpu 120 $bin/spindle plan $model --device cuda:0
+  gen=(generate $model --prompt "The quick brown fox" --max-tokens 24 --temperature 0 --ignore-eos)
+  run generate_gpu 120 $bin/spindle "${gen[@]}" --device cuda:0
+  run generate_cpu 120 $bin/spindle "${gen[@]}"
+  $bin/spindle serve $model --device cuda:0 --port 8123 >"$out/serve.txt" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 90); do curl -sf localhost:8123/health >/dev/null 2>&1 && break; sleep 1; done
+  { curl -s localhost:8123/v1/completions -H 'Content-Type: application/json' \
+      -d '{"model":"llama-gqa-bf16","prompt":"The quick brown fox","max_tokens":24,"temperature":0,"ignore_eos":true}';
+    echo; curl -s localhost:8123/v1/completions -H 'Content-Type: application/json' -d '{"max_tokens":-3}';
+    echo; curl -s localhost:8123/metrics | grep -E "^spindle_(kv|requests|generation)" | head -20; } >"$out/http.txt" 2>&1
+  kill $pid; wait $pid 2>/dev/null
+  cat "$out/http.txt"; grep -E "KV plan|attention:|error" "$out/serve.txt" | head
 fi
 has quickbench && run quickbench 120 $bin/bench_attention_cuda --min-ms 50 --repeats 3
 if has bench; then

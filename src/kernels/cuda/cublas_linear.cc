@@ -1,10 +1,12 @@
 #include "kernels/cuda/cublas_linear.h"
 
 #include <cublas_v2.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <climits>
 
+#include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/model_ops.h"
 #include "util/error.h"
@@ -16,7 +18,7 @@ namespace {
   do {                                                                                                       \
     const cublasStatus_t spindle_cublas_status_ = (expr);                                                    \
     SPINDLE_CHECK(spindle_cublas_status_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error: {} ({})",                 \
-                  cublasGetStatusString(spindle_cublas_status_), #expr);                                    \
+                  cublas_api().GetStatusString(spindle_cublas_status_), #expr);                                    \
   } while (0)
 
 cudaDataType_t cuda_type(DType dtype) {
@@ -39,24 +41,25 @@ void check_int(int64_t v, const char* what) {
 
 CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     : stream_(stream), round_(allow_16bit_activations) {
+  const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
-  CUBLAS_CHECK(cublasCreate(&handle));
+  CUBLAS_CHECK(cublas.Create(&handle));
   handle_ = handle;
   try {
     // Setting the stream resets the workspace to cuBLAS's default pool: stream first.
-    CUBLAS_CHECK(cublasSetStream(handle, stream_));
+    CUBLAS_CHECK(cublas.SetStream(handle, stream_));
     workspace_.reserve(kCublasWorkspaceBytes);
-    CUBLAS_CHECK(cublasSetWorkspace(handle, workspace_.data(), workspace_.size()));
+    CUBLAS_CHECK(cublas.SetWorkspace(handle, workspace_.data(), workspace_.size()));
     // Default math: f32 products stay f32 (TF32 only with CUBLAS_TF32_TENSOR_OP_MATH).
-    CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublas.SetMathMode(handle, CUBLAS_DEFAULT_MATH));
   } catch (...) {
-    cublasDestroy(handle);
+    cublas.Destroy(handle);
     throw;
   }
 }
 
 CublasLinear::~CublasLinear() {
-  if (handle_ != nullptr) cublasDestroy(handle_);  // no throw from a destructor
+  if (handle_ != nullptr) cublas_api().Destroy(handle_);  // no throw from a destructor (loaded: handle_ exists)
 }
 
 void CublasLinear::reserve(int64_t max_rows, int64_t max_in, int64_t max_out) {
@@ -97,7 +100,7 @@ void CublasLinear::gemm(const DeviceWeight& w, const void* b, int64_t n, float* 
   check_int(n, "rows");
   const float alpha = 1.0f;
   const cudaDataType_t type = cuda_type(w.dtype);
-  CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out_features), static_cast<int>(n),
+  CUBLAS_CHECK(cublas_api().GemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.out_features), static_cast<int>(n),
                             static_cast<int>(w.in_features), &alpha, w.data, type, static_cast<int>(w.in_features), b,
                             type, static_cast<int>(w.in_features), &beta, c, CUDA_R_32F,
                             static_cast<int>(w.out_features), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -10,21 +10,23 @@
 // combines them.
 //
 // Inside a block. Each warp owns a ring of kStages shared-memory stages and streams its own
-// tiles of kStageKeys keys (warp w takes tiles w, w + num_warps, ...) with cp.async, so two
-// stages of ~8 KB of K and V are in flight per warp without holding registers. The slot of every
-// key of the chunk is looked up once into shared memory. Products run on tensor cores
-// (mma.m16n8k16, f32 accumulation) with f32-accurate inputs: q and the probabilities p are split
-// into hi + lo halves of the KV type (x = hi + lo to 2^-18 relative for bf16, better for fp16),
-// and the k dimension of each mma holds the same 8 elements twice, once against hi and once
-// against lo, so the sum is exact up to f32 rounding:
-//   scores   S   [16 heads (8 used) x 8 keys]   += [q_hi | q_lo] . [K ; K]^T   (8 dims per mma)
-//   output   O^T [16 dims x 8 heads]            += [V^T | V^T] . [P_hi ; P_lo]^T (8 keys per mma)
-// The score fragment (head lane/4, keys 2*(lane%4)+{0,1}) is exactly the B fragment the second
-// product needs, so p never leaves registers. Online softmax in log2 units, f32 throughout. At the
-// end the warps' (max, sum, O) are combined through shared memory.
+// tiles of kStageKeys = 16 keys (warp w takes tiles w, w + num_warps, ...) with cp.async, so
+// kStages - 1 tiles of K and V (8 KB each at head_dim 128) are in flight per warp without holding
+// registers. The slot of every key of the chunk is looked up once into shared memory. Products run
+// on tensor cores (mma.m16n8k16, f32 accumulation) with q and the probabilities p rounded once to
+// the KV type (as the prefill kernel does):
+//   scores   S   [16 heads (8 used) x 8 keys]  += q [heads x 16 dims] . K^T [16 dims x 8 keys]
+//   output   O^T [16 dims x 8 heads]           += V^T [16 dims x 16 keys] . P^T [16 keys x 8 heads]
+// The score fragments of two 8-key tiles (head lane/4, keys 2*(lane%4)+{0,1}, and the same + 8)
+// are exactly the B fragment of P^T, so p never leaves registers. q . K^T runs as four independent
+// accumulator chains per 16 keys (two key tiles x even/odd 32-dim groups) to hide mma latency.
+// Online softmax in log2 units, f32 throughout. At the end the warps' (max, sum, O) are combined
+// through shared memory.
 //
 // head_dim: any multiple of 8 in [8, 256], run-time, in three compiled buckets (<= 64, <= 128,
-// <= 256) per KV type. Chunk sizes: make_decode_plan.
+// <= 256) per KV type. A bucket always computes its full width: the ring columns past head_dim
+// are zeroed once and q is zero there, so no run-time branches sit in the inner loops.
+// Chunk sizes: make_decode_plan.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,6 +34,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
@@ -42,11 +46,11 @@ namespace {
 
 constexpr int kMaxWarps = 4;              // warps per split block (fewer where shared memory is small)
 constexpr int kMaxThreads = kMaxWarps * 32;
-constexpr int kStages = 3;                // cp.async ring depth per warp
 constexpr int kHeadsPerTile = 8;          // query heads per block: the n (or m) = 8 side of the mma
+constexpr int kStageKeys = 16;            // keys per ring stage: the k = 16 side of the P.V mma
 constexpr int kMinChunkKeys = 256;        // keys per split: enough to amortise a block's start-up
-constexpr int kMaxChunkKeys = 512;        // ... and small enough for many blocks per SM (short tail)
-constexpr int kChunkGranule = 128;        // chunk_keys is a multiple of every bucket's block step
+constexpr int kMaxChunkKeys = 1024;       // ... and small enough for many blocks per SM (short tail)
+constexpr int kChunkGranule = kStageKeys; // splits start on stage boundaries
 constexpr int kResidentBlocksPerSm = 2;   // split blocks one SM holds (shared memory bound, H100)
 constexpr int kTargetWaves = 4;           // aim for this many rounds of resident blocks
 constexpr int kSlotBytes = kMaxChunkKeys * 4;
@@ -57,23 +61,14 @@ constexpr float kLog2e = 1.4426950408889634f;
 // smallest bucket also takes every smaller multiple of 8). head_dim itself is a run-time value.
 template <int kMaxHeadDim>
 struct Tile {
-  static constexpr int kMaxChunks = kMaxHeadDim / 8;          // 16-byte chunks of a K/V row
-  static constexpr int kChunkGroups = kMaxChunks / 4;          // one ldmatrix.x4 reads 4 chunks
-  static constexpr int kDimTiles = kMaxChunks / 2;             // O^T m-tiles of 16 dims
-  static constexpr int kStageKeys = 2048 / kMaxHeadDim;        // keys per stage: 32, 16, 8
-  static constexpr int kKeyTiles = kStageKeys / 8;             // 8-key mma tiles per stage
+  static constexpr int kMaxChunks = kMaxHeadDim / 8;                   // 16-byte chunks of a K/V row
+  static constexpr int kDimGroups = kMaxHeadDim / 32;                  // one ldmatrix.x4 reads 4 chunks
+  static constexpr int kDimSteps = kMaxHeadDim / 16;                   // q.K k-steps = O^T m-tiles
+  static constexpr int kPitch = kMaxHeadDim + 8;                       // ring row pitch, 16-bit elements:
+                                                                       // +16 bytes spreads 8 rows over all banks
+  static constexpr int kStageElems = 2 * kStageKeys * kPitch;         // one stage: K rows, then V rows
   static constexpr int kCopiesPerLane = kStageKeys * kMaxChunks / 32;  // 16-byte copies of K per stage
-  static constexpr int kQFragBytes = kMaxChunks * 32 * 8;      // q A fragments, [kMaxChunks][32 lanes]
 };
-
-// Shared-memory row pitch of a K/V stage in 16-bit elements: room for whole 4-chunk ldmatrix
-// groups, plus 16 bytes so the 8 rows of an 8x8 matrix fall in distinct banks.
-__host__ __device__ inline int stage_row_pitch(int head_dim) { return (head_dim + 31) / 32 * 32 + 8; }
-
-// 16-bit elements of one warp's ring: kStages x {K, V} x [stage_keys][pitch].
-__host__ __device__ inline int ring_elems_per_warp(int stage_keys, int head_dim) {
-  return kStages * 2 * stage_keys * stage_row_pitch(head_dim);
-}
 
 // Floats of the end-of-block merge area (aliases the rings): o [warps][8][head_dim + 4], then the
 // warps' max [warps][8] and sum [warps][8].
@@ -147,22 +142,18 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
   }
 }
 
-// (x0, x1) -> packed hi = round(x) and lo = round(x - hi) in the KV type; x0 in the low half.
+// (x0, x1) rounded to nearest in the KV type and packed, x0 in the low half.
 template <bool kBf16>
-__device__ __forceinline__ void split_hi_lo(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+__device__ __forceinline__ uint32_t pack2(float x0, float x1) {
+  uint32_t r;
   if constexpr (kBf16) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-    const float2 hf = __bfloat1622float2(h);
-    const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
-    memcpy(&hi, &h, 4);
-    memcpy(&lo, &l, 4);
+    memcpy(&r, &h, 4);
   } else {
     const __half2 h = __floats2half2_rn(x0, x1);
-    const float2 hf = __half22float2(h);
-    const __half2 l = __floats2half2_rn(x0 - hf.x, x1 - hf.y);
-    memcpy(&hi, &h, 4);
-    memcpy(&lo, &l, 4);
+    memcpy(&r, &h, 4);
   }
+  return r;
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
@@ -176,11 +167,12 @@ __device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
 // One warp's running attention state for the block's heads. Lane l: group = l / 4, quad = l % 4.
 template <int kMaxHeadDim>
 struct WarpState {
-  const uint2* q;                                // shared [kMaxChunks][32 lanes]: A fragments
-                                                 // (q_hi, q_lo) of head `group`, dims 8c + 2*quad + {0,1}
+  uint32_t q[Tile<kMaxHeadDim>::kDimSteps][2];  // A fragment regs a0, a2 of q . K^T k-step c (a1 = a3 =
+                                                 // 0: rows 8-15): head `group`, dims 16c + 2*quad + {0,1}
+                                                 // and + 8, in log2 units, zero past head_dim
   float max_log2 = -INFINITY;                    // running max score of head `group`
   float sum = 0.0f;                              // this lane's part of the running sum, head `group`
-  float acc[Tile<kMaxHeadDim>::kDimTiles][4];    // O^T: dims 16t + group (+8), heads 2*quad + {0,1}
+  float acc[Tile<kMaxHeadDim>::kDimSteps][4];    // O^T: dims 16t + group (+8), heads 2*quad + {0,1}
 };
 
 // Where one warp's stage copies come from. Offsets are in 16-bit elements.
@@ -191,27 +183,25 @@ struct StageSource {
   const int32_t* slots;     // shared: slot of chunk key i (page * page_size + offset)
   int num_keys;             // keys of this block's chunk
   int num_chunks;           // head_dim / 8
-  int chunk_div;            // ceil(65536 / num_chunks): i / num_chunks == (i * chunk_div) >> 16, i < 256
-  int pitch;                // stage_row_pitch(head_dim)
 };
 
 // Issues the copies of keys [key0, key0 + kStageKeys) of the chunk into one stage (K rows, then V
-// rows); keys past the chunk are zero-filled.
+// rows; row pitch Tile::kPitch); keys past the chunk are zero-filled, columns past head_dim are
+// left alone.
 template <int kMaxHeadDim>
 __device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_stage, int key0, int lane) {
   using T = Tile<kMaxHeadDim>;
-  uint16_t* v_stage = k_stage + T::kStageKeys * src.pitch;
-  const int num_copies = T::kStageKeys * src.num_chunks;
+  uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
 #pragma unroll
   for (int j = 0; j < T::kCopiesPerLane; ++j) {
     const int i = lane + 32 * j;
-    if (i < num_copies) {
-      const int row = (i * src.chunk_div) >> 16;
-      const int chunk = i - row * src.num_chunks;
+    const int row = i / T::kMaxChunks;
+    const int chunk = i % T::kMaxChunks;
+    if (chunk < src.num_chunks) {
       const int key = key0 + row;
       const bool valid = key < src.num_keys;
       const int64_t offset = valid ? int64_t{src.slots[key]} * src.slot_pitch + chunk * 8 : 0;
-      const int dst = row * src.pitch + chunk * 8;
+      const int dst = row * T::kPitch + chunk * 8;
       cp_async_16(k_stage + dst, src.k + offset, valid);
       cp_async_16(v_stage + dst, src.v + offset, valid);
     }
@@ -222,42 +212,43 @@ __device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_
 // num_keys) and folds them into the warp state.
 template <int kMaxHeadDim, bool kBf16>
 __device__ __forceinline__ void attend_stage(WarpState<kMaxHeadDim>& st, const uint16_t* k_stage, int key0,
-                                             int num_keys, int num_chunks, int pitch, int lane) {
+                                             int num_keys, int lane) {
   using T = Tile<kMaxHeadDim>;
-  const uint16_t* v_stage = k_stage + T::kStageKeys * pitch;
+  const uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
   const int quad = lane & 3;
-  const int ld_offset = (lane & 7) * pitch + (lane >> 3) * 8;  // row lane%8 of matrix (chunk) lane/8
 
-  // s[n]: scores of head `group` (rows 8-15 unused), keys key0 + 8n + 2*quad + {0,1}.
-  float s[T::kKeyTiles][4];
+  // s[n][h]: partial scores of head `group` (rows 8-15 unused), keys key0 + 8n + 2*quad + {0,1},
+  // over the 32-dim groups of parity h.
+  float s[2][2][4];
 #pragma unroll
-  for (int n = 0; n < T::kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  for (int n = 0; n < 2; ++n) {
 #pragma unroll
-  for (int g = 0; g < T::kChunkGroups; ++g) {
-    if (4 * g < num_chunks) {
-      uint2 q[4];  // q[e]: A fragment (hi, lo) of chunk 4g + e
+    for (int h = 0; h < 2; ++h) s[n][h][0] = s[n][h][1] = s[n][h][2] = s[n][h][3] = 0.0f;
+  }
+  // ldmatrix.x4 of key tile n, dim group g: matrix e = chunk 4g + e, rows = keys 8n + 0..7, so
+  // k[0], k[1] are the B fragment of k-step 2g and k[2], k[3] that of k-step 2g + 1.
+  const uint16_t* k_rows = k_stage + (lane & 7) * T::kPitch + (lane >> 3) * 8;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) q[e] = st.q[(4 * g + e) * 32 + lane];
+  for (int g = 0; g < T::kDimGroups; ++g) {
 #pragma unroll
-      for (int n = 0; n < T::kKeyTiles; ++n) {
-        uint32_t k[4];  // k[e]: B fragment of keys 8n.., dims of chunk 4g + e
-        ldmatrix_x4(k, k_stage + ld_offset + 8 * n * pitch + 32 * g);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (4 * g + e < num_chunks) mma_16816<kBf16>(s[n], q[e].x, 0u, q[e].y, 0u, k[e], k[e]);
-        }
-      }
+    for (int n = 0; n < 2; ++n) {
+      uint32_t k[4];
+      ldmatrix_x4(k, k_rows + 8 * n * T::kPitch + 32 * g);
+      mma_16816<kBf16>(s[n][g & 1], st.q[2 * g][0], 0u, st.q[2 * g][1], 0u, k[0], k[1]);
+      mma_16816<kBf16>(s[n][g & 1], st.q[2 * g + 1][0], 0u, st.q[2 * g + 1][1], 0u, k[2], k[3]);
     }
   }
 
   // Online softmax (log2 units) over this stage; every lane of a group sees the same max.
+  float x[2][2];  // x[n][e]: score of key key0 + 8n + 2*quad + e
   float stage_max = -INFINITY;
 #pragma unroll
-  for (int n = 0; n < T::kKeyTiles; ++n) {
+  for (int n = 0; n < 2; ++n) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      if (key0 + 8 * n + 2 * quad + e >= num_keys) s[n][e] = -INFINITY;
-      stage_max = fmaxf(stage_max, s[n][e]);
+      x[n][e] = s[n][0][e] + s[n][1][e];
+      if (key0 + 8 * n + 2 * quad + e >= num_keys) x[n][e] = -INFINITY;
+      stage_max = fmaxf(stage_max, x[n][e]);
     }
   }
   stage_max = fmaxf(stage_max, __shfl_xor_sync(0xffffffffu, stage_max, 1));
@@ -266,41 +257,36 @@ __device__ __forceinline__ void attend_stage(WarpState<kMaxHeadDim>& st, const u
   const float alpha = fast_exp2(st.max_log2 - new_max);  // 0 on the first stage
   st.max_log2 = new_max;
 
-  uint32_t p[T::kKeyTiles][2];  // B fragments of P^T: keys 8n + 2*quad + {0,1}, head `group`: hi, lo
-  float stage_sum = 0.0f;
+  float p[2][2];
 #pragma unroll
-  for (int n = 0; n < T::kKeyTiles; ++n) {
-    const float p0 = fast_exp2(s[n][0] - new_max);
-    const float p1 = fast_exp2(s[n][1] - new_max);
-    stage_sum += p0 + p1;
-    split_hi_lo<kBf16>(p0, p1, p[n][0], p[n][1]);
+  for (int n = 0; n < 2; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) p[n][e] = fast_exp2(x[n][e] - new_max);
   }
-  st.sum = st.sum * alpha + stage_sum;
+  st.sum = st.sum * alpha + ((p[0][0] + p[0][1]) + (p[1][0] + p[1][1]));
+  // B fragment of P^T: (keys 2*quad + {0,1}, head group), (keys 8 + 2*quad + {0,1}, head group).
+  const uint32_t b0 = pack2<kBf16>(p[0][0], p[0][1]);
+  const uint32_t b1 = pack2<kBf16>(p[1][0], p[1][1]);
 
   // acc columns are heads 2*quad and 2*quad + 1, whose alphas live in lanes 8*quad and 8*quad + 4.
   const float alpha_even = __shfl_sync(0xffffffffu, alpha, 8 * quad);
   const float alpha_odd = __shfl_sync(0xffffffffu, alpha, 8 * quad + 4);
 #pragma unroll
-  for (int t = 0; t < T::kDimTiles; ++t) {
+  for (int t = 0; t < T::kDimSteps; ++t) {
     st.acc[t][0] *= alpha_even;
     st.acc[t][1] *= alpha_odd;
     st.acc[t][2] *= alpha_even;
     st.acc[t][3] *= alpha_odd;
   }
 
-  // O^T += V^T . P^T; ldmatrix.trans of chunks 4g..4g+3 gives the A fragments (dims x keys) of
-  // dim tiles 2g (chunks 4g, 4g+1) and 2g + 1. Rows past head_dim hold junk and are never stored.
+  // O^T += V^T . P^T; ldmatrix.trans of (keys 0-7 | 8-15) x (dims 16t + 0-7 | 8-15) gives the A
+  // fragment of dim tile t: matrix e holds keys 8*(e/2) + 0..7, dims 16t + 8*(e%2) + 0..7.
+  const uint16_t* v_rows = v_stage + ((lane & 7) + ((lane >> 4) << 3)) * T::kPitch + ((lane >> 3) & 1) * 8;
 #pragma unroll
-  for (int g = 0; g < T::kChunkGroups; ++g) {
-    if (4 * g < num_chunks) {
-#pragma unroll
-      for (int n = 0; n < T::kKeyTiles; ++n) {
-        uint32_t v[4];
-        ldmatrix_x4_trans(v, v_stage + ld_offset + 8 * n * pitch + 32 * g);
-        mma_16816<kBf16>(st.acc[2 * g], v[0], v[1], v[0], v[1], p[n][0], p[n][1]);
-        if (4 * g + 2 < num_chunks) mma_16816<kBf16>(st.acc[2 * g + 1], v[2], v[3], v[2], v[3], p[n][0], p[n][1]);
-      }
-    }
+  for (int t = 0; t < T::kDimSteps; ++t) {
+    uint32_t v[4];
+    ldmatrix_x4_trans(v, v_rows + 16 * t);
+    mma_16816<kBf16>(st.acc[t], v[0], v[1], v[2], v[3], b0, b1);
   }
 }
 
@@ -330,7 +316,7 @@ __device__ __forceinline__ void finish_block(const SplitParams& p, WarpState<kMa
   float* o_even = merge_o + (warp * kHeadsPerTile + 2 * quad) * o_pitch;
   float* o_odd = o_even + o_pitch;
 #pragma unroll
-  for (int t = 0; t < T::kDimTiles; ++t) {
+  for (int t = 0; t < T::kDimSteps; ++t) {
     const int d = 16 * t + group;
     if (d < head_dim) {
       o_even[d] = st.acc[t][0];
@@ -366,15 +352,34 @@ __device__ __forceinline__ void finish_block(const SplitParams& p, WarpState<kMa
   }
 }
 
+// Loads the A fragments of q (see WarpState::q) of head head0 + group, scaled into log2 units;
+// zero for padding heads (group >= heads_in_tile) and dims past head_dim.
+template <int kMaxHeadDim, bool kBf16>
+__device__ __forceinline__ void load_q(WarpState<kMaxHeadDim>& st, const SplitParams& p, int row, int head0,
+                                       int heads_in_tile, int lane) {
+  using T = Tile<kMaxHeadDim>;
+  const int group = lane >> 2, quad = lane & 3;
+  const float* q = p.q + (int64_t{row} * p.num_heads + head0 + group) * p.head_dim;
+#pragma unroll
+  for (int c = 0; c < T::kDimSteps; ++c) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int d = 16 * c + 8 * half + 2 * quad;  // head_dim % 8 == 0: d < head_dim covers d + 1
+      float2 v = make_float2(0.0f, 0.0f);
+      if (group < heads_in_tile && d < p.head_dim) v = *reinterpret_cast<const float2*>(q + d);
+      st.q[c][half] = pack2<kBf16>(v.x * p.scale_log2, v.y * p.scale_log2);
+    }
+  }
+}
+
 // Grid (num_kv_heads * num_head_tiles, num_splits, num_sequences); blockDim.x = 32 * num_warps.
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
-template <int kMaxHeadDim, bool kBf16>
+template <int kMaxHeadDim, bool kBf16, int kStages>
 __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(const SplitParams p) {
   using T = Tile<kMaxHeadDim>;
   extern __shared__ __align__(16) unsigned char smem[];
-  int32_t* slots = reinterpret_cast<int32_t*>(smem);                     // [kMaxChunkKeys]
-  uint2* q_frags = reinterpret_cast<uint2*>(smem + kSlotBytes);          // [kMaxChunks][32 lanes]
-  uint16_t* rings = reinterpret_cast<uint16_t*>(smem + kSlotBytes + T::kQFragBytes);  // ring_elems_per_warp each
+  int32_t* slots = reinterpret_cast<int32_t*>(smem);                    // [kMaxChunkKeys]
+  uint16_t* rings = reinterpret_cast<uint16_t*>(smem + kSlotBytes);    // [warps][kStages][T::kStageElems]
 
   const int head_tile = blockIdx.x % p.num_head_tiles;
   const int kv_head = blockIdx.x / p.num_head_tiles;
@@ -394,6 +399,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
   const int num_chunks = head_dim / 8;
   const int head0 = kv_head * p.group_size + head_tile * kHeadsPerTile;
   const int heads_in_tile = min(kHeadsPerTile, p.group_size - head_tile * kHeadsPerTile);
+  uint16_t* ring = rings + warp * kStages * T::kStageElems;
 
   // Slots of the chunk's keys: one page-table read per key, once per block.
   const int32_t* table = p.page_tables + seq.page_table_offset;
@@ -401,26 +407,15 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
     const int t = key_begin + i;
     slots[i] = table[t / p.page_size] * p.page_size + t % p.page_size;
   }
-
-  // q fragments: entry (c, l) holds q_hi, q_lo of head head0 + l/4 (zero for padding heads), dims
-  // 8c + 2*(l%4) + {0,1}, pre-scaled into log2 units.
-  for (int i = threadIdx.x; i < T::kMaxChunks * 32; i += blockDim.x) {
-    const int c = i >> 5, h = (i & 31) >> 2;
-    float2 v = make_float2(0.0f, 0.0f);
-    if (h < heads_in_tile && c < num_chunks) {
-      v = *reinterpret_cast<const float2*>(p.q + (int64_t{row} * p.num_heads + head0 + h) * head_dim + 8 * c +
-                                           2 * (i & 3));
+  // Ring columns [head_dim, kMaxHeadDim) are read by the full-width products but never copied.
+  if (num_chunks < T::kMaxChunks) {
+    const int pad_chunks = T::kMaxChunks - num_chunks;
+    for (int i = lane; i < kStages * 2 * kStageKeys * pad_chunks; i += 32) {
+      const int r = i / pad_chunks;
+      *reinterpret_cast<uint4*>(ring + r * T::kPitch + 8 * (num_chunks + i % pad_chunks)) = make_uint4(0, 0, 0, 0);
     }
-    uint2 f;
-    split_hi_lo<kBf16>(v.x * p.scale_log2, v.y * p.scale_log2, f.x, f.y);
-    q_frags[i] = f;
   }
-
-  WarpState<kMaxHeadDim> st;
-  st.q = q_frags;
-#pragma unroll
-  for (int t = 0; t < T::kDimTiles; ++t) st.acc[t][0] = st.acc[t][1] = st.acc[t][2] = st.acc[t][3] = 0.0f;
-  __syncthreads();  // slots, q_frags
+  __syncthreads();  // slots (the pad columns are this warp's own)
 
   StageSource src;
   src.k = p.k_pages + int64_t{kv_head} * head_dim;
@@ -429,31 +424,33 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
   src.slots = slots;
   src.num_keys = num_keys;
   src.num_chunks = num_chunks;
-  src.chunk_div = (65536 + num_chunks - 1) / num_chunks;
-  src.pitch = stage_row_pitch(head_dim);
-  const int stage_elems = 2 * T::kStageKeys * src.pitch;
-  uint16_t* ring = rings + warp * ring_elems_per_warp(T::kStageKeys, head_dim);
 
   // This warp's tiles: w, w + num_warps, ... of the chunk's ceil(num_keys / kStageKeys).
-  const int num_tiles = (num_keys + T::kStageKeys - 1) / T::kStageKeys;
+  const int num_tiles = (num_keys + kStageKeys - 1) / kStageKeys;
   const int my_tiles = warp < num_tiles ? (num_tiles - warp + num_warps - 1) / num_warps : 0;
-  const int first_key = warp * T::kStageKeys;     // of this warp's tile 0
-  const int tile_step = num_warps * T::kStageKeys;  // keys from one of its tiles to the next
+  const int first_key = warp * kStageKeys;        // of this warp's tile 0
+  const int tile_step = num_warps * kStageKeys;   // keys from one of its tiles to the next
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < my_tiles) issue_stage<kMaxHeadDim>(src, ring + s * stage_elems, first_key + s * tile_step, lane);
+    if (s < my_tiles) issue_stage<kMaxHeadDim>(src, ring + s * T::kStageElems, first_key + s * tile_step, lane);
     cp_async_commit();
   }
+
+  WarpState<kMaxHeadDim> st;  // q is read while the first stages are in flight
+  load_q<kMaxHeadDim, kBf16>(st, p, row, head0, heads_in_tile, lane);
+#pragma unroll
+  for (int t = 0; t < T::kDimSteps; ++t) st.acc[t][0] = st.acc[t][1] = st.acc[t][2] = st.acc[t][3] = 0.0f;
+
   for (int i = 0; i < my_tiles; ++i) {
     cp_async_wait<kStages - 2>();  // this lane's copies of tile i have landed
     __syncwarp();                  // ... and every lane's; stage (i - 1) % kStages is no longer read
     const int next = i + kStages - 1;
     if (next < my_tiles) {
-      issue_stage<kMaxHeadDim>(src, ring + (next % kStages) * stage_elems, first_key + next * tile_step, lane);
+      issue_stage<kMaxHeadDim>(src, ring + (next % kStages) * T::kStageElems, first_key + next * tile_step, lane);
     }
     cp_async_commit();  // one group per iteration, empty or not, keeps wait_group's count right
-    attend_stage<kMaxHeadDim, kBf16>(st, ring + (i % kStages) * stage_elems, first_key + i * tile_step, num_keys,
-                                     num_chunks, src.pitch, lane);
+    attend_stage<kMaxHeadDim, kBf16>(st, ring + (i % kStages) * T::kStageElems, first_key + i * tile_step,
+                                     num_keys, lane);
   }
   cp_async_wait<0>();
   __syncthreads();  // rings become the merge area
@@ -524,6 +521,24 @@ __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const
 
 // ---- host side --------------------------------------------------------------------------------
 
+// TEMPORARY (tuning experiment, removed before commit): SPINDLE_DECODE_TUNING="warps,stages,max_chunk"
+// overrides the head_dim-128 bucket's block shape and the largest split.
+struct DecodeTuning {
+  int num_warps = kMaxWarps;
+  int stages = 3;
+  int max_chunk_keys = kMaxChunkKeys;
+};
+const DecodeTuning& decode_tuning() {
+  static const DecodeTuning tuning = [] {
+    DecodeTuning t;
+    if (const char* s = std::getenv("SPINDLE_DECODE_TUNING")) {
+      std::sscanf(s, "%d,%d,%d", &t.num_warps, &t.stages, &t.max_chunk_keys);
+    }
+    return t;
+  }();
+  return tuning;
+}
+
 // How a batch is cut into blocks; a pure function of the launch, shared by the workspace size and
 // the launch.
 struct DecodePlan {
@@ -532,6 +547,10 @@ struct DecodePlan {
   int num_splits = 1;      // of the longest sequence
 };
 
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Enough splits for kTargetWaves rounds of resident blocks, each of [kMinChunkKeys, kMaxChunkKeys]
+// keys, then the longest sequence's keys spread evenly over that many splits (no tiny last split).
 DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
   DecodePlan plan;
   const int group_size = a.num_heads / std::max(1, a.num_kv_heads);
@@ -540,10 +559,12 @@ DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
   const int64_t target_blocks = int64_t{std::max(1, a.num_sms)} * kResidentBlocksPerSm * kTargetWaves;
   const int64_t wanted_splits = std::max<int64_t>(1, (target_blocks + pairs - 1) / pairs);
   const int64_t max_kv_len = std::max(1, a.batch.max_kv_len);
-  int64_t chunk = (max_kv_len + wanted_splits - 1) / wanted_splits;
-  chunk = (chunk + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
-  plan.chunk_keys = static_cast<int>(std::clamp<int64_t>(chunk, kMinChunkKeys, kMaxChunkKeys));
-  plan.num_splits = static_cast<int>((max_kv_len + plan.chunk_keys - 1) / plan.chunk_keys);
+  const int64_t max_chunk = std::clamp(decode_tuning().max_chunk_keys / kChunkGranule * kChunkGranule,
+                                       kMinChunkKeys, kMaxChunkKeys);
+  const int64_t chunk = std::clamp<int64_t>(round_up((max_kv_len + wanted_splits - 1) / wanted_splits, kChunkGranule),
+                                            kMinChunkKeys, max_chunk);
+  plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
+  plan.chunk_keys = static_cast<int>(round_up((max_kv_len + plan.num_splits - 1) / plan.num_splits, kChunkGranule));
   return plan;
 }
 
@@ -564,24 +585,26 @@ int max_block_smem_bytes() {
   return cached_bytes;
 }
 
-// slots + q fragments + max(rings, merge area); the layout of flash_decode_split_kernel.
-template <int kMaxHeadDim>
+// slots + max(rings, merge area); the layout of flash_decode_split_kernel.
+template <int kMaxHeadDim, int kStages>
 size_t split_kernel_smem_bytes(int head_dim, int num_warps) {
-  using T = Tile<kMaxHeadDim>;
-  const size_t rings = size_t{2} * num_warps * ring_elems_per_warp(T::kStageKeys, head_dim);
+  const size_t rings = sizeof(uint16_t) * num_warps * kStages * Tile<kMaxHeadDim>::kStageElems;
   const size_t merge = sizeof(float) * merge_floats(num_warps, head_dim);
-  return kSlotBytes + T::kQFragBytes + std::max(rings, merge);
+  return kSlotBytes + std::max(rings, merge);
 }
 
-template <int kMaxHeadDim, bool kBf16>
-void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
+template <int kMaxHeadDim, bool kBf16, int kStages>
+void launch_split_kernel(const SplitParams& p, dim3 grid, int max_warps, cudaStream_t stream) {
   const int limit = max_block_smem_bytes();
-  int num_warps = kMaxWarps;
-  while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps) > size_t(limit)) --num_warps;
-  const size_t smem = split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps);
+  int num_warps = max_warps;
+  while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim, kStages>(p.head_dim, num_warps) > size_t(limit)) {
+    --num_warps;
+  }
+  const size_t smem = split_kernel_smem_bytes<kMaxHeadDim, kStages>(p.head_dim, num_warps);
   if (smem > size_t(limit)) fail("flash_decode: not enough shared memory per block on this device");
-  auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16>;
+  auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16, kStages>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   kernel<<<grid, 32 * num_warps, smem, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
@@ -589,11 +612,19 @@ void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
 template <bool kBf16>
 void launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
   if (p.head_dim <= 64) {
-    launch_split_kernel<64, kBf16>(p, grid, stream);
+    launch_split_kernel<64, kBf16, 3>(p, grid, kMaxWarps, stream);
   } else if (p.head_dim <= 128) {
-    launch_split_kernel<128, kBf16>(p, grid, stream);
+    const DecodeTuning& t = decode_tuning();
+    const int warps = std::clamp(t.num_warps, 1, kMaxWarps);
+    if (kBf16 && t.stages == 4) {
+      launch_split_kernel<128, kBf16, 4>(p, grid, warps, stream);
+    } else if (kBf16 && t.stages == 6) {
+      launch_split_kernel<128, kBf16, 6>(p, grid, warps, stream);
+    } else {
+      launch_split_kernel<128, kBf16, 3>(p, grid, warps, stream);
+    }
   } else {
-    launch_split_kernel<256, kBf16>(p, grid, stream);
+    launch_split_kernel<256, kBf16, 3>(p, grid, kMaxWarps, stream);
   }
 }
 

@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
@@ -46,7 +47,7 @@ namespace {
 constexpr int kBlockM = 128;  // query rows per block
 constexpr float kLog2E = 1.4426950408889634f;
 
-template <int kHeadDimT, int kWarpMTilesT>
+template <int kHeadDimT, int kWarpMTilesT, bool kOverlapT = false>
 struct PrefillTile {
   static constexpr int kHeadDim = kHeadDimT;
   static constexpr int kWarpMTiles = kWarpMTilesT;  // m16 row tiles per warp
@@ -57,6 +58,11 @@ struct PrefillTile {
   static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;  // keys per K/V tile
   static constexpr int kKeyTiles = kBlockN / 8;              // n8 tiles of S
   static constexpr bool kQInRegisters = kWarpMTiles == 1 && kHeadDim <= 128;
+  // Overlap: S of key tile j + 1 is computed in the same stretch of code as the softmax and P V of
+  // tile j (independent instructions for the scheduler); needs Q in registers and a third stage.
+  static constexpr bool kOverlap = kOverlapT;
+  static_assert(!kOverlap || kQInRegisters, "overlap keeps Q in registers");
+  static constexpr int kStages = kOverlap ? 3 : 2;
   // Two blocks per SM where the state fits in the halved register budget without spills (ptxas -v).
   static constexpr int kMinBlocksPerSm = (kWarpMTiles == 2 || kHeadDim <= 64) ? 2 : 1;
   static constexpr int kRowStride = kHeadDim + 8;  // shared row pitch in elements (odd number of 16 B)
@@ -69,11 +75,11 @@ struct PrefillTile {
   static constexpr int kQBytes = kBlockM * kRowStride * 2;
   static constexpr int kKvTileBytes = kBlockN * kRowStride * 2;  // one K or V tile
   static constexpr int kStageBytes = 2 * kKvTileBytes;           // K tile, then V tile
-  // Q in registers: its shared staging area is stage 1, first written after the main loop's first
-  // barrier, when every warp holds its Q fragments.
-  static_assert(!kQInRegisters || kQBytes <= kStageBytes, "Q staging must fit in stage 1");
-  static constexpr int kQOffsetBytes = kQInRegisters ? kStageBytes : 2 * kStageBytes;
-  static constexpr size_t kSharedBytes = 2 * kStageBytes + (kQInRegisters ? 0 : kQBytes);
+  // Q in registers: its shared staging area is the last stage, first written after every warp
+  // holds its Q fragments (the prologue's copies fill the other stages).
+  static_assert(!kQInRegisters || kQBytes <= kStageBytes, "Q staging must fit in one stage");
+  static constexpr int kQOffsetBytes = kQInRegisters ? (kStages - 1) * kStageBytes : kStages * kStageBytes;
+  static constexpr size_t kSharedBytes = kStages * kStageBytes + (kQInRegisters ? 0 : kQBytes);
 };
 
 // Where key `key` of a sequence lives. The table index is clamped so the load is always in
@@ -107,26 +113,39 @@ __device__ __forceinline__ void issue_kv_row(uint32_t k_dst, uint32_t v_dst, con
   }
 }
 
-// Q rows [q_row0, q_row0 + num_q_rows) of `head`, rounded to the KV type, into q_smem
-// [kBlockM][kRowStride]; rows past num_q_rows are zero.
+// Q rows [q_row0, q_row0 + num_q_rows) of `head`, times q_scale (scale * log2(e), so that Q K^T
+// comes out in the log2 domain of the softmax) and rounded to the KV type, into q_smem
+// [kBlockM][kRowStride]; rows past num_q_rows are zero. All of a thread's loads are issued before
+// the first conversion.
 template <typename Tile, bool kBf16>
 __device__ __forceinline__ void load_q_tile(uint16_t* q_smem, const float* q, int64_t row_pitch, int head,
-                                            int q_row0, int num_q_rows) {
+                                            int q_row0, int num_q_rows, float q_scale) {
   constexpr int kVecsPerRow = Tile::kHeadDim / 4;  // float4 per row
   constexpr int kIters = kBlockM * kVecsPerRow / Tile::kThreads;
   static_assert(kBlockM * kVecsPerRow % Tile::kThreads == 0);
-#pragma unroll 8
-  for (int i = 0; i < kIters; ++i) {
-    const int index = threadIdx.x + i * Tile::kThreads;
-    const int row = index / kVecsPerRow;
-    const int vec = index % kVecsPerRow;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (row < num_q_rows) {
-      const float* src = q + (int64_t{q_row0} + row) * row_pitch + int64_t{head} * Tile::kHeadDim;
-      v = __ldg(reinterpret_cast<const float4*>(src) + vec);
+  constexpr int kBatch = kIters < 16 ? kIters : 16;  // loads in flight per thread
+  static_assert(kIters % kBatch == 0);
+#pragma unroll 1
+  for (int i0 = 0; i0 < kIters; i0 += kBatch) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int index = threadIdx.x + (i0 + i) * Tile::kThreads;
+      const int row = index / kVecsPerRow;
+      v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (row < num_q_rows) {
+        const float* src = q + (int64_t{q_row0} + row) * row_pitch + int64_t{head} * Tile::kHeadDim;
+        v[i] = __ldg(reinterpret_cast<const float4*>(src) + index % kVecsPerRow);
+      }
     }
-    const uint2 packed = make_uint2(mma::pack2<kBf16>(v.x, v.y), mma::pack2<kBf16>(v.z, v.w));
-    *reinterpret_cast<uint2*>(q_smem + row * Tile::kRowStride + vec * 4) = packed;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int index = threadIdx.x + (i0 + i) * Tile::kThreads;
+      const uint2 packed = make_uint2(mma::pack2<kBf16>(v[i].x * q_scale, v[i].y * q_scale),
+                                      mma::pack2<kBf16>(v[i].z * q_scale, v[i].w * q_scale));
+      *reinterpret_cast<uint2*>(q_smem + (index / kVecsPerRow) * Tile::kRowStride + (index % kVecsPerRow) * 4) =
+          packed;
+    }
   }
 }
 
@@ -189,12 +208,19 @@ __device__ __forceinline__ void mask_scores(float (&s)[kKeyTiles][4], int key0, 
   }
 }
 
+// Lazy rescaling: a row's running max is raised only when a tile's max exceeds it by more than
+// this (log2 domain), so that most key tiles leave O alone. Probabilities then stay below 2^8,
+// harmless in the f32 sums and in the bf16/f16 P (relative rounding is the same at any scale).
+constexpr float kRaiseThreshold = 8.0f;
+
 // One online-softmax step on the log2-domain scores s of one m16 row tile (rows group and
-// group + 8): s becomes exp2(s - new max), the running max and this lane's partial row sums are
-// updated, and `rescale` is what the earlier accumulator rows must be multiplied by. A row whose
-// scores are all -inf so far keeps max -inf and gets p = 0 and rescale = 0, never NaN.
-template <int kKeyTiles>
-__device__ __forceinline__ void softmax_step(float (&s)[kKeyTiles][4], float (&row_max)[2], float (&row_sum)[2],
+// group + 8): s becomes exp2(s - running max) and this lane's partial row sums are updated.
+// Returns (warp-uniform) whether a running max was raised; then `rescale` is what the earlier
+// accumulator rows must be multiplied by, otherwise it is 1 and O needs nothing. kLazy: raise
+// only past kRaiseThreshold (above); otherwise on every tile. A row whose scores are all -inf so
+// far keeps max -inf and gets p = 0 and rescale = 0, never NaN.
+template <int kKeyTiles, bool kLazy>
+__device__ __forceinline__ bool softmax_step(float (&s)[kKeyTiles][4], float (&row_max)[2], float (&row_sum)[2],
                                              float (&rescale)[2]) {
   float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -202,16 +228,27 @@ __device__ __forceinline__ void softmax_step(float (&s)[kKeyTiles][4], float (&r
     tile_max[0] = fmaxf(tile_max[0], fmaxf(s[n][0], s[n][1]));
     tile_max[1] = fmaxf(tile_max[1], fmaxf(s[n][2], s[n][3]));
   }
-  float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // The 4 lanes of a quad hold one row between them.
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    const float new_max = fmaxf(row_max[r], tile_max[r]);
-    base[r] = new_max == -INFINITY ? 0.0f : new_max;
-    rescale[r] = mma::fast_exp2(row_max[r] - base[r]);
-    row_max[r] = new_max;
+  }
+  bool raise = true;
+  if constexpr (kLazy) {
+    raise = __any_sync(0xffffffffu, tile_max[0] > row_max[0] + kRaiseThreshold ||
+                                        tile_max[1] > row_max[1] + kRaiseThreshold);
+  }
+  float base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    rescale[r] = 1.0f;
+    if (raise) {
+      const float new_max = fmaxf(row_max[r], tile_max[r]);
+      rescale[r] = mma::fast_exp2(row_max[r] - (new_max == -INFINITY ? 0.0f : new_max));
+      row_max[r] = new_max;
+    }
+    base[r] = row_max[r] == -INFINITY ? 0.0f : row_max[r];
   }
   float tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -224,6 +261,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[kKeyTiles][4], float (&r
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) row_sum[r] = row_sum[r] * rescale[r] + tile_sum[r];
+  return raise;
 }
 
 // The probabilities of one m16 row tile (C layout of S, f32) rounded into the A fragments of
@@ -291,31 +329,40 @@ struct RowMask {
   bool causal;
 };
 
-// Folds one K/V tile (keys key0.. of the stage at k_lane / v_lane) into the warp's state.
-template <typename Tile, bool kBf16, int kQRegSteps>
-__device__ __forceinline__ void attend_key_tile(WarpState<Tile>& state, const uint32_t (&q_frag)[kQRegSteps][4],
-                                                uint32_t q_lane, uint32_t k_lane, uint32_t v_lane, int key0,
-                                                bool needs_mask, const RowMask& mask, int quad, float scale_log2) {
-  float s[Tile::kWarpMTiles][Tile::kKeyTiles][4];
-  compute_scores<Tile, kBf16>(s, q_frag, q_lane, k_lane);
+// Masks the warp's scores s of the key tile starting at key0 (needed only on tiles that reach past
+// the limit of the warp's first row).
+template <typename Tile>
+__device__ __forceinline__ void mask_tile(float (&s)[Tile::kWarpMTiles][Tile::kKeyTiles][4], int key0,
+                                          const RowMask& mask, int quad) {
+#pragma unroll
+  for (int m = 0; m < Tile::kWarpMTiles; ++m) {
+    mask_scores(s[m], key0, quad, mask.first_row_pos + m * 16, mask.causal, mask.kv_len);
+  }
+}
+
+// Folds the log2-domain scores s of the key tile starting at key0 into the warp's state: masking
+// (when needs_mask), online softmax, rescale of O where a running max moved, O += P V with V from
+// the stage at v_lane. (Each row tile is masked just before its softmax: masking all of them
+// first costs registers.)
+template <typename Tile, bool kBf16, bool kLazy>
+__device__ __forceinline__ void fold_scores(WarpState<Tile>& state, float (&s)[Tile::kWarpMTiles][Tile::kKeyTiles][4],
+                                            uint32_t v_lane, int key0, bool needs_mask, const RowMask& mask,
+                                            int quad) {
   uint32_t p_frag[Tile::kWarpMTiles][Tile::kKeySteps][4];
 #pragma unroll
   for (int m = 0; m < Tile::kWarpMTiles; ++m) {
-#pragma unroll
-    for (int n = 0; n < Tile::kKeyTiles; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[m][n][e] *= scale_log2;
-    }
     if (needs_mask) mask_scores(s[m], key0, quad, mask.first_row_pos + m * 16, mask.causal, mask.kv_len);
     float rescale[2];
-    softmax_step(s[m], state.row_max[m], state.row_sum[m], rescale);
+    const bool moved = softmax_step<Tile::kKeyTiles, kLazy>(s[m], state.row_max[m], state.row_sum[m], rescale);
     pack_probabilities<Tile::kKeyTiles, kBf16>(p_frag[m], s[m]);
+    if (moved) {
 #pragma unroll
-    for (int d = 0; d < Tile::kHeadDim / 8; ++d) {
-      state.o[m][d][0] *= rescale[0];
-      state.o[m][d][1] *= rescale[0];
-      state.o[m][d][2] *= rescale[1];
-      state.o[m][d][3] *= rescale[1];
+      for (int d = 0; d < Tile::kHeadDim / 8; ++d) {
+        state.o[m][d][0] *= rescale[0];
+        state.o[m][d][1] *= rescale[0];
+        state.o[m][d][2] *= rescale[1];
+        state.o[m][d][3] *= rescale[1];
+      }
     }
   }
   accumulate_pv<Tile, kBf16>(state.o, p_frag, v_lane);
@@ -346,10 +393,11 @@ __device__ __forceinline__ void store_rows(const WarpState<Tile>& state, float* 
   }
 }
 
-template <typename Tile, bool kBf16>
+template <typename Tile, bool kBf16, bool kLazy>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     flash_prefill_kernel(const PagedLayerLaunch a) {
   constexpr int kHeadDim = Tile::kHeadDim;
+  constexpr int kBlockN = Tile::kBlockN;
   constexpr int kStageBytes = Tile::kStageBytes;
 
   const DeviceSequence seq = a.batch.sequences[blockIdx.y];
@@ -370,7 +418,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int first_pos = seq.num_cached_tokens + m0;  // position of the block's row 0
   const int kv_len = seq.num_cached_tokens + seq.num_new_tokens;
   const int kv_end = causal ? first_pos + num_q_rows : kv_len;  // keys any row of the block sees
-  const int num_kv_tiles = (kv_end + Tile::kBlockN - 1) / Tile::kBlockN;
+  const int num_kv_tiles = (kv_end + kBlockN - 1) / kBlockN;
   const int32_t* table = a.batch.page_tables + seq.page_table_offset;
   const int64_t row_pitch = int64_t{a.num_heads} * kHeadDim;  // q and out
   const int64_t token_pitch = int64_t{a.num_kv_heads} * kHeadDim;
@@ -392,11 +440,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
                        k_pages, v_pages, loc, a.page_size, token_pitch, kv_head_offset, copy_part);
   };
 
-  // Prologue: K/V tile 0 in flight, the table entry of tile 1 requested, Q staged.
-  issue_tile(0, locate_key(table, copy_row, kv_len, a.page_size));
-  mma::cp_async_commit();
-  KeyLocation next_loc = locate_key(table, Tile::kBlockN + copy_row, kv_len, a.page_size);
-  load_q_tile<Tile, kBf16>(q_smem, a.q, row_pitch, head, q_row0, num_q_rows);
+  // Prologue: K/V tiles 0 .. kStages - 2 in flight (one commit group each), the table entry of the
+  // next tile requested, Q staged.
+#pragma unroll
+  for (int t = 0; t + 1 < Tile::kStages; ++t) {
+    issue_tile(t, locate_key(table, t * kBlockN + copy_row, kv_len, a.page_size));
+    mma::cp_async_commit();
+  }
+  KeyLocation next_loc = locate_key(table, (Tile::kStages - 1) * kBlockN + copy_row, kv_len, a.page_size);
+  load_q_tile<Tile, kBf16>(q_smem, a.q, row_pitch, head, q_row0, num_q_rows, a.scale * kLog2E);
 
   // ldmatrix lane addresses (bytes). Q (A, row tile 0): row warp_row0 + lane%16, dims (lane/16)*8.
   // K (B of Q K^T, non-trans): key (lane/16)*8 + lane%8, dims ((lane/8)%2)*8.
@@ -406,37 +458,74 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const uint32_t k_lane = k_base + (((lane / 16) * 8 + lane % 8) * Tile::kRowStride + ((lane / 8) % 2) * 8) * 2;
   const uint32_t v_lane = v_base + ((((lane / 8) % 2) * 8 + lane % 8) * Tile::kRowStride + (lane / 16) * 8) * 2;
 
-  constexpr int kQRegSteps = Tile::kQInRegisters ? Tile::kDimSteps : 1;
-  uint32_t q_frag[kQRegSteps][4];
-  __syncthreads();  // Q tile in shared memory
-  if constexpr (Tile::kQInRegisters) {
-#pragma unroll
-    for (int ks = 0; ks < Tile::kDimSteps; ++ks) mma::ldmatrix_x4(q_frag[ks], q_lane + ks * 32);
-  }
-
   // Key ranges of this warp's rows: every row sees keys < warp_unmasked_end; no row sees keys
   // >= warp_key_end (0 when the warp holds no valid row).
   const int warp_key_end =
       warp_row0 >= num_q_rows ? 0 : (causal ? first_pos + min(warp_row0 + Tile::kWarpRows, num_q_rows) : kv_len);
   const int warp_unmasked_end = causal ? first_pos + warp_row0 + 1 : kv_len;
   const RowMask mask{first_pos + warp_row0 + group, kv_len, causal};
-  const float scale_log2 = a.scale * kLog2E;
   WarpState<Tile> state;
   state.reset();
 
-  for (int tile = 0; tile < num_kv_tiles; ++tile) {
-    const int stage = tile & 1;
-    mma::cp_async_wait<0>();
-    __syncthreads();  // tile's K/V visible to all; every warp is done with the other stage
-    if (tile + 1 < num_kv_tiles) {
-      issue_tile(stage ^ 1, next_loc);
-      mma::cp_async_commit();
-      next_loc = locate_key(table, (tile + 2) * Tile::kBlockN + copy_row, kv_len, a.page_size);
+  constexpr int kQRegSteps = Tile::kQInRegisters ? Tile::kDimSteps : 1;
+  uint32_t q_frag[kQRegSteps][4];
+  if constexpr (Tile::kOverlap) {
+    float s[Tile::kWarpMTiles][Tile::kKeyTiles][4];  // scores of `tile`
+    mma::cp_async_wait<Tile::kStages - 2>();  // tile 0 landed
+    __syncthreads();                          // Q and K/V tile 0 visible to all
+#pragma unroll
+    for (int ks = 0; ks < Tile::kDimSteps; ++ks) mma::ldmatrix_x4(q_frag[ks], q_lane + ks * 32);
+    if (warp_key_end > 0) compute_scores<Tile, kBf16>(s, q_frag, q_lane, k_lane);
+    int stage = 0;  // stage of `tile`; tile + 1 is in the next, tile + 2 goes to the one after
+    for (int tile = 0; tile < num_kv_tiles; ++tile) {
+      mma::cp_async_wait<0>();
+      __syncthreads();  // tile + 1's K/V visible to all; every warp is done with tile - 1's stage
+      const int next_stage = stage + 1 == Tile::kStages ? 0 : stage + 1;
+      if (tile + 2 < num_kv_tiles) {
+        issue_tile(next_stage + 1 == Tile::kStages ? 0 : next_stage + 1, next_loc);
+        mma::cp_async_commit();
+        next_loc = locate_key(table, (tile + 3) * kBlockN + copy_row, kv_len, a.page_size);
+      }
+      const int key0 = tile * kBlockN;
+      if (key0 < warp_key_end) {  // warp-uniform
+        if (key0 + kBlockN > warp_unmasked_end) mask_tile<Tile>(s, key0, mask, quad);
+        if (key0 + kBlockN < warp_key_end) {
+          float s_next[Tile::kWarpMTiles][Tile::kKeyTiles][4];
+          compute_scores<Tile, kBf16>(s_next, q_frag, q_lane, k_lane + next_stage * kStageBytes);
+          fold_scores<Tile, kBf16, kLazy>(state, s, v_lane + stage * kStageBytes, key0, false, mask, quad);
+#pragma unroll
+          for (int n = 0; n < Tile::kKeyTiles; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][n][e] = s_next[0][n][e];
+          }
+        } else {
+          fold_scores<Tile, kBf16, kLazy>(state, s, v_lane + stage * kStageBytes, key0, false, mask, quad);
+        }
+      }
+      stage = next_stage;
     }
-    const int key0 = tile * Tile::kBlockN;
-    if (key0 >= warp_key_end) continue;  // warp-uniform: the whole tile is past this warp's rows
-    attend_key_tile<Tile, kBf16>(state, q_frag, q_lane, k_lane + stage * kStageBytes, v_lane + stage * kStageBytes,
-                                 key0, key0 + Tile::kBlockN > warp_unmasked_end, mask, quad, scale_log2);
+  } else {
+    __syncthreads();  // Q tile in shared memory
+    if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+      for (int ks = 0; ks < Tile::kDimSteps; ++ks) mma::ldmatrix_x4(q_frag[ks], q_lane + ks * 32);
+    }
+    for (int tile = 0; tile < num_kv_tiles; ++tile) {
+      const int stage = tile & 1;
+      mma::cp_async_wait<0>();
+      __syncthreads();  // tile's K/V visible to all; every warp is done with the other stage
+      if (tile + 1 < num_kv_tiles) {
+        issue_tile(stage ^ 1, next_loc);
+        mma::cp_async_commit();
+        next_loc = locate_key(table, (tile + 2) * kBlockN + copy_row, kv_len, a.page_size);
+      }
+      const int key0 = tile * kBlockN;
+      if (key0 >= warp_key_end) continue;  // warp-uniform: the whole tile is past this warp's rows
+      float s[Tile::kWarpMTiles][Tile::kKeyTiles][4];
+      compute_scores<Tile, kBf16>(s, q_frag, q_lane, k_lane + stage * kStageBytes);
+      fold_scores<Tile, kBf16, kLazy>(state, s, v_lane + stage * kStageBytes, key0, key0 + kBlockN > warp_unmasked_end,
+                                      mask, quad);
+    }
   }
 
   if (warp_row0 >= num_q_rows) return;
@@ -475,9 +564,9 @@ bool fits_two_blocks_per_sm(size_t bytes) {
   return result;
 }
 
-template <typename Tile, bool kBf16>
+template <typename Tile, bool kBf16, bool kLazy = true>
 void launch_tile(const PagedLayerLaunch& a, cudaStream_t stream) {
-  const auto kernel = flash_prefill_kernel<Tile, kBf16>;
+  const auto kernel = flash_prefill_kernel<Tile, kBf16, kLazy>;
   // Opt into the dynamic shared memory size once per device (devices 0..63).
   static std::atomic<uint64_t> configured_devices{0};
   const int device = current_device();
@@ -500,6 +589,18 @@ void launch_for_head_dim(const PagedLayerLaunch& a, cudaStream_t stream) {
     case 80: return launch_tile<PrefillTile<80, 1>, kBf16>(a, stream);
     case 96: return launch_tile<PrefillTile<96, 1>, kBf16>(a, stream);
     case 128:
+      if constexpr (kBf16) {  // TEMP A/B switch
+        static const int variant = std::getenv("SPINDLE_PREFILL_VARIANT") ? std::atoi(std::getenv("SPINDLE_PREFILL_VARIANT")) : -1;
+        switch (variant) {
+          case 0: return launch_tile<PrefillTile<128, 2>, kBf16, false>(a, stream);
+          case 1: return launch_tile<PrefillTile<128, 2>, kBf16, true>(a, stream);
+          case 2: return launch_tile<PrefillTile<128, 1>, kBf16, false>(a, stream);
+          case 3: return launch_tile<PrefillTile<128, 1>, kBf16, true>(a, stream);
+          case 4: return launch_tile<PrefillTile<128, 1, true>, kBf16, false>(a, stream);
+          case 5: return launch_tile<PrefillTile<128, 1, true>, kBf16, true>(a, stream);
+          default: break;
+        }
+      }
       if (fits_two_blocks_per_sm(PrefillTile<128, 2>::kSharedBytes)) {
         return launch_tile<PrefillTile<128, 2>, kBf16>(a, stream);
       }
