@@ -7,22 +7,28 @@
 // sequence's rows exit at once. Each warp owns kWarpRows = 16 * kWarpMTiles consecutive rows.
 //
 // Per block:
-//   Q tile  f32 global -> bf16/f16 shared; kept as mma A fragments in registers when a warp owns
-//           16 rows and head_dim <= 128, otherwise re-read from shared memory per key tile.
-//   K/V     tiles of kBlockN keys, each key row gathered from its page with 16-byte cp.async,
-//           double buffered: tile j+1 streams in while tile j is computed. The page-table entry
-//           of tile j+2 is loaded while tile j is computed, so no table latency is exposed.
-//   S = Q K^T (mma m16n8k16, f32), scaled by scale * log2(e); masked keys (causal, past kv_len)
+//   Q tile  f32 global -> times scale * log2(e), rounded to bf16/f16 -> shared; kept as mma A
+//           fragments in registers when a warp owns 16 rows and head_dim <= 128, otherwise re-read
+//           from shared memory per key tile.
+//   K/V     tiles of kBlockN keys, each key row gathered from its page with 16-byte cp.async (8
+//           threads per row: a quarter warp moves one 128-byte line), double buffered: tile j+1
+//           streams in while tile j is computed. The page-table entries of tile j+2 are loaded
+//           while tile j is computed, so no table latency is exposed.
+//   S = Q K^T (mma m16n8k16, f32), already in the log2 domain; masked keys (causal, past kv_len)
 //           set to -inf, only on tiles that reach past the limit of the warp's first row.
-//   online softmax: running max and sum per row in f32 (exp2), P rounded to bf16/f16 and reused
-//           in registers as the A operand of O += P V (V via ldmatrix.trans).
+//   online softmax: running max and sum per row in f32 (exp2), the max raised lazily (only when a
+//           tile exceeds it by 2^8, so most tiles leave O unscaled), P rounded to bf16/f16 and
+//           reused in registers as the A operand of O += P V (V via ldmatrix.trans).
 //   Causal blocks visit key tiles only up to their last row's position; a warp skips the tiles
 //   that lie entirely past its rows.
 //
-// Variants (PrefillTile): kWarpMTiles = 1 (8 warps, Q in registers) for every head_dim, and
-// kWarpMTiles = 2 (4 warps of 32 rows, two blocks per SM) for head_dim 128 on GPUs with room for
-// two such blocks per SM (sm_90: 228 KB). Two m16 tiles per warp reuse each K/V fragment twice,
-// cutting shared-memory reads per mma from 0.5 to ~0.31 ldmatrix.x4, the bound on Hopper.
+// Variants (PrefillTile): kWarpMTiles = 1 (8 warps, Q in registers, 64-key tiles; 32 for
+// head_dim 256) for every head_dim, and kWarpMTiles = 2 (4 warps of 32 rows, 32-key tiles, two
+// blocks per SM) for head_dim 128 on Hopper-class GPUs (sm_90: 228 KB of shared memory per SM).
+// Two m16 tiles per warp reuse each K/V fragment twice, cutting shared-memory reads per mma from
+// 0.5 to ~0.38 ldmatrix.x4. Measured on an H200 (bf16, 32/8 heads, causal, batch 8 x 2048 and
+// 2 x 8192): 32-key tiles beat 64-key ones (which spill at 255 registers), and variant 2 beats
+// variant 1 (262/306 against 240/275 TFLOP/s).
 //
 // Shared memory (16-bit elements, rows padded by 8 elements so the 8 rows of an ldmatrix fall on
 // distinct banks): stage s = {K [kBlockN][head_dim + 8], V [kBlockN][head_dim + 8]} for s = 0, 1,
@@ -35,7 +41,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
@@ -47,7 +52,7 @@ namespace {
 constexpr int kBlockM = 128;  // query rows per block
 constexpr float kLog2E = 1.4426950408889634f;
 
-template <int kHeadDimT, int kWarpMTilesT, bool kOverlapT = false>
+template <int kHeadDimT, int kWarpMTilesT, int kBlockNT>
 struct PrefillTile {
   static constexpr int kHeadDim = kHeadDimT;
   static constexpr int kWarpMTiles = kWarpMTilesT;  // m16 row tiles per warp
@@ -55,63 +60,91 @@ struct PrefillTile {
   static constexpr int kWarpRows = 16 * kWarpMTiles;
   static constexpr int kWarps = kBlockM / kWarpRows;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBlockN = kHeadDim <= 128 ? 64 : 32;  // keys per K/V tile
-  static constexpr int kKeyTiles = kBlockN / 8;              // n8 tiles of S
+  static constexpr int kBlockN = kBlockNT;    // keys per K/V tile
+  static constexpr int kKeyTiles = kBlockN / 8;  // n8 tiles of S
   static constexpr bool kQInRegisters = kWarpMTiles == 1 && kHeadDim <= 128;
-  // Overlap: S of key tile j + 1 is computed in the same stretch of code as the softmax and P V of
-  // tile j (independent instructions for the scheduler); needs Q in registers and a third stage.
-  static constexpr bool kOverlap = kOverlapT;
-  static_assert(!kOverlap || kQInRegisters, "overlap keeps Q in registers");
-  static constexpr int kStages = kOverlap ? 3 : 2;
   // Two blocks per SM where the state fits in the halved register budget without spills (ptxas -v).
   static constexpr int kMinBlocksPerSm = (kWarpMTiles == 2 || kHeadDim <= 64) ? 2 : 1;
   static constexpr int kRowStride = kHeadDim + 8;  // shared row pitch in elements (odd number of 16 B)
   static constexpr int kDimSteps = kHeadDim / 16;  // k16 steps of Q K^T = n16 pairs of P V
   static constexpr int kKeySteps = kBlockN / 16;   // n16 pairs of Q K^T = k16 steps of P V
-  static constexpr int kChunksPerRow = kHeadDim / 8;  // 16-byte chunks per K/V row
-  static constexpr int kThreadsPerKvRow = kThreads / kBlockN;
-  static_assert(kThreads % kBlockN == 0, "one key row per kThreadsPerKvRow threads");
-  static constexpr int kCopiesPerThread = (kChunksPerRow + kThreadsPerKvRow - 1) / kThreadsPerKvRow;
+  // K/V copies: 8 threads per key row, so that a quarter warp copies one 128-byte line (one global
+  // line, 32 distinct banks); a thread copies kChunksPerThread 16-byte chunks of kRowsPerThread rows.
+  static constexpr int kChunksPerRow = kHeadDim / 8;
+  static constexpr int kThreadsPerKvRow = 8;
+  static constexpr int kChunksPerThread = (kChunksPerRow + kThreadsPerKvRow - 1) / kThreadsPerKvRow;
+  static constexpr int kRowsPerPass = kThreads / kThreadsPerKvRow;
+  static_assert(kBlockN % kRowsPerPass == 0, "whole copy passes per tile");
+  static constexpr int kRowsPerThread = kBlockN / kRowsPerPass;
   static constexpr int kQBytes = kBlockM * kRowStride * 2;
   static constexpr int kKvTileBytes = kBlockN * kRowStride * 2;  // one K or V tile
   static constexpr int kStageBytes = 2 * kKvTileBytes;           // K tile, then V tile
-  // Q in registers: its shared staging area is the last stage, first written after every warp
-  // holds its Q fragments (the prologue's copies fill the other stages).
-  static_assert(!kQInRegisters || kQBytes <= kStageBytes, "Q staging must fit in one stage");
-  static constexpr int kQOffsetBytes = kQInRegisters ? (kStages - 1) * kStageBytes : kStages * kStageBytes;
-  static constexpr size_t kSharedBytes = kStages * kStageBytes + (kQInRegisters ? 0 : kQBytes);
+  // Q in registers: its shared staging area is stage 1, first written after the main loop's first
+  // barrier, when every warp holds its Q fragments.
+  static_assert(!kQInRegisters || kQBytes <= kStageBytes, "Q staging must fit in stage 1");
+  static constexpr int kQOffsetBytes = kQInRegisters ? kStageBytes : 2 * kStageBytes;
+  static constexpr size_t kSharedBytes = 2 * kStageBytes + (kQInRegisters ? 0 : kQBytes);
 };
 
-// Where key `key` of a sequence lives. The table index is clamped so the load is always in
-// bounds and unconditional (it can then stay in flight until the copy is issued); keys at or
-// past kv_len are flagged invalid and zero-filled.
-struct KeyLocation {
-  int page;
-  int offset;  // slot within the page
-  bool valid;
-};
-
-__device__ __forceinline__ KeyLocation locate_key(const int32_t* table, int key, int kv_len, int page_size) {
-  const int clamped = min(key, kv_len - 1);
-  return {__ldg(table + clamped / page_size), clamped % page_size, key < kv_len};
-}
-
-// Copies this thread's share of one key row of K and V (chunks part, part + kThreadsPerKvRow, ...)
-// into a stage. k_dst / v_dst: shared address of the row in the stage.
+// This thread's share of every K/V tile copy: rows first_row + kRowsPerPass * r of each tile,
+// chunks part + kThreadsPerKvRow * c of each row. issue() copies them for the next tile and moves
+// on; the page-table entries of a tile are loaded one issue ahead, so their latency hides behind a
+// tile's compute. Keys at or past kv_len are zero-filled; their table index is clamped into range
+// so every load is in bounds and unconditional. Page sizes that are powers of two (uniform branch)
+// locate keys with a shift and a mask instead of a division.
 template <typename Tile>
-__device__ __forceinline__ void issue_kv_row(uint32_t k_dst, uint32_t v_dst, const uint16_t* k_pages,
-                                             const uint16_t* v_pages, KeyLocation loc, int page_size,
-                                             int64_t token_pitch, int64_t head_offset, int part) {
-  const int64_t src = (int64_t{loc.page} * page_size + loc.offset) * token_pitch + head_offset;
-#pragma unroll
-  for (int i = 0; i < Tile::kCopiesPerThread; ++i) {
-    const int chunk = part + i * Tile::kThreadsPerKvRow;
-    if (Tile::kChunksPerRow % Tile::kThreadsPerKvRow == 0 || chunk < Tile::kChunksPerRow) {
-      mma::cp_async_16(k_dst + chunk * 16, k_pages + src + chunk * 8, loc.valid);
-      mma::cp_async_16(v_dst + chunk * 16, v_pages + src + chunk * 8, loc.valid);
-    }
+struct KvRowCopier {
+  const int32_t* table;
+  int kv_len, page_size, last_page_index;
+  int page_shift;  // log2(page_size) when page_size is a power of two, else -1
+  int part;        // which chunks of a row
+  int key;         // key of row 0 of this thread in the next tile to issue
+  int32_t page[Tile::kRowsPerThread];  // table entries of those rows' pages
+
+  __device__ __forceinline__ int page_index(int k) const {
+    return min(page_shift >= 0 ? k >> page_shift : k / page_size, last_page_index);
   }
-}
+  __device__ __forceinline__ int slot(int k) const {
+    return page_shift >= 0 ? k & (page_size - 1) : k % page_size;
+  }
+  __device__ __forceinline__ void load_pages() {
+#pragma unroll
+    for (int r = 0; r < Tile::kRowsPerThread; ++r) page[r] = __ldg(table + page_index(key + r * Tile::kRowsPerPass));
+  }
+
+  __device__ __forceinline__ void init(const int32_t* table_in, int kv_len_in, int page_size_in, int first_row,
+                                       int part_in) {
+    table = table_in;
+    kv_len = kv_len_in;
+    page_size = page_size_in;
+    page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
+    last_page_index = (kv_len - 1) / page_size;
+    part = part_in;
+    key = first_row;
+    load_pages();
+  }
+
+  // k_dst / v_dst: shared address of row first_row in the target stage.
+  __device__ __forceinline__ void issue(uint32_t k_dst, uint32_t v_dst, const uint16_t* k_pages,
+                                        const uint16_t* v_pages, int64_t token_pitch, int64_t head_offset) {
+#pragma unroll
+    for (int r = 0; r < Tile::kRowsPerThread; ++r) {
+      const int row_key = key + r * Tile::kRowsPerPass;
+      const int64_t src = (int64_t{page[r]} * page_size + slot(row_key)) * token_pitch + head_offset;
+      const uint32_t dst_offset = r * Tile::kRowsPerPass * Tile::kRowStride * 2;
+#pragma unroll
+      for (int c = 0; c < Tile::kChunksPerThread; ++c) {
+        const int chunk = part + c * Tile::kThreadsPerKvRow;
+        if (Tile::kChunksPerRow % Tile::kThreadsPerKvRow == 0 || chunk < Tile::kChunksPerRow) {
+          mma::cp_async_16(k_dst + dst_offset + chunk * 16, k_pages + src + chunk * 8, row_key < kv_len);
+          mma::cp_async_16(v_dst + dst_offset + chunk * 16, v_pages + src + chunk * 8, row_key < kv_len);
+        }
+      }
+    }
+    key += Tile::kBlockN;
+    load_pages();
+  }
+};
 
 // Q rows [q_row0, q_row0 + num_q_rows) of `head`, times q_scale (scale * log2(e), so that Q K^T
 // comes out in the log2 domain of the softmax) and rounded to the KV type, into q_smem
@@ -215,11 +248,12 @@ constexpr float kRaiseThreshold = 8.0f;
 
 // One online-softmax step on the log2-domain scores s of one m16 row tile (rows group and
 // group + 8): s becomes exp2(s - running max) and this lane's partial row sums are updated.
-// Returns (warp-uniform) whether a running max was raised; then `rescale` is what the earlier
-// accumulator rows must be multiplied by, otherwise it is 1 and O needs nothing. kLazy: raise
-// only past kRaiseThreshold (above); otherwise on every tile. A row whose scores are all -inf so
-// far keeps max -inf and gets p = 0 and rescale = 0, never NaN.
-template <int kKeyTiles, bool kLazy>
+// The running maxes are raised (all of the warp's, to their exact maxima) only when some row's tile
+// max exceeds its running max by more than kRaiseThreshold. Returns (warp-uniform) whether they
+// were; then `rescale` is what the earlier accumulator rows must be multiplied by, otherwise it is
+// 1 and O needs nothing. A row whose scores are all -inf so far keeps max -inf and gets p = 0 and
+// rescale = 0, never NaN.
+template <int kKeyTiles>
 __device__ __forceinline__ bool softmax_step(float (&s)[kKeyTiles][4], float (&row_max)[2], float (&row_sum)[2],
                                              float (&rescale)[2]) {
   float tile_max[2] = {-INFINITY, -INFINITY};
@@ -234,11 +268,8 @@ __device__ __forceinline__ bool softmax_step(float (&s)[kKeyTiles][4], float (&r
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
   }
-  bool raise = true;
-  if constexpr (kLazy) {
-    raise = __any_sync(0xffffffffu, tile_max[0] > row_max[0] + kRaiseThreshold ||
-                                        tile_max[1] > row_max[1] + kRaiseThreshold);
-  }
+  const bool raise = __any_sync(0xffffffffu, tile_max[0] > row_max[0] + kRaiseThreshold ||
+                                                 tile_max[1] > row_max[1] + kRaiseThreshold);
   float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -329,22 +360,11 @@ struct RowMask {
   bool causal;
 };
 
-// Masks the warp's scores s of the key tile starting at key0 (needed only on tiles that reach past
-// the limit of the warp's first row).
-template <typename Tile>
-__device__ __forceinline__ void mask_tile(float (&s)[Tile::kWarpMTiles][Tile::kKeyTiles][4], int key0,
-                                          const RowMask& mask, int quad) {
-#pragma unroll
-  for (int m = 0; m < Tile::kWarpMTiles; ++m) {
-    mask_scores(s[m], key0, quad, mask.first_row_pos + m * 16, mask.causal, mask.kv_len);
-  }
-}
-
 // Folds the log2-domain scores s of the key tile starting at key0 into the warp's state: masking
 // (when needs_mask), online softmax, rescale of O where a running max moved, O += P V with V from
 // the stage at v_lane. (Each row tile is masked just before its softmax: masking all of them
 // first costs registers.)
-template <typename Tile, bool kBf16, bool kLazy>
+template <typename Tile, bool kBf16>
 __device__ __forceinline__ void fold_scores(WarpState<Tile>& state, float (&s)[Tile::kWarpMTiles][Tile::kKeyTiles][4],
                                             uint32_t v_lane, int key0, bool needs_mask, const RowMask& mask,
                                             int quad) {
@@ -353,7 +373,7 @@ __device__ __forceinline__ void fold_scores(WarpState<Tile>& state, float (&s)[T
   for (int m = 0; m < Tile::kWarpMTiles; ++m) {
     if (needs_mask) mask_scores(s[m], key0, quad, mask.first_row_pos + m * 16, mask.causal, mask.kv_len);
     float rescale[2];
-    const bool moved = softmax_step<Tile::kKeyTiles, kLazy>(s[m], state.row_max[m], state.row_sum[m], rescale);
+    const bool moved = softmax_step(s[m], state.row_max[m], state.row_sum[m], rescale);
     pack_probabilities<Tile::kKeyTiles, kBf16>(p_frag[m], s[m]);
     if (moved) {
 #pragma unroll
@@ -393,7 +413,7 @@ __device__ __forceinline__ void store_rows(const WarpState<Tile>& state, float* 
   }
 }
 
-template <typename Tile, bool kBf16, bool kLazy>
+template <typename Tile, bool kBf16>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     flash_prefill_kernel(const PagedLayerLaunch a) {
   constexpr int kHeadDim = Tile::kHeadDim;
@@ -419,7 +439,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int kv_len = seq.num_cached_tokens + seq.num_new_tokens;
   const int kv_end = causal ? first_pos + num_q_rows : kv_len;  // keys any row of the block sees
   const int num_kv_tiles = (kv_end + kBlockN - 1) / kBlockN;
-  const int32_t* table = a.batch.page_tables + seq.page_table_offset;
   const int64_t row_pitch = int64_t{a.num_heads} * kHeadDim;  // q and out
   const int64_t token_pitch = int64_t{a.num_kv_heads} * kHeadDim;
   const int64_t kv_head_offset = int64_t{kv_head} * kHeadDim;
@@ -431,23 +450,20 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int group = lane / 4;
   const int quad = lane % 4;
 
-  // The K/V row this thread copies, and which of its 16-byte chunks.
+  // This thread's first K/V row in a tile, and its walk over the tiles.
   const int copy_row = threadIdx.x / Tile::kThreadsPerKvRow;
-  const int copy_part = threadIdx.x % Tile::kThreadsPerKvRow;
   const uint32_t copy_offset = copy_row * Tile::kRowStride * 2;
-  auto issue_tile = [&](int stage, KeyLocation loc) {
-    issue_kv_row<Tile>(k_base + stage * kStageBytes + copy_offset, v_base + stage * kStageBytes + copy_offset,
-                       k_pages, v_pages, loc, a.page_size, token_pitch, kv_head_offset, copy_part);
+  KvRowCopier<Tile> copier;
+  copier.init(a.batch.page_tables + seq.page_table_offset, kv_len, a.page_size, copy_row,
+              threadIdx.x % Tile::kThreadsPerKvRow);
+  auto issue_next_tile = [&](int stage) {
+    copier.issue(k_base + stage * kStageBytes + copy_offset, v_base + stage * kStageBytes + copy_offset, k_pages,
+                 v_pages, token_pitch, kv_head_offset);
+    mma::cp_async_commit();
   };
 
-  // Prologue: K/V tiles 0 .. kStages - 2 in flight (one commit group each), the table entry of the
-  // next tile requested, Q staged.
-#pragma unroll
-  for (int t = 0; t + 1 < Tile::kStages; ++t) {
-    issue_tile(t, locate_key(table, t * kBlockN + copy_row, kv_len, a.page_size));
-    mma::cp_async_commit();
-  }
-  KeyLocation next_loc = locate_key(table, (Tile::kStages - 1) * kBlockN + copy_row, kv_len, a.page_size);
+  // Prologue: K/V tile 0 in flight (the table entries of tile 1 requested), Q staged.
+  issue_next_tile(0);
   load_q_tile<Tile, kBf16>(q_smem, a.q, row_pitch, head, q_row0, num_q_rows, a.scale * kLog2E);
 
   // ldmatrix lane addresses (bytes). Q (A, row tile 0): row warp_row0 + lane%16, dims (lane/16)*8.
@@ -458,6 +474,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const uint32_t k_lane = k_base + (((lane / 16) * 8 + lane % 8) * Tile::kRowStride + ((lane / 8) % 2) * 8) * 2;
   const uint32_t v_lane = v_base + ((((lane / 8) % 2) * 8 + lane % 8) * Tile::kRowStride + (lane / 16) * 8) * 2;
 
+  constexpr int kQRegSteps = Tile::kQInRegisters ? Tile::kDimSteps : 1;
+  uint32_t q_frag[kQRegSteps][4];
+  __syncthreads();  // Q tile in shared memory
+  if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+    for (int ks = 0; ks < Tile::kDimSteps; ++ks) mma::ldmatrix_x4(q_frag[ks], q_lane + ks * 32);
+  }
+
   // Key ranges of this warp's rows: every row sees keys < warp_unmasked_end; no row sees keys
   // >= warp_key_end (0 when the warp holds no valid row).
   const int warp_key_end =
@@ -467,65 +491,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   WarpState<Tile> state;
   state.reset();
 
-  constexpr int kQRegSteps = Tile::kQInRegisters ? Tile::kDimSteps : 1;
-  uint32_t q_frag[kQRegSteps][4];
-  if constexpr (Tile::kOverlap) {
-    float s[Tile::kWarpMTiles][Tile::kKeyTiles][4];  // scores of `tile`
-    mma::cp_async_wait<Tile::kStages - 2>();  // tile 0 landed
-    __syncthreads();                          // Q and K/V tile 0 visible to all
-#pragma unroll
-    for (int ks = 0; ks < Tile::kDimSteps; ++ks) mma::ldmatrix_x4(q_frag[ks], q_lane + ks * 32);
-    if (warp_key_end > 0) compute_scores<Tile, kBf16>(s, q_frag, q_lane, k_lane);
-    int stage = 0;  // stage of `tile`; tile + 1 is in the next, tile + 2 goes to the one after
-    for (int tile = 0; tile < num_kv_tiles; ++tile) {
-      mma::cp_async_wait<0>();
-      __syncthreads();  // tile + 1's K/V visible to all; every warp is done with tile - 1's stage
-      const int next_stage = stage + 1 == Tile::kStages ? 0 : stage + 1;
-      if (tile + 2 < num_kv_tiles) {
-        issue_tile(next_stage + 1 == Tile::kStages ? 0 : next_stage + 1, next_loc);
-        mma::cp_async_commit();
-        next_loc = locate_key(table, (tile + 3) * kBlockN + copy_row, kv_len, a.page_size);
-      }
-      const int key0 = tile * kBlockN;
-      if (key0 < warp_key_end) {  // warp-uniform
-        if (key0 + kBlockN > warp_unmasked_end) mask_tile<Tile>(s, key0, mask, quad);
-        if (key0 + kBlockN < warp_key_end) {
-          float s_next[Tile::kWarpMTiles][Tile::kKeyTiles][4];
-          compute_scores<Tile, kBf16>(s_next, q_frag, q_lane, k_lane + next_stage * kStageBytes);
-          fold_scores<Tile, kBf16, kLazy>(state, s, v_lane + stage * kStageBytes, key0, false, mask, quad);
-#pragma unroll
-          for (int n = 0; n < Tile::kKeyTiles; ++n) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[0][n][e] = s_next[0][n][e];
-          }
-        } else {
-          fold_scores<Tile, kBf16, kLazy>(state, s, v_lane + stage * kStageBytes, key0, false, mask, quad);
-        }
-      }
-      stage = next_stage;
-    }
-  } else {
-    __syncthreads();  // Q tile in shared memory
-    if constexpr (Tile::kQInRegisters) {
-#pragma unroll
-      for (int ks = 0; ks < Tile::kDimSteps; ++ks) mma::ldmatrix_x4(q_frag[ks], q_lane + ks * 32);
-    }
-    for (int tile = 0; tile < num_kv_tiles; ++tile) {
-      const int stage = tile & 1;
-      mma::cp_async_wait<0>();
-      __syncthreads();  // tile's K/V visible to all; every warp is done with the other stage
-      if (tile + 1 < num_kv_tiles) {
-        issue_tile(stage ^ 1, next_loc);
-        mma::cp_async_commit();
-        next_loc = locate_key(table, (tile + 2) * kBlockN + copy_row, kv_len, a.page_size);
-      }
-      const int key0 = tile * kBlockN;
-      if (key0 >= warp_key_end) continue;  // warp-uniform: the whole tile is past this warp's rows
-      float s[Tile::kWarpMTiles][Tile::kKeyTiles][4];
-      compute_scores<Tile, kBf16>(s, q_frag, q_lane, k_lane + stage * kStageBytes);
-      fold_scores<Tile, kBf16, kLazy>(state, s, v_lane + stage * kStageBytes, key0, key0 + kBlockN > warp_unmasked_end,
-                                      mask, quad);
-    }
+  for (int tile = 0; tile < num_kv_tiles; ++tile) {
+    const int stage = tile & 1;
+    mma::cp_async_wait<0>();
+    __syncthreads();  // tile's K/V visible to all; every warp is done with the other stage
+    if (tile + 1 < num_kv_tiles) issue_next_tile(stage ^ 1);
+    const int key0 = tile * kBlockN;
+    if (key0 >= warp_key_end) continue;  // warp-uniform: the whole tile is past this warp's rows
+    float s[Tile::kWarpMTiles][Tile::kKeyTiles][4];
+    compute_scores<Tile, kBf16>(s, q_frag, q_lane, k_lane + stage * kStageBytes);
+    fold_scores<Tile, kBf16>(state, s, v_lane + stage * kStageBytes, key0, key0 + kBlockN > warp_unmasked_end,
+                                    mask, quad);
   }
 
   if (warp_row0 >= num_q_rows) return;
@@ -564,9 +540,9 @@ bool fits_two_blocks_per_sm(size_t bytes) {
   return result;
 }
 
-template <typename Tile, bool kBf16, bool kLazy = true>
+template <typename Tile, bool kBf16>
 void launch_tile(const PagedLayerLaunch& a, cudaStream_t stream) {
-  const auto kernel = flash_prefill_kernel<Tile, kBf16, kLazy>;
+  const auto kernel = flash_prefill_kernel<Tile, kBf16>;
   // Opt into the dynamic shared memory size once per device (devices 0..63).
   static std::atomic<uint64_t> configured_devices{0};
   const int device = current_device();
@@ -585,27 +561,15 @@ void launch_tile(const PagedLayerLaunch& a, cudaStream_t stream) {
 template <bool kBf16>
 void launch_for_head_dim(const PagedLayerLaunch& a, cudaStream_t stream) {
   switch (a.head_dim) {
-    case 64: return launch_tile<PrefillTile<64, 1>, kBf16>(a, stream);
-    case 80: return launch_tile<PrefillTile<80, 1>, kBf16>(a, stream);
-    case 96: return launch_tile<PrefillTile<96, 1>, kBf16>(a, stream);
+    case 64: return launch_tile<PrefillTile<64, 1, 64>, kBf16>(a, stream);
+    case 80: return launch_tile<PrefillTile<80, 1, 64>, kBf16>(a, stream);
+    case 96: return launch_tile<PrefillTile<96, 1, 64>, kBf16>(a, stream);
     case 128:
-      if constexpr (kBf16) {  // TEMP A/B switch
-        static const int variant = std::getenv("SPINDLE_PREFILL_VARIANT") ? std::atoi(std::getenv("SPINDLE_PREFILL_VARIANT")) : -1;
-        switch (variant) {
-          case 0: return launch_tile<PrefillTile<128, 2>, kBf16, false>(a, stream);
-          case 1: return launch_tile<PrefillTile<128, 2>, kBf16, true>(a, stream);
-          case 2: return launch_tile<PrefillTile<128, 1>, kBf16, false>(a, stream);
-          case 3: return launch_tile<PrefillTile<128, 1>, kBf16, true>(a, stream);
-          case 4: return launch_tile<PrefillTile<128, 1, true>, kBf16, false>(a, stream);
-          case 5: return launch_tile<PrefillTile<128, 1, true>, kBf16, true>(a, stream);
-          default: break;
-        }
-      }
-      if (fits_two_blocks_per_sm(PrefillTile<128, 2>::kSharedBytes)) {
-        return launch_tile<PrefillTile<128, 2>, kBf16>(a, stream);
-      }
-      return launch_tile<PrefillTile<128, 1>, kBf16>(a, stream);
-    case 256: return launch_tile<PrefillTile<256, 1>, kBf16>(a, stream);
+      // Variant 2 where two 100 KB blocks fit per SM (sm_90: yes, sm_80: no). Its 68 KB would fit
+      // twice on sm_80 too, but it is unmeasured there.
+      if (fits_two_blocks_per_sm(100 * 1024)) return launch_tile<PrefillTile<128, 2, 32>, kBf16>(a, stream);
+      return launch_tile<PrefillTile<128, 1, 64>, kBf16>(a, stream);
+    case 256: return launch_tile<PrefillTile<256, 1, 32>, kBf16>(a, stream);
     default: require(false, "flash_prefill: head_dim not instantiated (64, 80, 96, 128, 256)");
   }
 }
