@@ -34,8 +34,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
@@ -46,6 +44,7 @@ namespace {
 
 constexpr int kMaxWarps = 4;              // warps per split block (fewer where shared memory is small)
 constexpr int kMaxThreads = kMaxWarps * 32;
+constexpr int kStages = 3;                // cp.async ring depth per warp
 constexpr int kHeadsPerTile = 8;          // query heads per block: the n (or m) = 8 side of the mma
 constexpr int kStageKeys = 16;            // keys per ring stage: the k = 16 side of the P.V mma
 constexpr int kMinChunkKeys = 256;        // keys per split: enough to amortise a block's start-up
@@ -374,7 +373,7 @@ __device__ __forceinline__ void load_q(WarpState<kMaxHeadDim>& st, const SplitPa
 
 // Grid (num_kv_heads * num_head_tiles, num_splits, num_sequences); blockDim.x = 32 * num_warps.
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
-template <int kMaxHeadDim, bool kBf16, int kStages>
+template <int kMaxHeadDim, bool kBf16>
 __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(const SplitParams p) {
   using T = Tile<kMaxHeadDim>;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -521,24 +520,6 @@ __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const
 
 // ---- host side --------------------------------------------------------------------------------
 
-// TEMPORARY (tuning experiment, removed before commit): SPINDLE_DECODE_TUNING="warps,stages,max_chunk"
-// overrides the head_dim-128 bucket's block shape and the largest split.
-struct DecodeTuning {
-  int num_warps = kMaxWarps;
-  int stages = 3;
-  int max_chunk_keys = kMaxChunkKeys;
-};
-const DecodeTuning& decode_tuning() {
-  static const DecodeTuning tuning = [] {
-    DecodeTuning t;
-    if (const char* s = std::getenv("SPINDLE_DECODE_TUNING")) {
-      std::sscanf(s, "%d,%d,%d", &t.num_warps, &t.stages, &t.max_chunk_keys);
-    }
-    return t;
-  }();
-  return tuning;
-}
-
 // How a batch is cut into blocks; a pure function of the launch, shared by the workspace size and
 // the launch.
 struct DecodePlan {
@@ -559,10 +540,8 @@ DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
   const int64_t target_blocks = int64_t{std::max(1, a.num_sms)} * kResidentBlocksPerSm * kTargetWaves;
   const int64_t wanted_splits = std::max<int64_t>(1, (target_blocks + pairs - 1) / pairs);
   const int64_t max_kv_len = std::max(1, a.batch.max_kv_len);
-  const int64_t max_chunk = std::clamp(decode_tuning().max_chunk_keys / kChunkGranule * kChunkGranule,
-                                       kMinChunkKeys, kMaxChunkKeys);
   const int64_t chunk = std::clamp<int64_t>(round_up((max_kv_len + wanted_splits - 1) / wanted_splits, kChunkGranule),
-                                            kMinChunkKeys, max_chunk);
+                                            kMinChunkKeys, kMaxChunkKeys);
   plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
   plan.chunk_keys = static_cast<int>(round_up((max_kv_len + plan.num_splits - 1) / plan.num_splits, kChunkGranule));
   return plan;
@@ -586,23 +565,21 @@ int max_block_smem_bytes() {
 }
 
 // slots + max(rings, merge area); the layout of flash_decode_split_kernel.
-template <int kMaxHeadDim, int kStages>
+template <int kMaxHeadDim>
 size_t split_kernel_smem_bytes(int head_dim, int num_warps) {
   const size_t rings = sizeof(uint16_t) * num_warps * kStages * Tile<kMaxHeadDim>::kStageElems;
   const size_t merge = sizeof(float) * merge_floats(num_warps, head_dim);
   return kSlotBytes + std::max(rings, merge);
 }
 
-template <int kMaxHeadDim, bool kBf16, int kStages>
-void launch_split_kernel(const SplitParams& p, dim3 grid, int max_warps, cudaStream_t stream) {
+template <int kMaxHeadDim, bool kBf16>
+void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
   const int limit = max_block_smem_bytes();
-  int num_warps = max_warps;
-  while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim, kStages>(p.head_dim, num_warps) > size_t(limit)) {
-    --num_warps;
-  }
-  const size_t smem = split_kernel_smem_bytes<kMaxHeadDim, kStages>(p.head_dim, num_warps);
+  int num_warps = kMaxWarps;
+  while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps) > size_t(limit)) --num_warps;
+  const size_t smem = split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps);
   if (smem > size_t(limit)) fail("flash_decode: not enough shared memory per block on this device");
-  auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16, kStages>;
+  auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   kernel<<<grid, 32 * num_warps, smem, stream>>>(p);
@@ -612,19 +589,11 @@ void launch_split_kernel(const SplitParams& p, dim3 grid, int max_warps, cudaStr
 template <bool kBf16>
 void launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
   if (p.head_dim <= 64) {
-    launch_split_kernel<64, kBf16, 3>(p, grid, kMaxWarps, stream);
+    launch_split_kernel<64, kBf16>(p, grid, stream);
   } else if (p.head_dim <= 128) {
-    const DecodeTuning& t = decode_tuning();
-    const int warps = std::clamp(t.num_warps, 1, kMaxWarps);
-    if (kBf16 && t.stages == 4) {
-      launch_split_kernel<128, kBf16, 4>(p, grid, warps, stream);
-    } else if (kBf16 && t.stages == 6) {
-      launch_split_kernel<128, kBf16, 6>(p, grid, warps, stream);
-    } else {
-      launch_split_kernel<128, kBf16, 3>(p, grid, warps, stream);
-    }
+    launch_split_kernel<128, kBf16>(p, grid, stream);
   } else {
-    launch_split_kernel<256, kBf16, 3>(p, grid, kMaxWarps, stream);
+    launch_split_kernel<256, kBf16>(p, grid, stream);
   }
 }
 
