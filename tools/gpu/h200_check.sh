@@ -9,7 +9,8 @@
 #   doctor*.txt      spindle doctor --device cuda:0 (bf16, fp16 KV)
 #   bench.md         bench/run_cuda_bench.sh (Spindle vs torch SDPA)
 #   plan_gpu, generate_gpu/cpu, serve, http   a golden model served from the GPU (step "serving")
-#   quickbench.txt   bench_attention_cuda alone, short timings (Spindle's kernels only)
+#   quickbench.txt   bench_attention_cuda in one process (Spindle's kernels), spindle_bench.json
+#   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
 # STEPS (default "env attention model memcheck doctor bench") picks steps; each has a time limit
 # so one command stays inside the device tool's 10 minutes.
 set -uo pipefail
@@ -32,15 +33,19 @@ export SPINDLE_CACHE_DIR=/tmp/spindle-cache
 bin=.bundle/bin
 
 has() { [[ " $steps " == *" $1 "* ]]; }
+start=$SECONDS
 run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
   local name=$1 limit=$2; shift 2
+  # DEADLINE (s): later steps are skipped, so the whole command ends inside the device's limit.
+  if (( SECONDS - start > ${DEADLINE:-540} )); then echo "== $name skipped: past the deadline" | tee "$out/$name.txt"; return; fi
   echo "== $name: $*" | tee "$out/$name.txt"
   timeout "$limit" "$@" >>"$out/$name.txt" 2>&1
   echo "== $name exit $?" | tee -a "$out/$name.txt"
   case $name in
-    doctor*|quickbench|plan*|generate*) tail -30 "$out/$name.txt" ;;
+    doctor*|quickbench|torchbench|plan*|generate*) tail -30 "$out/$name.txt" ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
   esac
+  pack  # after every step: a command killed at the device's limit still returns what it has
 }
 
 if has env; then
@@ -52,10 +57,10 @@ fi
 has attention && run attention 200 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=${ATTENTION_FILTER:-*}"
 has cudnn && SPINDLE_CUDNN_RAGGED=0 run cudnn_padded 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
 has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
-has model && run model 100 $bin/cuda_model_test --gtest_brief=1
+has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
 if has memcheck; then
-  filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/cuda_*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_f16_d64_page1:Backends/CudaBackendTest.NonCausal*/cuda_*:Backends/CudaBackendTest.LongPrefill*/cuda_*'}
-  run memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
+  filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_f16_d64_page1:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_bf16_d256_page1:Backends/CudaBackendTest.NonCausal*/cuda_*:Backends/CudaBackendTest.LongPrefill*/cuda_*:Backends/CudaBackendTest.LongDecode*/cuda_flash'}
+  run memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
 fi
 if has doctor; then
   run doctor 100 $bin/spindle doctor --device cuda:0 --no-backend-cache --backend-validation-timeout 120
@@ -78,7 +83,8 @@ if has serving; then
   kill $pid; wait $pid 2>/dev/null
   cat "$out/http.txt"; grep -E "KV plan|attention:|error" "$out/serve.txt" | head
 fi
-has quickbench && run quickbench 120 $bin/bench_attention_cuda --min-ms 50 --repeats 3
+has quickbench && run quickbench 120 $bin/bench_attention_cuda --min-ms ${BENCH_MIN_MS:-50} --repeats 3 --json "$out/spindle_bench.json"
+has torchbench && run torchbench 150 python3 bench/torch_sdpa.py --min-ms ${BENCH_MIN_MS:-50} --repeats 3 --json "$out/torch_bench.json"
 if has bench; then
   SPINDLE_BENCH_BIN=$bin/bench_attention_cuda timeout ${BENCH_TIMEOUT:-330} bash bench/run_cuda_bench.sh "$out/bench.md" >"$out/bench_log.txt" 2>&1
   echo "== bench exit $?"; tail -40 "$out/bench.md" 2>/dev/null
