@@ -180,6 +180,18 @@ TEST(CliTest, DoctorChoosesAPairAndTheSecondRunUsesTheCache) {
   fs::remove_all(cache);
 }
 
+// Where no GPU is usable (this test's usual machine), --device cuda stops with the probe's reason;
+// on a GPU host the same command validates the CUDA backends (tools/gpu/h200_check.sh runs it).
+TEST(CliTest, DoctorOnCudaWithoutAGpuSaysWhy) {
+  const RunResult r = run_spindle("doctor --heads 8 --kv-heads 2 --head-dim 64 --device cuda:0 --no-backend-cache",
+                                  "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--device cuda:0: no usable CUDA device"));
+  const RunResult bad = run_spindle("doctor --heads 8 --head-dim 64 --device gpu0");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--device 'gpu0' is not one of: cpu, cuda, cuda:N"));
+}
+
 TEST(CliTest, DoctorRejectsAnUnknownBackendListingTheNames) {
   const RunResult r = run_spindle("doctor --heads 8 --head-dim 64 --attention-backend flash --no-backend-cache");
   EXPECT_EQ(r.exit_code, 1);

@@ -90,5 +90,33 @@ TEST(ServerConfigTest, BadFlagsAreClearErrors) {
   EXPECT_THROW(resolve({}, testing::avx2_machine(), {6, 4, 64}), Error);
 }
 
+TEST(ServerConfigTest, DeviceFlag) {
+  EXPECT_EQ(parse_device("cpu"), std::make_pair(attn::Device::kCpu, -1));
+  EXPECT_EQ(parse_device("cuda"), std::make_pair(attn::Device::kCuda, 0));
+  EXPECT_EQ(parse_device("cuda:3"), std::make_pair(attn::Device::kCuda, 3));
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CUDA:0"}) {
+    EXPECT_THAT([&] { parse_device(bad); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("cpu, cuda, cuda:N"))) << bad;
+  }
+
+  ServerConfig f;
+  f.device = "cuda:1";
+  DeviceInfo no_gpu = testing::avx2_machine();
+  no_gpu.cuda_status = "no CUDA driver: stub";
+  EXPECT_THAT([&] { resolve(f, no_gpu, kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--device cuda:1: no usable CUDA device (no CUDA driver: stub)")));
+
+  DeviceInfo one_gpu = testing::avx2_machine();
+  one_gpu.cuda_devices.push_back({0, "NVIDIA H200", 9, 0, 132, 141ull << 30, 140ull << 30});
+  EXPECT_THAT([&] { resolve(f, one_gpu, kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("this machine has CUDA devices 0 to 0")));
+  f.device = "cuda:0";
+  const ResolvedConfig r = resolve(f, one_gpu, kLlama8B);
+  EXPECT_EQ(r.device, attn::Device::kCuda);
+  EXPECT_EQ(r.cuda_device, 0);
+  EXPECT_EQ(r.attention.device, attn::Device::kCuda);
+  EXPECT_EQ(resolve({}, one_gpu, kLlama8B).device, attn::Device::kCpu);
+}
+
 }  // namespace
 }  // namespace spindle::config
