@@ -60,7 +60,7 @@ has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attent
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
 if has memcheck; then
   filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_f16_d64_page1:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_bf16_d256_page1:Backends/CudaBackendTest.NonCausal*/cuda_*:Backends/CudaBackendTest.LongPrefill*/cuda_*:Backends/CudaBackendTest.LongDecode*/cuda_flash'}
-  run memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
+  run memcheck ${MEMCHECK_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"
 fi
 if has doctor; then
   run doctor 100 $bin/spindle doctor --device cuda:0 --no-backend-cache --backend-validation-timeout 120
