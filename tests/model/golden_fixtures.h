@@ -1,6 +1,7 @@
 // Test helpers: the Hugging Face golden fixtures of tests/golden (made by
 // tools/golden/make_golden.py; models/kjv-tiny's by tools/train_tiny) and the comparisons the
-// model tests make against them. Shared by tests/model and tests/cuda.
+// model tests make against them, and rewritten copies of the golden checkpoints. Shared by
+// tests/model and tests/cuda.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,12 +9,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "model/safetensors.h"
+#include "safetensors_writer.h"
+#include "util/dtype.h"
+#include "util/half.h"
 
 namespace spindle::testing {
 
@@ -61,5 +68,32 @@ inline std::filesystem::path model_dir(const std::string& model) {
 
 // bf16 checkpoints: the *-bf16 fixtures and kjv-tiny.
 inline bool is_bf16_model(const std::string& model) { return model.ends_with("bf16") || model == "kjv-tiny"; }
+
+// Copies the golden model `model` (config.json and its tensors) into dir without tensor `drop`,
+// with the F32 tensor `f16` converted to F16 (each "" for none), and with the tensors in reverse
+// name order when reverse_order (so gate_proj and up_proj are no longer back to back).
+inline void rewrite_golden_checkpoint(const std::string& model, const std::filesystem::path& dir,
+                                      const std::string& drop, const std::string& f16, bool reverse_order) {
+  std::filesystem::copy_file(kGoldenDir / model / "config.json", dir / "config.json");
+  const Checkpoint checkpoint(kGoldenDir / model);
+  std::vector<NamedTensor> tensors;
+  for (const auto& info : checkpoint.tensors()) {
+    if (info.name == drop) continue;
+    const TensorView view = checkpoint.tensor(info.name);
+    NamedTensor t{info.name, info.dtype, info.shape, {view.bytes.begin(), view.bytes.end()}};
+    if (info.name == f16) {
+      ASSERT_EQ(info.dtype, DType::kF32);
+      const auto* f = reinterpret_cast<const float*>(view.bytes.data());
+      t.dtype = DType::kF16;
+      t.data.resize(info.num_elements() * 2);
+      for (uint64_t i = 0; i < info.num_elements(); ++i) {
+        const uint16_t h = float_to_fp16_bits(f[i]);
+        std::memcpy(t.data.data() + 2 * i, &h, 2);
+      }
+    }
+    tensors.insert(reverse_order ? tensors.begin() : tensors.end(), std::move(t));
+  }
+  write_safetensors(dir / "model.safetensors", tensors);
+}
 
 }  // namespace spindle::testing
