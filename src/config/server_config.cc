@@ -100,7 +100,7 @@ DeviceInfo bind_worker_device(const ResolvedConfig& config, DeviceInfo detected)
 
 void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_option("--device", f.device,
-                 "Where attention and the KV cache run: cpu (default), cuda or cuda:N (the worker binds that GPU "
+                 "Where the model (serve, generate), attention and the KV cache run: cpu (default), cuda or cuda:N (the worker binds that GPU "
                  "before validating backends and planning memory)");
   app.add_option("--attention-backend", f.attention_backend, "Attention backend for both phases (auto)");
   app.add_option("--prefill-attention-backend", f.prefill_attention_backend, "Prefill attention backend (auto)");
