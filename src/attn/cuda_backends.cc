@@ -6,7 +6,6 @@
 // new K/V are written into the pages by one kernel, then the backend's attention kernel runs.
 #include <fmt/format.h>
 
-#include <climits>
 #include <memory>
 #include <vector>
 
@@ -41,10 +40,9 @@ class CudaPagedBackend : public PagedBackend {
   int num_sms() const { return num_sms_; }
 
  private:
-  void on_prepare() final {
-    const int num_pages = layers().empty() ? INT_MAX : rank_pages(layers().front()).num_pages;
-    batch_.upload(sequences(), shape().page_size, num_pages, causal());
-  }
+  // PagedBackend::prepare checked each page table's length; page ids are checked against the pool at
+  // the step's first forward, before any kernel runs.
+  void on_prepare() final { batch_.upload(sequences(), shape().page_size, causal()); }
 
   void run_layer(int /*layer*/, const kc::KvWriteParams& write, const kc::PagedAttentionParams& p) final {
     kcu::write_kv_pages(write, batch_);

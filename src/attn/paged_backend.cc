@@ -22,6 +22,7 @@ void PagedBackend::prepare(const BatchMetadata& batch, bool /*graph_mode*/) {
     offset += s.num_new_tokens;
   }
   num_tokens_ = offset;
+  checked_num_pages_ = -1;
   on_prepare();
 }
 
@@ -38,6 +39,7 @@ void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
                   dp_.dp_size);
   }
   layers_.assign(layers.begin(), layers.end());
+  checked_num_pages_ = -1;
   on_bind();
 }
 
@@ -63,6 +65,7 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
                 v.rows, out.rows, num_tokens_);
   SPINDLE_CHECK(q.cols == q_cols && out.cols == q_cols && k.cols == kv_cols && v.cols == kv_cols,
                 "forward: q/out need {} columns and k/v {}", q_cols, kv_cols);
+  SPINDLE_CHECK(num_tokens_ == 0 || (q.data && k.data && v.data && out.data), "forward: q/k/v/out data missing");
   act_out_fatal_fault(fault_);
 
   const LayerKvCache& cache = layers_[layer];
@@ -82,7 +85,12 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   p.scale = shape_.scale;
   p.causal = batch_.causal;
   p.sequences = sequences_;
-  kc::check_paged_attention_params(p, num_tokens_);
+  // Every layer of a step shares the batch: its sequences and page tables are checked against the
+  // rank's page count once per step (again only if a layer's page count differs), not per layer.
+  if (pages.num_pages != checked_num_pages_) {
+    kc::check_paged_attention_params(p, num_tokens_);
+    checked_num_pages_ = pages.num_pages;
+  }
   if (num_tokens_ == 0) return;
 
   kc::KvWriteParams w;

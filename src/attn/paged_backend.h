@@ -4,7 +4,7 @@
 // prepare() turns BatchMetadata into the kernels' per-sequence rows; bind_kv_caches() checks each
 // layer's geometry against the shape; forward() checks the tensors, acts out injected faults
 // (SPINDLE_ATTN_FAULT) and hands run_layer() the kernel parameters for this DP rank's contiguous
-// page range, already checked by kernels::cpu::check_paged_attention_params. Tensor and page
+// page range, already checked by kernels::cpu::check_paged_attention_params (once per step). Tensor and page
 // pointers are in the memory of device(); the sequences and their page tables are host memory.
 #pragma once
 
@@ -65,6 +65,7 @@ class PagedBackend : public AttentionBackend {
   std::vector<kernels::cpu::AttentionSequence> sequences_;
   int64_t num_tokens_ = 0;
   std::vector<LayerKvCache> layers_;
+  int checked_num_pages_ = -1;  // the page count the prepared batch was checked against; -1: none
 };
 
 }  // namespace spindle::attn

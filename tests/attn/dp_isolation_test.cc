@@ -92,6 +92,32 @@ TEST(DpIsolationTest, PageOutsideTheRankIsRejected) {
                Error);
 }
 
+// The batch is checked once per step, not per layer: a later step's bad page is still caught, on
+// the first layer and on every layer after it (nothing is run with it).
+TEST(DpIsolationTest, EachStepIsCheckedAgain) {
+  const AttentionShape shape{4, 1, 64, 0.125f, DType::kF32, 4};
+  RandomBatch local = make_random_batch(shape, {{3, 2}}, 7, true, 0);
+  std::vector<std::byte> k_pool(local.k_pages.size() * 2), v_pool(k_pool.size());
+  auto backend = create_attention_backend("reference", shape, {2, 0});
+  const LayerKvCache pool{k_pool.data(), v_pool.data(), local.num_pages * 2, 4, 1, 64, DType::kF32};
+  const std::vector<LayerKvCache> layers(2, pool);
+  std::vector<float> out(local.num_tokens() * local.q_cols());
+  auto forward = [&](int layer) {
+    backend->forward(layer, {local.q.data(), local.num_tokens(), local.q_cols()},
+                     {local.k.data(), local.num_tokens(), local.kv_cols()},
+                     {local.v.data(), local.num_tokens(), local.kv_cols()},
+                     {out.data(), local.num_tokens(), local.q_cols()});
+  };
+  backend->bind_kv_caches(layers);
+  backend->prepare(local.metadata);
+  EXPECT_NO_THROW(forward(0));
+  EXPECT_NO_THROW(forward(1));
+  local.metadata.sequences[0].page_table[0] = local.num_pages;  // first page of rank 1
+  backend->prepare(local.metadata);
+  EXPECT_THROW(forward(0), Error);
+  EXPECT_THROW(forward(1), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, DpIsolationTest,
                          ::testing::Values(DpCase{"reference", 2, 0}, DpCase{"reference", 3, 2},
                                            DpCase{"cpu_avx2", 2, 1}, DpCase{"cpu_avx2", 4, 2},

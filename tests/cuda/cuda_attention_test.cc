@@ -260,6 +260,37 @@ TEST_P(CudaBackendTest, RefusesHostPages) {
   }
 }
 
+// The batch is checked once per step (PagedBackend), never per layer and never on the device: a
+// step whose page table points outside the rank's pages is refused at every layer, before a kernel runs.
+TEST_P(CudaBackendTest, RejectsAPageOutsideTheRankEachStep) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  RandomBatch batch = make_random_batch(shape, {{3, 20}, {1, 40}}, 11);
+  StagedBatch staged(batch, Device::kCuda);
+  const LayerKvCache cache = staged.layer_cache();
+  const std::vector<LayerKvCache> layers(2, cache);
+  auto cuda = create_attention_backend(backend, shape, {});
+  cuda->bind_kv_caches(layers);
+  cuda->prepare(batch.metadata);
+  auto forward = [&](int layer) { cuda->forward(layer, staged.q(), staged.k(), staged.v(), staged.out()); };
+  EXPECT_NO_THROW(forward(0));
+  EXPECT_NO_THROW(forward(1));
+  staged.synchronize();
+  batch.metadata.sequences[1].page_table[0] = batch.num_pages;  // one past the pool
+  cuda->prepare(batch.metadata);
+  for (int layer : {0, 1}) {
+    try {
+      forward(layer);
+      ADD_FAILURE() << "layer " << layer << " ran with a page outside the pool";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("outside [0, " + std::to_string(batch.num_pages) + ")"));
+    }
+  }
+  staged.synchronize();  // nothing went wrong on the device
+}
+
 TEST_P(CudaBackendTest, PassesValidationInAChild) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::string backend = GetParam();

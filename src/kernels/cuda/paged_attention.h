@@ -29,9 +29,11 @@ detail::KvType kv_type_of(DType dtype);
 // its page slot (for the K/V writer) and RowInfo (for the reference kernel).
 class DeviceBatch {
  public:
-  // Uploads the batch (synchronously). Checks what the kernels rely on: rows contiguous in batch
-  // order, page tables long enough, every page id in [0, num_pages). Throws spindle::Error.
-  void upload(std::span<const cpu::AttentionSequence> sequences, int page_size, int num_pages, bool causal);
+  // Uploads the batch (synchronously). The sequences must already satisfy
+  // cpu::check_paged_attention_params (rows contiguous in batch order, page tables covering every
+  // position); page ids are checked against the pool there too, before any kernel runs (PagedBackend
+  // does both). Throws only for sizes the launch grids cannot take.
+  void upload(std::span<const cpu::AttentionSequence> sequences, int page_size, bool causal);
 
   const detail::PagedBatchView& view() const { return view_; }
   const int64_t* slots() const { return slots_.as<int64_t>(); }   // [num_rows]
