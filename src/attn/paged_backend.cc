@@ -51,7 +51,6 @@ PagedBackend::RankPages PagedBackend::rank_pages(const LayerKvCache& cache) cons
   r.k = static_cast<std::byte*>(cache.k_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
   r.v = static_cast<std::byte*>(cache.v_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
   r.num_pages = pages_per_rank;
-  r.bytes = page_bytes * pages_per_rank;
   return r;
 }
 

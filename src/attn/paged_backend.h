@@ -39,23 +39,20 @@ class PagedBackend : public AttentionBackend {
   // The `wrong` fault: adds 0.5 to every element of out (host loop; device backends override).
   virtual void corrupt_output(Tensor out);
 
-  // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
-  struct RankPages {
-    std::byte* k = nullptr;
-    std::byte* v = nullptr;
-    int num_pages = 0;
-    size_t bytes = 0;  // of K (and of V)
-  };
-  RankPages rank_pages(const LayerKvCache& cache) const;
-
   const AttentionShape& shape() const { return shape_; }
-  const std::vector<LayerKvCache>& layers() const { return layers_; }
-  int64_t num_tokens() const { return num_tokens_; }
   bool causal() const { return batch_.causal; }
   // The prepared batch in kernel form (query_offset set, page tables pointing into the batch).
   const std::vector<kernels::cpu::AttentionSequence>& sequences() const { return sequences_; }
 
  private:
+  // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
+  struct RankPages {
+    std::byte* k = nullptr;
+    std::byte* v = nullptr;
+    int num_pages = 0;
+  };
+  RankPages rank_pages(const LayerKvCache& cache) const;
+
   std::string name_;
   Device device_;
   AttentionShape shape_;

@@ -141,13 +141,6 @@ std::vector<std::string> cudnn_sdpa_unsupported_reasons(int cc_major, int cc_min
   return reasons;
 }
 
-std::string cudnn_sdpa_library() {
-  const CudnnApi* api = cudnn_api();
-  if (api == nullptr) return cudnn_load_error();
-  std::string gap = library_gap();
-  return gap.empty() ? fmt::format("cuDNN {} ({})", cudnn_version_string(api->version), api->path) : gap;
-}
-
 struct CudnnSdpa::Impl {
   int num_heads = 0;
   int num_kv_heads = 0;

@@ -21,9 +21,6 @@ namespace spindle::kernels::cuda {
 std::vector<std::string> cudnn_sdpa_unsupported_reasons(int cc_major, int cc_minor, int head_dim,
                                                         detail::KvType kv_type, int page_size);
 
-// "cuDNN 9.8.0 (libcudnn.so.9)", or why no usable cuDNN was found. For logs and `spindle doctor`.
-std::string cudnn_sdpa_library();
-
 // One attention shape's cuDNN graphs, built on first use for each batch signature and cached
 // (cudnn_sdpa.cc says how batches map to signatures). Owns its scratch: io-type copies of q and
 // out, cuDNN's per-step inputs and workspace, grown on demand (cudaMalloc: not during CUDA graph
