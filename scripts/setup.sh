@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential g++ cmake ninja-build pkg-config git ca-certificates
   libdnnl-dev            # oneDNN: matrix products (AMX / AVX-512 / AVX2 kernels)
+  # oneDNN's CMake package (dnnl-config.cmake) calls find_package(OpenCL) at configure time, but
+  # libdnnl-dev only *Recommends* these, and we install with --no-install-recommends.
+  ocl-icd-opencl-dev opencl-headers
   nlohmann-json3-dev     # JSON
   libcpp-httplib-dev     # HTTP server
   libspdlog-dev libfmt-dev
