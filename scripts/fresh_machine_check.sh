@@ -144,6 +144,11 @@ say "step debootstrap: done in $(elapsed "$t") s"
 git clone -q --no-hardlinks "$REPO" "$ROOT/root/spindle" || fail "git clone"
 git -C "$ROOT/root/spindle" checkout -q "$(git -C "$REPO" rev-parse HEAD)" || fail "git checkout HEAD"
 
+# What the README tells a newcomer on a bare machine to install first (git to clone, make to run
+# the two commands); everything else is scripts/setup.sh's job.
+in_root "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git make >/dev/null" ||
+  fail "could not install git and make in the root"
+
 # --- 3. make test -------------------------------------------------------------------------------
 t=$(date +%s)
 say "step make test: start"
