@@ -69,7 +69,7 @@ struct Batch {
   int num_pages = 0;
   std::vector<uint16_t> k_pages, v_pages;
   std::vector<int32_t> table;
-  std::vector<AttentionSequence> seqs;
+  std::vector<StepSequence> seqs;
   std::vector<float> q, out;
   int64_t kv_bytes_read = 0;  // K and V of every visible position, once
   double causal_flops = 0;
@@ -89,7 +89,15 @@ struct Batch {
     table.resize(num_pages);
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
-    for (int b = 0; b < batch; ++b) seqs.push_back({num_new, num_cached, b * num_new, table.data() + b * per_seq});
+    for (int b = 0; b < batch; ++b) {
+      StepSequence s;
+      s.query_offset = b * num_new;
+      s.num_new_tokens = num_new;
+      s.num_cached_tokens = num_cached;
+      s.page_table_offset = b * per_seq;
+      s.num_pages = per_seq;
+      seqs.push_back(s);
+    }
     q.resize(size_t(batch) * num_new * num_heads * head_dim);
     for (auto& x : q) x = uni(rng);
     out.resize(q.size());
@@ -112,6 +120,7 @@ struct Batch {
     p.scale = 1.0f / std::sqrt(float(head_dim));
     p.causal = true;
     p.sequences = seqs;
+    p.page_tables = table.data();
     p.pool = pool;
     return p;
   }

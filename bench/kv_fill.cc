@@ -3,8 +3,8 @@
 // the peak never goes over usable memory, and the KV pool is at least 85% of what would fit.
 //
 // The stack is built as serve builds it (cli/serving_stack.cc): machine facts (usable memory read
-// first) -> resolved flags -> Model::load (mmap) -> attention backends -> KV plan with the
-// profiling forward (config::measure_workspace_bytes) -> PagePool with auto capacity. Attention
+// first) -> resolved flags -> load_cpu_model (mmap) -> attention backends -> KV plan with the
+// profiling forward (startup::measure_workspace_bytes) -> PagePool with auto capacity. Attention
 // backends are the highest-priority ones available here, without serve's child-process validation
 // (this binary is not `spindle`, and the KV contents of random tokens do not matter here).
 // Tokenizer and engine are left out: they hold a few MiB.
@@ -41,7 +41,8 @@
 #include "bench_util.h"
 #include "config/kv_config.h"
 #include "config/server_config.h"
-#include "config/workspace_probe.h"
+#include "engine/runner.h"
+#include "startup/workspace_probe.h"
 #include "kv/block_table.h"
 #include "kv/page_pool.h"
 #include "model/model.h"
@@ -132,17 +133,17 @@ int main(int argc, char** argv) {
     ThreadPool pool(resolved.num_threads);
     ModelOptions model_options;
     model_options.pool = &pool;
-    const std::unique_ptr<Model> model = Model::load(model_dir, model_options);
-    const config::UnvalidatedBackends backends = config::make_unvalidated_backends(resolved, device, &pool);
-    model->set_attention_backends(backends.prefill.get(), backends.decode.get());
+    const std::unique_ptr<Transformer> model = load_cpu_model(model_dir, model_options);
+    const startup::UnvalidatedBackends backends = startup::make_unvalidated_backends(resolved, device, &pool);
+    engine::Runner runner(*model, *backends.prefill, *backends.decode);
     const kv::KvLayout layout = config::kv_layout_for(model_config, resolved.kv_dtype, resolved.page_size);
     const double t_plan0 = bench::now_s();
     const kv::KvPlan plan = config::plan_kv_cache(
         resolved.kv, layout, model_config, device.memory, model->weight_bytes(),
-        config::make_workspace_probe(*model, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len));
+        startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len));
     const double t_plan = bench::now_s() - t_plan0;
     kv::PagePool kv_pool(layout, plan.num_pages_per_rank);
-    model->bind_kv_caches(kv_pool.layer_caches());
+    runner.bind_kv_caches(kv_pool.layer_caches());
     const uint64_t rss_before_fill = proc_status_bytes("VmRSS");
 
     const MemoryInfo& mem = device.memory;
@@ -183,36 +184,29 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<int32_t> token_dist(0, model_config.vocab_size - 1);
     const int step_tokens = resolved.kv.max_num_batched_tokens;
-    std::vector<int32_t> token_ids;
-    std::vector<int64_t> logit_rows;
-    std::vector<float> logits;
+    std::vector<TokenId> chunk_ids;
+    StepBatch batch;
     size_t next = 0;
     int64_t stored = 0;
     int64_t steps = 0;
     int64_t next_report = total_tokens / 10;
     const double t_fill0 = bench::now_s();
     while (next < seqs.size()) {
-      attn::BatchMetadata batch;
-      token_ids.clear();
-      logit_rows.clear();
+      batch.clear();
       int budget = step_tokens;
       for (size_t i = next; i < seqs.size() && budget > 0; ++i) {
         Sequence& s = *seqs[i];
         const int chunk = std::min(s.length - s.done, budget);
         SPINDLE_CHECK(s.table.extend(chunk), "the pool ran out of pages at {} of {} tokens", stored, total_tokens);
-        attn::SequenceMetadata meta;
-        meta.num_new_tokens = chunk;
-        meta.num_cached_tokens = s.done;
-        meta.page_table = s.table.pages();
-        batch.sequences.push_back(std::move(meta));
-        for (int t = 0; t < chunk; ++t) token_ids.push_back(token_dist(rng));
+        chunk_ids.resize(static_cast<size_t>(chunk));
+        for (auto& id : chunk_ids) id = token_dist(rng);
+        const bool last = s.done + chunk == s.length;
+        batch.add_sequence(chunk_ids.data(), chunk, s.done, s.table.pages().data(), s.table.num_pages(), last ? 1 : 0);
         s.done += chunk;
         budget -= chunk;
-        if (s.done == s.length) logit_rows.push_back(static_cast<int64_t>(token_ids.size()) - 1);
       }
-      logits.resize(logit_rows.size() * static_cast<size_t>(model_config.vocab_size));
-      model->forward(token_ids, batch, logit_rows, logits.data());
-      stored += static_cast<int64_t>(token_ids.size());
+      runner.run(batch);
+      stored += batch.num_tokens();
       ++steps;
       while (next < seqs.size() && seqs[next]->done == seqs[next]->length) ++next;
       if (stored >= next_report || next == seqs.size()) {

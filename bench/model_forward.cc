@@ -24,6 +24,7 @@
 #include "attn/attention_backend.h"
 #include "bench_model_writer.h"
 #include "bench_util.h"
+#include "engine/runner.h"
 #include "model/model.h"
 #include "platform/device_info.h"
 #include "util/thread_pool.h"
@@ -57,7 +58,7 @@ Args parse_args(int argc, char** argv) {
 // oneDNN matmul [m, k] x [k, n] -> f32 of dtype dt: GFLOP/s (best of 5) and the implementation.
 std::pair<double, std::string> onednn_matmul(dnnl::memory::data_type dt, int64_t m, int64_t k, int64_t n) {
   using namespace dnnl;
-  engine eng(engine::kind::cpu, 0);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   stream st(eng);
   memory::desc a_md({m, k}, dt, memory::format_tag::ab);
   memory::desc b_md({k, n}, dt, memory::format_tag::ab);
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
                   shape.num_hidden_layers, bytes / 1e9, bench::now_s() - t0);
     }
     double t0 = bench::now_s();
-    auto model = Model::load(dir);
+    auto model = load_cpu_model(dir);
     const ModelConfig& c = model->config();
     std::printf("loaded %s in %.2f s: weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers\n",
                 dir.string().c_str(), bench::now_s() - t0, model->weight_bytes() / 1e9,
@@ -167,11 +168,11 @@ int main(int argc, char** argv) {
     const attn::AttentionShape shape = model->attention_shape(DType::kBF16, 16);
     const std::string backend_name = best_cpu_backend(shape);
     auto backend = attn::create_attention_backend(backend_name, shape, {});
-    model->set_attention_backends(backend.get(), backend.get());
+    spindle::engine::Runner runner(*model, *backend, *backend);
     const int max_batch = 16;
     const int per_seq = args.context + args.steps + 2;
     KvPool kv(c, max_batch * ((per_seq + 15) / 16) + (args.prompt + 15) / 16);
-    model->bind_kv_caches(kv.caches);
+    runner.bind_kv_caches(kv.caches);
     std::printf("attention backend %s, bf16 KV, page 16; %.2f GB of KV pages\n", backend_name.c_str(),
                 kv.num_pages * 16 * kv_token_bytes / 1e9);
     std::mt19937 rng(1);
@@ -179,13 +180,12 @@ int main(int argc, char** argv) {
 
     // Prefill: one sequence of args.prompt tokens, logits for the last.
     {
-      attn::BatchMetadata batch;
-      batch.sequences.push_back({args.prompt, 0, kv.take(args.prompt)});
-      std::vector<int32_t> ids(args.prompt);
+      std::vector<TokenId> ids(args.prompt);
       for (auto& id : ids) id = token(rng);
-      std::vector<float> logits(c.vocab_size);
-      const int64_t last = args.prompt - 1;
-      const double t = bench::best_time(2, [&] { model->forward(ids, batch, {&last, 1}, logits.data()); });
+      const std::vector<int32_t> table = kv.take(args.prompt);
+      StepBatch batch;
+      batch.add_sequence(ids.data(), args.prompt, 0, table.data(), static_cast<int32_t>(table.size()), 1);
+      const double t = bench::best_time(2, [&] { runner.run(batch); });
       const double p = args.prompt;
       const double attn_flops = 4.0 * p * p / 2 * c.head_dim * c.num_attention_heads * c.num_hidden_layers;
       const double flops = 2 * linear_params * p + 2 * v * h + attn_flops;
@@ -205,19 +205,15 @@ int main(int argc, char** argv) {
       std::vector<std::vector<int32_t>> tables;
       kv.next = (args.prompt + 15) / 16;  // reuse the decode region
       for (int s = 0; s < b; ++s) tables.push_back(kv.take(per_seq));
-      std::vector<int32_t> ids(b);
-      std::vector<int64_t> rows(b);
-      for (int s = 0; s < b; ++s) rows[s] = s;
-      std::vector<float> logits(size_t(b) * c.vocab_size);
+      StepBatch batch;
       auto step = [&](int i) {
-        attn::BatchMetadata batch;
+        batch.clear();
         for (int s = 0; s < b; ++s) {
           const int cached = args.context + i;
-          std::vector<int32_t> table(tables[s].begin(), tables[s].begin() + (cached + 1 + 15) / 16);
-          batch.sequences.push_back({1, cached, std::move(table)});
-          ids[s] = token(rng);
+          const TokenId id = token(rng);
+          batch.add_sequence(&id, 1, cached, tables[s].data(), (cached + 1 + 15) / 16, 1);
         }
-        model->forward(ids, batch, rows, logits.data());
+        runner.run(batch);
       };
       step(0);  // warm-up
       // The bound uses the higher of the start-of-run and a fresh bandwidth measurement (on a

@@ -19,14 +19,17 @@
 #   SPINDLE_FRESH_ROOT=DIR     where to build the root (default: a new folder under /var/tmp)
 #   SPINDLE_FRESH_KEEP=1       keep the root afterwards (for a look inside)
 #   SPINDLE_FRESH_MIRROR=URL   Debian mirror (default: http://deb.debian.org/debian)
-#   SPINDLE_FRESH_LOG=FILE     also write the whole log to FILE
+#   SPINDLE_FRESH_LOG=FILE     also write this script's log to FILE
+#   SPINDLE_FRESH_LOGS=DIR     where the full logs of `make test` and `make run` inside the root are
+#                              copied before the root is removed (default: /var/tmp/spindle-fresh-logs)
 set -uo pipefail
 
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
+REPO="${SPINDLE_FRESH_REPO:-$(cd "$(dirname "$0")/.." && pwd)}"  # the clone whose HEAD is checked
 MIRROR="${SPINDLE_FRESH_MIRROR:-http://deb.debian.org/debian}"
 SUITE=bookworm
 ROOT="${SPINDLE_FRESH_ROOT:-}"
 KEEP="${SPINDLE_FRESH_KEEP:-0}"
+LOGS="${SPINDLE_FRESH_LOGS:-/var/tmp/spindle-fresh-logs}"
 PORT=8080
 
 # Time limits per step, seconds.
@@ -64,6 +67,10 @@ cleanup() {
       done
       sleep 1
     done
+    mkdir -p "$LOGS"
+    for f in make_test.log make_run.log; do
+      [[ -f "$ROOT/root/$f" ]] && cp "$ROOT/root/$f" "$LOGS/$f"
+    done
     local i
     for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
       umount "${MOUNTED[$i]}" 2>/dev/null || umount -l "${MOUNTED[$i]}" 2>/dev/null
@@ -74,6 +81,7 @@ cleanup() {
       rm -rf --one-file-system "$ROOT"
     fi
   fi
+  [[ -d "$LOGS" ]] && say "full logs of the root's commands in $LOGS"
   say "total $(elapsed "$STARTED") s"
   exit "$rc"
 }

@@ -1,7 +1,8 @@
 // The attention backend interface and its registry (DESIGN.md section 2).
 //
 // A backend is created for one AttentionShape. Once per step prepare() receives the batch layout
-// (shared by all layers); bind_kv_caches() hands it every layer's pages; forward() runs one layer.
+// (the StepBatch, shared by all layers); bind_kv_caches() hands it every layer's pages; forward()
+// runs one layer.
 #pragma once
 
 #include <functional>
@@ -18,6 +19,10 @@ struct CpuInfo;
 struct DeviceInfo;
 }  // namespace spindle
 
+namespace spindle::kernels::cuda {
+class DeviceBatch;
+}  // namespace spindle::kernels::cuda
+
 namespace spindle::attn {
 
 struct BackendOptions {
@@ -32,8 +37,13 @@ class AttentionBackend {
   // device memory of the CUDA device current on the calling thread (kernels run on the legacy
   // default stream; forward() returns once they are queued, not finished).
   virtual Device device() const = 0;
-  // Host side, once per step, shared by all layers.
-  virtual void prepare(const BatchMetadata& batch, bool graph_mode = false) = 0;
+  // The shape it was created for.
+  virtual const AttentionShape& shape() const = 0;
+  // Once per step, before the step's first forward(), shared by all layers: the step's batch
+  // (kernels/step_batch.h), which must stay unchanged until the step's last forward(). `uploaded`
+  // is its device copy when the caller made one (engine::Runner through the model); a kCuda
+  // backend given none uploads the batch itself (tests, validation children).
+  virtual void prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded = nullptr) = 0;
   // The per-layer KV pages this backend reads and writes (the whole pool; it uses its rank's range).
   virtual void bind_kv_caches(std::span<const LayerKvCache> layers) = 0;
   // q: [num_tokens, num_heads * head_dim]; k, v: [num_tokens, num_kv_heads * head_dim] (the new

@@ -12,10 +12,4 @@ std::string AttentionShape::to_string() const {
                      dtype_name(kv_dtype), page_size);
 }
 
-int64_t BatchMetadata::num_tokens() const {
-  int64_t n = 0;
-  for (const auto& s : sequences) n += s.num_new_tokens;
-  return n;
-}
-
 }  // namespace spindle::attn

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/step_batch.h"
 #include "util/dtype.h"
 
 namespace spindle::attn {
@@ -32,21 +33,6 @@ struct AttentionShape {
 struct DpConfig {
   int dp_size = 1;
   int dp_rank = 0;
-};
-
-// Host-side description of one step's batch, shared by all layers.
-struct SequenceMetadata {
-  int num_new_tokens = 0;     // query rows this step (1 for decode)
-  int num_cached_tokens = 0;  // positions already in the pages
-  // Rank-local page ids covering positions [0, cached + new): ceil((cached + new) / page_size).
-  std::vector<int32_t> page_table;
-};
-
-struct BatchMetadata {
-  std::vector<SequenceMetadata> sequences;  // query rows are concatenated in this order
-  bool causal = true;
-
-  int64_t num_tokens() const;
 };
 
 // One layer's KV pages: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]

@@ -2,7 +2,8 @@
 // cudnn_sdpa. Every tensor forward() receives and every bound KV page is CUDA device memory of
 // the device current on the calling thread; kernels run on the legacy default stream.
 //
-// Per step, prepare() uploads the batch layout once (kernels::cuda::DeviceBatch); per layer the
+// Per step, prepare() takes the step's device copy (kernels::cuda::DeviceBatch, uploaded once by
+// the model for the whole step, or by the backend itself when none is given); per layer the
 // new K/V are written into the pages by one kernel, then the backend's attention kernel runs.
 #include <fmt/format.h>
 
@@ -36,22 +37,30 @@ class CudaPagedBackend : public PagedBackend {
   // One layer's attention over the uploaded batch; the new K/V are already in the pages.
   virtual void attend(const kc::PagedAttentionParams& p) = 0;
 
-  const kcu::DeviceBatch& batch() const { return batch_; }
+  // The step's device copy: the caller's, or this backend's own upload.
+  const kcu::DeviceBatch& device_batch() const { return *device_batch_; }
   int num_sms() const { return num_sms_; }
 
  private:
   // PagedBackend::prepare checked each page table's length; page ids are checked against the pool at
   // the step's first forward, before any kernel runs.
-  void on_prepare() final { batch_.upload(sequences(), shape().page_size, causal()); }
+  void on_prepare(const kcu::DeviceBatch* uploaded) final {
+    if (uploaded == nullptr) {
+      own_batch_.upload(batch(), shape().page_size);
+      uploaded = &own_batch_;
+    }
+    device_batch_ = uploaded;
+  }
 
   void run_layer(int /*layer*/, const kc::KvWriteParams& write, const kc::PagedAttentionParams& p) final {
-    kcu::write_kv_pages(write, batch_);
+    kcu::write_kv_pages(write, *device_batch_);
     attend(p);
   }
 
   void corrupt_output(Tensor out) final { kcu::add_constant(out.data, out.rows * out.cols, 0.5f); }
 
-  kcu::DeviceBatch batch_;
+  kcu::DeviceBatch own_batch_;
+  const kcu::DeviceBatch* device_batch_ = nullptr;
   int num_sms_ = 0;
 };
 
@@ -64,7 +73,7 @@ class CudaReferenceBackend final : public CudaPagedBackend {
   }
 
  private:
-  void attend(const kc::PagedAttentionParams& p) override { kcu::paged_attention_reference(p, batch()); }
+  void attend(const kc::PagedAttentionParams& p) override { kcu::paged_attention_reference(p, device_batch()); }
 };
 
 class CudaFlashBackend final : public CudaPagedBackend {
@@ -77,7 +86,7 @@ class CudaFlashBackend final : public CudaPagedBackend {
 
  private:
   void attend(const kc::PagedAttentionParams& p) override {
-    kd::PagedLayerLaunch a = kcu::make_layer_launch(p, batch(), num_sms());
+    kd::PagedLayerLaunch a = kcu::make_layer_launch(p, device_batch(), num_sms());
     if (a.batch.num_rows == 0) return;
     const bool decode = a.batch.max_new_tokens == 1;
     const size_t bytes = decode ? kd::flash_decode_workspace_bytes(a) : kd::flash_prefill_workspace_bytes(a);
@@ -103,7 +112,7 @@ class CudnnSdpaBackend final : public CudaPagedBackend {
 
  private:
   void attend(const kc::PagedAttentionParams& p) override {
-    const kd::PagedLayerLaunch a = kcu::make_layer_launch(p, batch(), num_sms());
+    const kd::PagedLayerLaunch a = kcu::make_layer_launch(p, device_batch(), num_sms());
     if (a.batch.num_rows > 0) sdpa_.run(a, nullptr);
   }
 

@@ -9,21 +9,11 @@ namespace kc = kernels::cpu;
 PagedBackend::PagedBackend(std::string name, Device device, const AttentionShape& shape, const DpConfig& dp)
     : name_(std::move(name)), device_(device), shape_(shape), dp_(dp), fault_(fault_for(name_)) {}
 
-void PagedBackend::prepare(const BatchMetadata& batch, bool /*graph_mode*/) {
-  batch_ = batch;
-  sequences_.clear();
-  int offset = 0;
-  for (const auto& s : batch_.sequences) {
-    const int64_t total = int64_t{s.num_cached_tokens} + s.num_new_tokens;
-    SPINDLE_CHECK(static_cast<int64_t>(s.page_table.size()) * shape_.page_size >= total,
-                  "sequence {}: page table of {} pages cannot hold {} tokens (page size {})", sequences_.size(),
-                  s.page_table.size(), total, shape_.page_size);
-    sequences_.push_back({s.num_new_tokens, s.num_cached_tokens, offset, s.page_table.data()});
-    offset += s.num_new_tokens;
-  }
-  num_tokens_ = offset;
-  checked_num_pages_ = -1;
-  on_prepare();
+void PagedBackend::prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded) {
+  batch_ = &batch;
+  num_tokens_ = batch.num_tokens();
+  checked_num_pages_ = -1;  // sequences and page tables are checked at the step's first forward
+  on_prepare(uploaded);
 }
 
 void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
@@ -55,6 +45,7 @@ PagedBackend::RankPages PagedBackend::rank_pages(const LayerKvCache& cache) cons
 }
 
 void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) {
+  SPINDLE_CHECK(batch_ != nullptr, "forward: no step prepared (prepare)");
   SPINDLE_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()), "layer {} has no bound KV cache ({} bound)",
                 layer, layers_.size());
   const int64_t q_cols = int64_t{shape_.num_heads} * shape_.head_dim;
@@ -82,8 +73,9 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   p.num_kv_heads = shape_.num_kv_heads;
   p.head_dim = shape_.head_dim;
   p.scale = shape_.scale;
-  p.causal = batch_.causal;
-  p.sequences = sequences_;
+  p.causal = batch_->causal;
+  p.sequences = batch_->sequences;
+  p.page_tables = batch_->page_tables.data();
   // Every layer of a step shares the batch: its sequences and page tables are checked against the
   // rank's page count once per step (again only if a layer's page count differs), not per layer.
   if (pages.num_pages != checked_num_pages_) {
@@ -102,7 +94,8 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   w.page_size = cache.page_size;
   w.num_kv_heads = shape_.num_kv_heads;
   w.head_dim = shape_.head_dim;
-  w.sequences = sequences_;
+  w.sequences = batch_->sequences;
+  w.page_tables = batch_->page_tables.data();
 
   run_layer(layer, w, p);
   if (fault_ == FaultMode::kWrong) corrupt_output(out);

@@ -1,7 +1,8 @@
 // PagedBackend: the host-side work every paged attention backend shares, so each device's
 // backend only says how to run one layer.
 //
-// prepare() turns BatchMetadata into the kernels' per-sequence rows; bind_kv_caches() checks each
+// prepare() keeps the step's StepBatch (the kernels read its sequences and page tables as they
+// are); bind_kv_caches() checks each
 // layer's geometry against the shape; forward() checks the tensors, acts out injected faults
 // (SPINDLE_ATTN_FAULT) and hands run_layer() the kernel parameters for this DP rank's contiguous
 // page range, already checked by kernels::cpu::check_paged_attention_params (once per step). Tensor and page
@@ -23,7 +24,8 @@ class PagedBackend : public AttentionBackend {
 
   std::string_view name() const final { return name_; }
   Device device() const final { return device_; }
-  void prepare(const BatchMetadata& batch, bool graph_mode = false) final;
+  const AttentionShape& shape() const final { return shape_; }
+  void prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded = nullptr) final;
   void bind_kv_caches(std::span<const LayerKvCache> layers) final;
   void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) final;
 
@@ -34,15 +36,14 @@ class PagedBackend : public AttentionBackend {
                          const kernels::cpu::PagedAttentionParams& attention) = 0;
   // Called after the caches were checked and stored.
   virtual void on_bind() {}
-  // Called at the end of prepare(), once sequences() holds the step's batch (e.g. to upload it).
-  virtual void on_prepare() {}
+  // Called at the end of prepare(), once batch() is the step's batch (e.g. to upload it, when
+  // `uploaded` is null).
+  virtual void on_prepare(const kernels::cuda::DeviceBatch* /*uploaded*/) {}
   // The `wrong` fault: adds 0.5 to every element of out (host loop; device backends override).
   virtual void corrupt_output(Tensor out);
 
-  const AttentionShape& shape() const { return shape_; }
-  bool causal() const { return batch_.causal; }
-  // The prepared batch in kernel form (query_offset set, page tables pointing into the batch).
-  const std::vector<kernels::cpu::AttentionSequence>& sequences() const { return sequences_; }
+  // The step's batch given to prepare() (not a copy: the caller keeps it alive for the step).
+  const StepBatch& batch() const { return *batch_; }
 
  private:
   // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
@@ -58,8 +59,7 @@ class PagedBackend : public AttentionBackend {
   AttentionShape shape_;
   DpConfig dp_;
   FaultMode fault_;
-  BatchMetadata batch_;
-  std::vector<kernels::cpu::AttentionSequence> sequences_;
+  const StepBatch* batch_ = nullptr;
   int64_t num_tokens_ = 0;
   std::vector<LayerKvCache> layers_;
   int checked_num_pages_ = -1;  // the page count the prepared batch was checked against; -1: none

@@ -45,7 +45,7 @@ RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<Seq
                               uint64_t seed, bool causal, int extra_pages) {
   RandomBatch b;
   b.shape = shape;
-  b.metadata.causal = causal;
+
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
 
@@ -60,14 +60,13 @@ RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<Seq
 
   size_t next = 0;
   for (const auto& s : specs) {
-    SequenceMetadata m;
-    m.num_new_tokens = s.num_new_tokens;
-    m.num_cached_tokens = s.num_cached_tokens;
     const int n = (s.num_cached_tokens + s.num_new_tokens + shape.page_size - 1) / shape.page_size;
-    m.page_table.assign(ids.begin() + next, ids.begin() + next + n);
+    const std::vector<TokenId> tokens(static_cast<size_t>(s.num_new_tokens), 0);
+    b.step.add_sequence(tokens.data(), s.num_new_tokens, s.num_cached_tokens, ids.data() + next, n,
+                        s.num_new_tokens > 0 ? 1 : 0);
     next += n;
-    b.metadata.sequences.push_back(std::move(m));
   }
+  b.step.causal = causal;
 
   const size_t page_elems = size_t{static_cast<size_t>(shape.page_size)} * shape.num_kv_heads * shape.head_dim;
   b.k_pages.resize(page_elems * b.num_pages * dtype_size(shape.kv_dtype));
@@ -75,7 +74,7 @@ RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<Seq
   fill_pages_random(b.k_pages, shape.kv_dtype, rng);
   fill_pages_random(b.v_pages, shape.kv_dtype, rng);
 
-  const int64_t tokens = b.metadata.num_tokens();
+  const int64_t tokens = b.step.num_tokens();
   b.q.resize(tokens * b.q_cols());
   b.k.resize(tokens * b.kv_cols());
   b.v.resize(tokens * b.kv_cols());
@@ -88,7 +87,7 @@ RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<Seq
 std::vector<float> run_backend_once(AttentionBackend& backend, RandomBatch& batch) {
   StagedBatch staged(batch, backend.device());
   LayerKvCache cache = staged.layer_cache();
-  backend.prepare(batch.metadata);
+  backend.prepare(batch.step);
   backend.bind_kv_caches({&cache, 1});
   backend.forward(0, staged.q(), staged.k(), staged.v(), staged.out());
   staged.synchronize();

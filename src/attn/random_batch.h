@@ -18,13 +18,13 @@ struct SequenceSpec {
 // are shuffled so no sequence owns contiguous pages. Values are uniform in [-1, 1].
 struct RandomBatch {
   AttentionShape shape;
-  BatchMetadata metadata;
+  StepBatch step;                         // token ids are all 0 (attention does not read them)
   std::vector<float> q, k, v;            // [tokens, heads * head_dim], [tokens, kv_heads * head_dim] x2
   std::vector<std::byte> k_pages, v_pages;
   int num_pages = 0;
 
   LayerKvCache layer_cache();             // views into k_pages / v_pages
-  int64_t num_tokens() const { return metadata.num_tokens(); }
+  int64_t num_tokens() const { return step.num_tokens(); }
   int64_t q_cols() const { return int64_t{shape.num_heads} * shape.head_dim; }
   int64_t kv_cols() const { return int64_t{shape.num_kv_heads} * shape.head_dim; }
 };

@@ -163,7 +163,7 @@ double time_forward(AttentionBackend& backend, RandomBatch& batch) {
   backend.bind_kv_caches({&cache, 1});
   auto once = [&] {
     const auto t0 = Clock::now();
-    backend.prepare(batch.metadata);
+    backend.prepare(batch.step);
     backend.forward(0, staged.q(), staged.k(), staged.v(), staged.out());
     staged.synchronize();
     return std::chrono::duration<double>(Clock::now() - t0).count();

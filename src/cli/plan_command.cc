@@ -5,7 +5,7 @@
 // and how many sequences of max_model_len fit at once.
 //
 // The workspace is measured as serve measures it: the model is loaded (mmap) and one profiling
-// forward runs at --max-num-batched-tokens (config::measure_workspace_bytes), with the
+// forward runs at --max-num-batched-tokens (startup::measure_workspace_bytes), with the
 // highest-priority attention backend available here (not validated: the workspace does not depend
 // on the backend). That takes a few seconds on the CPU for small models. --estimate-workspace skips
 // loading and uses config::estimate_workspace_bytes (headers only, well under a second); the
@@ -21,7 +21,8 @@
 #include "cli/format.h"
 #include "config/kv_config.h"
 #include "config/server_config.h"
-#include "config/workspace_probe.h"
+#include "engine/runner.h"
+#include "startup/workspace_probe.h"
 #include "kv/capacity_planner.h"
 #include "model/model.h"
 #include "model/model_loader.h"
@@ -154,18 +155,18 @@ void run_plan(const PlanArgs& args) {
     plan = config::plan_kv_cache(resolved.kv, layout, model, memory, weight_bytes);
   } else {
     ThreadPool pool(resolved.num_threads);
-    ForwardModelOptions options;
+    LoadOptions options;
     options.device = resolved.device;
     options.cuda_device = resolved.cuda_device;
     options.cpu.pool = &pool;
-    const std::unique_ptr<ForwardModel> loaded = load_forward_model(args.model_dir, options);
-    const config::UnvalidatedBackends backends = config::make_unvalidated_backends(resolved, device, &pool);
-    loaded->set_attention_backends(backends.prefill.get(), backends.decode.get());
+    const std::unique_ptr<Transformer> loaded = load_model(args.model_dir, options);
+    const startup::UnvalidatedBackends backends = startup::make_unvalidated_backends(resolved, device, &pool);
+    engine::Runner runner(*loaded, *backends.prefill, *backends.decode);
     // CUDA: free memory read with the weights resident, before the profiling forward.
     const MemoryInfo memory = on_cuda ? config::cuda_usable_memory(resolved.cuda_device) : device.memory;
     plan = config::plan_kv_cache(
         resolved.kv, layout, model, memory, loaded->weight_bytes(),
-        config::make_workspace_probe(*loaded, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len),
+        startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len),
         /*usable_after_weights=*/on_cuda);
   }
   if (args.json) {

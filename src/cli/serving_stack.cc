@@ -11,7 +11,7 @@
 #include <climits>
 
 #include "cli/format.h"
-#include "config/workspace_probe.h"
+#include "startup/workspace_probe.h"
 #include "util/error.h"
 
 namespace spindle::cli {
@@ -82,17 +82,17 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
       return kernels::cpu::make_linear_kernel(w, o);
     };
   }
-  ForwardModelOptions load_options;
+  LoadOptions load_options;
   load_options.device = s->resolved.device;
   load_options.cuda_device = s->resolved.cuda_device;
   load_options.cpu = model_options;
-  s->model = load_forward_model(s->model_dir, load_options);
+  s->model = load_model(s->model_dir, load_options);
   const attn::AttentionShape shape = s->model->attention_shape(s->resolved.kv_dtype, s->resolved.page_size);
   attn::BackendOptions backend_options;
   backend_options.pool = s->pool.get();
   s->prefill_backend = attn::create_attention_backend(s->selection.prefill_backend, shape, {}, backend_options);
   s->decode_backend = attn::create_attention_backend(s->selection.decode_backend, shape, {}, backend_options);
-  s->model->set_attention_backends(s->prefill_backend.get(), s->decode_backend.get());
+  s->runner = std::make_unique<engine::Runner>(*s->model, *s->prefill_backend, *s->decode_backend);
 
   SPINDLE_CHECK(s->resolved.kv.dp_size == 1,
                 "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
@@ -103,11 +103,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   const MemoryInfo usable = on_cuda ? config::cuda_usable_memory(s->resolved.cuda_device) : s->device.memory;
   s->kv_plan = config::plan_kv_cache(
       s->resolved.kv, layout, s->model_config, usable, s->model->weight_bytes(),
-      config::make_workspace_probe(*s->model, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len),
+      startup::make_workspace_probe(*s->runner, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len),
       /*usable_after_weights=*/on_cuda);
   s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size,
                                               s->resolved.device);
-  s->model->bind_kv_caches(s->kv_pool->layer_caches());
+  s->runner->bind_kv_caches(s->kv_pool->layer_caches());
 
   s->metrics.set_info({{"model", s->model_name},
                        {"prefill_attention_backend", s->selection.prefill_backend},
@@ -121,7 +121,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   engine_options.scheduler.max_running_requests = flags.max_running_requests;
   engine_options.scheduler.max_model_len = s->resolved.kv.max_model_len;
   engine_options.cuda_device = on_cuda ? s->resolved.cuda_device : -1;
-  s->engine = std::make_unique<engine::Engine>(*s->model, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,
+  s->engine = std::make_unique<engine::Engine>(*s->runner, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,
                                                *s->kv_pool, s->metrics, engine_options);
   s->engine->start();
   return s;

@@ -14,7 +14,8 @@
 #include "engine/engine.h"
 #include "kv/capacity_planner.h"
 #include "kv/page_pool.h"
-#include "model/forward_model.h"
+#include "engine/runner.h"
+#include "model/transformer.h"
 #include "platform/device_info.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -51,9 +52,10 @@ struct ServingStack {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<tokenizer::ChatTemplate> chat_template;
-  std::unique_ptr<ForwardModel> model;  // Model (CPU) or CudaModel (--device cuda:N)
+  std::unique_ptr<Transformer> model;  // on the CPU, or on the GPU with --device cuda:N
   std::unique_ptr<attn::AttentionBackend> prefill_backend;
   std::unique_ptr<attn::AttentionBackend> decode_backend;
+  std::unique_ptr<engine::Runner> runner;
   kv::KvPlan kv_plan;
   std::unique_ptr<kv::PagePool> kv_pool;
   engine::Metrics metrics;

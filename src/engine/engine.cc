@@ -16,11 +16,32 @@ uint64_t random_seed() {
   return (uint64_t{device()} << 32) ^ device();
 }
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Seconds since the last lap().
+class StepTimer {
+ public:
+  double lap() {
+    const auto now = Clock::now();
+    const double s = seconds_between(last_, now);
+    last_ = now;
+    return s;
+  }
+
+ private:
+  Clock::time_point last_ = Clock::now();
+};
 }  // namespace
 
-Engine::Engine(ForwardModel& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
+RequestOutputState::RequestOutputState(SamplingParams params, uint64_t seed, std::shared_ptr<RequestStream> stream_,
+                                       const tokenizer::Tokenizer& tokenizer)
+    : sampler(std::move(params), seed),
+      stream(std::move(stream_)),
+      detokenizer(tokenizer, /*skip_special_tokens=*/true),
+      stop_matcher(sampler.params().stop) {}
+
+Engine::Engine(Runner& runner, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
                kv::PagePool& pool, Metrics& metrics, EngineOptions options)
-    : model_(model),
+    : runner_(runner),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
       metrics_(metrics),
@@ -50,9 +71,8 @@ void Engine::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<RequestStream> Engine::submit(std::vector<int> prompt, SamplingParams params) {
+std::shared_ptr<RequestStream> Engine::submit(std::vector<TokenId> prompt, SamplingParams params) {
   auto stream = std::make_shared<RequestStream>();
-  std::vector<int32_t> ids(prompt.begin(), prompt.end());
   {
     std::lock_guard lock(mutex_);
     if (stopping_) throw EngineOverloaded("the server is shutting down");
@@ -60,8 +80,10 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<int> prompt, SamplingP
       throw EngineOverloaded("too many requests are waiting (" + std::to_string(options_.max_queued_requests) +
                              "); retry later");
     }
-    incoming_.push_back(std::make_unique<Request>(next_id_++, std::move(ids), std::move(params), random_seed(), stream,
-                                                  allocator_, tokenizer_));
+    Incoming in;
+    in.request = std::make_unique<Request>(next_id_++, std::move(prompt), allocator_);
+    in.output = std::make_unique<RequestOutputState>(std::move(params), random_seed(), stream, tokenizer_);
+    incoming_.push_back(std::move(in));
   }
   wake_.notify_one();
   return stream;
@@ -103,7 +125,8 @@ void Engine::loop() {
       wake_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !checks_.empty() || scheduler_.has_work(); });
       if (stopping_) break;
       while (!incoming_.empty()) {
-        scheduler_.add(std::move(incoming_.front()));
+        outputs_[incoming_.front().request->id] = std::move(incoming_.front().output);
+        scheduler_.add(std::move(incoming_.front().request));
         incoming_.pop_front();
       }
     }
@@ -121,7 +144,8 @@ void Engine::loop() {
     // Requests submitted but not yet taken into the scheduler get their final event too.
     std::lock_guard lock(mutex_);
     while (!incoming_.empty()) {
-      scheduler_.add(std::move(incoming_.front()));
+      outputs_[incoming_.front().request->id] = std::move(incoming_.front().output);
+      scheduler_.add(std::move(incoming_.front().request));
       incoming_.pop_front();
     }
   }
@@ -146,62 +170,83 @@ void Engine::publish_gauges() {
   });
 }
 
+void Engine::release(Request* r, bool cache_pages) {
+  const uint64_t id = r->id;
+  scheduler_.release(r, cache_pages);
+  outputs_.erase(id);
+}
+
 void Engine::fail_all(const std::string& message) {
   for (Request* r : scheduler_.all_requests()) {
     RequestOutput out;
     out.finished = true;
     out.finish_reason = FinishReason::kError;
     out.error = message;
-    r->stream->push(std::move(out));
-    scheduler_.release(r, /*cache_pages=*/false);
+    outputs_.at(r->id)->stream->push(std::move(out));
+    release(r, /*cache_pages=*/false);
   }
 }
 
 void Engine::abort_cancelled() {
-  for (Request* r : scheduler_.cancelled_requests()) {
+  for (Request* r : scheduler_.all_requests()) {
+    const RequestOutputState& o = *outputs_.at(r->id);
+    if (!o.stream->cancelled()) continue;
     RequestOutput out;
     out.finished = true;
     out.finish_reason = FinishReason::kAbort;
     out.num_prompt_tokens = static_cast<int>(r->prompt.size());
     out.num_output_tokens = static_cast<int>(r->output.size());
-    r->stream->push(std::move(out));
-    scheduler_.release(r, /*cache_pages=*/true);
+    o.stream->push(std::move(out));
+    release(r, /*cache_pages=*/true);
     metrics_.update([](MetricsSnapshot& s) { ++s.requests_aborted_total; });
   }
 }
 
 void Engine::run_step() {
+  StepTimer timer;
   abort_cancelled();
-  StepPlan plan = scheduler_.schedule();
+  const StepPlan plan = scheduler_.schedule();
   if (plan.num_preempted > 0) {
     metrics_.update([&](MetricsSnapshot& s) { s.preemptions_total += plan.num_preempted; });
   }
   if (plan.empty()) return;
-  const int vocab = model_.config().vocab_size;
-  logits_.resize(plan.logit_rows.size() * static_cast<size_t>(vocab));
-  model_.forward(plan.token_ids, plan.batch, plan.logit_rows, logits_.data());
+  StepSeconds t;
+  t.schedule = timer.lap();
+  const StepBatch& batch = runner_.build(plan);
+  t.build = timer.lap();
+  const std::span<float> logits = runner_.run(batch);
+  t.forward = timer.lap();
   scheduler_.update(plan);
 
+  const int vocab = runner_.model().config().vocab_size;
   int num_prompt_tokens = 0;
   for (const auto& s : plan.sequences) {
     Request& r = *s.request;
     num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens, static_cast<int>(r.prompt.size())) -
                                          s.num_cached_tokens);
     if (s.logits_row < 0) continue;
-    std::span<float> row(logits_.data() + static_cast<size_t>(s.logits_row) * vocab, vocab);
-    accept_token(r, r.sampler.sample(row, r.prompt, r.output));
+    RequestOutputState& o = *outputs_.at(r.id);
+    const std::span<float> row = logits.subspan(static_cast<size_t>(s.logits_row) * vocab, vocab);
+    timer.lap();
+    const SampledToken sampled = o.sampler.sample(row, r.prompt, r.output);
+    t.sample += timer.lap();
+    accept_token(r, o, sampled);
+    t.output += timer.lap();
   }
   metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
-  for (Request* r : scheduler_.finished_requests()) scheduler_.release(r, /*cache_pages=*/true);
+  for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/true);
+  t.output += timer.lap();
+  t.decode = batch.is_decode();
+  metrics_.observe_step(t);
 }
 
-bool Engine::is_stop_token(const Request& r, int token) const {
-  const auto& p = r.sampler.params();
+bool Engine::is_stop_token(const RequestOutputState& o, TokenId token) const {
+  const auto& p = o.sampler.params();
   if (!p.ignore_eos) {
     for (int eos : tokenizer_.eos_ids()) {
       if (token == eos) return true;
     }
-    for (int eos : model_.config().eos_token_ids) {
+    for (int eos : runner_.model().config().eos_token_ids) {
       if (token == eos) return true;
     }
   }
@@ -211,25 +256,25 @@ bool Engine::is_stop_token(const Request& r, int token) const {
   return false;
 }
 
-void Engine::accept_token(Request& r, const SampledToken& sampled) {
+void Engine::accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled) {
   const auto now = Clock::now();
   if (r.output.empty()) {
     metrics_.observe_time_to_first_token(seconds_between(r.arrival, now));
-  } else if (r.last_token_time && r.num_preemptions == 0) {
-    metrics_.observe_inter_token_latency(seconds_between(*r.last_token_time, now));
+  } else if (o.last_token_time && r.num_preemptions == 0) {
+    metrics_.observe_inter_token_latency(seconds_between(*o.last_token_time, now));
   }
-  r.last_token_time = now;
+  o.last_token_time = now;
   r.output.push_back(sampled.token);
   metrics_.update([](MetricsSnapshot& s) { ++s.generation_tokens_total; });
 
   RequestOutput out;
   out.tokens.push_back(sampled.token);
-  const auto& p = r.sampler.params();
+  const auto& p = o.sampler.params();
   if (p.logprobs || p.top_logprobs > 0) out.logprobs.push_back(sampled);
-  const bool stop_token = is_stop_token(r, sampled.token);
+  const bool stop_token = is_stop_token(o, sampled.token);
   bool stopped_by_string = false;
   if (!stop_token) {
-    const auto matched = r.stop_matcher.feed(r.detokenizer.push(sampled.token));
+    const auto matched = o.stop_matcher.feed(o.detokenizer.push(sampled.token));
     out.text = matched.emit;
     if (matched.stopped) {
       out.finished = true;
@@ -247,9 +292,9 @@ void Engine::accept_token(Request& r, const SampledToken& sampled) {
   if (out.finished && !stopped_by_string) {
     // Finished by length, EOS or a stop token: the held-back tail (a partial UTF-8 sequence, text
     // that could have started a stop string) goes out now.
-    const auto tail = r.stop_matcher.feed(r.detokenizer.finish());
+    const auto tail = o.stop_matcher.feed(o.detokenizer.finish());
     out.text += tail.emit;
-    if (!tail.stopped) out.text += r.stop_matcher.flush();
+    if (!tail.stopped) out.text += o.stop_matcher.flush();
   }
   out.num_prompt_tokens = static_cast<int>(r.prompt.size());
   out.num_output_tokens = static_cast<int>(r.output.size());
@@ -259,7 +304,7 @@ void Engine::accept_token(Request& r, const SampledToken& sampled) {
     metrics_.observe_e2e_latency(seconds_between(r.arrival, now));
     metrics_.update([](MetricsSnapshot& s) { ++s.requests_finished_total; });
   }
-  r.stream->push(std::move(out));
+  o.stream->push(std::move(out));
 }
 
 }  // namespace spindle::engine

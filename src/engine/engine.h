@@ -15,6 +15,8 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -26,7 +28,10 @@
 #include "engine/scheduler.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
-#include "model/forward_model.h"
+#include "engine/runner.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -38,9 +43,22 @@ class EngineOverloaded : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What the client of a request reads, kept next to (not inside) the scheduler's Request.
+struct RequestOutputState {
+  RequestOutputState(SamplingParams params, uint64_t seed, std::shared_ptr<RequestStream> stream,
+                     const tokenizer::Tokenizer& tokenizer);
+
+  Sampler sampler;
+  std::shared_ptr<RequestStream> stream;
+  tokenizer::IncrementalDetokenizer detokenizer;
+  StopMatcher stop_matcher;
+  std::optional<Clock::time_point> last_token_time;
+};
+
+// No defaults here: config::resolve() decides them (config/server_config.h).
 struct EngineOptions {
   SchedulerOptions scheduler;
-  int max_queued_requests = 1024;
+  int max_queued_requests = 0;
   bool enable_prefix_cache = true;
   std::string model_name;
   // >= 0: the engine thread binds this CUDA device before its first step (a CUDA model's forward
@@ -51,8 +69,8 @@ struct EngineOptions {
 class Engine {
  public:
   // Borrows everything; they must outlive the engine. The KV pool's caches must already be bound
-  // to the model.
-  Engine(ForwardModel& model, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
+  // to the runner's backends (Runner::bind_kv_caches).
+  Engine(Runner& runner, const tokenizer::Tokenizer& tokenizer, const tokenizer::ChatTemplate* chat_template,
          kv::PagePool& pool, Metrics& metrics, EngineOptions options);
   ~Engine();
 
@@ -61,14 +79,14 @@ class Engine {
 
   // Thread-safe. The prompt must already be validated (length, vocabulary); params too.
   // Throws EngineOverloaded when max_queued_requests are waiting.
-  std::shared_ptr<RequestStream> submit(std::vector<int> prompt, SamplingParams params);
+  std::shared_ptr<RequestStream> submit(std::vector<TokenId> prompt, SamplingParams params);
 
   // Helpers for clients (thread-safe: the tokenizer is immutable).
   const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
   const tokenizer::ChatTemplate* chat_template() const { return chat_template_; }
   int max_model_len() const { return options_.scheduler.max_model_len; }
   // Token ids a request may use: those both the tokenizer and the model's embedding know.
-  int vocab_size() const { return std::min(tokenizer_.vocab_size(), model_.config().vocab_size); }
+  int vocab_size() const { return std::min(tokenizer_.vocab_size(), runner_.model().config().vocab_size); }
   const std::string& model_name() const { return options_.model_name; }
   Metrics& metrics() { return metrics_; }
   // check_integrity() of the KV pool, run on the engine thread between steps (for tests).
@@ -82,10 +100,11 @@ class Engine {
   void publish_gauges();
   void fail_all(const std::string& message);
   void abort_cancelled();
-  void accept_token(Request& r, const SampledToken& sampled);
-  bool is_stop_token(const Request& r, int token) const;
+  void accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled);
+  bool is_stop_token(const RequestOutputState& o, TokenId token) const;
+  void release(Request* r, bool cache_pages);  // the scheduler's pages and the output state
 
-  ForwardModel& model_;
+  Runner& runner_;
   const tokenizer::Tokenizer& tokenizer_;
   const tokenizer::ChatTemplate* chat_template_;
   Metrics& metrics_;
@@ -96,13 +115,17 @@ class Engine {
 
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::unique_ptr<Request>> incoming_;
+  struct Incoming {
+    std::unique_ptr<Request> request;
+    std::unique_ptr<RequestOutputState> output;
+  };
+  std::deque<Incoming> incoming_;
+  std::unordered_map<uint64_t, std::unique_ptr<RequestOutputState>> outputs_;  // by Request::id (engine thread)
   bool stopping_ = false;
   int num_waiting_ = 0;                      // as of the last step (guarded by mutex_)
   std::vector<std::promise<bool>> checks_;   // integrity checks asked for (guarded by mutex_)
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
-  std::vector<float> logits_;
 };
 
 }  // namespace spindle::engine

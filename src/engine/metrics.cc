@@ -67,6 +67,20 @@ void Metrics::observe_e2e_latency(double s) {
   std::lock_guard lock(mutex_);
   e2e_.observe(s);
 }
+void Metrics::observe_step(const StepSeconds& t) {
+  std::lock_guard lock(mutex_);
+  StepTotals& total = steps_[t.decode ? 1 : 0];
+  ++total.num_steps;
+  total.seconds.schedule += t.schedule;
+  total.seconds.build += t.build;
+  total.seconds.forward += t.forward;
+  total.seconds.sample += t.sample;
+  total.seconds.output += t.output;
+}
+StepTotals Metrics::step_totals(bool decode) const {
+  std::lock_guard lock(mutex_);
+  return steps_[decode ? 1 : 0];
+}
 MetricsSnapshot Metrics::snapshot() const {
   std::lock_guard lock(mutex_);
   return snapshot_;
@@ -100,6 +114,20 @@ std::string Metrics::render() const {
   out += "# HELP spindle_e2e_request_latency_seconds Time from arrival to the last token.\n"
          "# TYPE spindle_e2e_request_latency_seconds histogram\n";
   e2e_.render("spindle_e2e_request_latency_seconds", out);
+  out += "# HELP spindle_step_seconds_total Engine step wall time by part (forward: the device's forward pass; "
+         "the rest is host work).\n# TYPE spindle_step_seconds_total counter\n";
+  for (int decode = 0; decode < 2; ++decode) {
+    const StepSeconds& t = steps_[decode].seconds;
+    const char* phase = decode ? "decode" : "prefill";
+    const std::pair<const char*, double> parts[] = {{"schedule", t.schedule}, {"build", t.build}, {"forward", t.forward},
+                                                    {"sample", t.sample},     {"output", t.output}};
+    for (const auto& [part, seconds] : parts) {
+      out += fmt::format("spindle_step_seconds_total{{phase=\"{}\",part=\"{}\"}} {}\n", phase, part, seconds);
+    }
+  }
+  out += "# HELP spindle_steps_total Engine steps run.\n# TYPE spindle_steps_total counter\n";
+  out += fmt::format("spindle_steps_total{{phase=\"prefill\"}} {}\nspindle_steps_total{{phase=\"decode\"}} {}\n",
+                     steps_[0].num_steps, steps_[1].num_steps);
   out += "# HELP spindle_info Static facts: model and chosen attention backends.\n# TYPE spindle_info gauge\nspindle_info{";
   bool first = true;
   for (const auto& [k, v] : info_) {

@@ -42,6 +42,25 @@ struct MetricsSnapshot {
   uint64_t requests_aborted_total = 0;
 };
 
+// Where one engine step's wall time went, in seconds (engine.cc measures it). Everything but
+// `forward` is host work around the device's forward pass.
+struct StepSeconds {
+  double schedule = 0;  // abort cancelled requests, schedule()
+  double build = 0;     // the StepBatch from the plan (Runner::build)
+  double forward = 0;   // upload, attention prepare, every layer, logits to the host (Runner::run)
+  double sample = 0;    // the sampler over each logit row
+  double output = 0;    // accept: stop checks, detokenize, stream push; release finished requests
+  bool decode = false;  // a decode step (every sequence one new token)
+
+  double host() const { return schedule + build + sample + output; }
+};
+
+// Running totals of StepSeconds, per phase (decode steps, prefill or mixed steps).
+struct StepTotals {
+  uint64_t num_steps = 0;
+  StepSeconds seconds;
+};
+
 class Metrics {
  public:
   Metrics();
@@ -56,6 +75,9 @@ class Metrics {
   void observe_time_to_first_token(double seconds);
   void observe_inter_token_latency(double seconds);
   void observe_e2e_latency(double seconds);
+  void observe_step(const StepSeconds& step);
+  // Totals since start: [0] prefill or mixed steps, [1] decode steps.
+  StepTotals step_totals(bool decode) const;
   MetricsSnapshot snapshot() const;
   std::string render() const;
 
@@ -64,6 +86,7 @@ class Metrics {
   MetricsSnapshot snapshot_;
   std::map<std::string, std::string> info_;
   Histogram ttft_, itl_, e2e_;
+  StepTotals steps_[2];
 };
 
 }  // namespace spindle::engine

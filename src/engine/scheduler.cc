@@ -19,17 +19,8 @@ void Scheduler::add_to_plan(Request& r, int n, StepPlan& plan) {
   s.request = &r;
   s.num_new_tokens = n;
   s.num_cached_tokens = r.num_computed_tokens;
-  const int64_t first_row = static_cast<int64_t>(plan.token_ids.size());
-  for (int i = 0; i < n; ++i) plan.token_ids.push_back(r.token_at(r.num_computed_tokens + i));
-  if (r.num_computed_tokens + n == r.num_tokens()) {
-    s.logits_row = static_cast<int>(plan.logit_rows.size());
-    plan.logit_rows.push_back(first_row + n - 1);
-  }
-  attn::SequenceMetadata m;
-  m.num_new_tokens = n;
-  m.num_cached_tokens = r.num_computed_tokens;
-  m.page_table = r.table.pages();
-  plan.batch.sequences.push_back(std::move(m));
+  if (r.num_computed_tokens + n == r.num_tokens()) s.logits_row = plan.num_logit_rows++;
+  plan.num_tokens += n;
   plan.sequences.push_back(s);
 }
 
@@ -102,7 +93,6 @@ std::vector<Request*> Scheduler::running_requests_in_order() const {
 
 StepPlan Scheduler::schedule() {
   StepPlan plan;
-  plan.batch.causal = true;
   int budget = options_.max_num_batched_tokens;
 
   // 1. Running requests, oldest first. One that cannot get pages even after preempting every
@@ -173,17 +163,6 @@ std::vector<Request*> Scheduler::finished_requests() const {
   std::vector<Request*> out;
   for (const auto& r : running_) {
     if (r->finished) out.push_back(r.get());
-  }
-  return out;
-}
-
-std::vector<Request*> Scheduler::cancelled_requests() const {
-  std::vector<Request*> out;
-  for (const auto& r : running_) {
-    if (r->stream->cancelled()) out.push_back(r.get());
-  }
-  for (const auto& r : waiting_) {
-    if (r->stream->cancelled()) out.push_back(r.get());
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // The scheduler's two-call contract: schedule() says which tokens of which requests to compute
-// this step (and builds the batch), update() applies the step's result.
+// this step (engine::Runner builds the step's batch from it), update() applies the step's result.
+// It needs no model and no tokenizer: requests are token ids and pages (request.h).
 //
 // Policy (continuous batching with chunked prefill):
 //  1. Running requests first, oldest first: a decoding request needs one token; one still in
@@ -16,30 +17,31 @@
 #include <memory>
 #include <vector>
 
-#include "attn/attention_types.h"
 #include "engine/request.h"
 #include "kv/prefix_cache.h"
 
 namespace spindle::engine {
 
+// No defaults here: config::resolve() decides them (config/server_config.h).
 struct SchedulerOptions {
-  int max_num_batched_tokens = 2048;
-  int max_running_requests = 256;
+  int max_num_batched_tokens = 0;
+  int max_running_requests = 0;
   int max_model_len = 0;
 };
 
+// One request's share of a step: tokens [num_cached_tokens, num_cached_tokens + num_new_tokens)
+// of its prompt + output, on its pages.
 struct ScheduledSequence {
   Request* request = nullptr;
   int num_new_tokens = 0;
   int num_cached_tokens = 0;
-  int logits_row = -1;  // index into the step's logits, or -1
+  int logits_row = -1;  // index into the step's logits (its context is then complete), or -1
 };
 
 struct StepPlan {
-  std::vector<ScheduledSequence> sequences;
-  attn::BatchMetadata batch;
-  std::vector<int32_t> token_ids;    // [num_tokens]
-  std::vector<int64_t> logit_rows;   // rows of token_ids whose logits are wanted
+  std::vector<ScheduledSequence> sequences;  // in batch order
+  int num_tokens = 0;                        // sum of num_new_tokens
+  int num_logit_rows = 0;
   int num_preempted = 0;
 
   bool empty() const { return sequences.empty(); }
@@ -60,8 +62,6 @@ class Scheduler {
   std::vector<Request*> all_requests() const;
   // Running requests that finished this step (to release).
   std::vector<Request*> finished_requests() const;
-  // Requests whose client cancelled, so the engine can abort them (running and waiting).
-  std::vector<Request*> cancelled_requests() const;
 
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }

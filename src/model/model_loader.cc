@@ -8,12 +8,12 @@
 
 namespace spindle {
 
-std::unique_ptr<ForwardModel> load_forward_model(const std::filesystem::path& dir, const ForwardModelOptions& options) {
-  if (options.device == attn::Device::kCpu) return Model::load(dir, options.cpu);
+std::unique_ptr<Transformer> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  if (options.device == attn::Device::kCpu) return load_cpu_model(dir, options.cpu);
 #ifdef SPINDLE_WITH_CUDA
   CudaModelOptions cuda;
   cuda.device = options.cuda_device;
-  return CudaModel::load(dir, cuda);
+  return load_cuda_model(dir, cuda);
 #else
   SPINDLE_FAIL("cannot load {} on a CUDA device: this spindle was built without CUDA", dir.string());
 #endif

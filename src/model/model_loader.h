@@ -1,23 +1,23 @@
-// Loads a model folder onto the device the worker runs on: Model (CPU, weights mmap'd) or
-// CudaModel (weights uploaded to the calling thread's bound CUDA device).
+// Loads a model folder onto the device the worker runs on: load_cpu_model (weights mmap'd) or
+// load_cuda_model (weights uploaded to the calling thread's bound CUDA device).
 #pragma once
 
 #include <filesystem>
 #include <memory>
 
 #include "attn/attention_types.h"
-#include "model/forward_model.h"
 #include "model/model.h"
+#include "model/transformer.h"
 
 namespace spindle {
 
-struct ForwardModelOptions {
+struct LoadOptions {
   attn::Device device = attn::Device::kCpu;
   int cuda_device = 0;      // the CUDA ordinal, for kCuda (bound by the caller)
   ModelOptions cpu;         // for kCpu
 };
 
 // Throws spindle::Error naming the folder (and, for kCuda in a build without CUDA, saying so).
-std::unique_ptr<ForwardModel> load_forward_model(const std::filesystem::path& dir, const ForwardModelOptions& options);
+std::unique_ptr<Transformer> load_model(const std::filesystem::path& dir, const LoadOptions& options);
 
 }  // namespace spindle

@@ -51,7 +51,7 @@ TEST_P(DpIsolationTest, BackendTouchesOnlyItsRanksPages) {
   auto backend = create_attention_backend(c.backend, shape, {c.dp_size, c.dp_rank});
   LayerKvCache pool{k_pool.data(), v_pool.data(), pages_per_rank * c.dp_size, 4, 2, 64, DType::kF32};
   std::vector<float> out(local.num_tokens() * local.q_cols(), std::numeric_limits<float>::quiet_NaN());
-  backend->prepare(local.metadata);
+  backend->prepare(local.step);
   backend->bind_kv_caches({&pool, 1});
   backend->forward(0, {local.q.data(), local.num_tokens(), local.q_cols()},
                    {local.k.data(), local.num_tokens(), local.kv_cols()},
@@ -81,9 +81,9 @@ TEST(DpIsolationTest, PageOutsideTheRankIsRejected) {
   std::vector<std::byte> k_pool(local.k_pages.size() * 2), v_pool(k_pool.size());
   auto backend = create_attention_backend("reference", shape, {2, 0});
   LayerKvCache pool{k_pool.data(), v_pool.data(), local.num_pages * 2, 4, 1, 64, DType::kF32};
-  local.metadata.sequences[0].page_table[0] = local.num_pages;  // first page of rank 1
+  local.step.page_tables[local.step.sequences[0].page_table_offset] = local.num_pages;  // first page of rank 1
   std::vector<float> out(local.num_tokens() * local.q_cols());
-  backend->prepare(local.metadata);
+  backend->prepare(local.step);
   backend->bind_kv_caches({&pool, 1});
   EXPECT_THROW(backend->forward(0, {local.q.data(), local.num_tokens(), local.q_cols()},
                                 {local.k.data(), local.num_tokens(), local.kv_cols()},
@@ -109,11 +109,11 @@ TEST(DpIsolationTest, EachStepIsCheckedAgain) {
                      {out.data(), local.num_tokens(), local.q_cols()});
   };
   backend->bind_kv_caches(layers);
-  backend->prepare(local.metadata);
+  backend->prepare(local.step);
   EXPECT_NO_THROW(forward(0));
   EXPECT_NO_THROW(forward(1));
-  local.metadata.sequences[0].page_table[0] = local.num_pages;  // first page of rank 1
-  backend->prepare(local.metadata);
+  local.step.page_tables[local.step.sequences[0].page_table_offset] = local.num_pages;  // first page of rank 1
+  backend->prepare(local.step);
   EXPECT_THROW(forward(0), Error);
   EXPECT_THROW(forward(1), Error);
 }

@@ -227,7 +227,7 @@ TEST_P(CudaBackendTest, DataParallelRankUsesItsOwnPages) {
   pool.num_pages = 2 * local.num_pages;
 
   auto cuda = create_attention_backend(backend, shape, {2, 1});
-  cuda->prepare(local.metadata);
+  cuda->prepare(local.step);
   cuda->bind_kv_caches({&pool, 1});
   cuda->forward(0, staged.q(), staged.k(), staged.v(), staged.out());
   staged.synchronize();
@@ -273,13 +273,13 @@ TEST_P(CudaBackendTest, RejectsAPageOutsideTheRankEachStep) {
   const std::vector<LayerKvCache> layers(2, cache);
   auto cuda = create_attention_backend(backend, shape, {});
   cuda->bind_kv_caches(layers);
-  cuda->prepare(batch.metadata);
+  cuda->prepare(batch.step);
   auto forward = [&](int layer) { cuda->forward(layer, staged.q(), staged.k(), staged.v(), staged.out()); };
   EXPECT_NO_THROW(forward(0));
   EXPECT_NO_THROW(forward(1));
   staged.synchronize();
-  batch.metadata.sequences[1].page_table[0] = batch.num_pages;  // one past the pool
-  cuda->prepare(batch.metadata);
+  batch.step.page_tables[batch.step.sequences[1].page_table_offset] = batch.num_pages;  // one past the pool
+  cuda->prepare(batch.step);
   for (int layer : {0, 1}) {
     try {
       forward(layer);

@@ -1,4 +1,4 @@
-// CudaModel::forward against the Hugging Face golden fixtures (tests/golden, see
+// Transformer::forward on CUDA (load_cuda_model) against the Hugging Face golden fixtures (tests/golden, see
 // tests/model/model_forward_test.cc), with the cuda_reference attention backend and KV pages in
 // device memory. Skips (except the load-error test) when no CUDA device with cc >= 8.0 is usable.
 //
@@ -97,7 +97,7 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
   }
 
   void load(const CudaModelOptions& options = {}) {
-    model_ = CudaModel::load(model_dir(GetParam()), options);
+    model_ = std::make_unique<testing::ModelStepper>(load_cuda_model(model_dir(GetParam()), options));
     ASSERT_EQ(model_->num_fused_gate_up(), model_->config().num_hidden_layers);
   }
 
@@ -114,7 +114,7 @@ class CudaModelTest : public ::testing::TestWithParam<std::string> {
     model_->set_attention_backends(backend, backend);
   }
 
-  std::unique_ptr<CudaModel> model_;
+  std::unique_ptr<testing::ModelStepper> model_;
   std::vector<GoldenPrompt> golden_;
   std::vector<std::unique_ptr<attn::AttentionBackend>> backends_;
   bool bf16_ = false;
@@ -213,15 +213,15 @@ TEST(CudaModelLoadTest, BadModelFolderGivesTheSameErrorAsModel) {
     return "";
   };
   const std::filesystem::path missing = kGoldenDir / "no-such-model";
-  const std::string cpu_missing = message([&] { Model::load(missing); });
-  EXPECT_EQ(message([&] { CudaModel::load(missing); }), cpu_missing);
+  const std::string cpu_missing = message([&] { load_cpu_model(missing); });
+  EXPECT_EQ(message([&] { load_cuda_model(missing); }), cpu_missing);
   EXPECT_NE(cpu_missing.find("no-such-model"), std::string::npos) << cpu_missing;
 
   testing::TempDir dir;
   testing::rewrite_golden_checkpoint("llama-gqa-f32", dir.path(), "model.layers.1.mlp.down_proj.weight", /*f16=*/"",
                                      /*reverse_order=*/false);
-  const std::string cpu_incomplete = message([&] { Model::load(dir.path()); });
-  EXPECT_EQ(message([&] { CudaModel::load(dir.path()); }), cpu_incomplete);
+  const std::string cpu_incomplete = message([&] { load_cpu_model(dir.path()); });
+  EXPECT_EQ(message([&] { load_cuda_model(dir.path()); }), cpu_incomplete);
   EXPECT_NE(cpu_incomplete.find("model.layers.1.mlp.down_proj.weight"), std::string::npos) << cpu_incomplete;
 }
 
@@ -232,7 +232,7 @@ TEST(CudaModelLoadTest, MixedDtypeGateUpRunsUnfused) {
   testing::TempDir dir;
   testing::rewrite_golden_checkpoint("llama-gqa-f32", dir.path(), /*drop=*/"", "model.layers.0.mlp.up_proj.weight",
                                      /*reverse_order=*/false);
-  auto model = CudaModel::load(dir.path());
+  auto model = std::make_unique<testing::ModelStepper>(load_cuda_model(dir.path()));
   EXPECT_EQ(model->num_fused_gate_up(), model->config().num_hidden_layers - 1);
   auto backend = attn::create_attention_backend("cuda_reference", model->attention_shape(DType::kF32, kPageSize), {});
   model->set_attention_backends(backend.get(), backend.get());
@@ -242,10 +242,10 @@ TEST(CudaModelLoadTest, MixedDtypeGateUpRunsUnfused) {
 // Bad calls fail with a message instead of reading out of bounds.
 TEST(CudaModelLoadTest, ForwardChecksItsArguments) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  auto model = CudaModel::load(kGoldenDir / "qwen3-qknorm-f32");
+  auto model = std::make_unique<testing::ModelStepper>(load_cuda_model(kGoldenDir / "qwen3-qknorm-f32"));
   EXPECT_EQ(model->device(), attn::Device::kCuda);
   const std::vector<int32_t> tokens = {1, 2, 3};
-  attn::BatchMetadata batch;
+  testing::BatchMetadata batch;
   batch.sequences.push_back({3, 0, {0}});
   std::vector<float> logits(model->config().vocab_size);
   const int64_t row = 2;

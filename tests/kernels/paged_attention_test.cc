@@ -87,8 +87,9 @@ struct Problem {
   std::vector<SeqSpec> specs;
   std::vector<float> q;
   std::vector<uint8_t> k_pages, v_pages;
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<AttentionSequence> seqs;
+  std::vector<std::vector<int32_t>> tables;  // per sequence (tests may edit them before params())
+  std::vector<StepSequence> seqs;            // page_table_offset into flat_tables
+  mutable std::vector<int32_t> flat_tables;  // tables concatenated, refreshed by params()
   int num_pages = 0;
 
   Problem(int heads, int kv_heads, int dim, int page, DType dtype, std::vector<SeqSpec> s, uint32_t seed)
@@ -109,7 +110,7 @@ struct Problem {
     const size_t bytes = size_t(num_pages) * page_size * row * dtype_size(dtype);
     k_pages.assign(bytes, 0xff);  // NaN-ish fill for bf16 and f32: unwritten slots must not be read
     v_pages.assign(bytes, 0xff);
-    int next = 0, offset = 0;
+    int next = 0, offset = 0, table_offset = 0;
     for (const auto& sp : specs) {
       const int n = (sp.num_cached + sp.num_new + page_size - 1) / page_size;
       tables.emplace_back(ids.begin() + next, ids.begin() + next + n);
@@ -121,12 +122,21 @@ struct Problem {
       std::vector<float> k(total * row), v(total * row);
       for (auto& x : k) x = uni(rng);
       for (auto& x : v) x = uni(rng);
-      AttentionSequence all{total, 0, 0, tables[i].data()};
+      StepSequence all;
+      all.num_new_tokens = total;
+      all.num_pages = static_cast<int32_t>(tables[i].size());
       KvWriteParams w{k.data(), v.data(), k_pages.data(), v_pages.data(), kv_dtype, num_pages,
-                      page_size, num_kv_heads, head_dim, std::span(&all, 1)};
+                      page_size, num_kv_heads, head_dim, std::span(&all, 1), tables[i].data()};
       write_kv_pages(w);
-      seqs.push_back({specs[i].num_new, specs[i].num_cached, offset, tables[i].data()});
+      StepSequence s;
+      s.query_offset = offset;
+      s.num_new_tokens = specs[i].num_new;
+      s.num_cached_tokens = specs[i].num_cached;
+      s.page_table_offset = table_offset;
+      s.num_pages = static_cast<int32_t>(tables[i].size());
+      seqs.push_back(s);
       offset += specs[i].num_new;
+      table_offset += s.num_pages;
     }
     q.resize(rows * num_heads * head_dim);
     for (auto& x : q) x = uni(rng);
@@ -148,7 +158,10 @@ struct Problem {
     p.head_dim = head_dim;
     p.scale = 1.0f / std::sqrt(float(head_dim));
     p.causal = causal;
+    flat_tables.clear();
+    for (const auto& t : tables) flat_tables.insert(flat_tables.end(), t.begin(), t.end());
     p.sequences = seqs;
+    p.page_tables = flat_tables.data();
     p.pool = pool;
     return p;
   }
@@ -307,7 +320,7 @@ TEST(PagedAttentionParams, OtherErrors) {
   bad = p;
   bad.k_pages = nullptr;
   EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
-  std::vector<AttentionSequence> seqs(pr.seqs);
+  std::vector<StepSequence> seqs(pr.seqs);
   seqs[0].query_offset = 1;
   bad = p;
   bad.sequences = seqs;
@@ -321,7 +334,10 @@ TEST(WriteKvPages, PlacesRowsByPageTableAndRoundsToBf16) {
   const int page_size = 4, kv_heads = 2, dim = 8, num_pages = 5;
   const int64_t row = kv_heads * dim;
   const std::vector<int32_t> table = {3, 0, 4};  // positions 0-3 in page 3, 4-7 in page 0, 8- in page 4
-  const AttentionSequence seq{3, 6, 0, table.data()};  // writes positions 6, 7, 8
+  StepSequence seq;  // writes positions 6, 7, 8
+  seq.num_new_tokens = 3;
+  seq.num_cached_tokens = 6;
+  seq.num_pages = static_cast<int32_t>(table.size());
   std::vector<float> k(3 * row), v(3 * row);
   for (size_t i = 0; i < k.size(); ++i) {
     k[i] = 1.0f + float(i) / 3.0f;  // not exactly representable in bf16
@@ -331,7 +347,7 @@ TEST(WriteKvPages, PlacesRowsByPageTableAndRoundsToBf16) {
     std::vector<uint8_t> kp(num_pages * page_size * row * dtype_size(dtype), 0);
     std::vector<uint8_t> vp(kp.size(), 0);
     write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), dtype, num_pages, page_size, kv_heads, dim,
-                    std::span(&seq, 1)});
+                    std::span(&seq, 1), table.data()});
     auto at = [&](const std::vector<uint8_t>& pages, int64_t slot, int64_t e) -> float {
       if (dtype == DType::kF32) return reinterpret_cast<const float*>(pages.data())[slot * row + e];
       return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(pages.data())[slot * row + e]);

@@ -167,14 +167,12 @@ TEST_P(DpPoolIsolationTest, BackendTouchesOnlyItsRanksPages) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (const std::vector<int>& new_tokens : {std::vector<int>{5, 9}, std::vector<int>{1, 1}}) {
-    attn::BatchMetadata batch;
+    StepBatch batch;
     for (size_t i = 0; i < tables.size(); ++i) {
-      attn::SequenceMetadata s;
-      s.num_cached_tokens = tables[i].num_tokens();
-      s.num_new_tokens = new_tokens[i];
+      const int cached = tables[i].num_tokens();
       ASSERT_TRUE(tables[i].extend(new_tokens[i]));
-      s.page_table = tables[i].pages();
-      batch.sequences.push_back(s);
+      const std::vector<TokenId> ids(static_cast<size_t>(new_tokens[i]), 0);
+      batch.add_sequence(ids.data(), new_tokens[i], cached, tables[i].pages().data(), tables[i].num_pages(), 1);
     }
     const int64_t rows = batch.num_tokens();
     const int64_t q_cols = shape.num_heads * shape.head_dim, kv_cols = shape.num_kv_heads * shape.head_dim;

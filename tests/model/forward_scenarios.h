@@ -1,9 +1,9 @@
-// Forward-pass scenarios shared by the CPU test (tests/model/model_forward_test.cc, Model) and
-// the CUDA test (tests/cuda/cuda_model_test.cc, CudaModel), written against ForwardModel and the
-// golden fixtures (golden_fixtures.h). The caller loads the model, sets its attention backends
-// and states the tolerances (at the top of its file); KV pages live on model.device(). Every
-// check is a gtest EXPECT, so one scenario reports all its failures. Needs no CUDA headers in a
-// build without CUDA.
+// Forward-pass scenarios shared by the CPU test (tests/model/model_forward_test.cc,
+// load_cpu_model) and the CUDA test (tests/cuda/cuda_model_test.cc, load_cuda_model), written
+// against the Transformer through ModelStepper (below) and the golden fixtures
+// (golden_fixtures.h). The caller loads the model, sets its attention backends and states the
+// tolerances (at the top of its file); KV pages live on model.device(). Every check is a gtest
+// EXPECT, so one scenario reports all its failures. Needs no CUDA headers in a build without CUDA.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,7 +24,9 @@
 #include "golden_fixtures.h"
 #include "kv/kv_layout.h"
 #include "kv/page_pool.h"
-#include "model/forward_model.h"
+#include "engine/runner.h"
+#include "kernels/step_batch.h"
+#include "model/transformer.h"
 #include "model/model_config.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -36,6 +38,84 @@
 namespace spindle::testing {
 
 inline constexpr int kPageSize = 16;
+
+// One sequence of a test step: its new tokens' count, the tokens already in its pages, its pages.
+struct SequenceMetadata {
+  int num_new_tokens = 0;
+  int num_cached_tokens = 0;
+  std::vector<int32_t> page_table;
+};
+struct BatchMetadata {
+  std::vector<SequenceMetadata> sequences;
+};
+
+// A Transformer driven through engine::Runner (the engine's own step path: one StepBatch,
+// uploaded once, the phase's backend prepared, the forward) by the scenarios' step description:
+// token ids, per-sequence metadata and the rows whose logits are wanted, in any order (they come
+// back in that order). Rows must be the last rows of their sequences, as the engine asks for them.
+// The StepBatch is built as given: token ids and logit rows are taken as they are, so a step
+// that does not add up reaches the model's own checks.
+class ModelStepper {
+ public:
+  explicit ModelStepper(std::unique_ptr<Transformer> model) : model_(std::move(model)) {}
+
+  Transformer& transformer() { return *model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  attn::Device device() const { return model_->device(); }
+  uint64_t weight_bytes() const { return model_->weight_bytes(); }
+  uint64_t workspace_bytes() const { return model_->workspace_bytes(); }
+  const char* linear_kernel_name() const { return model_->linear_kernel_name(); }
+  int num_fused_gate_up() const { return model_->num_fused_gate_up(); }
+  attn::AttentionShape attention_shape(DType kv_dtype, int page_size) const {
+    return model_->attention_shape(kv_dtype, page_size);
+  }
+
+  // Throws for a null backend or one on another device (engine::Runner's checks). Re-binds the
+  // KV caches given so far.
+  void set_attention_backends(attn::AttentionBackend* prefill, attn::AttentionBackend* decode) {
+    check_attention_backends(prefill, decode, model_->device());
+    runner_ = std::make_unique<engine::Runner>(*model_, *prefill, *decode);
+    if (!caches_.empty()) runner_->bind_kv_caches(caches_);
+  }
+  void bind_kv_caches(std::span<const attn::LayerKvCache> caches) {
+    check_kv_caches(caches, model_->config().num_hidden_layers, model_->device());
+    caches_.assign(caches.begin(), caches.end());
+    if (runner_) runner_->bind_kv_caches(caches_);
+  }
+
+  void forward(std::span<const int32_t> tokens, const BatchMetadata& batch, std::span<const int64_t> rows,
+               float* logits) {
+    SPINDLE_CHECK(runner_ != nullptr, "forward: no attention backends set");
+    StepBatch step;
+    std::vector<int64_t> sorted(rows.begin(), rows.end());
+    std::sort(sorted.begin(), sorted.end());
+    int64_t begin = 0;
+    for (const auto& s : batch.sequences) {
+      const int64_t end = begin + s.num_new_tokens;
+      const auto wanted = std::count_if(sorted.begin(), sorted.end(), [&](int64_t r) { return r >= begin && r < end; });
+      for (int64_t k = 0; k < wanted; ++k) {
+        EXPECT_TRUE(std::binary_search(sorted.begin(), sorted.end(), end - 1 - k)) << "rows must end their sequence";
+      }
+      const std::vector<TokenId> none(static_cast<size_t>(s.num_new_tokens), 0);
+      step.add_sequence(none.data(), s.num_new_tokens, s.num_cached_tokens, s.page_table.data(),
+                        static_cast<int32_t>(s.page_table.size()), static_cast<int32_t>(wanted));
+      begin = end;
+    }
+    step.token_ids.assign(tokens.begin(), tokens.end());
+    step.logit_rows = sorted;
+    const std::span<const float> out = runner_->run(step);
+    const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const size_t at = static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), rows[k]) - sorted.begin());
+      std::copy_n(out.data() + at * vocab, vocab, logits + k * vocab);
+    }
+  }
+
+ private:
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<engine::Runner> runner_;
+  std::vector<attn::LayerKvCache> caches_;
+};
 // Greedy ids checked per prompt: one prefill, then kGreedySteps - 1 single-token decode steps.
 inline constexpr int kGreedySteps = 32;
 
@@ -64,7 +144,7 @@ class KvPages {
   std::span<const attn::LayerKvCache> caches() const { return caches_; }
 
   // Metadata for `num_new` tokens of a sequence with `num_cached` in its pages; grows its pages.
-  attn::SequenceMetadata step(std::vector<int32_t>& pages, int num_cached, int num_new) {
+  SequenceMetadata step(std::vector<int32_t>& pages, int num_cached, int num_new) {
     const size_t needed = size_t(num_cached + num_new + kPageSize - 1) / kPageSize;
     while (pages.size() < needed) {
       EXPECT_FALSE(free_.empty()) << "test KV pool exhausted";
@@ -91,14 +171,14 @@ class KvPages {
   std::vector<int32_t> free_;
 };
 
-inline int vocab_size(const ForwardModel& model) { return model.config().vocab_size; }
+inline int vocab_size(const ModelStepper& model) { return model.config().vocab_size; }
 
 // The last logits of one prompt, prefilled alone into fresh pages (KV dtype kv_dtype).
-inline std::vector<float> prefill_alone(ForwardModel& model, const GoldenPrompt& prompt, DType kv_dtype) {
+inline std::vector<float> prefill_alone(ModelStepper& model, const GoldenPrompt& prompt, DType kv_dtype) {
   KvPages kv(model.config(), kv_dtype, 8, model.device());
   model.bind_kv_caches(kv.caches());
   std::vector<int32_t> pages;
-  attn::BatchMetadata batch;
+  BatchMetadata batch;
   batch.sequences.push_back(kv.step(pages, 0, static_cast<int>(prompt.ids.size())));
   const int64_t last = static_cast<int64_t>(prompt.ids.size()) - 1;
   std::vector<float> logits(vocab_size(model));
@@ -109,12 +189,12 @@ inline std::vector<float> prefill_alone(ForwardModel& model, const GoldenPrompt&
 // One prefill of `prompt` into fresh f32 pages (last logits vs HF within `tolerance`), then
 // kGreedySteps - 1 single-token decode steps through the pages (greedy ids equal to HF's).
 // Returns the prefill's relative error.
-inline double expect_prefill_and_greedy_decode(ForwardModel& model, const GoldenPrompt& prompt, double tolerance) {
+inline double expect_prefill_and_greedy_decode(ModelStepper& model, const GoldenPrompt& prompt, double tolerance) {
   KvPages kv(model.config(), DType::kF32, 8, model.device());
   model.bind_kv_caches(kv.caches());
   std::vector<int32_t> pages;
   const int n = static_cast<int>(prompt.ids.size());
-  attn::BatchMetadata batch;
+  BatchMetadata batch;
   batch.sequences.push_back(kv.step(pages, 0, n));
   std::vector<float> logits(vocab_size(model));
   const int64_t last = n - 1;
@@ -124,7 +204,7 @@ inline double expect_prefill_and_greedy_decode(ForwardModel& model, const Golden
 
   std::vector<int32_t> ids = {argmax(logits)};
   for (int step = 1; step < kGreedySteps; ++step) {
-    attn::BatchMetadata decode;
+    BatchMetadata decode;
     decode.sequences.push_back(kv.step(pages, n + step - 1, 1));
     const int64_t row = 0;
     model.forward({&ids.back(), 1}, decode, {&row, 1}, logits.data());
@@ -135,7 +215,7 @@ inline double expect_prefill_and_greedy_decode(ForwardModel& model, const Golden
 }
 
 // expect_prefill_and_greedy_decode for every prompt; prints the largest error under `label`.
-inline void expect_golden_prefill_and_greedy(ForwardModel& model, const std::vector<GoldenPrompt>& golden,
+inline void expect_golden_prefill_and_greedy(ModelStepper& model, const std::vector<GoldenPrompt>& golden,
                                              double tolerance, const std::string& label) {
   double max_error = 0;
   for (const auto& prompt : golden) {
@@ -147,7 +227,7 @@ inline void expect_golden_prefill_and_greedy(ForwardModel& model, const std::vec
 
 // All prompts in one forward (ragged lengths) give the same last logits as one at a time (within
 // batch_tolerance) and HF's (within tolerance).
-inline void expect_ragged_batch_matches_one_at_a_time(ForwardModel& model, const std::vector<GoldenPrompt>& golden,
+inline void expect_ragged_batch_matches_one_at_a_time(ModelStepper& model, const std::vector<GoldenPrompt>& golden,
                                                       double tolerance, double batch_tolerance) {
   const int vocab = vocab_size(model);
   std::vector<std::vector<float>> alone;
@@ -156,7 +236,7 @@ inline void expect_ragged_batch_matches_one_at_a_time(ForwardModel& model, const
   KvPages kv(model.config(), DType::kF32, 16, model.device());
   model.bind_kv_caches(kv.caches());
   std::vector<std::vector<int32_t>> pages(golden.size());
-  attn::BatchMetadata batch;
+  BatchMetadata batch;
   std::vector<int32_t> tokens;
   std::vector<int64_t> rows;
   for (size_t s = 0; s < golden.size(); ++s) {
@@ -179,7 +259,7 @@ inline void expect_ragged_batch_matches_one_at_a_time(ForwardModel& model, const
 // of a chunked prefill (C = golden[3]), then all three decode together: ragged rows, per-token
 // positions and the logit-row gather, in f32 pages. rows_out_of_batch_order: the mixed step asks
 // for its logit rows as C, A, B (they come back in logit_rows order) instead of A, B, C.
-inline void expect_mixed_prefill_and_decode(ForwardModel& model, const std::vector<GoldenPrompt>& golden,
+inline void expect_mixed_prefill_and_decode(ModelStepper& model, const std::vector<GoldenPrompt>& golden,
                                             double tolerance, bool rows_out_of_batch_order) {
   const int vocab = vocab_size(model);
   KvPages kv(model.config(), DType::kF32, 24, model.device());
@@ -193,7 +273,7 @@ inline void expect_mixed_prefill_and_decode(ForwardModel& model, const std::vect
 
   // Step 1: A whole, C's first half (no logits wanted for C).
   {
-    attn::BatchMetadata batch;
+    BatchMetadata batch;
     batch.sequences = {kv.step(pa, 0, na), kv.step(pc, 0, half)};
     std::vector<int32_t> tokens = a.ids;
     tokens.insert(tokens.end(), c.ids.begin(), c.ids.begin() + half);
@@ -206,7 +286,7 @@ inline void expect_mixed_prefill_and_decode(ForwardModel& model, const std::vect
   // Step 2: A decodes its first greedy token, B prefills, C prefills its second half.
   std::vector<int32_t> next(3);
   {
-    attn::BatchMetadata batch;
+    BatchMetadata batch;
     batch.sequences = {kv.step(pa, na, 1), kv.step(pb, 0, nb), kv.step(pc, half, nc - half)};
     std::vector<int32_t> tokens = {a.greedy[0]};
     tokens.insert(tokens.end(), b.ids.begin(), b.ids.end());
@@ -233,7 +313,7 @@ inline void expect_mixed_prefill_and_decode(ForwardModel& model, const std::vect
   // Steps 3..: all three decode in one batch; ids follow each prompt's greedy continuation.
   std::vector<int> produced = {2, 1, 1};  // greedy ids produced so far per sequence
   for (int step = 0; step < 12; ++step) {
-    attn::BatchMetadata batch;
+    BatchMetadata batch;
     batch.sequences = {kv.step(pa, na + produced[0] - 1, 1), kv.step(pb, nb + produced[1] - 1, 1),
                        kv.step(pc, nc + produced[2] - 1, 1)};
     const std::vector<int64_t> rows = {0, 1, 2};
@@ -250,7 +330,7 @@ inline void expect_mixed_prefill_and_decode(ForwardModel& model, const std::vect
 
 // A bf16 KV cache (the serving default; the caller's backends must be made for it) rounds K and
 // V: every prompt's last logits stay within kv_tolerance of HF's. Prints the largest error.
-inline void expect_bf16_kv_cache_close(ForwardModel& model, const std::vector<GoldenPrompt>& golden,
+inline void expect_bf16_kv_cache_close(ModelStepper& model, const std::vector<GoldenPrompt>& golden,
                                        double kv_tolerance, const std::string& label) {
   double max_error = 0;
   for (const auto& prompt : golden) {
@@ -262,7 +342,7 @@ inline void expect_bf16_kv_cache_close(ForwardModel& model, const std::vector<Go
 
 // workspace_bytes grows with the batch (at least the f32 activations of the longest prompt) and
 // never shrinks: shorter prompts afterwards leave it unchanged.
-inline void expect_workspace_grows_with_the_batch(ForwardModel& model, const std::vector<GoldenPrompt>& golden) {
+inline void expect_workspace_grows_with_the_batch(ModelStepper& model, const std::vector<GoldenPrompt>& golden) {
   const ModelConfig& c = model.config();
   const uint64_t before = model.workspace_bytes();
   const GoldenPrompt& longest = *std::max_element(golden.begin(), golden.end(), [](const auto& a, const auto& b) {
@@ -280,12 +360,12 @@ inline void expect_workspace_grows_with_the_batch(ForwardModel& model, const std
 
 // golden[2] and golden[3] prefilled in one step (two sequences: an unfused MLP keeps gate and up
 // rows in separate halves) into `num_kv_pages` f32 pages; both last logits within tolerance.
-inline void expect_two_prompts_in_one_step(ForwardModel& model, const std::vector<GoldenPrompt>& golden,
+inline void expect_two_prompts_in_one_step(ModelStepper& model, const std::vector<GoldenPrompt>& golden,
                                            int num_kv_pages, double tolerance) {
   KvPages kv(model.config(), DType::kF32, num_kv_pages, model.device());
   model.bind_kv_caches(kv.caches());
   std::vector<int32_t> pa, pb;
-  attn::BatchMetadata batch;
+  BatchMetadata batch;
   const auto& a = golden[2].ids;
   const auto& b = golden[3].ids;
   batch.sequences = {kv.step(pa, 0, static_cast<int>(a.size())), kv.step(pb, 0, static_cast<int>(b.size()))};
@@ -302,8 +382,8 @@ inline void expect_two_prompts_in_one_step(ForwardModel& model, const std::vecto
 // With backends set and pages bound for `batch` (whose tokens are `tokens`), a step is rejected
 // for a logit row past the batch, one token id too few, or an id outside the vocabulary
 // (spindle::Error each); then the step itself runs, writing its `row` logits to `logits`.
-inline void expect_bad_steps_rejected(ForwardModel& model, std::span<const int32_t> tokens,
-                                      const attn::BatchMetadata& batch, int64_t row, std::span<float> logits) {
+inline void expect_bad_steps_rejected(ModelStepper& model, std::span<const int32_t> tokens,
+                                      const BatchMetadata& batch, int64_t row, std::span<float> logits) {
   const int64_t bad_row = static_cast<int64_t>(tokens.size());
   EXPECT_THROW(model.forward(tokens, batch, {&bad_row, 1}, logits.data()), Error);
   EXPECT_THROW(model.forward(tokens.first(tokens.size() - 1), batch, {&row, 1}, logits.data()), Error);

@@ -1,4 +1,4 @@
-// Model::forward against Hugging Face transformers 5.17 golden fixtures (tests/golden/<model>/,
+// Transformer::forward (load_cpu_model) against Hugging Face transformers 5.17 golden fixtures (tests/golden/<model>/,
 // made by tools/golden/make_golden.py: f32 compute on the stored weights).
 //
 // Relative error of a logits row: max_i |ours_i - golden_i| / max_i |golden_i|.
@@ -84,7 +84,7 @@ class ModelForwardTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     ModelOptions options;
     if (!GetParam().best_backend) options.make_linear = kernels::cpu::make_reference_linear_kernel;
-    model_ = Model::load(model_dir(GetParam().model), options);
+    model_ = std::make_unique<testing::ModelStepper>(load_cpu_model(model_dir(GetParam().model), options));
     ASSERT_EQ(model_->num_fused_gate_up(), model_->config().num_hidden_layers)
         << "HF writes gate_proj and up_proj back to back";
     golden_ = read_golden(GetParam().model);
@@ -108,7 +108,7 @@ class ModelForwardTest : public ::testing::TestWithParam<Case> {
     return GetParam().model + " with " + std::string(backend->name()) + " attention";
   }
 
-  std::unique_ptr<Model> model_;
+  std::unique_ptr<testing::ModelStepper> model_;
   std::vector<GoldenPrompt> golden_;
   std::vector<std::unique_ptr<attn::AttentionBackend>> backends_;
   double tolerance_ = 0;
@@ -168,7 +168,7 @@ std::vector<Case> all_cases() {
 TEST(ModelLoadTest, UnfusedGateUpMatchesHuggingFace) {
   testing::TempDir dir;
   testing::rewrite_golden_checkpoint("llama-gqa-f32", dir.path(), /*drop=*/"", /*f16=*/"", /*reverse_order=*/true);
-  auto model = Model::load(dir.path());
+  auto model = std::make_unique<testing::ModelStepper>(load_cpu_model(dir.path()));
   EXPECT_EQ(model->num_fused_gate_up(), 0);
   auto backend = attn::create_attention_backend("reference", model->attention_shape(DType::kF32, kPageSize), {});
   model->set_attention_backends(backend.get(), backend.get());
@@ -181,7 +181,7 @@ TEST(ModelLoadTest, F16ProjectionIsRejectedWithItsName) {
   testing::rewrite_golden_checkpoint("llama-gqa-f32", dir.path(), /*drop=*/"", "model.layers.1.mlp.down_proj.weight",
                                      /*reverse_order=*/true);
   try {
-    Model::load(dir.path());
+    load_cpu_model(dir.path());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("model.layers.1.mlp.down_proj.weight is F16"), std::string::npos) << e.message();
@@ -190,9 +190,9 @@ TEST(ModelLoadTest, F16ProjectionIsRejectedWithItsName) {
 
 // Bad calls fail with a message instead of reading out of bounds.
 TEST(ModelLoadTest, ForwardChecksItsArguments) {
-  auto model = Model::load(kGoldenDir / "qwen3-qknorm-f32");
+  auto model = std::make_unique<testing::ModelStepper>(load_cpu_model(kGoldenDir / "qwen3-qknorm-f32"));
   const std::vector<int32_t> tokens = {1, 2, 3};
-  attn::BatchMetadata batch;
+  testing::BatchMetadata batch;
   batch.sequences.push_back({3, 0, {0}});
   std::vector<float> logits(model->config().vocab_size);
   const int64_t row = 2;

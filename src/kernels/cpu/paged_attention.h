@@ -1,8 +1,9 @@
 // Paged attention on the CPU: the kernel contract shared by every ISA.
 //
 // KV layout, per layer: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]
-// of kv_dtype (kF32 or kBF16; kF16 for the reference and the CUDA kernels), row-major. Token t of a sequence lives in page
-// page_table[t / page_size], slot t % page_size.
+// of kv_dtype (kF32 or kBF16; kF16 for the reference and the CUDA kernels), row-major. Token t of
+// sequence s lives in page page_tables[s.page_table_offset + t / page_size], slot t % page_size
+// (the StepBatch layout, kernels/step_batch.h).
 //
 // Queries and outputs are f32, [num_tokens, num_heads, head_dim], the rows of all sequences
 // concatenated in batch order. Query head h reads KV head h / (num_heads / num_kv_heads) (GQA).
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/step_batch.h"
 #include "util/dtype.h"
 
 namespace spindle {
@@ -25,13 +27,6 @@ class ThreadPool;
 }
 
 namespace spindle::kernels::cpu {
-
-struct AttentionSequence {
-  int num_new_tokens = 0;         // query rows of this sequence (1 for a decode step)
-  int num_cached_tokens = 0;      // positions already in the pages before this step
-  int query_offset = 0;           // first row of this sequence in q / out
-  const int32_t* page_table = nullptr;  // ceil((cached + new) / page_size) page indices
-};
 
 struct PagedAttentionParams {
   const float* q = nullptr;       // [num_tokens, num_heads, head_dim]
@@ -46,7 +41,9 @@ struct PagedAttentionParams {
   int head_dim = 0;
   float scale = 1.0f;
   bool causal = true;
-  std::span<const AttentionSequence> sequences;
+  // The step's sequences and their page tables (StepBatch, kernels/step_batch.h), host memory.
+  std::span<const StepSequence> sequences;
+  const int32_t* page_tables = nullptr;
   ThreadPool* pool = nullptr;     // null: run on the calling thread
 };
 
@@ -62,7 +59,8 @@ struct KvWriteParams {
   int page_size = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  std::span<const AttentionSequence> sequences;
+  std::span<const StepSequence> sequences;  // as in PagedAttentionParams
+  const int32_t* page_tables = nullptr;
 };
 
 // Host-side checks shared by every kernel: sizes positive, dtype supported, head counts divide,
@@ -88,6 +86,6 @@ void paged_attention_avx512(const PagedAttentionParams& p, bool use_bf16_dot);
 void paged_attention_amx(const PagedAttentionParams& p);
 
 // Total query rows of a batch (the sum of num_new_tokens).
-int64_t count_query_rows(std::span<const AttentionSequence> sequences);
+int64_t count_query_rows(std::span<const StepSequence> sequences);
 
 }  // namespace spindle::kernels::cpu

@@ -7,7 +7,7 @@
 
 namespace spindle::kernels::cpu {
 
-int64_t count_query_rows(std::span<const AttentionSequence> sequences) {
+int64_t count_query_rows(std::span<const StepSequence> sequences) {
   int64_t n = 0;
   for (const auto& s : sequences) n += s.num_new_tokens;
   return n;
@@ -15,8 +15,8 @@ int64_t count_query_rows(std::span<const AttentionSequence> sequences) {
 
 namespace {
 
-void check_sequences(std::span<const AttentionSequence> sequences, int page_size, int num_pages,
-                     int64_t num_tokens) {
+void check_sequences(std::span<const StepSequence> sequences, const int32_t* page_tables, int page_size,
+                     int num_pages, int64_t num_tokens) {
   int64_t expected_offset = 0;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const auto& s = sequences[i];
@@ -29,10 +29,13 @@ void check_sequences(std::span<const AttentionSequence> sequences, int page_size
     expected_offset += s.num_new_tokens;
     const int64_t total = int64_t{s.num_cached_tokens} + s.num_new_tokens;
     if (total == 0) continue;
-    SPINDLE_CHECK(s.page_table != nullptr, "sequence {}: no page table", i);
     const int64_t num_table_pages = (total + page_size - 1) / page_size;
+    SPINDLE_CHECK(page_tables != nullptr && s.page_table_offset >= 0, "sequence {}: no page table", i);
+    SPINDLE_CHECK(s.num_pages >= num_table_pages,
+                  "sequence {}: page table of {} pages cannot hold {} tokens (page size {})", i, s.num_pages, total,
+                  page_size);
     for (int64_t j = 0; j < num_table_pages; ++j) {
-      const int32_t page = s.page_table[j];
+      const int32_t page = page_tables[s.page_table_offset + j];
       SPINDLE_CHECK(page >= 0 && page < num_pages,
                     "sequence {}: page table entry {} is page {}, outside [0, {})", i, j, page,
                     num_pages);
@@ -54,7 +57,7 @@ void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tok
                 p.num_heads, p.num_kv_heads);
   SPINDLE_CHECK(num_tokens == 0 || (p.q != nullptr && p.out != nullptr), "q/out missing");
   SPINDLE_CHECK(p.k_pages != nullptr && p.v_pages != nullptr, "KV pages not bound");
-  check_sequences(p.sequences, p.page_size, p.num_pages, num_tokens);
+  check_sequences(p.sequences, p.page_tables, p.page_size, p.num_pages, num_tokens);
 }
 
 void check_optimized_attention_params(const PagedAttentionParams& p, int64_t num_tokens,
@@ -75,7 +78,7 @@ void write_kv_pages(const KvWriteParams& p) {
   for (const auto& s : p.sequences) {
     for (int i = 0; i < s.num_new_tokens; ++i) {
       const int64_t pos = int64_t{s.num_cached_tokens} + i;
-      const int32_t page = s.page_table[pos / p.page_size];
+      const int32_t page = p.page_tables[s.page_table_offset + pos / p.page_size];
       const int64_t slot = int64_t{page} * p.page_size + pos % p.page_size;
       const float* k_src = p.k + (int64_t{s.query_offset} + i) * row;
       const float* v_src = p.v + (int64_t{s.query_offset} + i) * row;

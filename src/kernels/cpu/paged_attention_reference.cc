@@ -33,7 +33,7 @@ void paged_attention_reference(const PagedAttentionParams& p) {
         scores.assign(num_keys, 0.0);
         double max_score = -std::numeric_limits<double>::infinity();
         for (int t = 0; t < num_keys; ++t) {
-          const int64_t slot = int64_t{s.page_table[t / p.page_size]} * p.page_size + t % p.page_size;
+          const int64_t slot = int64_t{p.page_tables[s.page_table_offset + t / p.page_size]} * p.page_size + t % p.page_size;
           const int64_t base = slot * kv_row + int64_t{kvh} * p.head_dim;
           double dot = 0.0;
           for (int d = 0; d < p.head_dim; ++d) dot += double{q[d]} * load(p.k_pages, p.kv_dtype, base + d);
@@ -47,7 +47,7 @@ void paged_attention_reference(const PagedAttentionParams& p) {
         }
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int t = 0; t < num_keys; ++t) {
-          const int64_t slot = int64_t{s.page_table[t / p.page_size]} * p.page_size + t % p.page_size;
+          const int64_t slot = int64_t{p.page_tables[s.page_table_offset + t / p.page_size]} * p.page_size + t % p.page_size;
           const int64_t base = slot * kv_row + int64_t{kvh} * p.head_dim;
           for (int d = 0; d < p.head_dim; ++d) acc[d] += scores[t] * load(p.v_pages, p.kv_dtype, base + d);
         }

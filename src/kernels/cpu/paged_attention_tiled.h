@@ -108,7 +108,7 @@ struct Plan {
 };
 
 // Number of keys query row `token` (new-token index) of sequence s may see.
-inline int visible_keys(const PagedAttentionParams& p, const AttentionSequence& s, int token) {
+inline int visible_keys(const PagedAttentionParams& p, const StepSequence& s, int token) {
   return p.causal ? s.num_cached_tokens + token + 1 : s.num_cached_tokens + s.num_new_tokens;
 }
 
@@ -187,16 +187,16 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
   return plan;
 }
 
-inline const float* q_row(const PagedAttentionParams& p, const AttentionSequence& s, int token, int head) {
+inline const float* q_row(const PagedAttentionParams& p, const StepSequence& s, int token, int head) {
   return p.q + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.head_dim;
 }
-inline float* out_row(const PagedAttentionParams& p, const AttentionSequence& s, int token, int head) {
+inline float* out_row(const PagedAttentionParams& p, const StepSequence& s, int token, int head) {
   return p.out + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.head_dim;
 }
 
 // Row pointers of keys [k0, k0 + n) of one KV head, following the page table.
 template <class T>
-inline void gather_rows(const PagedAttentionParams& p, const AttentionSequence& s, const void* pages,
+inline void gather_rows(const PagedAttentionParams& p, const StepSequence& s, const void* pages,
                         int kv_head, int k0, int n, const T** rows) {
   const int64_t kv_row = int64_t{p.num_kv_heads} * p.head_dim;
   const T* base = static_cast<const T*>(pages) + int64_t{kv_head} * p.head_dim;
@@ -205,7 +205,7 @@ inline void gather_rows(const PagedAttentionParams& p, const AttentionSequence& 
     const int t = k0 + j;
     const int slot = t % ps;
     const int count = imin(ps - slot, n - j);
-    const T* first = base + (int64_t{s.page_table[t / ps]} * ps + slot) * kv_row;
+    const T* first = base + (int64_t{p.page_tables[s.page_table_offset + t / ps]} * ps + slot) * kv_row;
     for (int c = 0; c < count; ++c) rows[j + c] = first + c * kv_row;
     j += count;
   }
@@ -213,7 +213,7 @@ inline void gather_rows(const PagedAttentionParams& p, const AttentionSequence& 
 
 // Prefetches K and V rows of keys [k0, k0 + n) (the next tile) into the cache: rows of one KV
 // head are num_kv_heads * head_dim elements apart, a stride the hardware prefetchers miss.
-inline void prefetch_tile(const PagedAttentionParams& p, const AttentionSequence& s, int kv_head,
+inline void prefetch_tile(const PagedAttentionParams& p, const StepSequence& s, int kv_head,
                           int num_heads, int k0, int n) {
   const int64_t elem = p.kv_dtype == DType::kBF16 ? 2 : 4;
   const int64_t kv_row = int64_t{p.num_kv_heads} * p.head_dim * elem;
@@ -223,7 +223,7 @@ inline void prefetch_tile(const PagedAttentionParams& p, const AttentionSequence
   const int ps = p.page_size;
   for (int j = 0; j < n; ++j) {
     const int t = k0 + j;
-    const int64_t off = (int64_t{s.page_table[t / ps]} * ps + t % ps) * kv_row;
+    const int64_t off = (int64_t{p.page_tables[s.page_table_offset + t / ps]} * ps + t % ps) * kv_row;
     for (int64_t b = 0; b < row_bytes; b += 64) {
       _mm_prefetch(kb + off + b, _MM_HINT_T0);
       _mm_prefetch(vb + off + b, _MM_HINT_T0);

@@ -2,6 +2,7 @@
 #include "kernels/cuda/paged_attention.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/paged_attention_launch.h"
@@ -13,13 +14,8 @@ static_assert(kCudaReferenceMaxHeadDim == detail::kMaxHeadDim);
 
 namespace {
 
-template <typename T>
-T* upload_vector(DeviceBuffer& buffer, const std::vector<T>& host) {
-  if (host.empty()) return nullptr;
-  buffer.reserve(host.size() * sizeof(T));
-  copy_to_device(buffer.data(), host.data(), host.size() * sizeof(T));
-  return buffer.as<T>();
-}
+constexpr size_t kAlign = 256;
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
@@ -32,43 +28,87 @@ detail::KvType kv_type_of(DType dtype) {
   }
 }
 
-void DeviceBatch::upload(std::span<const cpu::AttentionSequence> sequences, int page_size, bool causal) {
+DeviceBatch::~DeviceBatch() {
+  if (copied_ != nullptr) cudaEventDestroy(copied_);
+  if (staging_ != nullptr) cudaFreeHost(staging_);
+}
+
+void DeviceBatch::upload(const StepBatch& batch, int page_size) {
   SPINDLE_CHECK(page_size > 0, "page size {} must be positive", page_size);
-  std::vector<detail::DeviceSequence> seqs;
-  std::vector<int64_t> slots;
-  std::vector<detail::RowInfo> rows;
-  host_tables_.clear();
+  slots_host_.clear();
+  rows_host_.clear();
   int64_t next_row = 0;
-  int max_new = 0;
-  int64_t max_kv = 0;
-  for (size_t si = 0; si < sequences.size(); ++si) {
-    const auto& s = sequences[si];
+  for (size_t si = 0; si < batch.sequences.size(); ++si) {
+    const StepSequence& s = batch.sequences[si];
     const int64_t total = int64_t{s.num_cached_tokens} + s.num_new_tokens;
     SPINDLE_CHECK(total < (int64_t{1} << 30), "sequence {}: {} tokens is too long", si, total);
-    const int64_t table_pages = (total + page_size - 1) / page_size;
-    const int offset = static_cast<int>(host_tables_.size());
-    if (table_pages > 0) host_tables_.insert(host_tables_.end(), s.page_table, s.page_table + table_pages);
-    seqs.push_back({s.query_offset, s.num_new_tokens, s.num_cached_tokens, offset});
+    const int32_t* table = batch.page_table(s);
     for (int i = 0; i < s.num_new_tokens; ++i) {
       const int64_t pos = int64_t{s.num_cached_tokens} + i;
-      slots.push_back(int64_t{s.page_table[pos / page_size]} * page_size + pos % page_size);
-      rows.push_back({static_cast<int32_t>(causal ? pos + 1 : total), offset});
+      slots_host_.push_back(int64_t{table[pos / page_size]} * page_size + pos % page_size);
+      rows_host_.push_back({static_cast<int32_t>(batch.causal ? pos + 1 : total), s.page_table_offset});
     }
     next_row += s.num_new_tokens;
-    max_new = std::max(max_new, s.num_new_tokens);
-    max_kv = std::max(max_kv, total);
   }
   SPINDLE_CHECK(next_row < (int64_t{1} << 31), "{} query rows exceed the launch grid", next_row);
 
-  view_.sequences = upload_vector(sequences_, seqs);
-  view_.page_tables = upload_vector(page_tables_, host_tables_);
-  upload_vector(slots_, slots);
-  upload_vector(rows_, rows);
-  view_.num_sequences = static_cast<int>(seqs.size());
+  // One staging area, every array on a 256-byte boundary, one copy.
+  struct Part {
+    const void* host;
+    size_t bytes;
+    size_t offset;
+  };
+  Part parts[] = {
+      {batch.token_ids.data(), batch.token_ids.size() * sizeof(TokenId), 0},
+      {batch.positions.data(), batch.positions.size() * sizeof(int64_t), 0},
+      {batch.sequences.data(), batch.sequences.size() * sizeof(StepSequence), 0},
+      {batch.page_tables.data(), batch.page_tables.size() * sizeof(int32_t), 0},
+      {batch.logit_rows.data(), batch.logit_rows.size() * sizeof(int64_t), 0},
+      {slots_host_.data(), slots_host_.size() * sizeof(int64_t), 0},
+      {rows_host_.data(), rows_host_.size() * sizeof(detail::RowInfo), 0},
+  };
+  size_t total = 0;
+  for (Part& p : parts) {
+    p.offset = total;
+    total += aligned(p.bytes);
+  }
+  total = std::max<size_t>(total, kAlign);
+  if (copied_ == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventSynchronize(copied_));  // the staging's last copy has been read
+  if (total > staging_bytes_) {
+    if (staging_ != nullptr) CUDA_CHECK(cudaFreeHost(staging_));
+    staging_ = nullptr;
+    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), total));
+    staging_bytes_ = total;
+  }
+  if (total > buffer_.size()) {
+    CUDA_CHECK(cudaDeviceSynchronize());  // kernels of the last step may still read the old buffer
+    buffer_.reserve(total);
+  }
+  for (const Part& p : parts) {
+    if (p.bytes > 0) std::memcpy(staging_ + p.offset, p.host, p.bytes);
+  }
+  CUDA_CHECK(cudaMemcpyAsync(buffer_.data(), staging_, total, cudaMemcpyHostToDevice, nullptr));
+  CUDA_CHECK(cudaEventRecord(copied_, nullptr));
+
+  auto* base = buffer_.as<std::byte>();
+  auto at = [&](int i) -> const void* { return parts[i].bytes > 0 ? base + parts[i].offset : nullptr; };
+  step_ = batch.view();
+  step_.token_ids = static_cast<const TokenId*>(at(0));
+  step_.positions = static_cast<const int64_t*>(at(1));
+  step_.sequences = static_cast<const StepSequence*>(at(2));
+  step_.page_tables = static_cast<const int32_t*>(at(3));
+  step_.logit_rows = static_cast<const int64_t*>(at(4));
+  slots_ = static_cast<const int64_t*>(at(5));
+  rows_ = at(6);
+
+  view_.sequences = step_.sequences;
+  view_.page_tables = step_.page_tables;
+  view_.num_sequences = step_.num_sequences;
   view_.num_rows = static_cast<int>(next_row);
-  view_.max_new_tokens = max_new;
-  view_.max_kv_len = static_cast<int>(max_kv);
-  view_.causal = causal;
+  view_.max_new_tokens = batch.max_new_tokens;
+  view_.max_kv_len = batch.max_kv_len;
+  view_.causal = batch.causal;
 }
 
 detail::PagedLayerLaunch make_layer_launch(const cpu::PagedAttentionParams& p, const DeviceBatch& batch,

@@ -16,6 +16,8 @@
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/paged_layer_launch.h"
+#include "kernels/cuda/paged_attention_launch.h"
+#include "kernels/step_batch.h"
 #include "util/dtype.h"
 
 namespace spindle::kernels::cuda {
@@ -25,24 +27,37 @@ inline constexpr int kCudaReferenceMaxHeadDim = 256;  // == detail::kMaxHeadDim
 // kF32, kBF16 or kF16; throws for any other KV dtype.
 detail::KvType kv_type_of(DType dtype);
 
-// One step's batch on the device: per sequence its DeviceSequence and page table, per query row
-// its page slot (for the K/V writer) and RowInfo (for the reference kernel).
+// One step's StepBatch on the device, uploaded with one host-to-device copy: its own arrays
+// (token ids, positions, sequences, page tables, logit rows: step()) plus what the attention
+// kernels derive from it, per query row its page slot (for the K/V writer) and RowInfo (for the
+// reference kernel). The transformer and every CUDA backend of the step read this one copy.
 class DeviceBatch {
  public:
-  // Uploads the batch (synchronously). The sequences must already satisfy
+  // Uploads the batch (queued on the legacy default stream from pinned staging; the staging is
+  // reused only after the previous copy finished). The sequences must already satisfy
   // cpu::check_paged_attention_params (rows contiguous in batch order, page tables covering every
   // position); page ids are checked against the pool there too, before any kernel runs (PagedBackend
   // does both). Throws only for sizes the launch grids cannot take.
-  void upload(std::span<const cpu::AttentionSequence> sequences, int page_size, bool causal);
+  void upload(const StepBatch& batch, int page_size);
+  ~DeviceBatch();
 
   const detail::PagedBatchView& view() const { return view_; }
-  const int64_t* slots() const { return slots_.as<int64_t>(); }   // [num_rows]
-  const void* rows() const { return rows_.data(); }               // [num_rows] detail::RowInfo
+  const StepBatchView& step() const { return step_; }                  // device pointers
+  const int64_t* slots() const { return slots_; }   // [num_rows]
+  const void* rows() const { return rows_; }        // [num_rows] detail::RowInfo
+  uint64_t device_bytes() const { return buffer_.size(); }
 
  private:
   detail::PagedBatchView view_;
-  DeviceBuffer sequences_, page_tables_, slots_, rows_;
-  std::vector<int32_t> host_tables_;  // staging, reused
+  StepBatchView step_;
+  const int64_t* slots_ = nullptr;
+  const void* rows_ = nullptr;
+  DeviceBuffer buffer_;
+  std::byte* staging_ = nullptr;  // pinned host memory of staging_bytes_
+  size_t staging_bytes_ = 0;
+  cudaEvent_t copied_ = nullptr;  // the last upload's copy finished
+  std::vector<int64_t> slots_host_;
+  std::vector<detail::RowInfo> rows_host_;
 };
 
 // The common launch of one layer over this rank's pages (p's pointers are device memory).

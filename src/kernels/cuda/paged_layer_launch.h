@@ -19,17 +19,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/step_batch.h"
+
 namespace spindle::kernels::cuda::detail {
 
 enum class KvType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
-// One sequence of the step, in device memory (uploaded once per step, shared by all layers).
-struct DeviceSequence {
-  int32_t query_offset = 0;       // first row of the sequence in q / out
-  int32_t num_new_tokens = 0;     // its query rows (1 for a decode step)
-  int32_t num_cached_tokens = 0;  // positions already in the pages before this step
-  int32_t page_table_offset = 0;  // where its page table starts in page_tables
-};
+// One sequence of the step, in device memory: the StepBatch's own record (kernels/step_batch.h),
+// uploaded as it is once per step and shared by all layers.
+using DeviceSequence = ::spindle::StepSequence;
 
 // The step's batch: device arrays plus host-known maxima for sizing grids.
 struct PagedBatchView {

@@ -1,6 +1,8 @@
-// The measured workspace for the KV capacity planner (DESIGN.md section 3): one profiling forward
-// of the model at the largest batch the scheduler may form. Shared by `spindle serve`/`generate`
-// (cli/serving_stack.cc), `spindle plan` and bench/kv_fill.cc.
+// Start-up probing: the measured workspace for the KV capacity planner (DESIGN.md section 3), one
+// profiling step of the model at the largest batch the scheduler may form, and the unvalidated
+// backends such a probe runs with. Shared by `spindle serve`/`generate` (cli/serving_stack.cc),
+// `spindle plan` and bench/kv_fill.cc. This folder (startup/) holds the glue that joins a model,
+// its backends and this machine before serving; config/ holds only the flags and resolve().
 #pragma once
 
 #include <cstdint>
@@ -14,27 +16,30 @@
 #include "util/dtype.h"
 
 namespace spindle {
-class ForwardModel;
 class ThreadPool;
+namespace engine {
+class Runner;
+}
 }  // namespace spindle
 
-namespace spindle::config {
+namespace spindle::startup {
 
 // Runs one forward over num_tokens tokens, split into sequences of at most max_seq_len tokens
 // (the scheduler never forms a longer one; --max-model-len), with one logit row per sequence,
-// on a scratch KV pool of exactly the pages that needs (freed on return). The model's attention
-// backends must be set; its KV caches are left bound to the freed scratch pool, so the caller
-// binds its own pool afterwards. Returns
-//   Model::workspace_bytes() after that forward (scratch activations, RoPE table, positions)
+// on a scratch KV pool of exactly the pages that needs (freed on return), through the runner (its
+// backends are left bound to the freed scratch pool, so the caller binds its own pool afterwards).
+// Returns
+//   Transformer::workspace_bytes() after that step (scratch activations, RoPE table, step upload)
 //   + num_tokens * vocab_size * 4   the engine's logits buffer for a step of num_tokens sequences
 //   + (num_tokens - rows) * hidden * 4   the final-norm rows such a step adds to the workspace
 // The last two are what a decode step of num_tokens sequences would add; they are counted rather
 // than run because the LM head over every row would dominate the profile's time. CPU kernel
 // scratch (oneDNN's buffers, attention tiles) is not included: the reserve covers it.
-uint64_t measure_workspace_bytes(ForwardModel& model, DType kv_dtype, int page_size, int num_tokens, int max_seq_len);
+uint64_t measure_workspace_bytes(engine::Runner& runner, DType kv_dtype, int page_size, int num_tokens,
+                                 int max_seq_len);
 
-// measure_workspace_bytes for plan_kv_cache(); the model must outlive the probe's use.
-WorkspaceProbe make_workspace_probe(ForwardModel& model, DType kv_dtype, int page_size, int max_seq_len);
+// measure_workspace_bytes for plan_kv_cache(); the runner must outlive the probe's use.
+config::WorkspaceProbe make_workspace_probe(engine::Runner& runner, DType kv_dtype, int page_size, int max_seq_len);
 
 // Attention backends for a profiling (or benchmark) forward without the child-process validation
 // serve runs: the highest-priority backend available for each phase on this machine and shape
@@ -45,7 +50,7 @@ struct UnvalidatedBackends {
   std::unique_ptr<attn::AttentionBackend> decode;
   std::string prefill_name, decode_name;
 };
-UnvalidatedBackends make_unvalidated_backends(const ResolvedConfig& resolved, const DeviceInfo& device,
+UnvalidatedBackends make_unvalidated_backends(const config::ResolvedConfig& resolved, const DeviceInfo& device,
                                               ThreadPool* pool);
 
-}  // namespace spindle::config
+}  // namespace spindle::startup

@@ -1,0 +1,196 @@
+#include "model/cpu_ops.h"
+
+#include <algorithm>
+
+#include "model/model_files.h"
+#include "model/safetensors.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace spindle {
+
+namespace kc = kernels::cpu;
+
+namespace {
+
+// Elements of work below which an op runs on the calling thread.
+constexpr int64_t kMinParallelWork = 1 << 15;
+
+void grow(std::vector<float>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+}
+
+}  // namespace
+
+CpuOps::CpuOps(const ModelConfig& config, const ModelOptions& options, std::unique_ptr<Checkpoint> checkpoint)
+    : config_(config),
+      pool_(options.pool ? options.pool : &ThreadPool::global()),
+      make_linear_(options.make_linear ? options.make_linear
+                                       : [](const kc::LinearWeight& w) { return kc::make_linear_kernel(w); }),
+      checkpoint_(std::move(checkpoint)),
+      eps_(static_cast<float>(config.rms_norm_eps)),
+      rope_(std::make_unique<kc::RopeTable>(rope_params(config),
+                                            rope_table_positions(config, options.rope_table_positions))) {}
+
+CpuOps::~CpuOps() = default;
+
+const char* CpuOps::linear_kernel_name() const {
+  for (auto it = placed_.rbegin(); it != placed_.rend(); ++it) {  // the LM head's, placed last
+    if (it->linear) return it->linear->name();
+  }
+  return "none";
+}
+
+void CpuOps::count_bytes(const TensorView& t) {
+  if (counted_.insert(t.bytes.data()).second) weight_bytes_ += t.info->num_bytes();
+}
+
+WeightId CpuOps::place(std::span<const TensorView> parts, WeightUse use) {
+  SPINDLE_CHECK(!parts.empty(), "place: no tensor");
+  Placed p;
+  const TensorView& first = parts.front();
+  switch (use) {
+    case WeightUse::kVector:
+      SPINDLE_CHECK(parts.size() == 1, "place: a vector weight is one tensor");
+      p.vector = {first.bytes.data(), first.info->dtype};
+      break;
+    case WeightUse::kBias:
+      SPINDLE_CHECK(parts.size() == 1, "place: a bias is one tensor");
+      p.bias = tensor_to_f32(first);
+      weight_bytes_ += p.bias.size() * sizeof(float);
+      break;
+    case WeightUse::kLinear: {
+      int64_t rows = 0;
+      const std::byte* end = first.bytes.data();
+      for (const TensorView& t : parts) {
+        // Parts join only when they lie back to back in the file in one dtype (no copy).
+        if (t.info->dtype != first.info->dtype || t.bytes.data() != end) return kNoWeight;
+        end += t.bytes.size();
+        rows += t.info->shape.front();
+      }
+      SPINDLE_CHECK(first.info->dtype == DType::kF32 || first.info->dtype == DType::kBF16,
+                    "{}: tensor {} is {}; the CPU linear kernels take F32 or BF16 weights (convert the "
+                    "checkpoint, e.g. save it with torch_dtype=bfloat16)",
+                    checkpoint_->dir().string(), first.info->name, dtype_name(first.info->dtype));
+      p.linear = make_linear_(kc::LinearWeight{first.bytes.data(), first.info->dtype, rows, first.info->shape.back()});
+      break;
+    }
+  }
+  for (const TensorView& t : parts) count_bytes(t);
+  placed_.push_back(std::move(p));
+  return static_cast<WeightId>(placed_.size()) - 1;
+}
+
+const CpuOps::Placed& CpuOps::placed(WeightId id) const {
+  SPINDLE_CHECK(id >= 0 && id < static_cast<WeightId>(placed_.size()), "weight {} was not placed", id);
+  return placed_[static_cast<size_t>(id)];
+}
+
+const kernels::cuda::DeviceBatch* CpuOps::upload(const StepBatch& batch, int /*page_size*/) {
+  step_ = batch.view();
+  return nullptr;
+}
+
+void CpuOps::reserve(int64_t t, int64_t n) {
+  const ModelConfig& c = config_;
+  auto buffer = [&](Scratch s) -> std::vector<float>& { return scratch_[static_cast<int>(s)]; };
+  grow(buffer(Scratch::kHidden), t * c.hidden_size);
+  grow(buffer(Scratch::kNormed), t * c.hidden_size);
+  grow(buffer(Scratch::kQ), t * c.q_size());
+  grow(buffer(Scratch::kK), t * c.kv_size());
+  grow(buffer(Scratch::kV), t * c.kv_size());
+  grow(buffer(Scratch::kAttention), t * c.q_size());
+  grow(buffer(Scratch::kProjection), t * c.hidden_size);
+  grow(buffer(Scratch::kGateUp), t * 2 * int64_t{c.intermediate_size});
+  grow(buffer(Scratch::kActivation), t * c.intermediate_size);
+  grow(buffer(Scratch::kFinalRows), n * c.hidden_size);
+}
+
+uint64_t CpuOps::workspace_bytes() const {
+  uint64_t n = 0;
+  for (const auto& b : scratch_) n += b.capacity() * sizeof(float);
+  return n + rope_->table_bytes();
+}
+
+void CpuOps::parallel_rows(int64_t rows, int64_t cost_per_row, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t threads = pool_->num_threads();
+  if (threads <= 1 || rows < 2 || rows * cost_per_row < kMinParallelWork) {
+    fn(0, rows);
+    return;
+  }
+  const int64_t chunks = std::min(rows, threads * 4);
+  pool_->parallel_for(chunks, [&](int64_t i) { fn(i * rows / chunks, (i + 1) * rows / chunks); });
+}
+
+void CpuOps::embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) {
+  const kc::TypedWeight w = placed(table).vector;
+  parallel_rows(num_ids, hidden, [&](int64_t b, int64_t e) {
+    kc::embedding_gather(w, config_.vocab_size, hidden, std::span<const TokenId>(ids + b, ids + e), out + b * hidden);
+  });
+}
+
+void CpuOps::rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w, const int64_t* row_index) {
+  const kc::TypedWeight weight = placed(w).vector;
+  parallel_rows(rows, cols, [&](int64_t b, int64_t e) {
+    if (row_index == nullptr) {
+      kc::rms_norm(x + b * cols, cols, out + b * cols, cols, e - b, cols, weight, eps_);
+      return;
+    }
+    for (int64_t r = b; r < e; ++r) kc::rms_norm(x + row_index[r] * cols, cols, out + r * cols, cols, 1, cols, weight, eps_);
+  });
+}
+
+void CpuOps::add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols, WeightId w) {
+  const kc::TypedWeight weight = placed(w).vector;
+  parallel_rows(rows, cols, [&](int64_t b, int64_t e) {
+    kc::add_inplace(hidden + b * cols, delta + b * cols, (e - b) * cols);
+    kc::rms_norm(hidden + b * cols, cols, out + b * cols, cols, e - b, cols, weight, eps_);
+  });
+}
+
+void CpuOps::add(float* y, const float* x, int64_t rows, int64_t cols) {
+  parallel_rows(rows, cols, [&](int64_t b, int64_t e) { kc::add_inplace(y + b * cols, x + b * cols, (e - b) * cols); });
+}
+
+void CpuOps::linear(const float* x, int64_t rows, std::span<const Product> products) {
+  for (const Product& p : products) {
+    const float* bias = p.bias == kNoWeight ? nullptr : placed(p.bias).bias.data();
+    placed(p.weight).linear->forward(x, rows, p.y, pool_, bias);
+  }
+}
+
+void CpuOps::qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
+                          WeightId k_norm, const int64_t* positions) {
+  const int64_t d = config_.head_dim;
+  const int64_t qs = num_heads * d, ks = num_kv_heads * d;
+  const bool norm = q_norm != kNoWeight;
+  const kc::TypedWeight qn = norm ? placed(q_norm).vector : kc::TypedWeight{};
+  const kc::TypedWeight kn = norm ? placed(k_norm).vector : kc::TypedWeight{};
+  parallel_rows(rows, qs + ks, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* qr = q + r * qs;
+      float* kr = k + r * ks;
+      if (norm) {
+        kc::rms_norm(qr, d, qr, d, num_heads, d, qn, eps_);
+        kc::rms_norm(kr, d, kr, d, num_kv_heads, d, kn, eps_);
+      }
+      rope_->apply(qr, num_heads, positions[r]);
+      rope_->apply(kr, num_kv_heads, positions[r]);
+    }
+  });
+}
+
+void CpuOps::silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) {
+  parallel_rows(rows, cols * 8, [&](int64_t b, int64_t e) {
+    kc::silu_mul(gate + b * stride, up + b * stride, stride, out + b * cols, e - b, cols);
+  });
+}
+
+std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& dir, const ModelOptions& options) {
+  ModelFiles files = open_model_files(dir);
+  auto ops = std::make_unique<CpuOps>(files.config, options, std::move(files.checkpoint));
+  const Checkpoint& checkpoint = ops->checkpoint();
+  return std::make_unique<Transformer>(std::move(files.config), std::move(ops), checkpoint);
+}
+
+}  // namespace spindle

@@ -1,0 +1,76 @@
+// CpuOps: DeviceOps on the CPU (device_ops.h). Weights are views into the mmap'd checkpoint (which
+// CpuOps keeps mapped); projections run through kernels::cpu::LinearKernel, the small ops through
+// kernels/cpu/ops.h, row ranges spread over a ThreadPool when the work is large.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/ops.h"
+#include "model/device_ops.h"
+#include "model/model.h"
+#include "model/model_config.h"
+
+namespace spindle {
+
+class CpuOps final : public DeviceOps {
+ public:
+  CpuOps(const ModelConfig& config, const ModelOptions& options, std::unique_ptr<Checkpoint> checkpoint);
+  ~CpuOps() override;
+
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
+
+  attn::Device device() const override { return attn::Device::kCpu; }
+  const char* linear_kernel_name() const override;
+
+  WeightId place(std::span<const TensorView> parts, WeightUse use) override;
+  void finish_loading() override {}
+  // The mmap'd tensors the forward reads (each counted once) plus the f32 bias copies.
+  uint64_t weight_bytes() const override { return weight_bytes_; }
+
+  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size) override;
+  const StepBatchView& step() const override { return step_; }
+  void reserve(int64_t num_tokens, int64_t num_logit_rows) override;
+  float* scratch(Scratch slot) override { return scratch_[static_cast<int>(slot)].data(); }
+  uint64_t workspace_bytes() const override;
+  float* logits_target(float* host) override { return host; }
+  void finish_step(float* /*host*/, int64_t /*count*/) override {}
+
+  void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) override;
+  void rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w,
+                const int64_t* row_index = nullptr) override;
+  void add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols, WeightId w) override;
+  void add(float* y, const float* x, int64_t rows, int64_t cols) override;
+  void linear(const float* x, int64_t rows, std::span<const Product> products) override;
+  void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
+                    WeightId k_norm, const int64_t* positions) override;
+  void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) override;
+
+ private:
+  struct Placed {
+    kernels::cpu::TypedWeight vector;                     // kVector
+    std::unique_ptr<kernels::cpu::LinearKernel> linear;   // kLinear
+    std::vector<float> bias;                              // kBias
+  };
+  // fn(begin, end) over [0, rows) in chunks, spread over the pool when the work is large.
+  void parallel_rows(int64_t rows, int64_t cost_per_row, const std::function<void(int64_t, int64_t)>& fn);
+  void count_bytes(const TensorView& t);
+  const Placed& placed(WeightId id) const;
+
+  ModelConfig config_;
+  ThreadPool* pool_ = nullptr;
+  std::function<std::unique_ptr<kernels::cpu::LinearKernel>(const kernels::cpu::LinearWeight&)> make_linear_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::vector<Placed> placed_;
+  std::set<const void*> counted_;  // tensors already in weight_bytes_ (a tied LM head reads the embedding)
+  uint64_t weight_bytes_ = 0;
+  float eps_ = 0.0f;
+  std::unique_ptr<kernels::cpu::RopeTable> rope_;
+  std::vector<float> scratch_[static_cast<int>(Scratch::kCount)];
+  StepBatchView step_;
+};
+
+}  // namespace spindle

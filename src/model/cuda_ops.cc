@@ -1,0 +1,253 @@
+#include "model/cuda_ops.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/cuda_check.h"
+#include "model/model_files.h"
+#include "model/safetensors.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace spindle {
+
+namespace kc = kernels::cpu;
+namespace kcu = kernels::cuda;
+
+namespace {
+
+// Weight slots start on this boundary (cuBLAS and vector loads like aligned data).
+constexpr size_t kWeightAlign = 256;
+constexpr int kMinCcMajor = 8;  // the kernels are built for sm_80 and sm_90
+
+kcu::WeightType weight_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return kcu::WeightType::kF32;
+    case DType::kBF16: return kcu::WeightType::kBF16;
+    case DType::kF16: return kcu::WeightType::kF16;
+    default: break;
+  }
+  SPINDLE_FAIL("weights of dtype {} are not supported on CUDA (F32, BF16, F16)", dtype_name(dtype));
+}
+
+void grow_f32(kcu::DeviceBuffer& buffer, int64_t count) { buffer.reserve(static_cast<size_t>(count) * sizeof(float)); }
+
+}  // namespace
+
+CudaOps::CudaOps(const ModelConfig& config, const CudaModelOptions& options) : config_(config), device_(options.device) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  linear_ = std::make_unique<kcu::CublasLinear>(stream_, options.allow_16bit_activations);
+  upload_rope(rope_table_positions(config_, options.rope_table_positions));
+}
+
+CudaOps::~CudaOps() = default;
+
+WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
+  SPINDLE_CHECK(!parts.empty(), "place: no tensor");
+  const TensorView& first = parts.front();
+  Placed p;
+  p.use = use;
+  switch (use) {
+    case WeightUse::kVector:
+      p.type = weight_type(first.info->dtype);
+      p.parts.push_back(first.bytes);
+      break;
+    case WeightUse::kBias:
+      p.bias = tensor_to_f32(first);
+      p.parts.push_back(std::as_bytes(std::span<const float>(p.bias)));
+      break;
+    case WeightUse::kLinear: {
+      int64_t rows = 0;
+      for (const TensorView& t : parts) {
+        if (t.info->dtype != first.info->dtype) return kNoWeight;  // joined parts share one dtype
+        rows += t.info->shape.front();
+        p.parts.push_back(t.bytes);
+      }
+      weight_type(first.info->dtype);  // throws for anything but F32, BF16, F16
+      p.weight = {nullptr, first.info->dtype, rows, first.info->shape.back()};
+      has_16bit_weights_ = has_16bit_weights_ || first.info->dtype != DType::kF32;
+      break;
+    }
+  }
+  // A single tensor placed before (a tied LM head) shares its slot.
+  const auto seen = parts.size() == 1 && use != WeightUse::kBias ? slot_of_.find(first.bytes.data()) : slot_of_.end();
+  if (seen != slot_of_.end()) {
+    p.offset = seen->second;
+  } else {
+    size_t bytes = 0;
+    for (const auto& part : p.parts) bytes += part.size();
+    p.offset = cursor_;
+    cursor_ += (bytes + kWeightAlign - 1) / kWeightAlign * kWeightAlign;
+    weight_bytes_ += bytes;
+    if (parts.size() == 1 && use != WeightUse::kBias) slot_of_[first.bytes.data()] = p.offset;
+  }
+  placed_.push_back(std::move(p));
+  return static_cast<WeightId>(placed_.size()) - 1;
+}
+
+void CudaOps::finish_loading() {
+  weights_.reserve(std::max<size_t>(cursor_, 1));
+  auto* base = weights_.as<std::byte>();
+  std::vector<bool> copied(cursor_ / kWeightAlign + 1, false);
+  for (Placed& p : placed_) {
+    std::byte* dst = base + p.offset;
+    if (!copied[p.offset / kWeightAlign]) {
+      for (const auto& part : p.parts) {
+        CUDA_CHECK(cudaMemcpy(dst, part.data(), part.size(), cudaMemcpyHostToDevice));
+        dst += part.size();
+      }
+      copied[p.offset / kWeightAlign] = true;
+    }
+    p.data = base + p.offset;
+    p.weight.data = p.data;
+    p.parts.clear();
+    p.bias = {};
+  }
+  slot_of_.clear();
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+const CudaOps::Placed& CudaOps::placed(WeightId id) const {
+  SPINDLE_CHECK(id >= 0 && id < static_cast<WeightId>(placed_.size()), "weight {} was not placed", id);
+  return placed_[static_cast<size_t>(id)];
+}
+
+void CudaOps::upload_rope(int64_t table_positions) {
+  // A RopeTable without a table computes every position on the fly with the arithmetic that
+  // fills the CPU table; rotating [1, .., 1, 0, .., 0] by position p yields exactly
+  // [cos(p f_i) .., sin(p f_i) ..].
+  const kc::RopeTable rope(rope_params(config_), 0);
+  const int d = config_.head_dim;
+  const int half = d / 2;
+  rope_positions_ = table_positions;
+  inv_freq_.reserve(rope.inv_freq().size() * sizeof(float));
+  kcu::copy_to_device(inv_freq_.data(), rope.inv_freq().data(), rope.inv_freq().size() * sizeof(float));
+  rope_table_.reserve(static_cast<size_t>(std::max<int64_t>(table_positions, 1) * d) * sizeof(float));
+
+  constexpr int64_t kChunk = 4096;  // positions per upload
+  std::vector<float> host(static_cast<size_t>(std::min(table_positions, kChunk) * d));
+  for (int64_t start = 0; start < table_positions; start += kChunk) {
+    const int64_t n = std::min(kChunk, table_positions - start);
+    ThreadPool::global().parallel_for(n, [&](int64_t i) {
+      float* row = host.data() + i * d;
+      std::fill(row, row + half, 1.0f);
+      std::fill(row + half, row + d, 0.0f);
+      rope.apply(row, 1, start + i);
+    });
+    kcu::copy_to_device(rope_table_.as<float>() + start * d, host.data(), static_cast<size_t>(n * d) * sizeof(float));
+  }
+}
+
+uint64_t CudaOps::workspace_bytes() const {
+  uint64_t n = rope_table_.size() + inv_freq_.size() + linear_->workspace_bytes() + batch_.device_bytes();
+  for (const auto& b : scratch_) n += b.size();
+  return n;
+}
+
+const kcu::DeviceBatch* CudaOps::upload(const StepBatch& batch, int page_size) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  batch_.upload(batch, page_size);
+  return &batch_;
+}
+
+void CudaOps::reserve(int64_t t, int64_t n) {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, qs = c.q_size(), ks = c.kv_size(), im = c.intermediate_size;
+  auto buffer = [&](Scratch s) -> kcu::DeviceBuffer& { return scratch_[static_cast<int>(s)]; };
+  grow_f32(buffer(Scratch::kHidden), t * h);
+  grow_f32(buffer(Scratch::kNormed), t * h);
+  grow_f32(buffer(Scratch::kQ), t * qs);
+  grow_f32(buffer(Scratch::kK), t * ks);
+  grow_f32(buffer(Scratch::kV), t * ks);
+  grow_f32(buffer(Scratch::kAttention), t * qs);
+  grow_f32(buffer(Scratch::kProjection), t * h);
+  grow_f32(buffer(Scratch::kGateUp), t * 2 * im);
+  grow_f32(buffer(Scratch::kActivation), t * im);
+  grow_f32(buffer(Scratch::kFinalRows), n * h);
+  grow_f32(buffer(Scratch::kLogits), n * c.vocab_size);
+  if (has_16bit_weights_) {  // conversion scratch: the layers' products (inputs H, Q or I wide;
+                             // outputs up to 2I), then the LM head's
+    linear_->reserve(t, std::max({h, qs, im}), std::max({qs, ks, h, 2 * im}));
+    linear_->reserve(n, h, c.vocab_size);
+  }
+}
+
+void CudaOps::finish_step(float* host, int64_t count) {
+  if (count > 0) {
+    CUDA_CHECK(cudaMemcpyAsync(host, scratch(Scratch::kLogits), static_cast<size_t>(count) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaOps::embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) {
+  const Placed& p = placed(table);
+  kcu::launch_embedding_gather(p.data, p.type, hidden, ids, num_ids, out, stream_);
+}
+
+void CudaOps::rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w, const int64_t* row_index) {
+  const Placed& p = placed(w);
+  kcu::launch_rms_norm(x, cols, row_index, out, cols, rows, cols, p.data, p.type,
+                       static_cast<float>(config_.rms_norm_eps), stream_);
+}
+
+void CudaOps::add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols, WeightId w) {
+  kcu::launch_add_inplace(hidden, delta, rows * cols, stream_);
+  rms_norm(hidden, out, rows, cols, w);
+}
+
+void CudaOps::add(float* y, const float* x, int64_t rows, int64_t cols) {
+  kcu::launch_add_inplace(y, x, rows * cols, stream_);
+}
+
+void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> products) {
+  kcu::CublasLinear::Input in;  // x converted once per weight dtype and width
+  for (const Product& p : products) {
+    const kcu::DeviceWeight& w = placed(p.weight).weight;
+    if (in.x != x || in.dtype != w.dtype || in.cols != w.in_features) in = linear_->prepare(x, rows, w.in_features, w.dtype);
+    const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
+    linear_->forward(w, in, p.y, bias);
+  }
+}
+
+void CudaOps::qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
+                           WeightId k_norm, const int64_t* positions) {
+  const int d = config_.head_dim;
+  if (q_norm != kNoWeight) {
+    rms_norm(q, q, rows * num_heads, d, q_norm);
+    rms_norm(k, k, rows * num_kv_heads, d, k_norm);
+  }
+  kcu::launch_rope(q, k, rows, num_heads, num_kv_heads, d, positions, rope_table_.as<float>(), rope_positions_,
+                   inv_freq_.as<float>(), stream_);
+}
+
+void CudaOps::silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) {
+  kcu::launch_silu_mul(gate, up, stride, out, rows, cols, stream_);
+}
+
+std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, const CudaModelOptions& options) {
+  ModelFiles files = open_model_files(dir);  // the folder's problems first, as load_cpu_model reports them
+
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  SPINDLE_CHECK(status == cudaSuccess, "{}: cannot load the model on CUDA: {}", dir.string(),
+                cudaGetErrorString(status));
+  SPINDLE_CHECK(options.device >= 0 && options.device < count,
+                "{}: CUDA device {} does not exist ({} visible; check CUDA_VISIBLE_DEVICES)", dir.string(),
+                options.device, count);
+  CUDA_CHECK(cudaSetDevice(options.device));
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device));
+  SPINDLE_CHECK(major >= kMinCcMajor, "{}: CUDA device {} has compute capability {}.{}; Spindle's CUDA path needs {}.0",
+                dir.string(), options.device, major, minor, kMinCcMajor);
+
+  auto model = std::make_unique<Transformer>(files.config, std::make_unique<CudaOps>(files.config, options),
+                                             *files.checkpoint);
+  files.checkpoint.reset();  // unmapped: everything the forward reads is on the device
+  return model;
+}
+
+}  // namespace spindle

@@ -1,0 +1,96 @@
+// CudaOps: DeviceOps on one CUDA device (device_ops.h). Built only with SPINDLE_WITH_CUDA.
+//
+// Weights are uploaded once at finish_loading, in their stored dtype (F32, BF16 or F16), into one
+// device allocation (256-byte aligned slots); biases as f32. A two-part linear (gate_proj and
+// up_proj) is placed side by side as one [2I, H] weight when the dtypes agree; a tensor placed
+// twice (a tied LM head reads the embedding table) has one slot. Projections: cuBLAS
+// (kernels/cuda/cublas_linear.h; 16-bit weights get split activations unless
+// allow_16bit_activations). Other ops: kernels/cuda/model_ops.h. RoPE reads the CPU RopeTable's
+// cos/sin for positions below the table size and computes later positions with the same
+// arithmetic. The step's batch is uploaded once (kernels::cuda::DeviceBatch) and shared with the
+// attention backend.
+//
+// Streams: everything runs on the legacy default stream, where the CUDA attention backends run;
+// finish_step synchronizes it. upload() makes the device current on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kernels/cuda/cublas_linear.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/paged_attention.h"
+#include "model/cuda_model.h"
+#include "model/device_ops.h"
+#include "model/model_config.h"
+
+namespace spindle {
+
+class CudaOps final : public DeviceOps {
+ public:
+  // Makes options.device current on the calling thread.
+  CudaOps(const ModelConfig& config, const CudaModelOptions& options);
+  ~CudaOps() override;
+
+  attn::Device device() const override { return attn::Device::kCuda; }
+  const char* linear_kernel_name() const override { return linear_->name(); }
+
+  WeightId place(std::span<const TensorView> parts, WeightUse use) override;
+  void finish_loading() override;
+  // Device bytes of the weights uploaded (tensors in their stored dtype, biases as f32; a tensor
+  // placed twice counts once). Alignment padding between tensors (< 256 bytes each) is not counted.
+  uint64_t weight_bytes() const override { return weight_bytes_; }
+
+  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size) override;
+  const StepBatchView& step() const override { return batch_.step(); }
+  void reserve(int64_t num_tokens, int64_t num_logit_rows) override;
+  float* scratch(Scratch slot) override { return scratch_[static_cast<int>(slot)].as<float>(); }
+  uint64_t workspace_bytes() const override;
+  float* logits_target(float* /*host*/) override { return scratch(Scratch::kLogits); }
+  void finish_step(float* host, int64_t count) override;
+
+  void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) override;
+  void rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w,
+                const int64_t* row_index = nullptr) override;
+  void add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols, WeightId w) override;
+  void add(float* y, const float* x, int64_t rows, int64_t cols) override;
+  void linear(const float* x, int64_t rows, std::span<const Product> products) override;
+  void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
+                    WeightId k_norm, const int64_t* positions) override;
+  void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) override;
+
+ private:
+  // One placed weight: its host parts until finish_loading, then its device slot.
+  struct Placed {
+    WeightUse use = WeightUse::kVector;
+    std::vector<std::span<const std::byte>> parts;  // host bytes, back to back in the slot
+    std::vector<float> bias;                        // kBias: the f32 copy to upload
+    size_t offset = 0;                              // slot offset in weights_
+    kernels::cuda::DeviceWeight weight;             // kLinear (data set at finish_loading)
+    kernels::cuda::WeightType type = kernels::cuda::WeightType::kF32;  // kVector
+    const void* data = nullptr;                     // the device slot, after finish_loading
+  };
+  const Placed& placed(WeightId id) const;
+  void upload_rope(int64_t table_positions);
+
+  ModelConfig config_;
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;  // the legacy default stream
+  std::unique_ptr<kernels::cuda::CublasLinear> linear_;
+  std::vector<Placed> placed_;
+  std::map<const void*, size_t> slot_of_;  // host data -> offset (a tensor placed twice shares a slot)
+  size_t cursor_ = 0;                      // bytes of the layout so far
+  uint64_t weight_bytes_ = 0;
+  bool has_16bit_weights_ = false;         // any projection BF16/F16: the linear layers need scratch
+  kernels::cuda::DeviceBuffer weights_;
+  kernels::cuda::DeviceBuffer rope_table_;  // [rope_positions_, head_dim]: cos then sin per row
+  kernels::cuda::DeviceBuffer inv_freq_;    // [head_dim / 2]
+  int64_t rope_positions_ = 0;
+  kernels::cuda::DeviceBuffer scratch_[static_cast<int>(Scratch::kCount)];
+  kernels::cuda::DeviceBatch batch_;
+};
+
+}  // namespace spindle

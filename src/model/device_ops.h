@@ -1,0 +1,117 @@
+// DeviceOps: the seam between the one transformer forward (transformer.h) and a device. The
+// transformer owns the layer loop, the weight-name table and the architecture switches; a device
+// (CpuOps, cpu_ops.h; CudaOps, cuda_ops.h) owns where weights and activations live and how each
+// small op runs. Adding an architecture touches transformer.cc only; adding a device adds one
+// DeviceOps.
+//
+// Memory: every float* an op takes or returns is in the device's memory (host memory for kCpu);
+// activations are f32, row-major, contiguous. Weights are placed once at load and named by
+// WeightId; an op resolves the id to its own copy or view.
+//
+// Order: ops run in call order on the device (the CPU runs each one to completion; CUDA queues
+// them on the legacy default stream, where the attention backends run too). finish_step waits.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "attn/attention_types.h"
+#include "kernels/step_batch.h"
+#include "model/safetensors.h"
+
+namespace spindle {
+
+namespace kernels::cuda {
+class DeviceBatch;
+}
+
+// A placed weight: an index into the ops' table. kNoWeight: absent (no bias, no q_norm...).
+using WeightId = int32_t;
+inline constexpr WeightId kNoWeight = -1;
+
+// How a placed weight is read.
+enum class WeightUse {
+  kVector,  // norm weights and the embedding table, read in their stored dtype
+  kLinear,  // W [out, in] of a product y = x W^T, in its stored dtype
+  kBias,    // a bias vector, widened to f32
+};
+
+// The per-step activation buffers the transformer asks for (f32, grown on demand).
+enum class Scratch : int {
+  kHidden,     // [T, H] the residual stream
+  kNormed,     // [T, H]
+  kQ,          // [T, Q]
+  kK,          // [T, K]
+  kV,          // [T, K]
+  kAttention,  // [T, Q]
+  kProjection, // [T, H] o_proj and down_proj outputs
+  kGateUp,     // [T, 2I]
+  kActivation, // [T, I]
+  kFinalRows,  // [N, H]
+  kLogits,     // [N, V] (devices whose logits are not written straight into host memory)
+  kCount
+};
+
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+
+  virtual attn::Device device() const = 0;
+  // The linear kernel of the projections ("avx512", "cublas_split", ...).
+  virtual const char* linear_kernel_name() const = 0;
+
+  // --- Weights, at load ---------------------------------------------------------------------
+  // Places one weight made of `parts` (views into the mapped checkpoint, which stays mapped until
+  // finish_loading). A kLinear of two parts is W = [part 0 rows; part 1 rows] (gate_proj and
+  // up_proj as one [2I, H] product); a device that cannot join them returns kNoWeight, and the
+  // caller places them one by one. Throws for a dtype the device cannot read, naming the tensor.
+  virtual WeightId place(std::span<const TensorView> parts, WeightUse use) = 0;
+  // All weights placed: the device may copy them now; the checkpoint may be unmapped after.
+  virtual void finish_loading() = 0;
+  // Bytes of the weights the forward reads, where they live (see each device).
+  virtual uint64_t weight_bytes() const = 0;
+
+  // --- Per step -----------------------------------------------------------------------------
+  // Makes the step's batch readable on the device and returns its view there (token ids,
+  // positions, logit rows in device memory). CUDA uploads it once (the returned DeviceBatch is
+  // handed to the attention backend's prepare); the CPU reads the host batch (null).
+  virtual const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size) = 0;
+  virtual const StepBatchView& step() const = 0;
+  // Grows the scratch for a step of num_tokens rows and num_logit_rows logit rows.
+  virtual void reserve(int64_t num_tokens, int64_t num_logit_rows) = 0;
+  virtual float* scratch(Scratch slot) = 0;
+  // Scratch, RoPE tables and library workspaces allocated now.
+  virtual uint64_t workspace_bytes() const = 0;
+  // Where the LM head writes logits [n, V]: `host` itself on the CPU, device scratch on CUDA.
+  virtual float* logits_target(float* host) = 0;
+  // Waits for the step's work; copies logits_target's n * V floats to `host` when they differ.
+  virtual void finish_step(float* host, int64_t count) = 0;
+
+  // --- Ops ------------------------------------------------------------------------------------
+  // out[i, :] = table[ids[i], :]; ids (device memory, already checked against the vocabulary).
+  virtual void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) = 0;
+  // out[r, :] = RMSNorm(x[src, :]) * w, src = row_index ? row_index[r] : r (device memory).
+  virtual void rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w,
+                        const int64_t* row_index = nullptr) = 0;
+  // hidden += delta; out = RMSNorm(hidden) * w (the residual add fused into the next norm).
+  virtual void add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
+                            WeightId w) = 0;
+  // y += x, both [rows, cols].
+  virtual void add(float* y, const float* x, int64_t rows, int64_t cols) = 0;
+  // Products that read the same x [rows, in]: y_i [rows, out_i] = x W_i^T (+ bias_i).
+  struct Product {
+    WeightId weight = kNoWeight;
+    float* y = nullptr;
+    WeightId bias = kNoWeight;
+  };
+  virtual void linear(const float* x, int64_t rows, std::span<const Product> products) = 0;
+  // Qwen3's per-head q/k RMSNorm (when q_norm and k_norm are not kNoWeight), then RoPE at
+  // `positions` (device memory, [rows]): q [rows, num_heads, D], k [rows, num_kv_heads, D].
+  virtual void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
+                            WeightId k_norm, const int64_t* positions) = 0;
+  // out[r, i] = silu(gate[r * stride + i]) * up[r * stride + i], out [rows, cols].
+  virtual void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows,
+                        int64_t cols) = 0;
+};
+
+}  // namespace spindle

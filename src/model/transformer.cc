@@ -1,0 +1,216 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "model/model_files.h"
+#include "model/safetensors.h"
+#include "model/weight_map.h"
+#include "util/error.h"
+
+namespace spindle {
+
+Transformer::Transformer(ModelConfig config, std::unique_ptr<DeviceOps> ops, const Checkpoint& checkpoint)
+    : config_(std::move(config)), ops_(std::move(ops)) {
+  SPINDLE_CHECK(ops_ != nullptr, "Transformer: no device ops");
+  place_weights(checkpoint);
+  ops_->finish_loading();
+}
+
+Transformer::~Transformer() = default;
+
+// The one walk over the weight names (the table itself: weight_map.h).
+void Transformer::place_weights(const Checkpoint& checkpoint) {
+  const ModelConfig& c = config_;
+  auto place = [&](WeightUse use, std::initializer_list<std::string> names) {
+    std::vector<TensorView> parts;
+    for (const auto& name : names) parts.push_back(checkpoint.tensor(name));
+    return ops_->place(parts, use);
+  };
+  auto vector = [&](const std::string& name) { return place(WeightUse::kVector, {name}); };
+  auto linear = [&](const std::string& name) { return place(WeightUse::kLinear, {name}); };
+  auto bias = [&](const std::string& name) { return place(WeightUse::kBias, {name}); };
+
+  embed_ = vector("model.embed_tokens.weight");
+  final_norm_ = vector("model.norm.weight");
+  layers_.assign(static_cast<size_t>(c.num_hidden_layers), Layer{});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    Layer& l = layers_[static_cast<size_t>(i)];
+    auto name = [i](std::string_view suffix) { return layer_weight_name(i, suffix); };
+    l.input_norm = vector(name("input_layernorm.weight"));
+    l.post_norm = vector(name("post_attention_layernorm.weight"));
+    l.q = linear(name("self_attn.q_proj.weight"));
+    l.k = linear(name("self_attn.k_proj.weight"));
+    l.v = linear(name("self_attn.v_proj.weight"));
+    l.o = linear(name("self_attn.o_proj.weight"));
+    if (c.attention_bias) {
+      l.q_bias = bias(name("self_attn.q_proj.bias"));
+      l.k_bias = bias(name("self_attn.k_proj.bias"));
+      l.v_bias = bias(name("self_attn.v_proj.bias"));
+    }
+    if (c.qk_norm) {
+      l.q_norm = vector(name("self_attn.q_norm.weight"));
+      l.k_norm = vector(name("self_attn.k_norm.weight"));
+    }
+    l.gate_up = place(WeightUse::kLinear, {name("mlp.gate_proj.weight"), name("mlp.up_proj.weight")});
+    if (l.gate_up == kNoWeight) {
+      l.gate = linear(name("mlp.gate_proj.weight"));
+      l.up = linear(name("mlp.up_proj.weight"));
+    }
+    l.down = linear(name("mlp.down_proj.weight"));
+  }
+  lm_head_ = linear(lm_head_is_tied(c, checkpoint) ? "model.embed_tokens.weight" : "lm_head.weight");
+}
+
+int Transformer::num_fused_gate_up() const {
+  return static_cast<int>(
+      std::count_if(layers_.begin(), layers_.end(), [](const Layer& l) { return l.gate_up != kNoWeight; }));
+}
+
+attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size) const {
+  attn::AttentionShape s;
+  s.num_heads = config_.num_attention_heads;
+  s.num_kv_heads = config_.num_key_value_heads;
+  s.head_dim = config_.head_dim;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+  s.kv_dtype = kv_dtype;
+  s.page_size = page_size;
+  return s;
+}
+
+const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, int page_size) {
+  check_step_batch(batch, config_.vocab_size);
+  page_size_ = page_size;
+  return ops_->upload(batch, page_size);
+}
+
+void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t t = batch.num_tokens();
+  const int64_t n = batch.num_logit_rows();
+  SPINDLE_CHECK(attention.device() == device(), "forward: attention backend {} runs on {}, this model on {}",
+                attention.name(), attn::device_name(attention.device()), attn::device_name(device()));
+  if (t == 0) return;
+  const StepBatchView& step = ops_->step();
+  SPINDLE_CHECK(step.num_tokens == t && step.num_logit_rows == n,
+                "forward: the batch ({} tokens, {} logit rows) is not the uploaded one ({}, {}); upload it first", t,
+                n, step.num_tokens, step.num_logit_rows);
+
+  ops_->reserve(t, n);
+  const int64_t h = c.hidden_size;
+  float* hidden = ops_->scratch(Scratch::kHidden);
+  float* normed = ops_->scratch(Scratch::kNormed);
+  ops_->embed(embed_, step.token_ids, t, h, hidden);
+  ops_->rms_norm(hidden, normed, t, h, layers_.front().input_norm);
+  for (int i = 0; i < c.num_hidden_layers; ++i) run_layer(i, t, attention);
+
+  if (n > 0) {
+    float* final_rows = ops_->scratch(Scratch::kFinalRows);
+    ops_->rms_norm(hidden, final_rows, n, h, final_norm_, step.logit_rows);
+    const DeviceOps::Product head{lm_head_, ops_->logits_target(logits), kNoWeight};
+    ops_->linear(final_rows, n, {&head, 1});
+  }
+  ops_->finish_step(logits, n * c.vocab_size);
+}
+
+// Layer `index` over t rows. On entry kNormed holds RMSNorm(x) with this layer's input norm; on
+// exit kHidden holds x + attention + MLP and kNormed the next layer's input norm of it (the last
+// layer leaves kHidden complete for the final norm).
+void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attention) {
+  const ModelConfig& c = config_;
+  const Layer& l = layers_[static_cast<size_t>(index)];
+  const int64_t h = c.hidden_size, qs = c.q_size(), ks = c.kv_size(), im = c.intermediate_size;
+  DeviceOps& ops = *ops_;
+  float* hidden = ops.scratch(Scratch::kHidden);
+  float* normed = ops.scratch(Scratch::kNormed);
+  float* q = ops.scratch(Scratch::kQ);
+  float* k = ops.scratch(Scratch::kK);
+  float* v = ops.scratch(Scratch::kV);
+  float* attn_out = ops.scratch(Scratch::kAttention);
+  float* proj = ops.scratch(Scratch::kProjection);
+  float* gate_up = ops.scratch(Scratch::kGateUp);
+  float* act = ops.scratch(Scratch::kActivation);
+
+  // Attention block.
+  const DeviceOps::Product qkv[] = {{l.q, q, l.q_bias}, {l.k, k, l.k_bias}, {l.v, v, l.v_bias}};
+  ops.linear(normed, t, qkv);
+  ops.qk_norm_rope(q, k, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm, ops.step().positions);
+  attention.forward(index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs});
+  const DeviceOps::Product o{l.o, proj, kNoWeight};
+  ops.linear(attn_out, t, {&o, 1});
+
+  // MLP block (the attention block's residual add fused into the norm).
+  ops.add_rms_norm(hidden, proj, normed, t, h, l.post_norm);
+  if (l.gate_up != kNoWeight) {
+    const DeviceOps::Product fused{l.gate_up, gate_up, kNoWeight};
+    ops.linear(normed, t, {&fused, 1});
+    ops.silu_mul(gate_up, gate_up + im, 2 * im, act, t, im);
+  } else {  // [gate rows; up rows]
+    const DeviceOps::Product parts[] = {{l.gate, gate_up, kNoWeight}, {l.up, gate_up + t * im, kNoWeight}};
+    ops.linear(normed, t, parts);
+    ops.silu_mul(gate_up, gate_up + t * im, im, act, t, im);
+  }
+  const DeviceOps::Product down{l.down, proj, kNoWeight};
+  ops.linear(act, t, {&down, 1});
+  if (index + 1 < c.num_hidden_layers) {
+    ops.add_rms_norm(hidden, proj, normed, t, h, layers_[static_cast<size_t>(index) + 1].input_norm);
+  } else {
+    ops.add(hidden, proj, t, h);
+  }
+}
+
+void check_attention_backends(const attn::AttentionBackend* prefill, const attn::AttentionBackend* decode,
+                              attn::Device device) {
+  SPINDLE_CHECK(prefill != nullptr && decode != nullptr, "set_attention_backends: backends must not be null");
+  for (const attn::AttentionBackend* b : {prefill, decode}) {
+    SPINDLE_CHECK(b->device() == device,
+                  "set_attention_backends: attention backend {} runs on {}, but this model runs on {}; choose a {} "
+                  "backend",
+                  b->name(), attn::device_name(b->device()), attn::device_name(device), attn::device_name(device));
+  }
+}
+
+void check_kv_caches(std::span<const attn::LayerKvCache> caches, int num_layers, attn::Device device) {
+  SPINDLE_CHECK(static_cast<int>(caches.size()) == num_layers, "bind_kv_caches: {} caches given for {} layers",
+                caches.size(), num_layers);
+  for (size_t i = 0; i < caches.size(); ++i) {
+    SPINDLE_CHECK(caches[i].device == device,
+                  "bind_kv_caches: layer {}'s KV pages are in {} memory, but this model runs on {}", i,
+                  attn::device_name(caches[i].device), attn::device_name(device));
+  }
+}
+
+void check_step_batch(const StepBatch& b, int vocab_size) {
+  const int64_t t = b.num_tokens();
+  SPINDLE_CHECK(static_cast<int64_t>(b.positions.size()) == t, "forward: {} positions for {} token ids",
+                b.positions.size(), t);
+  int64_t row = 0, logit = 0;
+  for (size_t i = 0; i < b.sequences.size(); ++i) {
+    const StepSequence& s = b.sequences[i];
+    SPINDLE_CHECK(s.num_new_tokens >= 0 && s.num_cached_tokens >= 0,
+                  "forward: negative token counts ({} new, {} cached)", s.num_new_tokens, s.num_cached_tokens);
+    SPINDLE_CHECK(s.query_offset == row, "forward: sequence {} starts at row {}, expected {}", i, s.query_offset, row);
+    SPINDLE_CHECK(s.num_logit_rows >= 0 && s.num_logit_rows <= s.num_new_tokens && s.logit_offset == logit,
+                  "forward: sequence {} wants {} logit rows at {} ({} new tokens, expected offset {})", i,
+                  s.num_logit_rows, s.logit_offset, s.num_new_tokens, logit);
+    SPINDLE_CHECK(s.page_table_offset >= 0 && s.num_pages >= 0 &&
+                      int64_t{s.page_table_offset} + s.num_pages <= static_cast<int64_t>(b.page_tables.size()),
+                  "forward: sequence {}'s page table [{}, +{}) is outside the batch's {} entries", i,
+                  s.page_table_offset, s.num_pages, b.page_tables.size());
+    row += s.num_new_tokens;
+    logit += s.num_logit_rows;
+  }
+  SPINDLE_CHECK(row == t, "forward: {} token ids for a batch of {} new tokens", t, row);
+  SPINDLE_CHECK(logit == b.num_logit_rows(), "forward: {} logit rows, the sequences want {}", b.num_logit_rows(),
+                logit);
+  for (const int64_t r : b.logit_rows) {
+    SPINDLE_CHECK(r >= 0 && r < t, "forward: logit row {} is outside the batch's {} tokens", r, t);
+  }
+  for (size_t i = 0; i < b.token_ids.size(); ++i) {
+    SPINDLE_CHECK(b.token_ids[i] >= 0 && b.token_ids[i] < vocab_size,
+                  "token id {} at position {} is outside the vocabulary [0, {})", b.token_ids[i], i, vocab_size);
+  }
+}
+
+}  // namespace spindle

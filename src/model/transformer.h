@@ -1,0 +1,101 @@
+// Transformer: THE forward pass of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
+// Qwen3ForCausalLM, written once over DeviceOps (device_ops.h); the config switches q/k/v bias,
+// q/k norm, tied embeddings and rope scaling. load_cpu_model (model.h) runs it on CpuOps,
+// load_cuda_model (cuda_model.h) on CudaOps.
+//
+// One forward() is one engine step over a StepBatch (kernels/step_batch.h): every sequence's new
+// tokens, each at its position. Per layer:
+//   h = RMSNorm(x); q, k, v = h W_q^T (+b), h W_k^T (+b), h W_v^T (+b)
+//   Qwen3: q, k = RMSNorm per head over head_dim (q_norm, k_norm)
+//   q, k = RoPE(q, k, position); a = attention(q, k, v) (the backend writes k, v into the pages)
+//   x = x + a W_o^T; h = RMSNorm(x); x = x + (silu(h W_gate^T) * (h W_up^T)) W_down^T
+// then the final RMSNorm and the LM head on the batch's logit rows only. gate_proj and up_proj
+// run as one [2I, H] product where the device can join them.
+//
+// A step: upload(batch) once, the attention backend's prepare(batch, uploaded), forward(batch,
+// backend, logits); engine::Runner (engine/runner.h) does the three. Not thread-safe: one engine
+// thread owns a Transformer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "model/device_ops.h"
+#include "model/model_config.h"
+#include "util/dtype.h"
+
+namespace spindle {
+
+class Checkpoint;
+
+class Transformer {
+ public:
+  // Places every weight of `checkpoint` (already checked against config) with `ops`, then
+  // ops->finish_loading(). The checkpoint may be unmapped afterwards where the device copied.
+  Transformer(ModelConfig config, std::unique_ptr<DeviceOps> ops, const Checkpoint& checkpoint);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  // Where forward() runs: the device of its activations, attention backends and KV pages.
+  attn::Device device() const { return ops_->device(); }
+  // Bytes of the weights the forward reads, where they live (CPU: the mmap'd tensors plus f32
+  // bias copies, a tied or unused lm_head.weight not counted; CUDA: the device copies).
+  uint64_t weight_bytes() const { return ops_->weight_bytes(); }
+  // Scratch allocated now (grown on demand by forward, never shrunk), RoPE tables and library
+  // workspaces. Run forward at the largest batch first to measure the peak.
+  uint64_t workspace_bytes() const { return ops_->workspace_bytes(); }
+  // The linear kernel of the projections ("reference", "avx512", "cublas_split", ...).
+  const char* linear_kernel_name() const { return ops_->linear_kernel_name(); }
+  // Layers whose gate_proj and up_proj run as one [2I, H] product.
+  int num_fused_gate_up() const;
+
+  // The attention shape the backends must be created for: the model's heads, head_dim and scale
+  // 1/sqrt(head_dim), with the caller's KV dtype and page size.
+  attn::AttentionShape attention_shape(DType kv_dtype, int page_size) const;
+
+  // The step's batch on the device, once per step (see DeviceOps::upload). Checks the batch
+  // (check_step_batch, token ids inside the vocabulary) first.
+  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size);
+  // Runs every layer over the uploaded batch with `attention` (prepared for this batch, running
+  // on device(), its KV caches bound) and writes host logits [batch.num_logit_rows(), vocab_size]
+  // f32, row r for the query row batch.logit_rows[r]. Returns when they are written.
+  void forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits);
+
+ private:
+  struct Layer {
+    WeightId input_norm = kNoWeight, post_norm = kNoWeight;  // [H]
+    WeightId q_norm = kNoWeight, k_norm = kNoWeight;         // [D], Qwen3 only
+    WeightId q = kNoWeight, k = kNoWeight, v = kNoWeight, o = kNoWeight;  // [Q,H] [K,H] [K,H] [H,Q]
+    WeightId q_bias = kNoWeight, k_bias = kNoWeight, v_bias = kNoWeight;  // attention_bias only
+    // gate_up [2I, H] when the device joined them; otherwise gate and up [I, H] each.
+    WeightId gate_up = kNoWeight, gate = kNoWeight, up = kNoWeight;
+    WeightId down = kNoWeight;  // [H, I]
+  };
+
+  void place_weights(const Checkpoint& checkpoint);
+  void run_layer(int index, int64_t num_tokens, attn::AttentionBackend& attention);
+
+  ModelConfig config_;
+  std::unique_ptr<DeviceOps> ops_;
+  WeightId embed_ = kNoWeight;       // [V, H]
+  WeightId final_norm_ = kNoWeight;  // [H]
+  WeightId lm_head_ = kNoWeight;     // [V, H] (the embedding table when tied)
+  std::vector<Layer> layers_;
+  int page_size_ = 0;                // of the uploaded step
+};
+
+// Backends for a model on `device`: both non-null and running there.
+void check_attention_backends(const attn::AttentionBackend* prefill, const attn::AttentionBackend* decode,
+                              attn::Device device);
+// One cache per layer, each on `device`.
+void check_kv_caches(std::span<const attn::LayerKvCache> caches, int num_layers, attn::Device device);
+// A StepBatch's own consistency: non-negative counts, rows contiguous in sequence order,
+// positions and logit rows as add_sequence makes them, every token id inside [0, vocab_size).
+void check_step_batch(const StepBatch& batch, int vocab_size);
+
+}  // namespace spindle
