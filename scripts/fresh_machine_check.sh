@@ -98,7 +98,8 @@ fi
 
 if [[ -z "$ROOT" ]]; then ROOT="$(mktemp -d /var/tmp/spindle-fresh.XXXXXX)"; fi
 mkdir -p "$ROOT"
-say "root $ROOT, HEAD $(git -C "$REPO" rev-parse --short HEAD), host $(uname -n), $(nproc) cores, $(date -u +%FT%TZ)"
+HEAD_SHA="$(git -C "$REPO" rev-parse HEAD)"  # fixed now: commits made while this runs are not taken
+say "root $ROOT, HEAD ${HEAD_SHA:0:12}, host $(uname -n), $(nproc) cores, $(date -u +%FT%TZ)"
 
 # Runs a command inside the root as a fresh login would: root's home, a plain PATH, no variables
 # of this session (only the CA bundle variables that make the host's TLS work, see above).
@@ -149,8 +150,8 @@ fi
 say "step debootstrap: done in $(elapsed "$t") s"
 
 # --- 2. a clean clone of HEAD -------------------------------------------------------------------
-git clone -q --no-hardlinks "$REPO" "$ROOT/root/spindle" || fail "git clone"
-git -C "$ROOT/root/spindle" checkout -q "$(git -C "$REPO" rev-parse HEAD)" || fail "git checkout HEAD"
+git clone -q --no-hardlinks --no-checkout "$REPO" "$ROOT/root/spindle" || fail "git clone"
+git -C "$ROOT/root/spindle" checkout -q "$HEAD_SHA" || fail "git checkout $HEAD_SHA"
 
 # What the README tells a newcomer on a bare machine to install first (git to clone, make to run
 # the two commands); everything else is scripts/setup.sh's job.

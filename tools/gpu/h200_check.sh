@@ -24,6 +24,8 @@ steps=${STEPS:-env attention model memcheck doctor bench}
 # Compiled-in source paths (goldens, fixtures) point at /work/main.
 if [[ ! -e /work/main ]]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
 if [[ -f .device/bundle.tar.xz ]]; then tar -xJf .device/bundle.tar.xz; fi
+# A bundle split over calls (the tree plus one carry must stay under 64 MiB): .device/bundle.partNN
+if compgen -G ".device/bundle.part*" >/dev/null; then cat .device/bundle.part* | tar -xJf - && rm -rf .bundle && mv .bundle_s .bundle; fi
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])' 2>/dev/null)
 nvlibs=$(ls -d "$site"/nvidia/*/lib 2>/dev/null | tr '\n' ':')
 export LD_LIBRARY_PATH="${nvlibs}${LD_LIBRARY_PATH:-}"
