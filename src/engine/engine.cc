@@ -2,6 +2,7 @@
 
 #include "platform/cuda_info.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <random>
@@ -202,6 +203,29 @@ void Engine::abort_cancelled() {
   }
 }
 
+void Engine::finish_over_capacity() {
+  const int capacity = allocator_.num_pages() * allocator_.page_size();
+  for (Request* r : scheduler_.over_capacity_requests()) {
+    RequestOutput out;
+    out.finished = true;
+    out.num_prompt_tokens = static_cast<int>(r->prompt.size());
+    out.num_output_tokens = static_cast<int>(r->output.size());
+    if (r->output.empty()) {  // never ran: the prompt alone does not fit
+      out.finish_reason = FinishReason::kError;
+      out.error = fmt::format("the prompt of {} tokens does not fit the KV cache of {} tokens (--max-total-tokens)",
+                              r->prompt.size(), capacity);
+    } else {  // grew to the whole KV cache
+      out.finish_reason = FinishReason::kLength;
+      RequestOutputState& o = *outputs_.at(r->id);
+      const auto tail = o.stop_matcher.feed(o.detokenizer.finish());
+      out.text = tail.emit;
+      if (!tail.stopped) out.text += o.stop_matcher.flush();
+    }
+    outputs_.at(r->id)->stream->push(std::move(out));
+    release(r, /*cache_pages=*/false);
+  }
+}
+
 void Engine::run_step() {
   StepTimer timer;
   abort_cancelled();
@@ -209,6 +233,7 @@ void Engine::run_step() {
   if (plan.num_preempted > 0) {
     metrics_.update([&](MetricsSnapshot& s) { s.preemptions_total += plan.num_preempted; });
   }
+  finish_over_capacity();
   if (plan.empty()) return;
   StepSeconds t;
   t.schedule = timer.lap();

@@ -100,6 +100,7 @@ class Engine {
   void publish_gauges();
   void fail_all(const std::string& message);
   void abort_cancelled();
+  void finish_over_capacity();
   void accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled);
   bool is_stop_token(const RequestOutputState& o, TokenId token) const;
   void release(Request* r, bool cache_pages);  // the scheduler's pages and the output state

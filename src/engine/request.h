@@ -28,6 +28,7 @@ struct Request {
   int num_preemptions = 0;
   bool preempted = false;            // waits to be recomputed (set by preemption, cleared on admission)
   bool finished = false;             // set by the engine when its last token was accepted
+  bool exceeds_pool = false;         // its context needs more pages than the whole pool (never scheduled again)
   Clock::time_point arrival = Clock::now();
 
   int num_tokens() const { return static_cast<int>(prompt.size() + output.size()); }

@@ -85,6 +85,11 @@ bool Scheduler::try_admit(Request& r, int& budget, StepPlan& plan) {
   return true;
 }
 
+bool Scheduler::fits_pool(const Request& r) const {
+  const int64_t page = allocator_.page_size();
+  return (int64_t{r.num_tokens()} + page - 1) / page <= allocator_.num_pages();
+}
+
 std::vector<Request*> Scheduler::running_requests_in_order() const {
   std::vector<Request*> out;
   for (const auto& r : running_) out.push_back(r.get());
@@ -98,6 +103,11 @@ StepPlan Scheduler::schedule() {
   // 1. Running requests, oldest first. One that cannot get pages even after preempting every
   //    newer one gives way itself.
   for (Request* r : running_requests_in_order()) {
+    if (!fits_pool(*r)) {  // grew past the whole pool: it can never run again
+      r->table.free();
+      r->exceeds_pool = true;
+      continue;
+    }
     if (!r->preempted && !try_schedule_running(*r, budget, plan)) {
       preempt(*r);
       ++plan.num_preempted;
@@ -107,7 +117,10 @@ StepPlan Scheduler::schedule() {
   // the queue in admission order, so the oldest is readmitted first -- but not in this step.
   std::vector<std::unique_ptr<Request>> preempted;
   for (auto it = running_.begin(); it != running_.end();) {
-    if ((*it)->preempted) {
+    if ((*it)->exceeds_pool) {
+      over_capacity_.push_back(std::move(*it));
+      it = running_.erase(it);
+    } else if ((*it)->preempted) {
       preempted.push_back(std::move(*it));
       it = running_.erase(it);
     } else {
@@ -121,6 +134,12 @@ StepPlan Scheduler::schedule() {
   if (num_just_preempted > 0) return plan;  // pages are short: let this step's work finish first
   while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < options_.max_running_requests) {
     Request& r = *waiting_.front();
+    if (!fits_pool(r)) {
+      r.exceeds_pool = true;
+      over_capacity_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
     if (!try_admit(r, budget, plan)) break;
     r.preempted = false;
     running_.push_back(std::move(waiting_.front()));
@@ -149,13 +168,20 @@ void Scheduler::release(Request* request, bool cache_pages) {
     }
     return false;
   };
-  if (!drop(running_)) drop(waiting_);
+  if (!drop(running_) && !drop(waiting_)) drop(over_capacity_);
 }
 
 std::vector<Request*> Scheduler::all_requests() const {
   std::vector<Request*> out;
   for (const auto& r : running_) out.push_back(r.get());
   for (const auto& r : waiting_) out.push_back(r.get());
+  for (const auto& r : over_capacity_) out.push_back(r.get());
+  return out;
+}
+
+std::vector<Request*> Scheduler::over_capacity_requests() const {
+  std::vector<Request*> out;
+  for (const auto& r : over_capacity_) out.push_back(r.get());
   return out;
 }
 
@@ -171,6 +197,7 @@ void Scheduler::check_integrity() const {
   std::vector<const kv::BlockTable*> live;
   for (const auto& r : running_) live.push_back(&r->table);
   for (const auto& r : waiting_) live.push_back(&r->table);
+  for (const auto& r : over_capacity_) live.push_back(&r->table);
   kv::check_integrity(prefix_cache_, live);
 }
 

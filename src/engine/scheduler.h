@@ -10,7 +10,9 @@
 //     recomputed from its prompt and output so far. Nothing is lost.
 //  2. Then waiting requests, first come first served, while there is budget, a running slot
 //     (--max-running-requests) and pages: each first reuses its longest cached prefix.
-// A request whose whole context (prompt + output) is computed gets a logits row.
+// A request whose whole context (prompt + output) is computed gets a logits row. A request whose
+// context needs more pages than the whole pool holds can never run: it is taken out of the queues
+// (over_capacity_requests()) for the engine to finish, so it blocks no one behind it.
 #pragma once
 
 #include <deque>
@@ -58,14 +60,17 @@ class Scheduler {
   // Releases a finished or aborted request's pages (full pages of a finished one go to the prefix
   // cache) and forgets it.
   void release(Request* request, bool cache_pages);
-  // Every request, running then waiting.
+  // Every request, running, waiting, then over capacity.
   std::vector<Request*> all_requests() const;
   // Running requests that finished this step (to release).
   std::vector<Request*> finished_requests() const;
+  // Requests taken out of the queues because their context cannot fit the pool (to finish and
+  // release): a waiting prompt longer than the pool, or a running request that grew past it.
+  std::vector<Request*> over_capacity_requests() const;
 
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
-  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !over_capacity_.empty(); }
   const kv::PageAllocator& allocator() const { return allocator_; }
   const kv::PrefixCache& prefix_cache() const { return prefix_cache_; }
   // Pages, reference counts and the radix tree are consistent.
@@ -77,12 +82,14 @@ class Scheduler {
   bool try_admit(Request& r, int& budget, StepPlan& plan);
   void preempt(Request& r);
   void add_to_plan(Request& r, int num_new_tokens, StepPlan& plan);
+  bool fits_pool(const Request& r) const;
 
   kv::PageAllocator& allocator_;
   kv::PrefixCache& prefix_cache_;
   SchedulerOptions options_;
   std::vector<std::unique_ptr<Request>> running_;   // admission order (oldest first)
   std::deque<std::unique_ptr<Request>> waiting_;
+  std::vector<std::unique_ptr<Request>> over_capacity_;
 };
 
 }  // namespace spindle::engine

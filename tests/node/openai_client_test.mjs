@@ -10,7 +10,13 @@ if (!baseURL) {
   console.error('usage: node openai_client_test.mjs BASE_URL [API_KEY]');
   process.exit(2);
 }
-const client = new OpenAI({ baseURL, apiKey: process.argv[3] ?? 'unused', maxRetries: 0, timeout: 30_000 });
+// Node's own fetch (undici, Node >= 18) rather than the SDK's bundled node-fetch 2: on Debian 12's
+// Node 18.20 node-fetch 2 fails valid chunked + gzip responses with "Premature close" (a known
+// node-fetch / Node regression; curl and undici read the same bytes fine).
+const client = new OpenAI({
+  baseURL, apiKey: process.argv[3] ?? 'unused', maxRetries: 0, timeout: 30_000,
+  ...(globalThis.fetch ? { fetch: globalThis.fetch } : {}),
+});
 const kMaxTokens = 8;
 
 function checkUsage(usage, what) {

@@ -1,0 +1,314 @@
+// The Scheduler alone: no model, no tokenizer. Requests are token ids and pages; a test "runs" a
+// step by marking the plan computed (update) and appending one output token to every sequence
+// that got a logits row, as the engine does after sampling. Expected plans are written from the
+// policy in scheduler.h (running first, oldest first; chunked prefill within the token budget;
+// newest running request preempted when pages run out; waiting requests first come first served
+// with prefix reuse), not from Spindle's output. Every test ends with the KV integrity check.
+#include "engine/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "kv/page_allocator.h"
+#include "kv/prefix_cache.h"
+
+namespace spindle::engine {
+namespace {
+
+// (request id, new tokens, cached tokens, wants logits) of one scheduled sequence.
+struct Scheduled {
+  uint64_t id;
+  int num_new_tokens;
+  int num_cached_tokens;
+  bool logits;
+  bool operator==(const Scheduled&) const = default;
+};
+
+void PrintTo(const Scheduled& s, std::ostream* os) {
+  *os << "{id " << s.id << ", new " << s.num_new_tokens << ", cached " << s.num_cached_tokens
+      << (s.logits ? ", logits}" : "}");
+}
+
+class Harness {
+ public:
+  Harness(int num_pages, int page_size, int budget, int max_running = 64)
+      : allocator_(num_pages, page_size),
+        cache_(allocator_),
+        scheduler_(allocator_, cache_, SchedulerOptions{budget, max_running, 1 << 20}) {}
+
+  // A request with `prompt` that finishes after `max_tokens` output tokens; returns its id.
+  uint64_t add(std::vector<TokenId> prompt, int max_tokens) {
+    const uint64_t id = next_id_++;
+    auto r = std::make_unique<Request>(id, std::move(prompt), allocator_);
+    max_tokens_[id] = max_tokens;
+    scheduler_.add(std::move(r));
+    return id;
+  }
+  // A prompt of n distinct tokens starting at `first`.
+  static std::vector<TokenId> tokens(int n, TokenId first) {
+    std::vector<TokenId> t(static_cast<size_t>(n));
+    std::iota(t.begin(), t.end(), first);
+    return t;
+  }
+
+  // schedule(), then the step's result: update(), one output token per logits row (token 900 +
+  // output length), finished requests released with their pages cached. Returns the plan.
+  std::vector<Scheduled> step(int* num_preempted = nullptr) {
+    const StepPlan plan = scheduler_.schedule();
+    if (num_preempted) *num_preempted = plan.num_preempted;
+    std::vector<Scheduled> out;
+    int tokens = 0, rows = 0;
+    for (const auto& s : plan.sequences) {
+      out.push_back({s.request->id, s.num_new_tokens, s.num_cached_tokens, s.logits_row >= 0});
+      tokens += s.num_new_tokens;
+      if (s.logits_row >= 0) {
+        EXPECT_EQ(s.logits_row, rows++) << "logit rows in batch order";
+      }
+    }
+    EXPECT_EQ(plan.num_tokens, tokens);
+    EXPECT_EQ(plan.num_logit_rows, rows);
+    scheduler_.update(plan);
+    for (const auto& s : plan.sequences) {
+      Request& r = *s.request;
+      if (s.logits_row < 0) continue;
+      r.output.push_back(900 + static_cast<TokenId>(r.output.size()));
+      if (static_cast<int>(r.output.size()) >= max_tokens_.at(r.id)) r.finished = true;
+    }
+    for (Request* r : scheduler_.finished_requests()) scheduler_.release(r, /*cache_pages=*/true);
+    scheduler_.check_integrity();
+    return out;
+  }
+
+  Request* find(uint64_t id) const {
+    for (Request* r : scheduler_.all_requests()) {
+      if (r->id == id) return r;
+    }
+    return nullptr;
+  }
+  // Releases (cancels) a request in whatever phase it is.
+  void cancel(uint64_t id) {
+    Request* r = find(id);
+    ASSERT_NE(r, nullptr);
+    scheduler_.release(r, /*cache_pages=*/true);
+    scheduler_.check_integrity();
+  }
+  // Releases everything left; every page is then free or cached, none in use.
+  void drain() {
+    for (Request* r : scheduler_.all_requests()) scheduler_.release(r, /*cache_pages=*/true);
+    scheduler_.check_integrity();
+    EXPECT_EQ(allocator_.num_in_use_pages(), 0);
+    EXPECT_EQ(allocator_.num_free_pages() + allocator_.num_cached_pages(), allocator_.num_pages());
+  }
+
+  Scheduler& scheduler() { return scheduler_; }
+  kv::PageAllocator& allocator() { return allocator_; }
+
+ private:
+  kv::PageAllocator allocator_;
+  kv::PrefixCache cache_;
+  Scheduler scheduler_;
+  std::map<uint64_t, int> max_tokens_;
+  uint64_t next_id_ = 1;
+};
+
+// A prompt longer than the budget is prefilled in chunks across steps; only the chunk that
+// completes the prompt gets a logits row; then one token per step.
+TEST(SchedulerTest, ChunkedPrefillAcrossSteps) {
+  struct Case {
+    int prompt, budget;
+    std::vector<std::vector<Scheduled>> steps;
+  };
+  const Case cases[] = {
+      {20, 8, {{{1, 8, 0, false}}, {{1, 8, 8, false}}, {{1, 4, 16, true}}, {{1, 1, 20, true}}, {{1, 1, 21, true}}}},
+      {8, 8, {{{1, 8, 0, true}}, {{1, 1, 8, true}}}},
+      {9, 4, {{{1, 4, 0, false}}, {{1, 4, 4, false}}, {{1, 1, 8, true}}, {{1, 1, 9, true}}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("prompt " + std::to_string(c.prompt) + " budget " + std::to_string(c.budget));
+    Harness h(64, 4, c.budget);
+    h.add(Harness::tokens(c.prompt, 1), 100);
+    for (const auto& want : c.steps) EXPECT_EQ(h.step(), want);
+    h.drain();
+  }
+}
+
+// Two requests share a step's budget: the running one first, the newcomer gets what is left.
+TEST(SchedulerTest, BudgetIsSharedRunningFirst) {
+  Harness h(64, 4, 10);
+  const uint64_t a = h.add(Harness::tokens(6, 1), 100);
+  const uint64_t b = h.add(Harness::tokens(12, 100), 100);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 6, 0, true}, {b, 4, 0, false}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 6, true}, {b, 8, 4, true}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 7, true}, {b, 1, 12, true}}));
+  h.drain();
+}
+
+// Admission waits for free pages; pages of a finished request (cached or freed) let the next in.
+TEST(SchedulerTest, AdmissionByFreePages) {
+  Harness h(/*pages=*/6, /*page_size=*/4, /*budget=*/64);
+  const uint64_t a = h.add(Harness::tokens(10, 1), 1);    // 3 pages, finishes after one token
+  const uint64_t b = h.add(Harness::tokens(10, 100), 5);  // 3 pages
+  const uint64_t c = h.add(Harness::tokens(4, 200), 5);   // 1 page: none left in step 1
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 10, 0, true}, {b, 10, 0, true}}));
+  EXPECT_EQ(h.scheduler().num_waiting(), 1);
+  EXPECT_EQ(h.find(a), nullptr);  // finished and released
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{b, 1, 10, true}, {c, 4, 0, true}}));
+  h.drain();
+}
+
+// A new request reuses the longest cached prefix of whole pages; at least its last prompt token
+// is computed.
+TEST(SchedulerTest, PrefixReuse) {
+  struct Case {
+    int extra_tokens;      // the second prompt: the first 12 tokens plus this many
+    int expected_cached;   // tokens served from the cache
+  };
+  for (const Case c : {Case{3, 12}, Case{0, 8}, Case{1, 12}}) {
+    SCOPED_TRACE("extra " + std::to_string(c.extra_tokens));
+    Harness h(32, 4, 64);
+    const std::vector<TokenId> shared = Harness::tokens(12, 1);
+    const uint64_t a = h.add(shared, 1);
+    EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 12, 0, true}}));  // finishes: 3 full pages cached
+    std::vector<TokenId> prompt = shared;
+    for (int i = 0; i < c.extra_tokens; ++i) prompt.push_back(500 + i);
+    const uint64_t b = h.add(prompt, 2);
+    const int n = static_cast<int>(prompt.size());
+    EXPECT_EQ(h.step(), (std::vector<Scheduled>{{b, n - c.expected_cached, c.expected_cached, true}}));
+    EXPECT_EQ(h.find(b)->num_cached_prompt_tokens, c.expected_cached);
+    h.drain();
+  }
+}
+
+// Out of pages: the newest running request not yet in this step's plan is preempted (its
+// computed pages cached, the rest freed) and goes back to the front of the queue; it is not
+// readmitted in the step that preempted it, and comes back through the prefix cache.
+TEST(SchedulerTest, PreemptionNewestFirstAndRequeue) {
+  Harness h(/*pages=*/7, /*page_size=*/4, /*budget=*/64);
+  const uint64_t a = h.add(Harness::tokens(8, 1), 3);
+  const uint64_t b = h.add(Harness::tokens(8, 100), 100);
+  const uint64_t c = h.add(Harness::tokens(8, 200), 100);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 8, 0, true}, {b, 8, 0, true}, {c, 8, 0, true}}));
+  // Token 9 of each needs a third page: A takes the last free one, B preempts C (the newest).
+  int preempted = 0;
+  EXPECT_EQ(h.step(&preempted), (std::vector<Scheduled>{{a, 1, 8, true}, {b, 1, 8, true}}));
+  EXPECT_EQ(preempted, 1);
+  Request* rc = h.find(c);
+  ASSERT_NE(rc, nullptr);
+  EXPECT_EQ(rc->num_preemptions, 1);
+  EXPECT_EQ(rc->num_computed_tokens, 0);
+  EXPECT_EQ(h.scheduler().num_waiting(), 1);
+  // A finishes after its third token (step 3); C waits for pages, then is recomputed from its
+  // cached prompt pages plus its one output token.
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 9, true}, {b, 1, 9, true}}));
+  const auto next = h.step();
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0], (Scheduled{b, 1, 10, true}));
+  EXPECT_EQ(next[1].id, c);
+  EXPECT_EQ(next[1].num_cached_tokens + next[1].num_new_tokens, 9);  // prompt 8 + 1 output
+  // C's first prompt page is reused; its second (the tree's least recently used leaf) was
+  // evicted for B's page in step 2.
+  EXPECT_EQ(next[1].num_cached_tokens, 4);
+  h.drain();
+}
+
+// Preemption by table: the oldest running request takes a page from the newest one not yet
+// scheduled; a request whose only possible victims are already in the step gives way itself.
+TEST(SchedulerTest, PreemptionVictims) {
+  struct Case {
+    int num_pages;
+    std::vector<Scheduled> step2;  // after A and B (8 tokens, 2 pages each) were prefilled
+    uint64_t preempted;            // the request sent back to the queue
+  };
+  const Case cases[] = {
+      {4, {{1, 1, 8, true}}, 2},  // A needs a page, none free: B (newer, not scheduled) is preempted
+      {5, {{1, 1, 8, true}}, 2},  // A takes the free page; B's only victim (A) is in the step: B gives way
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("pages " + std::to_string(c.num_pages));
+    Harness h(c.num_pages, /*page_size=*/4, /*budget=*/64);
+    const uint64_t a = h.add(Harness::tokens(8, 1), 100);
+    const uint64_t b = h.add(Harness::tokens(8, 100), 100);
+    EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 8, 0, true}, {b, 8, 0, true}}));
+    int preempted = 0;
+    EXPECT_EQ(h.step(&preempted), c.step2);
+    EXPECT_EQ(preempted, 1);
+    EXPECT_EQ(h.find(c.preempted)->num_preemptions, 1);
+    EXPECT_EQ(h.scheduler().num_waiting(), 1);
+    h.drain();
+  }
+}
+
+// Cancellation (release) at each phase leaves the pool consistent and nothing in use.
+TEST(SchedulerTest, CancellationAtEachPhase) {
+  enum class Phase { kWaiting, kMidPrefill, kDecoding, kPreempted };
+  for (const Phase phase : {Phase::kWaiting, Phase::kMidPrefill, Phase::kDecoding, Phase::kPreempted}) {
+    SCOPED_TRACE(static_cast<int>(phase));
+    Harness h(/*pages=*/7, /*page_size=*/4, /*budget=*/phase == Phase::kMidPrefill ? 4 : 64);
+    const uint64_t a = h.add(Harness::tokens(8, 1), 100);
+    const uint64_t b = h.add(Harness::tokens(8, 100), 100);
+    const uint64_t c = h.add(Harness::tokens(8, 200), 100);
+    uint64_t victim = c;
+    switch (phase) {
+      case Phase::kWaiting:
+        break;  // nothing scheduled yet
+      case Phase::kMidPrefill:
+        h.step();  // A's first 4 tokens
+        victim = a;
+        EXPECT_EQ(h.find(a)->num_computed_tokens, 4);
+        break;
+      case Phase::kDecoding:
+        h.step();
+        h.step();
+        victim = b;
+        break;
+      case Phase::kPreempted:
+        h.step();
+        h.step();  // C is preempted (see PreemptionNewestFirstAndRequeue)
+        ASSERT_EQ(h.find(c)->num_preemptions, 1);
+        break;
+    }
+    h.cancel(victim);
+    EXPECT_EQ(h.find(victim), nullptr);
+    // The others still run to completion.
+    for (int i = 0; i < 4; ++i) h.step();
+    h.drain();
+  }
+}
+
+// --max-running-requests bounds the running batch; the next waiting request is admitted when a
+// slot frees.
+TEST(SchedulerTest, RunningLimit) {
+  Harness h(64, 4, 64, /*max_running=*/2);
+  const uint64_t a = h.add(Harness::tokens(4, 1), 1);
+  const uint64_t b = h.add(Harness::tokens(4, 100), 5);
+  const uint64_t c = h.add(Harness::tokens(4, 200), 5);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 4, 0, true}, {b, 4, 0, true}}));
+  EXPECT_EQ(h.scheduler().num_running(), 1);  // A finished
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{b, 1, 4, true}, {c, 4, 0, true}}));
+  h.drain();
+}
+
+// A prompt needing more pages than the whole pool is taken out of the queue (not blocking the
+// requests behind it); a running request that grows past the pool is taken out too.
+TEST(SchedulerTest, RequestLongerThanThePool) {
+  Harness h(/*pages=*/4, /*page_size=*/4, /*budget=*/64);
+  const uint64_t big = h.add(Harness::tokens(17, 1), 10);    // 5 pages
+  const uint64_t small = h.add(Harness::tokens(15, 100), 10);  // 4 pages: the whole pool
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{small, 15, 0, true}}));
+  ASSERT_EQ(h.scheduler().over_capacity_requests().size(), 1u);
+  EXPECT_EQ(h.scheduler().over_capacity_requests()[0]->id, big);
+  h.scheduler().release(h.find(big), /*cache_pages=*/false);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{small, 1, 15, true}}));  // token 16 fills the pool
+  EXPECT_TRUE(h.step().empty());                                        // 17 tokens cannot fit
+  ASSERT_EQ(h.scheduler().over_capacity_requests().size(), 1u);
+  EXPECT_EQ(h.scheduler().over_capacity_requests()[0]->id, small);
+  EXPECT_EQ(h.allocator().num_in_use_pages(), 0);
+  h.drain();
+}
+
+}  // namespace
+}  // namespace spindle::engine
