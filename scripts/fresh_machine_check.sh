@@ -162,13 +162,13 @@ in_root "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y
 t=$(date +%s)
 say "step make test: start"
 in_root "cd /root/spindle && timeout $T_MAKE_TEST make test" 2>&1 | tee "$ROOT/root/make_test.log" |
-  grep -E --line-buffered '^setup:|tests passed|tests failed|Total Test time|\*\*\*|Not Run'
+  grep -E --line-buffered '^setup:|tests passed|tests failed|Total Test time|\*\*\*Failed|\*\*\*Timeout|Not Run'
 rc=${PIPESTATUS[0]}
 say "step make test: exit $rc in $(elapsed "$t") s"
 ((rc == 0)) || { tail -40 "$ROOT/root/make_test.log"; fail "make test exited $rc"; }
 # The OpenAI Node client test must have run and passed (ctest says "***Skipped" when npm ci
 # could not install its packages).
-node_line="$(grep -m1 'OfficialOpenAiNodeClient' "$ROOT/root/make_test.log")"
+node_line="$(grep -m1 -E 'Test +#[0-9]+: ServerApiTest.OfficialOpenAiNodeClient' "$ROOT/root/make_test.log")"
 echo "$node_line"
 [[ "$node_line" == *Passed* ]] || fail "the OpenAI Node client test did not pass: ${node_line:-not in the CTest output}"
 
