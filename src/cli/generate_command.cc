@@ -27,7 +27,7 @@ void run_generate(GenerateArgs& a) {
   auto stack = build_serving_stack(a.serving);
   log_serving_stack(*stack);
   const auto& tok = *stack->tokenizer;
-  std::vector<int> ids;
+  std::vector<TokenId> ids;
   if (a.chat) {
     SPINDLE_CHECK(stack->chat_template.has_value(), "--chat: this model has no recognised chat template (use --chat-template)");
     std::vector<tokenizer::ChatMessage> messages;

@@ -268,14 +268,14 @@ void Engine::run_step() {
 bool Engine::is_stop_token(const RequestOutputState& o, TokenId token) const {
   const auto& p = o.sampler.params();
   if (!p.ignore_eos) {
-    for (int eos : tokenizer_.eos_ids()) {
+    for (TokenId eos : tokenizer_.eos_ids()) {
       if (token == eos) return true;
     }
-    for (int eos : runner_.model().config().eos_token_ids) {
+    for (TokenId eos : runner_.model().config().eos_token_ids) {
       if (token == eos) return true;
     }
   }
-  for (int t : p.stop_token_ids) {
+  for (TokenId t : p.stop_token_ids) {
     if (token == t) return true;
   }
   return false;

@@ -20,7 +20,7 @@ std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", 
 // One event of a request's output. Text deltas never split a UTF-8 sequence or a stop string.
 struct RequestOutput {
   std::string text;                     // new text since the last event
-  std::vector<int> tokens;              // new tokens since the last event
+  std::vector<TokenId> tokens;              // new tokens since the last event
   std::vector<SampledToken> logprobs;   // one per token when logprobs were requested
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;

@@ -10,7 +10,8 @@ namespace spindle::engine {
 Sampler::Sampler(SamplingParams params, uint64_t default_seed)
     : params_(std::move(params)), rng_(params_.seed.value_or(default_seed)) {}
 
-void Sampler::apply_penalties(std::span<float> logits, std::span<const int> prompt, std::span<const int> output) {
+void Sampler::apply_penalties(std::span<float> logits, std::span<const TokenId> prompt,
+                              std::span<const TokenId> output) {
   const int vocab = static_cast<int>(logits.size());
   if (params_.repetition_penalty != 1.0f) {
     // HF: a seen token's logit is divided by the penalty when positive, multiplied when negative.
@@ -121,7 +122,7 @@ int Sampler::draw(std::span<float> logits) {
   return order_[keep - 1];
 }
 
-void raw_logprobs(std::span<const float> logits, int token, int k, SampledToken& out) {
+void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledToken& out) {
   double max_logit = -std::numeric_limits<double>::infinity();
   for (float l : logits) max_logit = std::max(max_logit, double{l});
   double sum = 0;
@@ -138,7 +139,8 @@ void raw_logprobs(std::span<const float> logits, int token, int k, SampledToken&
   for (int i = 0; i < k; ++i) out.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - log_z)});
 }
 
-SampledToken Sampler::sample(std::span<float> logits, std::span<const int> prompt, std::span<const int> output) {
+SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> prompt,
+                             std::span<const TokenId> output) {
   const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
   std::vector<float> raw;
   if (want_logprobs) raw.assign(logits.begin(), logits.end());

@@ -17,12 +17,12 @@
 namespace spindle::engine {
 
 struct TokenLogprob {
-  int token = 0;
+  TokenId token = 0;
   float logprob = 0.0f;
 };
 
 struct SampledToken {
-  int token = 0;
+  TokenId token = 0;
   float logprob = 0.0f;                 // raw log-probability of `token` (when requested)
   std::vector<TokenLogprob> top;        // top_logprobs alternatives, best first
 };
@@ -34,12 +34,12 @@ class Sampler {
 
   // logits: [vocab] of this request's last position; modified in place (scratch).
   // prompt and output: this request's tokens so far (penalties look at them).
-  SampledToken sample(std::span<float> logits, std::span<const int> prompt, std::span<const int> output);
+  SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
 
   const SamplingParams& params() const { return params_; }
 
  private:
-  void apply_penalties(std::span<float> logits, std::span<const int> prompt, std::span<const int> output);
+  void apply_penalties(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
   int draw(std::span<float> logits);
   int draw_unsorted(std::span<float> logits);  // no top-k / top-p: no sort of the vocabulary
 
@@ -51,6 +51,6 @@ class Sampler {
 };
 
 // log_softmax of one row, for the top `k` entries (best first) and for `token`.
-void raw_logprobs(std::span<const float> logits, int token, int k, SampledToken& out);
+void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledToken& out);
 
 }  // namespace spindle::engine

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "util/token_id.h"
+
 namespace spindle::engine {
 
 struct SamplingParams {
@@ -20,7 +22,7 @@ struct SamplingParams {
   std::map<int, float> logit_bias;  // token id -> added to its logit ([-100, 100])
   std::optional<uint64_t> seed;     // same seed, same tokens
   std::vector<std::string> stop;    // stop strings (not included in the output)
-  std::vector<int> stop_token_ids;  // besides the model's EOS ids
+  std::vector<TokenId> stop_token_ids;  // besides the model's EOS ids
   int max_tokens = 16;              // >= 1
   bool ignore_eos = false;
   int top_logprobs = 0;             // alternatives to report per token, [0, 20]

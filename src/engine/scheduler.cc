@@ -29,7 +29,7 @@ void Scheduler::preempt(Request& r) {
   const int cached = std::min(r.num_computed_tokens, r.table.num_tokens());
   if (cached > 0) {
     const auto all = r.all_tokens();
-    prefix_cache_.insert(std::span<const int32_t>(all.data(), cached), r.table);
+    prefix_cache_.insert(std::span<const TokenId>(all.data(), cached), r.table);
   }
   r.table.free();
   r.num_computed_tokens = 0;
@@ -67,7 +67,7 @@ bool Scheduler::try_admit(Request& r, int& budget, StepPlan& plan) {
   if (r.table.num_pages() == 0 && r.num_computed_tokens == 0) {
     // Reuse the longest cached prefix; at least the last token is always computed.
     const auto all = r.all_tokens();
-    const auto pages = prefix_cache_.match(std::span<const int32_t>(all.data(), all.size() - 1));
+    const auto pages = prefix_cache_.match(std::span<const TokenId>(all.data(), all.size() - 1));
     if (!pages.empty()) {
       r.table.assign_prefix(pages);
       r.num_computed_tokens = r.table.num_tokens();
@@ -156,7 +156,7 @@ void Scheduler::release(Request* request, bool cache_pages) {
   if (cache_pages && request->num_computed_tokens > 0) {
     const auto all = request->all_tokens();
     const int n = std::min(request->num_computed_tokens, request->table.num_tokens());
-    prefix_cache_.insert(std::span<const int32_t>(all.data(), n), request->table);
+    prefix_cache_.insert(std::span<const TokenId>(all.data(), n), request->table);
   }
   request->table.free();
   auto drop = [&](auto& container) {

@@ -22,10 +22,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace spindle {
+#include "util/token_id.h"
 
-// A token id of the vocabulary, in every layer (tokenizer, engine, model, kernels).
-using TokenId = int32_t;
+namespace spindle {
 
 struct StepSequence {
   int32_t query_offset = 0;       // first query row of the sequence in the step

@@ -31,7 +31,7 @@ void PrefixCache::release_subtree(Node& node) {
   node.children.clear();
 }
 
-std::vector<int32_t> PrefixCache::match(std::span<const int32_t> tokens) {
+std::vector<int32_t> PrefixCache::match(std::span<const TokenId> tokens) {
   ++stats_.num_lookups;
   stats_.num_lookup_tokens += tokens.size();
   std::vector<int32_t> pages;
@@ -51,7 +51,7 @@ std::vector<int32_t> PrefixCache::match(std::span<const int32_t> tokens) {
   return pages;
 }
 
-int PrefixCache::insert(std::span<const int32_t> tokens, const BlockTable& table) {
+int PrefixCache::insert(std::span<const TokenId> tokens, const BlockTable& table) {
   SPINDLE_CHECK(&table.allocator() == allocator_, "the block table belongs to another allocator");
   SPINDLE_CHECK(tokens.size() <= static_cast<size_t>(table.num_tokens()),
                 "cannot cache {} tokens from a block table of {} tokens", tokens.size(), table.num_tokens());

@@ -24,6 +24,7 @@
 
 #include "kv/block_table.h"
 #include "kv/page_allocator.h"
+#include "util/token_id.h"
 
 namespace spindle::kv {
 
@@ -52,12 +53,12 @@ class PrefixCache final : public PageEvictor {
   // [i * page_size, (i + 1) * page_size). Marks the matched path most recently used. The pages
   // are not yet referenced: pass them to BlockTable::assign_prefix before allocating anything.
   // The engine offers all but the last prompt token, so at least one token is computed.
-  std::vector<int32_t> match(std::span<const int32_t> tokens);
+  std::vector<int32_t> match(std::span<const TokenId> tokens);
 
   // Caches the full pages of tokens (whose K and V the table's pages hold: tokens.size() <=
   // table.num_tokens()). A chunk already cached under the same path keeps its page, and the
   // table's duplicate stays private (freed with the table). Returns the pages newly cached.
-  int insert(std::span<const int32_t> tokens, const BlockTable& table);
+  int insert(std::span<const TokenId> tokens, const BlockTable& table);
 
   // PageEvictor: frees up to num_pages unreferenced leaf pages, least recently used first.
   int evict_pages(int num_pages) override;
@@ -73,14 +74,14 @@ class PrefixCache final : public PageEvictor {
  private:
   struct ChunkLess {
     using is_transparent = void;
-    bool operator()(std::span<const int32_t> a, std::span<const int32_t> b) const;
+    bool operator()(std::span<const TokenId> a, std::span<const TokenId> b) const;
   };
   struct Node {
-    std::vector<int32_t> key;  // [page_size] token ids of this page
+    std::vector<TokenId> key;  // [page_size] token ids of this page
     int32_t page = -1;
     Node* parent = nullptr;
     uint64_t last_access = 0;
-    std::map<std::vector<int32_t>, std::unique_ptr<Node>, ChunkLess> children;
+    std::map<std::vector<TokenId>, std::unique_ptr<Node>, ChunkLess> children;
   };
 
   bool evictable(const Node& node) const;

@@ -100,7 +100,7 @@ class FieldReader {
   }
 
   // An int, a list of ints, or null/absent (empty). Each id must lie in [0, vocab_size).
-  std::vector<int> token_ids(std::string_view name, int vocab_size) const {
+  std::vector<TokenId> token_ids(std::string_view name, int vocab_size) const {
     const json* value = find(name);
     if (value == nullptr) return {};
     constexpr std::string_view kWhat = "a token id or a list of token ids";
@@ -110,7 +110,7 @@ class FieldReader {
     } else {
       items.push_back(value);
     }
-    std::vector<int> ids;
+    std::vector<TokenId> ids;
     for (const json* item : items) {
       if (!item->is_number_integer()) fail_type(name, kWhat, *value);
       const bool in_range = item->is_number_unsigned()

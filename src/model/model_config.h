@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "util/dtype.h"
+#include "util/token_id.h"
 
 namespace spindle {
 
@@ -66,8 +67,8 @@ struct ModelConfig {
   bool attention_bias = false;  // q_proj/k_proj/v_proj have a bias
   bool qk_norm = false;         // q_norm/k_norm weights [head_dim] applied per head before rope
   DType torch_dtype = DType::kF32;
-  std::vector<int> bos_token_ids;
-  std::vector<int> eos_token_ids;
+  std::vector<TokenId> bos_token_ids;
+  std::vector<TokenId> eos_token_ids;
   // The attention window in effect; nullopt when attention is full. A window in effect is
   // rejected today, so a parsed config always has nullopt here.
   std::optional<int> sliding_window;

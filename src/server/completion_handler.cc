@@ -21,14 +21,14 @@ std::string new_id(const char* prefix) {
 }
 
 // The token's own bytes (a byte-level token may hold part of a UTF-8 sequence), for "bytes".
-std::vector<uint8_t> token_bytes(const engine::Engine& engine, int token) {
+std::vector<uint8_t> token_bytes(const engine::Engine& engine, TokenId token) {
   std::string raw;
   engine.tokenizer().append_token_bytes(token, /*skip_special_tokens=*/false, raw);
   return std::vector<uint8_t>(raw.begin(), raw.end());
 }
 
-std::string token_text(const engine::Engine& engine, int token) {
-  return engine.tokenizer().decode(std::vector<int>{token}, /*skip_special_tokens=*/false);
+std::string token_text(const engine::Engine& engine, TokenId token) {
+  return engine.tokenizer().decode(std::vector<TokenId>{token}, /*skip_special_tokens=*/false);
 }
 
 // Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
@@ -86,7 +86,7 @@ Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
                    fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, engine.model_name()));
   }
   Submitted s;
-  std::vector<int> ids;
+  std::vector<TokenId> ids;
   const auto& tok = engine.tokenizer();
   try {
     if (r.chat) {

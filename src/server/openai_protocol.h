@@ -43,7 +43,7 @@ struct GenerationRequest {
   bool chat = false;
   std::string model;                     // may be empty: the served model
   std::string prompt;                    // completions: the prompt text
-  std::vector<int> prompt_token_ids;     // completions: a prompt given as token ids
+  std::vector<TokenId> prompt_token_ids;     // completions: a prompt given as token ids
   std::vector<ChatMessage> messages;     // chat
   engine::SamplingParams sampling;
   bool stream = false;

@@ -11,9 +11,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "util/token_id.h"
+
 namespace spindle::tokenizer {
 
-using TokenId = int32_t;
+using spindle::TokenId;  // util/token_id.h: one token id type everywhere
 
 // Hash that lets unordered_map<std::string, V> be searched with a string_view.
 struct StringHash {
