@@ -3,7 +3,7 @@
 #include <memory>
 #include <string>
 
-#include "attn/validation.h"
+#include "attn/select/validation.h"
 #include "cli/commands.h"
 #include "util/error.h"
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "config/server_config.h"
+#include "startup/backend_selection.h"
 #include "model/model_config.h"
 #include "platform/device_info.h"
 #include "util/error.h"
@@ -41,7 +42,7 @@ config::ModelAttentionDims dims_from(const DoctorArgs& a) {
   return d;
 }
 
-std::string validation_cell(const config::BackendRow& row) {
+std::string validation_cell(const attn::BackendRow& row) {
   if (!row.validation) return row.unsupported_reasons.empty() ? "-" : "";
   const auto& v = *row.validation;
   if (v.status != attn::ValidationStatus::kPass) return std::string(attn::validation_status_name(v.status));
@@ -50,7 +51,7 @@ std::string validation_cell(const config::BackendRow& row) {
 }
 
 // The timed rate behind a row's speed: prefill GFLOP/s (causal), decode GB/s of KV read.
-std::string rate_cell(const config::BackendRow& row) {
+std::string rate_cell(const attn::BackendRow& row) {
   if (!row.validation || !row.validation->report.timed) return "-";
   const auto& report = row.validation->report;
   if (row.phase == attn::Phase::kPrefill) {
@@ -70,7 +71,7 @@ std::string device_line(const config::ResolvedConfig& rc, const DeviceInfo& devi
   return fmt::format("cpu {} ({} threads)", device.cpu.model_name, rc.num_threads);
 }
 
-void print_table(const config::ResolvedConfig& rc, const DeviceInfo& device, const config::AttentionSelection& s) {
+void print_table(const config::ResolvedConfig& rc, const DeviceInfo& device, const attn::AttentionSelection& s) {
   fmt::print("Device: {}\n", device_line(rc, device));
   fmt::print("Attention backends for {}{}\n", rc.attention_shape.to_string(), s.from_cache ? " (from cache)" : "");
   fmt::print("{:<15} {:<8} {:<5} {:<16} {:>12} {:>18}  {:<6} {}\n", "backend", "phase", "avail", "validation",
@@ -95,9 +96,9 @@ void run_doctor(const DoctorArgs& a) {
   const DeviceInfo detected = detect_device_info();
   const config::ResolvedConfig rc = config::resolve(a.flags, detected, dims_from(a));
   const DeviceInfo device = config::bind_worker_device(rc, detected);
-  const config::AttentionSelection s = config::select_attention(rc, device);
+  const attn::AttentionSelection s = startup::select_attention(rc, device);
   if (a.json) {
-    nlohmann::json j = config::to_json(s);
+    nlohmann::json j = attn::to_json(s);
     j["shape"] = rc.attention_shape.to_string();
     j["device"] = device_line(rc, device);
     std::cout << j.dump(2) << std::endl;

@@ -29,7 +29,8 @@ void on_signal(int) {
 void run_serve(ServeArgs& a) {
   // Each open request holds an HTTP thread for its whole generation: enough threads for every
   // running and queued request (so the queue limit answers 503) plus headroom for /health etc.
-  a.http.num_http_threads = a.serving.max_running_requests + a.serving.max_queued_requests + 16;
+  const auto [max_running, max_queued] = config::resolve_request_limits(a.serving.server);
+  a.http.num_http_threads = max_running + max_queued + 16;
   server::HttpServer http(a.http);
   const int port = http.bind();
   g_server = &http;

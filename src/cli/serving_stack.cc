@@ -11,6 +11,7 @@
 #include <climits>
 
 #include "cli/format.h"
+#include "startup/backend_selection.h"
 #include "startup/workspace_probe.h"
 #include "util/error.h"
 
@@ -38,8 +39,7 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   app.add_option("model_dir", f.model_dir, "Hugging Face model folder (default: the embedded models/kjv-tiny)");
   app.add_option("--served-model-name", f.served_model_name, "Model name in the API (default: the folder name)");
   app.add_option("--chat-template", f.server.chat_template, "chatml, llama3 or llama2 (default: recognise the model's)");
-  app.add_option("--max-running-requests", f.max_running_requests, "Requests in the running batch at most (256)");
-  app.add_option("--max-queued-requests", f.max_queued_requests, "Waiting requests before 503 (1024)");
+  config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_kv_flags(app, f.server.kv);
 }
@@ -72,7 +72,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
     }
   }
 
-  s->selection = config::select_attention(s->resolved, s->device);
+  s->selection = startup::select_attention(s->resolved, s->device);
   ModelOptions model_options;
   model_options.pool = s->pool.get();
   if (s->resolved.bf16_activations) {
@@ -115,10 +115,10 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
                        {"linear_kernel", s->model->linear_kernel_name()}});
   engine::EngineOptions engine_options;
   engine_options.model_name = s->model_name;
-  engine_options.max_queued_requests = flags.max_queued_requests;
+  engine_options.max_queued_requests = s->resolved.max_queued_requests;
   engine_options.enable_prefix_cache = s->resolved.kv.enable_prefix_cache;
   engine_options.scheduler.max_num_batched_tokens = s->resolved.kv.max_num_batched_tokens;
-  engine_options.scheduler.max_running_requests = flags.max_running_requests;
+  engine_options.scheduler.max_running_requests = s->resolved.max_running_requests;
   engine_options.scheduler.max_model_len = s->resolved.kv.max_model_len;
   engine_options.cuda_device = on_cuda ? s->resolved.cuda_device : -1;
   s->engine = std::make_unique<engine::Engine>(*s->runner, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,

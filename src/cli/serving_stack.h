@@ -35,8 +35,6 @@ struct ServingFlags {
   std::string model_dir;  // empty: the embedded model
   std::string served_model_name;
   config::ServerConfig server;
-  int max_running_requests = 256;
-  int max_queued_requests = 1024;
 };
 
 // --attention..., --kv..., --max-running-requests, --max-queued-requests, --chat-template.
@@ -48,7 +46,7 @@ struct ServingStack {
   DeviceInfo device;
   ModelConfig model_config;
   config::ResolvedConfig resolved;
-  config::AttentionSelection selection;
+  attn::AttentionSelection selection;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<tokenizer::ChatTemplate> chat_template;

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "config/validation_cache.h"
+#include "attn/select/validation_cache.h"
 #include "util/build_info.h"
 #include "util/error.h"
 
@@ -70,7 +70,7 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   r.attention.attention_backend = flags.attention_backend;
   r.attention.prefill_attention_backend = flags.prefill_attention_backend;
   r.attention.decode_attention_backend = flags.decode_attention_backend;
-  r.attention.policy = parse_policy(flags.attention_backend_policy);
+  r.attention.policy = attn::parse_policy(flags.attention_backend_policy);
   r.attention.skip_validation = flags.skip_backend_validation;
   r.attention.device = r.device;
 
@@ -80,7 +80,8 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
-  r.backend_cache_dir = ValidationCache::default_dir();
+  std::tie(r.max_running_requests, r.max_queued_requests) = resolve_request_limits(flags);
+  r.backend_cache_dir = attn::ValidationCache::default_dir();
   return r;
 }
 
@@ -122,33 +123,19 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
       ->check(CLI::IsMember({"exact", "bf16"}));
 }
 
-AttentionSelection select_attention(const ResolvedConfig& config, const DeviceInfo& device,
-                                    const std::string& executable) {
-  attn::ChildOptions child;
-  child.executable = executable;
-  child.timeout_s = config.backend_validation_timeout_s;
-  child.cuda_device = config.device == attn::Device::kCuda ? config.cuda_device : -1;
-  BackendValidator validator = [child](const std::string& backend, const attn::AttentionShape& shape,
-                                       bool timing) mutable {
-    child.timing = timing;
-    spdlog::info("validating attention backend {} on {}", backend, shape.to_string());
-    return attn::validate_in_child(backend, shape, child);
-  };
-  if (!config.use_backend_cache) {
-    return select_attention_backends(device, config.attention_shape, config.attention, validator);
-  }
-  // The bound GPU is part of what was measured.
-  std::string fingerprint = device_fingerprint(device.cpu);
-  if (config.device == attn::Device::kCuda && !device.cuda_devices.empty()) {
-    const CudaDeviceInfo& gpu = device.cuda_devices.front();
-    fingerprint += fmt::format("-{}-sm{}{}", gpu.name, gpu.cc_major, gpu.cc_minor);
-  }
-  ValidationCache cache(config.backend_cache_dir,
-                        ValidationCache::make_key(build_id(), fingerprint, config.attention_shape));
-  auto selection = select_attention_backends(device, config.attention_shape, config.attention, cache.wrap(validator));
-  selection.from_cache = cache.num_misses() == 0 && cache.num_hits() > 0;
-  if (cache.num_misses() > 0) cache.save();
-  return selection;
+std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {
+  SPINDLE_CHECK(flags.max_running_requests >= 0 && flags.max_queued_requests >= 0,
+                "--max-running-requests {} and --max-queued-requests {} must be positive (0: the default)",
+                flags.max_running_requests, flags.max_queued_requests);
+  return {flags.max_running_requests > 0 ? flags.max_running_requests : kDefaultMaxRunningRequests,
+          flags.max_queued_requests > 0 ? flags.max_queued_requests : kDefaultMaxQueuedRequests};
+}
+
+void add_scheduler_flags(CLI::App& app, ServerConfig& f) {
+  app.add_option("--max-running-requests", f.max_running_requests,
+                 fmt::format("Requests in the running batch at most ({})", kDefaultMaxRunningRequests));
+  app.add_option("--max-queued-requests", f.max_queued_requests,
+                 fmt::format("Waiting requests before 503 ({})", kDefaultMaxQueuedRequests));
 }
 
 }  // namespace spindle::config

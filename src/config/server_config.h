@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "attn/attention_types.h"
-#include "config/attention_selection.h"
+#include "attn/select/attention_selection.h"
 #include "config/kv_config.h"
 #include "model/model_config.h"
 #include "platform/device_info.h"
@@ -34,6 +34,8 @@ struct ServerConfig {
   int num_threads = 0;
   std::string chat_template;  // "": recognise from the model; or chatml | llama3 | llama2
   std::string matmul_precision = "exact";  // exact | bf16
+  int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests
+  int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   KvFlags kv;
 };
 
@@ -51,7 +53,7 @@ struct ResolvedConfig {
   int page_size = 16;
   int num_threads = 1;
   attn::AttentionShape attention_shape;
-  AttentionSelectionOptions attention;
+  attn::AttentionSelectionOptions attention;
   double backend_validation_timeout_s = 30.0;
   bool use_backend_cache = true;
   std::filesystem::path backend_cache_dir;
@@ -59,10 +61,14 @@ struct ResolvedConfig {
   // batches, bf16 weights, CPUs that have it). Default false: f32 activations, results within
   // ~1e-6 of a float64 reference.
   bool bf16_activations = false;
+  int max_running_requests = 0;  // requests in the running batch at most
+  int max_queued_requests = 0;   // waiting requests before the server answers 503
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
 };
 
 inline constexpr int kDefaultPageSize = 16;
+inline constexpr int kDefaultMaxRunningRequests = 256;
+inline constexpr int kDefaultMaxQueuedRequests = 1024;
 inline constexpr DType kDefaultKvDtype = DType::kBF16;
 
 // Decides every default for this machine and model; throws on a bad flag value.
@@ -80,10 +86,10 @@ std::pair<attn::Device, int> parse_device(std::string_view text);
 
 // Registers the flags above on a CLI11 (sub)command.
 void add_attention_flags(CLI::App& app, ServerConfig& flags);
-
-// Runs selection with the real child-process validator and the on-disk cache.
-// executable: the spindle binary to re-execute (empty: /proc/self/exe).
-AttentionSelection select_attention(const ResolvedConfig& config, const DeviceInfo& device,
-                                    const std::string& executable = "");
+// (max_running_requests, max_queued_requests) with their defaults; resolve() uses it, and serve
+// sizes its HTTP threads with it before the model is loaded.
+std::pair<int, int> resolve_request_limits(const ServerConfig& flags);
+// --max-running-requests, --max-queued-requests.
+void add_scheduler_flags(CLI::App& app, ServerConfig& flags);
 
 }  // namespace spindle::config

@@ -56,11 +56,11 @@ config::WorkspaceProbe make_workspace_probe(engine::Runner& runner, DType kv_dty
 
 UnvalidatedBackends make_unvalidated_backends(const config::ResolvedConfig& resolved, const DeviceInfo& device,
                                               ThreadPool* pool) {
-  config::AttentionSelectionOptions options = resolved.attention;
+  attn::AttentionSelectionOptions options = resolved.attention;
   options.skip_validation = true;
-  options.policy = config::BackendPolicy::kPriority;
-  const config::AttentionSelection selection =
-      config::select_attention_backends(device, resolved.attention_shape, options, config::BackendValidator{});
+  options.policy = attn::BackendPolicy::kPriority;
+  const attn::AttentionSelection selection =
+      attn::select_attention_backends(device, resolved.attention_shape, options, attn::BackendValidator{});
   attn::BackendOptions backend_options;
   backend_options.pool = pool;
   UnvalidatedBackends b;

@@ -9,7 +9,7 @@
 
 #include "attn/attention_backend.h"
 #include "attn/fault_injection.h"
-#include "attn/validation.h"
+#include "attn/select/validation.h"
 #include "platform/device_info.h"
 #include "support/fake_machines.h"
 #include "support/spindle_binary.h"

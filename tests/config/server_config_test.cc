@@ -27,7 +27,7 @@ TEST(ServerConfigTest, DefaultsOnAnAvx2Desktop) {
   EXPECT_EQ(r.attention.attention_backend, "auto");
   EXPECT_EQ(r.attention.prefill_attention_backend, "auto");
   EXPECT_EQ(r.attention.decode_attention_backend, "auto");
-  EXPECT_EQ(r.attention.policy, BackendPolicy::kBenchmark);
+  EXPECT_EQ(r.attention.policy, attn::BackendPolicy::kBenchmark);
   EXPECT_FALSE(r.attention.skip_validation);
   EXPECT_EQ(r.attention.device, attn::Device::kCpu);
   EXPECT_EQ(r.backend_validation_timeout_s, 30.0);
@@ -42,7 +42,7 @@ TEST(ServerConfigTest, DefaultsOnAnAmxServer) {
   EXPECT_EQ(r.page_size, 16);
   EXPECT_EQ(r.num_threads, 56);
   EXPECT_FLOAT_EQ(r.attention_shape.scale, 0.125f);  // 1/sqrt(64)
-  EXPECT_EQ(r.attention.policy, BackendPolicy::kBenchmark);
+  EXPECT_EQ(r.attention.policy, attn::BackendPolicy::kBenchmark);
   EXPECT_EQ(r.backend_validation_timeout_s, 30.0);
 }
 
@@ -67,7 +67,7 @@ TEST(ServerConfigTest, FlagsOverrideDefaults) {
   EXPECT_EQ(r.attention_shape.kv_dtype, DType::kF32);
   EXPECT_EQ(r.page_size, 1);
   EXPECT_EQ(r.num_threads, 3);
-  EXPECT_EQ(r.attention.policy, BackendPolicy::kPriority);
+  EXPECT_EQ(r.attention.policy, attn::BackendPolicy::kPriority);
   EXPECT_FALSE(r.use_backend_cache);
 }
 

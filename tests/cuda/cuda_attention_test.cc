@@ -21,7 +21,7 @@
 #include "attn/attention_backend.h"
 #include "attn/random_batch.h"
 #include "attn/staged_batch.h"
-#include "attn/validation.h"
+#include "attn/select/validation.h"
 #include "kernels/cuda/device_buffer.h"
 #include "platform/cuda_info.h"
 #include "platform/device_info.h"

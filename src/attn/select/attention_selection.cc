@@ -1,4 +1,4 @@
-#include "config/attention_selection.h"
+#include "attn/select/attention_selection.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,7 +9,7 @@
 
 #include "util/error.h"
 
-namespace spindle::config {
+namespace spindle::attn {
 
 using attn::Phase;
 using attn::ValidationOutcome;
@@ -203,4 +203,4 @@ nlohmann::json to_json(const AttentionSelection& s) {
           {"rows", rows}};
 }
 
-}  // namespace spindle::config
+}  // namespace spindle::attn

@@ -1,4 +1,4 @@
-#include "attn/validation.h"
+#include "attn/select/validation.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

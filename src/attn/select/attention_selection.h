@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "attn/attention_backend.h"
-#include "attn/validation.h"
+#include "attn/select/validation.h"
 #include "platform/device_info.h"
 
-namespace spindle::config {
+namespace spindle::attn {
 
 enum class BackendPolicy { kBenchmark, kPriority };
 std::string_view policy_name(BackendPolicy policy);
@@ -66,4 +66,4 @@ AttentionSelection select_attention_backends(const DeviceInfo& device, const att
 
 nlohmann::json to_json(const AttentionSelection& selection);
 
-}  // namespace spindle::config
+}  // namespace spindle::attn

@@ -7,12 +7,12 @@
 #include <map>
 
 #include "attn/fault_injection.h"
-#include "config/attention_selection.h"
+#include "attn/select/attention_selection.h"
 #include "support/fake_machines.h"
 #include "support/spindle_binary.h"
 #include "util/error.h"
 
-namespace spindle::config {
+namespace spindle::attn {
 namespace {
 
 using attn::ValidationOutcome;
@@ -204,4 +204,4 @@ TEST_P(FaultySelectionTest, FaultyBackendIsRejectedAndTheNextChosen) {
 INSTANTIATE_TEST_SUITE_P(Faults, FaultySelectionTest, ::testing::Values("crash", "hang", "wrong"));
 
 }  // namespace
-}  // namespace spindle::config
+}  // namespace spindle::attn

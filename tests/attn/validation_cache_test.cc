@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "config/validation_cache.h"
+#include "attn/select/validation_cache.h"
 #include "support/fake_machines.h"
 
-namespace spindle::config {
+namespace spindle::attn {
 namespace {
 
 namespace fs = std::filesystem;
@@ -114,4 +114,4 @@ TEST(ValidationCacheTest, UntimedPassDoesNotAnswerATimedQuestion) {
 }
 
 }  // namespace
-}  // namespace spindle::config
+}  // namespace spindle::attn

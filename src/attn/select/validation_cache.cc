@@ -1,4 +1,4 @@
-#include "config/validation_cache.h"
+#include "attn/select/validation_cache.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -10,7 +10,7 @@
 
 #include "util/mapped_file.h"
 
-namespace spindle::config {
+namespace spindle::attn {
 namespace {
 
 uint64_t fnv1a(std::string_view text) {
@@ -109,4 +109,4 @@ BackendValidator ValidationCache::wrap(BackendValidator inner) {
   };
 }
 
-}  // namespace spindle::config
+}  // namespace spindle::attn

@@ -11,10 +11,10 @@
 #include <optional>
 #include <string>
 
-#include "attn/validation.h"
-#include "config/attention_selection.h"
+#include "attn/select/validation.h"
+#include "attn/select/attention_selection.h"
 
-namespace spindle::config {
+namespace spindle::attn {
 
 class ValidationCache {
  public:
@@ -48,4 +48,4 @@ class ValidationCache {
   int num_misses_ = 0;
 };
 
-}  // namespace spindle::config
+}  // namespace spindle::attn

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The serving benchmark: the real `spindle serve` on loopback with the embedded model, the load
+# generator (loadgen.mjs) at C=1 and C=16, and C=16 over C=1. Writes the log and JSON under
+# OUT_DIR (default bench/results/serving-DATE).
+#
+#   bench/serving/run.sh [OUT_DIR]
+#   SPINDLE=build/bin/spindle PROMPT=128 OUTPUT=64 N1=16 N16=64 bench/serving/run.sh
+#   SERVE_ARGS="--threads 2" bench/serving/run.sh        extra flags for spindle serve
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+spindle=${SPINDLE:-build/bin/spindle}
+out=${1:-bench/results/serving-$(date -u +%F)}
+port=${PORT:-8197}
+prompt=${PROMPT:-128}
+output=${OUTPUT:-64}
+mkdir -p "$out"
+log="$out/serving.log"
+{
+  echo "date $(date -u +%FT%TZ); host $(uname -n); $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); command: bench/serving/run.sh $*"
+} | tee "$log"
+# shellcheck disable=SC2086
+"$spindle" serve --port "$port" ${SERVE_ARGS:-} >"$out/serve.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+for _ in $(seq 1 120); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; sleep 1; done
+curl -sf "localhost:$port/health" >/dev/null || { echo "server did not become healthy"; tail "$out/serve.log"; exit 1; }
+model=$(curl -s "localhost:$port/v1/models" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -1)
+vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" models/kjv-tiny/config.json 2>/dev/null || echo 4096)
+gen() {  # gen C N
+  timeout 900 node bench/serving/loadgen.mjs --url "http://127.0.0.1:$port" --model "$model" --concurrency "$1" \
+    --requests "$2" --prompt-tokens "$prompt" --output-tokens "$output" --vocab "$vocab" --seed "$1" \
+    --json "$out/c$1.json" | tee -a "$log"
+}
+gen 1 2 >/dev/null  # warm-up
+gen 1 "${N1:-16}"
+gen 16 "${N16:-64}"
+node -e "const fs=require('fs'), a=JSON.parse(fs.readFileSync('$out/c1.json')), b=JSON.parse(fs.readFileSync('$out/c16.json'));
+console.log('C=16 over C=1 output tok/s: ' + (b.output_tok_s / a.output_tok_s).toFixed(2) + 'x')" | tee -a "$log"
