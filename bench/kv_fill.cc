@@ -40,6 +40,7 @@
 
 #include "bench_util.h"
 #include "config/kv_config.h"
+#include "startup/kv_planning.h"
 #include "config/server_config.h"
 #include "engine/runner.h"
 #include "startup/workspace_probe.h"
@@ -136,9 +137,9 @@ int main(int argc, char** argv) {
     const std::unique_ptr<Transformer> model = load_cpu_model(model_dir, model_options);
     const startup::UnvalidatedBackends backends = startup::make_unvalidated_backends(resolved, device, &pool);
     engine::Runner runner(*model, *backends.prefill, *backends.decode);
-    const kv::KvLayout layout = config::kv_layout_for(model_config, resolved.kv_dtype, resolved.page_size);
+    const kv::KvLayout layout = startup::kv_layout_for(model_config, resolved.kv_dtype, resolved.page_size);
     const double t_plan0 = bench::now_s();
-    const kv::KvPlan plan = config::plan_kv_cache(
+    const kv::KvPlan plan = startup::plan_kv_cache(
         resolved.kv, layout, model_config, device.memory, model->weight_bytes(),
         startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len));
     const double t_plan = bench::now_s() - t_plan0;

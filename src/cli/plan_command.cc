@@ -8,7 +8,7 @@
 // forward runs at --max-num-batched-tokens (startup::measure_workspace_bytes), with the
 // highest-priority attention backend available here (not validated: the workspace does not depend
 // on the backend). That takes a few seconds on the CPU for small models. --estimate-workspace skips
-// loading and uses config::estimate_workspace_bytes (headers only, well under a second); the
+// loading and uses startup::estimate_workspace_bytes (headers only, well under a second); the
 // output says which it used.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "config/kv_config.h"
+#include "startup/kv_planning.h"
 #include "config/server_config.h"
 #include "engine/runner.h"
 #include "startup/workspace_probe.h"
@@ -144,15 +145,15 @@ void run_plan(const PlanArgs& args) {
   const config::ResolvedConfig resolved = config::resolve(args.flags, device, model);
   const bool on_cuda = resolved.device == attn::Device::kCuda;
   device = config::bind_worker_device(resolved, device);
-  const kv::KvLayout layout = config::kv_layout_for(model, resolved.kv_dtype, resolved.page_size);
+  const kv::KvLayout layout = startup::kv_layout_for(model, resolved.kv_dtype, resolved.page_size);
 
   kv::KvPlan plan;
   if (args.estimate_workspace) {
     const Checkpoint checkpoint(args.model_dir);
     check_weights(model, checkpoint);
     const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
-    const MemoryInfo memory = on_cuda ? config::cuda_usable_memory(resolved.cuda_device) : device.memory;
-    plan = config::plan_kv_cache(resolved.kv, layout, model, memory, weight_bytes);
+    const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
+    plan = startup::plan_kv_cache(resolved.kv, layout, model, memory, weight_bytes);
   } else {
     ThreadPool pool(resolved.num_threads);
     LoadOptions options;
@@ -163,8 +164,8 @@ void run_plan(const PlanArgs& args) {
     const startup::UnvalidatedBackends backends = startup::make_unvalidated_backends(resolved, device, &pool);
     engine::Runner runner(*loaded, *backends.prefill, *backends.decode);
     // CUDA: free memory read with the weights resident, before the profiling forward.
-    const MemoryInfo memory = on_cuda ? config::cuda_usable_memory(resolved.cuda_device) : device.memory;
-    plan = config::plan_kv_cache(
+    const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
+    plan = startup::plan_kv_cache(
         resolved.kv, layout, model, memory, loaded->weight_bytes(),
         startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len),
         /*usable_after_weights=*/on_cuda);

@@ -97,11 +97,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   SPINDLE_CHECK(s->resolved.kv.dp_size == 1,
                 "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
                 s->resolved.kv.dp_size);
-  const auto layout = config::kv_layout_for(s->model_config, s->resolved.kv_dtype, s->resolved.page_size);
+  const auto layout = startup::kv_layout_for(s->model_config, s->resolved.kv_dtype, s->resolved.page_size);
   const bool on_cuda = s->resolved.device == attn::Device::kCuda;
   // CUDA: the device's free memory now, with the weights already resident.
-  const MemoryInfo usable = on_cuda ? config::cuda_usable_memory(s->resolved.cuda_device) : s->device.memory;
-  s->kv_plan = config::plan_kv_cache(
+  const MemoryInfo usable = on_cuda ? startup::cuda_usable_memory(s->resolved.cuda_device) : s->device.memory;
+  s->kv_plan = startup::plan_kv_cache(
       s->resolved.kv, layout, s->model_config, usable, s->model->weight_bytes(),
       startup::make_workspace_probe(*s->runner, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len),
       /*usable_after_weights=*/on_cuda);

@@ -1,6 +1,6 @@
-// The KV cache flags and their defaults, and the glue from a model and this machine to the
-// capacity planner (kv/capacity_planner.h). Defaults are decided here, in resolve_kv(), and
-// nowhere else; it is meant to be called from config::resolve() once ServerConfig holds KvFlags.
+// The KV cache flags and their defaults. Defaults are decided here, in resolve_kv(), called from
+// config::resolve() and nowhere else. The glue from a model and this machine to the capacity
+// planner is startup/kv_planning.h.
 #pragma once
 
 #include <cstdint>
@@ -48,33 +48,5 @@ ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model);
 // Registers --max-total-tokens, --mem-fraction, --max-num-batched-tokens, --max-model-len,
 // --dp-size and --disable-prefix-cache.
 void add_kv_flags(CLI::App& app, KvFlags& flags);
-
-// The KV geometry of one tensor-parallel rank: max(1, num_key_value_heads / tp_size) KV heads.
-kv::KvLayout kv_layout_for(const ModelConfig& model, DType kv_dtype, int page_size, int tp_size = 1);
-
-// Peak workspace bytes of one forward over max_num_batched_tokens tokens, measured by a profiling
-// forward of the model (config/workspace_probe.h makes one; serve and plan use it).
-using WorkspaceProbe = std::function<uint64_t(int max_num_batched_tokens)>;
-
-// Without a probe (plan --estimate-workspace): the f32 activation buffers of one forward over T tokens, reused across
-// layers (H hidden, Q = heads * head_dim, K = kv_heads * head_dim, I intermediate, V vocab):
-//   T * 4 * (3H      residual, normed input, projection output
-//            + Q + 2K  q, k, v
-//            + Q       attention output
-//            + 2I      gate and up (the activation is applied in place)
-//            + V)      logits (a decode step of T sequences samples T rows)
-uint64_t estimate_workspace_bytes(const ModelConfig& model, int max_num_batched_tokens);
-
-// The usable memory of the calling thread's current CUDA device (bound to cuda_device): its free
-// bytes now (cudaMemGetInfo), so read it after the weights are loaded and pass
-// usable_after_weights = true to plan_kv_cache. Throws without CUDA.
-MemoryInfo cuda_usable_memory(int cuda_device);
-
-// Plans the KV cache for this model on this memory: the probe's measurement when given
-// (workspace_source "measured"), else estimate_workspace_bytes ("estimated"). weight_bytes: the
-// bytes of weights loaded; usable_after_weights: memory was read with them already resident.
-kv::KvPlan plan_kv_cache(const ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
-                         const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe = {},
-                         bool usable_after_weights = false);
 
 }  // namespace spindle::config

@@ -16,7 +16,7 @@ uint64_t measure_workspace_bytes(engine::Runner& runner, DType kv_dtype, int pag
   SPINDLE_CHECK(max_seq_len > 0, "--max-model-len {} must be positive", max_seq_len);
   Transformer& model = runner.model();
   const ModelConfig& c = model.config();
-  const kv::KvLayout layout = config::kv_layout_for(c, kv_dtype, page_size);
+  const kv::KvLayout layout = startup::kv_layout_for(c, kv_dtype, page_size);
 
   // Sequences of max_seq_len tokens (the last one shorter), each on its own pages, one logit row each.
   StepBatch batch;
@@ -48,7 +48,7 @@ uint64_t measure_workspace_bytes(engine::Runner& runner, DType kv_dtype, int pag
          (t - num_rows) * static_cast<uint64_t>(c.hidden_size) * sizeof(float);
 }
 
-config::WorkspaceProbe make_workspace_probe(engine::Runner& runner, DType kv_dtype, int page_size, int max_seq_len) {
+startup::WorkspaceProbe make_workspace_probe(engine::Runner& runner, DType kv_dtype, int page_size, int max_seq_len) {
   return [&runner, kv_dtype, page_size, max_seq_len](int num_tokens) {
     return measure_workspace_bytes(runner, kv_dtype, page_size, num_tokens, max_seq_len);
   };

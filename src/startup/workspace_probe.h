@@ -11,6 +11,7 @@
 
 #include "attn/attention_backend.h"
 #include "config/kv_config.h"
+#include "startup/kv_planning.h"
 #include "config/server_config.h"
 #include "platform/device_info.h"
 #include "util/dtype.h"
@@ -39,7 +40,7 @@ uint64_t measure_workspace_bytes(engine::Runner& runner, DType kv_dtype, int pag
                                  int max_seq_len);
 
 // measure_workspace_bytes for plan_kv_cache(); the runner must outlive the probe's use.
-config::WorkspaceProbe make_workspace_probe(engine::Runner& runner, DType kv_dtype, int page_size, int max_seq_len);
+startup::WorkspaceProbe make_workspace_probe(engine::Runner& runner, DType kv_dtype, int page_size, int max_seq_len);
 
 // Attention backends for a profiling (or benchmark) forward without the child-process validation
 // serve runs: the highest-priority backend available for each phase on this machine and shape

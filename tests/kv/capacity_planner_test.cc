@@ -16,6 +16,7 @@
 #include <string>
 
 #include "config/kv_config.h"
+#include "startup/kv_planning.h"
 #include "kv/capacity_planner.h"
 #include "model/model_config.h"
 #include "model/weight_map.h"
@@ -57,8 +58,8 @@ MemoryInfo memory_of(uint64_t usable, const std::string& bound = "MemAvailable")
 KvPlan plan_for(const ModelConfig& model, const MemoryInfo& memory, uint64_t weight_bytes,
                 const config::KvFlags& flags = {}) {
   const auto kv = config::resolve_kv(flags, model);
-  const auto layout = config::kv_layout_for(model, DType::kBF16, 16);
-  return config::plan_kv_cache(kv, layout, model, memory, weight_bytes);
+  const auto layout = startup::kv_layout_for(model, DType::kBF16, 16);
+  return startup::plan_kv_cache(kv, layout, model, memory, weight_bytes);
 }
 
 constexpr uint64_t k32GiB = 34'359'738'368;      // 32 * 2^30
@@ -119,8 +120,8 @@ TEST(CapacityPlannerTest, FourArchitecturesOn32GiB) {
     SCOPED_TRACE(c.fixture);
     const ModelConfig model = fixture_model(c.fixture);
     ASSERT_EQ(parameter_count(model), c.num_parameters);
-    ASSERT_EQ(config::kv_layout_for(model, DType::kBF16, 16).bytes_per_token(), c.kv_bytes_per_token);
-    ASSERT_EQ(config::estimate_workspace_bytes(model, 2048), c.workspace_bytes);
+    ASSERT_EQ(startup::kv_layout_for(model, DType::kBF16, 16).bytes_per_token(), c.kv_bytes_per_token);
+    ASSERT_EQ(startup::estimate_workspace_bytes(model, 2048), c.workspace_bytes);
 
     const KvPlan p = plan_for(model, memory_of(k32GiB), 2 * c.num_parameters);
     EXPECT_EQ(p.usable_bytes, k32GiB);
@@ -170,13 +171,13 @@ TEST(CapacityPlannerTest, LayoutMatchesModelKvBytesPerToken) {
     const ModelConfig model = fixture_model(name);
     for (const DType dtype : {DType::kBF16, DType::kF32}) {
       for (const int tp : {1, 2, 16}) {
-        EXPECT_EQ(config::kv_layout_for(model, dtype, 16, tp).bytes_per_token(), kv_bytes_per_token(model, dtype, tp))
+        EXPECT_EQ(startup::kv_layout_for(model, dtype, 16, tp).bytes_per_token(), kv_bytes_per_token(model, dtype, tp))
             << name << " tp " << tp;
       }
     }
   }
   // f32 doubles the bf16 cost: Llama-3.2-1B 16 * 2 * 8 * 64 * 4 = 65536.
-  EXPECT_EQ(config::kv_layout_for(fixture_model("llama-3.2-1b"), DType::kF32, 16).bytes_per_token(), 65536u);
+  EXPECT_EQ(startup::kv_layout_for(fixture_model("llama-3.2-1b"), DType::kF32, 16).bytes_per_token(), 65536u);
 }
 
 TEST(CapacityPlannerTest, F32KvHalvesTheTokens) {
@@ -184,7 +185,7 @@ TEST(CapacityPlannerTest, F32KvHalvesTheTokens) {
   //   = 25683 (410928 tokens).
   const ModelConfig model = fixture_model("llama-3.2-1b");
   const auto kv = config::resolve_kv({}, model);
-  const KvPlan p = config::plan_kv_cache(kv, config::kv_layout_for(model, DType::kF32, 16), model,
+  const KvPlan p = startup::plan_kv_cache(kv, startup::kv_layout_for(model, DType::kF32, 16), model,
                                          memory_of(k32GiB), 2471628800);
   EXPECT_EQ(p.num_pages_per_rank, 25683);
   EXPECT_EQ(p.max_total_tokens, 410928);
@@ -350,16 +351,16 @@ TEST(CapacityPlannerTest, ExplicitBelowOneSequenceIsAnError) {
 TEST(CapacityPlannerTest, MeasuredWorkspaceAndWeightsAlreadyResident) {
   const ModelConfig model = fixture_model("llama-3.2-1b");
   const auto kv = config::resolve_kv({}, model);
-  const auto layout = config::kv_layout_for(model, DType::kBF16, 16);
+  const auto layout = startup::kv_layout_for(model, DType::kBF16, 16);
   int probed_tokens = 0;
-  const config::WorkspaceProbe probe = [&](int tokens) {
+  const startup::WorkspaceProbe probe = [&](int tokens) {
     probed_tokens = tokens;
     return uint64_t{1} << 30;
   };
   // Usable read after loading: budget = 34359738368 - 1073741824 - 687194767 = 32598801777
   //   kv = floor(32598801777 * 0.9) = floor(29338921599.3) = 29338921599;
   //   pages = floor(29338921599 / 524288) = 55959
-  const KvPlan p = config::plan_kv_cache(kv, layout, model, memory_of(k32GiB), 2471628800, probe, true);
+  const KvPlan p = startup::plan_kv_cache(kv, layout, model, memory_of(k32GiB), 2471628800, probe, true);
   EXPECT_EQ(probed_tokens, 2048);
   EXPECT_EQ(p.workspace_source, "measured");
   EXPECT_FALSE(p.weights_subtracted);

@@ -1,0 +1,67 @@
+#include "startup/kv_planning.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "platform/cuda_info.h"
+#include "util/error.h"
+
+namespace spindle::startup {
+
+kv::KvLayout kv_layout_for(const ModelConfig& model, DType kv_dtype, int page_size, int tp_size) {
+  SPINDLE_CHECK(tp_size >= 1, "tensor-parallel size {} must be at least 1", tp_size);
+  kv::KvLayout layout;
+  layout.num_layers = model.num_hidden_layers;
+  layout.num_kv_heads = std::max(1, model.num_key_value_heads / tp_size);
+  layout.head_dim = model.head_dim;
+  layout.dtype = kv_dtype;
+  layout.page_size = page_size;
+  layout.check();
+  return layout;
+}
+
+uint64_t estimate_workspace_bytes(const ModelConfig& m, int max_num_batched_tokens) {
+  SPINDLE_CHECK(max_num_batched_tokens > 0, "--max-num-batched-tokens {} must be positive", max_num_batched_tokens);
+  const uint64_t floats_per_token = 3 * uint64_t(m.hidden_size) + 2 * uint64_t(m.q_size()) +
+                                    2 * uint64_t(m.kv_size()) + 2 * uint64_t(m.intermediate_size) +
+                                    uint64_t(m.vocab_size);
+  return uint64_t(max_num_batched_tokens) * sizeof(float) * floats_per_token;
+}
+
+MemoryInfo cuda_usable_memory(int cuda_device) {
+  const CudaMemory gpu = current_cuda_memory();
+  MemoryInfo m;
+  m.total_bytes = gpu.total_bytes;
+  m.mem_available_bytes = gpu.free_bytes;
+  m.usable_bytes = gpu.free_bytes;
+  m.bound = fmt::format("cudaMemGetInfo free on cuda:{}, weights resident", cuda_device);
+  return m;
+}
+
+kv::KvPlan plan_kv_cache(const config::ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
+                         const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe,
+                         bool usable_after_weights) {
+  kv::KvPlanInput in;
+  in.usable_bytes = memory.usable_bytes;
+  in.usable_bound = memory.bound;
+  in.usable_after_weights = usable_after_weights;
+  in.weight_bytes = weight_bytes;
+  in.max_num_batched_tokens = config.max_num_batched_tokens;
+  if (probe) {
+    in.workspace_bytes = probe(config.max_num_batched_tokens);
+    in.workspace_source = "measured";
+  } else {
+    in.workspace_bytes = estimate_workspace_bytes(model, config.max_num_batched_tokens);
+    in.workspace_source = "estimated";
+  }
+  in.kv_bytes_per_token = layout.bytes_per_token();
+  in.page_size = layout.page_size;
+  in.mem_fraction = config.mem_fraction;
+  in.dp_size = config.dp_size;
+  in.max_model_len = config.max_model_len;
+  in.max_total_tokens = config.max_total_tokens;
+  return kv::plan_kv_capacity(in);
+}
+
+}  // namespace spindle::startup
