@@ -1,4 +1,4 @@
-// What Model (CPU) and CudaModel share when they load a model folder, so both accept and reject
+// What load_cpu_model and load_cuda_model share when they load a model folder, so both accept and reject
 // exactly the same folders with the same messages.
 #pragma once
 

@@ -1,4 +1,4 @@
-// cuBLAS loaded at run time: libcublas is opened with dlopen on first use (a CudaModel's first
+// cuBLAS loaded at run time: libcublas is opened with dlopen on first use (CudaOps' first
 // CublasLinear) and the few functions Spindle calls are resolved with dlsym. So the spindle binary
 // neither maps cuBLAS (~600 MB with cuBLASLt) in processes that never run a GPU model -- the CPU
 // server, the validation children -- nor needs it to start. The headers give types only.
