@@ -27,12 +27,13 @@ for _ in $(seq 1 120); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && b
 curl -sf "localhost:$port/health" >/dev/null || { echo "server did not become healthy"; tail "$out/serve.log"; exit 1; }
 model=$(curl -s "localhost:$port/v1/models" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -1)
 vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" models/kjv-tiny/config.json 2>/dev/null || echo 4096)
-gen() {  # gen C N
+_gen() {  # _gen C N [JSON]
   timeout 900 node bench/serving/loadgen.mjs --url "http://127.0.0.1:$port" --model "$model" --concurrency "$1" \
     --requests "$2" --prompt-tokens "$prompt" --output-tokens "$output" --vocab "$vocab" --seed "$1" \
-    --json "$out/c$1.json" | tee -a "$log"
+    ${3:+--json "$3"}
 }
-gen 1 2 >/dev/null  # warm-up
+_gen 1 2 >/dev/null  # warm-up (not reported)
+gen() { _gen "$1" "$2" "$out/c$1.json" | tee -a "$log"; }
 gen 1 "${N1:-16}"
 gen 16 "${N16:-64}"
 node -e "const fs=require('fs'), a=JSON.parse(fs.readFileSync('$out/c1.json')), b=JSON.parse(fs.readFileSync('$out/c16.json'));
