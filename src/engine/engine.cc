@@ -183,7 +183,10 @@ void Engine::fail_all(const std::string& message) {
     out.finished = true;
     out.finish_reason = FinishReason::kError;
     out.error = message;
+    out.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     outputs_.at(r->id)->stream->push(std::move(out));
+    metrics_.observe_e2e_latency(seconds_between(r->arrival, Clock::now()));
+    metrics_.update([](MetricsSnapshot& s) { ++s.requests_finished_total; });
     release(r, /*cache_pages=*/false);
   }
 }

@@ -75,6 +75,7 @@ WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
   const auto seen = parts.size() == 1 && use != WeightUse::kBias ? slot_of_.find(first.bytes.data()) : slot_of_.end();
   if (seen != slot_of_.end()) {
     p.offset = seen->second;
+    p.shares_slot = true;
   } else {
     size_t bytes = 0;
     for (const auto& part : p.parts) bytes += part.size();
@@ -90,15 +91,13 @@ WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
 void CudaOps::finish_loading() {
   weights_.reserve(std::max<size_t>(cursor_, 1));
   auto* base = weights_.as<std::byte>();
-  std::vector<bool> copied(cursor_ / kWeightAlign + 1, false);
   for (Placed& p : placed_) {
     std::byte* dst = base + p.offset;
-    if (!copied[p.offset / kWeightAlign]) {
+    if (!p.shares_slot) {
       for (const auto& part : p.parts) {
         CUDA_CHECK(cudaMemcpy(dst, part.data(), part.size(), cudaMemcpyHostToDevice));
         dst += part.size();
       }
-      copied[p.offset / kWeightAlign] = true;
     }
     p.data = base + p.offset;
     p.weight.data = p.data;

@@ -69,6 +69,7 @@ class CudaOps final : public DeviceOps {
     std::vector<std::span<const std::byte>> parts;  // host bytes, back to back in the slot
     std::vector<float> bias;                        // kBias: the f32 copy to upload
     size_t offset = 0;                              // slot offset in weights_
+    bool shares_slot = false;                       // placed before (a tied LM head): nothing to copy
     kernels::cuda::DeviceWeight weight;             // kLinear (data set at finish_loading)
     kernels::cuda::WeightType type = kernels::cuda::WeightType::kF32;  // kVector
     const void* data = nullptr;                     // the device slot, after finish_loading

@@ -80,7 +80,7 @@ attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size)
 }
 
 const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, int page_size) {
-  check_step_batch(batch, config_.vocab_size);
+  check_step_batch(batch, config_.vocab_size, page_size);
   page_size_ = page_size;
   return ops_->upload(batch, page_size);
 }
@@ -181,11 +181,12 @@ void check_kv_caches(std::span<const attn::LayerKvCache> caches, int num_layers,
   }
 }
 
-void check_step_batch(const StepBatch& b, int vocab_size) {
+void check_step_batch(const StepBatch& b, int vocab_size, int page_size) {
+  SPINDLE_CHECK(page_size > 0, "forward: page size {} must be positive", page_size);
   const int64_t t = b.num_tokens();
   SPINDLE_CHECK(static_cast<int64_t>(b.positions.size()) == t, "forward: {} positions for {} token ids",
                 b.positions.size(), t);
-  int64_t row = 0, logit = 0;
+  int64_t row = 0, logit = 0, max_new = 0, max_kv = 0;
   for (size_t i = 0; i < b.sequences.size(); ++i) {
     const StepSequence& s = b.sequences[i];
     SPINDLE_CHECK(s.num_new_tokens >= 0 && s.num_cached_tokens >= 0,
@@ -198,10 +199,24 @@ void check_step_batch(const StepBatch& b, int vocab_size) {
                       int64_t{s.page_table_offset} + s.num_pages <= static_cast<int64_t>(b.page_tables.size()),
                   "forward: sequence {}'s page table [{}, +{}) is outside the batch's {} entries", i,
                   s.page_table_offset, s.num_pages, b.page_tables.size());
+    const int64_t kv_len = int64_t{s.num_cached_tokens} + s.num_new_tokens;
+    SPINDLE_CHECK(int64_t{s.num_pages} * page_size >= kv_len,
+                  "forward: sequence {}: page table of {} pages cannot hold {} tokens (page size {})", i, s.num_pages,
+                  kv_len, page_size);
+    for (int j = 0; j < s.num_new_tokens && row + j < t; ++j) {
+      SPINDLE_CHECK(b.positions[static_cast<size_t>(row + j)] == int64_t{s.num_cached_tokens} + j,
+                    "forward: sequence {} row {} has position {}, expected {}", i, j,
+                    b.positions[static_cast<size_t>(row + j)], int64_t{s.num_cached_tokens} + j);
+    }
+    max_new = std::max<int64_t>(max_new, s.num_new_tokens);
+    max_kv = std::max(max_kv, kv_len);
     row += s.num_new_tokens;
     logit += s.num_logit_rows;
   }
   SPINDLE_CHECK(row == t, "forward: {} token ids for a batch of {} new tokens", t, row);
+  SPINDLE_CHECK(b.max_new_tokens == max_new && b.max_kv_len == max_kv,
+                "forward: the batch's maxima ({} new, {} kv) are not its sequences' ({}, {})", b.max_new_tokens,
+                b.max_kv_len, max_new, max_kv);
   SPINDLE_CHECK(logit == b.num_logit_rows(), "forward: {} logit rows, the sequences want {}", b.num_logit_rows(),
                 logit);
   for (const int64_t r : b.logit_rows) {

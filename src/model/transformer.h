@@ -95,7 +95,8 @@ void check_attention_backends(const attn::AttentionBackend* prefill, const attn:
 // One cache per layer, each on `device`.
 void check_kv_caches(std::span<const attn::LayerKvCache> caches, int num_layers, attn::Device device);
 // A StepBatch's own consistency: non-negative counts, rows contiguous in sequence order,
-// positions and logit rows as add_sequence makes them, every token id inside [0, vocab_size).
-void check_step_batch(const StepBatch& batch, int vocab_size);
+// positions, maxima and logit rows as add_sequence makes them, page tables long enough for
+// `page_size`, every token id inside [0, vocab_size). (Page ids against the pool: the backends.)
+void check_step_batch(const StepBatch& batch, int vocab_size, int page_size);
 
 }  // namespace spindle

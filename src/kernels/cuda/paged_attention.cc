@@ -42,6 +42,10 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size) {
     const StepSequence& s = batch.sequences[si];
     const int64_t total = int64_t{s.num_cached_tokens} + s.num_new_tokens;
     SPINDLE_CHECK(total < (int64_t{1} << 30), "sequence {}: {} tokens is too long", si, total);
+    SPINDLE_CHECK(int64_t{s.num_pages} * page_size >= total && s.page_table_offset >= 0 &&
+                      size_t(s.page_table_offset) + size_t(s.num_pages) <= batch.page_tables.size(),
+                  "sequence {}: page table of {} pages cannot hold {} tokens (page size {})", si, s.num_pages, total,
+                  page_size);
     const int32_t* table = batch.page_table(s);
     for (int i = 0; i < s.num_new_tokens; ++i) {
       const int64_t pos = int64_t{s.num_cached_tokens} + i;

@@ -39,7 +39,10 @@ class DeviceBatch {
   // position); page ids are checked against the pool there too, before any kernel runs (PagedBackend
   // does both). Throws only for sizes the launch grids cannot take.
   void upload(const StepBatch& batch, int page_size);
+  DeviceBatch() = default;
   ~DeviceBatch();
+  DeviceBatch(const DeviceBatch&) = delete;  // owns pinned staging and an event
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
 
   const detail::PagedBatchView& view() const { return view_; }
   const StepBatchView& step() const { return step_; }                  // device pointers
