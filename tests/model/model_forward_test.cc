@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "attn/attention_backend.h"
+#include "kernels/step_batch.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "platform/device_info.h"
@@ -204,6 +205,28 @@ TEST(ModelLoadTest, ForwardChecksItsArguments) {
   EXPECT_THROW(model->bind_kv_caches(kv.caches().first(1)), Error);  // one cache for two layers
   model->bind_kv_caches(kv.caches());
   testing::expect_bad_steps_rejected(*model, tokens, batch, row, logits);
+}
+
+// A StepBatch that does not add up is refused by Transformer::upload before anything reads it:
+// a page table too short for its tokens, maxima or positions edited after add_sequence.
+TEST(ModelLoadTest, UploadChecksTheStepBatch) {
+  auto model = load_cpu_model(kGoldenDir / "qwen3-qknorm-f32");
+  const std::vector<TokenId> tokens = {1, 2, 3, 4, 5};
+  const std::vector<int32_t> pages = {0, 1};
+  auto make = [&](int num_pages) {
+    StepBatch b;
+    b.add_sequence(tokens.data(), 5, 0, pages.data(), num_pages, 1);
+    return b;
+  };
+  EXPECT_NO_THROW(model->upload(make(1), 16));  // 5 tokens fit one page of 16
+  EXPECT_THROW(model->upload(make(1), 4), Error);  // but not one page of 4
+  EXPECT_NO_THROW(model->upload(make(2), 4));
+  StepBatch maxima = make(1);
+  maxima.max_new_tokens = 1;  // would make the step look like decode
+  EXPECT_THROW(model->upload(maxima, 16), Error);
+  StepBatch positions = make(1);
+  positions.positions[2] = 7;
+  EXPECT_THROW(model->upload(positions, 16), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, ModelForwardTest, ::testing::ValuesIn(all_cases()), case_name);
