@@ -183,10 +183,7 @@ void Engine::fail_all(const std::string& message) {
     out.finished = true;
     out.finish_reason = FinishReason::kError;
     out.error = message;
-    out.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     outputs_.at(r->id)->stream->push(std::move(out));
-    metrics_.observe_e2e_latency(seconds_between(r->arrival, Clock::now()));
-    metrics_.update([](MetricsSnapshot& s) { ++s.requests_finished_total; });
     release(r, /*cache_pages=*/false);
   }
 }
@@ -206,6 +203,16 @@ void Engine::abort_cancelled() {
   }
 }
 
+std::string Engine::flush_held_text(RequestOutputState& o) {
+  const auto tail = o.stop_matcher.feed(o.detokenizer.finish());
+  return tail.stopped ? tail.emit : tail.emit + o.stop_matcher.flush();
+}
+
+void Engine::count_finished(const Request& r, Clock::time_point now) {
+  metrics_.observe_e2e_latency(seconds_between(r.arrival, now));
+  metrics_.update([](MetricsSnapshot& s) { ++s.requests_finished_total; });
+}
+
 void Engine::finish_over_capacity() {
   const int capacity = allocator_.num_pages() * allocator_.page_size();
   for (Request* r : scheduler_.over_capacity_requests()) {
@@ -219,11 +226,10 @@ void Engine::finish_over_capacity() {
                               r->prompt.size(), capacity);
     } else {  // grew to the whole KV cache
       out.finish_reason = FinishReason::kLength;
-      RequestOutputState& o = *outputs_.at(r->id);
-      const auto tail = o.stop_matcher.feed(o.detokenizer.finish());
-      out.text = tail.emit;
-      if (!tail.stopped) out.text += o.stop_matcher.flush();
+      out.text = flush_held_text(*outputs_.at(r->id));
+      count_finished(*r, Clock::now());
     }
+    out.num_cached_prompt_tokens = r->num_cached_prompt_tokens;
     outputs_.at(r->id)->stream->push(std::move(out));
     release(r, /*cache_pages=*/false);
   }
@@ -318,19 +324,15 @@ void Engine::accept_token(Request& r, RequestOutputState& o, const SampledToken&
     out.finish_reason = FinishReason::kLength;
   }
   if (out.finished && !stopped_by_string) {
-    // Finished by length, EOS or a stop token: the held-back tail (a partial UTF-8 sequence, text
-    // that could have started a stop string) goes out now.
-    const auto tail = o.stop_matcher.feed(o.detokenizer.finish());
-    out.text += tail.emit;
-    if (!tail.stopped) out.text += o.stop_matcher.flush();
+    // Finished by length, EOS or a stop token.
+    out.text += flush_held_text(o);
   }
   out.num_prompt_tokens = static_cast<int>(r.prompt.size());
   out.num_output_tokens = static_cast<int>(r.output.size());
   out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
   if (out.finished) {
     r.finished = true;
-    metrics_.observe_e2e_latency(seconds_between(r.arrival, now));
-    metrics_.update([](MetricsSnapshot& s) { ++s.requests_finished_total; });
+    count_finished(r, now);
   }
   o.stream->push(std::move(out));
 }

@@ -101,6 +101,10 @@ class Engine {
   void fail_all(const std::string& message);
   void abort_cancelled();
   void finish_over_capacity();
+  // The text a finishing request still holds back (a partial UTF-8 sequence, the start of a
+  // possible stop string), cut at a stop string if one completes.
+  static std::string flush_held_text(RequestOutputState& o);
+  void count_finished(const Request& r, Clock::time_point now);
   void accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled);
   bool is_stop_token(const RequestOutputState& o, TokenId token) const;
   void release(Request* r, bool cache_pages);  // the scheduler's pages and the output state

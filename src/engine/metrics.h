@@ -43,7 +43,7 @@ struct MetricsSnapshot {
 };
 
 // Where one engine step's wall time went, in seconds (engine.cc measures it). Everything but
-// `forward` is host work around the device's forward pass.
+// `forward` is host work around the device's forward pass (schedule + build + sample + output).
 struct StepSeconds {
   double schedule = 0;  // abort cancelled requests, schedule()
   double build = 0;     // the StepBatch from the plan (Runner::build)
@@ -51,8 +51,6 @@ struct StepSeconds {
   double sample = 0;    // the sampler over each logit row
   double output = 0;    // accept: stop checks, detokenize, stream push; release finished requests
   bool decode = false;  // a decode step (every sequence one new token)
-
-  double host() const { return schedule + build + sample + output; }
 };
 
 // Running totals of StepSeconds, per phase (decode steps, prefill or mixed steps).

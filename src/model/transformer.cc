@@ -81,7 +81,6 @@ attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size)
 
 const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, int page_size) {
   check_step_batch(batch, config_.vocab_size, page_size);
-  page_size_ = page_size;
   return ops_->upload(batch, page_size);
 }
 

@@ -86,7 +86,6 @@ class Transformer {
   WeightId final_norm_ = kNoWeight;  // [H]
   WeightId lm_head_ = kNoWeight;     // [V, H] (the embedding table when tied)
   std::vector<Layer> layers_;
-  int page_size_ = 0;                // of the uploaded step
 };
 
 // Backends for a model on `device`: both non-null and running there.
