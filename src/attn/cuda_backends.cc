@@ -1,6 +1,7 @@
 // The CUDA attention backends (built only with SPINDLE_WITH_CUDA): cuda_reference, cuda_flash,
 // cudnn_sdpa. Every tensor forward() receives and every bound KV page is CUDA device memory of
-// the device current on the calling thread; kernels run on the legacy default stream.
+// the device current on the calling thread; kernels run on the step's stream (the DeviceBatch's:
+// the model's stream, or the legacy default stream for a batch the backend uploaded itself).
 //
 // Per step, prepare() takes the step's device copy (kernels::cuda::DeviceBatch, uploaded once by
 // the model for the whole step, or by the backend itself when none is given); per layer the
@@ -57,7 +58,9 @@ class CudaPagedBackend : public PagedBackend {
     attend(p);
   }
 
-  void corrupt_output(Tensor out) final { kcu::add_constant(out.data, out.rows * out.cols, 0.5f); }
+  void corrupt_output(Tensor out) final {
+    kcu::add_constant(out.data, out.rows * out.cols, 0.5f, device_batch_->stream());
+  }
 
   kcu::DeviceBatch own_batch_;
   const kcu::DeviceBatch* device_batch_ = nullptr;
@@ -94,9 +97,9 @@ class CudaFlashBackend final : public CudaPagedBackend {
     a.workspace = bytes > 0 ? workspace_.data() : nullptr;
     a.workspace_bytes = bytes;
     if (decode) {
-      kd::launch_flash_decode(a, nullptr);
+      kd::launch_flash_decode(a, device_batch().stream());
     } else {
-      kd::launch_flash_prefill(a, nullptr);
+      kd::launch_flash_prefill(a, device_batch().stream());
     }
   }
 
@@ -113,7 +116,7 @@ class CudnnSdpaBackend final : public CudaPagedBackend {
  private:
   void attend(const kc::PagedAttentionParams& p) override {
     const kd::PagedLayerLaunch a = kcu::make_layer_launch(p, device_batch(), num_sms());
-    if (a.batch.num_rows > 0) sdpa_.run(a, nullptr);
+    if (a.batch.num_rows > 0) sdpa_.run(a, device_batch().stream());
   }
 
   kcu::CudnnSdpa sdpa_;

@@ -12,7 +12,14 @@ PagedBackend::PagedBackend(std::string name, Device device, const AttentionShape
 void PagedBackend::prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded) {
   batch_ = &batch;
   num_tokens_ = batch.num_tokens();
-  checked_num_pages_ = -1;  // sequences and page tables are checked at the step's first forward
+  checked_num_pages_ = -1;
+  // Checked now against the bound pages (a step whose layers replay a CUDA graph calls no
+  // forward), and again at the first forward of a layer whose page count differs.
+  if (!layers_.empty()) {
+    const RankPages pages = rank_pages(layers_.front());
+    kc::check_sequences(batch.sequences, batch.page_tables.data(), shape_.page_size, pages.num_pages, num_tokens_);
+    checked_num_pages_ = pages.num_pages;
+  }
   on_prepare(uploaded);
 }
 

@@ -85,6 +85,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   LoadOptions load_options;
   load_options.device = s->resolved.device;
   load_options.cuda_device = s->resolved.cuda_device;
+  load_options.cuda_16bit_activations = s->resolved.bf16_activations;
   load_options.cpu = model_options;
   s->model = load_model(s->model_dir, load_options);
   const attn::AttentionShape shape = s->model->attention_shape(s->resolved.kv_dtype, s->resolved.page_size);
@@ -92,7 +93,10 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   backend_options.pool = s->pool.get();
   s->prefill_backend = attn::create_attention_backend(s->selection.prefill_backend, shape, {}, backend_options);
   s->decode_backend = attn::create_attention_backend(s->selection.decode_backend, shape, {}, backend_options);
-  s->runner = std::make_unique<engine::Runner>(*s->model, *s->prefill_backend, *s->decode_backend);
+  engine::RunnerOptions runner_options;
+  runner_options.max_graph_batch = s->resolved.cuda_graph_max_bs;
+  runner_options.max_model_len = s->resolved.kv.max_model_len;
+  s->runner = std::make_unique<engine::Runner>(*s->model, *s->prefill_backend, *s->decode_backend, runner_options);
 
   SPINDLE_CHECK(s->resolved.kv.dp_size == 1,
                 "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
@@ -138,6 +142,15 @@ void log_serving_stack(const ServingStack& s) {
     }
   }
   for (const auto& w : s.selection.warnings) spdlog::warn("{}", w);
+  if (s.model->supports_graphs()) {
+    if (s.runner->graphs_enabled()) {
+      spdlog::info("CUDA graphs: decode steps of up to {} sequences replay a graph per batch size (1, 2, 4, 8, then "
+                   "multiples of 8), each captured the first time its size runs",
+                   s.resolved.cuda_graph_max_bs);
+    } else {
+      spdlog::info("CUDA graphs: off, {}", s.runner->graphs_disabled_reason());
+    }
+  }
   const kv::KvPlan& p = s.kv_plan;
   spdlog::info("KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {} -> KV {} for {} tokens ({} pages of {}), "
                "{} KV dtype, max model len {}",

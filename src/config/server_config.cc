@@ -81,6 +81,12 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
   std::tie(r.max_running_requests, r.max_queued_requests) = resolve_request_limits(flags);
+  SPINDLE_CHECK(flags.cuda_graph_max_bs >= 0, "--cuda-graph-max-bs {} must not be negative (0: the default)",
+                flags.cuda_graph_max_bs);
+  if (r.device == attn::Device::kCuda && !flags.disable_cuda_graph) {
+    const int wanted = flags.cuda_graph_max_bs > 0 ? flags.cuda_graph_max_bs : kDefaultCudaGraphMaxBs;
+    r.cuda_graph_max_bs = std::min(wanted, r.max_running_requests);
+  }
   r.backend_cache_dir = attn::ValidationCache::default_dir();
   return r;
 }
@@ -132,6 +138,11 @@ std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {
 }
 
 void add_scheduler_flags(CLI::App& app, ServerConfig& f) {
+  app.add_flag("--disable-cuda-graph", f.disable_cuda_graph, "CUDA: run every step kernel by kernel (no step graphs)");
+  app.add_option("--cuda-graph-max-bs", f.cuda_graph_max_bs,
+                 fmt::format("CUDA: decode steps of up to this many sequences replay step graphs (min(running "
+                             "requests, {}))",
+                             kDefaultCudaGraphMaxBs));
   app.add_option("--max-running-requests", f.max_running_requests,
                  fmt::format("Requests in the running batch at most ({})", kDefaultMaxRunningRequests));
   app.add_option("--max-queued-requests", f.max_queued_requests,

@@ -36,6 +36,8 @@ struct ServerConfig {
   std::string matmul_precision = "exact";  // exact | bf16
   int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
+  bool disable_cuda_graph = false;
+  int cuda_graph_max_bs = 0;     // 0: min(max running requests, kDefaultCudaGraphMaxBs)
   KvFlags kv;
 };
 
@@ -63,12 +65,15 @@ struct ResolvedConfig {
   bool bf16_activations = false;
   int max_running_requests = 0;  // requests in the running batch at most
   int max_queued_requests = 0;   // waiting requests before the server answers 503
+  // CUDA: decode steps of at most this many sequences replay step graphs (0: none).
+  int cuda_graph_max_bs = 0;
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
 };
 
 inline constexpr int kDefaultPageSize = 16;
 inline constexpr int kDefaultMaxRunningRequests = 256;
 inline constexpr int kDefaultMaxQueuedRequests = 1024;
+inline constexpr int kDefaultCudaGraphMaxBs = 256;
 inline constexpr DType kDefaultKvDtype = DType::kBF16;
 
 // Decides every default for this machine and model; throws on a bad flag value.

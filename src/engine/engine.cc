@@ -247,9 +247,30 @@ void Engine::run_step() {
   StepSeconds t;
   t.schedule = timer.lap();
   const StepBatch& batch = runner_.build(plan);
-  t.build = timer.lap();
-  const std::span<float> logits = runner_.run(batch);
-  t.forward = timer.lap();
+  const bool decode = batch.is_decode();
+  const bool on_device = runner_.samples_on_device();
+  std::span<float> logits;
+  const std::vector<SampledRow>* device_rows = nullptr;
+  if (on_device) {  // the logits stay on the device; only the chosen tokens come back
+    sampling_.clear();
+    sampling_.rows.resize(static_cast<size_t>(batch.num_logit_rows()));
+    for (const auto& s : plan.sequences) {
+      if (s.logits_row < 0) continue;
+      const Request& r = *s.request;
+      const Sampler& sampler = outputs_.at(r.id)->sampler;
+      add_sampling_row(sampler.params(), sampler.seed(), r.output.size(), r.prompt, r.output,
+                       static_cast<size_t>(s.logits_row), sampling_);
+    }
+    t.build = timer.lap();
+    device_rows = &runner_.run_and_sample(sampling_);
+    const double step = timer.lap();
+    t.forward = std::min(step, runner_.last_launch_seconds());
+    t.device = step - t.forward;
+  } else {
+    t.build = timer.lap();
+    logits = runner_.run(batch);
+    t.forward = timer.lap();
+  }
   scheduler_.update(plan);
 
   const int vocab = runner_.model().config().vocab_size;
@@ -260,9 +281,14 @@ void Engine::run_step() {
                                          s.num_cached_tokens);
     if (s.logits_row < 0) continue;
     RequestOutputState& o = *outputs_.at(r.id);
-    const std::span<float> row = logits.subspan(static_cast<size_t>(s.logits_row) * vocab, vocab);
     timer.lap();
-    const SampledToken sampled = o.sampler.sample(row, r.prompt, r.output);
+    SampledToken sampled;
+    if (on_device) {
+      sampled = to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row)]);
+    } else {
+      const std::span<float> row = logits.subspan(static_cast<size_t>(s.logits_row) * vocab, vocab);
+      sampled = o.sampler.sample(row, r.prompt, r.output);
+    }
     t.sample += timer.lap();
     accept_token(r, o, sampled);
     t.output += timer.lap();
@@ -270,7 +296,7 @@ void Engine::run_step() {
   metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
   for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/true);
   t.output += timer.lap();
-  t.decode = batch.is_decode();
+  t.decode = decode;
   metrics_.observe_step(t);
 }
 

@@ -126,6 +126,7 @@ class Engine {
   };
   std::deque<Incoming> incoming_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestOutputState>> outputs_;  // by Request::id (engine thread)
+  SamplingBatch sampling_;  // the step's device sampling rows (engine thread)
   bool stopping_ = false;
   int num_waiting_ = 0;                      // as of the last step (guarded by mutex_)
   std::vector<std::promise<bool>> checks_;   // integrity checks asked for (guarded by mutex_)

@@ -74,6 +74,7 @@ void Metrics::observe_step(const StepSeconds& t) {
   total.seconds.schedule += t.schedule;
   total.seconds.build += t.build;
   total.seconds.forward += t.forward;
+  total.seconds.device += t.device;
   total.seconds.sample += t.sample;
   total.seconds.output += t.output;
 }
@@ -114,13 +115,15 @@ std::string Metrics::render() const {
   out += "# HELP spindle_e2e_request_latency_seconds Time from arrival to the last token.\n"
          "# TYPE spindle_e2e_request_latency_seconds histogram\n";
   e2e_.render("spindle_e2e_request_latency_seconds", out);
-  out += "# HELP spindle_step_seconds_total Engine step wall time by part (forward: the device's forward pass; "
-         "the rest is host work).\n# TYPE spindle_step_seconds_total counter\n";
+  out += "# HELP spindle_step_seconds_total Engine step wall time by part (forward: the forward pass, or where the "
+         "device samples only its launches; device: waiting for the device's forward and sampling; the rest is host "
+         "work).\n# TYPE spindle_step_seconds_total counter\n";
   for (int decode = 0; decode < 2; ++decode) {
     const StepSeconds& t = steps_[decode].seconds;
     const char* phase = decode ? "decode" : "prefill";
     const std::pair<const char*, double> parts[] = {{"schedule", t.schedule}, {"build", t.build}, {"forward", t.forward},
-                                                    {"sample", t.sample},     {"output", t.output}};
+                                                    {"device", t.device},     {"sample", t.sample},
+                                                    {"output", t.output}};
     for (const auto& [part, seconds] : parts) {
       out += fmt::format("spindle_step_seconds_total{{phase=\"{}\",part=\"{}\"}} {}\n", phase, part, seconds);
     }

@@ -47,8 +47,11 @@ struct MetricsSnapshot {
 struct StepSeconds {
   double schedule = 0;  // abort cancelled requests, schedule()
   double build = 0;     // the StepBatch from the plan (Runner::build)
-  double forward = 0;   // upload, attention prepare, every layer, logits to the host (Runner::run)
-  double sample = 0;    // the sampler over each logit row
+  double forward = 0;   // upload, attention prepare, every layer, logits to the host (Runner::run);
+                        // where the device samples: only until the step's work is queued (launches
+                        // or a graph replay)
+  double device = 0;    // where the device samples: waiting for its forward and sampling
+  double sample = 0;    // the host sampler over each logit row (or reading the device's results)
   double output = 0;    // accept: stop checks, detokenize, stream push; release finished requests
   bool decode = false;  // a decode step (every sequence one new token)
 };

@@ -1,12 +1,34 @@
 #include "engine/runner.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
 #include "util/error.h"
 
 namespace spindle::engine {
 
-Runner::Runner(Transformer& model, attn::AttentionBackend& prefill, attn::AttentionBackend& decode)
-    : model_(model), prefill_(prefill), decode_(decode) {
+int graph_batch_size(int n) {
+  if (n <= 1) return 1;
+  if (n <= 2) return 2;
+  if (n <= 4) return 4;
+  return (n + 7) / 8 * 8;
+}
+
+Runner::Runner(Transformer& model, attn::AttentionBackend& prefill, attn::AttentionBackend& decode,
+               RunnerOptions options)
+    : model_(model), prefill_(prefill), decode_(decode), options_(options) {
   check_attention_backends(&prefill, &decode, model.device());
+  if (options_.max_graph_batch <= 0) {
+    graphs_disabled_reason_ = "disabled (--disable-cuda-graph, or --cuda-graph-max-bs 0)";
+  } else if (!model.supports_graphs()) {
+    graphs_disabled_reason_ = fmt::format("{} has no step graphs", attn::device_name(model.device()));
+  } else if (options_.max_model_len <= 0) {
+    graphs_disabled_reason_ = "no --max-model-len to plan the graphs' attention for";
+  } else {
+    graphs_enabled_ = true;
+  }
 }
 
 void Runner::bind_kv_caches(std::span<const attn::LayerKvCache> caches) {
@@ -29,12 +51,41 @@ const StepBatch& Runner::build(const StepPlan& plan) {
 }
 
 std::span<float> Runner::run(const StepBatch& batch) {
-  attn::AttentionBackend& attention = batch.is_decode() ? decode_ : prefill_;
+  attn::AttentionBackend& attention = backend_for(batch);
   const kernels::cuda::DeviceBatch* uploaded = model_.upload(batch, attention.shape().page_size);
   attention.prepare(batch, uploaded);
   logits_.resize(static_cast<size_t>(batch.num_logit_rows()) * static_cast<size_t>(model_.config().vocab_size));
   model_.forward(batch, attention, logits_.data());
   return logits_;
+}
+
+const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampling) {
+  const auto start = std::chrono::steady_clock::now();
+  SPINDLE_CHECK(model_.samples_on_device(), "run_and_sample: {} does not sample on the device",
+                attn::device_name(model_.device()));
+  SPINDLE_CHECK(static_cast<int>(sampling.rows.size()) == batch_.num_logit_rows(),
+                "run_and_sample: {} sampling rows for {} logit rows", sampling.rows.size(), batch_.num_logit_rows());
+  const int real = batch_.num_sequences();
+  const bool graph = graphs_enabled_ && real > 0 && batch_.is_decode() && batch_.num_logit_rows() == real &&
+                     real <= options_.max_graph_batch;
+  if (graph) {
+    const int size = std::min(graph_batch_size(real), std::max(options_.max_graph_batch, real));
+    while (batch_.num_sequences() < size) batch_.add_padding_sequence(0);
+  }
+  attn::AttentionBackend& attention = backend_for(batch_);
+  const kernels::cuda::DeviceBatch* uploaded =
+      model_.upload(batch_, attention.shape().page_size, graph ? options_.max_model_len : 0);
+  attention.prepare(batch_, uploaded);
+  model_.forward(batch_, attention, nullptr, graph ? Transformer::StepMode::kGraph : Transformer::StepMode::kEager);
+  if (graph && !model_.last_capture_failure().empty()) {
+    spdlog::warn("CUDA graphs off: capturing the decode step of {} sequences failed ({}); decode runs eagerly",
+                 batch_.num_sequences(), model_.last_capture_failure());
+    graphs_enabled_ = false;
+    graphs_disabled_reason_ = "capture failed: " + model_.last_capture_failure();
+  }
+  last_launch_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  model_.sample(sampling, sampled_);
+  return sampled_;
 }
 
 }  // namespace spindle::engine

@@ -4,23 +4,44 @@
 // only, from StepBatch::is_decode), then the transformer runs every layer. The runner, not the
 // model, owns the choice of backend and calls prepare.
 //
+// Where the model samples on its device (CUDA), run_and_sample() keeps the logits there and
+// returns only the chosen tokens. Where it has step graphs and they are enabled, a decode step
+// of at most max_graph_batch sequences is padded (StepBatch::add_padding_sequence) up to the
+// next graph batch size (graph_batch_size) and replayed from the graph of that size, captured
+// the first time the size is seen (DeviceOps: graphs).
+//
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "attn/attention_backend.h"
 #include "engine/scheduler.h"
+#include "kernels/sampling_batch.h"
 #include "kernels/step_batch.h"
 #include "model/transformer.h"
 
 namespace spindle::engine {
 
+struct RunnerOptions {
+  // Decode steps of at most this many sequences replay step graphs (0: never). Only where the
+  // model supports_graphs().
+  int max_graph_batch = 0;
+  // The longest context a graph step may see (--max-model-len): the attention's launch plans of
+  // a graph are made for it.
+  int max_model_len = 0;
+};
+
+// The graph batch size a decode step of n sequences is padded to: 1, 2, 4, 8, then multiples of 8.
+int graph_batch_size(int n);
+
 class Runner {
  public:
   // Borrows the model and the backends (both running on the model's device; may be the same).
-  Runner(Transformer& model, attn::AttentionBackend& prefill, attn::AttentionBackend& decode);
+  Runner(Transformer& model, attn::AttentionBackend& prefill, attn::AttentionBackend& decode,
+         RunnerOptions options = {});
 
   Transformer& model() { return model_; }
   // One cache per layer on the model's device, handed to both backends.
@@ -32,16 +53,36 @@ class Runner {
   const StepBatch& build(const StepPlan& plan);
   // Runs one step over `batch` (build()'s, or any StepBatch a test or probe made) and returns
   // host logits [batch.num_logit_rows(), vocab_size] (the sampler may modify them), valid until
-  // the next run().
+  // the next run(). Always eager.
   std::span<float> run(const StepBatch& batch);
 
+  // Where the model samples on its device: runs build()'s batch (graphs where enabled) and
+  // samples its logit rows, sampling.rows[r] for logit row r (as many rows as the batch has
+  // logit rows). Valid until the next call.
+  bool samples_on_device() const { return model_.samples_on_device(); }
+  const std::vector<SampledRow>& run_and_sample(const SamplingBatch& sampling);
+  // Seconds the last run_and_sample spent before waiting for the device (upload, prepare, the
+  // forward's launches or graph replay); the rest was the device's work and the sampling.
+  double last_launch_seconds() const { return last_launch_seconds_; }
+
+  // Whether decode steps replay graphs, and why not when they do not.
+  bool graphs_enabled() const { return graphs_enabled_; }
+  const std::string& graphs_disabled_reason() const { return graphs_disabled_reason_; }
+
  private:
+  attn::AttentionBackend& backend_for(const StepBatch& batch) { return batch.is_decode() ? decode_ : prefill_; }
+
   Transformer& model_;
   attn::AttentionBackend& prefill_;
   attn::AttentionBackend& decode_;
+  RunnerOptions options_;
+  bool graphs_enabled_ = false;
+  std::string graphs_disabled_reason_;
   StepBatch batch_;
   std::vector<TokenId> tokens_;  // one sequence's new tokens, reused
   std::vector<float> logits_;
+  std::vector<SampledRow> sampled_;
+  double last_launch_seconds_ = 0;
 };
 
 }  // namespace spindle::engine

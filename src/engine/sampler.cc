@@ -8,7 +8,7 @@
 namespace spindle::engine {
 
 Sampler::Sampler(SamplingParams params, uint64_t default_seed)
-    : params_(std::move(params)), rng_(params_.seed.value_or(default_seed)) {}
+    : params_(std::move(params)), seed_(params_.seed.value_or(default_seed)), rng_(seed_) {}
 
 void Sampler::apply_penalties(std::span<float> logits, std::span<const TokenId> prompt,
                               std::span<const TokenId> output) {
@@ -154,6 +154,51 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
   }
   if (want_logprobs) raw_logprobs(raw, result.token, params_.top_logprobs, result);
   return result;
+}
+
+void add_sampling_row(const SamplingParams& p, uint64_t seed, uint64_t counter, std::span<const TokenId> prompt,
+                      std::span<const TokenId> output, size_t row, SamplingBatch& batch) {
+  SamplingRow& r = batch.rows.at(row);
+  r = SamplingRow{};
+  r.temperature = p.greedy() ? 0.0f : p.temperature;
+  r.top_k = p.top_k > 0 ? p.top_k : 0;
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.repetition_penalty = p.repetition_penalty;
+  r.presence_penalty = p.presence_penalty;
+  r.frequency_penalty = p.frequency_penalty;
+  r.top_logprobs = p.top_logprobs;
+  r.want_logprob = p.logprobs || p.top_logprobs > 0 ? 1 : 0;
+  r.seed = seed;
+  r.counter = counter;
+
+  r.penalty_offset = static_cast<int32_t>(batch.penalty_tokens.size());
+  const bool repetition = p.repetition_penalty != 1.0f;
+  if (repetition || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    // Distinct tokens, with their output counts (repetition looks at the prompt too).
+    std::vector<TokenId> seen(output.begin(), output.end());
+    if (repetition) seen.insert(seen.end(), prompt.begin(), prompt.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    std::vector<TokenId> out_sorted(output.begin(), output.end());
+    std::sort(out_sorted.begin(), out_sorted.end());
+    for (const TokenId t : seen) {
+      const auto range = std::equal_range(out_sorted.begin(), out_sorted.end(), t);
+      batch.penalty_tokens.push_back({t, static_cast<int32_t>(range.second - range.first)});
+    }
+  }
+  r.penalty_count = static_cast<int32_t>(batch.penalty_tokens.size()) - r.penalty_offset;
+  r.bias_offset = static_cast<int32_t>(batch.biases.size());
+  for (const auto& [token, bias] : p.logit_bias) batch.biases.push_back({token, bias});
+  r.bias_count = static_cast<int32_t>(batch.biases.size()) - r.bias_offset;
+}
+
+SampledToken to_sampled_token(const SampledRow& row) {
+  SampledToken t;
+  t.token = row.token;
+  t.logprob = row.logprob;
+  for (size_t i = 0; i < row.top_tokens.size(); ++i) t.top.push_back({row.top_tokens[i], row.top_logprobs[i]});
+  return t;
 }
 
 }  // namespace spindle::engine

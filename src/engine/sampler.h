@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "kernels/sampling_batch.h"
 
 namespace spindle::engine {
 
@@ -37,6 +38,8 @@ class Sampler {
   SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
 
   const SamplingParams& params() const { return params_; }
+  // The seed of this request's draws (params.seed, else the engine's default for it).
+  uint64_t seed() const { return seed_; }
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
@@ -44,6 +47,7 @@ class Sampler {
   int draw_unsorted(std::span<float> logits);  // no top-k / top-p: no sort of the vocabulary
 
   SamplingParams params_;
+  uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   std::vector<int> order_;      // scratch: candidate ids
   std::vector<int> counts_;     // scratch: output token counts
@@ -52,5 +56,14 @@ class Sampler {
 
 // log_softmax of one row, for the top `k` entries (best first) and for `token`.
 void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledToken& out);
+
+// Sets batch.rows[row] to what a device sampler needs for one request (kernels/sampling_batch.h):
+// its parameters, seed and counter (tokens it drew before), and appends its penalty list (every
+// distinct prompt and output token with its output count, when a penalty is set) and its logit
+// bias. batch.rows must already have row + 1 entries.
+void add_sampling_row(const SamplingParams& params, uint64_t seed, uint64_t counter, std::span<const TokenId> prompt,
+                      std::span<const TokenId> output, size_t row, SamplingBatch& batch);
+// A device sampler's result as the engine's SampledToken.
+SampledToken to_sampled_token(const SampledRow& row);
 
 }  // namespace spindle::engine

@@ -63,6 +63,9 @@ struct StepBatch {
   int32_t max_new_tokens = 0;
   int32_t max_kv_len = 0;
   bool causal = true;
+  // The last num_padding_sequences sequences only fill a CUDA graph's batch size (one token at
+  // position 0 each, add_padding_sequence): devices do not keep their K/V, nobody reads their logits.
+  int32_t num_padding_sequences = 0;
 
   void clear() {
     token_ids.clear();
@@ -73,6 +76,7 @@ struct StepBatch {
     max_new_tokens = 0;
     max_kv_len = 0;
     causal = true;
+    num_padding_sequences = 0;
   }
 
   // Appends a sequence: its new tokens (num_new_tokens of them), the positions already cached, its
@@ -101,6 +105,15 @@ struct StepBatch {
     sequences.push_back(s);
     return static_cast<int>(sequences.size()) - 1;
   }
+
+  // A padding sequence (see num_padding_sequences): token 0 at position 0, its page table the one
+  // entry `page` (read, never written), one logit row. After every real sequence.
+  void add_padding_sequence(int32_t page) {
+    const TokenId token = 0;
+    add_sequence(&token, 1, 0, &page, 1, 1);
+    ++num_padding_sequences;
+  }
+  int32_t num_real_sequences() const { return num_sequences() - num_padding_sequences; }
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_sequences() const { return static_cast<int32_t>(sequences.size()); }

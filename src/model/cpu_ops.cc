@@ -86,7 +86,7 @@ const CpuOps::Placed& CpuOps::placed(WeightId id) const {
   return placed_[static_cast<size_t>(id)];
 }
 
-const kernels::cuda::DeviceBatch* CpuOps::upload(const StepBatch& batch, int /*page_size*/) {
+const kernels::cuda::DeviceBatch* CpuOps::upload(const StepBatch& batch, int /*page_size*/, int /*plan_kv_len*/) {
   step_ = batch.view();
   return nullptr;
 }

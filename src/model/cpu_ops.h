@@ -31,7 +31,7 @@ class CpuOps final : public DeviceOps {
   // The mmap'd tensors the forward reads (each counted once) plus the f32 bias copies.
   uint64_t weight_bytes() const override { return weight_bytes_; }
 
-  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size) override;
+  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size, int plan_kv_len) override;
   const StepBatchView& step() const override { return step_; }
   void reserve(int64_t num_tokens, int64_t num_logit_rows) override;
   float* scratch(Scratch slot) override { return scratch_[static_cast<int>(slot)].data(); }

@@ -1,6 +1,7 @@
 #include "model/cuda_ops.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -34,15 +35,37 @@ kcu::WeightType weight_type(DType dtype) {
 
 void grow_f32(kcu::DeviceBuffer& buffer, int64_t count) { buffer.reserve(static_cast<size_t>(count) * sizeof(float)); }
 
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uint64_t free_device_bytes() {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return free;
+}
+
 }  // namespace
 
 CudaOps::CudaOps(const ModelConfig& config, const CudaModelOptions& options) : config_(config), device_(options.device) {
   CUDA_CHECK(cudaSetDevice(device_));
-  linear_ = std::make_unique<kcu::CublasLinear>(stream_, options.allow_16bit_activations);
-  upload_rope(rope_table_positions(config_, options.rope_table_positions));
+  CUDA_CHECK(cudaStreamCreate(&stream_));
+  try {
+    linear_ = std::make_unique<kcu::CublasLinear>(stream_, options.allow_16bit_activations);
+    upload_rope(rope_table_positions(config_, options.rope_table_positions));
+  } catch (...) {
+    linear_.reset();
+    cudaStreamDestroy(stream_);
+    throw;
+  }
 }
 
-CudaOps::~CudaOps() = default;
+CudaOps::~CudaOps() {
+  for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);  // no throw from a destructor
+  cudaStreamSynchronize(stream_);
+  linear_.reset();
+  cudaStreamDestroy(stream_);
+}
 
 WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
   SPINDLE_CHECK(!parts.empty(), "place: no tensor");
@@ -117,7 +140,7 @@ void CudaOps::upload_rope(int64_t table_positions) {
   // A RopeTable without a table computes every position on the fly with the arithmetic that
   // fills the CPU table; rotating [1, .., 1, 0, .., 0] by position p yields exactly
   // [cos(p f_i) .., sin(p f_i) ..].
-  const kc::RopeTable rope(rope_params(config_), 0);
+  const kc::RopeTable rope(rope_params(config_), 0);  // copies below: synchronous, then ordered before stream_
   const int d = config_.head_dim;
   const int half = d / 2;
   rope_positions_ = table_positions;
@@ -140,14 +163,15 @@ void CudaOps::upload_rope(int64_t table_positions) {
 }
 
 uint64_t CudaOps::workspace_bytes() const {
-  uint64_t n = rope_table_.size() + inv_freq_.size() + linear_->workspace_bytes() + batch_.device_bytes();
+  uint64_t n = rope_table_.size() + inv_freq_.size() + linear_->workspace_bytes() + batch_.device_bytes() +
+               sampler_.device_bytes() + graph_stats_.memory_bytes;
   for (const auto& b : scratch_) n += b.size();
   return n;
 }
 
-const kcu::DeviceBatch* CudaOps::upload(const StepBatch& batch, int page_size) {
+const kcu::DeviceBatch* CudaOps::upload(const StepBatch& batch, int page_size, int plan_kv_len) {
   CUDA_CHECK(cudaSetDevice(device_));
-  batch_.upload(batch, page_size);
+  batch_.upload(batch, page_size, stream_, plan_kv_len);
   return &batch_;
 }
 
@@ -174,11 +198,71 @@ void CudaOps::reserve(int64_t t, int64_t n) {
 }
 
 void CudaOps::finish_step(float* host, int64_t count) {
+  if (host == nullptr) return;  // the logits stay on the device for sample(), which waits
   if (count > 0) {
     CUDA_CHECK(cudaMemcpyAsync(host, scratch(Scratch::kLogits), static_cast<size_t>(count) * sizeof(float),
                                cudaMemcpyDeviceToHost, stream_));
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaOps::sample(const SamplingBatch& batch, std::vector<SampledRow>& out) {
+  const size_t have = scratch_[static_cast<int>(Scratch::kLogits)].size() / sizeof(float);
+  SPINDLE_CHECK(batch.rows.size() * static_cast<size_t>(config_.vocab_size) <= have,
+                "sample: {} rows asked for, the last step's logits hold fewer", batch.rows.size());
+  sampler_.sample(scratch(Scratch::kLogits), config_.vocab_size, batch, stream_, out);
+}
+
+bool CudaOps::replay_graph(int64_t key) {
+  const auto it = graphs_.find(key);
+  if (it == graphs_.end()) return false;
+  if (it->second.epoch != kcu::reallocation_epoch()) {  // a buffer it points into moved
+    CUDA_CHECK(cudaGraphExecDestroy(it->second.exec));
+    graphs_.erase(it);
+    graph_stats_.captured = static_cast<int>(graphs_.size());
+    return false;
+  }
+  CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+  ++graph_stats_.replays;
+  return true;
+}
+
+void CudaOps::begin_capture() {
+  free_before_capture_ = free_device_bytes();
+  capture_started_ = now_seconds();
+  epoch_at_capture_ = kcu::reallocation_epoch();
+  CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+}
+
+void CudaOps::abort_capture() {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+}
+
+bool CudaOps::end_capture(int64_t key, std::string* why) {
+  const uint64_t epoch = kcu::reallocation_epoch();
+  cudaGraph_t graph = nullptr;
+  cudaError_t status = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  const bool grew = epoch != epoch_at_capture_;  // nodes recorded before the growth point at freed memory
+  if (status == cudaSuccess && !grew) status = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();  // a failed capture's error is not sticky: clear it
+  if (status != cudaSuccess || grew) {
+    if (why != nullptr) *why = grew ? "a device buffer was reallocated during the capture" : cudaGetErrorString(status);
+    return false;
+  }
+  Graph& g = graphs_[key];
+  if (g.exec != nullptr) CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+  g.exec = exec;
+  g.epoch = epoch;
+  ++graph_stats_.captures;
+  graph_stats_.captured = static_cast<int>(graphs_.size());
+  graph_stats_.capture_seconds += now_seconds() - capture_started_;
+  const uint64_t free_after = free_device_bytes();
+  if (free_before_capture_ > free_after) graph_stats_.memory_bytes += free_before_capture_ - free_after;
+  return true;
 }
 
 void CudaOps::embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) {

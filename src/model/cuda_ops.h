@@ -10,8 +10,14 @@
 // arithmetic. The step's batch is uploaded once (kernels::cuda::DeviceBatch) and shared with the
 // attention backend.
 //
-// Streams: everything runs on the legacy default stream, where the CUDA attention backends run;
-// finish_step synchronizes it. upload() makes the device current on the calling thread.
+// Streams: everything runs on one stream CudaOps creates (blocking: ordered with the legacy
+// default stream, where the KV pool is cleared); the uploaded DeviceBatch carries it to the
+// attention backends. finish_step and sample synchronize it. upload() makes the device current
+// on the calling thread.
+//
+// Sampling: kernels/cuda/device_sampler.h over the kLogits scratch. Graphs: the forward's work
+// captured on the stream (thread-local capture mode) and instantiated per key; a graph is
+// dropped when any device buffer was reallocated after it was captured.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +27,7 @@
 
 #include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_sampler.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/cuda_model.h"
@@ -44,13 +51,23 @@ class CudaOps final : public DeviceOps {
   // placed twice counts once). Alignment padding between tensors (< 256 bytes each) is not counted.
   uint64_t weight_bytes() const override { return weight_bytes_; }
 
-  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size) override;
+  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size, int plan_kv_len) override;
   const StepBatchView& step() const override { return batch_.step(); }
   void reserve(int64_t num_tokens, int64_t num_logit_rows) override;
   float* scratch(Scratch slot) override { return scratch_[static_cast<int>(slot)].as<float>(); }
   uint64_t workspace_bytes() const override;
   float* logits_target(float* /*host*/) override { return scratch(Scratch::kLogits); }
   void finish_step(float* host, int64_t count) override;
+
+  bool samples_on_device() const override { return true; }
+  void sample(const SamplingBatch& batch, std::vector<SampledRow>& out) override;
+
+  bool supports_graphs() const override { return true; }
+  bool replay_graph(int64_t key) override;
+  void begin_capture() override;
+  bool end_capture(int64_t key, std::string* why) override;
+  void abort_capture() override;
+  GraphStats graph_stats() const override { return graph_stats_; }
 
   void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) override;
   void rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w,
@@ -77,9 +94,20 @@ class CudaOps final : public DeviceOps {
   const Placed& placed(WeightId id) const;
   void upload_rope(int64_t table_positions);
 
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t epoch = 0;  // kernels::cuda::reallocation_epoch() when it was captured
+  };
+
   ModelConfig config_;
   int device_ = 0;
-  cudaStream_t stream_ = nullptr;  // the legacy default stream
+  cudaStream_t stream_ = nullptr;  // created by the constructor
+  std::map<int64_t, Graph> graphs_;
+  GraphStats graph_stats_;
+  double capture_started_ = 0;      // seconds (steady clock) at begin_capture
+  uint64_t free_before_capture_ = 0;
+  uint64_t epoch_at_capture_ = 0;
+  kernels::cuda::DeviceSampler sampler_;
   std::unique_ptr<kernels::cuda::CublasLinear> linear_;
   std::vector<Placed> placed_;
   std::map<const void*, size_t> slot_of_;  // host data -> offset (a tensor placed twice shares a slot)

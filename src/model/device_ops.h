@@ -14,8 +14,11 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "attn/attention_types.h"
+#include "kernels/sampling_batch.h"
 #include "kernels/step_batch.h"
 #include "model/safetensors.h"
 
@@ -75,7 +78,8 @@ class DeviceOps {
   // Makes the step's batch readable on the device and returns its view there (token ids,
   // positions, logit rows in device memory). CUDA uploads it once (the returned DeviceBatch is
   // handed to the attention backend's prepare); the CPU reads the host batch (null).
-  virtual const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size) = 0;
+  // plan_kv_len: see kernels::cuda::DeviceBatch::upload (a CUDA graph's launch plans); 0: none.
+  virtual const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size, int plan_kv_len) = 0;
   virtual const StepBatchView& step() const = 0;
   // Grows the scratch for a step of num_tokens rows and num_logit_rows logit rows.
   virtual void reserve(int64_t num_tokens, int64_t num_logit_rows) = 0;
@@ -86,6 +90,35 @@ class DeviceOps {
   virtual float* logits_target(float* host) = 0;
   // Waits for the step's work; copies logits_target's n * V floats to `host` when they differ.
   virtual void finish_step(float* host, int64_t count) = 0;
+
+  // --- Sampling on the device (CUDA) ----------------------------------------------------------
+  // True where sample() chooses tokens from the step's logits in device memory, so forward may
+  // leave them there.
+  virtual bool samples_on_device() const { return false; }
+  // The first batch.rows.size() rows of the last step's logits (kLogits) sampled; waits.
+  virtual void sample(const SamplingBatch& batch, std::vector<SampledRow>& out);
+
+  // --- Step graphs (CUDA graphs) ---------------------------------------------------------------
+  // A graph is the device work of one forward, recorded once (begin_capture, the forward's ops,
+  // end_capture) and replayed for later steps of the same key (the batch's row count) whose
+  // device arrays sit at the same addresses. Replays are valid only while no device buffer was
+  // reallocated since the capture; replay_graph returns false when there is no valid graph.
+  virtual bool supports_graphs() const { return false; }
+  virtual bool replay_graph(int64_t /*key*/) { return false; }
+  virtual void begin_capture() {}
+  // Ends the capture and keeps the graph under `key`. Returns false (and keeps nothing, the
+  // device usable) when the capture failed; `why` says why.
+  virtual bool end_capture(int64_t /*key*/, std::string* /*why*/) { return false; }
+  // Ends a capture an exception interrupted, keeping nothing.
+  virtual void abort_capture() {}
+  struct GraphStats {
+    int captured = 0;             // graphs held now
+    int captures = 0;             // captures done (recaptures included)
+    double capture_seconds = 0;   // spent capturing and instantiating
+    int64_t replays = 0;
+    uint64_t memory_bytes = 0;    // device memory the graphs took (free memory before - after)
+  };
+  virtual GraphStats graph_stats() const { return {}; }
 
   // --- Ops ------------------------------------------------------------------------------------
   // out[i, :] = table[ids[i], :]; ids (device memory, already checked against the vocabulary).

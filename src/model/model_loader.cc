@@ -13,6 +13,7 @@ std::unique_ptr<Transformer> load_model(const std::filesystem::path& dir, const 
 #ifdef SPINDLE_WITH_CUDA
   CudaModelOptions cuda;
   cuda.device = options.cuda_device;
+  cuda.allow_16bit_activations = options.cuda_16bit_activations;
   return load_cuda_model(dir, cuda);
 #else
   SPINDLE_FAIL("cannot load {} on a CUDA device: this spindle was built without CUDA", dir.string());

@@ -14,6 +14,7 @@ namespace spindle {
 struct LoadOptions {
   attn::Device device = attn::Device::kCpu;
   int cuda_device = 0;      // the CUDA ordinal, for kCuda (bound by the caller)
+  bool cuda_16bit_activations = false;  // kCuda: CudaModelOptions::allow_16bit_activations
   ModelOptions cpu;         // for kCpu
 };
 

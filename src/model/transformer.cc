@@ -79,23 +79,58 @@ attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size)
   return s;
 }
 
-const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, int page_size) {
-  check_step_batch(batch, config_.vocab_size, page_size);
-  return ops_->upload(batch, page_size);
+void DeviceOps::sample(const SamplingBatch& /*batch*/, std::vector<SampledRow>& /*out*/) {
+  SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
 }
 
-void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits) {
-  const ModelConfig& c = config_;
+const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, int page_size, int plan_kv_len) {
+  check_step_batch(batch, config_.vocab_size, page_size);
+  return ops_->upload(batch, page_size, plan_kv_len);
+}
+
+void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits, StepMode mode) {
   const int64_t t = batch.num_tokens();
   const int64_t n = batch.num_logit_rows();
   SPINDLE_CHECK(attention.device() == device(), "forward: attention backend {} runs on {}, this model on {}",
                 attention.name(), attn::device_name(attention.device()), attn::device_name(device()));
+  SPINDLE_CHECK(logits != nullptr || ops_->samples_on_device(),
+                "forward: {} cannot keep the logits on the device; give a host buffer", attn::device_name(device()));
+  SPINDLE_CHECK(mode == StepMode::kEager || ops_->supports_graphs(), "forward: {} has no step graphs",
+                attn::device_name(device()));
   if (t == 0) return;
   const StepBatchView& step = ops_->step();
   SPINDLE_CHECK(step.num_tokens == t && step.num_logit_rows == n,
                 "forward: the batch ({} tokens, {} logit rows) is not the uploaded one ({}, {}); upload it first", t,
                 n, step.num_tokens, step.num_logit_rows);
 
+  ops_->reserve(t, n);  // before logits_target: growing moves the device scratch
+  float* device_logits = ops_->logits_target(logits);
+  if (mode == StepMode::kGraph && ops_->replay_graph(t)) {
+    // the graph wrote device_logits
+  } else {
+    queue_forward(batch, attention, device_logits);
+    if (mode == StepMode::kGraph) {  // record the same work for the next step of this shape
+      ops_->begin_capture();
+      try {
+        queue_forward(batch, attention, device_logits);
+      } catch (const std::exception& e) {
+        ops_->abort_capture();
+        last_capture_failure_ = e.what();
+        mode = StepMode::kEager;
+      }
+      if (mode == StepMode::kGraph && !ops_->end_capture(t, &last_capture_failure_)) mode = StepMode::kEager;
+      if (mode == StepMode::kGraph) last_capture_failure_.clear();
+    }
+  }
+  ops_->finish_step(logits, n * config_.vocab_size);
+}
+
+// The device work of one forward, queued; the LM head writes `logits` (logits_target's).
+void Transformer::queue_forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t t = batch.num_tokens();
+  const int64_t n = batch.num_logit_rows();
+  const StepBatchView& step = ops_->step();
   ops_->reserve(t, n);
   const int64_t h = c.hidden_size;
   float* hidden = ops_->scratch(Scratch::kHidden);
@@ -107,10 +142,9 @@ void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attent
   if (n > 0) {
     float* final_rows = ops_->scratch(Scratch::kFinalRows);
     ops_->rms_norm(hidden, final_rows, n, h, final_norm_, step.logit_rows);
-    const DeviceOps::Product head{lm_head_, ops_->logits_target(logits), kNoWeight};
+    const DeviceOps::Product head{lm_head_, logits, kNoWeight};
     ops_->linear(final_rows, n, {&head, 1});
   }
-  ops_->finish_step(logits, n * c.vocab_size);
 }
 
 // Layer `index` over t rows. On entry kNormed holds RMSNorm(x) with this layer's input norm; on

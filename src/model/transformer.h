@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "attn/attention_backend.h"
@@ -59,12 +60,35 @@ class Transformer {
   attn::AttentionShape attention_shape(DType kv_dtype, int page_size) const;
 
   // The step's batch on the device, once per step (see DeviceOps::upload). Checks the batch
-  // (check_step_batch, token ids inside the vocabulary) first.
-  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size);
+  // (check_step_batch, token ids inside the vocabulary) first. plan_kv_len: a graph step's bound
+  // on the context length (kernels::cuda::DeviceBatch::upload), 0 otherwise.
+  const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size, int plan_kv_len = 0);
+
+  // How forward() runs the device work.
+  enum class StepMode {
+    kEager,  // op by op
+    // Replay the device graph of this row count; without a valid one, run eagerly and capture
+    // one for the next step of this shape (a failed capture is reported by last_capture_failure
+    // and the step still completes). Only where supports_graphs(); the batch must be uploaded with
+    // the same plan_kv_len at every step of the key.
+    kGraph,
+  };
   // Runs every layer over the uploaded batch with `attention` (prepared for this batch, running
   // on device(), its KV caches bound) and writes host logits [batch.num_logit_rows(), vocab_size]
-  // f32, row r for the query row batch.logit_rows[r]. Returns when they are written.
-  void forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits);
+  // f32, row r for the query row batch.logit_rows[r]. Returns when they are written. With logits
+  // null (only where samples_on_device()) they stay on the device for sample() and forward
+  // returns once the work is queued.
+  void forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits,
+               StepMode mode = StepMode::kEager);
+
+  // Where the device chooses tokens from the logits a forward left on it (CUDA).
+  bool samples_on_device() const { return ops_->samples_on_device(); }
+  // The last forward's first rows.rows.size() logit rows sampled (kernels/sampling_batch.h); waits.
+  void sample(const SamplingBatch& rows, std::vector<SampledRow>& out) { ops_->sample(rows, out); }
+  bool supports_graphs() const { return ops_->supports_graphs(); }
+  DeviceOps::GraphStats graph_stats() const { return ops_->graph_stats(); }
+  // Why the last failed capture failed (empty when none did).
+  const std::string& last_capture_failure() const { return last_capture_failure_; }
 
  private:
   struct Layer {
@@ -78,6 +102,7 @@ class Transformer {
   };
 
   void place_weights(const Checkpoint& checkpoint);
+  void queue_forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits);
   void run_layer(int index, int64_t num_tokens, attn::AttentionBackend& attention);
 
   ModelConfig config_;
@@ -86,6 +111,7 @@ class Transformer {
   WeightId final_norm_ = kNoWeight;  // [H]
   WeightId lm_head_ = kNoWeight;     // [V, H] (the embedding table when tied)
   std::vector<Layer> layers_;
+  std::string last_capture_failure_;
 };
 
 // Backends for a model on `device`: both non-null and running there.

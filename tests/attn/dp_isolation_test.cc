@@ -92,8 +92,9 @@ TEST(DpIsolationTest, PageOutsideTheRankIsRejected) {
                Error);
 }
 
-// The batch is checked once per step, not per layer: a later step's bad page is still caught, on
-// the first layer and on every layer after it (nothing is run with it).
+// The batch is checked once per step, not per layer: a later step's bad page is caught by prepare
+// (with caches bound: a step whose layers replay a CUDA graph runs no forward), and still on the
+// first layer and on every layer after it (nothing is run with it).
 TEST(DpIsolationTest, EachStepIsCheckedAgain) {
   const AttentionShape shape{4, 1, 64, 0.125f, DType::kF32, 4};
   RandomBatch local = make_random_batch(shape, {{3, 2}}, 7, true, 0);
@@ -113,7 +114,7 @@ TEST(DpIsolationTest, EachStepIsCheckedAgain) {
   EXPECT_NO_THROW(forward(0));
   EXPECT_NO_THROW(forward(1));
   local.step.page_tables[local.step.sequences[0].page_table_offset] = local.num_pages;  // first page of rank 1
-  backend->prepare(local.step);
+  EXPECT_THROW(backend->prepare(local.step), Error);
   EXPECT_THROW(forward(0), Error);
   EXPECT_THROW(forward(1), Error);
 }

@@ -35,6 +35,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
+#include "cuda/cuda_skip.h"
 #include "platform/cuda_info.h"
 #include "util/dtype.h"
 #include "util/error.h"
@@ -58,27 +59,7 @@ constexpr double kBf16KvTolerance = 5e-2;
 constexpr double kF16WeightTolerance = 2e-2;
 constexpr double kBatchTolerance = 1e-4;
 
-// Why CUDA cannot run here ("" when it can): probed once per process.
-const std::string& no_device_reason() {
-  static const std::string reason = [] {
-    const CudaProbe probe = probe_cuda_devices();
-    if (probe.devices.empty()) {
-      return probe.unavailable_reason.empty() ? std::string("no devices") : probe.unavailable_reason;
-    }
-    const auto& d = probe.devices.front();
-    if (d.cc_major < 8) {
-      return "device 0 (" + d.name + ") has compute capability " + std::to_string(d.cc_major) + "." +
-             std::to_string(d.cc_minor) + ", needs 8.0";
-    }
-    return std::string();
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                              \
-  do {                                                                                          \
-    if (!no_device_reason().empty()) GTEST_SKIP() << "no CUDA device: " << no_device_reason(); \
-  } while (0)
+using testing::no_cuda_device_reason;
 
 std::string case_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string name = info.param;

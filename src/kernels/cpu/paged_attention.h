@@ -66,6 +66,10 @@ struct KvWriteParams {
 // Host-side checks shared by every kernel: sizes positive, dtype supported, head counts divide,
 // query rows contiguous and in range, every page index inside [0, num_pages). Throws spindle::Error.
 void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tokens);
+// The batch part of that check: rows contiguous in sequence order adding up to num_tokens, page
+// tables long enough, every page id inside [0, num_pages).
+void check_sequences(std::span<const StepSequence> sequences, const int32_t* page_tables, int page_size,
+                     int num_pages, int64_t num_tokens);
 void write_kv_pages(const KvWriteParams& p);
 
 // head_dim the optimized kernels (avx2, avx512, amx) accept: a positive multiple of this. The

@@ -13,8 +13,6 @@ int64_t count_query_rows(std::span<const StepSequence> sequences) {
   return n;
 }
 
-namespace {
-
 void check_sequences(std::span<const StepSequence> sequences, const int32_t* page_tables, int page_size,
                      int num_pages, int64_t num_tokens) {
   int64_t expected_offset = 0;
@@ -44,8 +42,6 @@ void check_sequences(std::span<const StepSequence> sequences, const int32_t* pag
   SPINDLE_CHECK(expected_offset == num_tokens, "batch has {} query rows but the sequences add up to {}",
                 num_tokens, expected_offset);
 }
-
-}  // namespace
 
 void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tokens) {
   SPINDLE_CHECK(p.kv_dtype == DType::kF32 || p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF16,

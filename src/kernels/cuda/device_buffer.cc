@@ -1,10 +1,16 @@
 #include "kernels/cuda/device_buffer.h"
 
+#include <atomic>
 #include <utility>
 
 #include "kernels/cuda/cuda_check.h"
 
 namespace spindle::kernels::cuda {
+namespace {
+std::atomic<uint64_t> g_epoch{0};
+}  // namespace
+
+uint64_t reallocation_epoch() { return g_epoch.load(std::memory_order_relaxed); }
 
 DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) cudaFree(data_);  // no throw from a destructor
@@ -29,6 +35,7 @@ void DeviceBuffer::reserve(size_t bytes) {
     data_ = nullptr;
     bytes_ = 0;
   }
+  g_epoch.fetch_add(1, std::memory_order_relaxed);
   CUDA_CHECK(cudaMalloc(&data_, bytes));
   bytes_ = bytes;
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace spindle::kernels::cuda {
 
@@ -19,7 +20,8 @@ class DeviceBuffer {
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
 
-  // Ensures at least `bytes` are allocated (contents are lost when it grows).
+  // Ensures at least `bytes` are allocated (contents are lost when it grows; every growth in the
+  // process bumps reallocation_epoch()).
   void reserve(size_t bytes);
   void* data() const { return data_; }
   size_t size() const { return bytes_; }
@@ -30,6 +32,10 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// How many times any DeviceBuffer of the process was (re)allocated. A captured CUDA graph holds
+// raw device pointers: it is valid only while the epoch it was captured at holds.
+uint64_t reallocation_epoch();
 
 // Synchronous copies (the legacy default stream): host -> device, device -> host.
 void copy_to_device(void* device_dst, const void* host_src, size_t bytes);

@@ -33,10 +33,63 @@ DeviceBatch::~DeviceBatch() {
   if (staging_ != nullptr) cudaFreeHost(staging_);
 }
 
-void DeviceBatch::upload(const StepBatch& batch, int page_size) {
+namespace {
+
+// The upload's arrays in buffer order; the page tables, whose size varies from step to step at
+// equal counts, last.
+enum Part { kTokens, kPositions, kSequences, kLogitRows, kSlots, kRows, kPageTables, kNumParts };
+
+struct Layout {
+  size_t offset[kNumParts] = {};
+  size_t bytes[kNumParts] = {};
+  size_t total = 0;
+};
+
+Layout layout_for(int64_t rows, int64_t sequences, int64_t logit_rows, int64_t page_entries) {
+  Layout l;
+  l.bytes[kTokens] = static_cast<size_t>(rows) * sizeof(TokenId);
+  l.bytes[kPositions] = static_cast<size_t>(rows) * sizeof(int64_t);
+  l.bytes[kSequences] = static_cast<size_t>(sequences) * sizeof(StepSequence);
+  l.bytes[kLogitRows] = static_cast<size_t>(logit_rows) * sizeof(int64_t);
+  l.bytes[kSlots] = static_cast<size_t>(rows) * sizeof(int64_t);
+  l.bytes[kRows] = static_cast<size_t>(rows) * sizeof(detail::RowInfo);
+  l.bytes[kPageTables] = static_cast<size_t>(page_entries) * sizeof(int32_t);
+  for (int i = 0; i < kNumParts; ++i) {
+    l.offset[i] = l.total;
+    l.total += aligned(l.bytes[i]);
+  }
+  l.total = std::max<size_t>(l.total, kAlign);
+  return l;
+}
+
+}  // namespace
+
+void DeviceBatch::grow_staging(size_t bytes) {
+  if (bytes <= staging_bytes_) return;
+  if (copied_ != nullptr) CUDA_CHECK(cudaEventSynchronize(copied_));
+  if (staging_ != nullptr) CUDA_CHECK(cudaFreeHost(staging_));
+  staging_ = nullptr;
+  staging_bytes_ = 0;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), bytes));
+  staging_bytes_ = bytes;
+}
+
+void DeviceBatch::reserve(int64_t max_rows, int64_t max_sequences, int64_t max_page_entries) {
+  const Layout l = layout_for(max_rows, max_sequences, max_rows, max_page_entries);
+  if (l.total > buffer_.size()) {
+    CUDA_CHECK(cudaDeviceSynchronize());  // kernels of the last step may still read the old buffer
+    buffer_.reserve(l.total);
+  }
+  grow_staging(l.total);
+}
+
+void DeviceBatch::upload(const StepBatch& batch, int page_size, cudaStream_t stream, int plan_kv_len) {
   SPINDLE_CHECK(page_size > 0, "page size {} must be positive", page_size);
+  SPINDLE_CHECK(batch.num_padding_sequences >= 0 && batch.num_padding_sequences <= batch.num_sequences(),
+                "{} padding sequences in a batch of {}", batch.num_padding_sequences, batch.num_sequences());
   slots_host_.clear();
   rows_host_.clear();
+  const size_t first_padding = static_cast<size_t>(batch.num_real_sequences());
   int64_t next_row = 0;
   for (size_t si = 0; si < batch.sequences.size(); ++si) {
     const StepSequence& s = batch.sequences[si];
@@ -47,71 +100,57 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size) {
                   "sequence {}: page table of {} pages cannot hold {} tokens (page size {})", si, s.num_pages, total,
                   page_size);
     const int32_t* table = batch.page_table(s);
+    const bool padding = si >= first_padding;
     for (int i = 0; i < s.num_new_tokens; ++i) {
       const int64_t pos = int64_t{s.num_cached_tokens} + i;
-      slots_host_.push_back(int64_t{table[pos / page_size]} * page_size + pos % page_size);
+      slots_host_.push_back(padding ? -1 : int64_t{table[pos / page_size]} * page_size + pos % page_size);
       rows_host_.push_back({static_cast<int32_t>(batch.causal ? pos + 1 : total), s.page_table_offset});
     }
     next_row += s.num_new_tokens;
   }
   SPINDLE_CHECK(next_row < (int64_t{1} << 31), "{} query rows exceed the launch grid", next_row);
 
-  // One staging area, every array on a 256-byte boundary, one copy.
-  struct Part {
-    const void* host;
-    size_t bytes;
-    size_t offset;
-  };
-  Part parts[] = {
-      {batch.token_ids.data(), batch.token_ids.size() * sizeof(TokenId), 0},
-      {batch.positions.data(), batch.positions.size() * sizeof(int64_t), 0},
-      {batch.sequences.data(), batch.sequences.size() * sizeof(StepSequence), 0},
-      {batch.page_tables.data(), batch.page_tables.size() * sizeof(int32_t), 0},
-      {batch.logit_rows.data(), batch.logit_rows.size() * sizeof(int64_t), 0},
-      {slots_host_.data(), slots_host_.size() * sizeof(int64_t), 0},
-      {rows_host_.data(), rows_host_.size() * sizeof(detail::RowInfo), 0},
-  };
-  size_t total = 0;
-  for (Part& p : parts) {
-    p.offset = total;
-    total += aligned(p.bytes);
-  }
-  total = std::max<size_t>(total, kAlign);
+  const void* host[kNumParts] = {};
+  host[kTokens] = batch.token_ids.data();
+  host[kPositions] = batch.positions.data();
+  host[kSequences] = batch.sequences.data();
+  host[kLogitRows] = batch.logit_rows.data();
+  host[kSlots] = slots_host_.data();
+  host[kRows] = rows_host_.data();
+  host[kPageTables] = batch.page_tables.data();
+  const Layout l = layout_for(batch.num_tokens(), batch.num_sequences(), batch.num_logit_rows(),
+                              static_cast<int64_t>(batch.page_tables.size()));
   if (copied_ == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventSynchronize(copied_));  // the staging's last copy has been read
-  if (total > staging_bytes_) {
-    if (staging_ != nullptr) CUDA_CHECK(cudaFreeHost(staging_));
-    staging_ = nullptr;
-    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), total));
-    staging_bytes_ = total;
-  }
-  if (total > buffer_.size()) {
+  grow_staging(l.total);
+  if (l.total > buffer_.size()) {
     CUDA_CHECK(cudaDeviceSynchronize());  // kernels of the last step may still read the old buffer
-    buffer_.reserve(total);
+    buffer_.reserve(std::max(l.total, buffer_.size() * 2));
   }
-  for (const Part& p : parts) {
-    if (p.bytes > 0) std::memcpy(staging_ + p.offset, p.host, p.bytes);
+  for (int i = 0; i < kNumParts; ++i) {
+    if (l.bytes[i] > 0) std::memcpy(staging_ + l.offset[i], host[i], l.bytes[i]);
   }
-  CUDA_CHECK(cudaMemcpyAsync(buffer_.data(), staging_, total, cudaMemcpyHostToDevice, nullptr));
-  CUDA_CHECK(cudaEventRecord(copied_, nullptr));
+  stream_ = stream;
+  CUDA_CHECK(cudaMemcpyAsync(buffer_.data(), staging_, l.total, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaEventRecord(copied_, stream));
 
   auto* base = buffer_.as<std::byte>();
-  auto at = [&](int i) -> const void* { return parts[i].bytes > 0 ? base + parts[i].offset : nullptr; };
+  auto at = [&](int i) -> const void* { return l.bytes[i] > 0 ? base + l.offset[i] : nullptr; };
   step_ = batch.view();
-  step_.token_ids = static_cast<const TokenId*>(at(0));
-  step_.positions = static_cast<const int64_t*>(at(1));
-  step_.sequences = static_cast<const StepSequence*>(at(2));
-  step_.page_tables = static_cast<const int32_t*>(at(3));
-  step_.logit_rows = static_cast<const int64_t*>(at(4));
-  slots_ = static_cast<const int64_t*>(at(5));
-  rows_ = at(6);
+  step_.token_ids = static_cast<const TokenId*>(at(kTokens));
+  step_.positions = static_cast<const int64_t*>(at(kPositions));
+  step_.sequences = static_cast<const StepSequence*>(at(kSequences));
+  step_.page_tables = static_cast<const int32_t*>(at(kPageTables));
+  step_.logit_rows = static_cast<const int64_t*>(at(kLogitRows));
+  slots_ = static_cast<const int64_t*>(at(kSlots));
+  rows_ = at(kRows);
 
   view_.sequences = step_.sequences;
   view_.page_tables = step_.page_tables;
   view_.num_sequences = step_.num_sequences;
   view_.num_rows = static_cast<int>(next_row);
   view_.max_new_tokens = batch.max_new_tokens;
-  view_.max_kv_len = batch.max_kv_len;
+  view_.max_kv_len = std::max(batch.max_kv_len, plan_kv_len);
   view_.causal = batch.causal;
 }
 
@@ -134,7 +173,8 @@ detail::PagedLayerLaunch make_layer_launch(const cpu::PagedAttentionParams& p, c
   return a;
 }
 
-void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch, cudaStream_t stream) {
+void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch) {
+  cudaStream_t stream = batch.stream();
   if (batch.view().num_rows == 0) return;
   SPINDLE_CHECK(p.k && p.v && p.k_pages && p.v_pages, "KV write: k/v or pages missing");
   detail::KvWriteLaunch a;
@@ -149,7 +189,8 @@ void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch, cudaS
   detail::launch_write_kv(a, stream);
 }
 
-void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceBatch& batch, cudaStream_t stream) {
+void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceBatch& batch) {
+  cudaStream_t stream = batch.stream();
   SPINDLE_CHECK(p.head_dim <= kCudaReferenceMaxHeadDim, "cuda_reference attention supports head_dim up to {} (got {})",
                 kCudaReferenceMaxHeadDim, p.head_dim);
   SPINDLE_CHECK(p.num_heads <= 65535, "cuda_reference attention: {} heads exceed the launch grid", p.num_heads);

@@ -33,12 +33,21 @@ detail::KvType kv_type_of(DType dtype);
 // reference kernel). The transformer and every CUDA backend of the step read this one copy.
 class DeviceBatch {
  public:
-  // Uploads the batch (queued on the legacy default stream from pinned staging; the staging is
-  // reused only after the previous copy finished). The sequences must already satisfy
+  // Uploads the batch (queued on `stream` from pinned staging; the staging is reused only after
+  // the previous copy finished). The sequences must already satisfy
   // cpu::check_paged_attention_params (rows contiguous in batch order, page tables covering every
   // position); page ids are checked against the pool there too, before any kernel runs (PagedBackend
   // does both). Throws only for sizes the launch grids cannot take.
-  void upload(const StepBatch& batch, int page_size);
+  //
+  // The step's kernels run on stream(). Padding sequences' rows get slot -1 (their K/V is not
+  // written). plan_kv_len > max_kv_len makes view().max_kv_len that bound instead, so launch
+  // plans derived from it (the decode splits) hold for every step up to it: a CUDA graph's. The
+  // arrays whose size is per row or per sequence sit at offsets that depend only on the counts
+  // (the page tables come last), so equal counts give equal device pointers while the buffer does
+  // not grow (reserve() it for the largest step first).
+  void upload(const StepBatch& batch, int page_size, cudaStream_t stream = nullptr, int plan_kv_len = 0);
+  // Grows the device buffer and the staging for steps of up to these sizes.
+  void reserve(int64_t max_rows, int64_t max_sequences, int64_t max_page_entries);
   DeviceBatch() = default;
   ~DeviceBatch();
   DeviceBatch(const DeviceBatch&) = delete;  // owns pinned staging and an event
@@ -48,6 +57,7 @@ class DeviceBatch {
   const StepBatchView& step() const { return step_; }                  // device pointers
   const int64_t* slots() const { return slots_; }   // [num_rows]
   const void* rows() const { return rows_; }        // [num_rows] detail::RowInfo
+  cudaStream_t stream() const { return stream_; }
   uint64_t device_bytes() const { return buffer_.size(); }
 
  private:
@@ -55,7 +65,10 @@ class DeviceBatch {
   StepBatchView step_;
   const int64_t* slots_ = nullptr;
   const void* rows_ = nullptr;
+  cudaStream_t stream_ = nullptr;
   DeviceBuffer buffer_;
+  void grow_staging(size_t bytes);
+
   std::byte* staging_ = nullptr;  // pinned host memory of staging_bytes_
   size_t staging_bytes_ = 0;
   cudaEvent_t copied_ = nullptr;  // the last upload's copy finished
@@ -68,12 +81,11 @@ detail::PagedLayerLaunch make_layer_launch(const cpu::PagedAttentionParams& p, c
                                            int num_sms);
 
 // New tokens' K/V (device f32 [rows, kv_heads * head_dim]) into their device pages, rounded to
-// the KV type (nearest even), bit-identical to cpu::write_kv_pages.
-void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch, cudaStream_t stream = nullptr);
+// the KV type (nearest even), bit-identical to cpu::write_kv_pages. On batch.stream(), as is:
+void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch);
 
 // cuda_reference over the uploaded batch.
-void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceBatch& batch,
-                               cudaStream_t stream = nullptr);
+void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceBatch& batch);
 
 // out[i] += value over n device floats (the validation tests' `wrong` fault).
 void add_constant(float* out, int64_t n, float value, cudaStream_t stream = nullptr);

@@ -43,7 +43,7 @@ struct KvWriteLaunch {
   KvType kv_type = KvType::kBF16;
   int num_rows = 0;
   int64_t kv_cols = 0;            // num_kv_heads * head_dim
-  const int64_t* slots = nullptr; // per row: page * page_size + position % page_size
+  const int64_t* slots = nullptr; // per row: page * page_size + position % page_size; < 0: skip
 };
 
 void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t stream);

@@ -120,6 +120,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
 template <KvType kKv>
 __global__ void write_kv_kernel(KvWriteLaunch a) {
   const int row = blockIdx.x;
+  if (a.slots[row] < 0) return;  // a padding row (DeviceBatch): nothing to keep
   const int64_t dst = a.slots[row] * a.kv_cols;
   const int64_t src = int64_t{row} * a.kv_cols;
   for (int64_t e = threadIdx.x; e < a.kv_cols; e += blockDim.x) {

@@ -1,0 +1,323 @@
+// Kernel of device_sampler.h: one 1024-thread block per logit row. The row (up to a few hundred
+// KiB) is read from global memory (L2 after the first pass) once per pass: greedy needs one pass;
+// a full top-k + top-p draw about eleven (max, 4 radix passes for top-k, the top-k mass, 4 radix
+// passes for top-p, the draw).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_sampler.h"
+
+namespace spindle::kernels::cuda::detail {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kWarps = kThreads / 32;
+constexpr double kFixedScale = 1099511627776.0;  // 2^40: weights in (0, 1] as integers
+
+// An order-preserving map of floats to unsigned keys (NaN lowest).
+__device__ __forceinline__ uint32_t order_key(float x) {
+  const uint32_t u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+struct ArgMax {
+  float value;
+  int32_t index;
+};
+
+// The larger value; on equal values the lower index.
+__device__ __forceinline__ ArgMax better(ArgMax a, ArgMax b) {
+  return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
+}
+
+struct Shared {
+  unsigned long long hist[256];
+  ArgMax argmax[kWarps];
+  double sums[kWarps];
+  unsigned long long usums[kWarps];
+  float maxima[kWarps];
+  uint32_t select_prefix;
+  unsigned long long select_above;
+  int32_t num_candidates;
+  float chosen_raw;
+  int32_t chosen_raw_found;
+};
+
+__device__ ArgMax block_argmax(ArgMax v, Shared& s) {
+  for (int off = 16; off > 0; off /= 2) {
+    const ArgMax o{__shfl_xor_sync(0xffffffffu, v.value, off), __shfl_xor_sync(0xffffffffu, v.index, off)};
+    v = better(v, o);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s.argmax[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kWarps ? s.argmax[lane] : ArgMax{-INFINITY, INT_MAX};
+    for (int off = 16; off > 0; off /= 2) {
+      const ArgMax o{__shfl_xor_sync(0xffffffffu, v.value, off), __shfl_xor_sync(0xffffffffu, v.index, off)};
+      v = better(v, o);
+    }
+    if (lane == 0) s.argmax[0] = v;
+  }
+  __syncthreads();
+  const ArgMax r = s.argmax[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ float block_max(float v, Shared& s) {
+  for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s.maxima[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kWarps ? s.maxima[lane] : -INFINITY;
+    for (int off = 16; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    if (lane == 0) s.maxima[0] = v;
+  }
+  __syncthreads();
+  const float r = s.maxima[0];
+  __syncthreads();
+  return r;
+}
+
+// A fixed-order tree: the same inputs give the same double.
+__device__ double block_sum(double v, Shared& s) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s.sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kWarps ? s.sums[lane] : 0.0;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == 0) s.sums[0] = v;
+  }
+  __syncthreads();
+  const double r = s.sums[0];
+  __syncthreads();
+  return r;
+}
+
+__device__ unsigned long long block_sum_u64(unsigned long long v, Shared& s) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) s.usums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kWarps ? s.usums[lane] : 0ull;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == 0) s.usums[0] = v;
+  }
+  __syncthreads();
+  const unsigned long long r = s.usums[0];
+  __syncthreads();
+  return r;
+}
+
+// Radix select from the top: the key v such that weight(key > v) < target <= weight(key >= v),
+// where weight(i) = weight_of(i, key_i) (0 leaves an element out). When the total weight is below
+// target, the lowest key of positive weight (everything is kept). Four passes of 8 bits.
+template <typename WeightOf>
+__device__ uint32_t select_from_top(const float* row, int64_t n, unsigned long long target, WeightOf weight_of,
+                                    Shared& s) {
+  uint32_t prefix = 0;
+  unsigned long long above = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) s.hist[i] = 0;
+    __syncthreads();
+    const uint32_t high = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const uint32_t key = order_key(row[i]);
+      if ((key & high) != (prefix & high)) continue;
+      const unsigned long long w = weight_of(i, key);
+      if (w != 0) atomicAdd(&s.hist[(key >> shift) & 255u], w);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long cum = 0;
+      int chosen = -1, lowest = -1;
+      for (int d = 255; d >= 0; --d) {
+        const unsigned long long h = s.hist[d];
+        if (h == 0) continue;
+        lowest = d;
+        if (above + cum + h >= target) {
+          chosen = d;
+          break;
+        }
+        cum += h;
+      }
+      if (chosen < 0) {  // below target: keep everything down to the lowest key
+        chosen = lowest < 0 ? 0 : lowest;
+        if (lowest >= 0) cum -= s.hist[lowest];
+      }
+      s.select_prefix = prefix | (static_cast<uint32_t>(chosen) << shift);
+      s.select_above = above + cum;
+    }
+    __syncthreads();
+    prefix = s.select_prefix;
+    above = s.select_above;
+  }
+  __syncthreads();
+  return prefix;
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Gumbel(0, 1) noise for token i of the draw (seed, counter).
+__device__ __forceinline__ float gumbel(uint64_t stream, int64_t i) {
+  const uint64_t h = mix64(stream ^ static_cast<uint64_t>(i));
+  const float u = (static_cast<float>(h >> 40) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
+  return -logf(-logf(u));
+}
+
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
+  __shared__ Shared s;
+  const int row_index = blockIdx.x;
+  const SamplingRow r = a.rows[row_index];
+  float* row = a.logits + static_cast<int64_t>(row_index) * a.vocab;
+  const int64_t n = a.vocab;
+  SampleResult& out = a.results[row_index];
+
+  // 1. Raw log-probabilities (before any processing).
+  const bool want_logprobs = r.want_logprob != 0 || r.top_logprobs > 0;
+  double log_z = 0.0;
+  if (want_logprobs) {
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+    m = block_max(m, s);
+    double sum = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += exp(static_cast<double>(row[i]) - m);
+    log_z = static_cast<double>(m) + log(block_sum(sum, s));
+    if (threadIdx.x == 0) s.num_candidates = 0;
+    __syncthreads();
+    if (r.top_logprobs > 0) {
+      const unsigned long long k = static_cast<unsigned long long>(r.top_logprobs < n ? r.top_logprobs : n);
+      const uint32_t threshold =
+          select_from_top(row, n, k, [](int64_t, uint32_t) -> unsigned long long { return 1ull; }, s);
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (order_key(row[i]) < threshold) continue;
+        const int slot = atomicAdd(&s.num_candidates, 1);
+        if (slot < kTopLogprobCandidates) {
+          out.candidate_tokens[slot] = static_cast<int32_t>(i);
+          out.candidate_logits[slot] = row[i];
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+  // 2. Penalties, then the logit bias (each token independently, the CPU sampler's arithmetic).
+  for (int i = threadIdx.x; i < r.penalty_count; i += blockDim.x) {
+    const PenaltyToken p = a.penalty_tokens[r.penalty_offset + i];
+    float v = row[p.token];
+    a.saved_penalty[r.penalty_offset + i] = v;
+    if (r.repetition_penalty != 1.0f) v = v > 0.0f ? __fdiv_rn(v, r.repetition_penalty) : __fmul_rn(v, r.repetition_penalty);
+    if (p.output_count > 0 && (r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f)) {
+      v = __fsub_rn(v, __fadd_rn(r.presence_penalty, __fmul_rn(r.frequency_penalty, static_cast<float>(p.output_count))));
+    }
+    row[p.token] = v;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < r.bias_count; i += blockDim.x) {
+    const LogitBiasEntry b = a.biases[r.bias_offset + i];
+    a.saved_bias[r.bias_offset + i] = row[b.token];
+    row[b.token] = __fadd_rn(row[b.token], b.bias);
+  }
+  __syncthreads();
+
+  // 3. The choice.
+  ArgMax best{-INFINITY, INT_MAX};
+  if (r.temperature <= 0.0f || r.top_k == 1) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) best = better(best, ArgMax{row[i], static_cast<int32_t>(i)});
+    best = block_argmax(best, s);
+  } else {
+    float m = -INFINITY;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+    m = block_max(m, s);
+    const float inv_t = 1.0f / r.temperature;
+    uint32_t threshold = 0;
+    if (r.top_k > 0 && r.top_k < n) {
+      threshold = select_from_top(row, n, static_cast<unsigned long long>(r.top_k),
+                                  [](int64_t, uint32_t) -> unsigned long long { return 1ull; }, s);
+    }
+    auto fixed_weight = [&](int64_t i) -> unsigned long long {
+      return static_cast<unsigned long long>(static_cast<double>(expf((row[i] - m) * inv_t)) * kFixedScale);
+    };
+    if (r.top_p < 1.0f) {
+      const uint32_t topk_threshold = threshold;
+      unsigned long long z = 0;
+      for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        if (order_key(row[i]) >= topk_threshold) z += fixed_weight(i);
+      }
+      z = block_sum_u64(z, s);
+      unsigned long long target = static_cast<unsigned long long>(static_cast<double>(r.top_p) * static_cast<double>(z));
+      if (target == 0) target = 1;
+      const uint32_t topp_threshold = select_from_top(
+          row, n, target,
+          [&](int64_t i, uint32_t key) -> unsigned long long { return key >= topk_threshold ? fixed_weight(i) : 0ull; },
+          s);
+      threshold = topp_threshold > threshold ? topp_threshold : threshold;
+    }
+    const uint64_t stream = mix64(mix64(r.seed) ^ r.counter);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float l = row[i];
+      if (order_key(l) < threshold) continue;
+      const float scaled = (l - m) * inv_t;
+      if (r.min_p > 0.0f && expf(scaled) < r.min_p) continue;
+      best = better(best, ArgMax{scaled + gumbel(stream, i), static_cast<int32_t>(i)});
+    }
+    best = block_argmax(best, s);
+  }
+  const int32_t token = best.index == INT_MAX ? 0 : best.index;
+
+  // 4. The chosen token's raw logit: saved where a penalty or the bias changed it.
+  if (want_logprobs) {
+    if (threadIdx.x == 0) s.chosen_raw_found = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < r.penalty_count; i += blockDim.x) {
+      if (a.penalty_tokens[r.penalty_offset + i].token == token) {
+        s.chosen_raw = a.saved_penalty[r.penalty_offset + i];
+        s.chosen_raw_found = 2;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < r.bias_count; i += blockDim.x) {
+      if (s.chosen_raw_found != 2 && a.biases[r.bias_offset + i].token == token) {
+        s.chosen_raw = a.saved_bias[r.bias_offset + i];
+        s.chosen_raw_found = 1;
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out.token = token;
+    out.log_z = log_z;
+    out.num_candidates = 0;
+    out.logprob = 0.0f;
+    if (want_logprobs) {
+      const float raw = s.chosen_raw_found ? s.chosen_raw : row[token];
+      out.logprob = static_cast<float>(static_cast<double>(raw) - log_z);
+      out.num_candidates = s.num_candidates < kTopLogprobCandidates ? s.num_candidates : kTopLogprobCandidates;
+    }
+  }
+}
+
+}  // namespace
+
+void launch_sample_rows(const SampleLaunch& a, cudaStream_t stream) {
+  if (a.num_rows == 0) return;
+  sample_rows_kernel<<<a.num_rows, kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spindle::kernels::cuda::detail

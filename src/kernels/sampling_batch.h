@@ -1,0 +1,75 @@
+// SamplingBatch: what a device needs to choose the next token of every logit row of a step
+// without the logits leaving it (kernels/cuda/device_sampler.h samples it on CUDA; the CPU samples
+// host logits with engine::Sampler). Plain data, C++17 (CUDA .cu files include it).
+//
+// Per logit row, in the order of the step's logit rows: the processing engine::Sampler applies,
+// in the same order (sampler.h): repetition, presence and frequency penalties -> logit bias ->
+// (greedy: argmax) -> temperature -> top-k -> top-p -> min-p -> a draw. The draw is a function of
+// (seed, counter, token) only: the same request seed and the same number of tokens drawn before
+// give the same token whatever else is in the batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "util/token_id.h"
+
+namespace spindle {
+
+// At most this many alternatives per row (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+// Candidate slots a row's top_logprobs search returns: the top ones plus ties at the boundary.
+inline constexpr int kTopLogprobCandidates = kMaxTopLogprobs + 44;
+
+struct SamplingRow {
+  float temperature = 1.0f;  // <= 0: greedy (argmax after penalties and bias)
+  int32_t top_k = 0;         // <= 0: off
+  float top_p = 1.0f;        // >= 1: off
+  float min_p = 0.0f;        // <= 0: off
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int32_t penalty_offset = 0;  // the row's entries in penalty_tokens
+  int32_t penalty_count = 0;
+  int32_t bias_offset = 0;     // the row's entries in biases
+  int32_t bias_count = 0;
+  int32_t top_logprobs = 0;    // [0, kMaxTopLogprobs] alternatives wanted
+  int32_t want_logprob = 0;    // 1: the chosen token's raw log-probability
+  uint64_t seed = 0;
+  uint64_t counter = 0;        // tokens this request drew before
+};
+
+// A token the request has seen (prompt or output), listed once per row, with how often it occurs
+// in the output (presence and frequency penalties count output tokens only).
+struct PenaltyToken {
+  TokenId token = 0;
+  int32_t output_count = 0;
+};
+
+struct LogitBiasEntry {
+  TokenId token = 0;
+  float bias = 0.0f;
+};
+
+struct SamplingBatch {
+  std::vector<SamplingRow> rows;
+  std::vector<PenaltyToken> penalty_tokens;
+  std::vector<LogitBiasEntry> biases;
+
+  void clear() {
+    rows.clear();
+    penalty_tokens.clear();
+    biases.clear();
+  }
+};
+
+// One row's result. logprob and the alternatives are raw log-probabilities (log_softmax of the
+// logits before penalties), as OpenAI and vLLM report them; alternatives best first.
+struct SampledRow {
+  TokenId token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenId> top_tokens;
+  std::vector<float> top_logprobs;
+};
+
+}  // namespace spindle
