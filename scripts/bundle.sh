@@ -35,7 +35,8 @@ command -v patchelf >/dev/null || { echo "bundle: patchelf not found (apt-get in
 [[ -x $build_dir/bin/spindle ]] || { echo "bundle: $build_dir/bin/spindle not built (ninja -C $build_dir spindle)" >&2; exit 1; }
 
 binaries=("$build_dir/bin/spindle")
-for optional in tests/cuda/cuda_attention_test tests/cuda/cuda_model_test bench/bench_attention_cuda; do
+for optional in tests/cuda/cuda_attention_test tests/cuda/cuda_model_test tests/cuda/cuda_sampler_test \
+    tests/cuda/cuda_engine_test bench/bench_attention_cuda; do
   if [[ -x $build_dir/$optional ]]; then binaries+=("$build_dir/$optional"); fi
 done
 

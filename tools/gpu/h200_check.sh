@@ -11,6 +11,9 @@
 #   plan_gpu, generate_gpu/cpu, serve, http   a golden model served from the GPU (step "serving")
 #   quickbench.txt   bench_attention_cuda in one process (Spindle's kernels), spindle_bench.json
 #   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
+#   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
+#   memcheck_new     compute-sanitizer memcheck over those two
+#   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 # STEPS (default "env attention model memcheck doctor bench") picks steps; each has a time limit
 # so one command stays inside the device tool's 10 minutes.
 set -uo pipefail
@@ -60,6 +63,17 @@ has attention && run attention 200 $bin/cuda_attention_test --gtest_brief=1 "--g
 has cudnn && SPINDLE_CUDNN_RAGGED=0 run cudnn_padded 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
 has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
+has sampler && run sampler 100 $bin/cuda_sampler_test --gtest_brief=1
+has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
+if has memcheck_new; then  # the device sampler's kernel and graph-replayed steps
+  run memcheck_sampler 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_sampler_test --gtest_brief=1
+  run memcheck_engine 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_engine_test --gtest_brief=1 \
+    "--gtest_filter=*GraphsAndDeviceSampling*llama_gqa_bf16:*GraphsAndDeviceSampling*qwen3_qknorm_f32"
+fi
+if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
+  SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
+  echo "== e2e exit $?"; grep -vE "^\[" "$out/e2e.txt" | tail -40
+fi
 if has memcheck; then
   filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_f16_d64_page1:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_bf16_d256_page1:Backends/CudaBackendTest.NonCausal*/cuda_*:Backends/CudaBackendTest.LongPrefill*/cuda_*:Backends/CudaBackendTest.LongDecode*/cuda_flash'}
   run memcheck ${MEMCHECK_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=$filter"

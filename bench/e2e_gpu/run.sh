@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench/e2e_gpu: the real server on the GPU host against the bandwidth bound and HF transformers,
+# in one command. Writes a random-weight HF folder (make_model.py, the Llama-3.1-8B shape by
+# default), measures the GPU's ceilings (ceilings.py), serves the folder with `spindle serve
+# --device cuda:0` and drives it with loadgen.py (streaming completions, 512-token random prompts,
+# 128 output tokens, ignore_eos, C = 1 8 32 64 128; then 8000-token prompts, 1 output token, at
+# C = 1 and 16 for prefill), then runs hf_peer.py (generate() with a static cache, batch 1 and 32)
+# on the same folder. Prints a table with the ratios; everything lands in $RESULTS.
+#
+#   SPINDLE=.bundle/bin/spindle RESULTS=/tmp/e2e-out bash bench/e2e_gpu/run.sh
+# Knobs: SHAPE (8b|1b|tiny), LEVELS, SERVE_ARGS (extra serve flags), EAGER=1 (also a run with
+# --disable-cuda-graph), SKIP_HF=1, SKIP_PREFILL=1, PORT.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+spindle=${SPINDLE:-build/bin/spindle}
+results=${RESULTS:-/tmp/e2e-out}
+work=${WORK:-/tmp/e2e-work}
+shape=${SHAPE:-8b}
+levels=${LEVELS:-1,8,32,64,128}
+port=${PORT:-8200}
+mkdir -p "$results" "$work"
+say() { echo "== $(date +%T) $*"; }
+
+say ceilings
+python3 "$here/ceilings.py" | tee "$results/ceilings.json"
+say "model ($shape)"
+[[ -f $work/model/model.safetensors ]] || python3 "$here/make_model.py" "$work/model" --shape "$shape" | tee "$results/model.json"
+vocab=$(python3 -c "import json; print(json.load(open('$work/model/config.json'))['vocab_size'])")
+
+serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS...
+  local label=$1; shift
+  say "serve $label"
+  "$spindle" serve "$work/model" --device cuda:0 --port "$port" --max-model-len 8448 ${SERVE_ARGS:-} "$@" \
+    >"$results/serve-$label.txt" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 400); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 1; done
+  grep -E "KV plan|attention:|CUDA graphs|linear kernel|error" "$results/serve-$label.txt" | head -8
+  timeout 400 python3 "$here/loadgen.py" --port "$port" --levels "$levels" --vocab "$vocab" --label "$label" \
+    --json "$results/spindle-$label.json"
+  if [[ -z ${SKIP_PREFILL:-} ]]; then
+    timeout 200 python3 "$here/loadgen.py" --port "$port" --levels 1,16 --prompt-tokens 8000 --output-tokens 1 \
+      --requests-per-level 1 --no-warmup --vocab "$vocab" --label "$label-prefill8k" --json "$results/prefill-$label.json"
+  fi
+  curl -s "localhost:$port/metrics" >"$results/metrics-$label.txt"
+  kill $pid; wait $pid 2>/dev/null
+}
+serve_and_load graphs
+[[ -n ${EAGER:-} ]] && serve_and_load eager --disable-cuda-graph
+
+if [[ -z ${SKIP_HF:-} ]]; then
+  say "hf peer"
+  timeout 300 python3 "$here/hf_peer.py" "$work/model" | tee "$results/hf.jsonl"
+fi
+say summary
+python3 "$here/summary.py" "$results" | tee "$results/summary.md"
