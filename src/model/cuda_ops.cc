@@ -77,8 +77,11 @@ WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
       p.type = weight_type(first.info->dtype);
       p.parts.push_back(first.bytes);
       break;
-    case WeightUse::kBias:
-      p.bias = tensor_to_f32(first);
+    case WeightUse::kBias:  // parts side by side (the joined q/k/v bias)
+      for (const TensorView& t : parts) {
+        const std::vector<float> b = tensor_to_f32(t);
+        p.bias.insert(p.bias.end(), b.begin(), b.end());
+      }
       p.parts.push_back(std::as_bytes(std::span<const float>(p.bias)));
       break;
     case WeightUse::kLinear: {
@@ -188,11 +191,12 @@ void CudaOps::reserve(int64_t t, int64_t n) {
   grow_f32(buffer(Scratch::kProjection), t * h);
   grow_f32(buffer(Scratch::kGateUp), t * 2 * im);
   grow_f32(buffer(Scratch::kActivation), t * im);
+  grow_f32(buffer(Scratch::kQKV), t * (qs + 2 * ks));
   grow_f32(buffer(Scratch::kFinalRows), n * h);
   grow_f32(buffer(Scratch::kLogits), n * c.vocab_size);
   if (has_16bit_weights_) {  // conversion scratch: the layers' products (inputs H, Q or I wide;
                              // outputs up to 2I), then the LM head's
-    linear_->reserve(t, std::max({h, qs, im}), std::max({qs, ks, h, 2 * im}));
+    linear_->reserve(t, std::max({h, qs, im}), std::max({qs + 2 * ks, h, 2 * im}));
     linear_->reserve(n, h, c.vocab_size);
   }
 }
@@ -277,8 +281,21 @@ void CudaOps::rms_norm(const float* x, float* out, int64_t rows, int64_t cols, W
 }
 
 void CudaOps::add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols, WeightId w) {
-  kcu::launch_add_inplace(hidden, delta, rows * cols, stream_);
-  rms_norm(hidden, out, rows, cols, w);
+  const Placed& p = placed(w);
+  kcu::launch_add_rms_norm(hidden, delta, out, rows, cols, p.data, p.type, static_cast<float>(config_.rms_norm_eps),
+                           stream_);
+}
+
+void CudaOps::split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
+                             int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions) {
+  const void* qn = q_norm == kNoWeight ? nullptr : placed(q_norm).data;
+  const void* kn = k_norm == kNoWeight ? nullptr : placed(k_norm).data;
+  const kcu::WeightType type = q_norm == kNoWeight ? kcu::WeightType::kF32 : placed(q_norm).type;
+  SPINDLE_CHECK(q_norm == kNoWeight || k_norm == kNoWeight || placed(k_norm).type == type,
+                "split_qkv_rope: q_norm and k_norm have different dtypes");
+  kcu::launch_split_qkv_norm_rope(qkv, q, k, v, rows, num_heads, num_kv_heads, config_.head_dim, qn, kn, type,
+                                  static_cast<float>(config_.rms_norm_eps), positions, rope_table_.as<float>(),
+                                  rope_positions_, inv_freq_.as<float>(), stream_);
 }
 
 void CudaOps::add(float* y, const float* x, int64_t rows, int64_t cols) {

@@ -78,6 +78,9 @@ class CudaOps final : public DeviceOps {
   void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
                     WeightId k_norm, const int64_t* positions) override;
   void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) override;
+  bool joins_qkv() const override { return true; }
+  void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads, int num_kv_heads,
+                      WeightId q_norm, WeightId k_norm, const int64_t* positions) override;
 
  private:
   // One placed weight: its host parts until finish_loading, then its device slot.

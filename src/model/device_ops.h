@@ -50,6 +50,7 @@ enum class Scratch : int {
   kProjection, // [T, H] o_proj and down_proj outputs
   kGateUp,     // [T, 2I]
   kActivation, // [T, I]
+  kQKV,        // [T, Q + 2K] the joined q/k/v product (devices that join it)
   kFinalRows,  // [N, H]
   kLogits,     // [N, V] (devices whose logits are not written straight into host memory)
   kCount
@@ -142,6 +143,12 @@ class DeviceOps {
   // `positions` (device memory, [rows]): q [rows, num_heads, D], k [rows, num_kv_heads, D].
   virtual void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
                             WeightId k_norm, const int64_t* positions) = 0;
+  // Whether place() may join q_proj, k_proj and v_proj into one [Q + 2K, H] weight, whose product
+  // split_qkv_rope then takes apart; otherwise the transformer places them one by one.
+  virtual bool joins_qkv() const { return false; }
+  // qkv [rows, Q + 2K] (q heads, k heads, v heads) -> q, k, v as qk_norm_rope leaves them.
+  virtual void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
+                              int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions);
   // out[r, i] = silu(gate[r * stride + i]) * up[r * stride + i], out [rows, cols].
   virtual void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows,
                         int64_t cols) = 0;

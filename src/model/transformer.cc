@@ -40,15 +40,25 @@ void Transformer::place_weights(const Checkpoint& checkpoint) {
     auto name = [i](std::string_view suffix) { return layer_weight_name(i, suffix); };
     l.input_norm = vector(name("input_layernorm.weight"));
     l.post_norm = vector(name("post_attention_layernorm.weight"));
-    l.q = linear(name("self_attn.q_proj.weight"));
-    l.k = linear(name("self_attn.k_proj.weight"));
-    l.v = linear(name("self_attn.v_proj.weight"));
-    l.o = linear(name("self_attn.o_proj.weight"));
-    if (c.attention_bias) {
-      l.q_bias = bias(name("self_attn.q_proj.bias"));
-      l.k_bias = bias(name("self_attn.k_proj.bias"));
-      l.v_bias = bias(name("self_attn.v_proj.bias"));
+    if (ops_->joins_qkv()) {
+      l.qkv = place(WeightUse::kLinear, {name("self_attn.q_proj.weight"), name("self_attn.k_proj.weight"),
+                                         name("self_attn.v_proj.weight")});
+      if (l.qkv != kNoWeight && c.attention_bias) {
+        l.qkv_bias = place(WeightUse::kBias, {name("self_attn.q_proj.bias"), name("self_attn.k_proj.bias"),
+                                              name("self_attn.v_proj.bias")});
+      }
     }
+    if (l.qkv == kNoWeight) {
+      l.q = linear(name("self_attn.q_proj.weight"));
+      l.k = linear(name("self_attn.k_proj.weight"));
+      l.v = linear(name("self_attn.v_proj.weight"));
+      if (c.attention_bias) {
+        l.q_bias = bias(name("self_attn.q_proj.bias"));
+        l.k_bias = bias(name("self_attn.k_proj.bias"));
+        l.v_bias = bias(name("self_attn.v_proj.bias"));
+      }
+    }
+    l.o = linear(name("self_attn.o_proj.weight"));
     if (c.qk_norm) {
       l.q_norm = vector(name("self_attn.q_norm.weight"));
       l.k_norm = vector(name("self_attn.k_norm.weight"));
@@ -77,6 +87,11 @@ attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size)
   s.kv_dtype = kv_dtype;
   s.page_size = page_size;
   return s;
+}
+
+void DeviceOps::split_qkv_rope(const float*, float*, float*, float*, int64_t, int, int, WeightId, WeightId,
+                               const int64_t*) {
+  SPINDLE_FAIL("{} does not join the q/k/v products", attn::device_name(device()));
 }
 
 void DeviceOps::sample(const SamplingBatch& /*batch*/, std::vector<SampledRow>& /*out*/) {
@@ -166,9 +181,18 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
   float* act = ops.scratch(Scratch::kActivation);
 
   // Attention block.
-  const DeviceOps::Product qkv[] = {{l.q, q, l.q_bias}, {l.k, k, l.k_bias}, {l.v, v, l.v_bias}};
-  ops.linear(normed, t, qkv);
-  ops.qk_norm_rope(q, k, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm, ops.step().positions);
+  if (l.qkv != kNoWeight) {  // one product, then one pass that splits, normalises and rotates
+    float* joined = ops.scratch(Scratch::kQKV);
+    const DeviceOps::Product qkv{l.qkv, joined, l.qkv_bias};
+    ops.linear(normed, t, {&qkv, 1});
+    ops.split_qkv_rope(joined, q, k, v, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
+                       ops.step().positions);
+  } else {
+    const DeviceOps::Product qkv[] = {{l.q, q, l.q_bias}, {l.k, k, l.k_bias}, {l.v, v, l.v_bias}};
+    ops.linear(normed, t, qkv);
+    ops.qk_norm_rope(q, k, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
+                     ops.step().positions);
+  }
   attention.forward(index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs});
   const DeviceOps::Product o{l.o, proj, kNoWeight};
   ops.linear(attn_out, t, {&o, 1});

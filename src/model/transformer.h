@@ -96,6 +96,8 @@ class Transformer {
     WeightId q_norm = kNoWeight, k_norm = kNoWeight;         // [D], Qwen3 only
     WeightId q = kNoWeight, k = kNoWeight, v = kNoWeight, o = kNoWeight;  // [Q,H] [K,H] [K,H] [H,Q]
     WeightId q_bias = kNoWeight, k_bias = kNoWeight, v_bias = kNoWeight;  // attention_bias only
+    // qkv [Q + 2K, H] (and its bias) when the device joined them; then q, k, v are kNoWeight.
+    WeightId qkv = kNoWeight, qkv_bias = kNoWeight;
     // gate_up [2I, H] when the device joined them; otherwise gate and up [I, H] each.
     WeightId gate_up = kNoWeight, gate = kNoWeight, up = kNoWeight;
     WeightId down = kNoWeight;  // [H, I]

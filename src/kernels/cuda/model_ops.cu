@@ -150,6 +150,106 @@ __global__ void rope_kernel(float* q, float* k, int64_t num_tokens, int num_head
   }
 }
 
+// The RoPE angle's cos and sin for pair i at position p (rope_kernel's arithmetic).
+__device__ __forceinline__ void rope_cos_sin(int64_t p, int i, int half, int head_dim, const float* table,
+                                             int64_t table_positions, const float* inv_freq, float* c, float* s) {
+  if (p < table_positions) {
+    *c = table[p * head_dim + i];
+    *s = table[p * head_dim + half + i];
+  } else {
+    const float angle = __fmul_rn(inv_freq[i], static_cast<float>(p));
+    *c = static_cast<float>(cos(static_cast<double>(angle)));
+    *s = static_cast<float>(sin(static_cast<double>(angle)));
+  }
+}
+
+// One warp per (token, head of q, k or v); blockDim.x == kThreads.
+__global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k, float* v, int64_t num_tokens,
+                                           int num_heads, int num_kv_heads, int head_dim, const void* q_norm,
+                                           const void* k_norm, WeightType norm_type, float eps,
+                                           const int64_t* positions, const float* table, int64_t table_positions,
+                                           const float* inv_freq) {
+  const int lane = threadIdx.x & 31;
+  const int heads = num_heads + 2 * num_kv_heads;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (w >= num_tokens * heads) return;  // whole warps leave together
+  const int64_t token = w / heads;
+  const int head = static_cast<int>(w % heads);
+  const float* src = qkv + (token * heads + head) * head_dim;
+  float* dst;
+  const void* norm = nullptr;
+  if (head < num_heads) {
+    dst = q + (token * num_heads + head) * head_dim;
+    norm = q_norm;
+  } else if (head < num_heads + num_kv_heads) {
+    dst = k + (token * num_kv_heads + (head - num_heads)) * head_dim;
+    norm = k_norm;
+  } else {
+    dst = v + (token * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim;
+    for (int i = lane; i < head_dim; i += 32) dst[i] = src[i];
+    return;
+  }
+  if (norm != nullptr) {  // rms_norm_warp_kernel's order of sums
+    double sum = 0.0;
+    for (int i = lane; i < head_dim; i += 32) sum += static_cast<double>(src[i]) * static_cast<double>(src[i]);
+    sum = warp_sum(sum);
+    rms_norm_write(src, dst, head_dim, sum, norm, norm_type, eps, lane, 32);
+  } else {
+    for (int i = lane; i < head_dim; i += 32) dst[i] = src[i];
+  }
+  __syncwarp();
+  const int half = head_dim / 2;
+  const int64_t p = positions[token];
+  for (int i = lane; i < half; i += 32) {
+    float c, s;
+    rope_cos_sin(p, i, half, head_dim, table, table_positions, inv_freq, &c, &s);
+    const float a = dst[i];
+    const float b = dst[i + half];
+    dst[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    dst[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  }
+}
+
+// hidden += delta and RMSNorm of the sum, one warp per row (the rms_norm_warp_kernel order).
+__global__ void add_rms_norm_warp_kernel(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
+                                         const void* weight, WeightType type, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (r >= rows) return;
+  float* xr = hidden + r * cols;
+  const float* dr = delta + r * cols;
+  double sum = 0.0;
+  for (int64_t i = lane; i < cols; i += 32) {
+    const float x = __fadd_rn(xr[i], dr[i]);
+    xr[i] = x;
+    sum += static_cast<double>(x) * static_cast<double>(x);
+  }
+  sum = warp_sum(sum);
+  __syncwarp();
+  rms_norm_write(xr, out + r * cols, cols, sum, weight, type, eps, lane, 32);
+}
+
+// The same, one block per row (the rms_norm_block_kernel order).
+__global__ void add_rms_norm_block_kernel(float* hidden, const float* delta, float* out, int64_t cols,
+                                          const void* weight, WeightType type, float eps) {
+  __shared__ double partial[kThreads / 32];
+  const int64_t r = blockIdx.x;
+  float* xr = hidden + r * cols;
+  const float* dr = delta + r * cols;
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
+    const float x = __fadd_rn(xr[i], dr[i]);
+    xr[i] = x;
+    sum += static_cast<double>(x) * static_cast<double>(x);
+  }
+  sum = warp_sum(sum);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();  // also: every thread's xr writes are visible to the block
+  double total = 0.0;
+  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+  rms_norm_write(xr, out + r * cols, cols, total, weight, type, eps, threadIdx.x, kThreads);
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
                                 int64_t cols) {
   const int64_t n = rows * cols;
@@ -229,6 +329,33 @@ void launch_rope(float* q, float* k, int64_t num_tokens, int num_heads, int num_
   if (n <= 0) return;
   rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(q, k, num_tokens, num_heads, num_kv_heads, head_dim, positions,
                                                       table, table_positions, inv_freq);
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
+                         const void* weight, WeightType weight_type, float eps, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  if (cols <= kWarpRowMaxCols) {
+    const int64_t rows_per_block = kThreads / 32;
+    const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+    add_rms_norm_warp_kernel<<<blocks, kThreads, 0, stream>>>(hidden, delta, out, rows, cols, weight, weight_type, eps);
+  } else {
+    add_rms_norm_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(hidden, delta, out, cols, weight,
+                                                                                    weight_type, eps);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void launch_split_qkv_norm_rope(const float* qkv, float* q, float* k, float* v, int64_t num_tokens, int num_heads,
+                                int num_kv_heads, int head_dim, const void* q_norm, const void* k_norm,
+                                WeightType norm_type, float eps, const int64_t* positions, const float* table,
+                                int64_t table_positions, const float* inv_freq, cudaStream_t stream) {
+  const int64_t warps = num_tokens * (num_heads + 2 * num_kv_heads);
+  if (warps <= 0) return;
+  const int64_t per_block = kThreads / 32;
+  split_qkv_norm_rope_kernel<<<static_cast<unsigned>((warps + per_block - 1) / per_block), kThreads, 0, stream>>>(
+      qkv, q, k, v, num_tokens, num_heads, num_kv_heads, head_dim, q_norm, k_norm, norm_type, eps, positions, table,
+      table_positions, inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 

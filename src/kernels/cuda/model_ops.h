@@ -48,6 +48,21 @@ void launch_rope(float* q, float* k, int64_t num_tokens, int num_heads, int num_
 void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
                      int64_t cols, cudaStream_t stream);
 
+// hidden += delta, then out = RMSNorm(hidden) * weight, both [rows, cols] contiguous: exactly
+// launch_add_inplace followed by launch_rms_norm (the same sums in the same order), one launch.
+void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
+                         const void* weight, WeightType weight_type, float eps, cudaStream_t stream);
+
+// The fused QKV product's rows qkv [num_tokens, (num_heads + 2 num_kv_heads) * head_dim] (q heads,
+// then k heads, then v heads) split into q [num_tokens, num_heads, head_dim], k and v
+// [num_tokens, num_kv_heads, head_dim]; q and k heads first RMSNorm'ed over head_dim when q_norm /
+// k_norm are not null (Qwen3, as launch_rms_norm's per-row arithmetic), then rotated as
+// launch_rope. One warp per (token, head).
+void launch_split_qkv_norm_rope(const float* qkv, float* q, float* k, float* v, int64_t num_tokens, int num_heads,
+                                int num_kv_heads, int head_dim, const void* q_norm, const void* k_norm,
+                                WeightType norm_type, float eps, const int64_t* positions, const float* table,
+                                int64_t table_positions, const float* inv_freq, cudaStream_t stream);
+
 // y[i] += x[i] for i < n.
 void launch_add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
 
