@@ -43,3 +43,7 @@ for f in sorted(glob.glob(os.path.join(d, "prefill-*.json"))):
               f"| {r['ttft_ms']['50']:.0f} / {r['ttft_ms']['99']:.0f} | | | |")
 for b, v in sorted(hf.items()):
     print(f"| HF transformers static cache | b{b} | {v:.1f} | | | | |")
+for f in sorted(glob.glob(os.path.join(d, "metrics-*.txt"))):
+    lines = [l.strip() for l in open(f) if l.startswith("spindle_cuda_graph")]
+    if lines:
+        print(f"\n{os.path.basename(f)}: " + "; ".join(lines))

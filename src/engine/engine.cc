@@ -168,6 +168,12 @@ void Engine::publish_gauges() {
     s.kv_pages_in_use = allocator_.num_in_use_pages();
     s.prefix_cache_queries = stats.num_lookup_tokens;
     s.prefix_cache_hits = stats.num_hit_tokens;
+    const DeviceOps::GraphStats g = runner_.model().graph_stats();
+    s.cuda_graphs = g.captured;
+    s.cuda_graph_captures_total = static_cast<uint64_t>(g.captures);
+    s.cuda_graph_replays_total = static_cast<uint64_t>(g.replays);
+    s.cuda_graph_capture_seconds_total = g.capture_seconds;
+    s.cuda_graph_memory_bytes = g.memory_bytes;
   });
 }
 

@@ -106,6 +106,13 @@ std::string Metrics::render() const {
   counter(out, "spindle_num_preemptions_total", "Requests preempted (recomputed later).", s.preemptions_total);
   counter(out, "spindle_requests_finished_total", "Requests finished.", s.requests_finished_total);
   counter(out, "spindle_requests_aborted_total", "Requests aborted (client gone or cancelled).", s.requests_aborted_total);
+  gauge(out, "spindle_cuda_graphs", "CUDA step graphs held (one per decode batch size seen).", s.cuda_graphs);
+  counter(out, "spindle_cuda_graph_captures_total", "CUDA step graph captures (recaptures included).",
+          s.cuda_graph_captures_total);
+  counter(out, "spindle_cuda_graph_replays_total", "Decode steps replayed from a CUDA graph.", s.cuda_graph_replays_total);
+  gauge(out, "spindle_cuda_graph_capture_seconds_total", "Seconds spent capturing CUDA step graphs.",
+        s.cuda_graph_capture_seconds_total);
+  gauge(out, "spindle_cuda_graph_memory_bytes", "Device memory the CUDA step graphs took.", s.cuda_graph_memory_bytes);
   out += "# HELP spindle_time_to_first_token_seconds Time from arrival to the first token.\n"
          "# TYPE spindle_time_to_first_token_seconds histogram\n";
   ttft_.render("spindle_time_to_first_token_seconds", out);

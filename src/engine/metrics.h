@@ -40,6 +40,12 @@ struct MetricsSnapshot {
   uint64_t preemptions_total = 0;
   uint64_t requests_finished_total = 0;
   uint64_t requests_aborted_total = 0;
+  // CUDA step graphs (DeviceOps::GraphStats), where the model has them.
+  int64_t cuda_graphs = 0;
+  uint64_t cuda_graph_captures_total = 0;
+  uint64_t cuda_graph_replays_total = 0;
+  double cuda_graph_capture_seconds_total = 0;
+  uint64_t cuda_graph_memory_bytes = 0;
 };
 
 // Where one engine step's wall time went, in seconds (engine.cc measures it). Everything but

@@ -17,13 +17,16 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      outside_graphs_(other.outside_graphs_) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
     if (data_ != nullptr) cudaFree(data_);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    outside_graphs_ = other.outside_graphs_;
   }
   return *this;
 }
@@ -35,7 +38,7 @@ void DeviceBuffer::reserve(size_t bytes) {
     data_ = nullptr;
     bytes_ = 0;
   }
-  g_epoch.fetch_add(1, std::memory_order_relaxed);
+  if (!outside_graphs_) g_epoch.fetch_add(1, std::memory_order_relaxed);
   CUDA_CHECK(cudaMalloc(&data_, bytes));
   bytes_ = bytes;
 }

@@ -20,9 +20,12 @@ class DeviceBuffer {
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
 
-  // Ensures at least `bytes` are allocated (contents are lost when it grows; every growth in the
-  // process bumps reallocation_epoch()).
+  // Ensures at least `bytes` are allocated (contents are lost when it grows; every growth bumps
+  // reallocation_epoch(), unless this buffer was marked outside_graphs()).
   void reserve(size_t bytes);
+  // This buffer is never read or written by a captured CUDA graph (e.g. the sampler's): its
+  // growth leaves the graphs valid.
+  void mark_outside_graphs() { outside_graphs_ = true; }
   void* data() const { return data_; }
   size_t size() const { return bytes_; }
   template <typename T>
@@ -31,6 +34,7 @@ class DeviceBuffer {
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  bool outside_graphs_ = false;
 };
 
 // How many times any DeviceBuffer of the process was (re)allocated. A captured CUDA graph holds

@@ -30,7 +30,7 @@ namespace spindle::kernels::cuda {
 
 class DeviceSampler {
  public:
-  DeviceSampler() = default;
+  DeviceSampler() { device_.mark_outside_graphs(); }
   ~DeviceSampler();
   DeviceSampler(const DeviceSampler&) = delete;
   DeviceSampler& operator=(const DeviceSampler&) = delete;
