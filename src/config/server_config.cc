@@ -74,9 +74,10 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   r.attention.skip_validation = flags.skip_backend_validation;
   r.attention.device = r.device;
 
-  SPINDLE_CHECK(flags.matmul_precision == "exact" || flags.matmul_precision == "bf16",
-                "--matmul-precision '{}' is not one of: exact, bf16", flags.matmul_precision);
-  r.bf16_activations = flags.matmul_precision == "bf16";
+  SPINDLE_CHECK(flags.matmul_precision == "auto" || flags.matmul_precision == "exact" ||
+                    flags.matmul_precision == "bf16",
+                "--matmul-precision '{}' is not one of: auto, exact, bf16", flags.matmul_precision);
+  r.bf16_activations = flags.matmul_precision == "bf16";  // auto: decided from the checkpoint (below)
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
@@ -95,6 +96,9 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   ResolvedConfig r = resolve(flags, device,
                              ModelAttentionDims{model.num_attention_heads, model.num_key_value_heads, model.head_dim});
   r.kv = resolve_kv(flags.kv, model);
+  // auto: activations in the checkpoint's precision, as Hugging Face transformers, vLLM and
+  // SGLang compute a bf16 checkpoint; f32 (and f16) checkpoints keep exact f32 products.
+  if (flags.matmul_precision == "auto") r.bf16_activations = model.torch_dtype == DType::kBF16;
   return r;
 }
 
@@ -124,9 +128,11 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_option("--page-size", f.page_size, "Tokens per KV page (16)");
   app.add_option("--threads", f.num_threads, "Worker threads (one per usable core)");
   app.add_option("--matmul-precision", f.matmul_precision,
-                 "exact: f32 activations in every matrix product (default); bf16: round activations to bf16 for "
-                 "oneDNN's AMX/AVX512-BF16 matmul on large batches (faster prefill, ~1e-2 relative error)")
-      ->check(CLI::IsMember({"exact", "bf16"}));
+                 "auto (default): bf16 for checkpoints stored in bf16, exact otherwise; exact: f32 activations "
+                 "in every matrix product (CUDA: bf16 weights times hi/lo-split activations); bf16: round "
+                 "activations to bf16 (oneDNN's AMX/AVX512-BF16 matmul on large CPU batches, cuBLAS bf16 GEMMs "
+                 "on CUDA; ~1e-2 relative logit error)")
+      ->check(CLI::IsMember({"auto", "exact", "bf16"}));
 }
 
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {

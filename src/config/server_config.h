@@ -33,7 +33,7 @@ struct ServerConfig {
   int page_size = 0;
   int num_threads = 0;
   std::string chat_template;  // "": recognise from the model; or chatml | llama3 | llama2
-  std::string matmul_precision = "exact";  // exact | bf16
+  std::string matmul_precision = "auto";  // auto | exact | bf16
   int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   bool disable_cuda_graph = false;
@@ -59,9 +59,10 @@ struct ResolvedConfig {
   double backend_validation_timeout_s = 30.0;
   bool use_backend_cache = true;
   std::filesystem::path backend_cache_dir;
-  // Linear layers may round activations to bf16 for oneDNN's AMX / AVX512-BF16 matmul (large
-  // batches, bf16 weights, CPUs that have it). Default false: f32 activations, results within
-  // ~1e-6 of a float64 reference.
+  // Linear layers may round activations to bf16: oneDNN's AMX / AVX512-BF16 matmul on the CPU
+  // (large batches, bf16 weights, CPUs that have it), cuBLAS bf16 x bf16 on CUDA. auto: true for
+  // bf16 checkpoints (from the ModelConfig overload of resolve()); exact: false, f32 activations,
+  // results within ~1e-6 of a float64 reference on the CPU (~2e-5 with CUDA's split).
   bool bf16_activations = false;
   int max_running_requests = 0;  // requests in the running batch at most
   int max_queued_requests = 0;   // waiting requests before the server answers 503

@@ -53,6 +53,23 @@ TEST(ServerConfigTest, DefaultsOnAnAmxDeniedServerAreTheSame) {
   EXPECT_EQ(r.num_threads, 32);
 }
 
+TEST(ServerConfigTest, AutoMatmulPrecisionFollowsTheCheckpointDtype) {
+  ModelConfig m;
+  m.num_attention_heads = 32;
+  m.num_key_value_heads = 8;
+  m.head_dim = 128;
+  m.hidden_size = 4096;
+  m.max_position_embeddings = 8192;
+  m.torch_dtype = DType::kBF16;
+  EXPECT_TRUE(resolve({}, testing::avx2_machine(8), m).bf16_activations);  // as HF computes a bf16 checkpoint
+  m.torch_dtype = DType::kF32;
+  EXPECT_FALSE(resolve({}, testing::avx2_machine(8), m).bf16_activations);
+  m.torch_dtype = DType::kBF16;
+  ServerConfig exact;
+  exact.matmul_precision = "exact";
+  EXPECT_FALSE(resolve(exact, testing::avx2_machine(8), m).bf16_activations);
+}
+
 TEST(ServerConfigTest, FlagsOverrideDefaults) {
   ServerConfig f;
   f.kv_cache_dtype = "f32";
