@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
 
 #include "cli/format.h"
@@ -112,6 +113,16 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size,
                                               s->resolved.device);
   s->runner->bind_kv_caches(s->kv_pool->layer_caches());
+  if (s->runner->graphs_enabled()) {
+    const auto start = std::chrono::steady_clock::now();
+    const int graphs = s->runner->capture_graphs();
+    const DeviceOps::GraphStats g = s->model->graph_stats();
+    spdlog::info("CUDA graphs: {} decode batch sizes captured up to {} in {:.2f} s ({:.2f} s capturing), {} of device "
+                 "memory (taken from the KV plan's reserve)",
+                 graphs, s->resolved.cuda_graph_max_bs,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), g.capture_seconds,
+                 format_bytes(g.memory_bytes));
+  }
 
   s->metrics.set_info({{"model", s->model_name},
                        {"prefill_attention_backend", s->selection.prefill_backend},

@@ -59,6 +59,35 @@ std::span<float> Runner::run(const StepBatch& batch) {
   return logits_;
 }
 
+int Runner::capture_graphs() {
+  if (!graphs_enabled_) return 0;
+  std::vector<int> sizes;
+  for (int n = 1; n <= options_.max_graph_batch;) {
+    const int size = graph_batch_size(n);
+    sizes.push_back(std::min(size, options_.max_graph_batch));
+    n = size + 1;
+  }
+  StepBatch padding;
+  for (auto it = sizes.rbegin(); it != sizes.rend() && graphs_enabled_; ++it) {
+    padding.clear();
+    for (int i = 0; i < *it; ++i) padding.add_padding_sequence(0);
+    const kernels::cuda::DeviceBatch* uploaded =
+        model_.upload(padding, decode_.shape().page_size, options_.max_model_len);
+    decode_.prepare(padding, uploaded);
+    logits_.resize(static_cast<size_t>(*it) * static_cast<size_t>(model_.config().vocab_size));
+    model_.forward(padding, decode_, logits_.data(), Transformer::StepMode::kGraph);  // eager, then captured
+    if (!model_.last_capture_failure().empty()) {
+      spdlog::warn("CUDA graphs off: capturing the decode step of {} sequences failed ({}); decode runs eagerly", *it,
+                   model_.last_capture_failure());
+      graphs_enabled_ = false;
+      graphs_disabled_reason_ = "capture failed: " + model_.last_capture_failure();
+    }
+  }
+  logits_.clear();
+  logits_.shrink_to_fit();
+  return model_.graph_stats().captured;
+}
+
 const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampling) {
   const auto start = std::chrono::steady_clock::now();
   SPINDLE_CHECK(model_.samples_on_device(), "run_and_sample: {} does not sample on the device",

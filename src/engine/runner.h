@@ -65,6 +65,12 @@ class Runner {
   // forward's launches or graph replay); the rest was the device's work and the sampling.
   double last_launch_seconds() const { return last_launch_seconds_; }
 
+  // Captures the graph of every graph batch size up to max_graph_batch now, largest first (so the
+  // buffers reach their final size before the smaller captures), each from a batch of padding
+  // sequences only (nothing is written to the KV pages). The KV caches must be bound. Without
+  // this, each size is captured the first time it runs. Returns the number of graphs held.
+  int capture_graphs();
+
   // Whether decode steps replay graphs, and why not when they do not.
   bool graphs_enabled() const { return graphs_enabled_; }
   const std::string& graphs_disabled_reason() const { return graphs_disabled_reason_; }
