@@ -177,7 +177,7 @@ void run_headline(const std::vector<KernelEntry>& kernels, ThreadPool& pool, dou
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // usage: bench_attention [--head-dims 32,48,...] [--sweep-context 2048] [--sweep-prompt 1024]
+  // usage: bench_attention [--head-dims 32,48,...] [--sweep-context 2048] [--sweep-prompt 1024] [--headline 0|1]
   std::vector<int> head_dims;
   for (int d = 32; d <= 256; d += 16) head_dims.push_back(d);
   int sweep_context = 2048, sweep_prompt = 1024;
@@ -242,18 +242,28 @@ int main(int argc, char** argv) {
   std::printf("\nhead_dim sweep (kv heads x head_dim ~= 1024, 4 query heads per KV head, bf16 KV, page 16):\n"
               "  decode batch 16 x (%d cached + 1 new); prefill 1 x %d causal tokens\n",
               sweep_context, sweep_prompt);
-  std::printf("  %-16s %5s %9s %10s %10s %9s %12s %9s\n", "kernel", "dim", "heads", "dec ms", "KV GB/s", "% mem BW",
-              "pre GFLOP/s", ("% " + mm_label).c_str());
+  std::printf("  (x ref: decode KV GB/s over the float64 reference's, which runs batch 1 on 1 thread, as the\n"
+              "   fallback does when no optimized backend serves a head_dim)\n");
+  std::printf("  %-16s %5s %9s %10s %10s %9s %8s %12s %9s\n", "kernel", "dim", "heads", "dec ms", "KV GB/s", "% mem BW",
+              "x ref", "pre GFLOP/s", ("% " + mm_label).c_str());
+  std::vector<double> ref_gbps;
+  for (int dim : head_dims) {
+    const int kv_heads = std::max(1, (1024 + dim / 2) / dim);
+    Batch r(1, 1, sweep_context, 4 * kv_heads, kv_heads, dim);
+    ref_gbps.push_back(r.kv_bytes_read / best_time(1, [&] { paged_attention_reference(r.params(nullptr)); }) / 1e9);
+  }
   for (const auto& k : kernels) {
-    for (int dim : head_dims) {
+    for (size_t i = 0; i < head_dims.size(); ++i) {
+      const int dim = head_dims[i];
       const int kv_heads = std::max(1, (1024 + dim / 2) / dim);
       Batch d(16, 1, sweep_context, 4 * kv_heads, kv_heads, dim);
       const double td = best_time(10, [&] { k.run(d.params(&pool)); });
       Batch pf(1, sweep_prompt, 0, 4 * kv_heads, kv_heads, dim);
       const double tp = best_time(3, [&] { k.run(pf.params(&pool)); });
       const double gbps = d.kv_bytes_read / td / 1e9, gflops = pf.causal_flops / tp / 1e9;
-      std::printf("  %-16s %5d %4d/%-4d %10.3f %10.1f %8.1f%% %12.1f %8.1f%%\n", k.name.c_str(), dim, 4 * kv_heads,
-                  kv_heads, td * 1e3, gbps, 100 * gbps / mem_gbps, gflops, 100 * gflops / mm.gflops);
+      std::printf("  %-16s %5d %4d/%-4d %10.3f %10.1f %8.1f%% %8.1f %12.1f %8.1f%%\n", k.name.c_str(), dim,
+                  4 * kv_heads, kv_heads, td * 1e3, gbps, 100 * gbps / mem_gbps, gbps / ref_gbps[i], gflops,
+                  100 * gflops / mm.gflops);
     }
   }
   return 0;
