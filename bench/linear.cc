@@ -91,8 +91,10 @@ double onednn_rate(dnnl::memory::data_type dt, int64_t m, int64_t out, int64_t i
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // usage: bench_linear [--sweep-only]   (--sweep-only: the rows sweep alone)
+  const bool sweep_only = argc > 1 && std::string(argv[1]) == "--sweep-only";
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
@@ -109,6 +111,7 @@ int main() {
   direct.push_back("auto");
 
   for (DType dtype : {DType::kBF16, DType::kF32}) {
+    if (sweep_only) break;
     const size_t esize = dtype_size(dtype);
     std::printf("\ndecode: %s weights, GB/s of weights read per product and %% of the read bandwidth\n",
                 std::string(dtype_name(dtype)).c_str());
@@ -196,6 +199,7 @@ int main() {
     std::printf("\n");
   }
 
+  if (sweep_only) return 0;
   const int64_t m = 512;
   std::printf("\nprefill: m = %lld, GFLOP/s (bf16 weights unless noted)\n", (long long)m);
   for (const Shape& s : kShapes) {

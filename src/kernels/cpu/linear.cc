@@ -103,20 +103,23 @@ class AmxLinear final : public LinearKernel {
       const int64_t rows = std::min(kGroup, m - i0);
       const int64_t nmb = (rows + kLinearAmxRows - 1) / kLinearAmxRows;
       packed.resize(size_t(nchunks * kLinearAmxParts * nmb * kLinearAmxTileElems));
+      // (A pointer, not the thread_local itself, goes into the pool's lambdas: named there, the
+      // thread_local would be each worker's own, empty vector.)
+      uint16_t* buf = packed.data();
       const float* xg = x + i0 * k;
       // Packing touches rows * k floats; below kSerialPackElems it is cheaper than a pool fan-out.
       constexpr int64_t kSerialPackElems = int64_t{32} << 10;
       const int64_t threads = pool ? pool->num_threads() : 1;
       const int64_t pack_tasks = rows * k < kSerialPackElems ? 1 : std::min(threads, nchunks);
       if (pack_tasks <= 1) {
-        linear_amx_pack_x(xg, rows, k, packed.data(), 0, nchunks);
+        linear_amx_pack_x(xg, rows, k, buf, 0, nchunks);
       } else {
         pool->parallel_for(pack_tasks, [&](int64_t t) {
-          linear_amx_pack_x(xg, rows, k, packed.data(), t * nchunks / pack_tasks, (t + 1) * nchunks / pack_tasks);
+          linear_amx_pack_x(xg, rows, k, buf, t * nchunks / pack_tasks, (t + 1) * nchunks / pack_tasks);
         });
       }
       const LinearSliceParams p = slice_params(w_, xg, rows, y + i0 * n, bias);
-      const uint16_t* tiles = packed.data();
+      const uint16_t* tiles = buf;
       for_column_slices(w_, pool, [&](int64_t c0, int64_t c1) { linear_slice_amx(p, tiles, c0, c1); });
     }
   }
