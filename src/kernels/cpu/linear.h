@@ -67,9 +67,10 @@ struct LinearOptions {
 inline constexpr int64_t kLinearDirectMaxRows = 64;
 // With AMX and bf16 weights, "auto" runs the amx kernel from this many rows (up to
 // kLinearDirectMaxRows) and avx512 below it. Measured (bench_linear's rows sweep, 16-core
-// Sapphire Rapids, bench/results/2026-12-01-cpu-linear.md): avx512 reads W at 90-135 GB/s up
-// to m = 4, its FMAs then fall behind (89 GB/s at m = 8, 67 at 12, 52 at 16); amx holds 82-87
-// GB/s from m = 1 to 16 (then 51 at 24-32, 24 at 64, still the fastest there). They tie at m = 8.
+// Sapphire Rapids, bench/results/2026-12-01-cpu-linear.md): avx512 reads W at 100-120 GB/s up
+// to m = 4, then its FMAs fall behind (79-89 GB/s at m = 8, 59-67 at 12, 46-52 at 16); amx holds
+// 65-87 GB/s (three runs) from m = 1 to 16, then 48-51 at 24-32 and 24 at 64, still the fastest
+// kernel there. At m = 8 avx512 is still slightly ahead, from m = 12 amx by 15-40%.
 inline constexpr int64_t kLinearAmxMinRows = 9;
 
 class LinearKernel {
