@@ -5,6 +5,8 @@
 //   prefill: GFLOP/s of one causal 2048-token sequence (same heads) vs oneDNN bf16 matmul
 //            (2048^3, bf16 x bf16 -> f32); causal FLOPs = 4 * S * S / 2 * head_dim * heads
 //   each kernel vs the float64 reference (run on a reduced size, rate-normalized)
+//   head_dim sweep: every head_dim of --head-dims (default 32, 48, ..., 256) at one model width
+//            (KV heads x head_dim ~= 1024), decode GB/s and prefill GFLOP/s with the same yardsticks
 // Every kernel the CPU supports runs on ThreadPool::global() (all usable cores).
 #include <dnnl.hpp>
 
@@ -74,7 +76,8 @@ struct Batch {
   int64_t kv_bytes_read = 0;  // K and V of every visible position, once
   double causal_flops = 0;
 
-  Batch(int batch, int num_new, int num_cached) {
+  Batch(int batch, int num_new, int num_cached, int heads = 32, int kv_heads = 8, int dim = 128)
+      : num_heads(heads), num_kv_heads(kv_heads), head_dim(dim) {
     const int per_seq = (num_new + num_cached + page_size - 1) / page_size;
     num_pages = batch * per_seq;
     const int64_t row = int64_t{num_kv_heads} * head_dim;
@@ -131,10 +134,74 @@ struct KernelEntry {
   std::function<void(const PagedAttentionParams&)> run;
 };
 
+void run_headline(const std::vector<KernelEntry>& kernels, ThreadPool& pool, double mem_gbps, const MatmulRate& mm,
+                  const std::string& mm_label) {
+  // Decode.
+  Batch decode(16, 1, 2048);
+
+  Batch decode_ref(1, 1, 2048);
+  const double ref_decode_gbps =
+      decode_ref.kv_bytes_read / best_time(1, [&] { paged_attention_reference(decode_ref.params(nullptr)); }) / 1e9;
+  std::printf("\ndecode: batch 16 x (2048 cached + 1 new), 32/8 heads, head_dim 128, bf16 KV, page 16: "
+              "%.1f MB of KV per step\n", decode.kv_bytes_read / 1e6);
+  std::printf("  %-16s %10s %12s %14s %12s\n", "kernel", "ms/step", "KV GB/s", "% of mem BW", "x reference");
+  std::printf("  %-16s %10s %12.2f %13.1f%% %12s   (batch 1, 1 thread, float64)\n", "reference", "-",
+              ref_decode_gbps, 100 * ref_decode_gbps / mem_gbps, "1.0");
+  for (const auto& k : kernels) {
+    const double t = best_time(10, [&] { k.run(decode.params(&pool)); });
+    const double gbps = decode.kv_bytes_read / t / 1e9;
+    std::printf("  %-16s %10.3f %12.1f %13.1f%% %12.1f\n", k.name.c_str(), t * 1e3, gbps, 100 * gbps / mem_gbps,
+                gbps / ref_decode_gbps);
+  }
+
+  // Prefill.
+  Batch prefill(1, 2048, 0);
+  Batch prefill_ref(1, 256, 0);
+  const double ref_gflops =
+      prefill_ref.causal_flops / best_time(1, [&] { paged_attention_reference(prefill_ref.params(nullptr)); }) / 1e9;
+  std::printf("\nprefill: 1 x 2048 causal tokens, 32/8 heads, head_dim 128, bf16 KV, page 16: %.1f GFLOP\n",
+              prefill.causal_flops / 1e9);
+  std::printf("  %-16s %10s %12s %14s %12s\n", "kernel", "ms", "GFLOP/s", ("% of oneDNN " + mm_label).c_str(),
+              "x reference");
+  std::printf("  %-16s %10s %12.2f %13.1f%% %12s   (256 tokens, 1 thread, float64)\n", "reference", "-", ref_gflops,
+              100 * ref_gflops / mm.gflops, "1.0");
+  for (const auto& k : kernels) {
+    const double t = best_time(3, [&] { k.run(prefill.params(&pool)); });
+    const double gflops = prefill.causal_flops / t / 1e9;
+    std::printf("  %-16s %10.1f %12.1f %13.1f%% %12.1f\n", k.name.c_str(), t * 1e3, gflops,
+                100 * gflops / mm.gflops, gflops / ref_gflops);
+  }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // usage: bench_attention [--head-dims 32,48,...] [--sweep-context 2048] [--sweep-prompt 1024] [--headline 0|1]
+  std::vector<int> head_dims;
+  for (int d = 32; d <= 256; d += 16) head_dims.push_back(d);
+  int sweep_context = 2048, sweep_prompt = 1024;
+  bool headline = true;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--head-dims") {
+      head_dims.clear();
+      for (size_t pos = 0; pos < value.size();) {
+        const size_t comma = std::min(value.find(',', pos), value.size());
+        head_dims.push_back(std::stoi(value.substr(pos, comma - pos)));
+        pos = comma + 1;
+      }
+    } else if (flag == "--sweep-context") {
+      sweep_context = std::stoi(value);
+    } else if (flag == "--sweep-prompt") {
+      sweep_prompt = std::stoi(value);
+    } else if (flag == "--headline") {
+      headline = value != "0";
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
@@ -168,39 +235,36 @@ int main() {
     mm_label = "f32";
   }
 
-  // Decode.
-  Batch decode(16, 1, 2048);
-  Batch decode_ref(1, 1, 2048);
-  const double ref_decode_gbps =
-      decode_ref.kv_bytes_read / best_time(1, [&] { paged_attention_reference(decode_ref.params(nullptr)); }) / 1e9;
-  std::printf("\ndecode: batch 16 x (2048 cached + 1 new), 32/8 heads, head_dim 128, bf16 KV, page 16: "
-              "%.1f MB of KV per step\n", decode.kv_bytes_read / 1e6);
-  std::printf("  %-16s %10s %12s %14s %12s\n", "kernel", "ms/step", "KV GB/s", "% of mem BW", "x reference");
-  std::printf("  %-16s %10s %12.2f %13.1f%% %12s   (batch 1, 1 thread, float64)\n", "reference", "-",
-              ref_decode_gbps, 100 * ref_decode_gbps / mem_gbps, "1.0");
-  for (const auto& k : kernels) {
-    const double t = best_time(10, [&] { k.run(decode.params(&pool)); });
-    const double gbps = decode.kv_bytes_read / t / 1e9;
-    std::printf("  %-16s %10.3f %12.1f %13.1f%% %12.1f\n", k.name.c_str(), t * 1e3, gbps, 100 * gbps / mem_gbps,
-                gbps / ref_decode_gbps);
-  }
+  if (headline) run_headline(kernels, pool, mem_gbps, mm, mm_label);
 
-  // Prefill.
-  Batch prefill(1, 2048, 0);
-  Batch prefill_ref(1, 256, 0);
-  const double ref_gflops =
-      prefill_ref.causal_flops / best_time(1, [&] { paged_attention_reference(prefill_ref.params(nullptr)); }) / 1e9;
-  std::printf("\nprefill: 1 x 2048 causal tokens, 32/8 heads, head_dim 128, bf16 KV, page 16: %.1f GFLOP\n",
-              prefill.causal_flops / 1e9);
-  std::printf("  %-16s %10s %12s %14s %12s\n", "kernel", "ms", "GFLOP/s", ("% of oneDNN " + mm_label).c_str(),
-              "x reference");
-  std::printf("  %-16s %10s %12.2f %13.1f%% %12s   (256 tokens, 1 thread, float64)\n", "reference", "-", ref_gflops,
-              100 * ref_gflops / mm.gflops, "1.0");
+  // Every head_dim at one model width: num_kv_heads * head_dim ~= 1024 (GQA 4), so each row reads
+  // about the same KV bytes and does about the same FLOPs; a smaller head_dim means more heads.
+  std::printf("\nhead_dim sweep (kv heads x head_dim ~= 1024, 4 query heads per KV head, bf16 KV, page 16):\n"
+              "  decode batch 16 x (%d cached + 1 new); prefill 1 x %d causal tokens\n",
+              sweep_context, sweep_prompt);
+  std::printf("  (x ref: decode KV GB/s over the float64 reference's, which runs batch 1 on 1 thread, as the\n"
+              "   fallback does when no optimized backend serves a head_dim)\n");
+  std::printf("  %-16s %5s %9s %10s %10s %9s %8s %12s %9s\n", "kernel", "dim", "heads", "dec ms", "KV GB/s", "% mem BW",
+              "x ref", "pre GFLOP/s", ("% " + mm_label).c_str());
+  std::vector<double> ref_gbps;
+  for (int dim : head_dims) {
+    const int kv_heads = std::max(1, (1024 + dim / 2) / dim);
+    Batch r(1, 1, sweep_context, 4 * kv_heads, kv_heads, dim);
+    ref_gbps.push_back(r.kv_bytes_read / best_time(1, [&] { paged_attention_reference(r.params(nullptr)); }) / 1e9);
+  }
   for (const auto& k : kernels) {
-    const double t = best_time(3, [&] { k.run(prefill.params(&pool)); });
-    const double gflops = prefill.causal_flops / t / 1e9;
-    std::printf("  %-16s %10.1f %12.1f %13.1f%% %12.1f\n", k.name.c_str(), t * 1e3, gflops,
-                100 * gflops / mm.gflops, gflops / ref_gflops);
+    for (size_t i = 0; i < head_dims.size(); ++i) {
+      const int dim = head_dims[i];
+      const int kv_heads = std::max(1, (1024 + dim / 2) / dim);
+      Batch d(16, 1, sweep_context, 4 * kv_heads, kv_heads, dim);
+      const double td = best_time(10, [&] { k.run(d.params(&pool)); });
+      Batch pf(1, sweep_prompt, 0, 4 * kv_heads, kv_heads, dim);
+      const double tp = best_time(3, [&] { k.run(pf.params(&pool)); });
+      const double gbps = d.kv_bytes_read / td / 1e9, gflops = pf.causal_flops / tp / 1e9;
+      std::printf("  %-16s %5d %4d/%-4d %10.3f %10.1f %8.1f%% %8.1f %12.1f %8.1f%%\n", k.name.c_str(), dim,
+                  4 * kv_heads, kv_heads, td * 1e3, gbps, 100 * gbps / mem_gbps, gbps / ref_gbps[i], gflops,
+                  100 * gflops / mm.gflops);
+    }
   }
   return 0;
 }

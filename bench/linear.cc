@@ -4,7 +4,9 @@
 //       bandwidth (best of two measurements). Each shape gets enough copies of its weight
 //       (>= 512 MiB together) that a sweep over them reads from memory, not from cache, as a real
 //       forward over all layers does.
-//   crossover: direct kernel vs widening + oneDNN f32 over m (where kLinearDirectMaxRows comes from).
+//   rows sweep: every kernel over m = 1 .. 256 on one shape, weights from memory, as GB/s of W and
+//       % of the read bandwidth, with the fastest per m: where kLinearDirectMaxRows and
+//       kLinearAmxMinRows (the "auto" policy) come from.
 //   prefill (m = 512): GFLOP/s of each kernel vs oneDNN's matmul of the same shape measured in
 //       the same run: f32 (on an f32 copy of the weight: the yardstick of our f32 path) and bf16
 //       (bf16 x bf16 -> f32, where the CPU has a real implementation).
@@ -89,8 +91,10 @@ double onednn_rate(dnnl::memory::data_type dt, int64_t m, int64_t out, int64_t i
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  // usage: bench_linear [--sweep-only]   (--sweep-only: the rows sweep alone)
+  const bool sweep_only = argc > 1 && std::string(argv[1]) == "--sweep-only";
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
@@ -100,13 +104,14 @@ int main() {
   std::printf("memory read bandwidth (1 GiB streaming sum, all threads, best of 2x5): %.1f GB/s\n", mem_gbps);
 
   std::vector<std::string> direct;
-  for (const char* name : {"avx2", "avx512"}) {
+  for (const char* name : {"avx2", "avx512", "amx"}) {
     std::vector<uint16_t> probe(64);
     if (linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 8, 8}).empty()) direct.push_back(name);
   }
   direct.push_back("auto");
 
   for (DType dtype : {DType::kBF16, DType::kF32}) {
+    if (sweep_only) break;
     const size_t esize = dtype_size(dtype);
     std::printf("\ndecode: %s weights, GB/s of weights read per product and %% of the read bandwidth\n",
                 std::string(dtype_name(dtype)).c_str());
@@ -120,6 +125,7 @@ int main() {
       const std::vector<float> x = random_floats(16 * s.in, -1, 1, 7);
       std::vector<float> y(16 * s.out);
       for (const std::string& name : direct) {
+        if (!linear_kernel_unsupported_reason(name, {weights[0].data(), dtype, s.out, s.in}).empty()) continue;
         std::vector<std::unique_ptr<LinearKernel>> kernels;
         for (auto& w : weights) kernels.push_back(make_named_linear_kernel(name, {w.data(), dtype, s.out, s.in}));
         double gbps[2];
@@ -137,35 +143,63 @@ int main() {
     }
   }
 
-  // Where the direct kernel stops paying: gate/up shape, bf16, weights streamed from memory.
+  // The policy's evidence: every kernel over m (gate/up shape, bf16, weights streamed from memory),
+  // as GB/s of W read per product and % of the read bandwidth (a product at the bandwidth bound
+  // reads W once at the memory's rate, whatever m). "auto" is the policy (kLinearDirectMaxRows,
+  // kLinearAmxMinRows); "fastest" names the best named kernel at each m.
   {
     const Shape s = kShapes[2];
     const size_t elems = size_t(s.out) * s.in;
     std::vector<std::vector<uint16_t>> weights;
     for (size_t c = 0; c < 8; ++c) weights.push_back(bf16_weights(elems, unsigned(c + 1)));
+    const int64_t ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256};
     const std::vector<float> x = random_floats(256 * s.in, -1, 1, 7);
     std::vector<float> y(256 * s.out);
-    std::printf("\ncrossover (%s [%lld x %lld] bf16, kLinearDirectMaxRows = %lld): GFLOP/s\n", s.name,
-                (long long)s.out, (long long)s.in, (long long)kLinearDirectMaxRows);
-    std::printf("  %-12s", "kernel");
-    const int64_t ms[] = {1, 8, 16, 32, 64, 128, 256};
-    for (int64_t m : ms) std::printf(" %7s%-3lld", "m=", (long long)m);
+    std::printf("\nrows sweep (%s [%lld x %lld] bf16, %zu copies = %.0f MiB; kLinearDirectMaxRows = %lld, "
+                "kLinearAmxMinRows = %lld): GB/s of W, %% of read bandwidth\n",
+                s.name, (long long)s.out, (long long)s.in, weights.size(), elems * 2.0 * weights.size() / (1 << 20),
+                (long long)kLinearDirectMaxRows, (long long)kLinearAmxMinRows);
+    std::printf("  %-28s", "kernel");
+    for (int64_t m : ms) std::printf(" %5s%-3lld", "m=", (long long)m);
     std::printf("\n");
-    for (const char* name : {direct[direct.size() - 2].c_str(), "onednn_f32"}) {
+    std::vector<std::string> names;
+    for (const char* name : {"avx2", "avx512", "amx", "onednn_f32"}) {
+      if (linear_kernel_unsupported_reason(name, {weights[0].data(), DType::kBF16, s.out, s.in}).empty())
+        names.push_back(name);
+      else
+        std::printf("  %-28s unavailable: %s\n", name,
+                    linear_kernel_unsupported_reason(name, {weights[0].data(), DType::kBF16, s.out, s.in}).c_str());
+    }
+    names.push_back("auto");
+    std::vector<double> best(std::size(ms), 0.0);
+    std::vector<std::string> best_name(std::size(ms));
+    for (const std::string& name : names) {
       std::vector<std::unique_ptr<LinearKernel>> kernels;
       for (auto& w : weights)
         kernels.push_back(make_named_linear_kernel(name, {w.data(), DType::kBF16, s.out, s.in}));
-      std::printf("  %-12s", name);
+      std::vector<double> gbps;
       for (int64_t m : ms) {
         const double t = best_time(2, [&] {
           for (auto& k : kernels) k->forward(x.data(), m, y.data(), &pool);
         });
-        std::printf(" %10.1f", 2.0 * m * elems * weights.size() / t / 1e9);
+        gbps.push_back(2.0 * elems * weights.size() / t / 1e9);
       }
-      std::printf("\n");
+      std::printf("  %-28s", kernels[0]->name());
+      for (double g : gbps) std::printf(" %8.1f", g);
+      std::printf("  GB/s\n  %-28s", "");
+      for (double g : gbps) std::printf(" %7.0f%%", 100 * g / mem_gbps);
+      std::printf("  of BW\n");
+      if (name == "auto") continue;
+      for (size_t i = 0; i < gbps.size(); ++i) {
+        if (gbps[i] > best[i]) best[i] = gbps[i], best_name[i] = name;
+      }
     }
+    std::printf("  %-28s", "fastest");
+    for (const auto& n : best_name) std::printf(" %8s", n.c_str());
+    std::printf("\n");
   }
 
+  if (sweep_only) return 0;
   const int64_t m = 512;
   std::printf("\nprefill: m = %lld, GFLOP/s (bf16 weights unless noted)\n", (long long)m);
   for (const Shape& s : kShapes) {

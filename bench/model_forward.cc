@@ -10,6 +10,7 @@
 // ThreadPool::global() (SPINDLE_NUM_THREADS).
 //
 // usage: bench_model_forward [--model DIR] [--layers N] [--context 512] [--prompt 512] [--steps 8]
+//                            [--attention-backend NAME]
 #include <dnnl.hpp>
 
 #include <algorithm>
@@ -39,6 +40,7 @@ struct Args {
   int context = 512;
   int prompt = 512;
   int steps = 8;
+  std::string attention_backend;  // empty: the highest-priority CPU backend usable here
 };
 
 Args parse_args(int argc, char** argv) {
@@ -50,6 +52,7 @@ Args parse_args(int argc, char** argv) {
     else if (k == "--context") a.context = std::atoi(argv[i + 1]);
     else if (k == "--prompt") a.prompt = std::atoi(argv[i + 1]);
     else if (k == "--steps") a.steps = std::atoi(argv[i + 1]);
+    else if (k == "--attention-backend") a.attention_backend = argv[i + 1];
     else SPINDLE_FAIL("unknown flag {}", k);
   }
   return a;
@@ -166,7 +169,7 @@ int main(int argc, char** argv) {
     }
 
     const attn::AttentionShape shape = model->attention_shape(DType::kBF16, 16);
-    const std::string backend_name = best_cpu_backend(shape);
+    const std::string backend_name = args.attention_backend.empty() ? best_cpu_backend(shape) : args.attention_backend;
     auto backend = attn::create_attention_backend(backend_name, shape, {});
     spindle::engine::Runner runner(*model, *backend, *backend);
     const int max_batch = 16;

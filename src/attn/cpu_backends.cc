@@ -19,7 +19,6 @@ namespace {
 namespace kc = kernels::cpu;
 using Kernel = std::function<void(const kc::PagedAttentionParams&)>;
 
-constexpr std::array<int, 5> kOptimizedHeadDims = {64, 80, 96, 128, 256};
 constexpr int kMaxPageSize = 256;
 
 class CpuPagedAttentionBackend final : public PagedBackend {
@@ -56,10 +55,9 @@ void add_shape_gaps(const AttentionShape& shape, bool any_head_dim, std::vector<
   if (shape.kv_dtype != DType::kF32 && shape.kv_dtype != DType::kBF16 && !f16_ok) {
     reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f32)", dtype_name(shape.kv_dtype)));
   }
-  if (!any_head_dim &&
-      std::find(kOptimizedHeadDims.begin(), kOptimizedHeadDims.end(), shape.head_dim) ==
-          kOptimizedHeadDims.end()) {
-    reasons.push_back(fmt::format("head_dim {} not supported (64, 80, 96, 128, 256)", shape.head_dim));
+  if (!any_head_dim && !kc::cpu_backend_head_dim_supported(shape.head_dim)) {
+    reasons.push_back(fmt::format("head_dim {} not supported (multiples of {} from {} to {})", shape.head_dim,
+                                  kc::kCpuBackendHeadDimStep, kc::kCpuBackendMinHeadDim, kc::kCpuBackendMaxHeadDim));
   }
   if (shape.page_size < 1 || shape.page_size > kMaxPageSize) {
     reasons.push_back(fmt::format("page size {} not supported (1 to {})", shape.page_size, kMaxPageSize));

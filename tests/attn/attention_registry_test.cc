@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -55,8 +56,21 @@ TEST(AttentionRegistryTest, UnsupportedReasonsNameWhatIsMissing) {
   EXPECT_TRUE(reg.get("cpu_avx2").unsupported_reasons(desktop, shape_of(32, 8, 128)).empty());
   EXPECT_THAT(reg.get("cpu_avx512").unsupported_reasons(desktop, shape_of(32, 8, 128)),
               ::testing::Contains("cpu lacks avx512f"));
-  EXPECT_THAT(reg.get("cpu_avx2").unsupported_reasons(desktop, shape_of(32, 8, 72)),
-              ::testing::Contains("head_dim 72 not supported (64, 80, 96, 128, 256)"));
+  for (const int dim : {16, 24, 40, 72, 136, 264, 512}) {
+    for (const char* name : {"cpu_avx2", "cpu_avx512", "cpu_amx"}) {
+      EXPECT_THAT(reg.get(name).unsupported_reasons(testing::sapphire_rapids_machine(true), shape_of(8, 2, dim)),
+                  ::testing::Contains(fmt::format("head_dim {} not supported (multiples of 16 from 32 to 256)", dim)))
+          << name;
+    }
+  }
+  // Every size the kernel grid (tests/kernels/paged_attention_test.cc) validates is offered.
+  for (int dim = 32; dim <= 256; dim += 16) {
+    EXPECT_TRUE(reg.get("cpu_avx2").unsupported_reasons(desktop, shape_of(8, 2, dim)).empty()) << dim;
+    for (const char* name : {"cpu_avx512", "cpu_amx"}) {
+      EXPECT_TRUE(reg.get(name).unsupported_reasons(testing::sapphire_rapids_machine(true), shape_of(8, 2, dim)).empty())
+          << name << " " << dim;
+    }
+  }
   EXPECT_THAT(reg.get("cpu_avx2").unsupported_reasons(desktop, shape_of(32, 8, 128, DType::kF16)),
               ::testing::Contains("KV dtype F16 not supported (bf16, f32)"));
   // The reference runs on anything, any head_dim.

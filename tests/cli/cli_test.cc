@@ -180,6 +180,31 @@ TEST(CliTest, DoctorChoosesAPairAndTheSecondRunUsesTheCache) {
   fs::remove_all(cache);
 }
 
+// head_dim 32 (and every multiple of 16 up to 256) is offered to the optimized CPU backends; 40 is
+// not, and doctor says so on each of their rows. Availability otherwise depends on this CPU, so
+// only the head_dim reason is checked.
+TEST(CliTest, DoctorCoversHeadDim32AndNamesUnsupportedSizes) {
+  auto reasons_of = [](const nlohmann::json& j, const std::string& backend) {
+    std::string all;
+    for (const auto& row : j["rows"])
+      if (row["backend"] == backend)
+        for (const auto& r : row["unsupported_reasons"]) all += r.get<std::string>() + ";";
+    return all;
+  };
+  const RunResult d32 = run_spindle("doctor --heads 8 --kv-heads 4 --head-dim 32 --json --no-backend-cache");
+  ASSERT_EQ(d32.exit_code, 0) << d32.err;
+  const auto j32 = nlohmann::json::parse(d32.out);
+  const RunResult d40 = run_spindle("doctor --heads 8 --kv-heads 4 --head-dim 40 --json --no-backend-cache");
+  ASSERT_EQ(d40.exit_code, 0) << d40.err;
+  const auto j40 = nlohmann::json::parse(d40.out);
+  for (const char* backend : {"cpu_avx2", "cpu_avx512", "cpu_amx"}) {
+    EXPECT_THAT(reasons_of(j32, backend), ::testing::Not(HasSubstr("head_dim"))) << backend;
+    EXPECT_THAT(reasons_of(j40, backend), HasSubstr("head_dim 40 not supported (multiples of 16 from 32 to 256)"))
+        << backend;
+  }
+  EXPECT_EQ(j40["prefill_backend"], "reference");
+}
+
 // Where no GPU is usable (this test's usual machine), --device cuda stops with the probe's reason;
 // on a GPU host the same command validates the CUDA backends (tools/gpu/h200_check.sh runs it).
 TEST(CliTest, DoctorOnCudaWithoutAGpuSaysWhy) {

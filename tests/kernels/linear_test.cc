@@ -2,7 +2,7 @@
 //
 // Tolerances, per output element y[i, j], relative to the magnitude of its terms
 // S = sum_t |x[i, t] * w[j, t]| + |bias[j]|:
-//   f32 accumulation (avx2, avx512, onednn_f32, auto by default): |y - ref| <= 1e-5 * S + 1e-30
+//   f32 accumulation (avx2, avx512, amx, onednn_f32, auto by default): |y - ref| <= 1e-5 * S + 1e-30
 //   bf16 activations (onednn_bf16, x rounded to bf16 = relative 2^-9 per term): |y - ref| <= 1e-2 * S
 // Shapes: m in {1, 2, 3, 7, 16, 17, 64, 129} (both sides of kLinearDirectMaxRows),
 // in in {1, 13, 64, 80, 136, 2048} (13 and 1 exercise the non-vector k tail), out in {1, 15, 96, 257};
@@ -117,6 +117,9 @@ void check_variant(const std::string& name, double tolerance, const LinearOption
 
 TEST(LinearTest, Avx2MatchesReference) { check_variant("avx2", kF32Tolerance); }
 TEST(LinearTest, Avx512MatchesReference) { check_variant("avx512", kF32Tolerance); }
+// AMX splits x into three bf16 parts (exact to 2^-27 relative), so it meets the f32 tolerance;
+// bf16 weights only (f32 cases are skipped by its unsupported reason).
+TEST(LinearTest, AmxMatchesReference) { check_variant("amx", kF32Tolerance); }
 TEST(LinearTest, OneDnnF32MatchesReference) { check_variant("onednn_f32", kF32Tolerance); }
 TEST(LinearTest, OneDnnBf16MatchesReferenceLoosely) { check_variant("onednn_bf16", kBf16ActivationTolerance); }
 TEST(LinearTest, AutoMatchesReference) { check_variant("auto", kF32Tolerance); }

@@ -200,7 +200,9 @@ ThreadPool& test_pool() {
   return pool;
 }
 
-// The grid: batch 1 runs every (new, cached) pair for every shape; batches of 5 mix pairs, rotating.
+// The grid: every head_dim the CPU backends are offered for (cpu_backend_head_dim_supported:
+// multiples of 16 from 32 to 256) x KV dtype x page size 1 and 16 x GQA group 1, 4, 7. Batch 1 runs
+// every (new, cached) pair for every shape; batches of 5 mix pairs, rotating.
 const SeqSpec kPairs[] = {{1, 0},  {3, 5},  {17, 130}, {64, 0},  {1, 130}, {3, 0},
                           {17, 5}, {64, 130}, {1, 5},  {3, 130}, {17, 0},  {64, 5}};
 constexpr int kNumPairs = 12;
@@ -237,7 +239,8 @@ TEST_P(PagedAttentionGrid, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Grid, PagedAttentionGrid,
     ::testing::Combine(::testing::Values(Kernel::kAvx2, Kernel::kAvx512, Kernel::kAvx512Bf16, Kernel::kAmx),
-                       ::testing::Values(64, 80, 96, 128, 256), ::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Range(kCpuBackendMinHeadDim, kCpuBackendMaxHeadDim + 1, kCpuBackendHeadDimStep),
+                       ::testing::Values(DType::kF32, DType::kBF16),
                        ::testing::Values(1, 16)),
     [](const ::testing::TestParamInfo<GridParam>& info) {
       return kernel_name(std::get<0>(info.param)) + "_d" + std::to_string(std::get<1>(info.param)) + "_" +

@@ -8,6 +8,8 @@
 // the CPU has AMX-BF16/AVX512-BF16 and W is bf16; f32 matmul otherwise (exact f32 products).
 #include <algorithm>
 #include <array>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_isa.h"
@@ -19,8 +21,8 @@
 namespace spindle::kernels::cpu {
 namespace {
 
-constexpr std::array<std::string_view, 6> kNames = {"reference", "avx2", "avx512", "onednn_f32", "onednn_bf16",
-                                                    "auto"};
+constexpr std::array<std::string_view, 7> kNames = {"reference", "avx2",        "avx512", "amx",
+                                                    "onednn_f32", "onednn_bf16", "auto"};
 // A task of the direct kernel reads at least this many bytes of W (pool overhead ~ microseconds).
 constexpr int64_t kMinTaskBytes = int64_t{256} << 10;
 // Tasks per thread when W is large enough (dynamic scheduling evens out slow cores).
@@ -33,6 +35,37 @@ const CpuInfo& cpu() {
 
 using SliceFn = void (*)(const LinearSliceParams&, int64_t, int64_t);
 
+LinearSliceParams slice_params(const LinearWeight& w, const float* x, int64_t m, float* y, const float* bias) {
+  LinearSliceParams p;
+  p.x = x;
+  p.w = w.data;
+  p.w_dtype = w.dtype;
+  p.bias = bias;
+  p.y = y;
+  p.m = m;
+  p.n = w.out_features;
+  p.k = w.in_features;
+  return p;
+}
+
+// Runs fn(col_begin, col_end) over W's rows (output columns) in slices of a multiple of
+// kLinearSliceAlign columns, each reading at least kMinTaskBytes of W, on the pool.
+template <class Fn>
+void for_column_slices(const LinearWeight& w, ThreadPool* pool, Fn&& fn) {
+  const int64_t n = w.out_features;
+  const int64_t threads = pool ? pool->num_threads() : 1;
+  const int64_t col_bytes = w.in_features * int64_t(dtype_size(w.dtype));
+  int64_t cols = std::max((kMinTaskBytes + col_bytes - 1) / col_bytes,
+                          (n + threads * kTasksPerThread - 1) / (threads * kTasksPerThread));
+  cols = (cols + kLinearSliceAlign - 1) / kLinearSliceAlign * kLinearSliceAlign;
+  const int64_t num_tasks = (n + cols - 1) / cols;
+  if (threads == 1 || num_tasks == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool->parallel_for(num_tasks, [&](int64_t t) { fn(t * cols, std::min(n, (t + 1) * cols)); });
+}
+
 class DirectLinear final : public LinearKernel {
  public:
   DirectLinear(const LinearWeight& w, SliceFn fn, const char* name) : w_(w), fn_(fn), name_(name) {}
@@ -41,32 +74,76 @@ class DirectLinear final : public LinearKernel {
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
     if (m <= 0) return;
     SPINDLE_CHECK(x != nullptr && y != nullptr, "linear {}: null x or y", name_);
-    LinearSliceParams p;
-    p.x = x;
-    p.w = w_.data;
-    p.w_dtype = w_.dtype;
-    p.bias = bias;
-    p.y = y;
-    p.m = m;
-    p.n = w_.out_features;
-    p.k = w_.in_features;
-    const int64_t threads = pool ? pool->num_threads() : 1;
-    const int64_t col_bytes = p.k * int64_t(dtype_size(w_.dtype));
-    int64_t cols = std::max((kMinTaskBytes + col_bytes - 1) / col_bytes,
-                            (p.n + threads * kTasksPerThread - 1) / (threads * kTasksPerThread));
-    cols = (cols + kLinearSliceAlign - 1) / kLinearSliceAlign * kLinearSliceAlign;
-    const int64_t num_tasks = (p.n + cols - 1) / cols;
-    if (threads == 1 || num_tasks == 1) {
-      fn_(p, 0, p.n);
-      return;
-    }
-    pool->parallel_for(num_tasks, [&](int64_t t) { fn_(p, t * cols, std::min(p.n, (t + 1) * cols)); });
+    const LinearSliceParams p = slice_params(w_, x, m, y, bias);
+    for_column_slices(w_, pool, [&](int64_t c0, int64_t c1) { fn_(p, c0, c1); });
   }
 
  private:
   LinearWeight w_;
   SliceFn fn_;
   const char* name_;
+};
+
+// AMX tiles (linear_amx.cc), bf16 weights: x split into three bf16 parts, so the products are
+// f32-accurate. Rows of x go in groups of up to kLinearAmxMaxBlocks * kLinearAmxRows = 64: each
+// group packs x (on the pool when it is large), then every column slice runs the tiles.
+class AmxLinear final : public LinearKernel {
+ public:
+  explicit AmxLinear(const LinearWeight& w) : w_(w) {}
+  const char* name() const override { return "amx"; }
+
+  void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
+    if (m <= 0) return;
+    SPINDLE_CHECK(x != nullptr && y != nullptr, "linear amx: null x or y");
+    constexpr int64_t kGroup = kLinearAmxMaxBlocks * kLinearAmxRows;
+    const int64_t k = w_.in_features, n = w_.out_features;
+    const int64_t nchunks = (k + kLinearAmxChunk - 1) / kLinearAmxChunk;
+    thread_local std::vector<uint16_t> packed;
+    for (int64_t i0 = 0; i0 < m; i0 += kGroup) {
+      const int64_t rows = std::min(kGroup, m - i0);
+      const int64_t nmb = (rows + kLinearAmxRows - 1) / kLinearAmxRows;
+      packed.resize(size_t(nchunks * kLinearAmxParts * nmb * kLinearAmxTileElems));
+      // (A pointer, not the thread_local itself, goes into the pool's lambdas: named there, the
+      // thread_local would be each worker's own, empty vector.)
+      uint16_t* buf = packed.data();
+      const float* xg = x + i0 * k;
+      // Packing touches rows * k floats; below kSerialPackElems it is cheaper than a pool fan-out.
+      constexpr int64_t kSerialPackElems = int64_t{32} << 10;
+      const int64_t threads = pool ? pool->num_threads() : 1;
+      const int64_t pack_tasks = rows * k < kSerialPackElems ? 1 : std::min(threads, nchunks);
+      if (pack_tasks <= 1) {
+        linear_amx_pack_x(xg, rows, k, buf, 0, nchunks);
+      } else {
+        pool->parallel_for(pack_tasks, [&](int64_t t) {
+          linear_amx_pack_x(xg, rows, k, buf, t * nchunks / pack_tasks, (t + 1) * nchunks / pack_tasks);
+        });
+      }
+      const LinearSliceParams p = slice_params(w_, xg, rows, y + i0 * n, bias);
+      const uint16_t* tiles = buf;
+      for_column_slices(w_, pool, [&](int64_t c0, int64_t c1) { linear_slice_amx(p, tiles, c0, c1); });
+    }
+  }
+
+ private:
+  LinearWeight w_;
+};
+
+// The decode kernel of "auto": m < min_rows on `small`, otherwise on `large` (AMX).
+class RowSplitLinear final : public LinearKernel {
+ public:
+  RowSplitLinear(std::unique_ptr<LinearKernel> small, std::unique_ptr<LinearKernel> large, int64_t min_rows)
+      : small_(std::move(small)), large_(std::move(large)), min_rows_(min_rows) {
+    name_ = std::string(small_->name()) + "+" + large_->name();
+  }
+  const char* name() const override { return name_.c_str(); }
+  void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
+    (m < min_rows_ ? small_ : large_)->forward(x, m, y, pool, bias);
+  }
+
+ private:
+  std::unique_ptr<LinearKernel> small_, large_;
+  int64_t min_rows_;
+  std::string name_;
 };
 
 class AutoLinear final : public LinearKernel {
@@ -100,8 +177,24 @@ void check_weight(const LinearWeight& w) {
 bool has_avx2() { return cpu().has("avx2") && cpu().has("fma"); }
 bool has_avx512() { return cpu().has("avx512f") && cpu().has("avx512bw") && cpu().has("avx512vl"); }
 
+std::string amx_unsupported_reason(const LinearWeight& w) {
+  if (!has_avx512() || !cpu().has("avx512_bf16")) return "CPU lacks usable AVX-512F/BW/VL and AVX512-BF16";
+  for (const char* f : {"amx_tile", "amx_bf16"}) {
+    const CpuFeature* feature = cpu().find(f);
+    if (feature == nullptr || !feature->present) return std::string("CPU lacks ") + f;
+    if (!feature->usable) return std::string(f) + " present but unusable: " + feature->reason;
+  }
+  if (w.dtype != DType::kBF16) return "amx serves bf16 weights only";
+  return {};
+}
+
 std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w) {
-  if (has_avx512()) return std::make_unique<DirectLinear>(w, &linear_slice_avx512, "avx512");
+  if (has_avx512()) {
+    auto avx512 = std::make_unique<DirectLinear>(w, &linear_slice_avx512, "avx512");
+    if (amx_unsupported_reason(w).empty())
+      return std::make_unique<RowSplitLinear>(std::move(avx512), std::make_unique<AmxLinear>(w), kLinearAmxMinRows);
+    return avx512;
+  }
   if (has_avx2()) return std::make_unique<DirectLinear>(w, &linear_slice_avx2, "avx2");
   return nullptr;
 }
@@ -115,6 +208,7 @@ std::string linear_kernel_unsupported_reason(std::string_view name, const Linear
   if (name == "reference" || name == "auto" || name == "onednn_f32") return {};
   if (name == "avx2") return has_avx2() ? "" : "CPU lacks usable AVX2+FMA";
   if (name == "avx512") return has_avx512() ? "" : "CPU lacks usable AVX-512F/BW/VL";
+  if (name == "amx") return amx_unsupported_reason(weight);
   if (name == "onednn_bf16") return onednn_linear_unsupported_reason(weight, true);
   std::string known;
   for (auto n : kNames) known += (known.empty() ? "" : ", ") + std::string(n);
@@ -129,6 +223,7 @@ std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, co
   if (name == "reference") return make_reference_linear_kernel(weight);
   if (name == "avx2") return std::make_unique<DirectLinear>(weight, &linear_slice_avx2, "avx2");
   if (name == "avx512") return std::make_unique<DirectLinear>(weight, &linear_slice_avx512, "avx512");
+  if (name == "amx") return std::make_unique<AmxLinear>(weight);
   if (name == "onednn_f32") return make_onednn_linear(weight, false);
   if (name == "onednn_bf16") return make_onednn_linear(weight, true);
   return make_linear_kernel(weight, options);  // "auto"

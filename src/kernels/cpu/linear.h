@@ -15,13 +15,18 @@
 //                widened to f32 in registers), f32 accumulation; rows of W split over the
 //                ThreadPool. Memory-bound decode path (small m).
 //   avx512       the same with AVX-512F/BW/VL.
+//   amx          bf16 weights only: AMX-BF16 tiles with W as the A operand read in place and x
+//                split into three bf16 parts (hi + mid + lo, exact to 2^-27 relative), so the
+//                products are f32-accurate like avx2/avx512 while the tile unit keeps up with
+//                memory for m up to 64 (the f32 FMA kernels are compute-bound from m ~ 8).
 //   onednn_f32   prefill path: bf16 weights are widened block by block (~8 MiB of f32 per block)
 //                into a per-thread buffer and multiplied by oneDNN's f32 matmul (its own OpenMP
 //                threads; the ThreadPool is not used). f32 weights go to oneDNN directly.
 //   onednn_bf16  oneDNN bf16 matmul (AMX / AVX512-BF16): x is ROUNDED TO BF16 first (relative
 //                error ~4e-3), f32 accumulation and output. bf16 weights only.
-//   auto         what make_linear_kernel returns: the direct kernel (avx512 > avx2) for
-//                m <= kLinearDirectMaxRows, the oneDNN kernel above that (onednn_bf16 only with
+//   auto         what make_linear_kernel returns: the direct kernel for m <= kLinearDirectMaxRows
+//                (bf16 weights with AMX: avx512 for m < kLinearAmxMinRows, amx from there; else
+//                avx512 > avx2), the oneDNN kernel above that (onednn_bf16 only with
 //                LinearOptions::allow_bf16_activations on a CPU that has it, else onednn_f32).
 #pragma once
 
@@ -60,6 +65,13 @@ struct LinearOptions {
 // direct kernel beats widening + oneDNN f32 up to m = 256 (912 vs 445 GFLOP/s at m = 64); on a
 // 2-core AVX2 EPYC it is slightly ahead at m = 64 (153 vs 146) and even from m = 128.
 inline constexpr int64_t kLinearDirectMaxRows = 64;
+// With AMX and bf16 weights, "auto" runs the amx kernel from this many rows (up to
+// kLinearDirectMaxRows) and avx512 below it. Measured (bench_linear's rows sweep, 16-core
+// Sapphire Rapids, bench/results/2026-12-01-cpu-linear.md): avx512 reads W at 100-120 GB/s up
+// to m = 4, then its FMAs fall behind (79-89 GB/s at m = 8, 59-67 at 12, 46-52 at 16); amx holds
+// 65-87 GB/s (three runs) from m = 1 to 16, then 48-51 at 24-32 and 24 at 64, still the fastest
+// kernel there. At m = 8 avx512 is still slightly ahead, from m = 12 amx by 15-40%.
+inline constexpr int64_t kLinearAmxMinRows = 9;
 
 class LinearKernel {
  public:

@@ -74,8 +74,8 @@ void columns(const LinearSliceParams& p, int64_t i0, int64_t c0, int64_t c1) {
 
 template <typename T>
 void slice(const LinearSliceParams& p, int64_t col_begin, int64_t col_end) {
-  for (int64_t c0 = col_begin; c0 < col_end; c0 += kLinearSliceAlign) {
-    const int64_t c1 = min64(col_end, c0 + kLinearSliceAlign);
+  for (int64_t c0 = col_begin; c0 < col_end; c0 += kLinearSubBlockCols) {
+    const int64_t c1 = min64(col_end, c0 + kLinearSubBlockCols);
     for (int64_t i0 = 0; i0 < p.m; i0 += 4) {
       switch (min64(4, p.m - i0)) {
         case 1: columns<T, 1, 12>(p, i0, c0, c1); break;

@@ -25,8 +25,27 @@ struct LinearSliceParams {
 void linear_slice_avx2(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);
 void linear_slice_avx512(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);
 
-// Slices handed to the thread pool are multiples of this many output columns (every tile width
-// of both kernels divides it).
-inline constexpr int64_t kLinearSliceAlign = 24;
+// AMX-BF16 (linear_amx.cc), bf16 weights only. x (at most kLinearAmxMaxBlocks * kLinearAmxRows
+// rows) is first split into kLinearAmxParts bf16 parts and packed into B tiles: the tile of chunk c
+// (k in [32c, 32c + 32)), part, row block mb starts at element
+//   ((c * kLinearAmxParts + part) * num_blocks + mb) * kLinearAmxTileElems,  num_blocks = ceil(m / 16),
+// 16 rows (k pairs) x 16 columns (rows of x) x 2, zero past m and k. linear_amx_pack_x writes
+// chunks [chunk_begin, chunk_end); linear_slice_amx then computes columns [col_begin, col_end)
+// (col_begin a multiple of 16) for every row of x.
+inline constexpr int64_t kLinearAmxRows = 16;
+inline constexpr int64_t kLinearAmxMaxBlocks = 4;
+inline constexpr int64_t kLinearAmxChunk = 32;
+inline constexpr int64_t kLinearAmxParts = 3;
+inline constexpr int64_t kLinearAmxTileElems = 16 * 32;
+void linear_amx_pack_x(const float* x, int64_t m, int64_t k, uint16_t* packed, int64_t chunk_begin,
+                       int64_t chunk_end);
+void linear_slice_amx(const LinearSliceParams& p, const uint16_t* packed, int64_t col_begin, int64_t col_end);
+
+// The avx2/avx512 kernels walk a slice in sub-blocks of this many columns, whose W rows stay in
+// L2 while every group of 4 rows of x passes over them (24 x 8192 bf16 = 384 KiB).
+inline constexpr int64_t kLinearSubBlockCols = 24;
+// Slices handed to the thread pool are multiples of this many output columns (a multiple of the
+// sub-block and of the AMX tile's 16 columns).
+inline constexpr int64_t kLinearSliceAlign = 48;
 
 }  // namespace spindle::kernels::cpu

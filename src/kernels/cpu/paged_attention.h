@@ -73,10 +73,21 @@ void check_sequences(std::span<const StepSequence> sequences, const int32_t* pag
 void write_kv_pages(const KvWriteParams& p);
 
 // head_dim the optimized kernels (avx2, avx512, amx) accept: a positive multiple of this. The
-// reference takes any head_dim. Backends report other head_dims as unsupported.
+// reference takes any head_dim.
 inline constexpr int kCpuAttentionHeadDimMultiple = 8;
 inline bool cpu_attention_head_dim_supported(int head_dim) {
   return head_dim > 0 && head_dim % kCpuAttentionHeadDimMultiple == 0;
+}
+
+// head_dims the optimized CPU backends are offered for: every multiple of 16 from 32 to 256, the
+// sizes tests/kernels/paged_attention_test.cc validates against the reference (its grid). Other
+// head_dims (which the kernels would still compute) are reported unsupported by the backends.
+inline constexpr int kCpuBackendMinHeadDim = 32;
+inline constexpr int kCpuBackendMaxHeadDim = 256;
+inline constexpr int kCpuBackendHeadDimStep = 16;
+inline bool cpu_backend_head_dim_supported(int head_dim) {
+  return head_dim >= kCpuBackendMinHeadDim && head_dim <= kCpuBackendMaxHeadDim &&
+         head_dim % kCpuBackendHeadDimStep == 0;
 }
 
 // The ground truth: plain loops, float64 accumulation. Slow.

@@ -25,6 +25,7 @@
 // for bf16 KV), where AMX would not win or does not apply.
 #include <immintrin.h>
 
+#include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/paged_attention_avx512_isa.h"
 #include "kernels/cpu/paged_attention_tiled.h"
@@ -75,31 +76,6 @@ struct AmxScratch {
 AmxScratch& amx_scratch() {
   thread_local AmxScratch scratch;
   return scratch;
-}
-
-// In-place transpose of a 16 x 16 matrix of 32-bit elements (row i in r[i]).
-inline void transpose16x16(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // u[4i + k], 128-bit lane L: column 4L + k of rows 4i .. 4i + 3
-    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int k = 0; k < 4; ++k) {  // row 4L + k = lane L of u[k], u[4 + k], u[8 + k], u[12 + k]
-    const __m512i s0 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0x44);
-    const __m512i s1 = _mm512_shuffle_i32x4(u[k], u[4 + k], 0xee);
-    const __m512i s2 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0x44);
-    const __m512i s3 = _mm512_shuffle_i32x4(u[8 + k], u[12 + k], 0xee);
-    r[k] = _mm512_shuffle_i32x4(s0, s2, 0x88);
-    r[4 + k] = _mm512_shuffle_i32x4(s0, s2, 0xdd);
-    r[8 + k] = _mm512_shuffle_i32x4(s1, s3, 0x88);
-    r[12 + k] = _mm512_shuffle_i32x4(s1, s3, 0xdd);
-  }
 }
 
 inline __mmask32 word_mask(int count) {  // the first min(count, 32) 16-bit lanes
