@@ -9,9 +9,10 @@
 // lets the memory hold (the resident bound).
 //
 // The workspace is measured as serve measures it: the model is loaded (mmap) and one profiling
-// forward runs at --max-num-batched-tokens (startup::measure_workspace_bytes), with the
-// highest-priority attention backend available here (not validated: the workspace does not depend
-// on the backend). That takes a few seconds on the CPU for small models. --estimate-workspace skips
+// step at --max-num-batched-tokens (startup::measure_workspace_bytes: on the CPU its scratch is
+// reserved without running it, on CUDA it runs) with the highest-priority attention backend
+// available here (not validated: the workspace does not depend on the backend). plan always
+// measures; serve and generate take it from the on-disk cache (startup/workspace_cache.h). --estimate-workspace skips
 // loading and uses startup::estimate_workspace_bytes (headers only, well under a second); the
 // output says which it used.
 #include <fmt/format.h>
@@ -102,7 +103,7 @@ nlohmann::json plan_json(const std::string& dir, const ModelConfig& model, const
 }
 
 void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLayout& layout,
-                const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p) {
+                const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p, bool on_cuda) {
   fmt::print("KV cache plan for {} ({}, {} KV, page {}, dp {})\n", dir, architecture_name(model.architecture),
              dtype_name(layout.dtype), p.page_size, p.dp_size);
   fmt::print("  usable memory       {:>12}  bound: {}\n", format_bytes(p.usable_bytes), p.usable_bound);
@@ -113,7 +114,8 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
                format_bytes(p.weight_bytes));
   }
   const std::string how = p.workspace_source == "measured"
-                              ? fmt::format("measured: profiling forward at {} tokens", p.max_num_batched_tokens)
+                              ? fmt::format("measured: profiling step at {} tokens{}", p.max_num_batched_tokens,
+                                            on_cuda ? "" : " (CPU: its scratch reserved, not run)")
                               : fmt::format("estimated: f32 activations of one forward at {} tokens "
                                             "(--estimate-workspace)",
                                             p.max_num_batched_tokens);
@@ -206,7 +208,7 @@ void run_plan(const PlanArgs& args) {
   if (args.json) {
     std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan).dump(2) << std::endl;
   } else {
-    print_plan(args.model_dir, model, layout, resolved.kv, plan);
+    print_plan(args.model_dir, model, layout, resolved.kv, plan, on_cuda);
   }
 }
 

@@ -201,7 +201,7 @@ TEST(PlanCommandTest, TextSaysHowTheWorkspaceWasObtained) {
     const RunResult r = run_spindle(args + (estimate ? " --estimate-workspace" : ""));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr(estimate ? "estimated: f32 activations of one forward at 2048 tokens"
-                                          : "measured: profiling forward at 2048 tokens"));
+                                          : "measured: profiling step at 2048 tokens (CPU: its scratch reserved, not run)"));
     EXPECT_THAT(r.out, HasSubstr("cgroup v2 limit minus usage"));
     EXPECT_THAT(r.out, HasSubstr("4096  per rank, 256 pages"));
     EXPECT_THAT(r.out, HasSubstr("bound: explicit (--max-total-tokens)"));
