@@ -69,6 +69,7 @@ class PagePool final : public PageMemoryReleaser {
   // PageMemoryReleaser (CPU pools; a CUDA pool keeps its memory).
   void release_page_memory(int rank, std::span<const int32_t> pages) override;
   uint64_t num_released_bytes() const { return num_released_bytes_; }  // madvise'd so far
+  uint64_t num_release_failures() const { return num_release_failures_; }  // madvise calls that failed
 
  private:
   std::byte* array(int layer, int which, int global_page) const;  // which: 0 K, 1 V
@@ -80,6 +81,7 @@ class PagePool final : public PageMemoryReleaser {
   void* memory_ = nullptr;
   size_t mapped_bytes_ = 0;
   uint64_t num_released_bytes_ = 0;
+  uint64_t num_release_failures_ = 0;
   struct DeviceMemory;
   std::unique_ptr<DeviceMemory> device_memory_;  // the CUDA allocation, when device_ is kCuda
   std::vector<std::unique_ptr<PageAllocator>> allocators_;  // [dp_size]

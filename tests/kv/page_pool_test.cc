@@ -128,6 +128,7 @@ TEST(PagePoolTest, TrimGivesTheLeastRecentlyFreedPagesBackToTheOs) {
   EXPECT_EQ(a.num_resident_free_pages(), 1);
   EXPECT_EQ(a.num_free_pages(), 8);
   EXPECT_EQ(pool.num_released_bytes(), 3u * 2 * 2 * 4096);
+  EXPECT_EQ(pool.num_release_failures(), 0u);
   for (const int32_t p : {0, 1, 2}) {
     for (int layer = 0; layer < 2; ++layer) {
       EXPECT_FALSE(resident(pool.k_page(layer, p))) << layer << " " << p;
