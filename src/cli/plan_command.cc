@@ -1,13 +1,18 @@
 // spindle plan MODEL_DIR [--device cpu|cuda:N] [--dp-size N] [--kv-cache-dtype ...] [--page-size P] [--max-model-len L]
 //   [--max-total-tokens N|auto] [--mem-fraction F] [--max-num-batched-tokens N] [--threads N]
+//   [--max-running-requests N] [--prefix-cache-tokens N|auto] [--disable-prefix-cache]
 //   [--estimate-workspace] [--json]:
 // the KV cache capacity plan (DESIGN.md section 3) for this model on this machine, per DP rank,
-// and how many sequences of max_model_len fit at once.
+// and how many sequences of max_model_len fit at once. On the CPU auto capacity is capped at what
+// the scheduler can use (running requests x max model length + the prefix cache's budget); the
+// output says which bound applied (memory, scheduler, page ids or explicit) and the most the plan
+// lets the memory hold (the resident bound).
 //
 // The workspace is measured as serve measures it: the model is loaded (mmap) and one profiling
-// forward runs at --max-num-batched-tokens (startup::measure_workspace_bytes), with the
-// highest-priority attention backend available here (not validated: the workspace does not depend
-// on the backend). That takes a few seconds on the CPU for small models. --estimate-workspace skips
+// step at --max-num-batched-tokens (startup::measure_workspace_bytes: on the CPU its scratch is
+// reserved without running it, on CUDA it runs) with the highest-priority attention backend
+// available here (not validated: the workspace does not depend on the backend). plan always
+// measures; serve and generate take it from the on-disk cache (startup/workspace_cache.h). --estimate-workspace skips
 // loading and uses startup::estimate_workspace_bytes (headers only, well under a second); the
 // output says which it used.
 #include <fmt/format.h>
@@ -77,6 +82,14 @@ nlohmann::json plan_json(const std::string& dir, const ModelConfig& model, const
           {"max_total_tokens_source", p.explicit_max_total_tokens ? "explicit" : "auto"},
           {"auto_max_total_tokens_per_rank", p.auto_max_total_tokens},
           {"capped_by_page_ids", p.capped_by_page_ids},
+          {"memory_max_total_tokens_per_rank", p.memory_max_total_tokens},
+          {"max_running_requests", p.max_running_requests},
+          {"running_tokens_per_rank", p.running_tokens},
+          {"scheduler_max_total_tokens_per_rank", p.scheduler_tokens},
+          {"capacity_bound", kv::capacity_bound_name(p.bound)},
+          {"prefix_cache_pages_per_rank", p.prefix_cache_pages},
+          {"prefix_cache_budget_source", p.prefix_cache_source},
+          {"resident_bound_bytes", p.resident_bound_bytes},
           {"max_total_tokens_per_rank", p.max_total_tokens},
           {"num_pages_per_rank", p.num_pages_per_rank},
           {"num_pages", p.num_pages()},
@@ -90,7 +103,7 @@ nlohmann::json plan_json(const std::string& dir, const ModelConfig& model, const
 }
 
 void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLayout& layout,
-                const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p) {
+                const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p, bool on_cuda) {
   fmt::print("KV cache plan for {} ({}, {} KV, page {}, dp {})\n", dir, architecture_name(model.architecture),
              dtype_name(layout.dtype), p.page_size, p.dp_size);
   fmt::print("  usable memory       {:>12}  bound: {}\n", format_bytes(p.usable_bytes), p.usable_bound);
@@ -101,7 +114,8 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
                format_bytes(p.weight_bytes));
   }
   const std::string how = p.workspace_source == "measured"
-                              ? fmt::format("measured: profiling forward at {} tokens", p.max_num_batched_tokens)
+                              ? fmt::format("measured: profiling step at {} tokens{}", p.max_num_batched_tokens,
+                                            on_cuda ? "" : " (CPU: its scratch reserved, not run)")
                               : fmt::format("estimated: f32 activations of one forward at {} tokens "
                                             "(--estimate-workspace)",
                                             p.max_num_batched_tokens);
@@ -114,13 +128,33 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
              format_bytes(p.kv_bytes_per_token), layout.num_layers, layout.num_kv_heads, layout.head_dim,
              dtype_size(layout.dtype));
   fmt::print("  page                {:>12}  {} tokens\n", format_bytes(p.bytes_per_page), p.page_size);
-  fmt::print("  max total tokens    {:>12}  per rank ({}{}), {} pages, {}\n", p.max_total_tokens,
-             p.explicit_max_total_tokens ? "explicit" : "auto",
-             p.capped_by_page_ids ? ", capped by the int32 page-id range" : "", p.num_pages_per_rank,
-             format_bytes(p.kv_bytes_per_rank));
+  fmt::print("  memory holds        {:>12}  tokens per rank{}\n", p.memory_max_total_tokens,
+             p.capped_by_page_ids ? " (capped by the int32 page-id range)" : "");
+  const int64_t prefix_tokens = p.prefix_cache_pages < 0 ? -1 : p.prefix_cache_pages * p.page_size;
+  if (p.max_running_requests > 0) {
+    fmt::print("  scheduler can use   {:>12}  tokens per rank: {} running x {} pages of {} tokens + prefix cache {} "
+               "tokens\n",
+               p.scheduler_tokens, p.max_running_requests, p.pages_per_sequence, p.page_size,
+               (p.scheduler_tokens - p.running_tokens));
+  } else {
+    fmt::print("  scheduler can use        (no cap)  GPU: planned from the device's free memory\n");
+  }
+  fmt::print("  max total tokens    {:>12}  per rank, {} pages, {}; bound: {}\n", p.max_total_tokens,
+             p.num_pages_per_rank, format_bytes(p.kv_bytes_per_rank),
+             p.explicit_max_total_tokens ? "explicit (--max-total-tokens)" : kv::capacity_bound_name(p.bound));
   fmt::print("  sequences of {} tokens at once: {} per rank, {} in all\n", p.max_model_len,
              p.num_sequences_per_rank, p.num_sequences_per_rank * p.dp_size);
-  fmt::print("  prefix cache        {}\n", kv_config.enable_prefix_cache ? "on" : "off (--disable-prefix-cache)");
+  if (!kv_config.enable_prefix_cache) {
+    fmt::print("  prefix cache        off (--disable-prefix-cache)\n");
+  } else if (prefix_tokens < 0) {
+    fmt::print("  prefix cache        keeps every page not in use (auto on a GPU)\n");
+  } else {
+    fmt::print("  prefix cache        {:>12}  tokens kept per rank ({} pages; {}{})\n", prefix_tokens,
+               p.prefix_cache_pages, p.prefix_cache_source == "auto" ? "auto: a quarter of the running pages" : "--prefix-cache-tokens",
+               p.max_running_requests > 0 ? "; beyond it evicted and given back to the OS" : "");
+  }
+  fmt::print("  resident at most    {:>12}  {}workspace + reserve + KV pool\n", format_bytes(p.resident_bound_bytes),
+             p.weights_subtracted ? "weights + " : "");
   for (const auto& r : p.ranks) {
     fmt::print("  rank {}: pages [{}, {}), {} tokens, {}\n", r.rank, r.first_page, r.first_page + r.num_pages,
                r.max_total_tokens, format_bytes(r.kv_bytes));
@@ -153,7 +187,8 @@ void run_plan(const PlanArgs& args) {
     check_weights(model, checkpoint);
     const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
     const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
-    plan = startup::plan_kv_cache(resolved.kv, layout, model, memory, weight_bytes);
+    plan = startup::plan_kv_cache(resolved.kv, layout, model, memory, weight_bytes, {}, false,
+                                  on_cuda ? 0 : resolved.max_running_requests);
   } else {
     ThreadPool pool(resolved.num_threads);
     LoadOptions options;
@@ -168,12 +203,12 @@ void run_plan(const PlanArgs& args) {
     plan = startup::plan_kv_cache(
         resolved.kv, layout, model, memory, loaded->weight_bytes(),
         startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len),
-        /*usable_after_weights=*/on_cuda);
+        /*usable_after_weights=*/on_cuda, on_cuda ? 0 : resolved.max_running_requests);
   }
   if (args.json) {
     std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan).dump(2) << std::endl;
   } else {
-    print_plan(args.model_dir, model, layout, resolved.kv, plan);
+    print_plan(args.model_dir, model, layout, resolved.kv, plan, on_cuda);
   }
 }
 
@@ -186,6 +221,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference) or f32");
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
   config::add_kv_flags(*cmd, args->flags.kv);
+  config::add_scheduler_flags(*cmd, args->flags);
   cmd->add_option("--device", args->flags.device,
                   "Plan for cpu (default) or cuda / cuda:N (weights loaded onto that GPU, its free memory read)");
   cmd->add_option("--threads", args->flags.num_threads, "CPU threads for the profiling forward (all usable cores)");

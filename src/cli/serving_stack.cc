@@ -13,7 +13,9 @@
 
 #include "cli/format.h"
 #include "startup/backend_selection.h"
+#include "startup/workspace_cache.h"
 #include "startup/workspace_probe.h"
+#include "util/build_info.h"
 #include "util/error.h"
 
 namespace spindle::cli {
@@ -106,12 +108,30 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   const bool on_cuda = s->resolved.device == attn::Device::kCuda;
   // CUDA: the device's free memory now, with the weights already resident.
   const MemoryInfo usable = on_cuda ? startup::cuda_usable_memory(s->resolved.cuda_device) : s->device.memory;
+  // The measured workspace comes from the on-disk cache next to the selection cache when an
+  // earlier start measured it for this key (--no-backend-cache: measure every time).
+  startup::WorkspaceProbe probe =
+      startup::make_workspace_probe(*s->runner, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len);
+  std::optional<startup::WorkspaceCache> workspace_cache;
+  bool workspace_from_cache = false;
+  if (s->resolved.use_backend_cache) {
+    workspace_cache.emplace(s->resolved.backend_cache_dir,
+                            startup::workspace_cache_key(build_id(), startup::cache_fingerprint(s->resolved, s->device),
+                                                         s->model_config, s->resolved));
+    probe = workspace_cache->wrap(std::move(probe), &workspace_from_cache);
+  }
   s->kv_plan = startup::plan_kv_cache(
-      s->resolved.kv, layout, s->model_config, usable, s->model->weight_bytes(),
-      startup::make_workspace_probe(*s->runner, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len),
-      /*usable_after_weights=*/on_cuda);
+      s->resolved.kv, layout, s->model_config, usable, s->model->weight_bytes(), probe,
+      /*usable_after_weights=*/on_cuda, /*max_running_requests=*/on_cuda ? 0 : s->resolved.max_running_requests);
+  if (workspace_from_cache) s->kv_plan.workspace_source = "cached: measured by an earlier start, " +
+                                                           workspace_cache->path().string();
   s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size,
                                               s->resolved.device);
+  // CPU: cached pages beyond the prefix cache's budget are evicted, free pages beyond one step's
+  // worth go back to the OS. GPU: the budget only when one was given (the device is the server's).
+  s->kv_pool->allocator(0).set_residency_limits(
+      s->kv_plan.prefix_cache_pages,
+      on_cuda ? kv::kNoPageLimit : startup::resident_free_pages_for(s->resolved.kv, s->resolved.page_size));
   s->runner->bind_kv_caches(s->kv_pool->layer_caches());
   if (s->runner->graphs_enabled()) {
     const auto start = std::chrono::steady_clock::now();
@@ -164,10 +184,14 @@ void log_serving_stack(const ServingStack& s) {
   }
   const kv::KvPlan& p = s.kv_plan;
   spdlog::info("KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {} -> KV {} for {} tokens ({} pages of {}), "
-               "{} KV dtype, max model len {}",
+               "{} KV dtype, max model len {}; bound: {}; prefix cache keeps {}; resident at most {} bytes",
                format_bytes(p.usable_bytes), p.usable_bound, format_bytes(p.weight_bytes), format_bytes(p.workspace_bytes),
                p.workspace_source, format_bytes(p.reserve_bytes), format_bytes(p.kv_bytes_per_rank), p.max_total_tokens,
-               p.num_pages_per_rank, p.page_size, dtype_name(s.resolved.kv_dtype), s.resolved.kv.max_model_len);
+               p.num_pages_per_rank, p.page_size, dtype_name(s.resolved.kv_dtype), s.resolved.kv.max_model_len,
+               kv::capacity_bound_name(p.bound),
+               p.prefix_cache_pages == kv::kNoPageLimit ? std::string("every page not in use")
+                                                        : fmt::format("{} pages", p.prefix_cache_pages),
+               p.resident_bound_bytes);
 }
 
 }  // namespace spindle::cli

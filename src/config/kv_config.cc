@@ -21,6 +21,15 @@ std::optional<int64_t> parse_max_total_tokens(const std::string& text) {
   return value;
 }
 
+std::optional<int64_t> parse_prefix_cache_tokens(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  SPINDLE_CHECK(ec == std::errc() && end == text.data() + text.size() && value >= 0,
+                "--prefix-cache-tokens must be auto or a number of tokens >= 0 per DP rank, got '{}'", text);
+  return value;
+}
+
 }  // namespace
 
 ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model) {
@@ -41,6 +50,10 @@ ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model) {
   SPINDLE_CHECK(flags.dp_size >= 0, "--dp-size {} must be at least 1", flags.dp_size);
   r.dp_size = flags.dp_size > 0 ? flags.dp_size : 1;
   r.enable_prefix_cache = !flags.disable_prefix_cache;
+  r.prefix_cache_tokens = parse_prefix_cache_tokens(flags.prefix_cache_tokens);
+  SPINDLE_CHECK(!r.prefix_cache_tokens || r.enable_prefix_cache,
+                "--prefix-cache-tokens {} was given with --disable-prefix-cache; drop one of them",
+                flags.prefix_cache_tokens);
   return r;
 }
 
@@ -54,6 +67,10 @@ void add_kv_flags(CLI::App& app, KvFlags& f) {
   app.add_option("--max-model-len", f.max_model_len, "Longest sequence served (the model's max_position_embeddings)");
   app.add_option("--dp-size", f.dp_size, "Data-parallel ranks, each with its own KV pool (1)");
   app.add_flag("--disable-prefix-cache", f.disable_prefix_cache, "Do not share KV pages between common prefixes");
+  app.add_option("--prefix-cache-tokens", f.prefix_cache_tokens,
+                 "Tokens of finished requests' KV the prefix cache keeps per DP rank, or auto (CPU: a quarter of "
+                 "--max-running-requests x --max-model-len; GPU: every page not in use); the least recently used "
+                 "beyond it are evicted and, on the CPU, their memory goes back to the OS");
 }
 
 }  // namespace spindle::config

@@ -30,6 +30,7 @@ struct KvFlags {
   int max_model_len = 0;                  // 0: the model's max_position_embeddings
   int dp_size = 0;                        // 0: 1
   bool disable_prefix_cache = false;
+  std::string prefix_cache_tokens = "auto";  // "auto" or a number of tokens >= 0, per DP rank
 };
 
 struct ResolvedKvConfig {
@@ -39,14 +40,16 @@ struct ResolvedKvConfig {
   int max_model_len = 0;
   int dp_size = 1;
   bool enable_prefix_cache = true;
+  std::optional<int64_t> prefix_cache_tokens;  // per DP rank; nullopt: auto (kv/capacity_planner.h)
 };
 
 // Throws spindle::Error on a bad value: max_total_tokens neither auto nor a positive integer,
-// mem_fraction outside (0, 1], a negative count, max_model_len above max_position_embeddings.
+// mem_fraction outside (0, 1], a negative count, max_model_len above max_position_embeddings,
+// prefix_cache_tokens neither auto nor a number >= 0, or given with disable_prefix_cache.
 ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model);
 
 // Registers --max-total-tokens, --mem-fraction, --max-num-batched-tokens, --max-model-len,
-// --dp-size and --disable-prefix-cache.
+// --dp-size, --disable-prefix-cache and --prefix-cache-tokens.
 void add_kv_flags(CLI::App& app, KvFlags& flags);
 
 }  // namespace spindle::config

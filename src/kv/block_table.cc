@@ -57,9 +57,11 @@ bool BlockTable::extend(int num_new_tokens) {
 
 void BlockTable::free() {
   if (allocator_ == nullptr) return;
+  const bool had_pages = !pages_.empty();
   for (const int32_t page : pages_) allocator_->release(page);
   pages_.clear();
   num_tokens_ = num_prefix_tokens_ = 0;
+  if (had_pages) allocator_->trim();  // the residency limits, now that pages came back
 }
 
 void check_integrity(const PageAllocator& allocator, std::span<const BlockTable* const> live_tables) {

@@ -32,7 +32,8 @@ class BlockTable {
   // (evicting cached pages when the free list is short). All or nothing: false, with the table
   // unchanged, when the pool cannot provide them.
   bool extend(int num_new_tokens);
-  // Releases every page (finish or abort); the table is empty and reusable afterwards.
+  // Releases every page (finish or abort), then PageAllocator::trim() applies the residency
+  // limits; the table is empty and reusable afterwards.
   void free();
 
   // Rank-local page ids, as SequenceMetadata::page_table wants them.

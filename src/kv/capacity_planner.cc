@@ -46,9 +46,28 @@ void check_input(const KvPlanInput& in) {
                 in.max_num_batched_tokens);
   SPINDLE_CHECK(!in.max_total_tokens || *in.max_total_tokens > 0, "--max-total-tokens {} must be positive",
                 in.max_total_tokens.value_or(0));
+  SPINDLE_CHECK(in.max_running_requests >= 0, "--max-running-requests {} must be positive",
+                in.max_running_requests);
+  SPINDLE_CHECK(!in.prefix_cache_tokens || *in.prefix_cache_tokens >= 0, "--prefix-cache-tokens {} must be >= 0",
+                in.prefix_cache_tokens.value_or(0));
+  SPINDLE_CHECK(!in.prefix_cache_tokens || in.prefix_cache_enabled,
+                "--prefix-cache-tokens {} was given with --disable-prefix-cache; drop one of them",
+                in.prefix_cache_tokens.value_or(0));
 }
 
+constexpr int64_t kNoLimit = -1;  // kv::kNoPageLimit (page_allocator.h)
+
 }  // namespace
+
+const char* capacity_bound_name(CapacityBound bound) {
+  switch (bound) {
+    case CapacityBound::kMemory: return "memory";
+    case CapacityBound::kScheduler: return "scheduler";
+    case CapacityBound::kPageIds: return "page ids";
+    case CapacityBound::kExplicit: return "explicit";
+  }
+  return "?";
+}
 
 // max(128 MiB, 2% of usable); the measured overhead that justifies it is in capacity_planner.h.
 uint64_t reserve_bytes_for(uint64_t usable_bytes) {
@@ -92,19 +111,48 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
     auto_pages = kMaxPoolPages / in.dp_size;
     p.capped_by_page_ids = true;
   }
+  p.bound = p.capped_by_page_ids ? CapacityBound::kPageIds : CapacityBound::kMemory;
+  const int64_t memory_pages = auto_pages;
+  p.memory_max_total_tokens = memory_pages * in.page_size;
+
+  // The prefix cache's budget in pages, and what the scheduler can use (CPU).
+  p.max_running_requests = in.max_running_requests;
+  int64_t prefix_pages = kNoLimit;
+  if (!in.prefix_cache_enabled) {
+    prefix_pages = 0;
+    p.prefix_cache_source = "disabled";
+  } else if (in.prefix_cache_tokens) {
+    prefix_pages = *in.prefix_cache_tokens / in.page_size;
+    p.prefix_cache_source = "explicit";
+  } else {
+    p.prefix_cache_source = "auto";
+  }
+  if (in.max_running_requests > 0) {
+    const int64_t running_pages = std::min<int64_t>(int64_t{in.max_running_requests} * p.pages_per_sequence,
+                                                     kMaxPoolPages);
+    if (prefix_pages == kNoLimit) prefix_pages = running_pages / 4;
+    const int64_t scheduler_pages = std::min<int64_t>(running_pages + prefix_pages, kMaxPoolPages / in.dp_size);
+    p.running_tokens = running_pages * in.page_size;
+    p.scheduler_tokens = scheduler_pages * in.page_size;
+    if (scheduler_pages < auto_pages) {
+      auto_pages = scheduler_pages;
+      p.bound = CapacityBound::kScheduler;
+    }
+  }
   p.auto_max_total_tokens = auto_pages * in.page_size;
 
   int64_t pages = auto_pages;
   if (in.max_total_tokens) {
     p.explicit_max_total_tokens = true;
+    p.bound = CapacityBound::kExplicit;
     pages = *in.max_total_tokens / in.page_size;
     const uint64_t needed = static_cast<uint64_t>(pages) * p.bytes_per_page;
-    if (pages > auto_pages) {
+    if (pages > memory_pages) {
       SPINDLE_FAIL("--max-total-tokens {} does not fit: {} pages of {} tokens need {} of KV per rank, but ({}) x "
                    "--mem-fraction {} / {} rank(s) leaves {} per rank, room for {} tokens; lower "
                    "--max-total-tokens or use auto",
                    *in.max_total_tokens, pages, in.page_size, bytes_text(needed), breakdown(p), in.mem_fraction,
-                   in.dp_size, bytes_text(p.kv_budget_bytes_per_rank), p.auto_max_total_tokens);
+                   in.dp_size, bytes_text(p.kv_budget_bytes_per_rank), p.memory_max_total_tokens);
     }
   }
   if (pages < p.pages_per_sequence) {
@@ -123,6 +171,9 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
   p.max_total_tokens = pages * in.page_size;
   p.kv_bytes_per_rank = static_cast<uint64_t>(pages) * p.bytes_per_page;
   p.num_sequences_per_rank = pages / p.pages_per_sequence;
+  p.prefix_cache_pages = prefix_pages == kNoLimit ? kNoLimit : std::min(prefix_pages, pages);
+  p.resident_bound_bytes = (p.weights_subtracted ? in.weight_bytes : 0) + in.workspace_bytes * uint64_t(in.dp_size) +
+                           p.reserve_bytes + p.kv_bytes_per_rank * uint64_t(in.dp_size);
   for (int r = 0; r < in.dp_size; ++r) {
     p.ranks.push_back({r, r * p.num_pages_per_rank, p.num_pages_per_rank, p.max_total_tokens, p.kv_bytes_per_rank});
   }

@@ -9,8 +9,15 @@
 //                         as cudaMemGetInfo is)
 //   kv_bytes_per_rank  = floor(budget * mem_fraction / dp_size)     (mem_fraction at 1e-6 resolution)
 //   auto tokens/rank   = floor(kv_bytes_per_rank / kv_bytes_per_token), rounded down to whole pages
-//   max_total_tokens   = auto, or the explicit --max-total-tokens (per rank, rounded down to whole
-//                        pages), which must not exceed auto
+//   scheduler tokens   = (max_running_requests * ceil(max_model_len / page_size) + prefix pages)
+//                        * page_size: what the scheduler can use, when max_running_requests > 0
+//                        (the CPU; 0 on GPUs, whose device memory is the server's);
+//                        prefix pages = --prefix-cache-tokens / page_size, auto: a quarter of the
+//                        running requests' pages, 0 with the prefix cache off
+//   max_total_tokens   = min(auto, scheduler tokens), or the explicit --max-total-tokens (per
+//                        rank, rounded down to whole pages), which must not exceed auto
+//   resident bound     = weights (when subtracted) + dp_size * workspace + reserve + KV pool: the
+//                        most the plan lets this memory hold
 //   pages per rank     = max_total_tokens / page_size;  pool pages = dp_size * pages per rank
 //
 // Errors (spindle::Error, start-up stops): no budget left after weights, workspace and reserve;
@@ -67,7 +74,15 @@ struct KvPlanInput {
   int dp_size = 1;
   int max_model_len = 0;                        // one sequence of this length must fit in a rank
   std::optional<int64_t> max_total_tokens;      // explicit, per rank; nullopt = auto
+  // > 0: auto capacity is capped at what the scheduler can use (CPU). 0: no cap (GPU).
+  int max_running_requests = 0;
+  bool prefix_cache_enabled = true;
+  std::optional<int64_t> prefix_cache_tokens;  // explicit budget (>= 0), per rank; nullopt = auto
 };
+
+// Which bound set max_total_tokens.
+enum class CapacityBound { kMemory, kScheduler, kPageIds, kExplicit };
+const char* capacity_bound_name(CapacityBound bound);  // "memory", "scheduler", "page ids", "explicit"
 
 // One DP rank's share of the pool (global page ids).
 struct RankPlan {
@@ -96,10 +111,25 @@ struct KvPlan {
   int page_size = 0;
   uint64_t bytes_per_page = 0;  // kv_bytes_per_token * page_size
 
-  int64_t auto_max_total_tokens = 0;  // per rank: what auto gives (after the page-id cap)
+  int64_t memory_max_total_tokens = 0;  // per rank: what the memory holds (after the page-id cap)
+  int64_t auto_max_total_tokens = 0;    // per rank: what auto gives (memory, capped by the scheduler)
   bool capped_by_page_ids = false;    // auto was lowered to kMaxPoolPages over all ranks
   bool explicit_max_total_tokens = false;
   int64_t max_total_tokens = 0;  // per rank, whole pages
+  CapacityBound bound = CapacityBound::kMemory;
+
+  // What the scheduler can use (max_running_requests > 0), per rank; else 0.
+  int max_running_requests = 0;
+  int64_t running_tokens = 0;    // max_running_requests * pages_per_sequence * page_size
+  int64_t scheduler_tokens = 0;  // running_tokens + prefix_cache_pages * page_size
+
+  // The prefix cache's budget per rank: cached pages no request references that are kept (the
+  // least recently used beyond it are evicted and their memory released); kNoPageLimit: every
+  // page not in use (GPUs, auto). Never above num_pages_per_rank.
+  int64_t prefix_cache_pages = -1;
+  std::string prefix_cache_source;  // "auto", "explicit" or "disabled"
+
+  uint64_t resident_bound_bytes = 0;  // weights (when subtracted) + dp * workspace + reserve + KV pool
   int num_pages_per_rank = 0;
   uint64_t kv_bytes_per_rank = 0;  // num_pages_per_rank * bytes_per_page
 

@@ -1,5 +1,7 @@
 #include "kv/page_allocator.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace spindle::kv {
@@ -9,8 +11,9 @@ PageAllocator::PageAllocator(int num_pages, int page_size) : page_size_(page_siz
   SPINDLE_CHECK(page_size > 0, "page size must be positive (got {})", page_size);
   ref_counts_.assign(static_cast<size_t>(num_pages), 0);
   cached_.assign(static_cast<size_t>(num_pages), 0);
-  free_list_.reserve(static_cast<size_t>(num_pages));
-  for (int32_t p = num_pages - 1; p >= 0; --p) free_list_.push_back(p);
+  // Untouched pages are not resident: the released list, handed out in increasing id order.
+  released_list_.reserve(static_cast<size_t>(num_pages));
+  for (int32_t p = num_pages - 1; p >= 0; --p) released_list_.push_back(p);
 }
 
 void PageAllocator::check_page(int32_t page) const {
@@ -22,8 +25,9 @@ bool PageAllocator::allocate(int num_pages, std::vector<int32_t>& out) {
   if (num_free_pages() < num_pages && evictor_ != nullptr) evictor_->evict_pages(num_pages - num_free_pages());
   if (num_free_pages() < num_pages) return false;
   for (int i = 0; i < num_pages; ++i) {
-    const int32_t page = free_list_.back();
-    free_list_.pop_back();
+    std::vector<int32_t>& from = free_list_.empty() ? released_list_ : free_list_;
+    const int32_t page = from.back();
+    from.pop_back();
     ref_counts_[page] = 1;
     out.push_back(page);
   }
@@ -69,6 +73,34 @@ void PageAllocator::set_cached(int32_t page, bool cached) {
   cached_[page] = cached ? 1 : 0;
 }
 
+void PageAllocator::set_residency_limits(int64_t max_cached_pages, int64_t max_resident_free_pages) {
+  SPINDLE_CHECK(max_cached_pages >= 0 || max_cached_pages == kNoPageLimit,
+                "the prefix cache's page limit must be >= 0 (got {})", max_cached_pages);
+  SPINDLE_CHECK(max_resident_free_pages >= 0 || max_resident_free_pages == kNoPageLimit,
+                "the resident free page limit must be >= 0 (got {})", max_resident_free_pages);
+  max_cached_pages_ = max_cached_pages;
+  max_resident_free_pages_ = max_resident_free_pages;
+}
+
+void PageAllocator::trim() {
+  if (max_cached_pages_ != kNoPageLimit && evictor_ != nullptr && num_cached_unreferenced_ > max_cached_pages_) {
+    evictor_->evict_pages(static_cast<int>(num_cached_unreferenced_ - max_cached_pages_));
+  }
+  if (max_resident_free_pages_ == kNoPageLimit || releaser_ == nullptr ||
+      static_cast<int64_t>(free_list_.size()) <= max_resident_free_pages_) {
+    return;
+  }
+  // The least recently freed (the bottom of the stack) go; the rest stay in their order.
+  const size_t excess = free_list_.size() - static_cast<size_t>(max_resident_free_pages_);
+  to_release_.assign(free_list_.begin(), free_list_.begin() + static_cast<std::ptrdiff_t>(excess));
+  free_list_.erase(free_list_.begin(), free_list_.begin() + static_cast<std::ptrdiff_t>(excess));
+  std::sort(to_release_.begin(), to_release_.end());
+  releaser_->release_page_memory(rank_, to_release_);
+  // Descending on the stack, so released pages are handed out again in increasing id order.
+  released_list_.insert(released_list_.end(), to_release_.rbegin(), to_release_.rend());
+  num_released_total_ += excess;
+}
+
 int PageAllocator::ref_count(int32_t page) const {
   check_page(page);
   return ref_counts_[page];
@@ -81,7 +113,9 @@ bool PageAllocator::is_cached(int32_t page) const {
 
 void PageAllocator::check_integrity() const {
   std::vector<uint8_t> on_free_list(ref_counts_.size(), 0);
-  for (const int32_t page : free_list_) {
+  std::vector<int32_t> all_free(free_list_);
+  all_free.insert(all_free.end(), released_list_.begin(), released_list_.end());
+  for (const int32_t page : all_free) {
     SPINDLE_CHECK(page >= 0 && page < num_pages(), "free list holds page {} outside [0, {})", page, num_pages());
     SPINDLE_CHECK(!on_free_list[page], "page {} is on the free list twice", page);
     on_free_list[page] = 1;

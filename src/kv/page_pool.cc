@@ -1,6 +1,7 @@
 #include "kv/page_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -60,6 +61,36 @@ PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size, attn::Dev
   }
   for (int r = 0; r < dp_size; ++r) {
     allocators_.push_back(std::make_unique<PageAllocator>(num_pages / dp_size, layout_.page_size));
+    if (device == attn::Device::kCpu) allocators_.back()->set_releaser(this, r);
+  }
+}
+
+void PagePool::release_page_memory(int rank, std::span<const int32_t> pages) {
+  if (device_ != attn::Device::kCpu || pages.empty()) return;
+  static const uint64_t os_page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t chunk = layout_.bytes_per_layer_page();
+  const int first = first_page(rank);
+  // Runs of consecutive ids, each one madvise per K or V array.
+  for (size_t i = 0; i < pages.size();) {
+    size_t j = i + 1;
+    while (j < pages.size() && pages[j] == pages[j - 1] + 1) ++j;
+    const uint64_t begin = uint64_t(first + pages[i]) * chunk;
+    const uint64_t end = uint64_t(first + pages[j - 1] + 1) * chunk;
+    const uint64_t aligned_begin = round_up(begin, os_page);
+    const uint64_t aligned_end = end / os_page * os_page;
+    if (aligned_end > aligned_begin) {
+      for (uint64_t a = 0; a < 2 * uint64_t(layout_.num_layers); ++a) {
+        std::byte* base = static_cast<std::byte*>(memory_) + array_stride_ * a;
+        // A failure leaves the memory resident (the pages stay correct): counted, never thrown, as
+        // this runs from BlockTable::free() in destructors.
+        if (madvise(base + aligned_begin, aligned_end - aligned_begin, MADV_DONTNEED) != 0) {
+          ++num_release_failures_;
+          return;
+        }
+      }
+      num_released_bytes_ += 2 * uint64_t(layout_.num_layers) * (aligned_end - aligned_begin);
+    }
+    i = j;
   }
 }
 

@@ -12,6 +12,11 @@
 // CUDA pool (Device::kCuda, builds with CUDA): one cudaMalloc on the calling thread's current
 // device, zeroed once; k_page()/v_page() and layer_caches() then hold device pointers.
 //
+// Residency (CPU): the pool is every allocator's PageMemoryReleaser. A released page's K and V
+// memory goes back to the OS with madvise(MADV_DONTNEED) over the whole OS pages inside each of
+// its 2 * num_layers chunks (a chunk of bytes_per_layer_page() smaller than an OS page, or the
+// OS pages it shares with a neighbour, stay resident); it reads as zeros when used again.
+//
 // Data parallelism: the pool holds every rank's pages; rank r owns the global pages
 // [r * num_pages / dp_size, (r + 1) * num_pages / dp_size) (attn/attention_types.h), so
 // num_pages must be a multiple of dp_size. allocator(r) hands out rank-local ids
@@ -21,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "attn/attention_types.h"
@@ -29,12 +35,12 @@
 
 namespace spindle::kv {
 
-class PagePool {
+class PagePool final : public PageMemoryReleaser {
  public:
   // num_pages: the whole pool, every rank's pages. Throws when the layout is invalid, num_pages
   // is not a positive multiple of dp_size, or the memory cannot be mapped or allocated.
   PagePool(const KvLayout& layout, int num_pages, int dp_size = 1, attn::Device device = attn::Device::kCpu);
-  ~PagePool();
+  ~PagePool() override;
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
 
@@ -60,6 +66,11 @@ class PagePool {
   std::byte* k_page(int layer, int global_page) const;
   std::byte* v_page(int layer, int global_page) const;
 
+  // PageMemoryReleaser (CPU pools; a CUDA pool keeps its memory).
+  void release_page_memory(int rank, std::span<const int32_t> pages) override;
+  uint64_t num_released_bytes() const { return num_released_bytes_; }  // madvise'd so far
+  uint64_t num_release_failures() const { return num_release_failures_; }  // madvise calls that failed
+
  private:
   std::byte* array(int layer, int which, int global_page) const;  // which: 0 K, 1 V
 
@@ -69,6 +80,8 @@ class PagePool {
   uint64_t array_stride_ = 0;  // bytes between consecutive arrays (K0, V0, K1, V1, ...)
   void* memory_ = nullptr;
   size_t mapped_bytes_ = 0;
+  uint64_t num_released_bytes_ = 0;
+  uint64_t num_release_failures_ = 0;
   struct DeviceMemory;
   std::unique_ptr<DeviceMemory> device_memory_;  // the CUDA allocation, when device_ is kCuda
   std::vector<std::unique_ptr<PageAllocator>> allocators_;  // [dp_size]

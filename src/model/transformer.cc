@@ -103,6 +103,12 @@ const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, in
   return ops_->upload(batch, page_size, plan_kv_len);
 }
 
+void Transformer::reserve_workspace(int64_t num_tokens, int64_t num_logit_rows) {
+  SPINDLE_CHECK(num_tokens > 0 && num_logit_rows >= 0 && num_logit_rows <= num_tokens,
+                "reserve_workspace: {} tokens and {} logit rows", num_tokens, num_logit_rows);
+  ops_->reserve(num_tokens, num_logit_rows);
+}
+
 void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits, StepMode mode) {
   const int64_t t = batch.num_tokens();
   const int64_t n = batch.num_logit_rows();

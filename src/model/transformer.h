@@ -50,6 +50,11 @@ class Transformer {
   // Scratch allocated now (grown on demand by forward, never shrunk), RoPE tables and library
   // workspaces. Run forward at the largest batch first to measure the peak.
   uint64_t workspace_bytes() const { return ops_->workspace_bytes(); }
+  // Grows the scratch for a step of num_tokens rows and num_logit_rows logit rows as forward()
+  // would at that size, computing nothing. On the CPU forward() allocates nothing else that
+  // workspace_bytes() counts (tests/startup/workspace_probe_test.cc checks it), so this measures
+  // the workspace of such a step without running it.
+  void reserve_workspace(int64_t num_tokens, int64_t num_logit_rows);
   // The linear kernel of the projections ("reference", "avx512", "cublas_split", ...).
   const char* linear_kernel_name() const { return ops_->linear_kernel_name(); }
   // Layers whose gate_proj and up_proj run as one [2I, H] product.

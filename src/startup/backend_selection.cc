@@ -6,6 +6,7 @@
 #include "attn/select/validation.h"
 #include "attn/select/validation_cache.h"
 #include "platform/cpu_info.h"
+#include "startup/workspace_cache.h"
 #include "util/build_info.h"
 
 namespace spindle::startup {
@@ -26,13 +27,9 @@ attn::AttentionSelection select_attention(const config::ResolvedConfig& config, 
     return attn::select_attention_backends(device, config.attention_shape, config.attention, validator);
   }
   // The bound GPU is part of what was measured.
-  std::string fingerprint = device_fingerprint(device.cpu);
-  if (config.device == attn::Device::kCuda && !device.cuda_devices.empty()) {
-    const CudaDeviceInfo& gpu = device.cuda_devices.front();
-    fingerprint += fmt::format("-{}-sm{}{}", gpu.name, gpu.cc_major, gpu.cc_minor);
-  }
   attn::ValidationCache cache(config.backend_cache_dir,
-                        attn::ValidationCache::make_key(build_id(), fingerprint, config.attention_shape));
+                              attn::ValidationCache::make_key(build_id(), cache_fingerprint(config, device),
+                                                              config.attention_shape));
   auto selection = attn::select_attention_backends(device, config.attention_shape, config.attention, cache.wrap(validator));
   selection.from_cache = cache.num_misses() == 0 && cache.num_hits() > 0;
   if (cache.num_misses() > 0) cache.save();

@@ -41,7 +41,7 @@ MemoryInfo cuda_usable_memory(int cuda_device) {
 
 kv::KvPlan plan_kv_cache(const config::ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
                          const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe,
-                         bool usable_after_weights) {
+                         bool usable_after_weights, int max_running_requests) {
   kv::KvPlanInput in;
   in.usable_bytes = memory.usable_bytes;
   in.usable_bound = memory.bound;
@@ -61,7 +61,15 @@ kv::KvPlan plan_kv_cache(const config::ResolvedKvConfig& config, const kv::KvLay
   in.dp_size = config.dp_size;
   in.max_model_len = config.max_model_len;
   in.max_total_tokens = config.max_total_tokens;
+  in.max_running_requests = max_running_requests;
+  in.prefix_cache_enabled = config.enable_prefix_cache;
+  in.prefix_cache_tokens = config.prefix_cache_tokens;
   return kv::plan_kv_capacity(in);
+}
+
+int64_t resident_free_pages_for(const config::ResolvedKvConfig& config, int page_size) {
+  SPINDLE_CHECK(page_size > 0, "--page-size {} must be positive", page_size);
+  return (int64_t{config.max_num_batched_tokens} + page_size - 1) / page_size;
 }
 
 }  // namespace spindle::startup

@@ -37,8 +37,15 @@ MemoryInfo cuda_usable_memory(int cuda_device);
 // Plans the KV cache for this model on this memory: the probe's measurement when given
 // (workspace_source "measured"), else estimate_workspace_bytes ("estimated"). weight_bytes: the
 // bytes of weights loaded; usable_after_weights: memory was read with them already resident.
+// max_running_requests > 0 caps auto capacity at what the scheduler can use (the CPU: pass
+// ResolvedConfig::max_running_requests); 0 plans from the memory alone (GPUs).
 kv::KvPlan plan_kv_cache(const config::ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
                          const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe = {},
-                         bool usable_after_weights = false);
+                         bool usable_after_weights = false, int max_running_requests = 0);
+
+// The pages a CPU pool keeps resident while free (PageAllocator::set_residency_limits): one step's
+// worth of new pages, ceil(max_num_batched_tokens / page_size), so a step does not fault in pages
+// that were just given back.
+int64_t resident_free_pages_for(const config::ResolvedKvConfig& config, int page_size);
 
 }  // namespace spindle::startup

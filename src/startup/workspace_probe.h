@@ -25,10 +25,13 @@ class Runner;
 
 namespace spindle::startup {
 
-// Runs one forward over num_tokens tokens, split into sequences of at most max_seq_len tokens
-// (the scheduler never forms a longer one; --max-model-len), with one logit row per sequence,
-// on a scratch KV pool of exactly the pages that needs (freed on return), through the runner (its
-// backends are left bound to the freed scratch pool, so the caller binds its own pool afterwards).
+// The step it measures: num_tokens tokens, split into sequences of at most max_seq_len tokens
+// (the scheduler never forms a longer one; --max-model-len), with one logit row per sequence.
+// CUDA: runs that step through the runner on a scratch KV pool of exactly the pages it needs
+// (freed on return; the runner's backends are left bound to it, so the caller binds its own pool
+// afterwards) and takes the larger of the model's count and the device memory the step took.
+// CPU: Transformer::reserve_workspace for that step, no forward (the forward allocates nothing
+// more that is counted; tests/startup/workspace_probe_test.cc checks it), so it costs milliseconds.
 // Returns
 //   Transformer::workspace_bytes() after that step (scratch activations, RoPE table, step upload)
 //   + num_tokens * vocab_size * 4   the engine's logits buffer for a step of num_tokens sequences

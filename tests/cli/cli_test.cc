@@ -205,6 +205,34 @@ TEST(CliTest, DoctorCoversHeadDim32AndNamesUnsupportedSizes) {
   EXPECT_EQ(j40["prefill_backend"], "reference");
 }
 
+// The measured workspace is kept next to the selection cache: the second start of generate on
+// the embedded model validates nothing and measures nothing, and plans the same KV.
+TEST(CliTest, SecondGenerateTakesTheWorkspaceFromTheCache) {
+  const fs::path cache = fs::temp_directory_path() / ("spindle_cli_ws_cache_" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const std::string env = "SPINDLE_CACHE_DIR=" + cache.string();
+  const std::string args = "generate -p 'And God said' -n 2 --temperature 0 --threads 1";
+  const RunResult first = run_spindle(args, env);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("workspace"));
+  EXPECT_THAT(first.err, ::testing::Not(HasSubstr("cached: measured by an earlier start")));
+  bool found = false;
+  for (const auto& entry : fs::directory_iterator(cache)) {
+    found = found || entry.path().filename().string().rfind("workspace-", 0) == 0;
+  }
+  EXPECT_TRUE(found) << "no workspace-*.json under " << cache;
+  const RunResult second = run_spindle(args, env);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.err, HasSubstr("cached: measured by an earlier start"));
+  EXPECT_THAT(second.err, ::testing::Not(HasSubstr("validating attention backend")));
+  EXPECT_EQ(first.out, second.out);
+  // --no-backend-cache measures again.
+  const RunResult third = run_spindle(args + " --no-backend-cache", env);
+  ASSERT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_THAT(third.err, ::testing::Not(HasSubstr("cached: measured by an earlier start")));
+  fs::remove_all(cache);
+}
+
 // Where no GPU is usable (this test's usual machine), --device cuda stops with the probe's reason;
 // on a GPU host the same command validates the CUDA backends (tools/gpu/h200_check.sh runs it).
 TEST(CliTest, DoctorOnCudaWithoutAGpuSaysWhy) {

@@ -435,6 +435,138 @@ TEST(CapacityPlannerTest, PageIdRangeCapsAuto) {
   EXPECT_EQ(p.num_pages_per_rank, kMaxPoolPages / 2);
 }
 
+// The kjv-tiny shape on a 24 GiB machine: 8 layers x 2 x 2 KV heads x 64 x 2 B = 4096 B per
+// token, page 16 (65536 B), max model len 512 (32 pages).
+KvPlanInput kjv_tiny_input() {
+  KvPlanInput in;
+  in.usable_bytes = 24ull << 30;  // 25769803776
+  in.usable_bound = "test";
+  in.weight_bytes = 27'000'000;
+  in.workspace_bytes = 80'000'000;
+  in.max_num_batched_tokens = 2048;
+  in.kv_bytes_per_token = 4096;
+  in.page_size = 16;
+  in.max_model_len = 512;
+  return in;
+}
+
+TEST(CapacityPlannerTest, CpuAutoIsCappedAtWhatTheSchedulerCanUse) {
+  KvPlanInput in = kjv_tiny_input();
+  // Memory alone: reserve = floor(25769803776 / 50) = 515396075;
+  //   budget = 25769803776 - 27000000 - 80000000 - 515396075 = 25147407701;
+  //   kv = floor(25147407701 * 0.9) = 22632666930 (floor of ...930.9); pages = floor(/65536) = 345347
+  const KvPlan gpu_like = plan_kv_capacity(in);
+  EXPECT_EQ(gpu_like.num_pages_per_rank, 345347);
+  EXPECT_EQ(gpu_like.bound, CapacityBound::kMemory);
+  EXPECT_EQ(gpu_like.prefix_cache_pages, -1);  // no budget: every page not in use
+  // 256 running x 32 pages = 8192 pages, prefix cache auto = 8192 / 4 = 2048 pages -> 10240 pages.
+  in.max_running_requests = 256;
+  const KvPlan p = plan_kv_capacity(in);
+  EXPECT_EQ(p.bound, CapacityBound::kScheduler);
+  EXPECT_EQ(p.memory_max_total_tokens, 345347 * 16);
+  EXPECT_EQ(p.running_tokens, 131072);        // 8192 * 16
+  EXPECT_EQ(p.scheduler_tokens, 163840);      // 10240 * 16
+  EXPECT_EQ(p.num_pages_per_rank, 10240);
+  EXPECT_EQ(p.max_total_tokens, 163840);
+  EXPECT_EQ(p.prefix_cache_pages, 2048);
+  EXPECT_EQ(p.prefix_cache_source, "auto");
+  EXPECT_EQ(p.kv_bytes_per_rank, 671088640u);  // 10240 * 65536
+  // 27000000 + 80000000 + 515396075 + 671088640
+  EXPECT_EQ(p.resident_bound_bytes, 1293484715u);
+  // An explicit budget: floor(1000 / 16) = 62 pages -> 8192 + 62 = 8254 pages.
+  in.prefix_cache_tokens = 1000;
+  const KvPlan q = plan_kv_capacity(in);
+  EXPECT_EQ(q.num_pages_per_rank, 8254);
+  EXPECT_EQ(q.prefix_cache_pages, 62);
+  EXPECT_EQ(q.prefix_cache_source, "explicit");
+  // The prefix cache off: 8192 pages, nothing kept.
+  in.prefix_cache_tokens.reset();
+  in.prefix_cache_enabled = false;
+  const KvPlan r = plan_kv_capacity(in);
+  EXPECT_EQ(r.num_pages_per_rank, 8192);
+  EXPECT_EQ(r.prefix_cache_pages, 0);
+  EXPECT_EQ(r.prefix_cache_source, "disabled");
+}
+
+TEST(CapacityPlannerTest, MemoryStillBoundsTheCpuPlan) {
+  KvPlanInput in = kjv_tiny_input();
+  in.usable_bytes = 1ull << 30;  // reserve 128 MiB: budget = 1073741824 - 27000000 - 80000000 - 134217728
+  in.max_running_requests = 256;  //   = 832524096; kv = floor(* 0.9) = 749271686; 11432 pages >= 10240
+  const KvPlan p = plan_kv_capacity(in);
+  EXPECT_EQ(p.memory_max_total_tokens, 11432 * 16);
+  EXPECT_EQ(p.num_pages_per_rank, 10240);
+  EXPECT_EQ(p.bound, CapacityBound::kScheduler);
+  in.usable_bytes = 900ull << 20;  // 943718400 -> budget 702500672, kv 632250604, pages 9647 < 10240
+  EXPECT_EQ(plan_kv_capacity(in).num_pages_per_rank, 9647);
+  EXPECT_EQ(plan_kv_capacity(in).bound, CapacityBound::kMemory);
+  in.usable_bytes = 800ull << 20;  // 838860800 -> budget 597643072, kv 537878764, pages 8207: budget
+  const KvPlan small = plan_kv_capacity(in);  // capped at the pool: min(2048, 8207) = 2048 pages
+  EXPECT_EQ(small.num_pages_per_rank, 8207);
+  EXPECT_EQ(small.prefix_cache_pages, 2048);
+  in.prefix_cache_tokens = 1'000'000;  // 62500 pages asked, the pool has 8207
+  EXPECT_EQ(plan_kv_capacity(in).prefix_cache_pages, 8207);
+}
+
+TEST(CapacityPlannerTest, ExplicitTotalMayExceedTheSchedulerCapButNotMemory) {
+  KvPlanInput in = kjv_tiny_input();
+  in.max_running_requests = 4;  // 4 x 32 + 32 = 160 pages
+  EXPECT_EQ(plan_kv_capacity(in).num_pages_per_rank, 160);
+  in.max_total_tokens = 1'000'000;  // 62500 pages: fits the memory (345347)
+  const KvPlan p = plan_kv_capacity(in);
+  EXPECT_EQ(p.num_pages_per_rank, 62500);
+  EXPECT_EQ(p.bound, CapacityBound::kExplicit);
+  in.max_total_tokens = 345348 * 16;  // one page more than the memory holds
+  try {
+    plan_kv_capacity(in);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("--max-total-tokens 5525568 does not fit"));
+    EXPECT_THAT(e.message(), HasSubstr("room for 5525552 tokens"));
+  }
+}
+
+TEST(CapacityPlannerTest, PrefixCacheBudgetErrorsNameTheFlags) {
+  KvPlanInput in = kjv_tiny_input();
+  in.prefix_cache_tokens = -1;
+  EXPECT_THROW(plan_kv_capacity(in), Error);
+  in.prefix_cache_tokens = 64;
+  in.prefix_cache_enabled = false;
+  try {
+    plan_kv_capacity(in);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("--prefix-cache-tokens 64"));
+    EXPECT_THAT(e.message(), HasSubstr("--disable-prefix-cache"));
+  }
+}
+
+TEST(KvConfigTest, PrefixCacheTokensFlag) {
+  const ModelConfig model = fixture_model("qwen3-0.6b");
+  EXPECT_FALSE(config::resolve_kv({}, model).prefix_cache_tokens.has_value());
+  config::KvFlags flags;
+  flags.prefix_cache_tokens = "0";
+  EXPECT_EQ(config::resolve_kv(flags, model).prefix_cache_tokens, 0);
+  flags.prefix_cache_tokens = "65536";
+  EXPECT_EQ(config::resolve_kv(flags, model).prefix_cache_tokens, 65536);
+  for (const char* text : {"", "-1", "12x", "lots", "AUTO"}) {
+    flags.prefix_cache_tokens = text;
+    try {
+      config::resolve_kv(flags, model);
+      FAIL() << "expected an error for '" << text << "'";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.message(), HasSubstr("--prefix-cache-tokens")) << text;
+    }
+  }
+  flags.prefix_cache_tokens = "1024";
+  flags.disable_prefix_cache = true;
+  try {
+    config::resolve_kv(flags, model);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("--disable-prefix-cache"));
+  }
+}
+
 TEST(KvConfigTest, Defaults) {
   const ModelConfig model = fixture_model("qwen3-0.6b");
   const auto r = config::resolve_kv({}, model);

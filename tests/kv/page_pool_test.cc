@@ -3,6 +3,9 @@
 // the pool's layer_caches() leaves every other rank's pages byte for byte unchanged.
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -88,6 +91,73 @@ TEST(PageAllocatorTest, StatesAndMisuse) {
   a.release(2);
   EXPECT_EQ(a.num_free_pages(), 4);
   a.check_integrity();
+}
+
+// Whether the OS holds the memory at p (mincore over its OS page).
+bool resident(const std::byte* p) {
+  const uintptr_t os_page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  unsigned char vec = 0;
+  void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) / os_page * os_page);
+  EXPECT_EQ(mincore(start, os_page, &vec), 0);
+  return (vec & 1) != 0;
+}
+
+TEST(PagePoolTest, TrimGivesTheLeastRecentlyFreedPagesBackToTheOs) {
+  // One layer page = 16 tokens x 2 KV heads x 64 x 2 B = 4096 B: one OS page per K or V chunk.
+  const KvLayout layout{2, 2, 64, DType::kBF16, 16};
+  ASSERT_EQ(layout.bytes_per_layer_page(), 4096u);
+  if (sysconf(_SC_PAGESIZE) != 4096) GTEST_SKIP() << "the OS page is not 4 KiB";
+  PagePool pool(layout, 8);
+  PageAllocator& a = pool.allocator();
+  std::vector<int32_t> pages;
+  ASSERT_TRUE(a.allocate(4, pages));
+  ASSERT_EQ(pages, (std::vector<int32_t>{0, 1, 2, 3}));
+  for (const int32_t p : pages) {
+    for (int layer = 0; layer < 2; ++layer) {
+      std::memset(pool.k_page(layer, p), 0x5a, 4096);
+      std::memset(pool.v_page(layer, p), 0x5a, 4096);
+    }
+  }
+  for (const int32_t p : pages) EXPECT_TRUE(resident(pool.v_page(1, p))) << p;
+  for (const int32_t p : pages) a.release(p);  // freed in order 0, 1, 2, 3
+  a.trim();                                   // no limits: nothing happens
+  EXPECT_EQ(a.num_resident_free_pages(), 4);
+  a.set_residency_limits(kNoPageLimit, 1);
+  a.trim();
+  EXPECT_EQ(a.num_released_total(), 3u);
+  EXPECT_EQ(a.num_resident_free_pages(), 1);
+  EXPECT_EQ(a.num_free_pages(), 8);
+  EXPECT_EQ(pool.num_released_bytes(), 3u * 2 * 2 * 4096);
+  EXPECT_EQ(pool.num_release_failures(), 0u);
+  for (const int32_t p : {0, 1, 2}) {
+    for (int layer = 0; layer < 2; ++layer) {
+      EXPECT_FALSE(resident(pool.k_page(layer, p))) << layer << " " << p;
+      EXPECT_FALSE(resident(pool.v_page(layer, p))) << layer << " " << p;
+    }
+  }
+  EXPECT_TRUE(resident(pool.k_page(0, 3)));  // the most recently freed stays
+  EXPECT_EQ(static_cast<int>(pool.k_page(0, 3)[17]), 0x5a);
+  a.check_integrity();
+  // Resident pages first, then released ones in increasing id order; released memory reads as zeros.
+  pages.clear();
+  ASSERT_TRUE(a.allocate(3, pages));
+  EXPECT_EQ(pages, (std::vector<int32_t>{3, 0, 1}));
+  EXPECT_EQ(static_cast<int>(pool.k_page(0, 0)[17]), 0);
+  a.check_integrity();
+  EXPECT_THROW(a.set_residency_limits(-2, 0), Error);
+}
+
+TEST(PagePoolTest, ReleaseFreesOnlyWholeOsPagesOfAChunk) {
+  // One layer page = 8 tokens x 2 x 64 x 2 B = 2048 B: two KV pages share an OS page.
+  const KvLayout layout{1, 2, 64, DType::kBF16, 8};
+  if (sysconf(_SC_PAGESIZE) != 4096) GTEST_SKIP() << "the OS page is not 4 KiB";
+  PagePool pool(layout, 8);
+  const int32_t one[] = {1};
+  pool.release_page_memory(0, one);  // half an OS page: kept
+  EXPECT_EQ(pool.num_released_bytes(), 0u);
+  const int32_t pair[] = {2, 3, 5};  // 2 and 3 cover bytes [4096, 8192); 5 alone shares its page
+  pool.release_page_memory(0, pair);
+  EXPECT_EQ(pool.num_released_bytes(), 2u * 4096);  // K and V of the one whole OS page
 }
 
 TEST(PagePoolTest, EachRankAllocatesOnlyItsOwnRange) {

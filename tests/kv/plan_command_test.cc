@@ -16,11 +16,15 @@
 //   budget   = 3221225472 - 2492928 - 20971520 - 134217728 = 3063543296
 //   kv       = floor(3063543296 * 0.9) = floor(2757188966.4) = 2757188966
 //   pages    = floor(2757188966 / 8192) = 336570 (5385120 tokens); seq 256 = 16 pages -> 21035
+// The CPU caps auto at what the scheduler can use: 256 running x 16 pages = 4096 pages, plus the
+// prefix cache's auto budget 4096 / 4 = 1024 pages: 5120 pages (81920 tokens), 320 sequences of 256.
+// Tests of the memory bound pass --max-running-requests 100000 (1600000 pages, above the memory).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -78,7 +82,13 @@ void expect_consistent_plan(const nlohmann::json& j, int dp_size) {
   const uint64_t budget = j["budget_bytes"];
   const uint64_t kv_per_rank = j["kv_budget_bytes_per_rank"];
   EXPECT_EQ(kv_per_rank, budget * 9 / 10 / uint64_t(dp_size));  // mem fraction 0.9, floor
-  const uint64_t pages = kv_per_rank / kBytesPerPage;
+  const uint64_t memory_pages = kv_per_rank / kBytesPerPage;
+  EXPECT_EQ(j["memory_max_total_tokens_per_rank"].get<uint64_t>(), memory_pages * 16);
+  const uint64_t running = j["max_running_requests"];
+  const uint64_t scheduler_pages = running * 16 + running * 16 / 4;  // 256 tokens = 16 pages each, + 1/4
+  EXPECT_EQ(j["scheduler_max_total_tokens_per_rank"].get<uint64_t>(), scheduler_pages * 16);
+  const uint64_t pages = std::min(memory_pages, scheduler_pages);
+  EXPECT_EQ(j["capacity_bound"], pages < memory_pages ? "scheduler" : "memory");
   EXPECT_EQ(j["num_pages_per_rank"].get<uint64_t>(), pages);
   EXPECT_EQ(j["num_pages"].get<uint64_t>(), pages * uint64_t(dp_size));
   EXPECT_EQ(j["max_total_tokens_per_rank"].get<uint64_t>(), pages * 16);
@@ -129,7 +139,8 @@ TEST(PlanCommandTest, MeasuredWorkspaceGrowsWithTheBatch) {
 
 TEST(PlanCommandTest, JsonBreakdownWithEstimatedWorkspace) {
   const auto start = std::chrono::steady_clock::now();
-  const RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --json");
+  const RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
+                                  " --estimate-workspace --max-running-requests 100000 --json");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LT(seconds, 5.0);
@@ -161,8 +172,8 @@ TEST(PlanCommandTest, DataParallelPerRank) {
   //   kv/rank = floor(3042571776 * 0.9 / 2) = floor(1369157299.2) = 1369157299;
   //   pages = floor(1369157299 / 8192) = 167133 (2674128 tokens), 334266 in the pool;
   //   floor(167133 / 16) = 10445 sequences of 256 per rank.
-  RunResult r =
-      run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --dp-size 2 --estimate-workspace --json");
+  RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
+                            " --dp-size 2 --estimate-workspace --max-running-requests 100000 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["budget_bytes"], 3042571776u);
@@ -190,12 +201,56 @@ TEST(PlanCommandTest, TextSaysHowTheWorkspaceWasObtained) {
     const RunResult r = run_spindle(args + (estimate ? " --estimate-workspace" : ""));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr(estimate ? "estimated: f32 activations of one forward at 2048 tokens"
-                                          : "measured: profiling forward at 2048 tokens"));
+                                          : "measured: profiling step at 2048 tokens (CPU: its scratch reserved, not run)"));
     EXPECT_THAT(r.out, HasSubstr("cgroup v2 limit minus usage"));
-    EXPECT_THAT(r.out, HasSubstr("4096  per rank (explicit), 256 pages"));
+    EXPECT_THAT(r.out, HasSubstr("4096  per rank, 256 pages"));
+    EXPECT_THAT(r.out, HasSubstr("bound: explicit (--max-total-tokens)"));
     EXPECT_THAT(r.out, HasSubstr("sequences of 128 tokens at once: 32 per rank"));  // 256 pages / 8
     EXPECT_THAT(r.out, HasSubstr("F32 KV"));
   }
+}
+
+TEST(PlanCommandTest, CpuAutoIsCappedAtTheScheduler) {
+  RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["capacity_bound"], "scheduler");
+  EXPECT_EQ(j["memory_max_total_tokens_per_rank"], 5385120);
+  EXPECT_EQ(j["max_running_requests"], 256);
+  EXPECT_EQ(j["running_tokens_per_rank"], 65536);  // 4096 pages
+  EXPECT_EQ(j["num_pages_per_rank"], 5120);
+  EXPECT_EQ(j["max_total_tokens_per_rank"], 81920);
+  EXPECT_EQ(j["num_sequences_per_rank"], 320);
+  EXPECT_EQ(j["prefix_cache_pages_per_rank"], 1024);
+  EXPECT_EQ(j["prefix_cache_budget_source"], "auto");
+  // weights 2492928 + workspace 20971520 + reserve 134217728 + KV 5120 * 8192 = 41943040
+  EXPECT_EQ(j["resident_bound_bytes"], 199625216u);
+  expect_consistent_plan(j, 1);
+
+  // 8 running x 16 pages + floor(100 / 16) = 6 prefix pages = 134 pages.
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
+                  " --estimate-workspace --max-running-requests 8 --prefix-cache-tokens 100 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["num_pages_per_rank"], 134);
+  EXPECT_EQ(j["prefix_cache_pages_per_rank"], 6);
+  EXPECT_EQ(j["prefix_cache_budget_source"], "explicit");
+
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --max-running-requests 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("2560  tokens per rank: 8 running x 16 pages of 16 tokens + prefix cache 512 tokens"));
+  EXPECT_THAT(r.out, HasSubstr("2560  per rank, 160 pages"));
+  EXPECT_THAT(r.out, HasSubstr("bound: scheduler"));
+  EXPECT_THAT(r.out, HasSubstr("512  tokens kept per rank (32 pages; auto"));
+  EXPECT_THAT(r.out, HasSubstr("resident at most"));
+
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
+                  " --estimate-workspace --prefix-cache-tokens 64 --disable-prefix-cache");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--prefix-cache-tokens 64 was given with --disable-prefix-cache"));
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --estimate-workspace --prefix-cache-tokens lots");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--prefix-cache-tokens must be auto or a number of tokens >= 0"));
 }
 
 TEST(PlanCommandTest, Errors) {
@@ -207,9 +262,9 @@ TEST(PlanCommandTest, Errors) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("need 2757189632 bytes"));
   EXPECT_THAT(r.err, HasSubstr("leaves 2757188966 bytes"));
-  // Measured: one page more than auto gives.
+  // Measured: one page more than the memory holds (auto is capped lower, at the scheduler).
   const auto j = nlohmann::json::parse(run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --json").out);
-  const uint64_t pages = j["num_pages_per_rank"].get<uint64_t>() + 1;
+  const uint64_t pages = j["memory_max_total_tokens_per_rank"].get<uint64_t>() / 16 + 1;
   r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --max-total-tokens " + std::to_string(pages * 16));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("need " + std::to_string(pages * kBytesPerPage) + " bytes"));

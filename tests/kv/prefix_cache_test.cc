@@ -249,6 +249,35 @@ TEST(PrefixCacheTest, OneEvictorPerAllocator) {
   EXPECT_THROW(PrefixCache second(allocator), Error);
 }
 
+TEST(PrefixCacheTest, BudgetEvictsTheLeastRecentlyUsedBeyondIt) {
+  PageAllocator allocator(16, 4);
+  PrefixCache cache(allocator);
+  allocator.set_residency_limits(/*max_cached_pages=*/2, kNoPageLimit);
+  auto finish = [&](const Tokens& t) {
+    BlockTable table(allocator);
+    ASSERT_TRUE(table.extend(static_cast<int>(t.size())));
+    cache.insert(t, table);
+    table.free();  // trims to the budget
+  };
+  finish(run(0, 8));  // 2 pages cached: within the budget
+  EXPECT_EQ(allocator.num_cached_pages(), 2);
+  EXPECT_EQ(cache.stats().num_evicted_pages, 0u);
+  finish(run(100, 10));  // 2 more full pages (the partial third is freed): 4 > 2, A's go
+  EXPECT_EQ(allocator.num_cached_pages(), 2);
+  EXPECT_EQ(allocator.num_free_pages(), 14);
+  EXPECT_EQ(cache.stats().num_evicted_pages, 2u);
+  EXPECT_TRUE(cache.match(run(0, 8)).empty());
+  EXPECT_EQ(cache.match(run(100, 9)).size(), 2u);
+  // A page a running request references is not counted against the budget.
+  BlockTable holder(allocator);
+  holder.assign_prefix(cache.match(run(100, 9)));
+  finish(run(200, 4));  // cached unreferenced: 200's page only (100's two are referenced)
+  EXPECT_EQ(allocator.num_cached_pages(), 1);
+  EXPECT_EQ(cache.num_nodes(), 3);
+  const BlockTable* live[] = {&holder};
+  check_integrity(cache, live);
+}
+
 TEST(PrefixCacheTest, DestructionGivesPagesBack) {
   PageAllocator allocator(4, 2);
   {

@@ -126,6 +126,30 @@ TEST_F(ServerSmallPoolTest, MoreRequestsThanTheKvPoolHoldsAllComplete) {
                  static_cast<int>(metric(after, "spindle_num_preemptions_total") - metric(before, "spindle_num_preemptions_total")));
 }
 
+// --prefix-cache-tokens 48: 3 pages of 16 kept for finished requests, the least recently used
+// beyond them evicted (and, on the CPU, their memory given back).
+class ServerPrefixBudgetTest : public ServerSuite<ServerPrefixBudgetTest> {
+ public:
+  static constexpr const char* kApiKey = "";
+  static std::vector<std::string> server_args() { return {"--prefix-cache-tokens", "48", "--page-size", "16"}; }
+};
+
+TEST_F(ServerPrefixBudgetTest, CachedPagesStayWithinTheBudget) {
+  // Each request: 40 distinct prompt tokens + 8 generated; 47 tokens computed (the last sampled
+  // token is never fed back), so 2 full pages go to the prefix cache when it finishes.
+  const int expected_used[] = {2, 3, 3, 3};
+  for (int k = 0; k < 4; ++k) {
+    json prompt = json::array();
+    for (int i = 0; i < 40; ++i) prompt.push_back(100 + 40 * k + i);
+    const JsonReply r = post(*client_, "/v1/completions",
+                             json{{"prompt", prompt}, {"max_tokens", 8}, {"ignore_eos", true}, {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_TRUE(kv_settled(*client_));  // the request's pages are released
+    const auto m = server_metrics(*client_);
+    EXPECT_EQ(metric(m, "spindle_kv_pages_used"), expected_used[k]) << "request " << k;
+  }
+}
+
 TEST_F(ServerSmallPoolTest, ApiKeyIsRequiredOnV1) {
   const json body = {{"prompt", "And God said"}, {"max_tokens", 2}};
   auto anonymous = server_->client();

@@ -1,0 +1,97 @@
+#include "startup/workspace_cache.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "util/mapped_file.h"
+
+namespace spindle::startup {
+namespace {
+
+uint64_t fnv1a(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string cache_fingerprint(const config::ResolvedConfig& config, const DeviceInfo& device) {
+  std::string fingerprint = device_fingerprint(device.cpu);
+  if (config.device == attn::Device::kCuda && !device.cuda_devices.empty()) {
+    const CudaDeviceInfo& gpu = device.cuda_devices.front();
+    fingerprint += fmt::format("-{}-sm{}{}", gpu.name, gpu.cc_major, gpu.cc_minor);
+  }
+  return fingerprint;
+}
+
+std::string workspace_cache_key(std::string_view build_id, std::string_view fingerprint, const ModelConfig& m,
+                                const config::ResolvedConfig& c) {
+  return fmt::format(
+      "build={};device={};on={}:{};arch={};vocab={};hidden={};intermediate={};layers={};heads={};kv_heads={};"
+      "head_dim={};tied={};bias={};qk_norm={};weights={};max_num_batched_tokens={};max_model_len={};kv_dtype={};"
+      "page={};bf16_activations={}",
+      build_id, fingerprint, attn::device_name(c.device), c.cuda_device, architecture_name(m.architecture),
+      m.vocab_size, m.hidden_size, m.intermediate_size, m.num_hidden_layers, m.num_attention_heads,
+      m.num_key_value_heads, m.head_dim, m.tie_word_embeddings, m.attention_bias, m.qk_norm, dtype_name(m.torch_dtype),
+      c.kv.max_num_batched_tokens, c.kv.max_model_len, dtype_name(c.kv_dtype), c.page_size, c.bf16_activations);
+}
+
+WorkspaceCache::WorkspaceCache(const std::filesystem::path& dir, std::string key) : key_(std::move(key)) {
+  path_ = dir / fmt::format("workspace-{:016x}.json", fnv1a(key_));
+}
+
+std::optional<uint64_t> WorkspaceCache::find(int num_tokens) const {
+  std::error_code ec;
+  if (!std::filesystem::exists(path_, ec)) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(read_text_file(path_));
+    if (j.at("key").get<std::string>() != key_) {
+      spdlog::warn("ignoring workspace cache {}: it belongs to another key", path_.string());
+      return std::nullopt;
+    }
+    if (j.at("num_tokens").get<int>() != num_tokens) return std::nullopt;
+    return j.at("workspace_bytes").get<uint64_t>();
+  } catch (const std::exception& e) {
+    spdlog::warn("ignoring corrupt workspace cache {}: {}", path_.string(), e.what());
+    return std::nullopt;
+  }
+}
+
+void WorkspaceCache::store(int num_tokens, uint64_t workspace_bytes) const {
+  try {
+    std::filesystem::create_directories(path_.parent_path());
+    const nlohmann::json j = {{"key", key_}, {"num_tokens", num_tokens}, {"workspace_bytes", workspace_bytes}};
+    const auto tmp = path_.string() + fmt::format(".tmp{}", ::getpid());
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << j.dump(2) << "\n";
+      if (!out) throw std::runtime_error("write failed");
+    }
+    std::filesystem::rename(tmp, path_);
+  } catch (const std::exception& e) {
+    spdlog::warn("could not write workspace cache {}: {}", path_.string(), e.what());
+  }
+}
+
+WorkspaceProbe WorkspaceCache::wrap(WorkspaceProbe inner, bool* from_cache) const {
+  return [this, inner = std::move(inner), from_cache](int num_tokens) {
+    if (const auto cached = find(num_tokens)) {
+      if (from_cache != nullptr) *from_cache = true;
+      return *cached;
+    }
+    if (from_cache != nullptr) *from_cache = false;
+    const uint64_t measured = inner(num_tokens);
+    store(num_tokens, measured);
+    return measured;
+  };
+}
+
+}  // namespace spindle::startup
