@@ -176,7 +176,7 @@ void log_serving_stack(const ServingStack& s) {
   if (s.model->supports_graphs()) {
     if (s.runner->graphs_enabled()) {
       spdlog::info("CUDA graphs: decode steps of up to {} sequences replay a graph per batch size (1, 2, 4, 8, then "
-                   "multiples of 8), each captured the first time its size runs",
+                   "multiples of 8), captured at start and again when a buffer it reads has moved",
                    s.resolved.cuda_graph_max_bs);
     } else {
       spdlog::info("CUDA graphs: off, {}", s.runner->graphs_disabled_reason());
