@@ -130,6 +130,9 @@ void Engine::loop() {
         scheduler_.add(std::move(incoming_.front().request));
         incoming_.pop_front();
       }
+      // submit() counts these as waiting from now on (they left incoming_): during the step the
+      // count can only fall, so the queue limit is never exceeded (it was stale until the step's end).
+      num_waiting_ = scheduler_.num_waiting();
     }
     run_pending_checks();
     try {

@@ -44,6 +44,13 @@ HttpServer::HttpServer(HttpServerOptions options)
   http_->set_payload_max_length(options_.max_body_bytes * 2);
   const int threads = options_.num_http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default socket options add SO_REUSEPORT, which lets a second server bind the same
+  // port and the kernel split connections between the two: only SO_REUSEADDR (a restart may bind
+  // over TIME_WAIT), so a port in use is an error at start.
+  http_->set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   http_->set_read_timeout(60, 0);
   http_->set_write_timeout(60, 0);
   install_routes();

@@ -8,11 +8,33 @@
 
 #include "server_checks.h"
 #include "spindle_server.h"
+#include "support/spindle_binary.h"
 
 namespace spindle::testing {
 namespace {
 
 using nlohmann::json;
+
+// A second server on a port that is in use fails at start, naming the port, and the first keeps
+// serving (with SO_REUSEPORT both listened and the kernel split the connections between them).
+TEST(ServerPortTest, APortInUseIsAStartupError) {
+  std::string error;
+  auto first = SpindleServer::start({}, &error);
+  ASSERT_NE(first, nullptr) << error;
+  const std::string port = std::to_string(first->port());
+  const ChildResult second =
+      run_child({spindle_binary(), "serve", "--port", port, "--no-backend-cache"}, std::chrono::seconds(60));
+  EXPECT_FALSE(second.timed_out) << "the second server did not exit:\n" << second.err;
+  EXPECT_NE(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.err, ::testing::HasSubstr("127.0.0.1:" + port)) << second.err;
+  auto client = first->client(30, "");
+  for (int i = 0; i < 6; ++i) {
+    const auto res = client->Get("/v1/models");
+    ASSERT_TRUE(res) << "request " << i;
+    EXPECT_EQ(res->status, 200);
+  }
+  EXPECT_TRUE(first->alive());
+}
 
 // One server per suite; the derived suite names its flags and API key.
 template <typename Derived>
