@@ -7,8 +7,9 @@
 // Where the model samples on its device (CUDA), run_and_sample() keeps the logits there and
 // returns only the chosen tokens. Where it has step graphs and they are enabled, a decode step
 // of at most max_graph_batch sequences is padded (StepBatch::add_padding_sequence) up to the
-// next graph batch size (graph_batch_size) and replayed from the graph of that size, captured
-// the first time the size is seen (DeviceOps: graphs).
+// next graph batch size (graph_batch_size) and replayed from the graph of that size: captured at
+// start by capture_graphs(), or else the first time the size is seen, and again when a buffer it
+// reads has moved (DeviceOps: graphs).
 //
 // Not thread-safe: the engine thread owns it.
 #pragma once

@@ -3,25 +3,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <fstream>
-
+#include "util/cache_file.h"
 #include "util/mapped_file.h"
 
 namespace spindle::startup {
-namespace {
-
-uint64_t fnv1a(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
 
 std::string cache_fingerprint(const config::ResolvedConfig& config, const DeviceInfo& device) {
   std::string fingerprint = device_fingerprint(device.cpu);
@@ -45,7 +31,7 @@ std::string workspace_cache_key(std::string_view build_id, std::string_view fing
 }
 
 WorkspaceCache::WorkspaceCache(const std::filesystem::path& dir, std::string key) : key_(std::move(key)) {
-  path_ = dir / fmt::format("workspace-{:016x}.json", fnv1a(key_));
+  path_ = dir / fmt::format("workspace-{:016x}.json", fnv1a_64(key_));
 }
 
 std::optional<uint64_t> WorkspaceCache::find(int num_tokens) const {
@@ -67,15 +53,8 @@ std::optional<uint64_t> WorkspaceCache::find(int num_tokens) const {
 
 void WorkspaceCache::store(int num_tokens, uint64_t workspace_bytes) const {
   try {
-    std::filesystem::create_directories(path_.parent_path());
     const nlohmann::json j = {{"key", key_}, {"num_tokens", num_tokens}, {"workspace_bytes", workspace_bytes}};
-    const auto tmp = path_.string() + fmt::format(".tmp{}", ::getpid());
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << j.dump(2) << "\n";
-      if (!out) throw std::runtime_error("write failed");
-    }
-    std::filesystem::rename(tmp, path_);
+    write_file_atomically(path_, j.dump(2) + "\n");
   } catch (const std::exception& e) {
     spdlog::warn("could not write workspace cache {}: {}", path_.string(), e.what());
   }

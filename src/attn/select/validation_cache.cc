@@ -3,24 +3,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
 
+#include "util/cache_file.h"
 #include "util/mapped_file.h"
 
 namespace spindle::attn {
 namespace {
-
-uint64_t fnv1a(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 bool cacheable(attn::ValidationStatus s) {
   return s == attn::ValidationStatus::kPass || s == attn::ValidationStatus::kMismatch ||
@@ -30,7 +20,7 @@ bool cacheable(attn::ValidationStatus s) {
 }  // namespace
 
 ValidationCache::ValidationCache(std::filesystem::path dir, std::string key) : key_(std::move(key)) {
-  path_ = dir / fmt::format("attention-{:016x}.json", fnv1a(key_));
+  path_ = dir / fmt::format("attention-{:016x}.json", fnv1a_64(key_));
   load();
 }
 
@@ -80,16 +70,9 @@ void ValidationCache::store(const std::string& backend, const attn::ValidationOu
 
 void ValidationCache::save() const {
   try {
-    std::filesystem::create_directories(path_.parent_path());
     nlohmann::json j = {{"key", key_}, {"outcomes", nlohmann::json::object()}};
     for (const auto& [name, outcome] : outcomes_) j["outcomes"][name] = attn::to_json(outcome);
-    const auto tmp = path_.string() + fmt::format(".tmp{}", ::getpid());
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << j.dump(2) << "\n";
-      if (!out) throw std::runtime_error("write failed");
-    }
-    std::filesystem::rename(tmp, path_);
+    write_file_atomically(path_, j.dump(2) + "\n");
   } catch (const std::exception& e) {
     spdlog::warn("could not write backend cache {}: {}", path_.string(), e.what());
   }
