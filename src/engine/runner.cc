@@ -98,7 +98,7 @@ const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampl
   const bool graph = graphs_enabled_ && real > 0 && batch_.is_decode() && batch_.num_logit_rows() == real &&
                      real <= options_.max_graph_batch;
   if (graph) {
-    const int size = std::min(graph_batch_size(real), std::max(options_.max_graph_batch, real));
+    const int size = std::min(graph_batch_size(real), options_.max_graph_batch);  // real <= max_graph_batch
     while (batch_.num_sequences() < size) batch_.add_padding_sequence(0);
   }
   attn::AttentionBackend& attention = backend_for(batch_);
