@@ -7,7 +7,7 @@ namespace spindle::attn {
 namespace kc = kernels::cpu;
 
 PagedBackend::PagedBackend(std::string name, Device device, const AttentionShape& shape, const DpConfig& dp)
-    : name_(std::move(name)), device_(device), shape_(shape), dp_(dp), fault_(fault_for(name_)) {}
+    : name_(std::move(name)), device_(device), shape_(shape), dp_(dp), fault_(fault_for(name_, dp.dp_rank)) {}
 
 void PagedBackend::prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded) {
   batch_ = &batch;

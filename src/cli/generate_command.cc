@@ -38,7 +38,7 @@ void run_generate(GenerateArgs& a) {
     ids = tok.encode(a.prompt, /*add_special_tokens=*/true);
   }
   SPINDLE_CHECK(!ids.empty(), "the prompt is empty");
-  const int max_len = stack->engine->max_model_len();
+  const int max_len = stack->group->max_model_len();
   SPINDLE_CHECK(static_cast<int>(ids.size()) < max_len, "the prompt has {} tokens; the context is {}", ids.size(), max_len);
   if (a.seed >= 0) a.sampling.seed = static_cast<uint64_t>(a.seed);
   a.sampling.max_tokens = std::min(a.sampling.max_tokens, max_len - static_cast<int>(ids.size()));
@@ -47,7 +47,7 @@ void run_generate(GenerateArgs& a) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const int num_prompt = static_cast<int>(ids.size());
-  auto stream = stack->engine->submit(std::move(ids), a.sampling);
+  auto stream = stack->group->submit(std::move(ids), a.sampling);
   std::optional<Clock::time_point> first;
   engine::RequestOutput out;
   if (!a.chat) fmt::print("{}", a.prompt);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 #include <memory>
 #include <thread>
@@ -29,8 +30,10 @@ void on_signal(int) {
 void run_serve(ServeArgs& a) {
   // Each open request holds an HTTP thread for its whole generation: enough threads for every
   // running and queued request (so the queue limit answers 503) plus headroom for /health etc.
+  // The limits are per DP rank.
   const auto [max_running, max_queued] = config::resolve_request_limits(a.serving.server);
-  a.http.num_http_threads = max_running + max_queued + 16;
+  const int dp_size = std::max(1, a.serving.server.kv.dp_size);
+  a.http.num_http_threads = (max_running + max_queued) * dp_size + 16;
   server::HttpServer http(a.http);
   const int port = http.bind();
   g_server = &http;
@@ -49,7 +52,7 @@ void run_serve(ServeArgs& a) {
     throw;
   }
   log_serving_stack(*stack);
-  http.set_engine(stack->engine.get());
+  http.set_engine(stack->group.get());
   spdlog::info("ready: http://{}:{}/v1 serving '{}'", a.http.host, port, stack->model_name);
   fmt::print(stderr,
              "Try:\n  curl http://{}:{}/v1/completions -H 'Content-Type: application/json' -d "

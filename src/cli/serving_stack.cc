@@ -10,8 +10,10 @@
 
 #include <chrono>
 #include <climits>
+#include <map>
 
 #include "cli/format.h"
+#include "kernels/cpu/linear.h"
 #include "startup/backend_selection.h"
 #include "startup/workspace_cache.h"
 #include "startup/workspace_probe.h"
@@ -45,23 +47,145 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_kv_flags(app, f.server.kv);
+  config::add_dp_flags(app, f.server.dp);
 }
 
 ServingStack::~ServingStack() {
-  if (engine) engine->stop();
+  for (auto& r : ranks) {
+    if (r && r->engine) r->engine->stop();
+  }
 }
+
+namespace {
+
+// Restores the calling thread's CPU affinity on scope exit (a rank is built pinned to its share,
+// so validation children and the model load run where the rank will).
+class AffinityGuard {
+ public:
+  AffinityGuard() : cpus_(usable_cpus()) {}
+  ~AffinityGuard() {
+    try {
+      pin_current_thread(cpus_);
+    } catch (const std::exception& e) {
+      spdlog::warn("could not restore the thread's CPU affinity: {}", e.what());
+    }
+  }
+
+ private:
+  std::vector<int> cpus_;
+};
+
+ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPool* pool) {
+  ModelOptions model_options;
+  model_options.pool = pool;
+  if (resolved.bf16_activations) {
+    model_options.make_linear = [](const kernels::cpu::LinearWeight& w) {
+      kernels::cpu::LinearOptions o;
+      o.allow_bf16_activations = true;
+      return kernels::cpu::make_linear_kernel(w, o);
+    };
+  }
+  return model_options;
+}
+
+// Binds the rank's device, selects its backends for that device, loads the model, creates the
+// backends (with its DpConfig) and the runner. No KV yet.
+void build_rank(const ServingStack& s, ServingRank& r) {
+  const bool on_cuda = r.resolved.device == attn::Device::kCuda;
+  // The worker binds its device before validating backends and planning memory.
+  r.device = config::bind_worker_device(r.resolved, s.device);
+  if (r.cpus) {
+    pin_current_thread(r.cpus->cpus);  // validation children inherit it
+    r.pool = std::make_unique<ThreadPool>(r.resolved.num_threads, r.cpus->cpus);
+  } else {
+    r.pool = std::make_unique<ThreadPool>(r.resolved.num_threads);
+  }
+  r.selection = startup::select_attention(r.resolved, r.device);
+  LoadOptions load_options;
+  load_options.device = r.resolved.device;
+  load_options.cuda_device = r.resolved.cuda_device;
+  load_options.cuda_16bit_activations = r.resolved.bf16_activations;
+  load_options.cpu = cpu_model_options(r.resolved, r.pool.get());
+  r.model = load_model(s.model_dir, load_options);
+  const attn::AttentionShape shape = r.model->attention_shape(r.resolved.kv_dtype, r.resolved.page_size);
+  attn::BackendOptions backend_options;
+  backend_options.pool = r.pool.get();
+  const attn::DpConfig dp{r.pool_size, r.local_rank};
+  r.prefill_backend = attn::create_attention_backend(r.selection.prefill_backend, shape, dp, backend_options);
+  r.decode_backend = attn::create_attention_backend(r.selection.decode_backend, shape, dp, backend_options);
+  engine::RunnerOptions runner_options;
+  runner_options.max_graph_batch = r.resolved.cuda_graph_max_bs;
+  runner_options.max_model_len = r.resolved.kv.max_model_len;
+  r.runner = std::make_unique<engine::Runner>(*r.model, *r.prefill_backend, *r.decode_backend, runner_options);
+  (void)on_cuda;
+}
+
+// Plans the KV cache of the ranks sharing one pool (one memory: the host, or one GPU) with
+// their count as the plan's dp_size (each gets an equal share), creates the pool, and binds
+// every rank's runner to it.
+std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vector<ServingRank*>& members) {
+  ServingRank& first = *members.front();
+  const config::ResolvedConfig& resolved = first.resolved;
+  const bool on_cuda = resolved.device == attn::Device::kCuda;
+  if (on_cuda) config::bind_worker_device(resolved, s.device);  // the pool is allocated on the current device
+  config::ResolvedKvConfig kv = resolved.kv;
+  kv.dp_size = static_cast<int>(members.size());
+  const auto layout = startup::kv_layout_for(s.model_config, resolved.kv_dtype, resolved.page_size);
+  // CUDA: the device's free memory now, with every sharing rank's weights already resident.
+  const MemoryInfo usable = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : s.device.memory;
+  // The measured workspace comes from the on-disk cache next to the selection cache when an
+  // earlier start measured it for this key (--no-backend-cache: measure every time).
+  startup::WorkspaceProbe probe =
+      startup::make_workspace_probe(*first.runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len);
+  std::optional<startup::WorkspaceCache> workspace_cache;
+  bool workspace_from_cache = false;
+  if (resolved.use_backend_cache) {
+    workspace_cache.emplace(resolved.backend_cache_dir,
+                            startup::workspace_cache_key(build_id(), startup::cache_fingerprint(resolved, first.device),
+                                                         s.model_config, resolved));
+    probe = workspace_cache->wrap(std::move(probe), &workspace_from_cache);
+  }
+  // CPU ranks map the same weight files (one copy in the page cache); ranks sharing a GPU each
+  // uploaded theirs, already out of the free memory read above.
+  kv::KvPlan plan = startup::plan_kv_cache(kv, layout, s.model_config, usable, first.model->weight_bytes(), probe,
+                                           /*usable_after_weights=*/on_cuda,
+                                           /*max_running_requests=*/on_cuda ? 0 : resolved.max_running_requests);
+  if (workspace_from_cache) plan.workspace_source = "cached: measured by an earlier start, " + workspace_cache->path().string();
+  auto pool = std::make_unique<kv::PagePool>(layout, plan.num_pages(), kv.dp_size, resolved.device);
+  for (ServingRank* r : members) {
+    r->kv_plan = plan;
+    // CPU: cached pages beyond the prefix cache's budget are evicted, free pages beyond one step's
+    // worth go back to the OS. GPU: the budget only when one was given (the device is the server's).
+    pool->allocator(r->local_rank)
+        .set_residency_limits(plan.prefix_cache_pages,
+                              on_cuda ? kv::kNoPageLimit : startup::resident_free_pages_for(resolved.kv, resolved.page_size));
+    r->runner->bind_kv_caches(pool->layer_caches());
+    if (r->runner->graphs_enabled()) {
+      const auto start = std::chrono::steady_clock::now();
+      const int graphs = r->runner->capture_graphs();
+      const DeviceOps::GraphStats g = r->model->graph_stats();
+      spdlog::info("rank {}: CUDA graphs: {} decode batch sizes captured up to {} in {:.2f} s ({:.2f} s capturing), {} "
+                   "of device memory (taken from the KV plan's reserve)",
+                   r->rank, graphs, resolved.cuda_graph_max_bs,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), g.capture_seconds,
+                   format_bytes(g.memory_bytes));
+    }
+  }
+  return pool;
+}
+
+}  // namespace
 
 std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   auto s = std::make_unique<ServingStack>();
   s->model_dir = flags.model_dir.empty() ? default_model_dir() : std::filesystem::path(flags.model_dir);
   s->model_name = flags.served_model_name.empty() ? s->model_dir.filename().string() : flags.served_model_name;
   if (s->model_name.empty()) s->model_name = s->model_dir.parent_path().filename().string();
-  const DeviceInfo detected = detect_device_info();
+  s->device = detect_device_info();
   s->model_config = load_model_config(s->model_dir);
-  s->resolved = config::resolve(flags.server, detected, s->model_config);
-  // The worker binds its device before validating backends and planning memory.
-  s->device = config::bind_worker_device(s->resolved, detected);
-  s->pool = std::make_unique<ThreadPool>(s->resolved.num_threads);
+  s->resolved = config::resolve(flags.server, s->device, s->model_config);
+  const int dp_size = s->resolved.kv.dp_size;
+  const bool on_cuda = s->resolved.device == attn::Device::kCuda;
 
   s->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(s->model_dir));
   if (!flags.server.chat_template.empty()) {
@@ -75,123 +199,140 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
     }
   }
 
-  s->selection = startup::select_attention(s->resolved, s->device);
-  ModelOptions model_options;
-  model_options.pool = s->pool.get();
-  if (s->resolved.bf16_activations) {
-    model_options.make_linear = [](const kernels::cpu::LinearWeight& w) {
-      kernels::cpu::LinearOptions o;
-      o.allow_bf16_activations = true;
-      return kernels::cpu::make_linear_kernel(w, o);
-    };
+  // The rank layout: CUDA rank r on GPU base + r / ranks_per_gpu (ranks on one GPU share its pool);
+  // CPU ranks share the host's memory (one pool) and each takes a disjoint core share.
+  std::vector<CpuShare> shares;
+  if (!on_cuda && dp_size > 1) shares = split_cpu_shares(usable_cpus(), read_cpu_numa_nodes(), dp_size);
+  const int ranks_per_pool = on_cuda ? s->resolved.dp.ranks_per_gpu : dp_size;
+  {
+    AffinityGuard restore_affinity;
+    for (int r = 0; r < dp_size; ++r) {
+      auto rank = std::make_unique<ServingRank>();
+      rank->rank = r;
+      rank->pool_index = r / ranks_per_pool;
+      rank->local_rank = r % ranks_per_pool;
+      rank->pool_size = std::min(ranks_per_pool, dp_size - rank->pool_index * ranks_per_pool);
+      rank->resolved = s->resolved;
+      if (on_cuda) rank->resolved.cuda_device = s->resolved.dp.base_gpu_id + rank->pool_index;
+      if (!shares.empty()) rank->cpus = shares[static_cast<size_t>(r)];
+      build_rank(*s, *rank);
+      s->ranks.push_back(std::move(rank));
+    }
   }
-  LoadOptions load_options;
-  load_options.device = s->resolved.device;
-  load_options.cuda_device = s->resolved.cuda_device;
-  load_options.cuda_16bit_activations = s->resolved.bf16_activations;
-  load_options.cpu = model_options;
-  s->model = load_model(s->model_dir, load_options);
-  const attn::AttentionShape shape = s->model->attention_shape(s->resolved.kv_dtype, s->resolved.page_size);
-  attn::BackendOptions backend_options;
-  backend_options.pool = s->pool.get();
-  s->prefill_backend = attn::create_attention_backend(s->selection.prefill_backend, shape, {}, backend_options);
-  s->decode_backend = attn::create_attention_backend(s->selection.decode_backend, shape, {}, backend_options);
-  engine::RunnerOptions runner_options;
-  runner_options.max_graph_batch = s->resolved.cuda_graph_max_bs;
-  runner_options.max_model_len = s->resolved.kv.max_model_len;
-  s->runner = std::make_unique<engine::Runner>(*s->model, *s->prefill_backend, *s->decode_backend, runner_options);
-
-  SPINDLE_CHECK(s->resolved.kv.dp_size == 1,
-                "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
-                s->resolved.kv.dp_size);
-  const auto layout = startup::kv_layout_for(s->model_config, s->resolved.kv_dtype, s->resolved.page_size);
-  const bool on_cuda = s->resolved.device == attn::Device::kCuda;
-  // CUDA: the device's free memory now, with the weights already resident.
-  const MemoryInfo usable = on_cuda ? startup::cuda_usable_memory(s->resolved.cuda_device) : s->device.memory;
-  // The measured workspace comes from the on-disk cache next to the selection cache when an
-  // earlier start measured it for this key (--no-backend-cache: measure every time).
-  startup::WorkspaceProbe probe =
-      startup::make_workspace_probe(*s->runner, s->resolved.kv_dtype, s->resolved.page_size, s->resolved.kv.max_model_len);
-  std::optional<startup::WorkspaceCache> workspace_cache;
-  bool workspace_from_cache = false;
-  if (s->resolved.use_backend_cache) {
-    workspace_cache.emplace(s->resolved.backend_cache_dir,
-                            startup::workspace_cache_key(build_id(), startup::cache_fingerprint(s->resolved, s->device),
-                                                         s->model_config, s->resolved));
-    probe = workspace_cache->wrap(std::move(probe), &workspace_from_cache);
-  }
-  s->kv_plan = startup::plan_kv_cache(
-      s->resolved.kv, layout, s->model_config, usable, s->model->weight_bytes(), probe,
-      /*usable_after_weights=*/on_cuda, /*max_running_requests=*/on_cuda ? 0 : s->resolved.max_running_requests);
-  if (workspace_from_cache) s->kv_plan.workspace_source = "cached: measured by an earlier start, " +
-                                                           workspace_cache->path().string();
-  s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size,
-                                              s->resolved.device);
-  // CPU: cached pages beyond the prefix cache's budget are evicted, free pages beyond one step's
-  // worth go back to the OS. GPU: the budget only when one was given (the device is the server's).
-  s->kv_pool->allocator(0).set_residency_limits(
-      s->kv_plan.prefix_cache_pages,
-      on_cuda ? kv::kNoPageLimit : startup::resident_free_pages_for(s->resolved.kv, s->resolved.page_size));
-  s->runner->bind_kv_caches(s->kv_pool->layer_caches());
-  if (s->runner->graphs_enabled()) {
-    const auto start = std::chrono::steady_clock::now();
-    const int graphs = s->runner->capture_graphs();
-    const DeviceOps::GraphStats g = s->model->graph_stats();
-    spdlog::info("CUDA graphs: {} decode batch sizes captured up to {} in {:.2f} s ({:.2f} s capturing), {} of device "
-                 "memory (taken from the KV plan's reserve)",
-                 graphs, s->resolved.cuda_graph_max_bs,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), g.capture_seconds,
-                 format_bytes(g.memory_bytes));
+  for (int p = 0; p * ranks_per_pool < dp_size; ++p) {
+    std::vector<ServingRank*> members;
+    for (auto& r : s->ranks) {
+      if (r->pool_index == p) members.push_back(r.get());
+    }
+    s->kv_pools.push_back(build_pool(*s, members));
   }
 
-  s->metrics.set_info({{"model", s->model_name},
-                       {"prefill_attention_backend", s->selection.prefill_backend},
-                       {"decode_attention_backend", s->selection.decode_backend},
-                       {"linear_kernel", s->model->linear_kernel_name()}});
-  engine::EngineOptions engine_options;
-  engine_options.model_name = s->model_name;
-  engine_options.max_queued_requests = s->resolved.max_queued_requests;
-  engine_options.enable_prefix_cache = s->resolved.kv.enable_prefix_cache;
-  engine_options.scheduler.max_num_batched_tokens = s->resolved.kv.max_num_batched_tokens;
-  engine_options.scheduler.max_running_requests = s->resolved.max_running_requests;
-  engine_options.scheduler.max_model_len = s->resolved.kv.max_model_len;
-  engine_options.cuda_device = on_cuda ? s->resolved.cuda_device : -1;
-  s->engine = std::make_unique<engine::Engine>(*s->runner, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,
-                                               *s->kv_pool, s->metrics, engine_options);
-  s->engine->start();
+  std::vector<engine::DpGroup::Rank> group_ranks;
+  for (auto& rp : s->ranks) {
+    ServingRank& r = *rp;
+    std::map<std::string, std::string> info = {{"model", s->model_name},
+                                               {"prefill_attention_backend", r.selection.prefill_backend},
+                                               {"decode_attention_backend", r.selection.decode_backend},
+                                               {"linear_kernel", r.model->linear_kernel_name()}};
+    r.metrics.set_info(std::move(info));
+    engine::EngineOptions engine_options;
+    engine_options.model_name = s->model_name;
+    engine_options.max_queued_requests = r.resolved.max_queued_requests;
+    engine_options.enable_prefix_cache = r.resolved.kv.enable_prefix_cache;
+    engine_options.scheduler.max_num_batched_tokens = r.resolved.kv.max_num_batched_tokens;
+    engine_options.scheduler.max_running_requests = r.resolved.max_running_requests;
+    engine_options.scheduler.max_model_len = r.resolved.kv.max_model_len;
+    engine_options.cuda_device = on_cuda ? r.resolved.cuda_device : -1;
+    engine_options.dp_rank = r.local_rank;
+    if (dp_size > 1) {
+      engine_options.dp_name = fmt::format("DP rank {}", r.rank);
+      const int rank_index = r.rank;
+      ServingStack* stack = s.get();
+      engine_options.on_step_failure = [stack, rank_index](const std::string& reason) {
+        stack->group->mark_failed(rank_index, reason);
+      };
+      if (r.cpus) {
+        const std::vector<int> cpus = r.cpus->cpus;
+        const int threads = r.resolved.num_threads;
+        engine_options.on_thread_start = [cpus, threads] {
+          pin_current_thread(cpus);
+          kernels::cpu::set_linear_threads_for_calling_thread(threads);
+        };
+      }
+    }
+    r.engine = std::make_unique<engine::Engine>(*r.runner, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,
+                                                *s->kv_pools[static_cast<size_t>(r.pool_index)], r.metrics,
+                                                engine_options);
+    group_ranks.push_back({r.engine.get(), &r.metrics});
+  }
+  engine::RouterOptions router;
+  router.method = s->resolved.dp.load_balance_method;
+  router.cache_threshold = s->resolved.dp.router_cache_threshold;
+  router.balance_abs_threshold = s->resolved.dp.router_balance_abs_threshold;
+  router.balance_rel_threshold = s->resolved.dp.router_balance_rel_threshold;
+  router.index_pages_per_rank = config::resolve_router_index_pages(s->resolved.dp, s->ranks.front()->kv_plan.num_pages_per_rank);
+  router.page_size = s->resolved.page_size;
+  s->group = std::make_unique<engine::DpGroup>(std::move(group_ranks), router);  // before any engine can fail
+  for (auto& r : s->ranks) r->engine->start();
   return s;
 }
 
 void log_serving_stack(const ServingStack& s) {
+  const ServingRank& front = *s.ranks.front();
   spdlog::info("model {} ({}, {}), weights {}, linear kernel {}", s.model_name, s.model_dir.string(),
-               architecture_name(s.model_config.architecture), format_bytes(s.model->weight_bytes()),
-               s.model->linear_kernel_name());
-  for (const auto& row : s.selection.rows) {
-    if (row.chosen) {
-      spdlog::info("{} attention: {} ({}){}", attn::phase_name(row.phase), row.backend, row.why,
-                   s.selection.from_cache ? " [from cache]" : "");
-    }
+               architecture_name(s.model_config.architecture), format_bytes(front.model->weight_bytes()),
+               front.model->linear_kernel_name());
+  const int dp_size = static_cast<int>(s.ranks.size());
+  if (dp_size > 1) {
+    spdlog::info("data parallel: {} ranks, router {}{}", dp_size,
+                 config::load_balance_method_name(s.resolved.dp.load_balance_method),
+                 s.resolved.dp.load_balance_method == config::LoadBalanceMethod::kPrefixCacheAware
+                     ? fmt::format(" (cache threshold {}, balance when > {} tokens and > {}x apart)",
+                                   s.resolved.dp.router_cache_threshold, s.resolved.dp.router_balance_abs_threshold,
+                                   s.resolved.dp.router_balance_rel_threshold)
+                     : std::string());
   }
-  for (const auto& w : s.selection.warnings) spdlog::warn("{}", w);
-  if (s.model->supports_graphs()) {
-    if (s.runner->graphs_enabled()) {
-      spdlog::info("CUDA graphs: decode steps of up to {} sequences replay a graph per batch size (1, 2, 4, 8, then "
-                   "multiples of 8), captured at start and again when a buffer it reads has moved",
-                   s.resolved.cuda_graph_max_bs);
-    } else {
-      spdlog::info("CUDA graphs: off, {}", s.runner->graphs_disabled_reason());
+  for (const auto& rp : s.ranks) {
+    const ServingRank& r = *rp;
+    const std::string who = dp_size > 1 ? fmt::format("rank {}: ", r.rank) : std::string();
+    if (dp_size > 1) {
+      if (r.cpus) {
+        spdlog::info("{}CPUs {} ({}), {} kernel thread(s) pinned there", who, fmt::join(r.cpus->cpus, ","),
+                     r.cpus->numa_node >= 0 ? fmt::format("NUMA node {}", r.cpus->numa_node) : "no single NUMA node",
+                     r.resolved.num_threads);
+      } else {
+        spdlog::info("{}CUDA device {} ({} of {} ranks sharing its memory)", who, r.resolved.cuda_device,
+                     r.local_rank + 1, r.pool_size);
+      }
     }
+    for (const auto& row : r.selection.rows) {
+      if (row.chosen) {
+        spdlog::info("{}{} attention: {} ({}){}", who, attn::phase_name(row.phase), row.backend, row.why,
+                     r.selection.from_cache ? " [from cache]" : "");
+      }
+    }
+    for (const auto& w : r.selection.warnings) spdlog::warn("{}{}", who, w);
+    if (r.model->supports_graphs()) {
+      if (r.runner->graphs_enabled()) {
+        spdlog::info("{}CUDA graphs: decode steps of up to {} sequences replay a graph per batch size (1, 2, 4, 8, then "
+                     "multiples of 8), captured at start and again when a buffer it reads has moved",
+                     who, r.resolved.cuda_graph_max_bs);
+      } else {
+        spdlog::info("{}CUDA graphs: off, {}", who, r.runner->graphs_disabled_reason());
+      }
+    }
+    const kv::KvPlan& p = r.kv_plan;
+    spdlog::info("{}KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {}{} -> KV {} for {} tokens ({} pages "
+                 "of {}), {} KV dtype, max model len {}; bound: {}; prefix cache keeps {}; resident at most {} bytes",
+                 who, format_bytes(p.usable_bytes), p.usable_bound, format_bytes(p.weight_bytes),
+                 format_bytes(p.workspace_bytes), p.workspace_source, format_bytes(p.reserve_bytes),
+                 p.dp_size > 1 ? fmt::format(", split over {} ranks", p.dp_size) : std::string(),
+                 format_bytes(p.kv_bytes_per_rank), p.max_total_tokens, p.num_pages_per_rank, p.page_size,
+                 dtype_name(r.resolved.kv_dtype), r.resolved.kv.max_model_len, kv::capacity_bound_name(p.bound),
+                 p.prefix_cache_pages == kv::kNoPageLimit ? std::string("every page not in use")
+                                                          : fmt::format("{} pages", p.prefix_cache_pages),
+                 p.resident_bound_bytes);
   }
-  const kv::KvPlan& p = s.kv_plan;
-  spdlog::info("KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {} -> KV {} for {} tokens ({} pages of {}), "
-               "{} KV dtype, max model len {}; bound: {}; prefix cache keeps {}; resident at most {} bytes",
-               format_bytes(p.usable_bytes), p.usable_bound, format_bytes(p.weight_bytes), format_bytes(p.workspace_bytes),
-               p.workspace_source, format_bytes(p.reserve_bytes), format_bytes(p.kv_bytes_per_rank), p.max_total_tokens,
-               p.num_pages_per_rank, p.page_size, dtype_name(s.resolved.kv_dtype), s.resolved.kv.max_model_len,
-               kv::capacity_bound_name(p.bound),
-               p.prefix_cache_pages == kv::kNoPageLimit ? std::string("every page not in use")
-                                                        : fmt::format("{} pages", p.prefix_cache_pages),
-               p.resident_bound_bytes);
 }
 
 }  // namespace spindle::cli

@@ -96,6 +96,13 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   ResolvedConfig r = resolve(flags, device,
                              ModelAttentionDims{model.num_attention_heads, model.num_key_value_heads, model.head_dim});
   r.kv = resolve_kv(flags.kv, model);
+  r.dp = resolve_dp(flags.dp, r.kv.dp_size, std::max(1, device.cpu.num_logical_cores), flags.num_threads,
+                    r.device == attn::Device::kCuda, r.cuda_device, static_cast<int>(device.cuda_devices.size()));
+  if (r.kv.dp_size > 1) {
+    r.num_threads = r.dp.threads_per_rank;
+  } else {
+    r.dp.threads_per_rank = r.num_threads;
+  }
   // auto: activations in the checkpoint's precision, as Hugging Face transformers, vLLM and
   // SGLang compute a bf16 checkpoint; f32 (and f16) checkpoints keep exact f32 products.
   if (flags.matmul_precision == "auto") r.bf16_activations = model.torch_dtype == DType::kBF16;

@@ -47,7 +47,7 @@ Engine::Engine(Runner& runner, const tokenizer::Tokenizer& tokenizer, const toke
       chat_template_(chat_template),
       metrics_(metrics),
       options_(std::move(options)),
-      allocator_(pool.allocator(0)),
+      allocator_(pool.allocator(options_.dp_rank)),
       prefix_cache_(allocator_, options_.enable_prefix_cache),
       scheduler_(allocator_, prefix_cache_, options_.scheduler) {
   metrics_.update([&](MetricsSnapshot& s) { s.kv_pages_total = allocator_.num_pages(); });
@@ -59,6 +59,7 @@ void Engine::start() {
   SPINDLE_CHECK(!thread_.joinable(), "engine already started");
   thread_ = std::thread([this] {
     if (options_.cuda_device >= 0) bind_cuda_device(options_.cuda_device);
+    if (options_.on_thread_start) options_.on_thread_start();
     loop();
   });
 }
@@ -81,6 +82,7 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<TokenId> prompt, Sampl
       throw EngineOverloaded("too many requests are waiting (" + std::to_string(options_.max_queued_requests) +
                              "); retry later");
     }
+    incoming_tokens_ += static_cast<int64_t>(prompt.size());
     Incoming in;
     in.request = std::make_unique<Request>(next_id_++, std::move(prompt), allocator_);
     in.output = std::make_unique<RequestOutputState>(std::move(params), random_seed(), stream, tokenizer_);
@@ -127,6 +129,8 @@ void Engine::loop() {
       if (stopping_) break;
       while (!incoming_.empty()) {
         outputs_[incoming_.front().request->id] = std::move(incoming_.front().output);
+        scheduled_tokens_ += incoming_.front().request->num_tokens();
+        incoming_tokens_ -= incoming_.front().request->num_tokens();
         scheduler_.add(std::move(incoming_.front().request));
         incoming_.pop_front();
       }
@@ -139,8 +143,9 @@ void Engine::loop() {
       run_step();
     } catch (const std::exception& e) {
       // A step failed (should not happen): fail every request rather than the process.
-      spdlog::error("engine step failed: {}", e.what());
-      fail_all(e.what());
+      spdlog::error("engine step failed{}: {}", options_.dp_name.empty() ? "" : " on " + options_.dp_name, e.what());
+      if (options_.on_step_failure) options_.on_step_failure(e.what());
+      fail_all(options_.dp_name.empty() ? std::string(e.what()) : fmt::format("{} failed: {}", options_.dp_name, e.what()));
     }
     publish_gauges();
   }
@@ -160,6 +165,9 @@ void Engine::loop() {
 void Engine::publish_gauges() {
   const auto& stats = prefix_cache_.stats();
   const int running = scheduler_.num_running(), waiting = scheduler_.num_waiting();
+  int64_t tokens = 0;
+  for (const Request* r : scheduler_.all_requests()) tokens += r->num_tokens();
+  scheduled_tokens_ = tokens;
   {
     std::lock_guard lock(mutex_);
     num_waiting_ = waiting;

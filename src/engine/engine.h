@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,15 @@ struct EngineOptions {
   // >= 0: the engine thread binds this CUDA device before its first step (a CUDA model's forward
   // runs on the engine thread, and the current device is per thread).
   int cuda_device = -1;
+  // Data parallelism (engine/dp_group.h): the rank of the pool this engine allocates from.
+  int dp_rank = 0;
+  // Runs on the engine thread before its first step (after cuda_device is bound): CPU ranks pin
+  // the thread to their core share there.
+  std::function<void()> on_thread_start;
+  // Called on the engine thread when a step throws, with the reason, before the step's requests
+  // fail (their error reads "DP rank R failed: reason" when dp_name is set).
+  std::function<void(const std::string&)> on_step_failure;
+  std::string dp_name;  // "DP rank R" with data parallelism; empty for a single engine
 };
 
 class Engine {
@@ -89,6 +99,9 @@ class Engine {
   int vocab_size() const { return std::min(tokenizer_.vocab_size(), runner_.model().config().vocab_size); }
   const std::string& model_name() const { return options_.model_name; }
   Metrics& metrics() { return metrics_; }
+  // The tokens this engine holds: every scheduled request's (prompt + output so far, as of the
+  // last step) plus the prompts submitted since. Thread-safe; the router's queue length.
+  int64_t num_load_tokens() const { return scheduled_tokens_.load() + incoming_tokens_.load(); }
   // check_integrity() of the KV pool, run on the engine thread between steps (for tests).
   // Throws spindle::Error once stop() has begun.
   bool kv_integrity_ok();
@@ -131,6 +144,8 @@ class Engine {
   int num_waiting_ = 0;                      // as of the last step (guarded by mutex_)
   std::vector<std::promise<bool>> checks_;   // integrity checks asked for (guarded by mutex_)
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> scheduled_tokens_{0};  // set by publish_gauges (engine thread)
+  std::atomic<int64_t> incoming_tokens_{0};   // prompts in incoming_
   std::thread thread_;
 };
 

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <ctime>
 
-#include "engine/engine.h"
+#include "engine/dp_group.h"
 #include "util/error.h"
 
 namespace spindle::server {
@@ -21,18 +21,18 @@ std::string new_id(const char* prefix) {
 }
 
 // The token's own bytes (a byte-level token may hold part of a UTF-8 sequence), for "bytes".
-std::vector<uint8_t> token_bytes(const engine::Engine& engine, TokenId token) {
+std::vector<uint8_t> token_bytes(const engine::DpGroup& engine, TokenId token) {
   std::string raw;
   engine.tokenizer().append_token_bytes(token, /*skip_special_tokens=*/false, raw);
   return std::vector<uint8_t>(raw.begin(), raw.end());
 }
 
-std::string token_text(const engine::Engine& engine, TokenId token) {
+std::string token_text(const engine::DpGroup& engine, TokenId token) {
   return engine.tokenizer().decode(std::vector<TokenId>{token}, /*skip_special_tokens=*/false);
 }
 
 // Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
-void append_completion_logprobs(const engine::Engine& engine, const engine::RequestOutput& out, json& lp,
+void append_completion_logprobs(const engine::DpGroup& engine, const engine::RequestOutput& out, json& lp,
                                 size_t& text_offset) {
   for (const auto& s : out.logprobs) {
     const std::string text = token_text(engine, s.token);
@@ -47,7 +47,7 @@ void append_completion_logprobs(const engine::Engine& engine, const engine::Requ
 }
 
 // Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-void append_chat_logprobs(const engine::Engine& engine, const engine::RequestOutput& out, json& content) {
+void append_chat_logprobs(const engine::DpGroup& engine, const engine::RequestOutput& out, json& content) {
   for (const auto& s : out.logprobs) {
     const std::string text = token_text(engine, s.token);
     json top = json::array();
@@ -80,7 +80,7 @@ void check_not_failed(const engine::RequestOutput& out) {
 
 }  // namespace
 
-Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
+Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   if (!r.model.empty() && r.model != engine.model_name()) {
     throw ApiError(404, "invalid_request_error", "model",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, engine.model_name()));
@@ -143,7 +143,7 @@ Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
   return s;
 }
 
-json complete(engine::Engine& engine, const GenerationRequest& r, Submitted& s,
+json complete(engine::DpGroup& engine, const GenerationRequest& r, Submitted& s,
               const std::function<bool()>& client_alive) {
   std::string text = r.echo ? s.prompt_text : "";
   json completion_lp = empty_completion_logprobs();
@@ -194,7 +194,7 @@ json complete(engine::Engine& engine, const GenerationRequest& r, Submitted& s,
           {"usage", usage_json(usage)}};
 }
 
-void stream_completion(engine::Engine& engine, const GenerationRequest& r, Submitted& s,
+void stream_completion(engine::DpGroup& engine, const GenerationRequest& r, Submitted& s,
                        const std::function<bool(const std::string&)>& write) {
   const std::string id = new_id(r.chat ? "chatcmpl" : "cmpl");
   const int64_t created = static_cast<int64_t>(std::time(nullptr));

@@ -10,7 +10,7 @@
 #include "server/openai_protocol.h"
 
 namespace spindle::engine {
-class Engine;
+class DpGroup;
 }
 
 namespace spindle::server {
@@ -22,16 +22,16 @@ struct Submitted {
   int num_prompt_tokens = 0;
   std::string prompt_text;  // for echo
 };
-Submitted submit_request(engine::Engine& engine, GenerationRequest& request);
+Submitted submit_request(engine::DpGroup& engine, GenerationRequest& request);
 
 // Collects the whole output and returns the response body. About every 200 ms `client_alive` is
 // asked (when given); false cancels the request and returns null.
-nlohmann::json complete(engine::Engine& engine, const GenerationRequest& request, Submitted& submitted,
+nlohmann::json complete(engine::DpGroup& engine, const GenerationRequest& request, Submitted& submitted,
                         const std::function<bool()>& client_alive = {});
 
 // Streams: calls write(chunk) for every "data: ...\n\n" event; a false return means the client
 // is gone, and the request is cancelled. Returns after [DONE] or cancellation.
-void stream_completion(engine::Engine& engine, const GenerationRequest& request, Submitted& submitted,
+void stream_completion(engine::DpGroup& engine, const GenerationRequest& request, Submitted& submitted,
                        const std::function<bool(const std::string&)>& write);
 
 }  // namespace spindle::server

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "engine/engine.h"
+#include "engine/dp_group.h"
 #include "server/completion_handler.h"
 #include "util/error.h"
 
@@ -58,7 +58,7 @@ HttpServer::HttpServer(HttpServerOptions options)
 
 HttpServer::~HttpServer() { stop(); }
 
-void HttpServer::set_engine(engine::Engine* engine) { engine_.store(engine); }
+void HttpServer::set_engine(engine::DpGroup* engine) { engine_.store(engine); }
 
 int HttpServer::bind() {
   int port = options_.port;
@@ -87,7 +87,7 @@ void HttpServer::install_routes() {
         if (!options_.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
           throw ApiError(401, "authentication_error", "", "missing or invalid API key (Authorization: Bearer ...)");
         }
-        engine::Engine* engine = engine_.load();
+        engine::DpGroup* engine = engine_.load();
         if (engine == nullptr) throw ApiError(503, "server_loading", "", "the model is still loading");
         handler(*engine, req, res);
       } catch (const ApiError& e) {
@@ -103,7 +103,7 @@ void HttpServer::install_routes() {
   // parses an application/x-www-form-urlencoded body (curl -d's default type) as a query string
   // and refuses one over 8 KiB with 413, whatever the limit.
   auto generation = [this, guarded](bool chat) {
-    auto handler = [this, chat](engine::Engine& engine, const httplib::Request& req, httplib::Response& res,
+    auto handler = [this, chat](engine::DpGroup& engine, const httplib::Request& req, httplib::Response& res,
                                 const std::string& body) {
       auto request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, options_.max_body_bytes)
                                                               : parse_completion_request(body, options_.max_body_bytes));
@@ -175,7 +175,7 @@ void HttpServer::install_routes() {
         body.append(data, size);
         return true;
       });
-      guarded([&](engine::Engine& engine, const httplib::Request& r, httplib::Response& response) {
+      guarded([&](engine::DpGroup& engine, const httplib::Request& r, httplib::Response& response) {
         if (!complete) {
           if (response.status == 413) throw ApiError(413, "invalid_request_error", "", "request body too large");
           bad_request("", "could not read the request body");
@@ -187,28 +187,46 @@ void HttpServer::install_routes() {
 
   http_->Post("/v1/completions", generation(false));
   http_->Post("/v1/chat/completions", generation(true));
-  http_->Get("/v1/models", guarded([](engine::Engine& engine, const httplib::Request&, httplib::Response& res) {
+  http_->Get("/v1/models", guarded([](engine::DpGroup& engine, const httplib::Request&, httplib::Response& res) {
     json model = {{"id", engine.model_name()}, {"object", "model"}, {"created", static_cast<int64_t>(std::time(nullptr))},
                   {"owned_by", "spindle"}, {"max_model_len", engine.max_model_len()}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
   }));
   // For tests: the KV pool's integrity check, run on the engine thread between steps.
-  http_->Get("/internal/kv_integrity", guarded([](engine::Engine& engine, const httplib::Request&, httplib::Response& res) {
+  http_->Get("/internal/kv_integrity", guarded([](engine::DpGroup& engine, const httplib::Request&, httplib::Response& res) {
     res.set_content(json{{"ok", engine.kv_integrity_ok()}}.dump(), "application/json");
   }));
+  // 200 while at least one DP rank serves: {"status": "ok"} or "degraded" with the failed ranks;
+  // 503 while loading or once every rank failed ("failed").
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const bool ready = engine_.load() != nullptr;
-    res.status = ready ? 200 : 503;
-    res.set_content(json{{"status", ready ? "ok" : "loading"}}.dump(), "application/json");
+    engine::DpGroup* engine = engine_.load();
+    if (engine == nullptr) {
+      res.status = 503;
+      res.set_content(json{{"status", "loading"}}.dump(), "application/json");
+      return;
+    }
+    const engine::DpHealth health = engine->health();
+    json body = {{"status", health.status}, {"dp_size", engine->dp_size()}};
+    if (engine->dp_size() > 1) {
+      json ranks = json::array();
+      for (const auto& r : health.ranks) {
+        json rank = {{"dp_rank", r.rank}, {"status", r.up ? "ok" : "failed"}};
+        if (!r.up) rank["error"] = r.error;
+        ranks.push_back(std::move(rank));
+      }
+      body["ranks"] = std::move(ranks);
+    }
+    res.status = health.status == "failed" ? 503 : 200;
+    res.set_content(to_json_text(body), "application/json");
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    engine::Engine* engine = engine_.load();
+    engine::DpGroup* engine = engine_.load();
     if (engine == nullptr) {
       res.status = 503;
       res.set_content("# loading\n", "text/plain");
       return;
     }
-    res.set_content(engine->metrics().render(), "text/plain; version=0.0.4");
+    res.set_content(engine->render_metrics(), "text/plain; version=0.0.4");
   });
   // Unknown routes and methods: OpenAI-style 404 JSON.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -12,7 +12,7 @@ class Server;
 }
 
 namespace spindle::engine {
-class Engine;
+class DpGroup;
 }
 
 namespace spindle::server {
@@ -31,7 +31,7 @@ class HttpServer {
   ~HttpServer();
 
   // Until set, /health and /v1/* answer 503 (the model is loading).
-  void set_engine(engine::Engine* engine);
+  void set_engine(engine::DpGroup* engine);
   // Binds; returns the bound port (useful with port 0). Throws when the address is taken.
   int bind();
   // Serves until stop() (blocking).
@@ -43,7 +43,7 @@ class HttpServer {
 
   HttpServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
-  std::atomic<engine::Engine*> engine_{nullptr};
+  std::atomic<engine::DpGroup*> engine_{nullptr};
 };
 
 }  // namespace spindle::server

@@ -19,6 +19,10 @@ class ThreadPool {
  public:
   // num_threads counts the caller: 1 means serial (no workers). 0 means one per usable core.
   explicit ThreadPool(int num_threads = 0);
+  // Workers pinned to `cpus` (logical CPU ids, not empty): worker i runs only on
+  // cpus[(i + 1) % cpus.size()] (the caller is expected on cpus[0]: pin_current_thread). Throws
+  // spindle::Error when the kernel refuses a CPU (not in this process's affinity mask).
+  ThreadPool(int num_threads, std::vector<int> cpus);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -33,6 +37,7 @@ class ThreadPool {
   void worker_loop();
   void run_tasks();
 
+  std::vector<int> cpus_;  // empty: not pinned
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
   std::mutex mutex_;
@@ -49,5 +54,9 @@ class ThreadPool {
 
 // Usable cores of this process (sched_getaffinity), at least 1.
 int num_usable_cores();
+// The logical CPU ids this process may run on (sched_getaffinity), ascending; never empty.
+std::vector<int> usable_cpus();
+// Restricts the calling thread to `cpus` (not empty). Throws spindle::Error when the kernel refuses.
+void pin_current_thread(const std::vector<int>& cpus);
 
 }  // namespace spindle

@@ -115,6 +115,16 @@ TEST(ValidationTest, FaultSpecParsing) {
   EXPECT_EQ(parse_fault_for("", "b"), FaultMode::kNone);
   EXPECT_THROW(parse_fault_for("b=explode", "b"), Error);
   EXPECT_THROW(parse_fault_for("b", "b"), Error);
+  // throw, and @R: only the backends of DP rank R.
+  EXPECT_EQ(parse_fault_for("b=throw", "b"), FaultMode::kThrow);
+  EXPECT_EQ(parse_fault_for("b=throw@1", "b", 1), FaultMode::kThrow);
+  EXPECT_EQ(parse_fault_for("b=throw@1", "b", 0), FaultMode::kNone);
+  EXPECT_EQ(parse_fault_for("b=throw@1", "b"), FaultMode::kNone);
+  EXPECT_EQ(parse_fault_for("b=wrong@0,b=throw@1", "b", 1), FaultMode::kThrow);
+  EXPECT_THROW(parse_fault_for("b=throw@x", "b", 0), Error);
+  EXPECT_THROW(parse_fault_for("b=throw@", "b", 0), Error);
+  EXPECT_THROW(act_out_fatal_fault(FaultMode::kThrow), Error);
+  EXPECT_NO_THROW(act_out_fatal_fault(FaultMode::kWrong));
 }
 
 TEST(ValidationTest, OutcomeJsonRoundTrip) {

@@ -100,4 +100,10 @@ std::string linear_kernel_unsupported_reason(std::string_view name, const Linear
 std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, const LinearWeight& weight,
                                                        const LinearOptions& options = {});
 
+// The OpenMP threads oneDNN's products (and the loops around them) use when called from the
+// calling thread (omp_set_num_threads is per thread): a DP rank's engine thread sets its core
+// share's size, so its products stay on the share (new OpenMP threads inherit the caller's CPU
+// affinity). num_threads >= 1.
+void set_linear_threads_for_calling_thread(int num_threads);
+
 }  // namespace spindle::kernels::cpu

@@ -11,6 +11,7 @@
 // OpenMP threads (this file is compiled with -fopenmp; Debian's oneDNN uses libgomp too): those
 // threads are awake and spinning right after each product, and a second pool would fight them.
 #include <dnnl.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <map>
@@ -175,6 +176,11 @@ std::string onednn_linear_unsupported_reason(const LinearWeight& weight, bool bf
 
 std::unique_ptr<LinearKernel> make_onednn_linear(const LinearWeight& weight, bool bf16_activations) {
   return std::make_unique<OneDnnLinear>(weight, bf16_activations);
+}
+
+void set_linear_threads_for_calling_thread(int num_threads) {
+  SPINDLE_CHECK(num_threads >= 1, "linear threads {} must be positive", num_threads);
+  omp_set_num_threads(num_threads);
 }
 
 }  // namespace spindle::kernels::cpu
