@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/serving_stack.h"
 #include "server/http_server.h"
+#include "util/thread_pool.h"
 
 namespace spindle::cli {
 namespace {
@@ -30,6 +31,12 @@ void on_signal(int) {
 void run_serve(ServeArgs& a) {
   // Each open request holds an HTTP thread for its whole generation: enough threads for every
   // running and queued request (so the queue limit answers 503) plus headroom for /health etc.
+  // A CPU --dp-size beyond the cores (or a bad router flag) is refused before the HTTP threads,
+  // sized per rank, are made (resolve() says the same later, after the model config is read).
+  if (a.serving.server.device == "cpu") {
+    config::resolve_dp(a.serving.server.dp, std::max(1, a.serving.server.kv.dp_size), num_usable_cores(),
+                       a.serving.server.num_threads, /*cuda=*/false, -1, 0);
+  }
   // The limits are per DP rank.
   const auto [max_running, max_queued] = config::resolve_request_limits(a.serving.server);
   const int dp_size = std::max(1, a.serving.server.kv.dp_size);

@@ -1,0 +1,209 @@
+// Data-parallel serving end to end: the real `spindle serve --dp-size 2` with the embedded
+// kjv-tiny on this machine's cores (one per rank). Concurrent requests run on both ranks and give
+// the greedy outputs a one-rank server gives (ranks writing each other's KV pages would change
+// them), each rank's pool settles and passes its integrity check; prefix-aware routing keeps a
+// shared prefix on one rank (its prefix cache hits) while unrelated prompts spread; a rank whose
+// step fails (SPINDLE_ATTN_FAULT=...=throw@1) fails only its request, /health says degraded, and
+// the other rank serves on.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "server_checks.h"
+#include "spindle_server.h"
+#include "support/spindle_binary.h"
+
+namespace spindle::testing {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// Every sample, labelled or not, by its full series name ("name{labels}").
+std::map<std::string, double> all_series(httplib::Client& client) {
+  std::map<std::string, double> out;
+  const JsonReply r = get(client, "/metrics");
+  std::stringstream ss(r.body);
+  for (std::string line; std::getline(ss, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
+  }
+  return out;
+}
+
+double series(const std::map<std::string, double>& m, const std::string& name) {
+  const auto it = m.find(name);
+  return it == m.end() ? -1 : it->second;
+}
+
+std::string rank_series(const std::string& name, int rank) { return name + "{dp_rank=\"" + std::to_string(rank) + "\"}"; }
+
+const std::vector<std::string> kPrompts = {
+    "In the beginning God created",       "And the LORD spake unto Moses",   "Blessed are the poor in spirit",
+    "The LORD is my shepherd",            "And it came to pass in those days", "Now the serpent was more subtil",
+    "Let not your heart be troubled",     "For God so loved the world",
+};
+
+json greedy(const std::string& prompt, int max_tokens = 12) {
+  return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+}
+
+std::string text_of(const JsonReply& r) {
+  if (r.status != 200 || !r.json.contains("choices")) return "<error " + std::to_string(r.status) + ": " + r.body + ">";
+  return r.json["choices"][0].value("text", "");
+}
+
+std::unique_ptr<SpindleServer> start_or_fail(const std::vector<std::string>& args) {
+  std::string error;
+  auto server = SpindleServer::start(args, &error);
+  EXPECT_NE(server, nullptr) << error;
+  return server;
+}
+
+TEST(ServerDpTest, ConcurrentRequestsRunOnBothRanksWithTheOneRankOutputs) {
+  std::vector<std::string> expected;
+  {
+    auto one = start_or_fail({"--max-total-tokens", "4096"});
+    ASSERT_NE(one, nullptr);
+    auto client = one->client();
+    for (const auto& p : kPrompts) expected.push_back(text_of(post(*client, "/v1/completions", greedy(p))));
+  }
+  auto server = start_or_fail({"--dp-size", "2", "--max-total-tokens", "4096", "--load-balance-method", "round_robin"});
+  ASSERT_NE(server, nullptr);
+  auto client = server->client();
+  const JsonReply health = get(*client, "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.json.value("status", ""), "ok");
+  EXPECT_EQ(health.json.value("dp_size", 0), 2);
+  ASSERT_EQ(health.json["ranks"].size(), 2u) << health.body;
+
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::future<std::string>> replies;
+    for (const auto& p : kPrompts) {
+      replies.push_back(std::async(std::launch::async, [&, p] {
+        auto c = server->client();
+        return text_of(post(*c, "/v1/completions", greedy(p)));
+      }));
+    }
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(replies[i].get(), expected[i]) << "round " << round << ": " << kPrompts[i];
+  }
+  ASSERT_TRUE(kv_settled(*client));
+  const auto m = all_series(*client);
+  const double r0 = series(m, rank_series("spindle_requests_finished_total", 0));
+  const double r1 = series(m, rank_series("spindle_requests_finished_total", 1));
+  EXPECT_EQ(r0, 8) << "round robin over 16 requests";
+  EXPECT_EQ(r1, 8);
+  EXPECT_EQ(series(m, "spindle_requests_finished_total"), r0 + r1) << "the total is the sum";
+  EXPECT_GT(series(m, rank_series("spindle_generation_tokens_total", 0)), 0);
+  EXPECT_GT(series(m, rank_series("spindle_generation_tokens_total", 1)), 0);
+  EXPECT_EQ(series(m, "spindle_kv_pages_total"),
+            series(m, rank_series("spindle_kv_pages_total", 0)) + series(m, rank_series("spindle_kv_pages_total", 1)));
+  EXPECT_EQ(series(m, "spindle_router_decisions_total{method=\"round_robin\",reason=\"round_robin\"}"), 16);
+  EXPECT_EQ(series(m, "spindle_dp_size"), 2);
+  bool graceful = false;
+  EXPECT_EQ(server->stop(&graceful), 0);
+  EXPECT_TRUE(graceful);
+  // The log says per rank where it runs and what it chose.
+  EXPECT_THAT(server->log(), HasSubstr("rank 0: CPUs"));
+  EXPECT_THAT(server->log(), HasSubstr("rank 1: decode attention:"));
+  EXPECT_THAT(server->log(), HasSubstr("rank 1: KV plan:"));
+}
+
+TEST(ServerDpTest, PrefixAwareRoutingKeepsASharedPrefixOnOneRankAndSpreadsUnrelatedPrompts) {
+  auto server = start_or_fail({"--dp-size", "2", "--max-total-tokens", "4096", "--load-balance-method", "prefix_cache_aware"});
+  ASSERT_NE(server, nullptr);
+  auto client = server->client();
+  const std::string prefix =
+      "And God said, Let there be light: and there was light. And God saw the light, that it was good: and God "
+      "divided the light from the darkness. And God called the light Day, and the darkness he called Night. And the "
+      "evening and the morning were the first day. ";
+  for (int i = 0; i < 6; ++i) {
+    const JsonReply r = post(*client, "/v1/completions", greedy(prefix + kPrompts[static_cast<size_t>(i)], 4));
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  const auto m = all_series(*client);
+  const double on0 = series(m, rank_series("spindle_requests_finished_total", 0));
+  const double on1 = series(m, rank_series("spindle_requests_finished_total", 1));
+  EXPECT_TRUE((on0 == 6 && on1 == 0) || (on0 == 0 && on1 == 6)) << on0 << " / " << on1;
+  const int shared = on0 == 6 ? 0 : 1;
+  EXPECT_GT(series(m, rank_series("spindle_prefix_cache_hits_total", shared)), 0) << "the prefix was reused";
+  EXPECT_EQ(series(m, "spindle_router_decisions_total{method=\"prefix_cache_aware\",reason=\"prefix_match\"}"), 5);
+
+  // Unrelated prompts (no page in common, several pages each) spread over both ranks.
+  for (int i = 0; i < 8; ++i) {
+    const std::string p = std::to_string(i) + " " + kPrompts[static_cast<size_t>(i)] + ", " +
+                          kPrompts[static_cast<size_t>((i + 3) % 8)] + ", " + kPrompts[static_cast<size_t>((i + 5) % 8)];
+    const JsonReply r = post(*client, "/v1/completions", greedy(p, 4));
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+  const auto after = all_series(*client);
+  const double more0 = series(after, rank_series("spindle_requests_finished_total", 0)) - on0;
+  const double more1 = series(after, rank_series("spindle_requests_finished_total", 1)) - on1;
+  EXPECT_GT(more0, 0) << "unrelated prompts all went to rank 1";
+  EXPECT_GT(more1, 0) << "unrelated prompts all went to rank 0";
+  EXPECT_EQ(more0 + more1, 8);
+  EXPECT_GT(series(after, rank_series("spindle_router_prefix_index_pages", 1 - shared)), 0);
+  EXPECT_EQ(series(after, "spindle_router_decisions_total{method=\"prefix_cache_aware\",reason=\"prefix_match\"}"), 5)
+      << "an unrelated prompt matched a cached prefix";
+  EXPECT_TRUE(kv_settled(*client));
+}
+
+TEST(ServerDpTest, AFailedRankFailsOnlyItsRequestsAndTheOtherServes) {
+  // Rank 1's attention backends throw in their first forward; rank 0's (and the validation
+  // children's, rank 0) behave.
+  ::setenv("SPINDLE_ATTN_FAULT", "cpu_amx=throw@1,cpu_avx512=throw@1,cpu_avx2=throw@1,reference=throw@1", 1);
+  auto server = start_or_fail({"--dp-size", "2", "--max-total-tokens", "4096", "--load-balance-method", "round_robin"});
+  ::unsetenv("SPINDLE_ATTN_FAULT");
+  ASSERT_NE(server, nullptr);
+  auto client = server->client();
+  const JsonReply first = post(*client, "/v1/completions", greedy(kPrompts[0]));
+  EXPECT_EQ(first.status, 200);
+  EXPECT_FALSE(text_of(first).starts_with("<error")) << first.body;
+  const JsonReply failed = post(*client, "/v1/completions", greedy(kPrompts[1]));  // round robin: rank 1
+  ASSERT_TRUE(failed.json.contains("error")) << failed.body;
+  EXPECT_THAT(failed.json["error"].value("message", ""), HasSubstr("DP rank 1 failed"));
+  EXPECT_THAT(failed.json["error"].value("message", ""), HasSubstr("fault injected"));
+
+  const JsonReply health = get(*client, "/health");
+  EXPECT_EQ(health.status, 200) << "one rank still serves";
+  EXPECT_EQ(health.json.value("status", ""), "degraded") << health.body;
+  ASSERT_EQ(health.json["ranks"].size(), 2u) << health.body;
+  EXPECT_EQ(health.json["ranks"][0].value("status", ""), "ok");
+  EXPECT_EQ(health.json["ranks"][1].value("status", ""), "failed");
+  EXPECT_THAT(health.json["ranks"][1].value("error", ""), HasSubstr("fault injected"));
+
+  for (int i = 0; i < 4; ++i) {
+    const JsonReply r = post(*client, "/v1/completions", greedy(kPrompts[static_cast<size_t>(2 + i)]));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_FALSE(text_of(r).starts_with("<error")) << "request " << i << " after the failure: " << r.body;
+  }
+  const auto m = all_series(*client);
+  EXPECT_EQ(series(m, rank_series("spindle_dp_rank_up", 0)), 1);
+  EXPECT_EQ(series(m, rank_series("spindle_dp_rank_up", 1)), 0);
+  EXPECT_GE(series(m, rank_series("spindle_dp_rank_failures_total", 1)), 1);
+  EXPECT_EQ(series(m, rank_series("spindle_requests_finished_total", 0)), 5);
+  EXPECT_TRUE(kv_settled(*client));
+  EXPECT_TRUE(server->alive());
+}
+
+TEST(ServerDpTest, BadDpFlagsStopStartUpWithTheReason) {
+  const std::string bin = spindle_binary();
+  ChildResult r = run_child({bin, "serve", "--port", "0", "--dp-size", "64"}, std::chrono::seconds(60));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err + r.out, HasSubstr("--dp-size 64"));
+  r = run_child({bin, "serve", "--port", "0", "--dp-size", "2", "--router-cache-threshold", "2"}, std::chrono::seconds(60));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err + r.out, HasSubstr("--router-cache-threshold"));
+  r = run_child({bin, "serve", "--port", "0", "--load-balance-method", "random"}, std::chrono::seconds(60));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err + r.out, HasSubstr("random"));
+}
+
+}  // namespace
+}  // namespace spindle::testing
