@@ -23,6 +23,7 @@ PACKAGES=(
   libicu-dev             # tokenizer NFC normalizer (Qwen2 tokenizers)
   libgtest-dev libgmock-dev libbenchmark-dev
   patchelf               # scripts/bundle.sh: RPATH $ORIGIN/../lib on the bundled binaries
+  python3-yaml           # tests/deploy/manifests_test.py parses deploy/kubernetes
 )
 
 missing=()

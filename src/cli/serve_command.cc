@@ -36,6 +36,8 @@ void run_serve(ServeArgs& a) {
   if (a.serving.server.device == "cpu") {
     config::resolve_dp(a.serving.server.dp, std::max(1, a.serving.server.kv.dp_size), num_usable_cores(),
                        a.serving.server.num_threads, /*cuda=*/false, -1, 0);
+    config::check_cpu_rank_layout(std::max(1, a.serving.server.kv.dp_size), num_usable_cores(),
+                                  a.serving.server.num_threads);
   }
   // The limits are per DP rank.
   const auto [max_running, max_queued] = config::resolve_request_limits(a.serving.server);

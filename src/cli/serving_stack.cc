@@ -202,7 +202,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   // The rank layout: CUDA rank r on GPU base + r / ranks_per_gpu (ranks on one GPU share its pool);
   // CPU ranks share the host's memory (one pool) and each takes a disjoint core share.
   std::vector<CpuShare> shares;
-  if (!on_cuda && dp_size > 1) shares = split_cpu_shares(usable_cpus(), read_cpu_numa_nodes(), dp_size);
+  if (!on_cuda && dp_size > 1) {
+    const std::vector<int> cpus = usable_cpus();
+    config::check_cpu_rank_layout(dp_size, static_cast<int>(cpus.size()), flags.server.num_threads);
+    shares = split_cpu_shares(cpus, read_cpu_numa_nodes(), dp_size);
+  }
   const int ranks_per_pool = on_cuda ? s->resolved.dp.ranks_per_gpu : dp_size;
   {
     AffinityGuard restore_affinity;

@@ -65,18 +65,20 @@ ResolvedDpConfig resolve_dp(const DpFlags& flags, int dp_size, int num_cpus, int
   } else {
     SPINDLE_CHECK(flags.base_gpu_id < 0 && flags.dp_ranks_per_gpu == 0,
                   "--base-gpu-id and --dp-ranks-per-gpu are for --device cuda; CPU ranks take disjoint core shares");
-    if (dp_size > 1) {
-      SPINDLE_CHECK(dp_size <= num_cpus,
-                    "--dp-size {}: every CPU rank needs a core of its own, and this process may use {} CPU(s)", dp_size,
-                    num_cpus);
-      SPINDLE_CHECK(num_threads_flag == 0 || int64_t{num_threads_flag} * dp_size <= num_cpus,
-                    "--threads {} with --dp-size {} needs {} CPUs for disjoint core shares; this process may use {} "
-                    "(--threads is per rank with --dp-size)",
-                    num_threads_flag, dp_size, int64_t{num_threads_flag} * dp_size, num_cpus);
-    }
     r.threads_per_rank = num_threads_flag > 0 ? num_threads_flag : std::max(1, num_cpus / dp_size);
   }
   return r;
+}
+
+void check_cpu_rank_layout(int dp_size, int num_cpus, int num_threads_flag) {
+  if (dp_size <= 1) return;
+  SPINDLE_CHECK(dp_size <= num_cpus,
+                "--dp-size {}: every CPU rank needs a core of its own, and this process may use {} CPU(s)", dp_size,
+                num_cpus);
+  SPINDLE_CHECK(num_threads_flag == 0 || int64_t{num_threads_flag} * dp_size <= num_cpus,
+                "--threads {} with --dp-size {} needs {} CPUs for disjoint core shares; this process may use {} "
+                "(--threads is per rank with --dp-size)",
+                num_threads_flag, dp_size, int64_t{num_threads_flag} * dp_size, num_cpus);
 }
 
 int64_t resolve_router_index_pages(const ResolvedDpConfig& dp, int64_t rank_kv_pages) {

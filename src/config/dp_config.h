@@ -55,10 +55,14 @@ struct ResolvedDpConfig {
 // Checks and fills the router and layout settings. dp_size >= 1 (already resolved);
 // num_cpus: CPUs this process may use; num_threads_flag: --threads (0: auto); cuda: the device
 // is a GPU, cuda_device its ordinal and num_gpus how many the machine has. Throws on a bad value:
-// an unknown method, a threshold out of range, more CPU ranks than CPUs, --threads x dp-size
-// above the CPUs (the shares must be disjoint), a rank whose GPU does not exist.
+// an unknown method, a threshold out of range, a rank whose GPU does not exist. The CPU share
+// rules are check_cpu_rank_layout's (serve runs it; `plan` may plan for more ranks than here).
 ResolvedDpConfig resolve_dp(const DpFlags& flags, int dp_size, int num_cpus, int num_threads_flag, bool cuda,
                             int cuda_device, int num_gpus);
+
+// CPU ranks need disjoint core shares: throws when dp_size > num_cpus, or when --threads (per rank,
+// num_threads_flag > 0) x dp_size > num_cpus. No-op for dp_size 1.
+void check_cpu_rank_layout(int dp_size, int num_cpus, int num_threads_flag);
 
 // The router's prefix index budget per rank: the flag, or (auto) the rank's KV pool pages, so the
 // router remembers about as many pages as the rank can cache.

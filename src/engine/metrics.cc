@@ -99,6 +99,10 @@ std::string Metrics::render() const {
   gauge(out, "spindle_kv_pages_total", "KV cache pages in the pool.", s.kv_pages_total);
   gauge(out, "spindle_kv_cache_usage_ratio", "Fraction of KV pages in use.",
         s.kv_pages_total ? double(s.kv_pages_used) / double(s.kv_pages_total) : 0.0);
+  gauge(out, "spindle_kv_cache_in_use_ratio",
+        "Fraction of KV pages referenced by requests (cached-only pages, evictable, excluded): the load signal "
+        "for an endpoint picker.",
+        s.kv_pages_total ? double(s.kv_pages_in_use) / double(s.kv_pages_total) : 0.0);
   counter(out, "spindle_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries);
   counter(out, "spindle_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.", s.prefix_cache_hits);
   counter(out, "spindle_prompt_tokens_total", "Prompt tokens processed.", s.prompt_tokens_total);

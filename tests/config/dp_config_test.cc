@@ -58,8 +58,19 @@ TEST(DpConfigTest, MethodsAndThresholds) {
 TEST(DpConfigTest, CpuRanksNeedDisjointShares) {
   EXPECT_EQ(resolve_dp({}, 2, 2, 0, false, -1, 0).threads_per_rank, 1);
   EXPECT_EQ(resolve_dp({}, 2, 5, 0, false, -1, 0).threads_per_rank, 2);
-  EXPECT_THAT(error_of({}, 3, 2, 0), HasSubstr("--dp-size 3"));
-  EXPECT_THAT(error_of({}, 2, 2, 2), HasSubstr("--threads 2 with --dp-size 2 needs 4 CPUs"));
+  auto layout_error = [](int dp, int cpus, int threads) {
+    try {
+      check_cpu_rank_layout(dp, cpus, threads);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(layout_error(3, 2, 0), HasSubstr("--dp-size 3"));
+  EXPECT_THAT(layout_error(2, 2, 2), HasSubstr("--threads 2 with --dp-size 2 needs 4 CPUs"));
+  EXPECT_EQ(layout_error(2, 2, 1), "");
+  EXPECT_EQ(layout_error(1, 1, 8), "") << "one rank: --threads may oversubscribe as before";
+  EXPECT_EQ(error_of({}, 3, 2, 0), "") << "resolve_dp leaves the core count to serve (plan plans for any dp)";
   EXPECT_EQ(resolve_dp({}, 2, 4, 2, false, -1, 0).threads_per_rank, 2);
   DpFlags f;
   f.base_gpu_id = 1;
