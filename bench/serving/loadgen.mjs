@@ -7,6 +7,11 @@
 //   node bench/serving/loadgen.mjs --url http://127.0.0.1:8080 --model kjv-tiny \
 //     --requests 64 --concurrency 16 --prompt-tokens 128 --output-tokens 64 --vocab 4096 [--json FILE]
 //
+// Shared prefixes (--prefix-tokens P --groups G): every prompt starts with one of G random
+// prefixes of P tokens (chosen at random per request), then its own --prompt-tokens; the run then
+// also reports the prefix-cache hit ratio (spindle_prefix_cache_hits_total over
+// spindle_prefix_cache_queries_total during the run) and the router's decisions by reason.
+//
 // Prints output tok/s, TTFT and TPOT percentiles (TPOT = (end - first token) / (tokens - 1) per
 // request), and, when the server exposes spindle_step_seconds_total, the engine's step-time
 // breakdown over the run (host work = everything but the forward). Uses Node's own fetch.
@@ -14,7 +19,7 @@ import { writeFileSync } from 'node:fs';
 
 function parseArgs(argv) {
   const a = { url: 'http://127.0.0.1:8080', model: 'kjv-tiny', requests: 32, concurrency: 1, promptTokens: 128,
-              outputTokens: 64, vocab: 4096, seed: 1, json: '' };
+              outputTokens: 64, vocab: 4096, seed: 1, json: '', prefixTokens: 0, groups: 1 };
   for (let i = 2; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, '').replace(/-(\w)/g, (_, c) => c.toUpperCase());
     if (!(key in a)) throw new Error(`unknown flag ${argv[i]}`);
@@ -69,6 +74,27 @@ async function oneRequest(args, prompt) {
   return { ttft: (first - start) / 1e3, e2e: (end - start) / 1e3, tpot: (end - first) / 1e3 / Math.max(1, tokens - 1), tokens };
 }
 
+// Unlabelled prefix-cache totals and the router's decisions, or null.
+async function cacheTotals(url) {
+  try {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const one = (name) => Number((text.match(new RegExp(`^${name} (\\S+)$`, 'm')) ?? [0, NaN])[1]);
+    const router = {};
+    for (const m of text.matchAll(/^spindle_router_decisions_total\{method="\w+",reason="(\w+)"\} (\S+)$/gm)) router[m[1]] = Number(m[2]);
+    const perRank = {};
+    for (const m of text.matchAll(/^spindle_router_requests_total\{dp_rank="(\d+)"\} (\S+)$/gm)) perRank[m[1]] = Number(m[2]);
+    return { hits: one('spindle_prefix_cache_hits_total'), queries: one('spindle_prefix_cache_queries_total'), router, perRank };
+  } catch { return null; }
+}
+
+function delta(before, after) {
+  if (!before || !after) return null;
+  const d = (a, b) => Object.fromEntries(Object.keys(a).map((k) => [k, a[k] - (b[k] ?? 0)]));
+  const hits = after.hits - before.hits, queries = after.queries - before.queries;
+  return { prefix_hit_tokens: hits, prefix_query_tokens: queries, prefix_hit_ratio: queries > 0 ? hits / queries : 0,
+           router_decisions: d(after.router, before.router), requests_per_rank: d(after.perRank, before.perRank) };
+}
+
 // spindle_step_seconds_total{phase,part} and spindle_steps_total{phase}, or null.
 async function stepTotals(url) {
   try {
@@ -99,10 +125,16 @@ function breakdown(before, after) {
 
 const args = parseArgs(process.argv);
 const random = rng(args.seed);
-const prompts = Array.from({ length: args.requests }, () =>
-  Array.from({ length: args.promptTokens }, () => Math.floor(random() * args.vocab)));
+const token = () => Math.floor(random() * args.vocab);
+const prefixes = Array.from({ length: args.prefixTokens > 0 ? args.groups : 0 }, () =>
+  Array.from({ length: args.prefixTokens }, token));
+const prompts = Array.from({ length: args.requests }, () => {
+  const own = Array.from({ length: args.promptTokens }, token);
+  return prefixes.length ? prefixes[Math.floor(random() * prefixes.length)].concat(own) : own;
+});
 
 const before = await stepTotals(args.url);
+const cacheBefore = await cacheTotals(args.url);
 const results = [];
 let next = 0;
 const t0 = performance.now();
@@ -111,22 +143,29 @@ await Promise.all(Array.from({ length: args.concurrency }, async () => {
 }));
 const wall = (performance.now() - t0) / 1e3;
 const after = await stepTotals(args.url);
+const cache = delta(cacheBefore, await cacheTotals(args.url));
 
 const sorted = (k) => results.map((r) => r[k]).sort((a, b) => a - b);
 const ttft = sorted('ttft'), tpot = sorted('tpot');
 const outputTokens = results.reduce((s, r) => s + r.tokens, 0);
 const summary = {
   requests: results.length, concurrency: args.concurrency, prompt_tokens: args.promptTokens,
+  prefix_tokens: args.prefixTokens, groups: prefixes.length, cache,
   output_tokens: args.outputTokens, wall_s: wall, output_tok_s: outputTokens / wall,
   ttft_ms: { p50: 1e3 * percentile(ttft, 50), p90: 1e3 * percentile(ttft, 90), p99: 1e3 * percentile(ttft, 99) },
   tpot_ms: { p50: 1e3 * percentile(tpot, 50), p90: 1e3 * percentile(tpot, 90), p99: 1e3 * percentile(tpot, 99) },
   steps: breakdown(before, after),
 };
 const f = (x) => x.toFixed(2);
-console.log(`C=${args.concurrency} N=${summary.requests} prompt ${args.promptTokens} output ${args.outputTokens}: ` +
+console.log(`C=${args.concurrency} N=${summary.requests} prompt ${prefixes.length ? `${args.prefixTokens}+` : ''}${args.promptTokens} output ${args.outputTokens}: ` +
             `${f(summary.output_tok_s)} output tok/s in ${f(wall)} s; TTFT p50/p90/p99 ${f(summary.ttft_ms.p50)}/` +
             `${f(summary.ttft_ms.p90)}/${f(summary.ttft_ms.p99)} ms; TPOT p50/p90/p99 ${f(summary.tpot_ms.p50)}/` +
             `${f(summary.tpot_ms.p90)}/${f(summary.tpot_ms.p99)} ms`);
+if (cache && prefixes.length) {
+  console.log(`  prefix cache: ${f(100 * cache.prefix_hit_ratio)}% of prompt tokens hit (${cache.prefix_hit_tokens} of ` +
+              `${cache.prefix_query_tokens}); router ${JSON.stringify(cache.router_decisions)}; per rank ` +
+              `${JSON.stringify(cache.requests_per_rank)}`);
+}
 if (summary.steps) {
   for (const [phase, d] of Object.entries(summary.steps)) {
     if (!d.steps) continue;
