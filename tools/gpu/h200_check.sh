@@ -14,6 +14,8 @@
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
+#   dp.txt, dp_check_dp{1,2}.log   tools/gpu/dp_check.py: serve --dp-size 2 with both ranks on GPU 0
+#                    (each rank's KV plan half of one rank's, dp 1 greedy outputs, both ranks serve)
 # STEPS (default "env attention model memcheck doctor bench") picks steps; each has a time limit
 # so one command stays inside the device tool's 10 minutes.
 set -uo pipefail
@@ -73,6 +75,11 @@ fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
   echo "== e2e exit $?"; grep -vE "^\[" "$out/e2e.txt" | tail -40
+fi
+if has dp; then  # issue 17: two DP ranks sharing one GPU, each planning half its memory
+  run dp 300 python3 tools/gpu/dp_check.py --spindle $bin/spindle --model tests/golden/llama-gqa-bf16 --device cuda:0 \
+    --out "$out" --start-timeout 240
+  grep -E "PASS|FAIL" "$out/dp.txt"
 fi
 if has memcheck; then
   filter=${MEMCHECK_FILTER:-'Grid/CudaAttentionGridTest.MatchesReference/*_bf16_d128_page16:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_f16_d64_page1:Grid/CudaAttentionGridTest.MatchesReference/cuda_*_bf16_d256_page1:Backends/CudaBackendTest.NonCausal*/cuda_*:Backends/CudaBackendTest.LongPrefill*/cuda_*:Backends/CudaBackendTest.LongDecode*/cuda_flash'}
