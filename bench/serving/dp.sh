@@ -10,6 +10,8 @@
 # and JSON under OUT_DIR (default bench/results/dp-serving-DATE).
 #
 #   bench/serving/dp.sh [OUT_DIR]
+#   CONFIGS="dp2-rr dp2-pca" PCA_ARGS="--router-balance-abs-threshold 8192" bench/serving/dp.sh OUT
+#     (CONFIGS: which of dp1-t2 dp2-t1 dp2-rr dp2-pca run; PCA_ARGS: more flags for dp2-pca)
 #   SPINDLE=build/bin/spindle REPEATS=3 N=64 PROMPT=128 OUTPUT=64 PREFIX=384 SUFFIX=32 PREFIX_GROUPS=8 bench/serving/dp.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,11 +26,12 @@ prefix=${PREFIX:-384}
 suffix=${SUFFIX:-32}
 groups=${PREFIX_GROUPS:-8}  # not GROUPS: bash sets that to the group ids
 pout=${PREFIX_OUTPUT:-32}
+configs=${CONFIGS:-dp1-t2 dp2-t1 dp2-rr dp2-pca}
 mkdir -p "$out"
 log="$out/dp.log"
 {
   echo "date $(date -u +%FT%TZ); host $(uname -n); $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); command: REPEATS=$repeats N=$n PROMPT=$prompt OUTPUT=$output PREFIX=$prefix SUFFIX=$suffix PREFIX_GROUPS=$groups PREFIX_OUTPUT=$pout bench/serving/dp.sh $*"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); command: REPEATS=$repeats N=$n PROMPT=$prompt OUTPUT=$output PREFIX=$prefix SUFFIX=$suffix PREFIX_GROUPS=$groups PREFIX_OUTPUT=$pout CONFIGS='$configs' PCA_ARGS='${PCA_ARGS:-}' bench/serving/dp.sh $*"
 } | tee "$log"
 vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" models/kjv-tiny/config.json)
 pid=
@@ -59,11 +62,13 @@ run() {  # run NAME REPEAT WORKLOAD SERVE_ARGS...
   gen "$out/$name-$rep.json" "${wl[@]}" | tee -a "$log"
   stop
 }
+want() { [[ " $configs " == *" $1 "* ]]; }
 for rep in $(seq 1 "$repeats"); do
-  run dp1-t2 "$rep" distinct --dp-size 1 --threads 2
-  run dp2-t1 "$rep" distinct --dp-size 2
-  run dp2-rr "$rep" prefix --dp-size 2 --load-balance-method round_robin
-  run dp2-pca "$rep" prefix --dp-size 2 --load-balance-method prefix_cache_aware
+  want dp1-t2 && run dp1-t2 "$rep" distinct --dp-size 1 --threads 2
+  want dp2-t1 && run dp2-t1 "$rep" distinct --dp-size 2
+  want dp2-rr && run dp2-rr "$rep" prefix --dp-size 2 --load-balance-method round_robin
+  # shellcheck disable=SC2086
+  want dp2-pca && run dp2-pca "$rep" prefix --dp-size 2 --load-balance-method prefix_cache_aware ${PCA_ARGS:-}
 done
 node -e "
 const fs = require('fs'), dir = process.argv[1], reps = Number(process.argv[2]);
@@ -77,6 +82,9 @@ const row = (name) => {
 };
 console.log('| config | output tok/s | median | TTFT p50 ms | median | prefix hit % |');
 console.log('| --- | --- | --- | --- | --- | --- |');
-const a = row('dp1-t2'), b = row('dp2-t1'), c = row('dp2-rr'), d = row('dp2-pca');
-console.log('dp2 over dp1 output tok/s (medians): ' + (b / a).toFixed(2) + 'x; prefix_cache_aware over round_robin: ' + (d / c).toFixed(2) + 'x');
+const have = (n) => fs.existsSync(dir + '/' + n + '-1.json');
+const m = {};
+for (const n of ['dp1-t2', 'dp2-t1', 'dp2-rr', 'dp2-pca']) if (have(n)) m[n] = row(n);
+if (m['dp1-t2'] && m['dp2-t1']) console.log('dp2 over dp1 output tok/s (medians): ' + (m['dp2-t1'] / m['dp1-t2']).toFixed(2) + 'x');
+if (m['dp2-rr'] && m['dp2-pca']) console.log('prefix_cache_aware over round_robin output tok/s (medians): ' + (m['dp2-pca'] / m['dp2-rr']).toFixed(2) + 'x');
 " "$out" "$repeats" | tee -a "$log"

@@ -1,5 +1,8 @@
 // spindle doctor [MODEL_DIR | --heads H --kv-heads K --head-dim D] [--kv-cache-dtype ...] [--json]:
 // one row per attention backend and phase: available or why not, validation error, speed, chosen.
+// With --dp-size N: the same per data-parallel rank, each selected on its own device as serve binds
+// it (CPU: pinned to the rank's core share, so the validation children time that share; CUDA: the
+// rank's GPU).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -12,8 +15,10 @@
 #include "config/server_config.h"
 #include "startup/backend_selection.h"
 #include "model/model_config.h"
+#include "platform/cpu_topology.h"
 #include "platform/device_info.h"
 #include "util/error.h"
+#include "util/thread_pool.h"
 
 namespace spindle::cli {
 namespace {
@@ -22,6 +27,7 @@ struct DoctorArgs {
   std::string model_dir;
   config::ModelAttentionDims dims;
   config::ServerConfig flags;
+  int dp_size = 1;
   bool json = false;
 };
 
@@ -92,9 +98,64 @@ void print_table(const config::ResolvedConfig& rc, const DeviceInfo& device, con
   for (const auto& w : s.warnings) fmt::print("WARNING: {}\n", w);
 }
 
+// --dp-size N: every rank's selection, on its device (as serve binds it).
+void run_doctor_per_rank(const DoctorArgs& a, const DeviceInfo& detected, config::ResolvedConfig rc) {
+  const bool cuda = rc.device == attn::Device::kCuda;
+  const std::vector<int> cpus = usable_cpus();
+  const config::ResolvedDpConfig dp = config::resolve_dp(a.flags.dp, a.dp_size, static_cast<int>(cpus.size()),
+                                                         a.flags.num_threads, cuda, rc.cuda_device,
+                                                         static_cast<int>(detected.cuda_devices.size()));
+  std::vector<CpuShare> shares;
+  if (!cuda) {
+    config::check_cpu_rank_layout(a.dp_size, static_cast<int>(cpus.size()), a.flags.num_threads);
+    shares = split_cpu_shares(cpus, read_cpu_numa_nodes(), a.dp_size);
+  }
+  rc.num_threads = dp.threads_per_rank;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < a.dp_size; ++r) {
+    config::ResolvedConfig rank_rc = rc;
+    std::string where;
+    if (cuda) {
+      rank_rc.cuda_device = dp.base_gpu_id + r / dp.ranks_per_gpu;
+      where = fmt::format("CUDA device {}", rank_rc.cuda_device);
+    } else {
+      pin_current_thread(shares[static_cast<size_t>(r)].cpus);
+      where = fmt::format("CPUs {}", fmt::join(shares[static_cast<size_t>(r)].cpus, ","));
+    }
+    const DeviceInfo device = config::bind_worker_device(rank_rc, detected);
+    attn::AttentionSelection s;
+    try {
+      s = startup::select_attention(rank_rc, device);
+    } catch (...) {
+      if (!cuda) pin_current_thread(cpus);
+      throw;
+    }
+    if (!cuda) pin_current_thread(cpus);
+    if (a.json) {
+      nlohmann::json j = attn::to_json(s);
+      j["dp_rank"] = r;
+      j["where"] = where;
+      j["device"] = device_line(rank_rc, device);
+      ranks.push_back(std::move(j));
+    } else {
+      fmt::print("{}DP rank {} ({}):\n", r == 0 ? "" : "\n", r, where);
+      print_table(rank_rc, device, s);
+    }
+  }
+  if (a.json) {
+    std::cout << nlohmann::json{{"shape", rc.attention_shape.to_string()}, {"dp_size", a.dp_size}, {"ranks", ranks}}.dump(2)
+              << std::endl;
+  }
+}
+
 void run_doctor(const DoctorArgs& a) {
   const DeviceInfo detected = detect_device_info();
   const config::ResolvedConfig rc = config::resolve(a.flags, detected, dims_from(a));
+  SPINDLE_CHECK(a.dp_size >= 1, "--dp-size {} must be at least 1", a.dp_size);
+  if (a.dp_size > 1) {
+    run_doctor_per_rank(a, detected, rc);
+    return;
+  }
   const DeviceInfo device = config::bind_worker_device(rc, detected);
   const attn::AttentionSelection s = startup::select_attention(rc, device);
   if (a.json) {
@@ -118,6 +179,9 @@ void add_doctor_command(CLI::App& app) {
   cmd->add_option("--head-dim", args->dims.head_dim, "Head dimension");
   cmd->add_flag("--json", args->json, "Print JSON");
   config::add_attention_flags(*cmd, args->flags);
+  cmd->add_option("--dp-size", args->dp_size, "Data-parallel ranks: select per rank, on its device as serve binds it (1)");
+  cmd->add_option("--base-gpu-id", args->flags.dp.base_gpu_id, "CUDA: the GPU of DP rank 0");
+  cmd->add_option("--dp-ranks-per-gpu", args->flags.dp.dp_ranks_per_gpu, "CUDA: DP ranks sharing one GPU");
   cmd->callback([args] { run_doctor(*args); });
 }
 

@@ -192,6 +192,24 @@ TEST(ServerDpTest, AFailedRankFailsOnlyItsRequestsAndTheOtherServes) {
   EXPECT_TRUE(server->alive());
 }
 
+TEST(ServerDpTest, DoctorSelectsPerRankOnItsCoreShare) {
+  const ChildResult r = run_child({spindle_binary(), "doctor", (std::string(SPINDLE_SOURCE_DIR) + "/models/kjv-tiny"),
+                                   "--dp-size", "2", "--json", "--no-backend-cache", "--attention-backend-policy",
+                                   "priority"},
+                                  std::chrono::seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.value("dp_size", 0), 2);
+  ASSERT_EQ(j["ranks"].size(), 2u) << r.out;
+  for (int rank = 0; rank < 2; ++rank) {
+    const json& x = j["ranks"][static_cast<size_t>(rank)];
+    EXPECT_EQ(x.value("dp_rank", -1), rank);
+    EXPECT_THAT(x.value("where", ""), ::testing::StartsWith("CPUs ")) << x.dump();
+    EXPECT_THAT(x.value("device", ""), HasSubstr("(1 threads)")) << "a rank's selection runs on its one-core share";
+  }
+  EXPECT_NE(j["ranks"][0].value("where", ""), j["ranks"][1].value("where", "")) << "the shares must differ";
+}
+
 TEST(ServerDpTest, BadDpFlagsStopStartUpWithTheReason) {
   const std::string bin = spindle_binary();
   ChildResult r = run_child({bin, "serve", "--port", "0", "--dp-size", "64"}, std::chrono::seconds(60));
