@@ -45,6 +45,7 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_kv_flags(app, f.server.kv);
+  config::add_spec_flags(app, f.server.spec);
 }
 
 ServingStack::~ServingStack() {
@@ -100,6 +101,13 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   runner_options.max_graph_batch = s->resolved.cuda_graph_max_bs;
   runner_options.max_model_len = s->resolved.kv.max_model_len;
   s->runner = std::make_unique<engine::Runner>(*s->model, *s->prefill_backend, *s->decode_backend, runner_options);
+  const config::ResolvedSpecConfig& spec = s->resolved.spec;
+  if (spec.algorithm == config::SpecAlgorithm::kDraft) {
+    s->draft = startup::load_draft_model(spec.draft_model_path, flags.server, s->resolved, s->device, *s->tokenizer,
+                                         s->model_config, load_options, backend_options);
+  } else if (spec.algorithm == config::SpecAlgorithm::kNgram) {
+    s->ngram = std::make_unique<engine::spec::NgramProposer>(spec.ngram_min_window, spec.ngram_max_window);
+  }
 
   SPINDLE_CHECK(s->resolved.kv.dp_size == 1,
                 "--dp-size {}: the engine serves one data-parallel rank for now (spindle plan shows the per-rank split)",
@@ -120,9 +128,22 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
                                                          s->model_config, s->resolved));
     probe = workspace_cache->wrap(std::move(probe), &workspace_from_cache);
   }
+  uint64_t weight_bytes = s->model->weight_bytes();
+  uint64_t draft_kv_bytes_per_token = 0;
+  if (s->draft) {
+    // The draft's weights, its KV per token (its pool gets as many pages) and its workspace (estimated).
+    weight_bytes += s->draft->model->weight_bytes();
+    draft_kv_bytes_per_token = s->draft->layout.bytes_per_token();
+    const uint64_t draft_workspace =
+        startup::estimate_workspace_bytes(s->draft->config, s->resolved.kv.max_num_batched_tokens);
+    probe = [inner = std::move(probe), draft_workspace, &s](int tokens) {
+      return (inner ? inner(tokens) : startup::estimate_workspace_bytes(s->model_config, tokens)) + draft_workspace;
+    };
+  }
   s->kv_plan = startup::plan_kv_cache(
-      s->resolved.kv, layout, s->model_config, usable, s->model->weight_bytes(), probe,
-      /*usable_after_weights=*/on_cuda, /*max_running_requests=*/on_cuda ? 0 : s->resolved.max_running_requests);
+      s->resolved.kv, layout, s->model_config, usable, weight_bytes, probe,
+      /*usable_after_weights=*/on_cuda, /*max_running_requests=*/on_cuda ? 0 : s->resolved.max_running_requests,
+      draft_kv_bytes_per_token);
   if (workspace_from_cache) s->kv_plan.workspace_source = "cached: measured by an earlier start, " +
                                                            workspace_cache->path().string();
   s->kv_pool = std::make_unique<kv::PagePool>(layout, s->kv_plan.num_pages_per_rank, s->resolved.kv.dp_size,
@@ -133,6 +154,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
       s->kv_plan.prefix_cache_pages,
       on_cuda ? kv::kNoPageLimit : startup::resident_free_pages_for(s->resolved.kv, s->resolved.page_size));
   s->runner->bind_kv_caches(s->kv_pool->layer_caches());
+  if (s->draft) s->draft->create_pool(s->kv_plan.num_pages_per_rank, s->resolved.kv.max_num_batched_tokens);
   if (s->runner->graphs_enabled()) {
     const auto start = std::chrono::steady_clock::now();
     const int graphs = s->runner->capture_graphs();
@@ -156,6 +178,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   engine_options.scheduler.max_running_requests = s->resolved.max_running_requests;
   engine_options.scheduler.max_model_len = s->resolved.kv.max_model_len;
   engine_options.cuda_device = on_cuda ? s->resolved.cuda_device : -1;
+  if (s->draft) engine_options.proposer = s->draft->proposer.get();
+  if (s->ngram) engine_options.proposer = s->ngram.get();
+  engine_options.num_draft_tokens = engine_options.proposer ? spec.num_draft_tokens : 0;
+  engine_options.speculate_always = spec.always;
+  engine_options.decode_log_interval = spec.decode_log_interval;
   s->engine = std::make_unique<engine::Engine>(*s->runner, *s->tokenizer, s->chat_template ? &*s->chat_template : nullptr,
                                                *s->kv_pool, s->metrics, engine_options);
   s->engine->start();
@@ -182,6 +209,19 @@ void log_serving_stack(const ServingStack& s) {
       spdlog::info("CUDA graphs: off, {}", s.runner->graphs_disabled_reason());
     }
   }
+  if (s.draft) {
+    for (const auto& row : s.draft->selection.rows) {
+      if (row.chosen) spdlog::info("draft model {}: {} attention: {} ({})", s.draft->dir.string(), attn::phase_name(row.phase), row.backend, row.why);
+    }
+  }
+  if (s.resolved.spec.algorithm != config::SpecAlgorithm::kNone) {
+    spdlog::info("speculative decoding: {} proposer{}, {} draft tokens per step, {}",
+                 config::spec_algorithm_name(s.resolved.spec.algorithm),
+                 s.draft ? fmt::format(" ({}, weights {})", s.draft->dir.string(), format_bytes(s.draft->model->weight_bytes()))
+                         : fmt::format(" (match windows {}-{})", s.resolved.spec.ngram_min_window, s.resolved.spec.ngram_max_window),
+                 s.resolved.spec.num_draft_tokens,
+                 s.resolved.spec.always ? "every decode step" : "skipped where measured decode steps say it costs more");
+  }
   const kv::KvPlan& p = s.kv_plan;
   spdlog::info("KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {} -> KV {} for {} tokens ({} pages of {}), "
                "{} KV dtype, max model len {}; bound: {}; prefix cache keeps {}; resident at most {} bytes",
@@ -192,6 +232,10 @@ void log_serving_stack(const ServingStack& s) {
                p.prefix_cache_pages == kv::kNoPageLimit ? std::string("every page not in use")
                                                         : fmt::format("{} pages", p.prefix_cache_pages),
                p.resident_bound_bytes);
+  if (p.draft_kv_bytes_per_token > 0) {
+    spdlog::info("KV plan, draft model: {} per token, its own pool of {} pages ({})", format_bytes(p.draft_kv_bytes_per_token),
+                 p.num_pages_per_rank, format_bytes(p.draft_kv_bytes_per_rank));
+  }
 }
 
 }  // namespace spindle::cli

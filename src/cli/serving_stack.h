@@ -12,6 +12,8 @@
 #include "attn/attention_backend.h"
 #include "config/server_config.h"
 #include "engine/engine.h"
+#include "engine/spec/ngram_proposer.h"
+#include "startup/draft_model.h"
 #include "kv/capacity_planner.h"
 #include "kv/page_pool.h"
 #include "engine/runner.h"
@@ -54,6 +56,9 @@ struct ServingStack {
   std::unique_ptr<attn::AttentionBackend> prefill_backend;
   std::unique_ptr<attn::AttentionBackend> decode_backend;
   std::unique_ptr<engine::Runner> runner;
+  // Speculative decoding: a draft model (--speculative-algorithm draft) or the n-gram proposer.
+  std::unique_ptr<startup::DraftModel> draft;
+  std::unique_ptr<engine::spec::NgramProposer> ngram;
   kv::KvPlan kv_plan;
   std::unique_ptr<kv::PagePool> kv_pool;
   engine::Metrics metrics;

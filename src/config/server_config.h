@@ -10,6 +10,7 @@
 #include "attn/attention_types.h"
 #include "attn/select/attention_selection.h"
 #include "config/kv_config.h"
+#include "config/spec_config.h"
 #include "model/model_config.h"
 #include "platform/device_info.h"
 
@@ -39,6 +40,7 @@ struct ServerConfig {
   bool disable_cuda_graph = false;
   int cuda_graph_max_bs = 0;     // 0: min(max running requests, kDefaultCudaGraphMaxBs)
   KvFlags kv;
+  SpecFlags spec;
 };
 
 // The attention-relevant facts of a model (from config.json, or given by hand to `doctor`).
@@ -69,6 +71,7 @@ struct ResolvedConfig {
   // CUDA: decode steps of at most this many sequences replay step graphs (0: none).
   int cuda_graph_max_bs = 0;
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
+  ResolvedSpecConfig spec;
 };
 
 inline constexpr int kDefaultPageSize = 16;
