@@ -15,9 +15,16 @@ int CostModel::bucket_of(int n) {
   return b;
 }
 
+double CostModel::Rate::median() const {
+  const int n = std::min(samples, kWindow);
+  if (n == 0) return 0.0;
+  std::array<double, kWindow> sorted = recent;
+  std::sort(sorted.begin(), sorted.begin() + n);
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
 double CostModel::tokens_per_second(int bucket, bool speculated) const {
-  const Rate& r = buckets_.at(static_cast<size_t>(bucket)).way[speculated ? 1 : 0];
-  return r.samples > 0 ? r.tokens_per_second : 0.0;
+  return buckets_.at(static_cast<size_t>(bucket)).way[speculated ? 1 : 0].median();
 }
 
 bool CostModel::should_speculate(int num_decoding) {
@@ -26,7 +33,7 @@ bool CostModel::should_speculate(int num_decoding) {
   ++b.decisions;
   if (b.way[1].samples < kMinSamples) return true;
   if (b.way[0].samples < kMinSamples) return false;
-  const bool faster_with = b.way[1].tokens_per_second >= b.way[0].tokens_per_second;
+  const bool faster_with = b.way[1].median() >= b.way[0].median();
   if (b.decisions % kReexploreEvery == 0) return !faster_with;
   return faster_with;
 }
@@ -36,18 +43,17 @@ void CostModel::record(bool speculated, int num_decoding, int tokens, double sec
   const int index = bucket_of(num_decoding);
   Bucket& b = buckets_[static_cast<size_t>(index)];
   Rate& r = b.way[speculated ? 1 : 0];
-  const double rate = tokens / seconds;
-  r.tokens_per_second = r.samples == 0 ? rate : (1 - kSmoothing) * r.tokens_per_second + kSmoothing * rate;
+  r.recent[static_cast<size_t>(r.samples % kWindow)] = tokens / seconds;
   ++r.samples;
   if (b.way[0].samples < kMinSamples || b.way[1].samples < kMinSamples) return;
-  const int preferred = b.way[1].tokens_per_second >= b.way[0].tokens_per_second ? 1 : 0;
+  const int preferred = b.way[1].median() >= b.way[0].median() ? 1 : 0;
   if (preferred != b.preferred) {
     const int lo = 1 << index, hi = index == kNumBuckets - 1 ? 0 : (2 << index) - 1;
     change_ = fmt::format("speculative decoding {} for decode batches of {}{}: {:.0f} tok/s measured with it, {:.0f} "
                           "without",
                           preferred ? "on" : "off (verifying the drafts costs more than they save)", lo,
                           hi == 0 ? std::string(" or more") : (hi == lo ? std::string() : fmt::format("-{}", hi)),
-                          b.way[1].tokens_per_second, b.way[0].tokens_per_second);
+                          b.way[1].median(), b.way[0].median());
     b.preferred = preferred;
   }
 }

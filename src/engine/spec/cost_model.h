@@ -3,12 +3,15 @@
 // either way), at a large batch the step is compute-bound and the extra rows cost more than the
 // accepted tokens save. The decision is made from measured decode steps, not from a constant:
 // for each batch-size bucket (number of decoding sequences: 1, 2-3, 4-7, 8-15, ...) it keeps the
-// generated tokens per second of decode steps with and without speculation (an exponential
-// moving average of each step's tokens / wall seconds, proposal time included) and speculates
-// while that is the faster. A bucket measures each way kMinSamples times first, and every
-// kReexploreEvery decisions it runs the other way once, so a change in acceptance is noticed.
+// generated tokens per second of the last kWindow decode steps with and without speculation (each
+// step's tokens / wall seconds, proposal time included) and speculates while the median with it is
+// the higher. The median, not a mean: a draft model's first step for a request also runs the
+// request's whole prompt through the draft, an outlier that must not decide. A bucket measures
+// each way kMinSamples times first, and every kReexploreEvery decisions it runs the other way
+// once, so a change in acceptance is noticed.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -18,9 +21,9 @@ namespace spindle::engine::spec {
 
 class CostModel {
  public:
-  static constexpr int kMinSamples = 3;
-  static constexpr int kReexploreEvery = 50;
-  static constexpr double kSmoothing = 0.2;  // weight of the newest step in the moving average
+  static constexpr int kMinSamples = 5;
+  static constexpr int kReexploreEvery = 20;
+  static constexpr int kWindow = 9;  // steps per way and bucket the median is taken over
 
   // always: speculate on every step (--speculative-always), measuring nothing.
   explicit CostModel(bool always = false) : always_(always) {}
@@ -39,8 +42,9 @@ class CostModel {
 
  private:
   struct Rate {
-    double tokens_per_second = 0;
+    std::array<double, kWindow> recent{};  // tokens / s of the last min(samples, kWindow) steps (a ring)
     int samples = 0;
+    double median() const;
   };
   struct Bucket {
     Rate way[2];  // [0] without, [1] with speculation
