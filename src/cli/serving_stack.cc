@@ -47,6 +47,7 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_kv_flags(app, f.server.kv);
+  config::add_spec_flags(app, f.server.spec);
   config::add_dp_flags(app, f.server.dp);
 }
 
@@ -90,7 +91,7 @@ ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPoo
 
 // Binds the rank's device, selects its backends for that device, loads the model, creates the
 // backends (with its DpConfig) and the runner. No KV yet.
-void build_rank(const ServingStack& s, ServingRank& r) {
+void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r) {
   const bool on_cuda = r.resolved.device == attn::Device::kCuda;
   // The worker binds its device before validating backends and planning memory.
   r.device = config::bind_worker_device(r.resolved, s.device);
@@ -117,6 +118,13 @@ void build_rank(const ServingStack& s, ServingRank& r) {
   runner_options.max_graph_batch = r.resolved.cuda_graph_max_bs;
   runner_options.max_model_len = r.resolved.kv.max_model_len;
   r.runner = std::make_unique<engine::Runner>(*r.model, *r.prefill_backend, *r.decode_backend, runner_options);
+  const config::ResolvedSpecConfig& spec = r.resolved.spec;
+  if (spec.algorithm == config::SpecAlgorithm::kDraft) {
+    r.draft = startup::load_draft_model(spec.draft_model_path, flags.server, r.resolved, r.device, *s.tokenizer,
+                                        s.model_config, load_options, backend_options);
+  } else if (spec.algorithm == config::SpecAlgorithm::kNgram) {
+    r.ngram = std::make_unique<engine::spec::NgramProposer>(spec.ngram_min_window, spec.ngram_max_window);
+  }
   (void)on_cuda;
 }
 
@@ -147,9 +155,22 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
   }
   // CPU ranks map the same weight files (one copy in the page cache); ranks sharing a GPU each
   // uploaded theirs, already out of the free memory read above.
-  kv::KvPlan plan = startup::plan_kv_cache(kv, layout, s.model_config, usable, first.model->weight_bytes(), probe,
+  uint64_t weight_bytes = first.model->weight_bytes();
+  uint64_t draft_kv_bytes_per_token = 0;
+  if (first.draft) {
+    // The draft's weights, its KV per token (each rank's draft pool gets as many pages as the
+    // rank) and its workspace (estimated), per rank like the target's.
+    weight_bytes += first.draft->model->weight_bytes();
+    draft_kv_bytes_per_token = first.draft->layout.bytes_per_token();
+    const uint64_t draft_workspace = startup::estimate_workspace_bytes(first.draft->config, resolved.kv.max_num_batched_tokens);
+    probe = [inner = std::move(probe), draft_workspace, &s](int tokens) {
+      return (inner ? inner(tokens) : startup::estimate_workspace_bytes(s.model_config, tokens)) + draft_workspace;
+    };
+  }
+  kv::KvPlan plan = startup::plan_kv_cache(kv, layout, s.model_config, usable, weight_bytes, probe,
                                            /*usable_after_weights=*/on_cuda,
-                                           /*max_running_requests=*/on_cuda ? 0 : resolved.max_running_requests);
+                                           /*max_running_requests=*/on_cuda ? 0 : resolved.max_running_requests,
+                                           draft_kv_bytes_per_token);
   if (workspace_from_cache) plan.workspace_source = "cached: measured by an earlier start, " + workspace_cache->path().string();
   auto pool = std::make_unique<kv::PagePool>(layout, plan.num_pages(), kv.dp_size, resolved.device);
   for (ServingRank* r : members) {
@@ -160,6 +181,7 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
         .set_residency_limits(plan.prefix_cache_pages,
                               on_cuda ? kv::kNoPageLimit : startup::resident_free_pages_for(resolved.kv, resolved.page_size));
     r->runner->bind_kv_caches(pool->layer_caches());
+    if (r->draft) r->draft->create_pool(plan.num_pages_per_rank, resolved.kv.max_num_batched_tokens);
     if (r->runner->graphs_enabled()) {
       const auto start = std::chrono::steady_clock::now();
       const int graphs = r->runner->capture_graphs();
@@ -219,7 +241,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
       rank->resolved = s->resolved;
       if (on_cuda) rank->resolved.cuda_device = s->resolved.dp.base_gpu_id + rank->pool_index;
       if (!shares.empty()) rank->cpus = shares[static_cast<size_t>(r)];
-      build_rank(*s, *rank);
+      build_rank(*s, flags, *rank);
       s->ranks.push_back(std::move(rank));
     }
   }
@@ -248,6 +270,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
     engine_options.scheduler.max_model_len = r.resolved.kv.max_model_len;
     engine_options.cuda_device = on_cuda ? r.resolved.cuda_device : -1;
     engine_options.dp_rank = r.local_rank;
+    if (r.draft) engine_options.proposer = r.draft->proposer.get();
+    if (r.ngram) engine_options.proposer = r.ngram.get();
+    engine_options.num_draft_tokens = engine_options.proposer ? r.resolved.spec.num_draft_tokens : 0;
+    engine_options.speculate_always = r.resolved.spec.always;
+    engine_options.decode_log_interval = r.resolved.spec.decode_log_interval;
     if (dp_size > 1) {
       engine_options.dp_name = fmt::format("DP rank {}", r.rank);
       const int rank_index = r.rank;
@@ -325,6 +352,23 @@ void log_serving_stack(const ServingStack& s) {
         spdlog::info("{}CUDA graphs: off, {}", who, r.runner->graphs_disabled_reason());
       }
     }
+    if (r.draft) {
+      for (const auto& row : r.draft->selection.rows) {
+        if (row.chosen) {
+          spdlog::info("{}draft model {}: {} attention: {} ({})", who, r.draft->dir.string(), attn::phase_name(row.phase),
+                       row.backend, row.why);
+        }
+      }
+    }
+    if (r.resolved.spec.algorithm != config::SpecAlgorithm::kNone) {
+      spdlog::info("{}speculative decoding: {} proposer{}, {} draft tokens per step, {}", who,
+                   config::spec_algorithm_name(r.resolved.spec.algorithm),
+                   r.draft ? fmt::format(" ({}, weights {})", r.draft->dir.string(), format_bytes(r.draft->model->weight_bytes()))
+                           : fmt::format(" (match windows {}-{})", r.resolved.spec.ngram_min_window,
+                                         r.resolved.spec.ngram_max_window),
+                   r.resolved.spec.num_draft_tokens,
+                   r.resolved.spec.always ? "every decode step" : "skipped where measured decode steps say it costs more");
+    }
     const kv::KvPlan& p = r.kv_plan;
     spdlog::info("{}KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {}{} -> KV {} for {} tokens ({} pages "
                  "of {}), {} KV dtype, max model len {}; bound: {}; prefix cache keeps {}; resident at most {} bytes",
@@ -336,6 +380,10 @@ void log_serving_stack(const ServingStack& s) {
                  p.prefix_cache_pages == kv::kNoPageLimit ? std::string("every page not in use")
                                                           : fmt::format("{} pages", p.prefix_cache_pages),
                  p.resident_bound_bytes);
+    if (p.draft_kv_bytes_per_token > 0) {
+      spdlog::info("{}KV plan, draft model: {} per token, its own pool of {} pages ({})", who,
+                   format_bytes(p.draft_kv_bytes_per_token), p.num_pages_per_rank, format_bytes(p.draft_kv_bytes_per_rank));
+    }
   }
 }
 

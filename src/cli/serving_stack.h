@@ -19,6 +19,8 @@
 #include "config/server_config.h"
 #include "engine/dp_group.h"
 #include "engine/engine.h"
+#include "engine/spec/ngram_proposer.h"
+#include "startup/draft_model.h"
 #include "kv/capacity_planner.h"
 #include "kv/page_pool.h"
 #include "engine/runner.h"
@@ -45,7 +47,7 @@ struct ServingFlags {
   config::ServerConfig server;
 };
 
-// --attention..., --kv..., --dp-size and the router flags, --max-running-requests,
+// --attention..., --kv..., --speculative-..., --dp-size and the router flags, --max-running-requests,
 // --max-queued-requests, --chat-template.
 void add_serving_flags(CLI::App& app, ServingFlags& flags);
 
@@ -64,6 +66,10 @@ struct ServingRank {
   std::unique_ptr<attn::AttentionBackend> prefill_backend;
   std::unique_ptr<attn::AttentionBackend> decode_backend;
   std::unique_ptr<engine::Runner> runner;
+  // Speculative decoding, per rank (a proposer keeps per-request state by the rank's request ids):
+  // a draft model (--speculative-algorithm draft: its own runner and KV pool) or the n-gram proposer.
+  std::unique_ptr<startup::DraftModel> draft;
+  std::unique_ptr<engine::spec::NgramProposer> ngram;
   kv::KvPlan kv_plan;  // its pool's plan (per-rank figures are this rank's)
   engine::Metrics metrics;
   std::unique_ptr<engine::Engine> engine;

@@ -96,6 +96,7 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   ResolvedConfig r = resolve(flags, device,
                              ModelAttentionDims{model.num_attention_heads, model.num_key_value_heads, model.head_dim});
   r.kv = resolve_kv(flags.kv, model);
+  r.spec = resolve_spec(flags.spec);
   r.dp = resolve_dp(flags.dp, r.kv.dp_size, std::max(1, device.cpu.num_logical_cores), flags.num_threads,
                     r.device == attn::Device::kCuda, r.cuda_device, static_cast<int>(device.cuda_devices.size()));
   if (r.kv.dp_size > 1) {

@@ -11,6 +11,7 @@
 #include "attn/select/attention_selection.h"
 #include "config/dp_config.h"
 #include "config/kv_config.h"
+#include "config/spec_config.h"
 #include "model/model_config.h"
 #include "platform/device_info.h"
 
@@ -40,6 +41,7 @@ struct ServerConfig {
   bool disable_cuda_graph = false;
   int cuda_graph_max_bs = 0;     // 0: min(max running requests, kDefaultCudaGraphMaxBs)
   KvFlags kv;
+  SpecFlags spec;
   DpFlags dp;  // data-parallel ranks and the router (--dp-size itself is in kv)
 };
 
@@ -71,6 +73,7 @@ struct ResolvedConfig {
   // CUDA: decode steps of at most this many sequences replay step graphs (0: none).
   int cuda_graph_max_bs = 0;
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
+  ResolvedSpecConfig spec;
   // Only from the ModelConfig overload: the DP layout and router. With dp_size > 1, num_threads
   // above is per rank (dp.threads_per_rank), and max_running_requests / max_queued_requests too.
   ResolvedDpConfig dp;

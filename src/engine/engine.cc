@@ -49,7 +49,8 @@ Engine::Engine(Runner& runner, const tokenizer::Tokenizer& tokenizer, const toke
       options_(std::move(options)),
       allocator_(pool.allocator(options_.dp_rank)),
       prefix_cache_(allocator_, options_.enable_prefix_cache),
-      scheduler_(allocator_, prefix_cache_, options_.scheduler) {
+      scheduler_(allocator_, prefix_cache_, options_.scheduler),
+      cost_model_(options_.speculate_always) {
   metrics_.update([&](MetricsSnapshot& s) { s.kv_pages_total = allocator_.num_pages(); });
 }
 
@@ -113,6 +114,7 @@ void Engine::run_pending_checks() {
   for (auto& p : checks) {
     try {
       scheduler_.check_integrity();
+      if (options_.proposer != nullptr) options_.proposer->check_integrity();
       p.set_value(true);
     } catch (const std::exception& e) {
       spdlog::error("KV integrity check failed: {}", e.what());
@@ -190,6 +192,7 @@ void Engine::publish_gauges() {
 
 void Engine::release(Request* r, bool cache_pages) {
   const uint64_t id = r->id;
+  if (options_.proposer != nullptr) options_.proposer->forget(id);
   scheduler_.release(r, cache_pages);
   outputs_.erase(id);
 }
@@ -252,9 +255,50 @@ void Engine::finish_over_capacity() {
   }
 }
 
+bool Engine::propose_drafts() {
+  const auto running = scheduler_.running_requests();
+  for (Request* r : running) r->draft.clear();
+  proposals_.clear();
+  if (options_.proposer == nullptr || options_.num_draft_tokens <= 0) return false;
+  proposal_requests_.clear();
+  int num_decoding = 0;
+  for (Request* r : running) {
+    if (r->preempted || r->finished || r->num_computed_tokens != r->num_tokens() - 1) continue;
+    ++num_decoding;
+    const Sampler& sampler = outputs_.at(r->id)->sampler;
+    const SamplingParams& p = sampler.params();
+    // A verify step emits up to k + 1 tokens and writes k positions past the context.
+    const int room = std::min({options_.num_draft_tokens, p.max_tokens - static_cast<int>(r->output.size()) - 1,
+                               max_model_len() - r->num_tokens()});
+    if (!p.speculative || room < 1) continue;
+    spec::ProposalRequest q;
+    q.request = r;
+    q.params = &p;
+    q.seed = sampler.seed();
+    q.max_draft_tokens = room;
+    proposal_requests_.push_back(q);
+  }
+  if (proposal_requests_.empty()) return false;
+  if (!cost_model_.should_speculate(num_decoding)) {
+    metrics_.update([](MetricsSnapshot& s) { ++s.spec_skipped_steps; });
+    return false;
+  }
+  for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
+  options_.proposer->propose(proposal_requests_);
+  bool any = false;
+  for (const spec::ProposalRequest& q : proposal_requests_) {
+    Request& r = *const_cast<Request*>(q.request);
+    r.draft.assign(q.out->tokens.begin(), q.out->tokens.begin() + std::min<size_t>(q.out->tokens.size(), q.max_draft_tokens));
+    any = any || !r.draft.empty();
+  }
+  return any;
+}
+
 void Engine::run_step() {
   StepTimer timer;
+  const auto step_start = Clock::now();
   abort_cancelled();
+  propose_drafts();
   const StepPlan plan = scheduler_.schedule();
   if (plan.num_preempted > 0) {
     metrics_.update([&](MetricsSnapshot& s) { s.preemptions_total += plan.num_preempted; });
@@ -264,10 +308,21 @@ void Engine::run_step() {
   StepSeconds t;
   t.schedule = timer.lap();
   const StepBatch& batch = runner_.build(plan);
-  const bool decode = batch.is_decode();
-  const bool on_device = runner_.samples_on_device();
+  // A decode step: every sequence computes its last token (and its drafts, when it speculates).
+  bool decode = true, speculated = false, q_drafts = false;
+  for (const auto& s : plan.sequences) {
+    decode = decode && s.logits_row >= 0 && s.num_new_tokens - s.num_draft_tokens == 1;
+    if (s.num_draft_tokens > 0) {
+      speculated = true;
+      q_drafts = q_drafts || !proposals_.at(s.request->id).q.empty();
+    }
+  }
+  // Drafts drawn from a draft model's q need the target's whole processed distribution for the
+  // rejection rule: those steps sample on the host, even where the device could.
+  const bool on_device = runner_.samples_on_device() && !q_drafts;
   std::span<float> logits;
   const std::vector<SampledRow>* device_rows = nullptr;
+  std::vector<TokenId> context;  // output + the drafts before a row (scratch)
   if (on_device) {  // the logits stay on the device; only the chosen tokens come back
     sampling_.clear();
     sampling_.rows.resize(static_cast<size_t>(batch.num_logit_rows()));
@@ -275,8 +330,13 @@ void Engine::run_step() {
       if (s.logits_row < 0) continue;
       const Request& r = *s.request;
       const Sampler& sampler = outputs_.at(r.id)->sampler;
-      add_sampling_row(sampler.params(), sampler.seed(), r.output.size(), r.prompt, r.output,
-                       static_cast<size_t>(s.logits_row), sampling_);
+      context.assign(r.output.begin(), r.output.end());
+      for (int i = 0; i < s.num_logit_rows(); ++i) {
+        // Row i draws the token after draft i, as non-speculative decoding would draw it then.
+        if (i > 0) context.push_back(r.draft[static_cast<size_t>(i - 1)]);
+        add_sampling_row(sampler.params(), sampler.seed(), context.size(), r.prompt, context,
+                         static_cast<size_t>(s.logits_row + i), sampling_);
+      }
     }
     t.build = timer.lap();
     device_rows = &runner_.run_and_sample(sampling_);
@@ -292,13 +352,38 @@ void Engine::run_step() {
 
   const int vocab = runner_.model().config().vocab_size;
   int num_prompt_tokens = 0;
+  const uint64_t tokens_before = metrics_.snapshot().generation_tokens_total;
+  std::vector<SampledToken> drawn;
   for (const auto& s : plan.sequences) {
     Request& r = *s.request;
-    num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens, static_cast<int>(r.prompt.size())) -
+    num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens - s.num_draft_tokens,
+                                              static_cast<int>(r.prompt.size())) -
                                          s.num_cached_tokens);
     if (s.logits_row < 0) continue;
     RequestOutputState& o = *outputs_.at(r.id);
     timer.lap();
+    if (s.num_draft_tokens > 0) {
+      spec::Verified v;
+      if (on_device) {
+        drawn.clear();
+        for (int i = 0; i < s.num_logit_rows(); ++i) {
+          drawn.push_back(to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row + i)]));
+        }
+        v = spec::verify_sampled(drawn, r.draft);
+      } else {
+        spec::DraftProposal& proposal = proposals_.at(r.id);
+        proposal.tokens = r.draft;  // the scheduler may have kept fewer than were proposed
+        if (!proposal.q.empty()) proposal.q.resize(r.draft.size());
+        const size_t offset = static_cast<size_t>(s.logits_row) * vocab;
+        v = spec::verify_on_host(o.sampler, logits.subspan(offset, static_cast<size_t>(s.num_logit_rows()) * vocab),
+                                 vocab, r.prompt, r.output, proposal);
+      }
+      t.sample += timer.lap();
+      accept_verified(r, o, v);
+      scheduler_.finish_speculation(r);
+      t.output += timer.lap();
+      continue;
+    }
     SampledToken sampled;
     if (on_device) {
       sampled = to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row)]);
@@ -311,10 +396,60 @@ void Engine::run_step() {
     t.output += timer.lap();
   }
   metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
+  const int num_running = scheduler_.num_running();
   for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/true);
   t.output += timer.lap();
   t.decode = decode;
   metrics_.observe_step(t);
+  if (decode) {
+    const int tokens = static_cast<int>(metrics_.snapshot().generation_tokens_total - tokens_before);
+    cost_model_.record(speculated, static_cast<int>(plan.sequences.size()), tokens,
+                       seconds_between(step_start, Clock::now()));
+    if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
+    ++window_.steps;
+    window_.tokens += static_cast<uint64_t>(tokens);
+    if (options_.decode_log_interval > 0 && window_.steps >= options_.decode_log_interval) log_decode_window(num_running);
+  }
+}
+
+void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v) {
+  const int k = static_cast<int>(r.draft.size());
+  const int a = v.num_accepted_drafts;
+  for (size_t i = 0; i < v.tokens.size() && !r.finished; ++i) {
+    if (static_cast<int>(i) < a) ++r.num_accepted_draft_tokens;
+    accept_token(r, o, v.tokens[i]);
+  }
+  window_.spec_accepted += static_cast<uint64_t>(a + 1);
+  window_.spec_forwards += 1;
+  window_.spec_drafted += static_cast<uint64_t>(k);
+  window_.spec_accepted_drafts += static_cast<uint64_t>(a);
+  metrics_.update([&](MetricsSnapshot& s) {
+    s.spec_total_num_accepted_tokens += static_cast<uint64_t>(a + 1);
+    ++s.spec_total_num_forward_ct;
+    ++s.spec_num_drafts;
+    s.spec_num_draft_tokens += static_cast<uint64_t>(k);
+    s.spec_num_accepted_draft_tokens += static_cast<uint64_t>(a);
+    if (s.spec_accepted_per_position.size() < static_cast<size_t>(k)) s.spec_accepted_per_position.resize(k, 0);
+    for (int i = 0; i < a; ++i) ++s.spec_accepted_per_position[static_cast<size_t>(i)];
+  });
+}
+
+void Engine::log_decode_window(int num_running) {
+  const auto now = Clock::now();
+  const double seconds = seconds_between(window_.start, now);
+  std::string spec;
+  if (window_.spec_forwards > 0) {
+    spec = fmt::format(", spec accept length {:.2f}, accept rate {:.2f}",
+                       double(window_.spec_accepted) / double(window_.spec_forwards),
+                       window_.spec_drafted ? double(window_.spec_accepted_drafts) / double(window_.spec_drafted) : 0.0);
+  }
+  spdlog::info("decode: {} steps, {} running, {} waiting, {:.1f} tok/s generated{}", window_.steps, num_running,
+               scheduler_.num_waiting(), seconds > 0 ? double(window_.tokens) / seconds : 0.0, spec);
+  metrics_.update([&](MetricsSnapshot& s) {
+    s.spec_num_accepted_tokens = window_.spec_accepted;
+    s.spec_num_forward_ct = window_.spec_forwards;
+  });
+  window_ = DecodeWindow{};
 }
 
 bool Engine::is_stop_token(const RequestOutputState& o, TokenId token) const {
@@ -373,6 +508,7 @@ void Engine::accept_token(Request& r, RequestOutputState& o, const SampledToken&
   out.num_prompt_tokens = static_cast<int>(r.prompt.size());
   out.num_output_tokens = static_cast<int>(r.output.size());
   out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
+  out.num_accepted_draft_tokens = r.num_accepted_draft_tokens;
   if (out.finished) {
     r.finished = true;
     count_finished(r, now);

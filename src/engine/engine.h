@@ -27,10 +27,13 @@
 #include "engine/request_stream.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
+#include "engine/spec/verifier.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "engine/spec/cost_model.h"
+#include "engine/spec/proposer.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/chat_template.h"
@@ -65,6 +68,13 @@ struct EngineOptions {
   // >= 0: the engine thread binds this CUDA device before its first step (a CUDA model's forward
   // runs on the engine thread, and the current device is per thread).
   int cuda_device = -1;
+  // Speculative decoding (engine/spec/): the proposer (borrowed, outlives the engine; null: off),
+  // draft tokens per request and step, and speculate on every step (no cost model).
+  spec::Proposer* proposer = nullptr;
+  int num_draft_tokens = 0;
+  bool speculate_always = false;
+  // Decode steps between throughput log lines (and the spec metrics' logging window); 0: none.
+  int decode_log_interval = 0;
   // Data parallelism (engine/dp_group.h): the rank of the pool this engine allocates from.
   int dp_rank = 0;
   // Runs on the engine thread before its first step (after cuda_device is bound): CPU ranks pin
@@ -109,6 +119,12 @@ class Engine {
  private:
   void loop();
   void run_step();
+  // Fills Request::draft of the decoding requests that may speculate this step (cost model
+  // permitting); true when any got a draft.
+  bool propose_drafts();
+  // A speculating sequence's logit rows verified and its accepted tokens appended.
+  void accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v);
+  void log_decode_window(int num_running);
   void run_pending_checks();
   void publish_gauges();
   void fail_all(const std::string& message);
@@ -140,6 +156,17 @@ class Engine {
   std::deque<Incoming> incoming_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestOutputState>> outputs_;  // by Request::id (engine thread)
   SamplingBatch sampling_;  // the step's device sampling rows (engine thread)
+  // Speculative decoding (engine thread): this step's proposals by request id, the cost model.
+  std::unordered_map<uint64_t, spec::DraftProposal> proposals_;
+  std::vector<spec::ProposalRequest> proposal_requests_;
+  spec::CostModel cost_model_;
+  // The decode log window: steps, tokens and spec counts since the last line.
+  struct DecodeWindow {
+    int steps = 0;
+    uint64_t tokens = 0;
+    uint64_t spec_accepted = 0, spec_forwards = 0, spec_drafted = 0, spec_accepted_drafts = 0;
+    Clock::time_point start = Clock::now();
+  } window_;
   bool stopping_ = false;
   int num_waiting_ = 0;                      // as of the last step (guarded by mutex_)
   std::vector<std::promise<bool>> checks_;   // integrity checks asked for (guarded by mutex_)

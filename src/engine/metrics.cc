@@ -47,6 +47,38 @@ void gauge(std::string& out, const char* name, const char* help, double value) {
 void counter(std::string& out, const char* name, const char* help, uint64_t value) {
   out += fmt::format("# HELP {} {}\n# TYPE {} counter\n{} {}\n", name, help, name, name, value);
 }
+
+// Speculative decoding: SGLang's four names exactly (mission), vLLM's counters under spindle_.
+void render_spec(const MetricsSnapshot& s, std::string& out) {
+  gauge(out, "spec_num_accepted_tokens",
+        "Speculative decoding: tokens accepted (bonus token included) in the last logging window.",
+        static_cast<double>(s.spec_num_accepted_tokens));
+  gauge(out, "spec_num_forward_ct", "Speculative decoding: verify forwards (per sequence) in the last logging window.",
+        static_cast<double>(s.spec_num_forward_ct));
+  counter(out, "spec_total_num_accepted_tokens", "Speculative decoding: tokens accepted (bonus included) since start.",
+          s.spec_total_num_accepted_tokens);
+  counter(out, "spec_total_num_forward_ct", "Speculative decoding: verify forwards (per sequence) since start.",
+          s.spec_total_num_forward_ct);
+  gauge(out, "spindle_spec_accept_length", "Speculative decoding: accepted tokens (bonus included) per verify, since start.",
+        s.spec_total_num_forward_ct ? double(s.spec_total_num_accepted_tokens) / double(s.spec_total_num_forward_ct) : 0.0);
+  gauge(out, "spindle_spec_accept_rate", "Speculative decoding: accepted draft tokens / proposed draft tokens, since start.",
+        s.spec_num_draft_tokens ? double(s.spec_num_accepted_draft_tokens) / double(s.spec_num_draft_tokens) : 0.0);
+  counter(out, "spindle_spec_decode_num_drafts_total", "Speculative decoding: drafts verified (vLLM's num_drafts).",
+          s.spec_num_drafts);
+  counter(out, "spindle_spec_decode_num_draft_tokens_total", "Speculative decoding: draft tokens proposed.",
+          s.spec_num_draft_tokens);
+  counter(out, "spindle_spec_decode_num_accepted_tokens_total",
+          "Speculative decoding: draft tokens accepted (no bonus token).", s.spec_num_accepted_draft_tokens);
+  out += "# HELP spindle_spec_decode_num_accepted_tokens_per_pos_total Speculative decoding: acceptances per draft "
+         "position.\n# TYPE spindle_spec_decode_num_accepted_tokens_per_pos_total counter\n";
+  for (size_t i = 0; i < s.spec_accepted_per_position.size(); ++i) {
+    out += fmt::format("spindle_spec_decode_num_accepted_tokens_per_pos_total{{position=\"{}\"}} {}\n", i,
+                       s.spec_accepted_per_position[i]);
+  }
+  counter(out, "spindle_spec_skipped_steps_total",
+          "Speculative decoding: decode steps run without it because measured step times said it costs more.",
+          s.spec_skipped_steps);
+}
 }  // namespace
 
 Metrics::Metrics() : ttft_(kLatencyBuckets), itl_(kLatencyBuckets), e2e_(kLatencyBuckets) {}
@@ -117,6 +149,7 @@ std::string Metrics::render() const {
   gauge(out, "spindle_cuda_graph_capture_seconds_total", "Seconds spent capturing CUDA step graphs.",
         s.cuda_graph_capture_seconds_total);
   gauge(out, "spindle_cuda_graph_memory_bytes", "Device memory the CUDA step graphs took.", s.cuda_graph_memory_bytes);
+  render_spec(s, out);
   out += "# HELP spindle_time_to_first_token_seconds Time from arrival to the first token.\n"
          "# TYPE spindle_time_to_first_token_seconds histogram\n";
   ttft_.render("spindle_time_to_first_token_seconds", out);

@@ -46,6 +46,20 @@ struct MetricsSnapshot {
   uint64_t cuda_graph_replays_total = 0;
   double cuda_graph_capture_seconds_total = 0;
   uint64_t cuda_graph_memory_bytes = 0;
+  // Speculative decoding. A verify is one sequence's step with k >= 1 draft tokens; it accepts
+  // a <= k of them and emits a + 1 tokens (the last one the target's own: the bonus token).
+  // SGLang's names: accepted tokens include the bonus, forward_ct counts verifies.
+  uint64_t spec_total_num_accepted_tokens = 0;  // sum of a + 1
+  uint64_t spec_total_num_forward_ct = 0;       // verifies
+  uint64_t spec_num_accepted_tokens = 0;        // the last logging window's (--decode-log-interval)
+  uint64_t spec_num_forward_ct = 0;
+  // vLLM's: drafts (verifies), draft tokens proposed (sum of k), accepted draft tokens (sum of a,
+  // no bonus), and per draft position how often it was accepted.
+  uint64_t spec_num_drafts = 0;
+  uint64_t spec_num_draft_tokens = 0;
+  uint64_t spec_num_accepted_draft_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_position;
+  uint64_t spec_skipped_steps = 0;  // decode steps the cost model ran without speculation
 };
 
 // Where one engine step's wall time went, in seconds (engine.cc measures it). Everything but

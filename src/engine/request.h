@@ -26,9 +26,14 @@ struct Request {
   int num_computed_tokens = 0;
   int num_cached_prompt_tokens = 0;  // reused from the prefix cache at first admission
   int num_preemptions = 0;
+  int num_accepted_draft_tokens = 0;  // output tokens that were drafts the target accepted
   bool preempted = false;            // waits to be recomputed (set by preemption, cleared on admission)
   bool finished = false;             // set by the engine when its last token was accepted
   bool exceeds_pool = false;         // its context needs more pages than the whole pool (never scheduled again)
+  // Speculative decoding (engine/spec/): draft tokens proposed to follow prompt + output, for the
+  // scheduler to verify in the next step (set before schedule(), consumed by it: the scheduler
+  // trims them to what the step can take, and they are cleared when the step ends).
+  std::vector<TokenId> draft;
   Clock::time_point arrival = Clock::now();
 
   int num_tokens() const { return static_cast<int>(prompt.size() + output.size()); }

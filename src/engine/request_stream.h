@@ -27,6 +27,7 @@ struct RequestOutput {
   int num_prompt_tokens = 0;
   int num_output_tokens = 0;            // so far
   int num_cached_prompt_tokens = 0;     // served from the prefix cache
+  int num_accepted_draft_tokens = 0;    // so far: output tokens that were speculative drafts the target accepted
   std::string error;                    // when finish_reason is kError
 };
 

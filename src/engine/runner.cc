@@ -41,11 +41,14 @@ const StepBatch& Runner::build(const StepPlan& plan) {
   batch_.clear();
   for (const ScheduledSequence& s : plan.sequences) {
     const Request& r = *s.request;
+    // Its tokens from prompt + output, then its draft tokens (speculative decoding) after them.
     tokens_.resize(static_cast<size_t>(s.num_new_tokens));
-    for (int i = 0; i < s.num_new_tokens; ++i) tokens_[static_cast<size_t>(i)] = r.token_at(s.num_cached_tokens + i);
+    const int num_context = s.num_new_tokens - s.num_draft_tokens;
+    for (int i = 0; i < num_context; ++i) tokens_[static_cast<size_t>(i)] = r.token_at(s.num_cached_tokens + i);
+    for (int i = 0; i < s.num_draft_tokens; ++i) tokens_[static_cast<size_t>(num_context + i)] = r.draft.at(i);
     const std::vector<int32_t>& pages = r.table.pages();
     batch_.add_sequence(tokens_.data(), s.num_new_tokens, s.num_cached_tokens, pages.data(),
-                        static_cast<int32_t>(pages.size()), s.logits_row >= 0 ? 1 : 0);
+                        static_cast<int32_t>(pages.size()), s.num_logit_rows());
   }
   return batch_;
 }

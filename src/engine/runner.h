@@ -49,7 +49,8 @@ class Runner {
   void bind_kv_caches(std::span<const attn::LayerKvCache> caches);
 
   // The step's batch from the plan: every scheduled sequence's new tokens (from its request's
-  // prompt + output), cached length, page table, and one logit row when its context completes.
+  // prompt + output, then its draft tokens), cached length, page table, and its logit rows when
+  // its context completes (1 + its draft tokens: ScheduledSequence::num_logit_rows).
   // Valid until the next build().
   const StepBatch& build(const StepPlan& plan);
   // Runs one step over `batch` (build()'s, or any StepBatch a test or probe made) and returns

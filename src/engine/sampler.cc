@@ -44,33 +44,27 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const TokenId> 
   }
 }
 
-int Sampler::draw_unsorted(std::span<float> logits) {
+double Sampler::candidates_unsorted(std::span<float> logits) {
   // Temperature (and min-p) alone need no ordering: one pass for the weights relative to the
-  // largest (so the largest is exactly 1 and min-p is a plain threshold), one for the draw.
+  // largest (so the largest is exactly 1 and min-p is a plain threshold); candidates in id order.
   const int vocab = static_cast<int>(logits.size());
   const double max_logit = *std::max_element(logits.begin(), logits.end());
-  probs_.resize(vocab);
+  order_.clear();
+  probs_.clear();
   double kept = 0;
   for (int i = 0; i < vocab; ++i) {
     const double w = std::exp((double{logits[i]} - max_logit) / params_.temperature);
-    probs_[i] = w >= params_.min_p ? w : 0.0;
-    kept += probs_[i];
+    if (w >= params_.min_p && w > 0.0) {
+      order_.push_back(i);
+      probs_.push_back(w);
+      kept += w;
+    }
   }
-  std::uniform_real_distribution<double> uniform(0.0, kept);
-  const double u = uniform(rng_);
-  double acc = 0;
-  int last = 0;
-  for (int i = 0; i < vocab; ++i) {
-    if (probs_[i] == 0.0) continue;
-    acc += probs_[i];
-    last = i;
-    if (u < acc) return i;
-  }
-  return last;
+  return kept;
 }
 
-int Sampler::draw(std::span<float> logits) {
-  if (params_.top_k <= 0 && params_.top_p >= 1.0f) return draw_unsorted(logits);
+double Sampler::candidates(std::span<float> logits) {
+  if (params_.top_k <= 0 && params_.top_p >= 1.0f) return candidates_unsorted(logits);
   const int vocab = static_cast<int>(logits.size());
   order_.resize(vocab);
   std::iota(order_.begin(), order_.end(), 0);
@@ -110,16 +104,49 @@ int Sampler::draw(std::span<float> logits) {
     while (i < keep && probs[i] >= floor) ++i;
     keep = i;
   }
+  order_.resize(keep);
+  probs.resize(keep);
   double kept = 0;
   for (int i = 0; i < keep; ++i) kept += probs[i];
+  return kept;
+}
+
+int Sampler::draw(std::span<float> logits) {
+  const double kept = candidates(logits);
   std::uniform_real_distribution<double> uniform(0.0, kept);
   const double u = uniform(rng_);
   double acc = 0;
-  for (int i = 0; i < keep; ++i) {
-    acc += probs[i];
+  for (size_t i = 0; i < order_.size(); ++i) {
+    acc += probs_[i];
     if (u < acc) return order_[i];
   }
-  return order_[keep - 1];
+  return order_.back();
+}
+
+std::vector<TokenProb> Sampler::distribution(std::span<float> logits, std::span<const TokenId> prompt,
+                                             std::span<const TokenId> output) {
+  apply_penalties(logits, prompt, output);
+  if (params_.greedy()) {
+    return {{static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin()), 1.0}};
+  }
+  const double kept = candidates(logits);
+  std::vector<TokenProb> dist(order_.size());
+  for (size_t i = 0; i < order_.size(); ++i) dist[i] = {order_[i], probs_[i] / kept};
+  return dist;
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+TokenId Sampler::draw_from(std::span<const TokenProb> dist) {
+  double total = 0;
+  for (const TokenProb& t : dist) total += t.prob;
+  const double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  double acc = 0;
+  for (const TokenProb& t : dist) {
+    acc += t.prob;
+    if (u < acc) return t.token;
+  }
+  return dist.back().token;
 }
 
 void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledToken& out) {

@@ -22,6 +22,13 @@ struct TokenLogprob {
   float logprob = 0.0f;
 };
 
+// One candidate of a processed distribution (after penalties, bias, temperature, top-k, top-p,
+// min-p): its token and its probability among the kept candidates (they sum to 1).
+struct TokenProb {
+  TokenId token = 0;
+  double prob = 0.0;
+};
+
 struct SampledToken {
   TokenId token = 0;
   float logprob = 0.0f;                 // raw log-probability of `token` (when requested)
@@ -37,6 +44,16 @@ class Sampler {
   // prompt and output: this request's tokens so far (penalties look at them).
   SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
 
+  // Speculative verification (engine/spec/): the processed distribution this sampler would draw
+  // from for `logits` (penalties and bias applied in place, as sample() does), the kept candidates
+  // only; greedy: the argmax with probability 1.
+  std::vector<TokenProb> distribution(std::span<float> logits, std::span<const TokenId> prompt,
+                                      std::span<const TokenId> output);
+  // One uniform draw in [0, 1) from this request's generator (the same stream sample() uses).
+  double uniform();
+  // A draw from `dist` (probabilities summing to ~1) with one uniform from the generator.
+  TokenId draw_from(std::span<const TokenProb> dist);
+
   const SamplingParams& params() const { return params_; }
   // The seed of this request's draws (params.seed, else the engine's default for it).
   uint64_t seed() const { return seed_; }
@@ -44,7 +61,9 @@ class Sampler {
  private:
   void apply_penalties(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
   int draw(std::span<float> logits);
-  int draw_unsorted(std::span<float> logits);  // no top-k / top-p: no sort of the vocabulary
+  // The kept candidates (order_) with their unnormalised weights (probs_), returning their sum.
+  double candidates(std::span<float> logits);
+  double candidates_unsorted(std::span<float> logits);  // no top-k / top-p: no sort of the vocabulary
 
   SamplingParams params_;
   uint64_t seed_ = 0;

@@ -27,6 +27,7 @@ struct SamplingParams {
   bool ignore_eos = false;
   int top_logprobs = 0;             // alternatives to report per token, [0, 20]
   bool logprobs = false;            // report the chosen token's log-probability
+  bool speculative = true;          // may use speculative decoding where the server runs it
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
 };

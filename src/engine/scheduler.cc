@@ -14,14 +14,32 @@ Scheduler::Scheduler(kv::PageAllocator& allocator, kv::PrefixCache& prefix_cache
 
 void Scheduler::add(std::unique_ptr<Request> request) { waiting_.push_back(std::move(request)); }
 
-void Scheduler::add_to_plan(Request& r, int n, StepPlan& plan) {
+void Scheduler::add_to_plan(Request& r, int n, StepPlan& plan, int num_draft_tokens) {
   ScheduledSequence s;
   s.request = &r;
   s.num_new_tokens = n;
   s.num_cached_tokens = r.num_computed_tokens;
-  if (r.num_computed_tokens + n == r.num_tokens()) s.logits_row = plan.num_logit_rows++;
+  s.num_draft_tokens = num_draft_tokens;
+  if (r.num_computed_tokens + n - num_draft_tokens == r.num_tokens()) {
+    s.logits_row = plan.num_logit_rows;
+    plan.num_logit_rows += s.num_logit_rows();
+  }
   plan.num_tokens += n;
   plan.sequences.push_back(s);
+}
+
+bool Scheduler::try_schedule_with_draft(Request& r, int& budget, StepPlan& plan) {
+  // The last token and as many drafts as the budget, the model length and the free pages allow
+  // (never preempting anyone for a draft).
+  const int room = std::min(budget - 1, options_.max_model_len - r.num_tokens());
+  const int k = std::min(static_cast<int>(r.draft.size()), std::max(0, room));
+  if (k <= 0) return false;
+  const int n = 1 + k;
+  if (!r.table.extend(std::max(0, r.num_computed_tokens + n - r.table.num_tokens()))) return false;
+  r.draft.resize(static_cast<size_t>(k));
+  add_to_plan(r, n, plan, k);
+  budget -= n;
+  return true;
 }
 
 void Scheduler::preempt(Request& r) {
@@ -32,6 +50,7 @@ void Scheduler::preempt(Request& r) {
     prefix_cache_.insert(std::span<const TokenId>(all.data(), cached), r.table);
   }
   r.table.free();
+  r.draft.clear();
   r.num_computed_tokens = 0;
   ++r.num_preemptions;
   r.preempted = true;
@@ -39,6 +58,8 @@ void Scheduler::preempt(Request& r) {
 
 bool Scheduler::try_schedule_running(Request& r, int& budget, StepPlan& plan) {
   const int remaining = r.num_tokens() - r.num_computed_tokens;
+  if (remaining == 1 && !r.draft.empty() && try_schedule_with_draft(r, budget, plan)) return true;
+  r.draft.clear();
   const int n = std::min(remaining, budget);
   if (n <= 0) return true;  // no budget this step; stays running
   // Pages for the new tokens; preempt the newest others while short.
@@ -149,7 +170,13 @@ StepPlan Scheduler::schedule() {
 }
 
 void Scheduler::update(const StepPlan& plan) {
-  for (const auto& s : plan.sequences) s.request->num_computed_tokens += s.num_new_tokens;
+  for (const auto& s : plan.sequences) s.request->num_computed_tokens += s.num_new_tokens - s.num_draft_tokens;
+}
+
+void Scheduler::finish_speculation(Request& r) {
+  r.draft.clear();
+  r.num_computed_tokens = r.num_tokens() - 1;
+  r.table.truncate(r.num_computed_tokens);
 }
 
 void Scheduler::release(Request* request, bool cache_pages) {

@@ -10,7 +10,11 @@
 //     recomputed from its prompt and output so far. Nothing is lost.
 //  2. Then waiting requests, first come first served, while there is budget, a running slot
 //     (--max-running-requests) and pages: each first reuses its longest cached prefix.
-// A request whose whole context (prompt + output) is computed gets a logits row. A request whose
+// A request whose whole context (prompt + output) is computed gets a logits row. A decoding
+// request with draft tokens (Request::draft, speculative decoding) computes its last token and
+// the drafts in one sequence and gets a logits row for each of them (1 + drafts); after the step
+// the engine verifies them, appends the accepted tokens and calls finish_speculation(), which
+// rolls back the rejected positions (their pages freed, their slots reused). A request whose
 // context needs more pages than the whole pool holds can never run: it is taken out of the queues
 // (over_capacity_requests()) for the engine to finish, so it blocks no one behind it.
 #pragma once
@@ -38,6 +42,9 @@ struct ScheduledSequence {
   int num_new_tokens = 0;
   int num_cached_tokens = 0;
   int logits_row = -1;  // index into the step's logits (its context is then complete), or -1
+  int num_draft_tokens = 0;  // the last num_draft_tokens of the new tokens are Request::draft's
+  // Logit rows from logits_row on: 1 + num_draft_tokens when the context completes, else 0.
+  int num_logit_rows() const { return logits_row < 0 ? 0 : 1 + num_draft_tokens; }
 };
 
 struct StepPlan {
@@ -55,11 +62,17 @@ class Scheduler {
 
   void add(std::unique_ptr<Request> request);
   StepPlan schedule();
-  // Marks the scheduled tokens computed. Call after the forward succeeded.
+  // Marks the scheduled tokens computed, drafts excepted. Call after the forward succeeded.
   void update(const StepPlan& plan);
+  // After a speculating request's accepted tokens were appended to its output: the drafts that
+  // were appended had their K/V computed by the step, so every token but the last now is;
+  // positions past that (rejected drafts) are rolled back, and pages holding only them are freed.
+  void finish_speculation(Request& request);
   // Releases a finished or aborted request's pages (full pages of a finished one go to the prefix
   // cache) and forgets it.
   void release(Request* request, bool cache_pages);
+  // The running requests, oldest first.
+  std::vector<Request*> running_requests() const { return running_requests_in_order(); }
   // Every request, running, waiting, then over capacity.
   std::vector<Request*> all_requests() const;
   // Running requests that finished this step (to release).
@@ -81,7 +94,8 @@ class Scheduler {
   bool try_schedule_running(Request& r, int& budget, StepPlan& plan);
   bool try_admit(Request& r, int& budget, StepPlan& plan);
   void preempt(Request& r);
-  void add_to_plan(Request& r, int num_new_tokens, StepPlan& plan);
+  void add_to_plan(Request& r, int num_new_tokens, StepPlan& plan, int num_draft_tokens = 0);
+  bool try_schedule_with_draft(Request& r, int& budget, StepPlan& plan);
   bool fits_pool(const Request& r) const;
 
   kv::PageAllocator& allocator_;

@@ -55,6 +55,22 @@ bool BlockTable::extend(int num_new_tokens) {
   return true;
 }
 
+void BlockTable::truncate(int num_tokens) {
+  SPINDLE_CHECK(allocator_ != nullptr, "block table was moved from");
+  SPINDLE_CHECK(num_tokens >= num_prefix_tokens_ && num_tokens <= num_tokens_,
+                "cannot truncate a block table of {} tokens ({} from the prefix cache) to {}", num_tokens_,
+                num_prefix_tokens_, num_tokens);
+  const int64_t page_size = allocator_->page_size();
+  const size_t keep = static_cast<size_t>((int64_t{num_tokens} + page_size - 1) / page_size);
+  const bool released = keep < pages_.size();
+  while (pages_.size() > keep) {
+    allocator_->release(pages_.back());
+    pages_.pop_back();
+  }
+  num_tokens_ = num_tokens;
+  if (released) allocator_->trim();
+}
+
 void BlockTable::free() {
   if (allocator_ == nullptr) return;
   const bool had_pages = !pages_.empty();

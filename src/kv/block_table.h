@@ -32,6 +32,10 @@ class BlockTable {
   // (evicting cached pages when the free list is short). All or nothing: false, with the table
   // unchanged, when the pool cannot provide them.
   bool extend(int num_new_tokens);
+  // Shrinks the table to its first num_tokens tokens (speculative decoding's rollback of rejected
+  // draft positions): pages past ceil(num_tokens / page_size) are released. Never below the
+  // prefix-cache pages it was given, never grows.
+  void truncate(int num_tokens);
   // Releases every page (finish or abort), then PageAllocator::trim() applies the residency
   // limits; the table is empty and reusable afterwards.
   void free();

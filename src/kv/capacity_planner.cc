@@ -90,6 +90,9 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
   p.kv_bytes_per_token = in.kv_bytes_per_token;
   p.page_size = in.page_size;
   p.bytes_per_page = in.kv_bytes_per_token * uint64_t(in.page_size);
+  p.draft_kv_bytes_per_token = in.draft_kv_bytes_per_token;
+  p.draft_bytes_per_page = in.draft_kv_bytes_per_token * uint64_t(in.page_size);
+  const uint64_t pair_bytes_per_page = p.bytes_per_page + p.draft_bytes_per_page;  // target + draft pools
   p.max_model_len = in.max_model_len;
   p.pages_per_sequence = (int64_t{in.max_model_len} + in.page_size - 1) / in.page_size;
 
@@ -106,7 +109,7 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
 
   const uint64_t fraction_ppm = static_cast<uint64_t>(std::llround(in.mem_fraction * 1e6));
   p.kv_budget_bytes_per_rank = scale(p.budget_bytes, fraction_ppm, uint64_t(in.dp_size));
-  int64_t auto_pages = static_cast<int64_t>(p.kv_budget_bytes_per_rank / p.bytes_per_page);
+  int64_t auto_pages = static_cast<int64_t>(p.kv_budget_bytes_per_rank / pair_bytes_per_page);
   if (auto_pages > kMaxPoolPages / in.dp_size) {
     auto_pages = kMaxPoolPages / in.dp_size;
     p.capped_by_page_ids = true;
@@ -146,7 +149,7 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
     p.explicit_max_total_tokens = true;
     p.bound = CapacityBound::kExplicit;
     pages = *in.max_total_tokens / in.page_size;
-    const uint64_t needed = static_cast<uint64_t>(pages) * p.bytes_per_page;
+    const uint64_t needed = static_cast<uint64_t>(pages) * pair_bytes_per_page;
     if (pages > memory_pages) {
       SPINDLE_FAIL("--max-total-tokens {} does not fit: {} pages of {} tokens need {} of KV per rank, but ({}) x "
                    "--mem-fraction {} / {} rank(s) leaves {} per rank, room for {} tokens; lower "
@@ -156,8 +159,8 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
     }
   }
   if (pages < p.pages_per_sequence) {
-    const uint64_t needed = static_cast<uint64_t>(p.pages_per_sequence) * p.bytes_per_page;
-    const uint64_t have = static_cast<uint64_t>(pages) * p.bytes_per_page;
+    const uint64_t needed = static_cast<uint64_t>(p.pages_per_sequence) * pair_bytes_per_page;
+    const uint64_t have = static_cast<uint64_t>(pages) * pair_bytes_per_page;
     SPINDLE_FAIL("the KV cache cannot hold one sequence of --max-model-len {}: that needs {} pages of {} tokens, "
                  "{} per rank, but {} {} per rank ({} pages), short by {} per rank. Budget: ({}) x --mem-fraction {} "
                  "/ {} rank(s). Lower --max-model-len, {}raise --mem-fraction or free memory",
@@ -170,10 +173,11 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
   p.num_pages_per_rank = static_cast<int>(pages);
   p.max_total_tokens = pages * in.page_size;
   p.kv_bytes_per_rank = static_cast<uint64_t>(pages) * p.bytes_per_page;
+  p.draft_kv_bytes_per_rank = static_cast<uint64_t>(pages) * p.draft_bytes_per_page;
   p.num_sequences_per_rank = pages / p.pages_per_sequence;
   p.prefix_cache_pages = prefix_pages == kNoLimit ? kNoLimit : std::min(prefix_pages, pages);
   p.resident_bound_bytes = (p.weights_subtracted ? in.weight_bytes : 0) + in.workspace_bytes * uint64_t(in.dp_size) +
-                           p.reserve_bytes + p.kv_bytes_per_rank * uint64_t(in.dp_size);
+                           p.reserve_bytes + (p.kv_bytes_per_rank + p.draft_kv_bytes_per_rank) * uint64_t(in.dp_size);
   for (int r = 0; r < in.dp_size; ++r) {
     p.ranks.push_back({r, r * p.num_pages_per_rank, p.num_pages_per_rank, p.max_total_tokens, p.kv_bytes_per_rank});
   }

@@ -8,7 +8,8 @@
 //                        (weights are not subtracted when usable was measured after loading them,
 //                         as cudaMemGetInfo is)
 //   kv_bytes_per_rank  = floor(budget * mem_fraction / dp_size)     (mem_fraction at 1e-6 resolution)
-//   auto tokens/rank   = floor(kv_bytes_per_rank / kv_bytes_per_token), rounded down to whole pages
+//   auto tokens/rank   = floor(kv_bytes_per_rank / (kv_bytes_per_token + draft_kv_bytes_per_token)),
+//                        rounded down to whole pages (a draft model's pool has as many pages)
 //   scheduler tokens   = (max_running_requests * ceil(max_model_len / page_size) + prefix pages)
 //                        * page_size: what the scheduler can use, when max_running_requests > 0
 //                        (the CPU; 0 on GPUs, whose device memory is the server's);
@@ -16,7 +17,7 @@
 //                        running requests' pages, 0 with the prefix cache off
 //   max_total_tokens   = min(auto, scheduler tokens), or the explicit --max-total-tokens (per
 //                        rank, rounded down to whole pages), which must not exceed auto
-//   resident bound     = weights (when subtracted) + dp_size * workspace + reserve + KV pool: the
+//   resident bound     = weights (when subtracted) + dp_size * workspace + reserve + KV pools: the
 //                        most the plan lets this memory hold
 //   pages per rank     = max_total_tokens / page_size;  pool pages = dp_size * pages per rank
 //
@@ -69,6 +70,10 @@ struct KvPlanInput {
   std::string workspace_source = "estimated";  // "estimated" or "measured"
   int max_num_batched_tokens = 0;
   uint64_t kv_bytes_per_token = 0;  // KvLayout::bytes_per_token()
+  // Speculative decoding with a draft model: its KV bytes per token (0: no draft). Its pool gets
+  // as many pages as the target's, so the pages are sized for both: a page costs
+  // (kv_bytes_per_token + draft_kv_bytes_per_token) * page_size of the budget.
+  uint64_t draft_kv_bytes_per_token = 0;
   int page_size = 16;
   double mem_fraction = 0.90;  // (0, 1]
   int dp_size = 1;
@@ -110,6 +115,9 @@ struct KvPlan {
   uint64_t kv_bytes_per_token = 0;
   int page_size = 0;
   uint64_t bytes_per_page = 0;  // kv_bytes_per_token * page_size
+  uint64_t draft_kv_bytes_per_token = 0;  // 0: no draft model
+  uint64_t draft_bytes_per_page = 0;      // draft_kv_bytes_per_token * page_size
+  uint64_t draft_kv_bytes_per_rank = 0;   // num_pages_per_rank * draft_bytes_per_page (its own pool)
 
   int64_t memory_max_total_tokens = 0;  // per rank: what the memory holds (after the page-id cap)
   int64_t auto_max_total_tokens = 0;    // per rank: what auto gives (memory, capped by the scheduler)

@@ -176,7 +176,7 @@ json complete(engine::DpGroup& engine, const GenerationRequest& r, Submitted& s,
     }
   } while (!out.finished);
 
-  const Usage usage{s.num_prompt_tokens, num_output_tokens};
+  const Usage usage{s.num_prompt_tokens, num_output_tokens, out.num_accepted_draft_tokens};
   json choice = {{"index", 0}, {"finish_reason", finish_reason_json(out)}};
   const bool want_lp = r.sampling.logprobs;
   if (r.chat) {
@@ -216,7 +216,7 @@ void stream_completion(engine::DpGroup& engine, const GenerationRequest& r, Subm
     return;
   }
   size_t text_offset = (!r.chat && r.echo) ? s.prompt_text.size() : 0;  // as in complete()
-  int num_output_tokens = 0;
+  int num_output_tokens = 0, num_accepted_draft_tokens = 0;
   for (;;) {
     engine::RequestOutput out;
     if (!s.stream->pop(out, std::chrono::milliseconds(1000))) {
@@ -233,6 +233,7 @@ void stream_completion(engine::DpGroup& engine, const GenerationRequest& r, Subm
       return;
     }
     num_output_tokens = out.num_output_tokens;
+    num_accepted_draft_tokens = out.num_accepted_draft_tokens;
     if (!out.text.empty() || out.finished || !out.logprobs.empty()) {
       json choice = {{"index", 0}, {"finish_reason", finish_reason_json(out)}};
       if (r.chat) {
@@ -255,7 +256,7 @@ void stream_completion(engine::DpGroup& engine, const GenerationRequest& r, Subm
   }
   if (r.include_usage) {
     json chunk = {{"id", id}, {"object", object}, {"created", created}, {"model", engine.model_name()},
-                  {"choices", json::array()}, {"usage", usage_json({s.num_prompt_tokens, num_output_tokens})}};
+                  {"choices", json::array()}, {"usage", usage_json({s.num_prompt_tokens, num_output_tokens, num_accepted_draft_tokens})}};
     send(chunk);
   }
   write("data: [DONE]\n\n");

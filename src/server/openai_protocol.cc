@@ -168,6 +168,8 @@ void parse_common(const json& j, GenerationRequest& r) {
     }
   }
   if (auto v = f.boolean("ignore_eos")) s.ignore_eos = *v;
+  // Spindle extension: false keeps this request out of speculative decoding.
+  if (auto v = f.boolean("speculative")) s.speculative = *v;
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (const json* so = f.get("stream_options")) {
     if (!so->is_object()) bad_request("stream_options", "'stream_options' must be an object");
@@ -256,9 +258,11 @@ GenerationRequest parse_chat_request(const std::string& body, size_t max_body_by
 std::string to_json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json usage_json(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  if (u.accepted_draft_tokens > 0) j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.accepted_draft_tokens}};
+  return j;
 }
 
 }  // namespace spindle::server

@@ -62,6 +62,9 @@ std::string to_json_text(const nlohmann::json& j);
 struct Usage {
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Output tokens that were speculative drafts the model accepted; > 0 adds OpenAI's
+  // completion_tokens_details.accepted_prediction_tokens.
+  int accepted_draft_tokens = 0;
 };
 nlohmann::json usage_json(const Usage& usage);
 

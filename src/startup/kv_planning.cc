@@ -41,7 +41,7 @@ MemoryInfo cuda_usable_memory(int cuda_device) {
 
 kv::KvPlan plan_kv_cache(const config::ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
                          const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe,
-                         bool usable_after_weights, int max_running_requests) {
+                         bool usable_after_weights, int max_running_requests, uint64_t draft_kv_bytes_per_token) {
   kv::KvPlanInput in;
   in.usable_bytes = memory.usable_bytes;
   in.usable_bound = memory.bound;
@@ -56,6 +56,7 @@ kv::KvPlan plan_kv_cache(const config::ResolvedKvConfig& config, const kv::KvLay
     in.workspace_source = "estimated";
   }
   in.kv_bytes_per_token = layout.bytes_per_token();
+  in.draft_kv_bytes_per_token = draft_kv_bytes_per_token;
   in.page_size = layout.page_size;
   in.mem_fraction = config.mem_fraction;
   in.dp_size = config.dp_size;

@@ -41,7 +41,8 @@ MemoryInfo cuda_usable_memory(int cuda_device);
 // ResolvedConfig::max_running_requests); 0 plans from the memory alone (GPUs).
 kv::KvPlan plan_kv_cache(const config::ResolvedKvConfig& config, const kv::KvLayout& layout, const ModelConfig& model,
                          const MemoryInfo& memory, uint64_t weight_bytes, const WorkspaceProbe& probe = {},
-                         bool usable_after_weights = false, int max_running_requests = 0);
+                         bool usable_after_weights = false, int max_running_requests = 0,
+                         uint64_t draft_kv_bytes_per_token = 0);
 
 // The pages a CPU pool keeps resident while free (PageAllocator::set_residency_limits): one step's
 // worth of new pages, ceil(max_num_batched_tokens / page_size), so a step does not fault in pages

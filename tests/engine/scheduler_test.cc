@@ -312,3 +312,69 @@ TEST(SchedulerTest, RequestLongerThanThePool) {
 
 }  // namespace
 }  // namespace spindle::engine
+
+namespace spindle::engine {
+namespace {
+
+// Speculative decoding in the scheduler (scheduler.h): a decoding request with k drafts is
+// scheduled as 1 + k new tokens with 1 + k logit rows; update() counts only its last context
+// token computed; finish_speculation() after the engine appended the accepted tokens leaves every
+// token but the last computed and frees the pages past it. Expected numbers are from that rule
+// (page size 4).
+TEST(SchedulerSpeculationTest, DraftsAreScheduledAndRejectedPositionsRolledBack) {
+  kv::PageAllocator allocator(16, 4);
+  kv::PrefixCache cache(allocator);
+  Scheduler scheduler(allocator, cache, SchedulerOptions{64, 8, 1 << 20});
+  auto owned = std::make_unique<Request>(1, std::vector<TokenId>{10, 11, 12, 13, 14}, allocator);
+  Request& r = *owned;
+  scheduler.add(std::move(owned));
+  // Prefill: 5 tokens, 2 pages.
+  StepPlan plan = scheduler.schedule();
+  ASSERT_EQ(plan.sequences.size(), 1u);
+  scheduler.update(plan);
+  r.output.push_back(20);  // context 6 tokens, 5 computed
+  EXPECT_EQ(r.num_computed_tokens, 5);
+
+  // Verify step with 6 drafts: positions 5..11 written, 7 logit rows, table grows to 12 tokens = 3 pages.
+  r.draft = {21, 22, 23, 24, 25, 26};
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.sequences.size(), 1u);
+  EXPECT_EQ(plan.sequences[0].num_new_tokens, 7);
+  EXPECT_EQ(plan.sequences[0].num_draft_tokens, 6);
+  EXPECT_EQ(plan.sequences[0].num_cached_tokens, 5);
+  EXPECT_EQ(plan.num_logit_rows, 7);
+  EXPECT_EQ(plan.sequences[0].num_logit_rows(), 7);
+  EXPECT_EQ(r.table.num_tokens(), 12);
+  EXPECT_EQ(r.table.num_pages(), 3);
+  scheduler.update(plan);
+  EXPECT_EQ(r.num_computed_tokens, 6) << "drafts are not computed until verified";
+  // Two drafts accepted, then the target's own token: output 20, 21, 22, 30 -> context 9 tokens.
+  r.output.insert(r.output.end(), {21, 22, 30});
+  scheduler.finish_speculation(r);
+  EXPECT_TRUE(r.draft.empty());
+  EXPECT_EQ(r.num_computed_tokens, 8);
+  EXPECT_EQ(r.table.num_tokens(), 8);
+  EXPECT_EQ(r.table.num_pages(), 2) << "the page holding only rejected positions 8..11 is freed";
+  EXPECT_EQ(allocator.num_in_use_pages(), 2);
+  scheduler.check_integrity();
+
+  // Drafts beyond the budget are trimmed: budget 64 is plenty, but a pool with no free page past
+  // the current one drops the drafts and decodes one token.
+  r.draft = {40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65,
+             66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91,
+             92, 93, 94, 95, 96, 97, 98, 99, 100};
+  plan = scheduler.schedule();
+  ASSERT_EQ(plan.sequences.size(), 1u);
+  EXPECT_EQ(plan.sequences[0].num_new_tokens, 1) << "57 pages needed for 61 drafts, 16 in the pool: no drafts";
+  EXPECT_EQ(plan.sequences[0].num_draft_tokens, 0);
+  EXPECT_TRUE(r.draft.empty());
+  scheduler.update(plan);
+  r.output.push_back(31);
+  r.finished = true;
+  scheduler.release(&r, /*cache_pages=*/true);
+  scheduler.check_integrity();
+  EXPECT_EQ(allocator.num_in_use_pages(), 0);
+}
+
+}  // namespace
+}  // namespace spindle::engine

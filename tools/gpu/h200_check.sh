@@ -14,6 +14,8 @@
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
+#   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
+#   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
 #   dp.txt, dp_check_dp{1,2}.log   tools/gpu/dp_check.py: serve --dp-size 2 with both ranks on GPU 0
 #                    (each rank's KV plan half of one rank's, dp 1 greedy outputs, both ranks serve)
 # STEPS (default "env attention model memcheck doctor bench") picks steps; each has a time limit
@@ -75,6 +77,23 @@ fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
   echo "== e2e exit $?"; grep -vE "^\[" "$out/e2e.txt" | tail -40
+fi
+if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a decode step, 8B shape
+  work=${WORK:-/tmp/e2e-work}
+  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/spec_model.txt" 2>&1
+  for b in 1 8; do
+    for k in 4 2; do
+      run spec_verify_b${b}_k${k} 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k $k --batch $b --steps 40
+      tail -1 "$out/spec_verify_b${b}_k${k}.txt" >>"$out/spec_verify.jsonl"
+    done
+  done
+  run spec_verify_eager_b1 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k 4 --batch 1 --steps 40 --eager
+  tail -1 "$out/spec_verify_eager_b1.txt" >>"$out/spec_verify.jsonl"
+  cat "$out/spec_verify.jsonl"
+fi
+if has spec_cpu; then  # bench/spec on this host's CPU (kjv-tiny + kjv-draft; n-gram on repeating prompts)
+  SPINDLE=$PWD/$bin/spindle ROUNDS=${SPEC_ROUNDS:-2} timeout ${SPEC_TIMEOUT:-300} bash bench/spec/run.sh "$out/spec-cpu" >"$out/spec_cpu.txt" 2>&1
+  echo "== spec_cpu exit $?"; cat "$out/spec-cpu/summary.md"
 fi
 if has dp; then  # issue 17: two DP ranks sharing one GPU, each planning half its memory
   run dp 300 python3 tools/gpu/dp_check.py --spindle $bin/spindle --model tests/golden/llama-gqa-bf16 --device cuda:0 \

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# bench/spec: speculative decoding against plain decoding, same prompts, same run, the real
+# server. For each pair (plain server, speculating server) and each concurrency (1 and 8), ROUNDS
+# alternating rounds; spec_load.py prints output tok/s, TPOT and the run's accept length/rate.
+#   kjv:       kjv-tiny alone vs kjv-tiny + kjv-draft (--speculative-algorithm draft) on KJV verses
+#   repeating: kjv-tiny alone vs kjv-tiny + n-gram (--speculative-algorithm ngram) on prompts whose
+#              continuation repeats earlier context (a passage given twice, a list continued)
+# Writes $OUT/spec.jsonl and $OUT/summary.md (medians over the rounds, speed-up = spec / plain).
+#
+#   bench/spec/run.sh [OUT]        SPINDLE=build/bin/spindle ROUNDS=3 MAX_TOKENS=128 SERVE_ARGS=...
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+spindle=${SPINDLE:-build/bin/spindle}
+out=${1:-bench/results/spec-$(date -u +%F)}
+port=${PORT:-8311}
+rounds=${ROUNDS:-3}
+max_tokens=${MAX_TOKENS:-128}
+model=${MODEL:-models/kjv-tiny}
+draft=${DRAFT:-models/kjv-draft}
+levels=${LEVELS:-1 8}
+mkdir -p "$out"
+jsonl="$out/spec.jsonl"
+: >"$jsonl"
+{
+  echo "date $(date -u +%FT%TZ); host $(uname -n); $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); command: bench/spec/run.sh $*; ROUNDS=$rounds MAX_TOKENS=$max_tokens SERVE_ARGS=${SERVE_ARGS:-}"
+} | tee "$out/spec.log"
+
+run_server() {  # run_server LABEL FLAGS... ; runs every level once against it
+  local label=$1 set=$2; shift 2
+  # shellcheck disable=SC2086
+  "$spindle" serve "$model" --port "$port" ${SERVE_ARGS:-} "$@" >"$out/serve-$label.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 120); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  for c in $levels; do
+    python3 bench/spec/spec_load.py --port "$port" --prompts bench/spec/prompts.json --set "$set" --concurrency "$c" \
+      --repeats "$(( c > 1 ? 2 : 1 ))" --max-tokens "$max_tokens" --label "$label" | tee -a "$jsonl"
+  done
+  curl -s "localhost:$port/metrics" >"$out/metrics-$label.txt"
+  kill $pid; wait $pid 2>/dev/null || true
+}
+
+for round in $(seq 1 "$rounds"); do
+  echo "== round $round" | tee -a "$out/spec.log"
+  run_server plain kjv
+  run_server draft kjv --speculative-algorithm draft --speculative-draft-model-path "$draft"
+  run_server plain-repeating repeating
+  run_server ngram repeating --speculative-algorithm ngram
+done
+
+python3 - "$jsonl" <<'PY' | tee "$out/summary.md"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def med(label, c, key):
+    v = [r[key] for r in rows if r["label"] == label and r["concurrency"] == c and r[key] is not None]
+    return statistics.median(v) if v else None
+print("| pair | C | plain tok/s | spec tok/s | speed-up | plain TPOT ms | spec TPOT ms | accept length | accept rate |")
+print("|---|---|---|---|---|---|---|---|---|")
+for plain, spec in (("plain", "draft"), ("plain-repeating", "ngram")):
+    for c in sorted({r["concurrency"] for r in rows}):
+        p, s = med(plain, c, "output_tok_s"), med(spec, c, "output_tok_s")
+        if p is None or s is None: continue
+        print(f"| {spec} vs {plain} | {c} | {p:.1f} | {s:.1f} | {s/p:.2f}x | {med(plain, c, 'mean_tpot_ms'):.2f} | "
+              f"{med(spec, c, 'mean_tpot_ms'):.2f} | {med(spec, c, 'accept_length')} | {med(spec, c, 'accept_rate')} |")
+PY

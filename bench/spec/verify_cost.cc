@@ -1,0 +1,174 @@
+// The cost of a speculative verify step against a plain decode step, on the same model and
+// device, measured in one run (bench/spec/README.md). One sequence (or --batch of them) with
+// --context tokens already in its KV pages; then, alternating, --steps times each:
+//   decode:  1 new token per sequence, 1 logit row (on CUDA replayed from a step graph, as the
+//            server runs it, unless --eager), sampled where the model samples;
+//   verify:  1 + k new tokens per sequence (the last token and k drafts), 1 + k logit rows, as the
+//            engine's verify step runs it (prefill backend, eager), sampled the same way.
+// Nothing advances: each step rewrites the same positions. Prints the median wall time of each
+// and verify / decode.
+//
+// usage: bench_spec_verify --model DIR [--device cpu|cuda] [--backend NAME] [--decode-backend NAME]
+//                          [--context 512] [--k 4] [--batch 1] [--steps 50] [--eager]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "engine/runner.h"
+#include "engine/sampler.h"
+#include "kv/kv_layout.h"
+#include "kv/page_pool.h"
+#include "model/model_loader.h"
+#include "platform/cuda_info.h"
+#include "util/error.h"
+
+using namespace spindle;
+
+namespace {
+
+struct Args {
+  std::string model_dir;
+  std::string device = "cpu";
+  std::string backend;         // prefill (verify) backend; default cpu_avx2 / cuda_flash
+  std::string decode_backend;  // default: backend
+  int context = 512;
+  int k = 4;
+  int batch = 1;
+  int steps = 50;
+  bool eager = false;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&] {
+      SPINDLE_CHECK(i + 1 < argc, "{} needs a value", f);
+      return std::string(argv[++i]);
+    };
+    if (f == "--model") a.model_dir = value();
+    else if (f == "--device") a.device = value();
+    else if (f == "--backend") a.backend = value();
+    else if (f == "--decode-backend") a.decode_backend = value();
+    else if (f == "--context") a.context = std::stoi(value());
+    else if (f == "--k") a.k = std::stoi(value());
+    else if (f == "--batch") a.batch = std::stoi(value());
+    else if (f == "--steps") a.steps = std::stoi(value());
+    else if (f == "--eager") a.eager = true;
+    else SPINDLE_FAIL("unknown flag {}", f);
+  }
+  SPINDLE_CHECK(!a.model_dir.empty(), "--model DIR is required");
+  return a;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Args a = parse(argc, argv);
+  const bool cuda = a.device == "cuda";
+  if (cuda) bind_cuda_device(0);
+  LoadOptions load;
+  load.device = cuda ? attn::Device::kCuda : attn::Device::kCpu;
+  load.cuda_device = 0;
+  load.cuda_16bit_activations = true;  // --matmul-precision auto on a bf16 checkpoint
+  auto model = load_model(a.model_dir, load);
+  const ModelConfig& c = model->config();
+  const int page_size = 16;
+  const attn::AttentionShape shape = model->attention_shape(DType::kBF16, page_size);
+  const std::string prefill_name = !a.backend.empty() ? a.backend : (cuda ? "cuda_flash" : "cpu_avx2");
+  const std::string decode_name = !a.decode_backend.empty() ? a.decode_backend : prefill_name;
+  auto prefill = attn::create_attention_backend(prefill_name, shape, {});
+  auto decode = attn::create_attention_backend(decode_name, shape, {});
+  const int max_len = a.context + a.k + 16;
+  engine::RunnerOptions options;
+  options.max_graph_batch = cuda && !a.eager ? std::max(8, a.batch) : 0;
+  options.max_model_len = max_len;
+  engine::Runner runner(*model, *prefill, *decode, options);
+  const int pages_per_seq = (max_len + page_size - 1) / page_size;
+  const kv::KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, DType::kBF16, page_size};
+  kv::PagePool pool(layout, pages_per_seq * a.batch + 8, 1, load.device);
+  runner.bind_kv_caches(pool.layer_caches());
+  if (runner.graphs_enabled()) runner.capture_graphs();
+
+  // The sequences: random prompt ids, prefilled once.
+  std::vector<std::unique_ptr<engine::Request>> requests;
+  uint32_t x = 12345;
+  for (int b = 0; b < a.batch; ++b) {
+    std::vector<TokenId> prompt(static_cast<size_t>(a.context));
+    for (auto& t : prompt) t = static_cast<TokenId>((x = x * 1664525u + 1013904223u) % static_cast<uint32_t>(c.vocab_size));
+    auto r = std::make_unique<engine::Request>(b + 1, std::move(prompt), pool.allocator(0));
+    SPINDLE_CHECK(r->table.extend(max_len), "the pool is too small");
+    requests.push_back(std::move(r));
+  }
+  for (auto& r : requests) {
+    engine::StepPlan plan;
+    plan.sequences.push_back({r.get(), a.context, 0, 0, 0});
+    plan.num_tokens = a.context;
+    plan.num_logit_rows = 1;
+    (void)runner.run(runner.build(plan));
+    r->num_computed_tokens = a.context - 1;  // the last prompt token plays the decode token
+    r->draft.assign(static_cast<size_t>(a.k), 7);
+  }
+  engine::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SamplingBatch sampling;
+  auto step = [&](bool verify) {
+    engine::StepPlan plan;
+    for (auto& r : requests) {
+      engine::ScheduledSequence s;
+      s.request = r.get();
+      s.num_cached_tokens = r->num_computed_tokens;
+      s.num_draft_tokens = verify ? a.k : 0;
+      s.num_new_tokens = 1 + s.num_draft_tokens;
+      s.logits_row = plan.num_logit_rows;
+      plan.num_logit_rows += s.num_logit_rows();
+      plan.num_tokens += s.num_new_tokens;
+      plan.sequences.push_back(s);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepBatch& batch = runner.build(plan);
+    if (runner.samples_on_device()) {
+      sampling.clear();
+      sampling.rows.resize(static_cast<size_t>(batch.num_logit_rows()));
+      for (int i = 0; i < batch.num_logit_rows(); ++i) {
+        engine::add_sampling_row(greedy, 1, 0, {}, {}, static_cast<size_t>(i), sampling);
+      }
+      (void)runner.run_and_sample(sampling);
+    } else {
+      (void)runner.run(batch);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < 5; ++i) {
+    step(false);
+    step(true);
+  }
+  std::vector<double> decode_s, verify_s;
+  for (int i = 0; i < a.steps; ++i) {
+    decode_s.push_back(step(false));
+    verify_s.push_back(step(true));
+  }
+  const double d = median(decode_s), v = median(verify_s);
+  std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"prefill_backend\": \"%s\", \"decode_backend\": \"%s\", "
+              "\"graphs\": %s, \"linear\": \"%s\", \"context\": %d, \"k\": %d, \"batch\": %d, \"steps\": %d, "
+              "\"decode_ms\": %.4f, \"verify_ms\": %.4f, \"verify_over_decode\": %.4f}\n",
+              a.model_dir.c_str(), a.device.c_str(), prefill_name.c_str(), decode_name.c_str(),
+              runner.graphs_enabled() ? "true" : "false", model->linear_kernel_name(), a.context, a.k, a.batch, a.steps,
+              d * 1e3, v * 1e3, v / d);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_spec_verify: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,77 @@
+#include "config/spec_config.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "util/error.h"
+
+namespace spindle::config {
+
+const char* spec_algorithm_name(SpecAlgorithm a) {
+  switch (a) {
+    case SpecAlgorithm::kNone: return "none";
+    case SpecAlgorithm::kNgram: return "ngram";
+    case SpecAlgorithm::kDraft: return "draft";
+  }
+  return "?";
+}
+
+ResolvedSpecConfig resolve_spec(const SpecFlags& f) {
+  ResolvedSpecConfig r;
+  if (f.algorithm.empty() || f.algorithm == "none") {
+    r.algorithm = SpecAlgorithm::kNone;
+  } else if (f.algorithm == "ngram") {
+    r.algorithm = SpecAlgorithm::kNgram;
+  } else if (f.algorithm == "draft") {
+    r.algorithm = SpecAlgorithm::kDraft;
+  } else {
+    SPINDLE_FAIL("--speculative-algorithm '{}': expected ngram or draft", f.algorithm);
+  }
+  if (r.algorithm == SpecAlgorithm::kDraft) {
+    SPINDLE_CHECK(!f.draft_model_path.empty(),
+                  "--speculative-algorithm draft needs --speculative-draft-model-path (a model folder with the same "
+                  "tokenizer)");
+    std::error_code ec;
+    SPINDLE_CHECK(std::filesystem::exists(std::filesystem::path(f.draft_model_path) / "config.json", ec),
+                  "--speculative-draft-model-path {}: no config.json there", f.draft_model_path);
+    r.draft_model_path = f.draft_model_path;
+  } else {
+    SPINDLE_CHECK(f.draft_model_path.empty(),
+                  "--speculative-draft-model-path is given but --speculative-algorithm is not draft");
+  }
+  r.num_draft_tokens = f.num_draft_tokens == 0 ? kDefaultNumDraftTokens : f.num_draft_tokens;
+  SPINDLE_CHECK(r.num_draft_tokens >= 1 && r.num_draft_tokens <= kMaxNumDraftTokens,
+                "--speculative-num-draft-tokens {}: expected 1 to {}", r.num_draft_tokens, kMaxNumDraftTokens);
+  r.ngram_min_window = f.ngram_min_window == 0 ? kDefaultNgramMinWindow : f.ngram_min_window;
+  r.ngram_max_window = f.ngram_max_window == 0 ? std::max(kDefaultNgramMaxWindow, r.ngram_min_window) : f.ngram_max_window;
+  SPINDLE_CHECK(r.ngram_min_window >= 1 && r.ngram_min_window <= r.ngram_max_window,
+                "--speculative-ngram-min-match-window-size {} and --speculative-ngram-max-match-window-size {}: "
+                "expected 1 <= min <= max",
+                r.ngram_min_window, r.ngram_max_window);
+  r.always = f.always;
+  SPINDLE_CHECK(f.decode_log_interval >= 0, "--decode-log-interval {}: expected >= 0", f.decode_log_interval);
+  r.decode_log_interval = f.decode_log_interval == 0 ? kDefaultDecodeLogInterval : f.decode_log_interval;
+  return r;
+}
+
+void add_spec_flags(CLI::App& app, SpecFlags& f) {
+  app.add_option("--speculative-algorithm", f.algorithm,
+                 "Speculative decoding: ngram (prompt lookup) or draft (a smaller model with the same tokenizer); "
+                 "off by default");
+  app.add_option("--speculative-draft-model-path", f.draft_model_path, "The draft model folder (--speculative-algorithm draft)");
+  app.add_option("--speculative-num-draft-tokens", f.num_draft_tokens,
+                 fmt::format("Draft tokens proposed per step and request ({})", kDefaultNumDraftTokens));
+  app.add_option("--speculative-ngram-min-match-window-size", f.ngram_min_window,
+                 fmt::format("ngram: the shortest suffix matched against the context ({})", kDefaultNgramMinWindow));
+  app.add_option("--speculative-ngram-max-match-window-size", f.ngram_max_window,
+                 fmt::format("ngram: the longest suffix matched, tried first ({})", kDefaultNgramMaxWindow));
+  app.add_flag("--speculative-always", f.always,
+               "Speculate on every decode step (default: skip it where measured step times say it costs more than it "
+               "saves)");
+  app.add_option("--decode-log-interval", f.decode_log_interval,
+                 fmt::format("Decode steps between throughput log lines ({})", kDefaultDecodeLogInterval));
+}
+
+}  // namespace spindle::config

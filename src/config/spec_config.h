@@ -1,0 +1,52 @@
+// The speculative-decoding flags (SGLang's names where the concept is the same) and their
+// defaults, decided in resolve_spec(), called from config::resolve() and nowhere else.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace spindle::config {
+
+inline constexpr int kDefaultNumDraftTokens = 4;
+inline constexpr int kDefaultNgramMinWindow = 1;   // SGLang's speculative-ngram-min-match-window-size
+inline constexpr int kDefaultNgramMaxWindow = 12;  // SGLang's speculative-ngram-max-match-window-size
+inline constexpr int kDefaultDecodeLogInterval = 40;  // decode steps between log lines (SGLang's default)
+inline constexpr int kMaxNumDraftTokens = 16;
+
+struct SpecFlags {
+  std::string algorithm;           // "" (off) | ngram | draft
+  std::string draft_model_path;    // --speculative-draft-model-path, for draft
+  int num_draft_tokens = 0;        // 0: kDefaultNumDraftTokens
+  int ngram_min_window = 0;        // 0: kDefaultNgramMinWindow
+  int ngram_max_window = 0;        // 0: kDefaultNgramMaxWindow
+  bool always = false;             // speculate every step (no cost check)
+  int decode_log_interval = 0;     // 0: kDefaultDecodeLogInterval
+};
+
+enum class SpecAlgorithm { kNone, kNgram, kDraft };
+const char* spec_algorithm_name(SpecAlgorithm a);  // "none", "ngram", "draft"
+
+struct ResolvedSpecConfig {
+  SpecAlgorithm algorithm = SpecAlgorithm::kNone;
+  std::string draft_model_path;
+  int num_draft_tokens = kDefaultNumDraftTokens;
+  int ngram_min_window = kDefaultNgramMinWindow;
+  int ngram_max_window = kDefaultNgramMaxWindow;
+  bool always = false;
+  int decode_log_interval = kDefaultDecodeLogInterval;
+};
+
+// Throws spindle::Error naming the flag: an unknown algorithm, draft without a draft model path
+// (or a path without config.json), a path without draft, num_draft_tokens outside
+// [1, kMaxNumDraftTokens], windows with min > max or < 1, a negative log interval.
+ResolvedSpecConfig resolve_spec(const SpecFlags& flags);
+
+// --speculative-algorithm, --speculative-draft-model-path, --speculative-num-draft-tokens,
+// --speculative-ngram-min-match-window-size, --speculative-ngram-max-match-window-size,
+// --speculative-always, --decode-log-interval.
+void add_spec_flags(CLI::App& app, SpecFlags& flags);
+
+}  // namespace spindle::config

@@ -1,0 +1,31 @@
+// NgramProposer: prompt lookup decoding. For n from max_window down to min_window, the last n
+// tokens of the context (prompt + output) are searched for earlier in the context; at the most
+// recent earlier match, the (up to K) tokens that followed it are proposed. No model, no state:
+// O(context * n) per request and step. Proposals are deterministic (q is a point mass).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "engine/spec/proposer.h"
+
+namespace spindle::engine::spec {
+
+// The lookup itself: up to max_tokens tokens following the most recent earlier occurrence of the
+// longest suffix of `context` of length in [min_window, max_window] that occurs earlier; empty
+// when none does.
+std::vector<TokenId> ngram_lookup(std::span<const TokenId> context, int min_window, int max_window, int max_tokens);
+
+class NgramProposer final : public Proposer {
+ public:
+  NgramProposer(int min_window, int max_window);
+  const char* name() const override { return "ngram"; }
+  void propose(std::span<const ProposalRequest> requests) override;
+
+ private:
+  int min_window_;
+  int max_window_;
+  std::vector<TokenId> context_;  // scratch
+};
+
+}  // namespace spindle::engine::spec

@@ -1,0 +1,151 @@
+// Test harness for speculative decoding end to end: a real Engine over a real model (CPU or
+// CUDA), with no proposer, the n-gram proposer or a draft model (its own runner, backends and KV
+// pool, as startup/draft_model.h builds them), serving a set of prompts at once. Shared by
+// tests/engine/spec_engine_test.cc (CPU) and tests/cuda/cuda_engine_test.cc (GPU).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "engine/engine.h"
+#include "engine/metrics.h"
+#include "engine/runner.h"
+#include "engine/spec/draft_model_proposer.h"
+#include "engine/spec/ngram_proposer.h"
+#include "kv/kv_layout.h"
+#include "kv/page_pool.h"
+#include "model/model_loader.h"
+#include "tokenizer/tokenizer.h"
+
+namespace spindle::testing {
+
+struct SpecRun {
+  std::string proposer = "none";  // none | ngram | draft
+  std::filesystem::path draft_dir;  // for draft (may be the target itself)
+  int num_draft_tokens = 4;
+  attn::Device device = attn::Device::kCpu;
+  std::string backend = "reference";
+  DType kv_dtype = DType::kF32;
+  int num_pages = 256;        // the target's pool (and the draft's)
+  int page_size = 16;
+  int max_num_batched_tokens = 512;
+  int max_model_len = 256;
+  int max_graph_batch = 0;    // CUDA step graphs for the target and the draft (0: off)
+  // Cancel request `cancel_index` after it produced `cancel_after` tokens (-1: none).
+  int cancel_index = -1;
+  int cancel_after = 0;
+};
+
+struct SpecResult {
+  std::vector<std::vector<TokenId>> tokens;  // per prompt
+  std::vector<int> accepted_drafts;          // per prompt (RequestOutput::num_accepted_draft_tokens)
+  engine::MetricsSnapshot metrics;
+  std::string rendered_metrics;
+  bool integrity_ok = false;
+  int draft_states_left = 0;  // DraftModelProposer states after every request finished
+};
+
+struct LoadedModel {
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<attn::AttentionBackend> prefill, decode;
+  std::unique_ptr<engine::Runner> runner;
+  std::unique_ptr<kv::PagePool> pool;
+
+  LoadedModel(const std::filesystem::path& dir, const SpecRun& run) {
+    LoadOptions load;
+    load.device = run.device;
+    load.cuda_device = 0;
+    model = load_model(dir, load);
+    const attn::AttentionShape shape = model->attention_shape(run.kv_dtype, run.page_size);
+    prefill = attn::create_attention_backend(run.backend, shape, {});
+    decode = attn::create_attention_backend(run.backend, shape, {});
+    engine::RunnerOptions options;
+    options.max_graph_batch = run.max_graph_batch;
+    options.max_model_len = run.max_model_len;
+    runner = std::make_unique<engine::Runner>(*model, *prefill, *decode, options);
+    const ModelConfig& c = model->config();
+    const kv::KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, run.kv_dtype, run.page_size};
+    pool = std::make_unique<kv::PagePool>(layout, run.num_pages, 1, run.device);
+    runner->bind_kv_caches(pool->layer_caches());
+  }
+};
+
+// Serves every prompt at once with `params` and returns what each produced.
+inline SpecResult serve_speculative(const std::filesystem::path& model_dir, const SpecRun& run,
+                                    const std::vector<std::vector<TokenId>>& prompts,
+                                    const std::vector<engine::SamplingParams>& params) {
+  LoadedModel target(model_dir, run);
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
+  std::unique_ptr<LoadedModel> draft;
+  std::unique_ptr<engine::spec::Proposer> proposer;
+  engine::spec::DraftModelProposer* draft_proposer = nullptr;
+  if (run.proposer == "ngram") {
+    proposer = std::make_unique<engine::spec::NgramProposer>(1, 12);
+  } else if (run.proposer == "draft") {
+    draft = std::make_unique<LoadedModel>(run.draft_dir, run);
+    auto p = std::make_unique<engine::spec::DraftModelProposer>(*draft->runner, *draft->pool, run.max_num_batched_tokens);
+    draft_proposer = p.get();
+    proposer = std::move(p);
+  }
+  engine::Metrics metrics;
+  engine::EngineOptions options;
+  options.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;
+  options.scheduler.max_running_requests = 64;
+  options.scheduler.max_model_len = run.max_model_len;
+  options.max_queued_requests = 64;
+  options.model_name = model_dir.filename().string();
+  options.cuda_device = run.device == attn::Device::kCuda ? 0 : -1;
+  options.proposer = proposer.get();
+  options.num_draft_tokens = proposer ? run.num_draft_tokens : 0;
+  options.speculate_always = true;
+  options.decode_log_interval = 10;
+  SpecResult out;
+  {
+    engine::Engine engine(*target.runner, tok, nullptr, *target.pool, metrics, options);
+    engine.start();
+    std::vector<std::shared_ptr<engine::RequestStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i) streams.push_back(engine.submit(prompts[i], params.at(i % params.size())));
+    // The request to cancel is read first, so it is cancelled while it runs.
+    out.tokens.resize(streams.size());
+    out.accepted_drafts.resize(streams.size());
+    std::vector<size_t> order;
+    if (run.cancel_index >= 0) order.push_back(static_cast<size_t>(run.cancel_index));
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (static_cast<int>(i) != run.cancel_index) order.push_back(i);
+    }
+    for (const size_t i : order) {
+      std::vector<TokenId> ids;
+      int accepted = 0;
+      for (;;) {
+        engine::RequestOutput o;
+        if (!streams[i]->pop(o, std::chrono::seconds(300))) {
+          ADD_FAILURE() << "request " << i << " timed out";
+          break;
+        }
+        EXPECT_TRUE(o.error.empty()) << o.error;
+        ids.insert(ids.end(), o.tokens.begin(), o.tokens.end());
+        accepted = o.num_accepted_draft_tokens;
+        if (static_cast<int>(i) == run.cancel_index && static_cast<int>(ids.size()) >= run.cancel_after) {
+          streams[i]->cancel();
+        }
+        if (o.finished) break;
+      }
+      out.tokens[i] = ids;
+      out.accepted_drafts[i] = accepted;
+    }
+    out.integrity_ok = engine.kv_integrity_ok();
+    engine.stop();
+  }
+  out.metrics = metrics.snapshot();
+  out.rendered_metrics = metrics.render();
+  out.draft_states_left = draft_proposer ? draft_proposer->num_states() : 0;
+  return out;
+}
+
+}  // namespace spindle::testing

@@ -1,0 +1,215 @@
+// Speculative decoding's parts alone (engine/spec/): the n-gram lookup, the rejection rule's
+// output distribution, host verification with the request's processing, and the cost model.
+// Expected values are written from the definitions in the headers; distributions are checked
+// with chi-square tests at significance 1e-6 (fixed seeds, so the tests are deterministic; the
+// critical value for 5 degrees of freedom, chi2.isf(1e-6, 5) = 35.888, from the closed-form
+// survival function erfc(sqrt(x/2)) + sqrt(2x/pi) e^(-x/2) (1 + x/3)).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "engine/spec/cost_model.h"
+#include "engine/spec/ngram_proposer.h"
+#include "engine/spec/verifier.h"
+
+namespace spindle::engine::spec {
+namespace {
+
+TEST(NgramLookupTest, LongestSuffixMostRecentMatch) {
+  // Suffix [7, 8] occurs at 1 and 5; the most recent earlier one (5) is followed by 9, 7, 8.
+  const std::vector<TokenId> ctx = {1, 7, 8, 2, 3, 7, 8, 9, 7, 8};
+  EXPECT_EQ(ngram_lookup(ctx, 1, 4, 3), (std::vector<TokenId>{9, 7, 8}));
+  // The longest window wins: [9, 7, 8] does not occur earlier, [7, 8] does.
+  EXPECT_EQ(ngram_lookup(ctx, 2, 2, 2), (std::vector<TokenId>{9, 7}));
+  // Cut at the end of the context.
+  const std::vector<TokenId> ctx2 = {5, 6, 1, 2, 5, 6};
+  EXPECT_EQ(ngram_lookup(ctx2, 1, 3, 8), (std::vector<TokenId>{1, 2, 5, 6}));
+  // No earlier occurrence of any suffix of length >= 2.
+  EXPECT_TRUE(ngram_lookup(std::vector<TokenId>{1, 2, 3, 4}, 2, 4, 4).empty());
+  EXPECT_TRUE(ngram_lookup(std::vector<TokenId>{3, 3}, 1, 1, 0).empty());
+  EXPECT_EQ(ngram_lookup(std::vector<TokenId>{3, 3}, 1, 1, 4), (std::vector<TokenId>{3}));
+}
+
+double chi_square(const std::vector<double>& expected_probs, const std::map<TokenId, int>& counts, int n) {
+  double chi2 = 0;
+  for (size_t t = 0; t < expected_probs.size(); ++t) {
+    const double e = expected_probs[t] * n;
+    const auto it = counts.find(static_cast<TokenId>(t));
+    const double o = it == counts.end() ? 0.0 : it->second;
+    if (e == 0.0) {
+      EXPECT_EQ(o, 0.0) << "token " << t << " has probability 0 but was drawn";
+      continue;
+    }
+    chi2 += (o - e) * (o - e) / e;
+  }
+  return chi2;
+}
+
+// d ~ q, then the rule: the emitted token must be distributed as p whatever q is.
+TEST(RejectionRuleTest, OutputIsDistributedAsTheTarget) {
+  const std::vector<double> p = {0.40, 0.25, 0.15, 0.10, 0.06, 0.04};
+  const std::vector<std::vector<double>> qs = {
+      {0.10, 0.10, 0.10, 0.10, 0.30, 0.30},  // far from p
+      {0.40, 0.25, 0.15, 0.10, 0.06, 0.04},  // equal to p: always accepted
+      {0.00, 0.50, 0.50, 0.00, 0.00, 0.00},  // misses most of p's support
+  };
+  for (size_t qi = 0; qi < qs.size(); ++qi) {
+    std::vector<TokenProb> pd, qd;
+    for (size_t t = 0; t < p.size(); ++t) {
+      pd.push_back({static_cast<TokenId>(t), p[t]});
+      if (qs[qi][t] > 0) qd.push_back({static_cast<TokenId>(t), qs[qi][t]});
+    }
+    SamplingParams params;
+    Sampler target(params, 1234 + qi);
+    std::mt19937_64 draft_rng(99 + qi);
+    std::discrete_distribution<int> q_draw(qs[qi].begin(), qs[qi].end());
+    const int n = 200000;
+    std::map<TokenId, int> counts;
+    int accepted = 0;
+    for (int i = 0; i < n; ++i) {
+      const RuleResult r = rejection_rule(target, pd, qd, q_draw(draft_rng));
+      ++counts[r.token];
+      accepted += r.accepted ? 1 : 0;
+    }
+    // Acceptance probability is sum_t min(p_t, q_t).
+    double expected_accept = 0;
+    for (size_t t = 0; t < p.size(); ++t) expected_accept += std::min(p[t], qs[qi][t]);
+    EXPECT_NEAR(double(accepted) / n, expected_accept, 0.006) << "q " << qi;
+    EXPECT_LT(chi_square(p, counts, n), 35.888) << "q " << qi << ": output not distributed as p";
+  }
+}
+
+// verify_on_host with the request's processing (temperature, top-k, top-p): the first emitted
+// token follows the target's processed distribution, computed here independently in double.
+TEST(VerifyOnHostTest, FirstTokenFollowsTheProcessedTarget) {
+  const int vocab = 6;
+  const std::vector<float> target_logits = {2.0f, 1.5f, 1.0f, 0.2f, -1.0f, -3.0f};
+  const std::vector<float> draft_logits = {0.5f, 2.0f, 0.1f, 1.0f, 0.0f, 0.0f};
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 4;
+  params.top_p = 0.95f;
+  // Independent: softmax at T over the 4 best, then the smallest prefix reaching 0.95.
+  std::vector<double> p(vocab, 0.0);
+  {
+    double z = 0;
+    for (int t = 0; t < 4; ++t) z += std::exp((target_logits[t] - target_logits[0]) / 0.8);
+    double mass = 0;
+    int keep = 4;
+    for (int t = 0; t < 4; ++t) {
+      mass += std::exp((target_logits[t] - target_logits[0]) / 0.8) / z;
+      if (mass >= 0.95) {
+        keep = t + 1;
+        break;
+      }
+    }
+    double kept = 0;
+    for (int t = 0; t < keep; ++t) kept += std::exp((target_logits[t] - target_logits[0]) / 0.8);
+    for (int t = 0; t < keep; ++t) p[t] = std::exp((target_logits[t] - target_logits[0]) / 0.8) / kept;
+  }
+  Sampler target(params, 7);
+  Sampler draft(params, 8);
+  const int n = 100000;
+  std::map<TokenId, int> counts;
+  std::vector<float> rows(2 * vocab), scratch;
+  int accepted = 0;
+  for (int i = 0; i < n; ++i) {
+    scratch = draft_logits;
+    DraftProposal proposal;
+    proposal.q.push_back(draft.distribution(scratch, {}, {}));
+    proposal.tokens.push_back(draft.draw_from(proposal.q[0]));
+    std::copy(target_logits.begin(), target_logits.end(), rows.begin());
+    std::copy(target_logits.begin(), target_logits.end(), rows.begin() + vocab);
+    const Verified v = verify_on_host(target, rows, vocab, {}, {}, proposal);
+    ASSERT_EQ(v.tokens.size(), static_cast<size_t>(v.num_accepted_drafts + 1));
+    ++counts[v.tokens[0].token];
+    accepted += v.num_accepted_drafts;
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, n);
+  EXPECT_LT(chi_square(p, counts, n), 35.888);
+}
+
+// The point-mass rule emits exactly what plain sampling would, with the same generator.
+TEST(VerifyOnHostTest, PointMassDraftsReproducePlainSampling) {
+  const int vocab = 5;
+  const std::vector<float> logits = {1.0f, 0.9f, 0.8f, 0.1f, -0.5f};
+  SamplingParams params;
+  params.temperature = 1.0f;
+  Sampler plain(params, 42), spec(params, 42);
+  std::vector<TokenId> plain_out, spec_out;
+  std::vector<float> row;
+  for (int i = 0; i < 300; ++i) {
+    row = logits;
+    plain_out.push_back(plain.sample(row, {}, {}).token);
+  }
+  while (spec_out.size() < 300) {
+    // Always guess token 0 three times (k = 3; 4 identical rows).
+    DraftProposal proposal;
+    proposal.tokens = {0, 0, 0};
+    std::vector<float> rows;
+    for (int r = 0; r < 4; ++r) rows.insert(rows.end(), logits.begin(), logits.end());
+    const Verified v = verify_on_host(spec, rows, vocab, {}, {}, proposal);
+    for (const SampledToken& t : v.tokens) spec_out.push_back(t.token);
+  }
+  spec_out.resize(300);
+  EXPECT_EQ(plain_out, spec_out);
+}
+
+TEST(VerifySampledTest, AcceptsWhileDrawsEqualDrafts) {
+  auto drawn = [](std::vector<TokenId> ids) {
+    std::vector<SampledToken> out;
+    for (TokenId t : ids) out.push_back({t, 0.0f, {}});
+    return out;
+  };
+  Verified v = verify_sampled(drawn({5, 6, 9, 1}), std::vector<TokenId>{5, 6, 7});
+  EXPECT_EQ(v.num_accepted_drafts, 2);
+  ASSERT_EQ(v.tokens.size(), 3u);
+  EXPECT_EQ(v.tokens[2].token, 9);
+  v = verify_sampled(drawn({5, 6, 7, 1}), std::vector<TokenId>{5, 6, 7});
+  EXPECT_EQ(v.num_accepted_drafts, 3);
+  EXPECT_EQ(v.tokens.back().token, 1) << "the bonus token";
+  v = verify_sampled(drawn({4, 6}), std::vector<TokenId>{5});
+  EXPECT_EQ(v.num_accepted_drafts, 0);
+  EXPECT_EQ(v.tokens.size(), 1u);
+}
+
+TEST(CostModelTest, SkipsSpeculationWhenMeasuredSlower) {
+  CostModel m;
+  // Explores speculation first, then the plain way.
+  for (int i = 0; i < CostModel::kMinSamples; ++i) {
+    ASSERT_TRUE(m.should_speculate(32));
+    m.record(true, 32, 64, 0.010);  // 6400 tok/s with it
+  }
+  for (int i = 0; i < CostModel::kMinSamples; ++i) {
+    ASSERT_FALSE(m.should_speculate(32));
+    m.record(false, 32, 32, 0.004);  // 8000 tok/s without
+  }
+  const auto change = m.take_change();
+  ASSERT_TRUE(change.has_value());
+  EXPECT_NE(change->find("off"), std::string::npos) << *change;
+  int with = 0;
+  for (int i = 0; i < 100; ++i) with += m.should_speculate(40) ? 1 : 0;  // 40 is in 32's bucket (32-63)
+  EXPECT_GE(with, 100 / CostModel::kReexploreEvery - 1) << "re-explores now and then";
+  EXPECT_LE(with, 100 / CostModel::kReexploreEvery + 1);
+  // One outlier step does not flip the decision (the median of the recent steps decides).
+  m.record(true, 32, 64, 0.001);
+  EXPECT_FALSE(m.take_change().has_value());
+  EXPECT_FALSE(m.should_speculate(33) && m.should_speculate(34));
+  // Another bucket is independent: batch 1 still explores with speculation.
+  EXPECT_TRUE(m.should_speculate(1));
+  EXPECT_EQ(CostModel::bucket_of(1), 0);
+  EXPECT_EQ(CostModel::bucket_of(3), 1);
+  EXPECT_EQ(CostModel::bucket_of(4), 2);
+  CostModel always(true);
+  for (int i = 0; i < 10; ++i) always.record(true, 8, 8, 1.0);
+  EXPECT_TRUE(always.should_speculate(8));
+}
+
+}  // namespace
+}  // namespace spindle::engine::spec
