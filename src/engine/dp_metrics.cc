@@ -94,8 +94,11 @@ std::string merge_rank_metrics(const std::vector<std::string>& rank_texts) {
     const Family& f = families.at(name);
     if (!f.help.empty()) out += f.help + "\n";
     if (!f.type.empty()) out += f.type + "\n";
-    const bool is_info = name == "spindle_info";
-    const bool mean = name.ends_with("_ratio") && f.type.ends_with(" gauge");
+    // Per-rank averages (an accept rate, an accept length) have no exact total from the ranks'
+    // values: per rank only; their counters' totals give the pool-wide figure.
+    const bool is_gauge = f.type.ends_with(" gauge");
+    const bool is_info = name == "spindle_info" || (is_gauge && (name.ends_with("_rate") || name.ends_with("_length")));
+    const bool mean = name.ends_with("_ratio") && is_gauge;
     if (!is_info) {
       for (const std::string& key : f.keys) {
         const Sample& s = f.totals.at(key);

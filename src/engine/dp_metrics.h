@@ -5,9 +5,11 @@
 // For every metric family, in the order rank 0 renders them (families only other ranks have
 // follow): its HELP and TYPE once, then the total series (the family's label sets without
 // dp_rank, summed over the ranks), then every rank's series with dp_rank="R" as the first label.
-// Exceptions: spindle_info has no total (ranks may choose different backends), and a gauge whose
-// name ends in _ratio totals to the mean over the ranks (the ranks' pools are equal-sized, so
-// the mean is the pool-wide ratio). Totals come first in each family, so a scraper that takes
+// Exceptions: spindle_info has no total (ranks may choose different backends), nor has a gauge
+// whose name ends in _rate or _length (a per-rank average such as the speculative accept rate;
+// its counters' totals give the pool-wide figure), and a gauge whose name ends in _ratio totals
+// to the mean over the ranks (the ranks' pools are equal-sized, so the mean is the pool-wide
+// ratio). Totals come first in each family, so a scraper that takes
 // the first series of a family (the Gateway API Inference Extension's endpoint picker with a
 // metric spec without labels) reads the total. In PromQL select totals with {dp_rank=""}.
 #pragma once

@@ -42,7 +42,9 @@ std::string rank1() {
   replace("{phase=\"decode\"} 10", "{phase=\"decode\"} 7");
   replace("spindle_ttft_seconds_sum 0.25", "spindle_ttft_seconds_sum 0.5");
   replace("backend=\"a\"", "backend=\"b\"");
-  return t + "# HELP spindle_spec_new Only rank 1 has it.\n# TYPE spindle_spec_new counter\nspindle_spec_new 4\n";
+  return t + "# HELP spindle_spec_new Only rank 1 has it.\n# TYPE spindle_spec_new counter\nspindle_spec_new 4\n" +
+         "# HELP spindle_spec_accept_rate A per-rank average.\n# TYPE spindle_spec_accept_rate gauge\n"
+         "spindle_spec_accept_rate 0.5\n";
 }
 
 TEST(DpMetricsTest, TotalsFirstThenEveryRank) {
@@ -59,6 +61,8 @@ TEST(DpMetricsTest, TotalsFirstThenEveryRank) {
   EXPECT_THAT(out, HasSubstr("spindle_info{dp_rank=\"1\",model=\"m\",backend=\"b\"} 1\n"));
   EXPECT_THAT(out, Not(HasSubstr("spindle_info{model")));  // no total for the info metric
   EXPECT_THAT(out, HasSubstr("spindle_spec_new 4\nspindle_spec_new{dp_rank=\"1\"} 4\n"));
+  // An average has no total, only its ranks' values.
+  EXPECT_THAT(out, HasSubstr("# TYPE spindle_spec_accept_rate gauge\nspindle_spec_accept_rate{dp_rank=\"1\"} 0.5\n"));
   // HELP and TYPE once per family.
   size_t n = 0;
   for (size_t at = out.find("# TYPE spindle_steps_total "); at != std::string::npos;

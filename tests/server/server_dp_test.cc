@@ -115,6 +115,49 @@ TEST(ServerDpTest, ConcurrentRequestsRunOnBothRanksWithTheOneRankOutputs) {
   EXPECT_THAT(server->log(), HasSubstr("rank 1: KV plan:"));
 }
 
+// Speculative decoding in every rank (each its own draft model, or n-gram proposer) keeps the
+// one-rank greedy outputs under concurrency, and both ranks speculate.
+TEST(ServerDpTest, SpeculativeDecodingRunsInEveryRank) {
+  std::vector<std::string> expected;
+  {
+    auto one = start_or_fail({"--max-total-tokens", "4096"});
+    ASSERT_NE(one, nullptr);
+    auto client = one->client();
+    for (const auto& p : kPrompts) expected.push_back(text_of(post(*client, "/v1/completions", greedy(p))));
+  }
+  const std::string draft = std::string(SPINDLE_SOURCE_DIR) + "/models/kjv-draft";
+  for (const std::vector<std::string>& spec :
+       {std::vector<std::string>{"--speculative-algorithm", "draft", "--speculative-draft-model-path", draft},
+        std::vector<std::string>{"--speculative-algorithm", "ngram"}}) {
+    std::vector<std::string> args = {"--dp-size", "2", "--max-total-tokens", "4096", "--speculative-always"};
+    args.insert(args.end(), spec.begin(), spec.end());
+    auto server = start_or_fail(args);
+    ASSERT_NE(server, nullptr) << spec[1];
+    std::vector<std::future<std::string>> replies;
+    for (const auto& p : kPrompts) {
+      replies.push_back(std::async(std::launch::async, [&, p] {
+        auto c = server->client();
+        return text_of(post(*c, "/v1/completions", greedy(p)));
+      }));
+    }
+    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(replies[i].get(), expected[i]) << spec[1] << ": " << kPrompts[i];
+    auto client = server->client();
+    EXPECT_TRUE(kv_settled(*client));
+    const auto m = all_series(*client);
+    EXPECT_GT(series(m, rank_series("spindle_requests_finished_total", 0)), 0);
+    EXPECT_GT(series(m, rank_series("spindle_requests_finished_total", 1)), 0);
+    EXPECT_GT(series(m, rank_series("spindle_spec_decode_num_drafts_total", 0)), 0) << spec[1] << ": rank 0 never speculated";
+    EXPECT_GT(series(m, rank_series("spindle_spec_decode_num_drafts_total", 1)), 0) << spec[1] << ": rank 1 never speculated";
+    EXPECT_EQ(series(m, "spindle_spec_decode_num_drafts_total"),
+              series(m, rank_series("spindle_spec_decode_num_drafts_total", 0)) +
+                  series(m, rank_series("spindle_spec_decode_num_drafts_total", 1)));
+    if (spec[1] == "draft") {
+      EXPECT_THAT(server->log(), HasSubstr("rank 1: draft model"));
+      EXPECT_THAT(server->log(), HasSubstr("rank 1: KV plan, draft model"));
+    }
+  }
+}
+
 TEST(ServerDpTest, PrefixAwareRoutingKeepsASharedPrefixOnOneRankAndSpreadsUnrelatedPrompts) {
   auto server = start_or_fail({"--dp-size", "2", "--max-total-tokens", "4096", "--load-balance-method", "prefix_cache_aware"});
   ASSERT_NE(server, nullptr);
