@@ -178,10 +178,11 @@ TEST(ServerDpTest, PrefixAwareRoutingKeepsASharedPrefixOnOneRankAndSpreadsUnrela
   EXPECT_GT(series(m, rank_series("spindle_prefix_cache_hits_total", shared)), 0) << "the prefix was reused";
   EXPECT_EQ(series(m, "spindle_router_decisions_total{method=\"prefix_cache_aware\",reason=\"prefix_match\"}"), 5);
 
-  // Unrelated prompts (no page in common, several pages each) spread over both ranks.
+  // Unrelated prompts (no page in common, longer than the shared rank's whole index, so the
+  // smaller index alternates even when the loads tie) spread over both ranks.
   for (int i = 0; i < 8; ++i) {
-    const std::string p = std::to_string(i) + " " + kPrompts[static_cast<size_t>(i)] + ", " +
-                          kPrompts[static_cast<size_t>((i + 3) % 8)] + ", " + kPrompts[static_cast<size_t>((i + 5) % 8)];
+    std::string p = std::to_string(i);
+    for (int k = 0; k < 12; ++k) p += ", " + kPrompts[static_cast<size_t>((i + 3 * k) % 8)];
     const JsonReply r = post(*client, "/v1/completions", greedy(p, 4));
     ASSERT_EQ(r.status, 200) << r.body;
   }
