@@ -247,6 +247,18 @@ void Engine::finish_over_capacity() {
   }
 }
 
+namespace {
+constexpr double kAcceptanceDecay = 0.9;  // per verify: about the last 10 verifies count
+}  // namespace
+
+double Engine::acceptance_of(const RequestOutputState& o) const {
+  // Per-token acceptance a = accepted / (accepted + rejected) with the pool's counts as a prior
+  // worth two verifies (and an even prior of 1 + 1 before anything was verified).
+  const double all = spec_accepted_all_ + spec_rejected_all_;
+  const double prior_a = all > 0 ? spec_accepted_all_ / all : 0.5;
+  return (o.spec_accepted + 2 * prior_a) / (o.spec_accepted + o.spec_rejected + 2);
+}
+
 bool Engine::propose_drafts() {
   const auto running = scheduler_.running_requests();
   for (Request* r : running) r->draft.clear();
@@ -271,7 +283,14 @@ bool Engine::propose_drafts() {
     proposal_requests_.push_back(q);
   }
   if (proposal_requests_.empty()) return false;
-  if (!cost_model_.should_speculate(num_decoding)) {
+  // The benefit: each candidate's expected tokens at its measured acceptance, 1 for the rest.
+  double expected = num_decoding - static_cast<double>(proposal_requests_.size());
+  for (const spec::ProposalRequest& q : proposal_requests_) {
+    expected += spec::expected_tokens(acceptance_of(*outputs_.at(q.request->id)), q.max_draft_tokens);
+  }
+  const bool speculate = cost_model_.should_speculate(num_decoding, expected);
+  if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
+  if (!speculate) {
     metrics_.update([](MetricsSnapshot& s) { ++s.spec_skipped_steps; });
     return false;
   }
@@ -395,9 +414,7 @@ void Engine::run_step() {
   metrics_.observe_step(t);
   if (decode) {
     const int tokens = static_cast<int>(metrics_.snapshot().generation_tokens_total - tokens_before);
-    cost_model_.record(speculated, static_cast<int>(plan.sequences.size()), tokens,
-                       seconds_between(step_start, Clock::now()));
-    if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
+    cost_model_.record(speculated, static_cast<int>(plan.sequences.size()), seconds_between(step_start, Clock::now()));
     ++window_.steps;
     window_.tokens += static_cast<uint64_t>(tokens);
     if (options_.decode_log_interval > 0 && window_.steps >= options_.decode_log_interval) log_decode_window(num_running);
@@ -411,6 +428,11 @@ void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Veri
     if (static_cast<int>(i) < a) ++r.num_accepted_draft_tokens;
     accept_token(r, o, v.tokens[i]);
   }
+  const double rejected = a < k ? 1.0 : 0.0;
+  o.spec_accepted = kAcceptanceDecay * o.spec_accepted + a;
+  o.spec_rejected = kAcceptanceDecay * o.spec_rejected + rejected;
+  spec_accepted_all_ = kAcceptanceDecay * spec_accepted_all_ + a;
+  spec_rejected_all_ = kAcceptanceDecay * spec_rejected_all_ + rejected;
   window_.spec_accepted += static_cast<uint64_t>(a + 1);
   window_.spec_forwards += 1;
   window_.spec_drafted += static_cast<uint64_t>(k);
