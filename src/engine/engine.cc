@@ -424,10 +424,6 @@ void Engine::run_step() {
 void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v) {
   const int k = static_cast<int>(r.draft.size());
   const int a = v.num_accepted_drafts;
-  for (size_t i = 0; i < v.tokens.size() && !r.finished; ++i) {
-    if (static_cast<int>(i) < a) ++r.num_accepted_draft_tokens;
-    accept_token(r, o, v.tokens[i]);
-  }
   const double rejected = a < k ? 1.0 : 0.0;
   o.spec_accepted = kAcceptanceDecay * o.spec_accepted + a;
   o.spec_rejected = kAcceptanceDecay * o.spec_rejected + rejected;
@@ -445,7 +441,11 @@ void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Veri
     s.spec_num_accepted_draft_tokens += static_cast<uint64_t>(a);
     if (s.spec_accepted_per_position.size() < static_cast<size_t>(k)) s.spec_accepted_per_position.resize(k, 0);
     for (int i = 0; i < a; ++i) ++s.spec_accepted_per_position[static_cast<size_t>(i)];
-  });
+  });  // The tokens last: a client that read its final event sees the counts of its last verify.
+  for (size_t i = 0; i < v.tokens.size() && !r.finished; ++i) {
+    if (static_cast<int>(i) < a) ++r.num_accepted_draft_tokens;
+    accept_token(r, o, v.tokens[i]);
+  }
 }
 
 void Engine::log_decode_window(int num_running) {
