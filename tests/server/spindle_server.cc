@@ -163,7 +163,7 @@ std::unique_ptr<SpindleServer> SpindleServer::start(const std::vector<std::strin
       argv = {setpriv, "--pdeathsig", "KILL", "--"};
     }
     argv.insert(argv.end(), {spindle_binary(), "serve", "--port", std::to_string(s->port_), "--no-backend-cache",
-                             "--attention-backend-policy", "priority"});
+                             "--attention-backend-policy", "priority", "--enable-debug-routes"});
     argv.insert(argv.end(), args.begin(), args.end());
 
     posix_spawn_file_actions_t actions;

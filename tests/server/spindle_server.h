@@ -35,7 +35,8 @@ ChildResult run_child(const std::vector<std::string>& argv, std::chrono::seconds
 // The executable `name` on PATH, or "" when there is none.
 std::string find_on_path(const std::string& name);
 
-// `spindle serve --port P --no-backend-cache --attention-backend-policy priority ARGS...` with its
+// `spindle serve --port P --no-backend-cache --attention-backend-policy priority
+// --enable-debug-routes ARGS...` (the debug route serves kv_settled's integrity check) with its
 // output in a log file. Stopped (SIGTERM, then SIGKILL after 10 s) by stop() or the destructor,
 // and killed when the thread that started it exits (start it from the main thread).
 class SpindleServer {
