@@ -19,6 +19,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int kSocketSendBufferBytes = 256 << 10;
+
 // How many connections past max_connections are still read (to answer /health, or 503).
 int overflow_slack(const HttpServerOptions& o) { return std::max(64, o.max_connections / 16); }
 
@@ -277,6 +279,10 @@ void HttpServer::Impl::on_accepted(tcp::socket socket) {
   }
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
+  // A fixed send buffer: the kernel's autotuning would let each connection queue up to
+  // tcp_wmem's maximum (4 MiB) for a client that does not read; this bounds it per connection,
+  // so such a client reaches the write timeout.
+  socket.set_option(asio::socket_base::send_buffer_size(kSocketSendBufferBytes), ignored);
   auto session = std::make_shared<Session>(std::move(socket), *this, overflow);
   {
     std::lock_guard lock(mutex);

@@ -87,7 +87,10 @@ void Session::await_request() {
   }
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
-  parser_->body_limit(server_.options.max_body_bytes);
+  // No body limit while the head is read: a Content-Length over the limit is refused in
+  // on_header after the encoding check (a compressed body is 415 whatever its size), and the
+  // limit is set there before any body byte is read (Beast then counts chunked bodies against it).
+  parser_->body_limit(boost::none);
   route_ = Route::kNotFound;
   abort_reason_.reset();
   cors_origin_.clear();
@@ -173,6 +176,11 @@ void Session::on_header(beast::error_code ec) {
                                                    std::string(it->value()))));
     return;
   }
+  if (const auto length = parser_->content_length(); length && *length > o.max_body_bytes) {
+    on_read_error(http::error::body_limit);
+    return;
+  }
+  parser_->body_limit(o.max_body_bytes);
   route_ = server_.route(req, &model_id_);
   Reject why = Reject::kCount;
   if (auto refused = server_.check_access(req, route_, &why, &cors_origin_)) {
@@ -357,9 +365,9 @@ void Session::start_generation(std::shared_ptr<GenerationRequest> request, Submi
   stream_.expires_after(seconds(server_.options.write_timeout_s));
   http::async_write_header(stream_, *head_sr_, [self = shared_from_this()](beast::error_code ec, size_t) {
     self->writing_ = false;
+    if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
     if (self->state_ == State::kClosed) return;
     if (ec) {
-      if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
       self->close();
       return;
     }
@@ -398,10 +406,11 @@ void Session::write_events(std::string text) {
   asio::async_write(stream_, http::make_chunk(asio::buffer(events_)),
                     [self = shared_from_this()](beast::error_code ec, size_t) {
                       self->writing_ = false;
+                      // A client that does not read is cut off here (counted even when the hang-up
+                      // watch saw the closed socket first); closing cancels its request.
+                      if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
                       if (self->state_ == State::kClosed) return;
                       if (ec) {
-                        // A client that does not read is cut off here; closing cancels its request.
-                        if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
                         self->close();
                         return;
                       }
@@ -468,9 +477,9 @@ void Session::respond(HttpResponse res) {
   http::async_write(stream_, *res_, [self = shared_from_this()](beast::error_code ec, size_t) {
     self->writing_ = false;
     self->res_.reset();
+    if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
     if (self->state_ == State::kClosed) return;
     if (ec) {
-      if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
       self->close();
       return;
     }
