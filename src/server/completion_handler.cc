@@ -45,6 +45,9 @@ std::string logprob_token_text(const tokenizer::Tokenizer& tokenizer, TokenId to
 }
 
 Submitted submit_request(engine::Engine& engine, GenerationRequest& r) {
+  if (std::string reason = engine.metrics().snapshot().unhealthy_reason; !reason.empty()) {
+    throw ApiError(503, "server_unhealthy", "", "the server is unhealthy and must be restarted: " + reason);
+  }
   if (!r.model.empty() && r.model != engine.model_name()) {
     throw ApiError(404, "invalid_request_error", "model",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, engine.model_name()));

@@ -2,8 +2,8 @@
 // or server-sent-event chunks as the engine produces them. Transport-free: the HTTP layer calls
 // these from whatever thread it likes; nothing here waits for the engine.
 //
-// The engine is used only through submit, tokenizer, chat_template, max_model_len, vocab_size
-// and model_name, so a front object with the same methods can stand in for it.
+// The engine is used only through submit, tokenizer, chat_template, max_model_len, vocab_size,
+// model_name and metrics (its health), so a front object with the same methods can stand in for it.
 #pragma once
 
 #include <memory>
@@ -30,7 +30,8 @@ struct Submitted {
 
 // Validates a parsed request against the engine (model name, context length, vocabulary),
 // tokenizes it and submits its n choices (choice i > 0 with seed + i when a seed is given).
-// Throws ApiError (400, 404, 503 when the queue is full: choices already submitted are cancelled).
+// Throws ApiError (400, 404, 503 when the queue is full: choices already submitted are cancelled;
+// 503 once the engine is unhealthy).
 Submitted submit_request(engine::Engine& engine, GenerationRequest& request);
 
 // The text of a token in a logprob entry: its bytes as they stand inside a decoded text

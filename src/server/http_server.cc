@@ -192,9 +192,15 @@ std::optional<ApiError> HttpServer::Impl::check_access(const HttpRequest& req, R
 }
 
 HttpResponse HttpServer::Impl::health(unsigned version) const {
-  const bool ready = engine.load() != nullptr;
-  return make_response(ready ? http::status::ok : http::status::service_unavailable, version,
-                       to_json_text(json{{"status", ready ? "ok" : "loading"}}));
+  engine::Engine* e = engine.load();
+  if (e == nullptr) {
+    return make_response(http::status::service_unavailable, version, to_json_text(json{{"status", "loading"}}));
+  }
+  if (std::string reason = e->metrics().snapshot().unhealthy_reason; !reason.empty()) {
+    return make_response(http::status::service_unavailable, version,
+                         to_json_text(json{{"status", "unhealthy"}, {"reason", std::move(reason)}}));
+  }
+  return make_response(http::status::ok, version, to_json_text(json{{"status", "ok"}}));
 }
 
 std::string HttpServer::Impl::render_http_metrics() const {

@@ -439,3 +439,60 @@ TEST(ServerHostileTest, StartupFailureExitsNonZeroPromptly) {
 
 }  // namespace
 }  // namespace spindle::testing
+
+namespace spindle::testing {
+namespace {
+
+// Starts a server with SPINDLE_SAMPLER_FAULT set (the test-only fault in engine/sampler.h).
+std::unique_ptr<SpindleServer> start_with_fault(const std::string& fault) {
+  ::setenv("SPINDLE_SAMPLER_FAULT", fault.c_str(), 1);
+  auto server = start_server({});
+  ::unsetenv("SPINDLE_SAMPLER_FAULT");
+  return server;
+}
+
+// NaN logits end that request with an error (whole: 500; streamed: an error event, then
+// [DONE]) and are counted; other requests and /health are unaffected.
+TEST(ServerFaultTest, NonFiniteLogitsEndTheRequestWithAnError) {
+  auto server = start_with_fault("nan:4242");
+  ASSERT_NE(server, nullptr);
+  auto client = server->client();
+  const JsonReply bad = post(*client, "/v1/completions", json{{"prompt", "And God said"}, {"max_tokens", 8}, {"seed", 4242}});
+  expect_api_error(bad, 500, "", "NaN logits");
+  EXPECT_THAT(bad.json["error"].value("message", ""), ::testing::HasSubstr("non-finite logits"));
+  const SseReply streamed = post_stream(*client, "/v1/completions",
+                                        json{{"prompt", "And God said"}, {"max_tokens", 8}, {"seed", 4242}, {"stream", true}});
+  EXPECT_EQ(streamed.status, 200);
+  EXPECT_TRUE(streamed.done);
+  ASSERT_FALSE(streamed.events.empty());
+  EXPECT_TRUE(streamed.events.back().contains("error")) << streamed.raw;
+  const JsonReply ok = post(*client, "/v1/completions", json{{"prompt", "And God said"}, {"max_tokens", 8}, {"seed", 1}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(get(*client, "/health").status, 200);
+  const auto m = server_metrics(*client);
+  EXPECT_EQ(metric(m, "spindle_non_finite_logits_total"), 2);
+  EXPECT_EQ(metric(m, "spindle_healthy"), 1);
+  EXPECT_TRUE(kv_settled(*client));
+}
+
+// A failed step (as a device error would fail it) turns the server unhealthy: /health is 503
+// with the reason, and new requests are refused with 503 instead of running on.
+TEST(ServerFaultTest, AFailedStepMarksTheServerUnhealthy) {
+  auto server = start_with_fault("throw:77");
+  ASSERT_NE(server, nullptr);
+  auto client = server->client();
+  expect_api_error(post(*client, "/v1/completions", json{{"prompt", "And God said"}, {"max_tokens", 4}, {"seed", 77}}), 500,
+                   "", "the failing request");
+  const JsonReply health = get(*client, "/health");
+  EXPECT_EQ(health.status, 503);
+  EXPECT_EQ(health.json.value("status", ""), "unhealthy");
+  EXPECT_THAT(health.json.value("reason", ""), ::testing::HasSubstr("injected step failure"));
+  const JsonReply refused = post(*client, "/v1/completions", json{{"prompt", "And God said"}, {"max_tokens", 4}});
+  expect_api_error(refused, 503, "", "after the failure");
+  EXPECT_EQ(refused.json["error"].value("type", ""), "server_unhealthy");
+  EXPECT_EQ(metric(server_metrics(*client), "spindle_step_failures_total"), 1);
+  EXPECT_TRUE(server->alive());
+}
+
+}  // namespace
+}  // namespace spindle::testing
