@@ -142,6 +142,10 @@ void Engine::loop() {
     } catch (const std::exception& e) {
       // A step failed (should not happen): fail every request rather than the process.
       spdlog::error("engine step failed: {}", e.what());
+      metrics_.update([&](MetricsSnapshot& s) {  // the server turns unhealthy (device errors are sticky)
+        ++s.step_failures_total;
+        if (s.unhealthy_reason.empty()) s.unhealthy_reason = std::string("an engine step failed: ") + e.what();
+      });
       fail_all(e.what());
     }
     publish_gauges();
@@ -408,7 +412,7 @@ void Engine::run_step() {
   }
   metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
   const int num_running = scheduler_.num_running();
-  for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/true);
+  for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/!r->failed);
   t.output += timer.lap();
   t.decode = decode;
   metrics_.observe_step(t);
@@ -483,6 +487,19 @@ bool Engine::is_stop_token(const RequestOutputState& o, TokenId token) const {
 }
 
 void Engine::accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled) {
+  if (sampled.non_finite) {  // NaN or Inf logits: no token; this request ends with an error
+    RequestOutput out;
+    out.finished = true;
+    out.finish_reason = FinishReason::kError;
+    out.error = "the model produced non-finite logits (NaN or Inf)";
+    out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+    out.num_output_tokens = static_cast<int>(r.output.size());
+    r.finished = true;
+    r.failed = true;  // its KV may hold non-finite values: the prefix cache must not keep them
+    metrics_.update([](MetricsSnapshot& s) { ++s.non_finite_logits_total; });
+    o.stream->push(std::move(out));
+    return;
+  }
   const auto now = Clock::now();
   if (r.output.empty()) {
     metrics_.observe_time_to_first_token(seconds_between(r.arrival, now));

@@ -164,7 +164,11 @@ TEST(VerifyOnHostTest, PointMassDraftsReproducePlainSampling) {
 TEST(VerifySampledTest, AcceptsWhileDrawsEqualDrafts) {
   auto drawn = [](std::vector<TokenId> ids) {
     std::vector<SampledToken> out;
-    for (TokenId t : ids) out.push_back({t, 0.0f, {}});
+    for (TokenId t : ids) {
+      SampledToken s;
+      s.token = t;
+      out.push_back(s);
+    }
     return out;
   };
   Verified v = verify_sampled(drawn({5, 6, 9, 1}), std::vector<TokenId>{5, 6, 7});
