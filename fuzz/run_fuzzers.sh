@@ -14,9 +14,10 @@ for pkg in clang libclang-rt-14-dev; do
 done
 CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "${root}" -B "${build}" -G Ninja \
   -DSPINDLE_FUZZ=ON -DSPINDLE_CUDA=OFF -DSPINDLE_TESTS=OFF >/dev/null
-ninja -C "${build}" fuzz_safetensors_header fuzz_model_config
+ninja -C "${build}" fuzz_safetensors_header fuzz_model_config fuzz_request_json fuzz_tokenizer_json
 mkdir -p "${build}/artifacts"
-for pair in "fuzz_safetensors_header:safetensors" "fuzz_model_config:config"; do
+targets="${SPINDLE_FUZZ_TARGETS:-fuzz_safetensors_header:safetensors fuzz_model_config:config fuzz_request_json:request fuzz_tokenizer_json:tokenizer}"
+for pair in ${targets}; do
   target="${pair%%:*}"
   corpus="${pair##*:}"
   scratch="${build}/corpus/${corpus}"

@@ -16,7 +16,8 @@ PACKAGES=(
   # libdnnl-dev only *Recommends* these, and we install with --no-install-recommends.
   ocl-icd-opencl-dev opencl-headers
   nlohmann-json3-dev     # JSON
-  libcpp-httplib-dev     # HTTP server
+  libboost1.81-dev       # Boost.Beast/Asio (header-only): the HTTP server
+  libcpp-httplib-dev     # HTTP client of the end-to-end server tests
   libspdlog-dev libfmt-dev
   libcli11-dev           # command line
   libpcre2-dev           # tokenizer pre-split regexes

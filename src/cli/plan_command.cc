@@ -99,6 +99,8 @@ nlohmann::json plan_json(const std::string& dir, const ModelConfig& model, const
           {"num_sequences_per_rank", p.num_sequences_per_rank},
           {"num_sequences", p.num_sequences_per_rank * p.dp_size},
           {"prefix_cache", kv_config.enable_prefix_cache},
+          {"draft_kv_bytes_per_token", p.draft_kv_bytes_per_token},
+          {"draft_kv_bytes_per_rank", p.draft_kv_bytes_per_rank},
           {"ranks", ranks}};
 }
 
@@ -128,6 +130,11 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
              format_bytes(p.kv_bytes_per_token), layout.num_layers, layout.num_kv_heads, layout.head_dim,
              dtype_size(layout.dtype));
   fmt::print("  page                {:>12}  {} tokens\n", format_bytes(p.bytes_per_page), p.page_size);
+  if (p.draft_kv_bytes_per_token > 0) {
+    fmt::print("  draft KV per token  {:>12}  the draft model's own pool, as many pages (a page costs {} of the "
+               "budget for both)\n",
+               format_bytes(p.draft_kv_bytes_per_token), format_bytes(p.bytes_per_page + p.draft_bytes_per_page));
+  }
   fmt::print("  memory holds        {:>12}  tokens per rank{}\n", p.memory_max_total_tokens,
              p.capped_by_page_ids ? " (capped by the int32 page-id range)" : "");
   const int64_t prefix_tokens = p.prefix_cache_pages < 0 ? -1 : p.prefix_cache_pages * p.page_size;
@@ -153,11 +160,14 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
                p.prefix_cache_pages, p.prefix_cache_source == "auto" ? "auto: a quarter of the running pages" : "--prefix-cache-tokens",
                p.max_running_requests > 0 ? "; beyond it evicted and given back to the OS" : "");
   }
-  fmt::print("  resident at most    {:>12}  {}workspace + reserve + KV pool\n", format_bytes(p.resident_bound_bytes),
-             p.weights_subtracted ? "weights + " : "");
+  fmt::print("  resident at most    {:>12}  {}workspace + reserve + KV pool{}\n", format_bytes(p.resident_bound_bytes),
+             p.weights_subtracted ? "weights + " : "", p.draft_kv_bytes_per_token > 0 ? "s (target and draft)" : "");
   for (const auto& r : p.ranks) {
     fmt::print("  rank {}: pages [{}, {}), {} tokens, {}\n", r.rank, r.first_page, r.first_page + r.num_pages,
                r.max_total_tokens, format_bytes(r.kv_bytes));
+    if (p.draft_kv_bytes_per_token > 0) {
+      fmt::print("  rank {}: draft pool {} pages, {}\n", r.rank, r.num_pages, format_bytes(p.draft_kv_bytes_per_rank));
+    }
   }
 }
 
@@ -181,14 +191,36 @@ void run_plan(const PlanArgs& args) {
   device = config::bind_worker_device(resolved, device);
   const kv::KvLayout layout = startup::kv_layout_for(model, resolved.kv_dtype, resolved.page_size);
 
+  // --speculative-algorithm draft: the draft's weights, its own KV pool (as many pages, its bytes
+  // per token) and its workspace (estimated from its shape) are planned next to the target's.
+  uint64_t draft_weight_bytes = 0, draft_kv_bytes_per_token = 0, draft_workspace = 0;
+  if (resolved.spec.algorithm == config::SpecAlgorithm::kDraft) {
+    const ModelConfig draft = load_model_config(resolved.spec.draft_model_path);
+    const Checkpoint checkpoint(resolved.spec.draft_model_path);
+    check_weights(draft, checkpoint);
+    draft_weight_bytes = weight_stats(checkpoint).num_bytes;
+    draft_kv_bytes_per_token = startup::kv_layout_for(draft, resolved.kv_dtype, resolved.page_size).bytes_per_token();
+    draft_workspace = startup::estimate_workspace_bytes(draft, resolved.kv.max_num_batched_tokens);
+  }
+  auto with_draft = [&](MemoryInfo memory) {  // CUDA: the draft's weights would be resident too
+    if (on_cuda) memory.usable_bytes -= std::min(memory.usable_bytes, draft_weight_bytes);
+    return memory;
+  };
+  const uint64_t cpu_draft_weights = on_cuda ? 0 : draft_weight_bytes;
+
   kv::KvPlan plan;
   if (args.estimate_workspace) {
     const Checkpoint checkpoint(args.model_dir);
     check_weights(model, checkpoint);
     const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
     const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
-    plan = startup::plan_kv_cache(resolved.kv, layout, model, memory, weight_bytes, {}, false,
-                                  on_cuda ? 0 : resolved.max_running_requests);
+    const startup::WorkspaceProbe estimate = [&](int tokens) {
+      return startup::estimate_workspace_bytes(model, tokens) + draft_workspace;
+    };
+    plan = startup::plan_kv_cache(resolved.kv, layout, model, with_draft(memory), weight_bytes + cpu_draft_weights,
+                                  estimate, false, on_cuda ? 0 : resolved.max_running_requests,
+                                  draft_kv_bytes_per_token);
+    plan.workspace_source = "estimated";
   } else {
     ThreadPool pool(resolved.num_threads);
     LoadOptions options;
@@ -200,10 +232,12 @@ void run_plan(const PlanArgs& args) {
     engine::Runner runner(*loaded, *backends.prefill, *backends.decode);
     // CUDA: free memory read with the weights resident, before the profiling forward.
     const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
+    const startup::WorkspaceProbe measured =
+        startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len);
     plan = startup::plan_kv_cache(
-        resolved.kv, layout, model, memory, loaded->weight_bytes(),
-        startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len),
-        /*usable_after_weights=*/on_cuda, on_cuda ? 0 : resolved.max_running_requests);
+        resolved.kv, layout, model, with_draft(memory), loaded->weight_bytes() + cpu_draft_weights,
+        [&](int tokens) { return measured(tokens) + draft_workspace; },
+        /*usable_after_weights=*/on_cuda, on_cuda ? 0 : resolved.max_running_requests, draft_kv_bytes_per_token);
   }
   if (args.json) {
     std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan).dump(2) << std::endl;
@@ -222,6 +256,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
   config::add_kv_flags(*cmd, args->flags.kv);
   config::add_scheduler_flags(*cmd, args->flags);
+  config::add_spec_flags(*cmd, args->flags.spec);
   cmd->add_option("--device", args->flags.device,
                   "Plan for cpu (default) or cuda / cuda:N (weights loaded onto that GPU, its free memory read)");
   cmd->add_option("--threads", args->flags.num_threads, "CPU threads for the profiling forward (all usable cores)");

@@ -22,7 +22,6 @@ std::shared_ptr<RequestStream> DpGroup::submit(std::vector<TokenId> prompt, Samp
   if (ranks_.size() == 1) {  // no routing, and the engine's own errors as they are
     {
       std::lock_guard lock(mutex_);
-      if (!health_[0].up) throw EngineOverloaded("the engine has failed: " + health_[0].error);
       ++num_routed_[0];
     }
     return front().submit(std::move(prompt), std::move(params));
@@ -30,7 +29,7 @@ std::shared_ptr<RequestStream> DpGroup::submit(std::vector<TokenId> prompt, Samp
   std::lock_guard lock(mutex_);
   std::vector<RankLoad> loads(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    loads[r].available = health_[r].up;
+    loads[r].available = health_[r].up && ranks_[r].metrics->snapshot().unhealthy_reason.empty();
     loads[r].load_tokens = ranks_[r].engine->num_load_tokens();
   }
   std::string last_error = "every data-parallel rank has failed";
@@ -67,12 +66,32 @@ void DpGroup::mark_failed(int rank, const std::string& reason) {
 }
 
 DpHealth DpGroup::health() const {
-  std::lock_guard lock(mutex_);
   DpHealth out;
-  out.ranks = health_;
+  {
+    std::lock_guard lock(mutex_);
+    out.ranks = health_;
+  }
   int up = 0;
-  for (const auto& h : health_) up += h.up ? 1 : 0;
-  out.status = up == dp_size() ? "ok" : up > 0 ? "degraded" : "failed";
+  for (auto& h : out.ranks) {
+    // The engine's own record of a failed step (set before its requests fail).
+    if (std::string reason = ranks_[static_cast<size_t>(h.rank)].metrics->snapshot().unhealthy_reason;
+        !reason.empty() && h.up) {
+      h.up = false;
+      h.error = std::move(reason);
+    }
+    up += h.up ? 1 : 0;
+  }
+  out.status = up == dp_size() ? "ok" : up > 0 ? "degraded" : "unhealthy";
+  return out;
+}
+
+std::string DpGroup::unhealthy_reason() const {
+  const DpHealth h = health();
+  if (h.status != "unhealthy") return "";
+  if (ranks_.size() == 1) return h.ranks.front().error;
+  std::string out = "every DP rank failed:";
+  for (const auto& r : h.ranks) out += fmt::format(" rank {}: {};", r.rank, r.error);
+  out.pop_back();
   return out;
 }
 
@@ -92,11 +111,14 @@ std::string DpGroup::render_metrics() const {
     for (const Rank& r : ranks_) texts.push_back(r.metrics->render());
     out = merge_rank_metrics(texts);
   }
+  const DpHealth health_now = health();
   std::lock_guard lock(mutex_);
   out += fmt::format("# HELP spindle_dp_size Data-parallel engine ranks.\n# TYPE spindle_dp_size gauge\nspindle_dp_size {}\n",
                      dp_size());
   out += "# HELP spindle_dp_rank_up 1 while the rank is in rotation, 0 once it failed.\n# TYPE spindle_dp_rank_up gauge\n";
-  for (const auto& h : health_) out += fmt::format("spindle_dp_rank_up{{dp_rank=\"{}\"}} {}\n", h.rank, h.up ? 1 : 0);
+  for (const auto& h : health_now.ranks) {
+    out += fmt::format("spindle_dp_rank_up{{dp_rank=\"{}\"}} {}\n", h.rank, h.up ? 1 : 0);
+  }
   out += "# HELP spindle_dp_rank_failures_total Engine steps of the rank that threw.\n"
          "# TYPE spindle_dp_rank_failures_total counter\n";
   for (const auto& h : health_) {

@@ -8,7 +8,8 @@
 // failed: ..."), and mark_failed() takes it out of rotation for good: health() says "degraded"
 // and which rank, /metrics spindle_dp_rank_up{dp_rank="R"} 0. It is not restarted in-process
 // (its state after an unknown fault is not trusted); the process is restarted when no rank is
-// left (health "failed", HTTP 503, a liveness probe's cue). What in-process ranks cannot isolate:
+// left (health "unhealthy", HTTP 503, a liveness probe's cue). A rank is down once its engine
+// reported a failed step (MetricsSnapshot::unhealthy_reason) or mark_failed() was called. What in-process ranks cannot isolate:
 // a crash (SIGSEGV) or a hang inside one rank takes or stalls the whole process.
 //
 // Thread-safe: HTTP threads call everything; mark_failed comes from a rank's engine thread.
@@ -34,7 +35,7 @@ struct DpRankHealth {
 };
 
 struct DpHealth {
-  std::string status;  // "ok" (every rank up), "degraded" (some), "failed" (none)
+  std::string status;  // "ok" (every rank up), "degraded" (some), "unhealthy" (none)
   std::vector<DpRankHealth> ranks;
 };
 
@@ -69,6 +70,9 @@ class DpGroup {
   // Every rank's KV integrity check (engine/engine.h), including failed ranks'.
   bool kv_integrity_ok();
   DpHealth health() const;
+  // "" while some rank serves; else why (one rank: its engine's reason, as the single engine
+  // reported it; N: every rank's). The server then answers 503 server_unhealthy.
+  std::string unhealthy_reason() const;
   // Takes rank out of rotation (its engine thread calls it from EngineOptions::on_step_failure).
   void mark_failed(int rank, const std::string& reason);
 

@@ -99,11 +99,13 @@ std::string merge_rank_metrics(const std::vector<std::string>& rank_texts) {
     const bool is_gauge = f.type.ends_with(" gauge");
     const bool is_info = name == "spindle_info" || (is_gauge && (name.ends_with("_rate") || name.ends_with("_length")));
     const bool mean = name.ends_with("_ratio") && is_gauge;
+    const bool any = name == "spindle_healthy";  // the server serves while any rank does
     if (!is_info) {
       for (const std::string& key : f.keys) {
         const Sample& s = f.totals.at(key);
         double v = f.sums.at(key);
         if (mean) v /= f.counts.at(key);
+        if (any) v = v > 0 ? 1 : 0;
         out += s.labels.empty() ? fmt::format("{} {}\n", s.name, format_value(v))
                                 : fmt::format("{}{{{}}} {}\n", s.name, s.labels, format_value(v));
       }

@@ -9,7 +9,7 @@
 // whose name ends in _rate or _length (a per-rank average such as the speculative accept rate;
 // its counters' totals give the pool-wide figure), and a gauge whose name ends in _ratio totals
 // to the mean over the ranks (the ranks' pools are equal-sized, so the mean is the pool-wide
-// ratio). Totals come first in each family, so a scraper that takes
+// ratio), and spindle_healthy totals to 1 while any rank is healthy (the server serves). Totals come first in each family, so a scraper that takes
 // the first series of a family (the Gateway API Inference Extension's endpoint picker with a
 // metric spec without labels) reads the total. In PromQL select totals with {dp_rank=""}.
 #pragma once

@@ -146,6 +146,10 @@ void Engine::loop() {
     } catch (const std::exception& e) {
       // A step failed (should not happen): fail every request rather than the process.
       spdlog::error("engine step failed{}: {}", options_.dp_name.empty() ? "" : " on " + options_.dp_name, e.what());
+      metrics_.update([&](MetricsSnapshot& s) {  // the server (or this DP rank) turns unhealthy (device errors are sticky)
+        ++s.step_failures_total;
+        if (s.unhealthy_reason.empty()) s.unhealthy_reason = std::string("an engine step failed: ") + e.what();
+      });
       if (options_.on_step_failure) options_.on_step_failure(e.what());
       fail_all(options_.dp_name.empty() ? std::string(e.what()) : fmt::format("{} failed: {}", options_.dp_name, e.what()));
     }
@@ -255,6 +259,18 @@ void Engine::finish_over_capacity() {
   }
 }
 
+namespace {
+constexpr double kAcceptanceDecay = 0.9;  // per verify: about the last 10 verifies count
+}  // namespace
+
+double Engine::acceptance_of(const RequestOutputState& o) const {
+  // Per-token acceptance a = accepted / (accepted + rejected) with the pool's counts as a prior
+  // worth two verifies (and an even prior of 1 + 1 before anything was verified).
+  const double all = spec_accepted_all_ + spec_rejected_all_;
+  const double prior_a = all > 0 ? spec_accepted_all_ / all : 0.5;
+  return (o.spec_accepted + 2 * prior_a) / (o.spec_accepted + o.spec_rejected + 2);
+}
+
 bool Engine::propose_drafts() {
   const auto running = scheduler_.running_requests();
   for (Request* r : running) r->draft.clear();
@@ -279,7 +295,14 @@ bool Engine::propose_drafts() {
     proposal_requests_.push_back(q);
   }
   if (proposal_requests_.empty()) return false;
-  if (!cost_model_.should_speculate(num_decoding)) {
+  // The benefit: each candidate's expected tokens at its measured acceptance, 1 for the rest.
+  double expected = num_decoding - static_cast<double>(proposal_requests_.size());
+  for (const spec::ProposalRequest& q : proposal_requests_) {
+    expected += spec::expected_tokens(acceptance_of(*outputs_.at(q.request->id)), q.max_draft_tokens);
+  }
+  const bool speculate = cost_model_.should_speculate(num_decoding, expected);
+  if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
+  if (!speculate) {
     metrics_.update([](MetricsSnapshot& s) { ++s.spec_skipped_steps; });
     return false;
   }
@@ -397,15 +420,13 @@ void Engine::run_step() {
   }
   metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
   const int num_running = scheduler_.num_running();
-  for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/true);
+  for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/!r->failed);
   t.output += timer.lap();
   t.decode = decode;
   metrics_.observe_step(t);
   if (decode) {
     const int tokens = static_cast<int>(metrics_.snapshot().generation_tokens_total - tokens_before);
-    cost_model_.record(speculated, static_cast<int>(plan.sequences.size()), tokens,
-                       seconds_between(step_start, Clock::now()));
-    if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
+    cost_model_.record(speculated, static_cast<int>(plan.sequences.size()), seconds_between(step_start, Clock::now()));
     ++window_.steps;
     window_.tokens += static_cast<uint64_t>(tokens);
     if (options_.decode_log_interval > 0 && window_.steps >= options_.decode_log_interval) log_decode_window(num_running);
@@ -415,10 +436,11 @@ void Engine::run_step() {
 void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v) {
   const int k = static_cast<int>(r.draft.size());
   const int a = v.num_accepted_drafts;
-  for (size_t i = 0; i < v.tokens.size() && !r.finished; ++i) {
-    if (static_cast<int>(i) < a) ++r.num_accepted_draft_tokens;
-    accept_token(r, o, v.tokens[i]);
-  }
+  const double rejected = a < k ? 1.0 : 0.0;
+  o.spec_accepted = kAcceptanceDecay * o.spec_accepted + a;
+  o.spec_rejected = kAcceptanceDecay * o.spec_rejected + rejected;
+  spec_accepted_all_ = kAcceptanceDecay * spec_accepted_all_ + a;
+  spec_rejected_all_ = kAcceptanceDecay * spec_rejected_all_ + rejected;
   window_.spec_accepted += static_cast<uint64_t>(a + 1);
   window_.spec_forwards += 1;
   window_.spec_drafted += static_cast<uint64_t>(k);
@@ -431,7 +453,11 @@ void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Veri
     s.spec_num_accepted_draft_tokens += static_cast<uint64_t>(a);
     if (s.spec_accepted_per_position.size() < static_cast<size_t>(k)) s.spec_accepted_per_position.resize(k, 0);
     for (int i = 0; i < a; ++i) ++s.spec_accepted_per_position[static_cast<size_t>(i)];
-  });
+  });  // The tokens last: a client that read its final event sees the counts of its last verify.
+  for (size_t i = 0; i < v.tokens.size() && !r.finished; ++i) {
+    if (static_cast<int>(i) < a) ++r.num_accepted_draft_tokens;
+    accept_token(r, o, v.tokens[i]);
+  }
 }
 
 void Engine::log_decode_window(int num_running) {
@@ -469,6 +495,19 @@ bool Engine::is_stop_token(const RequestOutputState& o, TokenId token) const {
 }
 
 void Engine::accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled) {
+  if (sampled.non_finite) {  // NaN or Inf logits: no token; this request ends with an error
+    RequestOutput out;
+    out.finished = true;
+    out.finish_reason = FinishReason::kError;
+    out.error = "the model produced non-finite logits (NaN or Inf)";
+    out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+    out.num_output_tokens = static_cast<int>(r.output.size());
+    r.finished = true;
+    r.failed = true;  // its KV may hold non-finite values: the prefix cache must not keep them
+    metrics_.update([](MetricsSnapshot& s) { ++s.non_finite_logits_total; });
+    o.stream->push(std::move(out));
+    return;
+  }
   const auto now = Clock::now();
   if (r.output.empty()) {
     metrics_.observe_time_to_first_token(seconds_between(r.arrival, now));

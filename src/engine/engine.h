@@ -57,6 +57,9 @@ struct RequestOutputState {
   tokenizer::IncrementalDetokenizer detokenizer;
   StopMatcher stop_matcher;
   std::optional<Clock::time_point> last_token_time;
+  // Speculative decoding: this request's measured acceptance, as decayed counts of accepted
+  // drafts and of rejections (a verify that stopped before its last draft).
+  double spec_accepted = 0, spec_rejected = 0;
 };
 
 // No defaults here: config::resolve() decides them (config/server_config.h).
@@ -160,6 +163,9 @@ class Engine {
   std::unordered_map<uint64_t, spec::DraftProposal> proposals_;
   std::vector<spec::ProposalRequest> proposal_requests_;
   spec::CostModel cost_model_;
+  // Every request's verifies together, the same decayed counts: the prior for a new request.
+  double spec_accepted_all_ = 0, spec_rejected_all_ = 0;
+  double acceptance_of(const RequestOutputState& o) const;
   // The decode log window: steps, tokens and spec counts since the last line.
   struct DecodeWindow {
     int steps = 0;

@@ -142,6 +142,10 @@ std::string Metrics::render() const {
   counter(out, "spindle_num_preemptions_total", "Requests preempted (recomputed later).", s.preemptions_total);
   counter(out, "spindle_requests_finished_total", "Requests finished.", s.requests_finished_total);
   counter(out, "spindle_requests_aborted_total", "Requests aborted (client gone or cancelled).", s.requests_aborted_total);
+  counter(out, "spindle_non_finite_logits_total", "Requests ended with an error: their logits held NaN or Inf.",
+          s.non_finite_logits_total);
+  counter(out, "spindle_step_failures_total", "Engine steps that failed (their requests failed).", s.step_failures_total);
+  gauge(out, "spindle_healthy", "1 while no engine step has failed.", s.unhealthy_reason.empty() ? 1 : 0);
   gauge(out, "spindle_cuda_graphs", "CUDA step graphs held (one per decode batch size seen).", s.cuda_graphs);
   counter(out, "spindle_cuda_graph_captures_total", "CUDA step graph captures (recaptures included).",
           s.cuda_graph_captures_total);

@@ -40,6 +40,11 @@ struct MetricsSnapshot {
   uint64_t preemptions_total = 0;
   uint64_t requests_finished_total = 0;
   uint64_t requests_aborted_total = 0;
+  uint64_t non_finite_logits_total = 0;   // requests ended because their logits held NaN or Inf
+  uint64_t step_failures_total = 0;       // engine steps that threw (every running request failed)
+  // Non-empty once a step failed (a device error, say): the server answers /health with 503 and
+  // this reason, and refuses new requests. Never cleared: the process must be restarted.
+  std::string unhealthy_reason;
   // CUDA step graphs (DeviceOps::GraphStats), where the model has them.
   int64_t cuda_graphs = 0;
   uint64_t cuda_graph_captures_total = 0;

@@ -29,6 +29,7 @@ struct Request {
   int num_accepted_draft_tokens = 0;  // output tokens that were drafts the target accepted
   bool preempted = false;            // waits to be recomputed (set by preemption, cleared on admission)
   bool finished = false;             // set by the engine when its last token was accepted
+  bool failed = false;               // finished with an error (non-finite logits): its pages are not cached
   bool exceeds_pool = false;         // its context needs more pages than the whole pool (never scheduled again)
   // Speculative decoding (engine/spec/): draft tokens proposed to follow prompt + output, for the
   // scheduler to verify in the next step (set before schedule(), consumed by it: the scheduler

@@ -14,11 +14,32 @@ std::string_view finish_reason_name(FinishReason reason) {
 }
 
 void RequestStream::push(RequestOutput output) {
+  std::function<void()> notify;
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(output));
+    notify = notify_;
   }
   ready_.notify_one();
+  if (notify) notify();
+}
+
+bool RequestStream::try_pop(RequestOutput& out) {
+  std::lock_guard lock(mutex_);
+  if (queue_.empty()) return false;
+  out = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void RequestStream::set_notify(std::function<void()> notify) {
+  bool queued = false;
+  {
+    std::lock_guard lock(mutex_);
+    notify_ = notify;
+    queued = !queue_.empty();
+  }
+  if (queued && notify) notify();
 }
 
 bool RequestStream::pop(RequestOutput& out, std::chrono::milliseconds timeout) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -38,14 +39,21 @@ class RequestStream {
   bool pop(RequestOutput& out, std::chrono::milliseconds timeout);
   // Blocks until the next event.
   RequestOutput pop();
+  // Takes the next event if one is queued; never waits.
+  bool try_pop(RequestOutput& out);
   void cancel();
   bool cancelled() const;
+  // An event-driven consumer's wake-up: called on the producer's thread after every push() (and
+  // once at once when events are already queued), outside the stream's lock; it must only post
+  // work elsewhere, never block or call back into the producer. An empty function removes it.
+  void set_notify(std::function<void()> notify);
 
  private:
   mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<RequestOutput> queue_;
   bool cancelled_ = false;
+  std::function<void()> notify_;
 };
 
 }  // namespace spindle::engine

@@ -1,7 +1,11 @@
 #include "engine/sampler.h"
 
+#include "util/error.h"
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <numeric>
 
@@ -166,8 +170,51 @@ void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledTo
   for (int i = 0; i < k; ++i) out.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - log_z)});
 }
 
+namespace {
+
+struct SamplerFault {
+  enum class Kind { kNone, kNan, kThrow } kind = Kind::kNone;
+  uint64_t seed = 0;
+};
+
+// SPINDLE_SAMPLER_FAULT, read once ("nan:SEED" or "throw:SEED").
+const SamplerFault& sampler_fault() {
+  static const SamplerFault fault = [] {
+    SamplerFault f;
+    const char* spec = std::getenv("SPINDLE_SAMPLER_FAULT");
+    if (spec == nullptr) return f;
+    const std::string s(spec);
+    const size_t colon = s.find(':');
+    if (colon == std::string::npos) return f;
+    const std::string kind = s.substr(0, colon);
+    f.kind = kind == "nan" ? SamplerFault::Kind::kNan : kind == "throw" ? SamplerFault::Kind::kThrow : SamplerFault::Kind::kNone;
+    f.seed = std::strtoull(s.c_str() + colon + 1, nullptr, 10);
+    return f;
+  }();
+  return fault;
+}
+
+}  // namespace
+
+bool all_finite(std::span<const float> logits) {
+  // Summing is cheaper than a branch per element and catches both: NaN or Inf anywhere makes the
+  // sum NaN or Inf (finite floats cannot overflow a double sum of a vocabulary row).
+  double sum = 0;
+  for (float x : logits) sum += static_cast<double>(x) * 0.0;
+  return sum == 0.0;
+}
+
 SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> prompt,
                              std::span<const TokenId> output) {
+  if (const auto& fault = sampler_fault(); fault.kind != SamplerFault::Kind::kNone && fault.seed == seed_) {
+    SPINDLE_CHECK(fault.kind != SamplerFault::Kind::kThrow, "injected step failure (SPINDLE_SAMPLER_FAULT)");
+    std::fill(logits.begin(), logits.end(), std::numeric_limits<float>::quiet_NaN());
+  }
+  if (!all_finite(logits)) {
+    SampledToken bad;
+    bad.non_finite = true;
+    return bad;
+  }
   const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
   std::vector<float> raw;
   if (want_logprobs) raw.assign(logits.begin(), logits.end());

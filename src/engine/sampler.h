@@ -31,6 +31,9 @@ struct TokenProb {
 
 struct SampledToken {
   TokenId token = 0;
+  // The row held NaN or Inf (the model's output is garbage): no token was drawn, and the engine
+  // ends the request with an error instead of emitting one.
+  bool non_finite = false;
   float logprob = 0.0f;                 // raw log-probability of `token` (when requested)
   std::vector<TokenLogprob> top;        // top_logprobs alternatives, best first
 };
@@ -40,7 +43,10 @@ class Sampler {
   // default_seed is used when params.seed is unset (the engine passes a fresh random value).
   Sampler(SamplingParams params, uint64_t default_seed);
 
-  // logits: [vocab] of this request's last position; modified in place (scratch).
+  // logits: [vocab] of this request's last position; modified in place (scratch). A row with a
+  // NaN or infinite value gives non_finite (checked before anything else).
+  // Test-only fault: SPINDLE_SAMPLER_FAULT="nan:SEED" fills the row with NaN, "throw:SEED"
+  // throws spindle::Error (a failed step, as a device error is), for requests of that seed.
   // prompt and output: this request's tokens so far (penalties look at them).
   SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
 
@@ -72,6 +78,9 @@ class Sampler {
   std::vector<int> counts_;     // scratch: output token counts
   std::vector<double> probs_;   // scratch: candidate weights
 };
+
+// No NaN and no infinity in the row.
+bool all_finite(std::span<const float> logits);
 
 // log_softmax of one row, for the top `k` entries (best first) and for `token`.
 void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledToken& out);

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <chrono>
 #include <ctime>
 
 #include "engine/dp_group.h"
@@ -21,45 +20,10 @@ std::string new_id(const char* prefix) {
 }
 
 // The token's own bytes (a byte-level token may hold part of a UTF-8 sequence), for "bytes".
-std::vector<uint8_t> token_bytes(const engine::DpGroup& engine, TokenId token) {
+std::vector<uint8_t> token_bytes(const tokenizer::Tokenizer& tok, TokenId token) {
   std::string raw;
-  engine.tokenizer().append_token_bytes(token, /*skip_special_tokens=*/false, raw);
+  tok.append_token_bytes(token, /*skip_special_tokens=*/false, raw);
   return std::vector<uint8_t>(raw.begin(), raw.end());
-}
-
-std::string token_text(const engine::DpGroup& engine, TokenId token) {
-  return engine.tokenizer().decode(std::vector<TokenId>{token}, /*skip_special_tokens=*/false);
-}
-
-// Completions logprobs: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}.
-void append_completion_logprobs(const engine::DpGroup& engine, const engine::RequestOutput& out, json& lp,
-                                size_t& text_offset) {
-  for (const auto& s : out.logprobs) {
-    const std::string text = token_text(engine, s.token);
-    lp["tokens"].push_back(text);
-    lp["token_logprobs"].push_back(s.logprob);
-    json top = json::object();
-    for (const auto& t : s.top) top[token_text(engine, t.token)] = t.logprob;
-    lp["top_logprobs"].push_back(top);
-    lp["text_offset"].push_back(text_offset);
-    text_offset += text.size();
-  }
-}
-
-// Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-void append_chat_logprobs(const engine::DpGroup& engine, const engine::RequestOutput& out, json& content) {
-  for (const auto& s : out.logprobs) {
-    const std::string text = token_text(engine, s.token);
-    json top = json::array();
-    for (const auto& t : s.top) {
-      const std::string tt = token_text(engine, t.token);
-      top.push_back({{"token", tt}, {"logprob", t.logprob}, {"bytes", token_bytes(engine, t.token)}});
-    }
-    content.push_back({{"token", text},
-                       {"logprob", s.logprob},
-                       {"bytes", token_bytes(engine, s.token)},
-                       {"top_logprobs", top}});
-  }
 }
 
 json empty_completion_logprobs() {
@@ -67,20 +31,23 @@ json empty_completion_logprobs() {
           {"text_offset", json::array()}};
 }
 
-json finish_reason_json(const engine::RequestOutput& out) {
-  if (!out.finished) return nullptr;
-  return std::string(engine::finish_reason_name(out.finish_reason));
-}
-
-void check_not_failed(const engine::RequestOutput& out) {
-  if (out.finish_reason == engine::FinishReason::kError) {
-    throw ApiError(500, "internal_error", "", "generation failed: " + out.error);
-  }
+json finish_reason_json(bool finished, engine::FinishReason reason) {
+  if (!finished) return nullptr;
+  return std::string(engine::finish_reason_name(reason));
 }
 
 }  // namespace
 
+std::string logprob_token_text(const tokenizer::Tokenizer& tokenizer, TokenId token) {
+  std::string raw;
+  tokenizer.append_token_bytes(token, /*skip_special_tokens=*/false, raw);
+  return raw;
+}
+
 Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
+  if (std::string reason = engine.unhealthy_reason(); !reason.empty()) {
+    throw ApiError(503, "server_unhealthy", "", "the server is unhealthy and must be restarted: " + reason);
+  }
   if (!r.model.empty() && r.model != engine.model_name()) {
     throw ApiError(404, "invalid_request_error", "model",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, engine.model_name()));
@@ -136,130 +103,211 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   }
   s.num_prompt_tokens = n;
   try {
-    s.stream = engine.submit(std::move(ids), r.sampling);
+    for (int i = 0; i < r.n; ++i) {
+      engine::SamplingParams params = r.sampling;
+      if (params.seed) *params.seed += static_cast<uint64_t>(i);  // distinct, reproducible choices
+      s.streams.push_back(engine.submit(i + 1 == r.n ? std::move(ids) : ids, std::move(params)));
+    }
   } catch (const engine::EngineOverloaded& e) {
+    for (auto& stream : s.streams) stream->cancel();
     throw ApiError(503, "server_overloaded", "", e.what());
   }
   return s;
 }
 
-json complete(engine::DpGroup& engine, const GenerationRequest& r, Submitted& s,
-              const std::function<bool()>& client_alive) {
-  std::string text = r.echo ? s.prompt_text : "";
-  json completion_lp = empty_completion_logprobs();
-  json chat_lp = json::array();
-  size_t text_offset = text.size();
-  engine::RequestOutput out;
-  int num_output_tokens = 0;
-  // The client is asked about every 200 ms, whether or not tokens are flowing.
-  constexpr auto kProbeInterval = std::chrono::milliseconds(200);
-  auto next_probe = std::chrono::steady_clock::now() + kProbeInterval;
-  do {
-    for (;;) {
-      const bool got = s.stream->pop(out, kProbeInterval);
-      if (client_alive && std::chrono::steady_clock::now() >= next_probe) {
-        next_probe = std::chrono::steady_clock::now() + kProbeInterval;
-        if (!client_alive()) {
-          s.stream->cancel();
-          return nullptr;
-        }
-      }
-      if (got) break;
-    }
-    check_not_failed(out);
-    text += out.text;
-    num_output_tokens = out.num_output_tokens;
-    if (r.chat) {
-      append_chat_logprobs(engine, out, chat_lp);
-    } else {
-      append_completion_logprobs(engine, out, completion_lp, text_offset);
-    }
-  } while (!out.finished);
+CompletionRelay::Choice::Choice(const tokenizer::Tokenizer& tokenizer)
+    : completion_lp(empty_completion_logprobs()),
+      chat_lp(json::array()),
+      offsets(tokenizer, /*skip_special_tokens=*/true) {}  // as the engine detokenizes
 
-  const Usage usage{s.num_prompt_tokens, num_output_tokens, out.num_accepted_draft_tokens};
-  json choice = {{"index", 0}, {"finish_reason", finish_reason_json(out)}};
-  const bool want_lp = r.sampling.logprobs;
-  if (r.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = want_lp ? json{{"content", chat_lp}} : json(nullptr);
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = want_lp ? completion_lp : json(nullptr);
+CompletionRelay::CompletionRelay(engine::DpGroup& engine, std::shared_ptr<const GenerationRequest> request,
+                                 Submitted submitted)
+    : engine_(engine),
+      request_(std::move(request)),
+      submitted_(std::move(submitted)),
+      id_(new_id(request_->chat ? "chatcmpl" : "cmpl")),
+      created_(static_cast<int64_t>(std::time(nullptr))) {
+  SPINDLE_CHECK(!submitted_.streams.empty(), "a relay needs at least one submitted choice");
+  choices_.reserve(submitted_.streams.size());
+  for (size_t i = 0; i < submitted_.streams.size(); ++i) {
+    Choice& c = choices_.emplace_back(engine_.tokenizer());
+    if (!request_->chat && request_->echo) {
+      c.text_offset = submitted_.prompt_text.size();
+      if (!request_->stream) c.text = submitted_.prompt_text;
+    }
   }
-  return {{"id", new_id(r.chat ? "chatcmpl" : "cmpl")},
-          {"object", r.chat ? "chat.completion" : "text_completion"},
-          {"created", static_cast<int64_t>(std::time(nullptr))},
-          {"model", engine.model_name()},
-          {"choices", json::array({choice})},
-          {"usage", usage_json(usage)}};
 }
 
-void stream_completion(engine::DpGroup& engine, const GenerationRequest& r, Submitted& s,
-                       const std::function<bool(const std::string&)>& write) {
-  const std::string id = new_id(r.chat ? "chatcmpl" : "cmpl");
-  const int64_t created = static_cast<int64_t>(std::time(nullptr));
-  const char* object = r.chat ? "chat.completion.chunk" : "text_completion";
-  auto send = [&](const json& chunk) { return write("data: " + to_json_text(chunk) + "\n\n"); };
-  auto chunk_with = [&](json choice) {
-    return json{{"id", id}, {"object", object}, {"created", created}, {"model", engine.model_name()},
-                {"choices", json::array({std::move(choice)})}};
-  };
+CompletionRelay::~CompletionRelay() {
+  cancel();
+  for (auto& stream : submitted_.streams) stream->set_notify({});
+}
 
-  if (r.chat && !send(chunk_with({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                                  {"finish_reason", nullptr}}))) {
-    s.stream->cancel();
-    return;
+void CompletionRelay::cancel() {
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (!choices_[i].finished) submitted_.streams[i]->cancel();
   }
-  if (!r.chat && r.echo &&
-      !send(chunk_with({{"index", 0}, {"text", s.prompt_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}))) {
-    s.stream->cancel();
-    return;
-  }
-  size_t text_offset = (!r.chat && r.echo) ? s.prompt_text.size() : 0;  // as in complete()
-  int num_output_tokens = 0, num_accepted_draft_tokens = 0;
-  for (;;) {
-    engine::RequestOutput out;
-    if (!s.stream->pop(out, std::chrono::milliseconds(1000))) {
-      // Nothing yet: probe the connection with an SSE comment so a gone client is noticed.
-      if (!write(": keep-alive\n\n")) {
-        s.stream->cancel();
-        return;
+}
+
+void CompletionRelay::append_logprobs(Choice& c, const engine::RequestOutput& out, json& completion_lp,
+                                      json& chat_lp) {
+  const auto& tok = engine_.tokenizer();
+  for (const auto& s : out.logprobs) {
+    const std::string text = logprob_token_text(tok, s.token);
+    if (request_->chat) {
+      json top = json::array();
+      for (const auto& t : s.top) {
+        top.push_back({{"token", logprob_token_text(tok, t.token)}, {"logprob", t.logprob}, {"bytes", token_bytes(tok, t.token)}});
       }
-      continue;
+      chat_lp.push_back({{"token", text}, {"logprob", s.logprob}, {"bytes", token_bytes(tok, s.token)}, {"top_logprobs", top}});
+    } else {
+      json top = json::object();
+      for (const auto& t : s.top) top[logprob_token_text(tok, t.token)] = t.logprob;
+      completion_lp["tokens"].push_back(text);
+      completion_lp["token_logprobs"].push_back(s.logprob);
+      completion_lp["top_logprobs"].push_back(top);
+      completion_lp["text_offset"].push_back(c.text_offset);
     }
-    if (out.finish_reason == engine::FinishReason::kError) {
-      send(ApiError(500, "internal_error", "", "generation failed: " + out.error).to_json());
-      write("data: [DONE]\n\n");
-      return;
-    }
-    num_output_tokens = out.num_output_tokens;
-    num_accepted_draft_tokens = out.num_accepted_draft_tokens;
-    if (!out.text.empty() || out.finished || !out.logprobs.empty()) {
-      json choice = {{"index", 0}, {"finish_reason", finish_reason_json(out)}};
+    // The offset of the next token: the bytes this one adds to the choice's decoded text.
+    c.text_offset += c.offsets.push(s.token).size();
+  }
+}
+
+json CompletionRelay::chunk(json choices) const {
+  return {{"id", id_},
+          {"object", request_->chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created_},
+          {"model", engine_.model_name()},
+          {"choices", std::move(choices)}};
+}
+
+std::string CompletionRelay::event(const json& j) const { return "data: " + to_json_text(j) + "\n\n"; }
+
+json CompletionRelay::usage() const {
+  int completion_tokens = 0, accepted_draft_tokens = 0;
+  for (const auto& c : choices_) {
+    completion_tokens += c.num_output_tokens;
+    accepted_draft_tokens += c.num_accepted_draft_tokens;
+  }
+  return usage_json({submitted_.num_prompt_tokens, completion_tokens, accepted_draft_tokens});
+}
+
+std::string CompletionRelay::take_events() {
+  if (done_) return "";
+  std::string out;
+  const GenerationRequest& r = *request_;
+  if (!started_) {
+    started_ = true;
+    for (size_t i = 0; i < choices_.size(); ++i) {
       if (r.chat) {
-        choice["delta"] = out.text.empty() ? json::object() : json{{"content", out.text}};
-        json lp = json::array();
-        append_chat_logprobs(engine, out, lp);
-        choice["logprobs"] = r.sampling.logprobs ? json{{"content", lp}} : json(nullptr);
-      } else {
-        choice["text"] = out.text;
-        json lp = empty_completion_logprobs();
-        append_completion_logprobs(engine, out, lp, text_offset);
-        choice["logprobs"] = r.sampling.logprobs ? lp : json(nullptr);
-      }
-      if (!send(chunk_with(std::move(choice)))) {
-        s.stream->cancel();
-        return;
+        out += event(chunk(json::array({{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
+      } else if (r.echo) {
+        out += event(chunk(json::array(
+            {{{"index", i}, {"text", submitted_.prompt_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
       }
     }
-    if (out.finished) break;
   }
-  if (r.include_usage) {
-    json chunk = {{"id", id}, {"object", object}, {"created", created}, {"model", engine.model_name()},
-                  {"choices", json::array()}, {"usage", usage_json({s.num_prompt_tokens, num_output_tokens, num_accepted_draft_tokens})}};
-    send(chunk);
+  bool all_finished = true;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    engine::RequestOutput o;
+    while (!c.finished && submitted_.streams[i]->try_pop(o)) {
+      if (o.finish_reason == engine::FinishReason::kError) {
+        out += event(ApiError(500, "internal_error", "", "generation failed: " + o.error).to_json());
+        out += "data: [DONE]\n\n";
+        c.finished = true;
+        cancel();
+        done_ = true;
+        return out;
+      }
+      c.num_output_tokens = o.num_output_tokens;
+      c.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
+      c.finished = o.finished;
+      c.finish_reason = o.finish_reason;
+      if (o.text.empty() && !o.finished && o.logprobs.empty()) continue;
+      json choice = {{"index", i}, {"finish_reason", finish_reason_json(o.finished, o.finish_reason)}};
+      json completion_lp = empty_completion_logprobs();
+      json chat_lp = json::array();
+      append_logprobs(c, o, completion_lp, chat_lp);
+      if (r.chat) {
+        choice["delta"] = o.text.empty() ? json::object() : json{{"content", o.text}};
+        choice["logprobs"] = r.sampling.logprobs ? json{{"content", chat_lp}} : json(nullptr);
+      } else {
+        choice["text"] = o.text;
+        choice["logprobs"] = r.sampling.logprobs ? completion_lp : json(nullptr);
+      }
+      out += event(chunk(json::array({std::move(choice)})));
+    }
+    all_finished = all_finished && c.finished;
   }
-  write("data: [DONE]\n\n");
+  if (all_finished) {
+    if (r.include_usage) {
+      json last = chunk(json::array());
+      last["usage"] = usage();
+      out += event(last);
+    }
+    out += "data: [DONE]\n\n";
+    done_ = true;
+  }
+  return out;
+}
+
+std::string CompletionRelay::abort_stream(const std::string& reason) {
+  if (done_) return "";
+  cancel();
+  done_ = true;
+  return event(ApiError(503, "server_shutting_down", "", reason).to_json()) + "data: [DONE]\n\n";
+}
+
+bool CompletionRelay::poll() {
+  if (done_) return true;
+  bool all_finished = true;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    engine::RequestOutput o;
+    while (!c.finished && submitted_.streams[i]->try_pop(o)) {
+      c.finished = o.finished || o.finish_reason == engine::FinishReason::kError;
+      c.finish_reason = o.finish_reason;
+      if (o.finish_reason == engine::FinishReason::kError) {
+        c.error = o.error.empty() ? "unknown error" : o.error;
+        cancel();
+        done_ = true;
+        return true;
+      }
+      c.text += o.text;
+      c.num_output_tokens = o.num_output_tokens;
+      c.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
+      append_logprobs(c, o, c.completion_lp, c.chat_lp);
+    }
+    all_finished = all_finished && c.finished;
+  }
+  done_ = all_finished;
+  return done_;
+}
+
+json CompletionRelay::response() const {
+  const GenerationRequest& r = *request_;
+  json choices = json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    if (!c.error.empty()) throw ApiError(500, "internal_error", "", "generation failed: " + c.error);
+    json choice = {{"index", i}, {"finish_reason", finish_reason_json(c.finished, c.finish_reason)}};
+    if (r.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = r.sampling.logprobs ? json{{"content", c.chat_lp}} : json(nullptr);
+    } else {
+      choice["text"] = c.text;
+      choice["logprobs"] = r.sampling.logprobs ? c.completion_lp : json(nullptr);
+    }
+    choices.push_back(std::move(choice));
+  }
+  return {{"id", id_},
+          {"object", r.chat ? "chat.completion" : "text_completion"},
+          {"created", created_},
+          {"model", engine_.model_name()},
+          {"choices", std::move(choices)},
+          {"usage", usage()}};
 }
 
 }  // namespace spindle::server

@@ -1,13 +1,18 @@
 // Runs one (chat) completion against the engine and renders OpenAI responses: a whole JSON body,
-// or server-sent-event chunks as the engine produces them.
+// or server-sent-event chunks as the engine produces them. Transport-free: the HTTP layer calls
+// these from whatever thread it likes; nothing here waits for the engine.
+//
+// The engine is used only through submit, tokenizer, chat_template, max_model_len, vocab_size,
+// model_name and metrics (its health), so a front object with the same methods can stand in for it.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/request_stream.h"
 #include "server/openai_protocol.h"
+#include "tokenizer/incremental_detokenizer.h"
 
 namespace spindle::engine {
 class DpGroup;
@@ -15,23 +20,86 @@ class DpGroup;
 
 namespace spindle::server {
 
-// Validates a parsed request against the engine (model name, context length, vocabulary),
-// tokenizes it and submits it. Throws ApiError (400, 404, 503).
+// A request's choices as submitted to the engine: one engine request per choice, same prompt (the
+// prompt's full KV pages are shared through the prefix cache once one choice has computed them).
 struct Submitted {
-  std::shared_ptr<engine::RequestStream> stream;
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;  // [request.n]
   int num_prompt_tokens = 0;
   std::string prompt_text;  // for echo
 };
+
+// Validates a parsed request against the engine (model name, context length, vocabulary),
+// tokenizes it and submits its n choices (choice i > 0 with seed + i when a seed is given).
+// Throws ApiError (400, 404, 503 when the queue is full: choices already submitted are cancelled;
+// 503 once the engine is unhealthy).
 Submitted submit_request(engine::DpGroup& engine, GenerationRequest& request);
 
-// Collects the whole output and returns the response body. About every 200 ms `client_alive` is
-// asked (when given); false cancels the request and returns null.
-nlohmann::json complete(engine::DpGroup& engine, const GenerationRequest& request, Submitted& submitted,
-                        const std::function<bool()>& client_alive = {});
+// The text of a token in a logprob entry: its bytes as they stand inside a decoded text
+// (SentencePiece's "▁the" is " the": the decoder's strip of a leading space applies only at the
+// start of a whole text, which decoding the token alone wrongly applied). May hold part of a
+// UTF-8 character (to_json_text writes it as U+FFFD).
+std::string logprob_token_text(const tokenizer::Tokenizer& tokenizer, TokenId token);
 
-// Streams: calls write(chunk) for every "data: ...\n\n" event; a false return means the client
-// is gone, and the request is cancelled. Returns after [DONE] or cancellation.
-void stream_completion(engine::DpGroup& engine, const GenerationRequest& request, Submitted& submitted,
-                       const std::function<bool(const std::string&)>& write);
+// Turns the events of one submitted request into its OpenAI response, without ever waiting: the
+// transport calls take_events() (streaming) or poll() (whole) whenever a stream has news (see
+// RequestStream::set_notify). Not thread-safe: one caller at a time. Destroying it cancels the
+// choices that have not finished (their pages are freed at the engine's next step).
+class CompletionRelay {
+ public:
+  CompletionRelay(engine::DpGroup& engine, std::shared_ptr<const GenerationRequest> request, Submitted submitted);
+  ~CompletionRelay();
+  CompletionRelay(const CompletionRelay&) = delete;
+  CompletionRelay& operator=(const CompletionRelay&) = delete;
+
+  const std::vector<std::shared_ptr<engine::RequestStream>>& streams() const { return submitted_.streams; }
+  bool streaming() const { return request_->stream; }
+
+  // Streaming: every SSE event available now, concatenated ("data: {...}\n\n" each; first the role
+  // or echo chunks, last the usage chunk when asked and "data: [DONE]\n\n"). "" when nothing new.
+  // A generation failure is an error event followed by [DONE] (the status was 200 already).
+  std::string take_events();
+  // Whole response: consumes what is available; true once every choice has finished.
+  bool poll();
+  // After poll() returned true: the response body. Throws ApiError (500) when a choice failed.
+  nlohmann::json response() const;
+  // Everything has been handed out ([DONE] taken, or poll() returned true).
+  bool done() const { return done_; }
+  // The client is gone (or the server stops): cancels every unfinished choice.
+  void cancel();
+  // Streaming: the events that end the stream now (an error event naming `reason`, [DONE]);
+  // cancels every unfinished choice. "" when [DONE] was already taken.
+  std::string abort_stream(const std::string& reason);
+
+ private:
+  struct Choice {
+    explicit Choice(const tokenizer::Tokenizer& tokenizer);
+    std::string text;
+    nlohmann::json completion_lp;    // {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+    nlohmann::json chat_lp;          // [{"token", "logprob", "bytes", "top_logprobs"}]
+    size_t text_offset = 0;          // bytes of the choice's text before the next token
+    tokenizer::IncrementalDetokenizer offsets;  // replays the engine's detokenization for text_offset
+    int num_output_tokens = 0;
+    int num_accepted_draft_tokens = 0;  // speculative drafts accepted (usage details)
+    bool finished = false;
+    engine::FinishReason finish_reason = engine::FinishReason::kNone;
+    std::string error;               // when a generation failed
+  };
+
+  // Logprob entries of `out` appended to `lp` (completions or chat form), advancing c's offsets.
+  void append_logprobs(Choice& c, const engine::RequestOutput& out, nlohmann::json& completion_lp,
+                       nlohmann::json& chat_lp);
+  nlohmann::json chunk(nlohmann::json choices) const;
+  std::string event(const nlohmann::json& j) const;
+  nlohmann::json usage() const;
+
+  engine::DpGroup& engine_;
+  std::shared_ptr<const GenerationRequest> request_;
+  Submitted submitted_;
+  std::vector<Choice> choices_;
+  std::string id_;
+  int64_t created_ = 0;
+  bool started_ = false;  // streaming: the opening chunks were taken
+  bool done_ = false;
+};
 
 }  // namespace spindle::server

@@ -1,16 +1,16 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
-#include <sys/socket.h>
-
-#include <cerrno>
-#include <cstring>
+#include <algorithm>
+#include <boost/algorithm/string/predicate.hpp>
+#include <cctype>
 #include <ctime>
 
 #include "engine/dp_group.h"
-#include "server/completion_handler.h"
+#include "server/http_session.h"
 #include "util/error.h"
 
 namespace spindle::server {
@@ -19,224 +19,463 @@ using nlohmann::json;
 
 namespace {
 
-// httplib 0.11 listens with a backlog of 5: a burst of concurrent connections overflows the accept
-// queue and the kernel resets some of them (SYN cookies that fail). This gives the bound socket
-// a real backlog (Linux lets listen() be called again on a listening socket to change it).
-class ListeningServer : public httplib::Server {
- public:
-  void raise_backlog() {
-    const socket_t sock = svr_sock_;
-    SPINDLE_CHECK(sock != INVALID_SOCKET && ::listen(sock, SOMAXCONN) == 0, "cannot raise the listen backlog: {}",
-                  std::strerror(errno));
-  }
-};
+constexpr int kSocketSendBufferBytes = 256 << 10;
 
-void reply_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status();
-  res.set_content(to_json_text(e.to_json()), "application/json");
+// How many connections past max_connections are still read (to answer /health, or 503).
+int overflow_slack(const HttpServerOptions& o) { return std::max(64, o.max_connections / 16); }
+
+bool is_loopback_bind(const std::string& host) {
+  if (host == "localhost") return true;
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address(host, ec);
+  return !ec && addr.is_loopback();
+}
+
+// "Host: name:port" -> "name" (lower case); "[::1]:8080" -> "[::1]".
+std::string host_name(std::string_view value) {
+  std::string host(value);
+  if (!host.empty() && host.front() == '[') {
+    host = host.substr(0, host.find(']') + 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    host.resize(colon);
+  }
+  std::transform(host.begin(), host.end(), host.begin(), [](unsigned char c) { return std::tolower(c); });
+  return host;
+}
+
+bool is_loopback_name(const std::string& host) {
+  if (host == "localhost" || host.ends_with(".localhost") || host == "[::1]") return true;
+  boost::system::error_code ec;
+  const auto addr = asio::ip::make_address_v4(host, ec);
+  return !ec && addr.is_loopback();
+}
+
+bool listed(const std::vector<std::string>& list, std::string_view value) {
+  return std::any_of(list.begin(), list.end(), [&](const std::string& v) { return v == "*" || boost::iequals(v, value); });
+}
+
+std::string percent_decode(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '%' && i + 2 < in.size() && std::isxdigit(static_cast<unsigned char>(in[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
+      out.push_back(static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(in[i]);
+    }
+  }
+  return out;
 }
 
 }  // namespace
 
-HttpServer::HttpServer(HttpServerOptions options)
-    : options_(std::move(options)), http_(std::make_unique<ListeningServer>()) {
-  // httplib rejects larger bodies itself (413 without a body); ours gives the JSON error below it.
-  http_->set_payload_max_length(options_.max_body_bytes * 2);
-  const int threads = options_.num_http_threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // httplib's default socket options add SO_REUSEPORT, which lets a second server bind the same
-  // port and the kernel split connections between the two: only SO_REUSEADDR (a restart may bind
-  // over TIME_WAIT), so a port in use is an error at start.
-  http_->set_socket_options([](socket_t sock) {
-    const int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  http_->set_read_timeout(60, 0);
-  http_->set_write_timeout(60, 0);
-  install_routes();
+const char* reject_label(Reject r) {
+  switch (r) {
+    case Reject::kBodyTooLarge: return "body_too_large";
+    case Reject::kHeadersTooLarge: return "headers_too_large";
+    case Reject::kTooManyHeaders: return "too_many_headers";
+    case Reject::kEncoding: return "unsupported_encoding";
+    case Reject::kMalformed: return "malformed";
+    case Reject::kRequestTimeout: return "request_timeout";
+    case Reject::kIdleTimeout: return "idle_timeout";
+    case Reject::kWriteTimeout: return "write_timeout";
+    case Reject::kOverConnectionLimit: return "over_connection_limit";
+    case Reject::kIdleEvicted: return "idle_evicted";
+    case Reject::kAuth: return "auth";
+    case Reject::kHost: return "host";
+    case Reject::kOrigin: return "origin";
+    case Reject::kShutdown: return "shutdown";
+    case Reject::kCount: break;
+  }
+  return "other";
 }
+
+bool constant_time_equal(const std::string& given, const std::string& expected) {
+  // Every byte of `expected` is visited whatever `given` holds; the length mismatch is folded in.
+  unsigned diff = given.size() == expected.size() ? 0u : 1u;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= g ^ static_cast<unsigned char>(expected[i]);
+  }
+  return diff == 0;
+}
+
+long raise_open_files_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur == RLIM_INFINITY ? -1 : static_cast<long>(lim.rlim_cur);
+}
+
+HttpResponse make_response(http::status status, unsigned version, std::string body, const char* content_type) {
+  HttpResponse res(status, version);
+  if (!body.empty() || status != http::status::no_content) res.set(http::field::content_type, content_type);
+  res.body() = std::move(body);
+  return res;
+}
+
+HttpResponse error_response(const ApiError& e, unsigned version) {
+  return make_response(static_cast<http::status>(e.status()), version, to_json_text(e.to_json()));
+}
+
+HttpServer::Impl::Impl(HttpServerOptions o)
+    : options(std::move(o)),
+      check_host(!listed(options.allowed_hosts, "*") &&
+                 (is_loopback_bind(options.host) || !options.allowed_hosts.empty())),
+      acceptor(ioc),
+      accept_retry(ioc),
+      drain_timer(ioc) {}
+
+Route HttpServer::Impl::route(const HttpRequest& req, std::string* model_id) const {
+  std::string_view target = req.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const auto method = req.method();
+  if (method == http::verb::options) return Route::kPreflight;
+  auto get_only = [&](Route r) { return method == http::verb::get || method == http::verb::head ? r : Route::kWrongMethod; };
+  auto post_only = [&](Route r) { return method == http::verb::post ? r : Route::kWrongMethod; };
+  if (path == "/health") return get_only(Route::kHealth);
+  if (path == "/metrics") return get_only(Route::kMetrics);
+  if (path == "/v1/models") return get_only(Route::kModels);
+  if (path.starts_with("/v1/models/") && path.size() > 11) {
+    *model_id = percent_decode(path.substr(11));
+    return get_only(Route::kModel);
+  }
+  if (path == "/v1/completions") return post_only(Route::kCompletions);
+  if (path == "/v1/chat/completions") return post_only(Route::kChat);
+  if (path == "/internal/kv_integrity" && options.enable_debug_routes) return get_only(Route::kKvIntegrity);
+  return Route::kNotFound;
+}
+
+std::optional<ApiError> HttpServer::Impl::check_access(const HttpRequest& req, Route route, Reject* why,
+                                                       std::string* cors_origin) const {
+  if (check_host) {
+    if (auto it = req.find(http::field::host); it != req.end()) {
+      const std::string host = host_name(it->value());
+      if (!is_loopback_name(host) && !listed(options.allowed_hosts, host)) {
+        *why = Reject::kHost;
+        return ApiError(403, "permission_error", "",
+                        fmt::format("Host '{}' is refused: this server listens on {} and answers loopback names only "
+                                    "(a DNS-rebinding guard); allow it with --allowed-hosts",
+                                    std::string(it->value()), options.host));
+      }
+    }
+  }
+  if (auto it = req.find(http::field::origin); it != req.end()) {
+    // A browser sends Origin on every cross-origin request (and on same-origin POSTs); without an
+    // allow-list any web page the operator opens could drive this server.
+    if (!listed(options.allowed_origins, it->value())) {
+      *why = Reject::kOrigin;
+      return ApiError(403, "permission_error", "",
+                      fmt::format("requests from the web origin '{}' are refused; allow it with --allowed-origins",
+                                  std::string(it->value())));
+    }
+    const bool any = std::find(options.allowed_origins.begin(), options.allowed_origins.end(), "*") !=
+                     options.allowed_origins.end();
+    *cors_origin = any ? "*" : std::string(it->value());
+  }
+  const bool needs_key = route == Route::kModels || route == Route::kModel || route == Route::kCompletions ||
+                         route == Route::kChat || route == Route::kKvIntegrity;
+  if (needs_key && !options.api_key.empty()) {
+    const auto it = req.find(http::field::authorization);
+    const std::string given = it == req.end() ? std::string() : std::string(it->value());
+    if (!constant_time_equal(given, "Bearer " + options.api_key)) {
+      *why = Reject::kAuth;
+      return ApiError(401, "authentication_error", "", "missing or invalid API key (Authorization: Bearer ...)");
+    }
+  }
+  return std::nullopt;
+}
+
+HttpResponse HttpServer::Impl::health(unsigned version) const {
+  engine::DpGroup* e = engine.load();
+  if (e == nullptr) {
+    return make_response(http::status::service_unavailable, version, to_json_text(json{{"status", "loading"}}));
+  }
+  // 503 "unhealthy" once no DP rank serves; 200 "ok", or "degraded" naming the failed ranks while
+  // another serves (dp_size > 1 lists every rank).
+  const engine::DpHealth h = e->health();
+  json body = {{"status", h.status}};
+  if (std::string reason = e->unhealthy_reason(); !reason.empty()) body["reason"] = std::move(reason);
+  if (e->dp_size() > 1) {
+    body["dp_size"] = e->dp_size();
+    json ranks = json::array();
+    for (const auto& r : h.ranks) {
+      json rank = {{"dp_rank", r.rank}, {"status", r.up ? "ok" : "failed"}};
+      if (!r.up) rank["error"] = r.error;
+      ranks.push_back(std::move(rank));
+    }
+    body["ranks"] = std::move(ranks);
+  }
+  return make_response(h.status == "unhealthy" ? http::status::service_unavailable : http::status::ok, version,
+                       to_json_text(body));
+}
+
+std::string HttpServer::Impl::render_http_metrics() const {
+  std::string out;
+  int open = 0;
+  {
+    std::lock_guard lock(const_cast<std::mutex&>(mutex));
+    open = static_cast<int>(sessions.size());
+  }
+  out += "# HELP spindle_http_connections_open Open HTTP connections.\n# TYPE spindle_http_connections_open gauge\n";
+  out += fmt::format("spindle_http_connections_open {}\n", open);
+  out += fmt::format("# TYPE spindle_http_connections_max gauge\nspindle_http_connections_max {}\n", options.max_connections);
+  out += "# TYPE spindle_http_connections_accepted_total counter\n";
+  out += fmt::format("spindle_http_connections_accepted_total {}\n", num_accepted.load());
+  out += "# HELP spindle_http_rejected_total Requests or connections refused or cut, by reason.\n"
+         "# TYPE spindle_http_rejected_total counter\n";
+  for (size_t i = 0; i < static_cast<size_t>(Reject::kCount); ++i) {
+    out += fmt::format("spindle_http_rejected_total{{reason=\"{}\"}} {}\n", reject_label(static_cast<Reject>(i)),
+                       num_rejected[i].load());
+  }
+  return out;
+}
+
+HttpResponse HttpServer::Impl::metrics(unsigned version) const {
+  engine::DpGroup* e = engine.load();
+  if (e == nullptr) return make_response(http::status::service_unavailable, version, "# loading\n", "text/plain");
+  return make_response(http::status::ok, version, e->render_metrics() + render_http_metrics(),
+                       "text/plain; version=0.0.4");
+}
+
+void HttpServer::Impl::accept() {
+  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    if (ec) {
+      // Out of file descriptors (or another transient failure): back off instead of spinning.
+      static std::atomic<int64_t> last_log{0};
+      const int64_t now = std::time(nullptr);
+      if (last_log.exchange(now) != now) spdlog::warn("accept failed: {} (retrying)", ec.message());
+      accept_retry.expires_after(std::chrono::milliseconds(50));
+      accept_retry.async_wait([this](beast::error_code e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    on_accepted(std::move(socket));
+    accept();
+  });
+}
+
+void HttpServer::Impl::on_accepted(tcp::socket socket) {
+  num_accepted.fetch_add(1, std::memory_order_relaxed);
+  if (draining.load()) return;  // closed by the socket's destructor
+  bool overflow = false;
+  std::shared_ptr<Session> evict;
+  {
+    std::lock_guard lock(mutex);
+    if (admitted >= options.max_connections) {
+      // Make room by closing the least recently idle connection; without one, this connection
+      // only gets to ask for /health.
+      while (!idle.empty() && !evict) {
+        Session* s = idle.front();
+        idle.pop_front();
+        s->in_idle_list = false;
+        if (s->counted) {
+          s->counted = false;
+          --admitted;
+        }
+        evict = sessions[s].lock();
+      }
+      if (!evict) {
+        if (static_cast<int>(sessions.size()) >= options.max_connections + overflow_slack(options)) {
+          count(Reject::kOverConnectionLimit);
+          return;  // too many even to answer: closed at once
+        }
+        overflow = true;
+      }
+    }
+  }
+  if (evict) {
+    count(Reject::kIdleEvicted);
+    evict->close_if_idle();
+  }
+  beast::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
+  // A fixed send buffer: the kernel's autotuning would let each connection queue up to
+  // tcp_wmem's maximum (4 MiB) for a client that does not read; this bounds it per connection,
+  // so such a client reaches the write timeout.
+  socket.set_option(asio::socket_base::send_buffer_size(kSocketSendBufferBytes), ignored);
+  auto session = std::make_shared<Session>(std::move(socket), *this, overflow);
+  {
+    std::lock_guard lock(mutex);
+    sessions[session.get()] = session;
+    if (!overflow) {
+      session->counted = true;
+      ++admitted;
+    }
+  }
+  session->start();
+}
+
+void HttpServer::Impl::set_idle(Session* s, bool is_idle) {
+  std::lock_guard lock(mutex);
+  if (is_idle && !s->in_idle_list) {
+    s->idle_it = idle.insert(idle.end(), s);
+    s->in_idle_list = true;
+  } else if (!is_idle && s->in_idle_list) {
+    idle.erase(s->idle_it);
+    s->in_idle_list = false;
+  }
+}
+
+void HttpServer::Impl::unregister(Session* s) {
+  {
+    std::lock_guard lock(mutex);
+    if (s->in_idle_list) idle.erase(s->idle_it);
+    s->in_idle_list = false;
+    if (s->counted) --admitted;
+    s->counted = false;
+    sessions.erase(s);
+  }
+  if (draining.load() && !stopped.load()) asio::post(ioc, [this] { finish_if_drained(); });
+}
+
+std::vector<std::shared_ptr<Session>> HttpServer::Impl::live_sessions() {
+  std::vector<std::shared_ptr<Session>> out;
+  std::lock_guard lock(mutex);
+  for (auto& [ptr, weak] : sessions) {
+    if (auto s = weak.lock()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void HttpServer::Impl::begin_shutdown() {
+  if (draining.exchange(true)) return;
+  asio::post(ioc, [this] {
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    accept_retry.cancel();
+    const auto live = live_sessions();
+    spdlog::info("shutting down: {} open connections, {:.0f} s to finish (--shutdown-timeout)", live.size(),
+                 options.shutdown_timeout_s);
+    for (const auto& s : live) s->drain();
+    drain_timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(options.shutdown_timeout_s)));
+    drain_timer.async_wait([this](beast::error_code ec) {
+      if (ec) return;
+      const auto left = live_sessions();
+      spdlog::warn("shutdown timeout: ending {} requests", left.size());
+      for (const auto& s : left) s->abort("the server is shutting down");
+      // What is still open a few seconds later is closed by stop_now().
+      drain_timer.expires_after(std::chrono::seconds(3));
+      drain_timer.async_wait([this](beast::error_code e) {
+        if (!e) stop_now();
+      });
+    });
+    finish_if_drained();
+  });
+}
+
+void HttpServer::Impl::finish_if_drained() {
+  bool empty = false;
+  {
+    std::lock_guard lock(mutex);
+    empty = sessions.empty();
+  }
+  if (empty) stop_now();
+}
+
+void HttpServer::Impl::stop_now() {
+  beast::error_code ignored;
+  acceptor.close(ignored);
+  drain_timer.cancel();
+  if (signals) signals->cancel(ignored);
+  work_guard.reset();
+  ioc.stop();
+}
+
+HttpServer::HttpServer(HttpServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 
 HttpServer::~HttpServer() { stop(); }
 
-void HttpServer::set_engine(engine::DpGroup* engine) { engine_.store(engine); }
+void HttpServer::set_engine(engine::DpGroup* engine) { impl_->engine.store(engine); }
 
 int HttpServer::bind() {
-  int port = options_.port;
-  if (port == 0) {
-    port = http_->bind_to_any_port(options_.host);
-  } else if (!http_->bind_to_port(options_.host, port)) {
-    port = -1;
+  auto& a = impl_->acceptor;
+  const auto& o = impl_->options;
+  try {
+    tcp::resolver resolver(impl_->ioc);
+    const auto endpoints = resolver.resolve(o.host, std::to_string(o.port), tcp::resolver::passive);
+    SPINDLE_CHECK(!endpoints.empty(), "no address for {}", o.host);
+    const tcp::endpoint endpoint = *endpoints.begin();
+    a.open(endpoint.protocol());
+    // SO_REUSEADDR only (a restart may bind over TIME_WAIT); never SO_REUSEPORT, which would let a
+    // second server share the port.
+    a.set_option(asio::socket_base::reuse_address(true));
+    a.bind(endpoint);
+    a.listen(asio::socket_base::max_listen_connections);
+  } catch (const boost::system::system_error& e) {
+    SPINDLE_CHECK(false, "cannot listen on {}:{} ({})", o.host, o.port, e.code().message());
   }
-  SPINDLE_CHECK(port > 0, "cannot listen on {}:{} (address in use or not available)", options_.host, options_.port);
-  static_cast<ListeningServer&>(*http_).raise_backlog();
-  return port;
+  return a.local_endpoint().port();
 }
 
-void HttpServer::listen() { http_->listen_after_bind(); }
+void HttpServer::handle_signals(std::function<void(int)> on_signal) {
+  auto& impl = *impl_;
+  impl.on_signal = std::move(on_signal);
+  impl.signals.emplace(impl.ioc, SIGINT, SIGTERM);
+  auto wait = std::make_shared<std::function<void()>>();
+  *wait = [&impl, wait_weak = std::weak_ptr<std::function<void()>>(wait)] {
+    impl.signals->async_wait([&impl, wait_weak](beast::error_code ec, int signo) {
+      if (ec) return;
+      if (impl.on_signal) impl.on_signal(signo);
+      if (impl.draining.load()) {
+        spdlog::warn("second signal: stopping now");
+        impl.stop_now();
+        return;
+      }
+      impl.begin_shutdown();
+      if (auto again = wait_weak.lock()) (*again)();
+    });
+  };
+  impl.signal_wait = wait;
+  (*wait)();
+}
+
+void HttpServer::start() {
+  auto& impl = *impl_;
+  SPINDLE_CHECK(impl.io_threads.empty(), "the HTTP server is already started");
+  impl.work_guard.emplace(impl.ioc.get_executor());
+  impl.work = std::make_unique<asio::thread_pool>(std::max(1, impl.options.num_work_threads));
+  impl.accept();
+  for (int i = 0; i < std::max(1, impl.options.num_io_threads); ++i) {
+    impl.io_threads.emplace_back([&impl] {
+      for (;;) {
+        try {
+          impl.ioc.run();
+          return;
+        } catch (const std::exception& e) {
+          spdlog::error("HTTP I/O thread: {}", e.what());  // a handler threw: keep serving
+        }
+      }
+    });
+  }
+}
+
+void HttpServer::shutdown() { impl_->begin_shutdown(); }
+
+void HttpServer::wait() {
+  for (auto& t : impl_->io_threads) {
+    if (t.joinable()) t.join();
+  }
+  if (impl_->work) impl_->work->join();
+}
 
 void HttpServer::stop() {
-  if (http_) http_->stop();
-}
-
-void HttpServer::install_routes() {
-  // Every /v1 route: auth, then the engine must be ready; ApiError and anything unexpected
-  // become JSON errors.
-  auto guarded = [this](auto handler) {
-    return [this, handler](const httplib::Request& req, httplib::Response& res) {
-      try {
-        if (!options_.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
-          throw ApiError(401, "authentication_error", "", "missing or invalid API key (Authorization: Bearer ...)");
-        }
-        engine::DpGroup* engine = engine_.load();
-        if (engine == nullptr) throw ApiError(503, "server_loading", "", "the model is still loading");
-        handler(*engine, req, res);
-      } catch (const ApiError& e) {
-        reply_error(res, e);
-      } catch (const std::exception& e) {
-        spdlog::error("request {} {} failed: {}", req.method, req.path, e.what());
-        reply_error(res, ApiError(500, "internal_error", "", e.what()));
-      }
-    };
-  };
-
-  // The generation routes read their body through a ContentReader: httplib's own body reading
-  // parses an application/x-www-form-urlencoded body (curl -d's default type) as a query string
-  // and refuses one over 8 KiB with 413, whatever the limit.
-  auto generation = [this, guarded](bool chat) {
-    auto handler = [this, chat](engine::DpGroup& engine, const httplib::Request& req, httplib::Response& res,
-                                const std::string& body) {
-      auto request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, options_.max_body_bytes)
-                                                              : parse_completion_request(body, options_.max_body_bytes));
-      auto submitted = std::make_shared<Submitted>(submit_request(engine, *request));
-      if (!request->stream) {
-        // Sent chunked so that a client that hangs up is noticed: while the answer is not ready,
-        // a space (valid leading JSON whitespace) goes out every 200 ms, and a failed write
-        // cancels the request. The status is 200 by then; a generation failure after it is
-        // reported as an OpenAI error object in the body.
-        res.set_chunked_content_provider(
-            "application/json",
-            [&engine, request, submitted](size_t, httplib::DataSink& sink) {
-              std::string body;
-              try {
-                const json response = complete(engine, *request, *submitted, [&sink] {
-                  return sink.is_writable() && sink.write(" ", 1);
-                });
-                if (response.is_null()) return false;  // the client is gone
-                body = to_json_text(response);
-              } catch (const ApiError& e) {
-                body = to_json_text(e.to_json());
-              } catch (const std::exception& e) {
-                spdlog::error("completion failed: {}", e.what());
-                body = to_json_text(ApiError(500, "internal_error", "", e.what()).to_json());
-              }
-              if (!sink.write(body.data(), body.size())) return false;
-              sink.done();
-              return true;
-            },
-            [submitted](bool success) {
-              if (!success) submitted->stream->cancel();
-            });
-        return;
-      }
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider(
-          "text/event-stream",
-          [&engine, request, submitted](size_t, httplib::DataSink& sink) {
-            // Runs on an httplib worker after the headers went out: an exception escaping here
-            // would terminate the process, so it ends this stream (and request) instead.
-            try {
-              stream_completion(engine, *request, *submitted, [&sink](const std::string& chunk) {
-                return sink.is_writable() && sink.write(chunk.data(), chunk.size());
-              });
-            } catch (const std::exception& e) {
-              spdlog::error("stream failed: {}", e.what());
-              submitted->stream->cancel();
-              return false;
-            }
-            sink.done();
-            return true;
-          },
-          [submitted](bool success) {
-            if (!success) submitted->stream->cancel();
-          });
-    };
-    return [guarded, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-      if (req.is_multipart_form_data()) {
-        // httplib's multipart reader needs callbacks we do not give it; the API takes JSON only.
-        res.status = 415;
-        res.set_content(to_json_text(ApiError(415, "invalid_request_error", "",
-                                              "request bodies must be JSON (Content-Type: application/json)")
-                                         .to_json()),
-                        "application/json");
-        return;
-      }
-      std::string body;
-      const bool complete = reader([&](const char* data, size_t size) {
-        body.append(data, size);
-        return true;
-      });
-      guarded([&](engine::DpGroup& engine, const httplib::Request& r, httplib::Response& response) {
-        if (!complete) {
-          if (response.status == 413) throw ApiError(413, "invalid_request_error", "", "request body too large");
-          bad_request("", "could not read the request body");
-        }
-        handler(engine, r, response, body);
-      })(req, res);
-    };
-  };
-
-  http_->Post("/v1/completions", generation(false));
-  http_->Post("/v1/chat/completions", generation(true));
-  http_->Get("/v1/models", guarded([](engine::DpGroup& engine, const httplib::Request&, httplib::Response& res) {
-    json model = {{"id", engine.model_name()}, {"object", "model"}, {"created", static_cast<int64_t>(std::time(nullptr))},
-                  {"owned_by", "spindle"}, {"max_model_len", engine.max_model_len()}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
-  }));
-  // For tests: the KV pool's integrity check, run on the engine thread between steps.
-  http_->Get("/internal/kv_integrity", guarded([](engine::DpGroup& engine, const httplib::Request&, httplib::Response& res) {
-    res.set_content(json{{"ok", engine.kv_integrity_ok()}}.dump(), "application/json");
-  }));
-  // 200 while at least one DP rank serves: {"status": "ok"} or "degraded" with the failed ranks;
-  // 503 while loading or once every rank failed ("failed").
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    engine::DpGroup* engine = engine_.load();
-    if (engine == nullptr) {
-      res.status = 503;
-      res.set_content(json{{"status", "loading"}}.dump(), "application/json");
-      return;
-    }
-    const engine::DpHealth health = engine->health();
-    json body = {{"status", health.status}, {"dp_size", engine->dp_size()}};
-    if (engine->dp_size() > 1) {
-      json ranks = json::array();
-      for (const auto& r : health.ranks) {
-        json rank = {{"dp_rank", r.rank}, {"status", r.up ? "ok" : "failed"}};
-        if (!r.up) rank["error"] = r.error;
-        ranks.push_back(std::move(rank));
-      }
-      body["ranks"] = std::move(ranks);
-    }
-    res.status = health.status == "failed" ? 503 : 200;
-    res.set_content(to_json_text(body), "application/json");
-  });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    engine::DpGroup* engine = engine_.load();
-    if (engine == nullptr) {
-      res.status = 503;
-      res.set_content("# loading\n", "text/plain");
-      return;
-    }
-    res.set_content(engine->render_metrics(), "text/plain; version=0.0.4");
-  });
-  // Unknown routes and methods: OpenAI-style 404 JSON.
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string message = res.status == 413   ? "request body too large"
-                                : res.status == 404 ? fmt::format("no route for {} {}", req.method, req.path)
-                                                    : fmt::format("{} {} failed with HTTP status {}", req.method,
-                                                                  req.path, res.status);
-    res.set_content(to_json_text(ApiError(res.status, "invalid_request_error", "", message).to_json()), "application/json");
-  });
+  if (!impl_) return;
+  std::lock_guard lock(impl_->stop_mutex);
+  if (impl_->stopped.exchange(true)) return;
+  impl_->draining.store(true);
+  asio::post(impl_->ioc, [impl = impl_.get()] { impl->stop_now(); });
+  impl_->ioc.stop();
+  wait();
+  // Sessions still referenced by unrun handlers are destroyed with the io_context.
 }
 
 }  // namespace spindle::server

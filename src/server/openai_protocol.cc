@@ -129,7 +129,7 @@ void parse_common(const json& j, GenerationRequest& r) {
   const Fields f(j);
   r.model = f.string("model").value_or("");
   auto& s = r.sampling;
-  if (auto n = f.integer("n", 1, 1)) (void)n;  // n > 1 is rejected by the range
+  if (auto n = f.integer("n", 1, kMaxChoices)) r.n = static_cast<int>(*n);
   if (auto v = f.number("temperature", 0, 2)) s.temperature = static_cast<float>(*v);
   if (auto v = f.number("top_p", 0, 1)) {
     if (*v == 0) bad_request("top_p", "'top_p' must be greater than 0");

@@ -39,8 +39,12 @@ struct ChatMessage {
   std::string content;
 };
 
+// The most choices one request may ask for ("n").
+inline constexpr int kMaxChoices = 8;
+
 struct GenerationRequest {
   bool chat = false;
+  int n = 1;                             // choices, 1..kMaxChoices, each its own engine request
   std::string model;                     // may be empty: the served model
   std::string prompt;                    // completions: the prompt text
   std::vector<TokenId> prompt_token_ids;     // completions: a prompt given as token ids

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "tokenizer/json_ids.h"
+
 #include <nlohmann/json.hpp>
 
 #include <queue>
@@ -51,8 +53,7 @@ BpeModel BpeModel::from_json(const nlohmann::json& j) {
   BpeModel m;
   TokenId max_id = -1;
   for (const auto& [token, id_json] : j.at("vocab").items()) {
-    const TokenId id = id_json.get<TokenId>();
-    SPINDLE_CHECK(id >= 0, "tokenizer.json: token '{}' has negative id {}", token, id);
+    const TokenId id = token_id_from_json(id_json, fmt::format("the id of token '{}'", token));
     m.vocab_.emplace(token, id);
     max_id = std::max(max_id, id);
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/json_ids.h"
 #include "tokenizer/utf8.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
@@ -97,7 +98,7 @@ void Tokenizer::parse_tokenizer_json(std::string_view text) {
   std::vector<AddedToken> added;
   for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
     AddedToken token;
-    token.id = a.at("id").get<TokenId>();
+    token.id = token_id_from_json(a.at("id"), "an added token's id");
     token.content = a.at("content").get<std::string>();
     token.special = a.value("special", false);
     token.lstrip = a.value("lstrip", false);
@@ -145,7 +146,9 @@ void Tokenizer::parse_post_processor(const nlohmann::json& j) {
       SPINDLE_CHECK(j.at("special_tokens").contains(name),
                     "tokenizer.json: TemplateProcessing uses '{}' missing from its special_tokens", name);
       auto& target = seen_sequence ? suffix_ids_ : prefix_ids_;
-      for (const auto& id : j.at("special_tokens").at(name).at("ids")) target.push_back(id.get<TokenId>());
+      for (const auto& id : j.at("special_tokens").at(name).at("ids")) {
+        target.push_back(token_id_from_json(id, "a TemplateProcessing special token id"));
+      }
     }
   } else {
     SPINDLE_FAIL("tokenizer.json: post_processor '{}' is not supported (supported: null, ByteLevel, "
@@ -170,9 +173,9 @@ void Tokenizer::parse_config(const TokenizerFiles& files) {
     const nlohmann::json gen = nlohmann::json::parse(files.generation_config_json);
     const auto eos = gen.value("eos_token_id", nlohmann::json());
     std::vector<TokenId> ids;
-    if (eos.is_number_integer()) ids.push_back(eos.get<TokenId>());
+    if (eos.is_number()) ids.push_back(token_id_from_json(eos, "generation_config.json eos_token_id"));
     if (eos.is_array()) {
-      for (const auto& id : eos) ids.push_back(id.get<TokenId>());
+      for (const auto& id : eos) ids.push_back(token_id_from_json(id, "generation_config.json eos_token_id"));
     }
     for (const TokenId id : ids) {
       if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);

@@ -164,7 +164,11 @@ TEST(VerifyOnHostTest, PointMassDraftsReproducePlainSampling) {
 TEST(VerifySampledTest, AcceptsWhileDrawsEqualDrafts) {
   auto drawn = [](std::vector<TokenId> ids) {
     std::vector<SampledToken> out;
-    for (TokenId t : ids) out.push_back({t, 0.0f, {}});
+    for (TokenId t : ids) {
+      SampledToken s;
+      s.token = t;
+      out.push_back(s);
+    }
     return out;
   };
   Verified v = verify_sampled(drawn({5, 6, 9, 1}), std::vector<TokenId>{5, 6, 7});
@@ -179,36 +183,46 @@ TEST(VerifySampledTest, AcceptsWhileDrawsEqualDrafts) {
   EXPECT_EQ(v.tokens.size(), 1u);
 }
 
-TEST(CostModelTest, SkipsSpeculationWhenMeasuredSlower) {
+TEST(CostModelTest, ExpectedTokens) {
+  EXPECT_DOUBLE_EQ(expected_tokens(0.0, 4), 1.0);
+  EXPECT_DOUBLE_EQ(expected_tokens(1.0, 4), 5.0);
+  EXPECT_DOUBLE_EQ(expected_tokens(0.5, 2), 1.75);
+}
+
+TEST(CostModelTest, SpeculatesWhileExpectedTokensPerSecondAreHigher) {
   CostModel m;
-  // Explores speculation first, then the plain way.
+  // Explores speculation first, then the plain way: 32 sequences, 10 ms with it, 4 ms without.
   for (int i = 0; i < CostModel::kMinSamples; ++i) {
-    ASSERT_TRUE(m.should_speculate(32));
-    m.record(true, 32, 64, 0.010);  // 6400 tok/s with it
+    ASSERT_TRUE(m.should_speculate(32, 64.0));
+    m.record(true, 32, 0.010);
   }
   for (int i = 0; i < CostModel::kMinSamples; ++i) {
-    ASSERT_FALSE(m.should_speculate(32));
-    m.record(false, 32, 32, 0.004);  // 8000 tok/s without
+    ASSERT_FALSE(m.should_speculate(32, 64.0));
+    m.record(false, 32, 0.004);
   }
+  // 64 tokens in 10 ms (6400/s) vs 32 in 4 ms (8000/s): off.
+  EXPECT_FALSE(m.should_speculate(32, 64.0));
   const auto change = m.take_change();
   ASSERT_TRUE(change.has_value());
   EXPECT_NE(change->find("off"), std::string::npos) << *change;
+  // The same costs with better acceptance (96 tokens expected: 9600/s): on.
+  EXPECT_TRUE(m.should_speculate(32, 96.0));
+  ASSERT_TRUE(m.take_change().has_value());
   int with = 0;
-  for (int i = 0; i < 100; ++i) with += m.should_speculate(40) ? 1 : 0;  // 40 is in 32's bucket (32-63)
+  for (int i = 0; i < 100; ++i) with += m.should_speculate(40, 64.0) ? 1 : 0;  // 40: in 32-63
   EXPECT_GE(with, 100 / CostModel::kReexploreEvery - 1) << "re-explores now and then";
   EXPECT_LE(with, 100 / CostModel::kReexploreEvery + 1);
-  // One outlier step does not flip the decision (the median of the recent steps decides).
-  m.record(true, 32, 64, 0.001);
-  EXPECT_FALSE(m.take_change().has_value());
-  EXPECT_FALSE(m.should_speculate(33) && m.should_speculate(34));
+  // One outlier step does not move the cost (the median of the recent steps is used).
+  m.record(true, 32, 0.001);
+  EXPECT_DOUBLE_EQ(m.step_seconds(CostModel::bucket_of(32), true), 0.010);
   // Another bucket is independent: batch 1 still explores with speculation.
-  EXPECT_TRUE(m.should_speculate(1));
+  EXPECT_TRUE(m.should_speculate(1, 1.0));
   EXPECT_EQ(CostModel::bucket_of(1), 0);
   EXPECT_EQ(CostModel::bucket_of(3), 1);
   EXPECT_EQ(CostModel::bucket_of(4), 2);
   CostModel always(true);
-  for (int i = 0; i < 10; ++i) always.record(true, 8, 8, 1.0);
-  EXPECT_TRUE(always.should_speculate(8));
+  for (int i = 0; i < 10; ++i) always.record(true, 8, 1.0);
+  EXPECT_TRUE(always.should_speculate(8, 1.0));
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // S = sum_t |x[i, t] * w[j, t]| + |bias[j]|:
 //   f32 accumulation (avx2, avx512, amx, onednn_f32, auto by default): |y - ref| <= 1e-5 * S + 1e-30
 //   bf16 activations (onednn_bf16, x rounded to bf16 = relative 2^-9 per term): |y - ref| <= 1e-2 * S
-// Shapes: m in {1, 2, 3, 7, 16, 17, 64, 129} (both sides of kLinearDirectMaxRows),
+// Shapes: m in {1, 2, 3, 5, 7, 9, 16, 17, 64, 129} (5 and 9: the 5-row tile) (both sides of kLinearDirectMaxRows),
 // in in {1, 13, 64, 80, 136, 2048} (13 and 1 exercise the non-vector k tail), out in {1, 15, 96, 257};
 // bf16 and f32 weights, with and without bias; y is poisoned with NaN before every call.
 // Variants whose ISA this CPU lacks are skipped with the reason.
@@ -26,7 +26,7 @@ namespace {
 
 constexpr double kF32Tolerance = 1e-5;
 constexpr double kBf16ActivationTolerance = 1e-2;
-constexpr int64_t kMs[] = {1, 2, 3, 7, 16, 17, 64, 129};
+constexpr int64_t kMs[] = {1, 2, 3, 5, 7, 9, 16, 17, 64, 129};
 constexpr int64_t kIns[] = {1, 13, 64, 80, 136, 2048};
 constexpr int64_t kOuts[] = {1, 15, 96, 257};
 

@@ -609,3 +609,28 @@ TEST(KvConfigTest, BadValues) {
 
 }  // namespace
 }  // namespace spindle::kv
+
+namespace spindle::kv {
+namespace {
+
+// A draft model's pool has as many pages as the target's: a page costs both pools' bytes.
+// Llama-3.2-1B, f32 KV as in F32KvHalvesTheTokens (kv 26931374309 bytes per rank): with a draft
+// of a quarter of its bytes per token (16384), pages = floor(26931374309 / ((65536 + 16384) * 16
+// = 1310720)) = 20547; the draft's pool holds 20547 * 16384 * 16 bytes; the resident bound
+// counts both pools.
+TEST(CapacityPlannerDraftTest, PagesAreSizedForBothPools) {
+  const ModelConfig model = fixture_model("llama-3.2-1b");
+  const auto kv = config::resolve_kv({}, model);
+  const auto layout = startup::kv_layout_for(model, DType::kF32, 16);
+  const KvPlan alone = startup::plan_kv_cache(kv, layout, model, memory_of(k32GiB), 2471628800);
+  const KvPlan p = startup::plan_kv_cache(kv, layout, model, memory_of(k32GiB), 2471628800, {},
+                                         false, 0, 16384);
+  EXPECT_EQ(p.num_pages_per_rank, 20547);
+  EXPECT_EQ(p.draft_kv_bytes_per_rank, 20547ull * 16384 * 16);
+  EXPECT_EQ(p.kv_bytes_per_rank, 20547ull * 65536 * 16);
+  EXPECT_EQ(p.resident_bound_bytes - alone.resident_bound_bytes,
+            (p.kv_bytes_per_rank + p.draft_kv_bytes_per_rank) - alone.kv_bytes_per_rank);
+}
+
+}  // namespace
+}  // namespace spindle::kv

@@ -66,7 +66,7 @@ TEST(OpenAiProtocolTest, BadInputsAre400sNamingTheParameter) {
       {R"({"prompt":"x","max_tokens":100000000000})", false, "max_tokens", "between 1 and"},
       {R"({"prompt":"x","temperature":3})", false, "temperature", "between 0 and 2"},
       {R"({"prompt":"x","top_p":0})", false, "top_p", "greater than 0"},
-      {R"({"prompt":"x","n":2})", false, "n", "between 1 and 1"},
+      {R"({"prompt":"x","n":9})", false, "n", "between 1 and 8"},
       {R"({"prompt":"x","stop":[1]})", false, "stop", "strings"},
       {R"({"prompt":"x","logit_bias":{"abc":1}})", false, "logit_bias", "not a token id"},
       {R"({"prompt":"x","stream":"yes"})", false, "stream", "boolean"},

@@ -150,7 +150,7 @@ ChildResult run_child(const std::vector<std::string>& argv, std::chrono::seconds
 }
 
 std::unique_ptr<SpindleServer> SpindleServer::start(const std::vector<std::string>& args, std::string* error,
-                                                    std::chrono::seconds timeout) {
+                                                    std::chrono::seconds timeout, bool debug_routes) {
   // A port picked here may be taken before the server binds it: retry a few times.
   for (int attempt = 0; attempt < 3; ++attempt) {
     std::unique_ptr<SpindleServer> s(new SpindleServer());
@@ -164,6 +164,7 @@ std::unique_ptr<SpindleServer> SpindleServer::start(const std::vector<std::strin
     }
     argv.insert(argv.end(), {spindle_binary(), "serve", "--port", std::to_string(s->port_), "--no-backend-cache",
                              "--attention-backend-policy", "priority"});
+    if (debug_routes) argv.push_back("--enable-debug-routes");
     argv.insert(argv.end(), args.begin(), args.end());
 
     posix_spawn_file_actions_t actions;

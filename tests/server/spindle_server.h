@@ -35,7 +35,8 @@ ChildResult run_child(const std::vector<std::string>& argv, std::chrono::seconds
 // The executable `name` on PATH, or "" when there is none.
 std::string find_on_path(const std::string& name);
 
-// `spindle serve --port P --no-backend-cache --attention-backend-policy priority ARGS...` with its
+// `spindle serve --port P --no-backend-cache --attention-backend-policy priority
+// --enable-debug-routes ARGS...` (the debug route serves kv_settled's integrity check) with its
 // output in a log file. Stopped (SIGTERM, then SIGKILL after 10 s) by stop() or the destructor,
 // and killed when the thread that started it exits (start it from the main thread).
 class SpindleServer {
@@ -43,12 +44,14 @@ class SpindleServer {
   // Starts the server and waits (up to `timeout`) for /health to answer 200. On failure returns
   // null and says why in *error (with the server's log).
   static std::unique_ptr<SpindleServer> start(const std::vector<std::string>& args, std::string* error,
-                                              std::chrono::seconds timeout = std::chrono::seconds(120));
+                                              std::chrono::seconds timeout = std::chrono::seconds(120),
+                                              bool debug_routes = true);
   ~SpindleServer();
   SpindleServer(const SpindleServer&) = delete;
   SpindleServer& operator=(const SpindleServer&) = delete;
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string base_url() const;  // http://127.0.0.1:PORT
   // /health answered 503 (loading) at least once before 200.
   bool saw_loading() const { return saw_loading_; }

@@ -201,3 +201,23 @@ TEST(TokenizerTest, VocabularyLookups) {
 
 }  // namespace
 }  // namespace spindle::tokenizer
+
+namespace spindle::tokenizer {
+namespace {
+
+// Found by fuzz_tokenizer_json: a vocabulary id that is a float or out of range was converted
+// with undefined behaviour (or sized the id table by it); it is a bad file.
+TEST(TokenizerTest, VocabularyIdsMustBeSaneIntegers) {
+  for (const std::string id : {"8.888e31", "1.5", "\"3\"", "-1", "4294967296", "99999999"}) {
+    const std::string text = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": )" + id + R"(}, "merges": []}})";
+    try {
+      (void)Tokenizer::from_files({.tokenizer_json = text});
+      ADD_FAILURE() << id << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.message(), ::testing::HasSubstr("token 'b'")) << id;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spindle::tokenizer

@@ -2,9 +2,18 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
+#include <cmath>
 
 namespace spindle::engine::spec {
+
+double expected_tokens(double a, int k) {
+  double sum = 1.0, term = 1.0;
+  for (int i = 0; i < k; ++i) {
+    term *= a;
+    sum += term;
+  }
+  return sum;
+}
 
 int CostModel::bucket_of(int n) {
   int b = 0;
@@ -15,7 +24,7 @@ int CostModel::bucket_of(int n) {
   return b;
 }
 
-double CostModel::Rate::median() const {
+double CostModel::Times::median() const {
   const int n = std::min(samples, kWindow);
   if (n == 0) return 0.0;
   std::array<double, kWindow> sorted = recent;
@@ -23,39 +32,41 @@ double CostModel::Rate::median() const {
   return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
-double CostModel::tokens_per_second(int bucket, bool speculated) const {
+double CostModel::step_seconds(int bucket, bool speculated) const {
   return buckets_.at(static_cast<size_t>(bucket)).way[speculated ? 1 : 0].median();
 }
 
-bool CostModel::should_speculate(int num_decoding) {
+bool CostModel::should_speculate(int num_decoding, double expected) {
   if (always_) return true;
-  Bucket& b = buckets_[static_cast<size_t>(bucket_of(num_decoding))];
+  const int index = bucket_of(num_decoding);
+  Bucket& b = buckets_[static_cast<size_t>(index)];
   ++b.decisions;
   if (b.way[1].samples < kMinSamples) return true;
   if (b.way[0].samples < kMinSamples) return false;
-  const bool faster_with = b.way[1].median() >= b.way[0].median();
-  if (b.decisions % kReexploreEvery == 0) return !faster_with;
-  return faster_with;
+  const double with = expected / b.way[1].median(), without = num_decoding / b.way[0].median();
+  // A way once chosen is left only for one kHysteresis faster (no flapping on noise).
+  int chosen = with >= without ? 1 : 0;
+  if (b.chosen == 1 && chosen == 0 && with * kHysteresis >= without) chosen = 1;
+  if (b.chosen == 0 && chosen == 1 && without * kHysteresis >= with) chosen = 0;
+  if (chosen != b.chosen) {
+    const int lo = 1 << index, hi = index == kNumBuckets - 1 ? 0 : (2 << index) - 1;
+    change_ = fmt::format(
+        "speculative decoding {} for decode batches of {}{}: {:.1f} tokens expected in {:.2f} ms with it ({:.0f} "
+        "tok/s), {} in {:.2f} ms without ({:.0f} tok/s)",
+        chosen ? "on" : "off (verifying the drafts costs more than they save)", lo,
+        hi == 0 ? std::string(" or more") : (hi == lo ? std::string() : fmt::format("-{}", hi)), expected,
+        1e3 * b.way[1].median(), with, num_decoding, 1e3 * b.way[0].median(), without);
+    b.chosen = chosen;
+  }
+  if (b.decisions % kReexploreEvery == 0) return !chosen;
+  return chosen == 1;
 }
 
-void CostModel::record(bool speculated, int num_decoding, int tokens, double seconds) {
-  if (always_ || seconds <= 0 || tokens <= 0) return;
-  const int index = bucket_of(num_decoding);
-  Bucket& b = buckets_[static_cast<size_t>(index)];
-  Rate& r = b.way[speculated ? 1 : 0];
-  r.recent[static_cast<size_t>(r.samples % kWindow)] = tokens / seconds;
-  ++r.samples;
-  if (b.way[0].samples < kMinSamples || b.way[1].samples < kMinSamples) return;
-  const int preferred = b.way[1].median() >= b.way[0].median() ? 1 : 0;
-  if (preferred != b.preferred) {
-    const int lo = 1 << index, hi = index == kNumBuckets - 1 ? 0 : (2 << index) - 1;
-    change_ = fmt::format("speculative decoding {} for decode batches of {}{}: {:.0f} tok/s measured with it, {:.0f} "
-                          "without",
-                          preferred ? "on" : "off (verifying the drafts costs more than they save)", lo,
-                          hi == 0 ? std::string(" or more") : (hi == lo ? std::string() : fmt::format("-{}", hi)),
-                          b.way[1].median(), b.way[0].median());
-    b.preferred = preferred;
-  }
+void CostModel::record(bool speculated, int num_decoding, double seconds) {
+  if (always_ || seconds <= 0) return;
+  Times& t = buckets_[static_cast<size_t>(bucket_of(num_decoding))].way[speculated ? 1 : 0];
+  t.recent[static_cast<size_t>(t.samples % kWindow)] = seconds;
+  ++t.samples;
 }
 
 std::optional<std::string> CostModel::take_change() {

@@ -1,14 +1,18 @@
 // Speculative decoding, part 3: whether to speculate this step. Verifying k drafts costs k more
-// query rows per sequence; at batch 1 that is nearly free (the step reads the weights once
-// either way), at a large batch the step is compute-bound and the extra rows cost more than the
-// accepted tokens save. The decision is made from measured decode steps, not from a constant:
-// for each batch-size bucket (number of decoding sequences: 1, 2-3, 4-7, 8-15, ...) it keeps the
-// generated tokens per second of the last kWindow decode steps with and without speculation (each
-// step's tokens / wall seconds, proposal time included) and speculates while the median with it is
-// the higher. The median, not a mean: a draft model's first step for a request also runs the
-// request's whole prompt through the draft, an outlier that must not decide. A bucket measures
-// each way kMinSamples times first, and every kReexploreEvery decisions it runs the other way
-// once, so a change in acceptance is noticed.
+// query rows per sequence; at batch 1 that is nearly free where the step is bound by reading the
+// weights, at a large batch (or on a CPU whose small-batch kernels are compute-bound) the extra
+// rows cost more than the accepted tokens save. The decision is made from measurements, not from
+// a constant, with cost and benefit measured apart:
+//   - cost: for each batch-size bucket (decoding sequences: 1, 2-3, 4-7, 8-15, ...) the wall
+//     seconds of the last kWindow decode steps with and without speculation (proposal included;
+//     the median, so that a draft model's first step for a request, which also runs the prompt
+//     through the draft, does not decide);
+//   - benefit: the tokens the step is expected to emit, from each speculating request's measured
+//     acceptance (the engine passes sum over requests of E[tokens] = (1 - a^(k+1)) / (1 - a) for
+//     per-token acceptance a and k drafts; 1 for each request that does not speculate).
+// It speculates when expected tokens / seconds with it beats decoding sequences / seconds
+// without (by kHysteresis to leave the way it chose before). A bucket first measures each way kMinSamples times, and every kReexploreEvery
+// decisions it runs the way it would not choose once, so both costs stay current.
 #pragma once
 
 #include <algorithm>
@@ -19,37 +23,43 @@
 
 namespace spindle::engine::spec {
 
+// Expected tokens a verify of k drafts emits when each draft is accepted with probability a
+// (independently, until the first rejection), the bonus token included: 1 + a + ... + a^k.
+double expected_tokens(double a, int k);
+
 class CostModel {
  public:
   static constexpr int kMinSamples = 5;
   static constexpr int kReexploreEvery = 20;
   static constexpr int kWindow = 9;  // steps per way and bucket the median is taken over
+  static constexpr double kHysteresis = 1.05;  // the other way must be 5% faster to switch
 
   // always: speculate on every step (--speculative-always), measuring nothing.
   explicit CostModel(bool always = false) : always_(always) {}
 
-  // Whether a decode step over num_decoding sequences speculates.
-  bool should_speculate(int num_decoding);
-  // A pure decode step ran: `speculated` (at least one sequence verified drafts), the tokens it
-  // appended and its wall seconds.
-  void record(bool speculated, int num_decoding, int tokens, double seconds);
-  // Set when the preferred way of a bucket changed at the last record(): a log line saying why.
+  // Whether a decode step over num_decoding sequences speculates, when it is then expected to
+  // emit expected_tokens tokens (and num_decoding without).
+  bool should_speculate(int num_decoding, double expected_tokens);
+  // A pure decode step ran: `speculated` (at least one sequence verified drafts), over
+  // num_decoding sequences, in `seconds` of wall time.
+  void record(bool speculated, int num_decoding, double seconds);
+  // Set when the chosen way of a bucket changed at the last decision: a log line saying why.
   std::optional<std::string> take_change();
 
   static int bucket_of(int num_decoding);  // floor(log2(n)), capped
-  // Measured tokens per second of a bucket (0 when unmeasured).
-  double tokens_per_second(int bucket, bool speculated) const;
+  // Median step seconds of a bucket's last steps (0 when unmeasured).
+  double step_seconds(int bucket, bool speculated) const;
 
  private:
-  struct Rate {
-    std::array<double, kWindow> recent{};  // tokens / s of the last min(samples, kWindow) steps (a ring)
+  struct Times {
+    std::array<double, kWindow> recent{};  // the last min(samples, kWindow) steps (a ring)
     int samples = 0;
     double median() const;
   };
   struct Bucket {
-    Rate way[2];  // [0] without, [1] with speculation
+    Times way[2];  // [0] without, [1] with speculation
     int decisions = 0;
-    int preferred = -1;  // -1: not yet decided
+    int chosen = -1;  // -1: not yet decided
   };
   static constexpr int kNumBuckets = 12;
   bool always_;

@@ -1,0 +1,107 @@
+// Private to server/: the state every connection shares (HttpServer::Impl) and one connection
+// (Session). Boost.Beast/Asio types stay out of http_server.h.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "server/http_server.h"
+#include "server/openai_protocol.h"
+
+namespace spindle::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+
+using HttpRequest = http::request<http::string_body>;
+using HttpResponse = http::response<http::string_body>;
+
+class Session;
+
+// What a request's head asks for.
+enum class Route {
+  kHealth, kMetrics, kModels, kModel, kCompletions, kChat, kKvIntegrity, kPreflight, kNotFound, kWrongMethod
+};
+
+// Why a connection or request was refused or cut: the label of spindle_http_rejected_total.
+enum class Reject {
+  kBodyTooLarge, kHeadersTooLarge, kTooManyHeaders, kEncoding, kMalformed, kRequestTimeout, kIdleTimeout,
+  kWriteTimeout, kOverConnectionLimit, kIdleEvicted, kAuth, kHost, kOrigin, kShutdown, kCount
+};
+const char* reject_label(Reject r);
+
+struct HttpServer::Impl {
+  explicit Impl(HttpServerOptions o);
+
+  const HttpServerOptions options;
+  const bool check_host;  // the Host header is checked (loopback bind, or --allowed-hosts given)
+  // Declared before the io_context: sessions destroyed with its pending handlers unregister here.
+  std::atomic<engine::DpGroup*> engine{nullptr};
+  std::atomic<bool> draining{false};
+  std::atomic<bool> stopped{false};
+  std::mutex stop_mutex;  // stop() from several threads
+  std::function<void(int)> on_signal;
+
+  // Counters for /metrics.
+  std::atomic<uint64_t> num_accepted{0};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Reject::kCount)> num_rejected{};
+  void count(Reject r) { num_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
+
+  // The connection registry (guarded by mutex). `admitted` counts the connections inside
+  // max_connections: an evicted one leaves it at once, before its socket is closed.
+  std::mutex mutex;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  std::list<Session*> idle;  // least recently idle first
+  int admitted = 0;
+
+  asio::io_context ioc;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_guard;
+  tcp::acceptor acceptor;
+  asio::steady_timer accept_retry;
+  asio::steady_timer drain_timer;
+  std::optional<asio::signal_set> signals;
+  std::shared_ptr<std::function<void()>> signal_wait;
+  std::unique_ptr<asio::thread_pool> work;  // parse, tokenize, submit; blocking engine calls
+  std::vector<std::thread> io_threads;
+
+  // Accepting, the registry, shutdown.
+  void accept();
+  void on_accepted(tcp::socket socket);
+  void set_idle(Session* s, bool idle);  // not for overflow sessions
+  void unregister(Session* s);
+  std::vector<std::shared_ptr<Session>> live_sessions();
+  void begin_shutdown();
+  void finish_if_drained();
+  void stop_now();
+
+  // The request side, called by sessions.
+  Route route(const HttpRequest& req, std::string* model_id) const;
+  // Host, Origin and API key checks on the head. *cors_origin is set to the value to send in
+  // Access-Control-Allow-Origin ("" for none).
+  std::optional<ApiError> check_access(const HttpRequest& req, Route route, Reject* why, std::string* cors_origin) const;
+  HttpResponse health(unsigned version) const;
+  HttpResponse metrics(unsigned version) const;
+  std::string render_http_metrics() const;
+};
+
+// A JSON (or other) response with the given status and body.
+HttpResponse make_response(http::status status, unsigned version, std::string body,
+                           const char* content_type = "application/json");
+HttpResponse error_response(const ApiError& e, unsigned version);
+
+}  // namespace spindle::server

@@ -1,0 +1,548 @@
+#include "server/http_session.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/algorithm/string/predicate.hpp>
+
+#include "engine/dp_group.h"
+#include "util/error.h"
+
+namespace spindle::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kFirstReadBytes = 1024;                     // the read that ends a keep-alive wait
+constexpr size_t kBufferSlack = 64 << 10;                    // read buffer beyond the header limit
+constexpr auto kLingerTime = std::chrono::seconds(2);        // reading what a refused client still sends
+constexpr size_t kLingerBytes = 1 << 20;
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+bool is_disconnect(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == http::error::partial_message || ec == asio::error::eof ||
+         ec == asio::error::connection_reset || ec == asio::error::operation_aborted ||
+         ec == asio::error::broken_pipe || ec == asio::error::not_connected || ec == asio::error::bad_descriptor;
+}
+
+}  // namespace
+
+Session::Session(tcp::socket socket, HttpServer::Impl& server, bool overflow)
+    : server_(server),
+      stream_(std::move(socket)),
+      buffer_(server.options.max_header_bytes + kBufferSlack),
+      overflow_(overflow) {}
+
+Session::~Session() { server_.unregister(this); }
+
+void Session::start() {
+  asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->await_request(); });
+}
+
+void Session::close_if_idle() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->state_ == State::kIdle) self->close();
+  });
+}
+
+void Session::drain() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    self->keep_alive_ = false;
+    if (self->state_ == State::kIdle) self->close();
+  });
+}
+
+void Session::abort(std::string reason) {
+  asio::post(stream_.get_executor(), [self = shared_from_this(), reason = std::move(reason)] {
+    self->keep_alive_ = false;
+    switch (self->state_) {
+      case State::kGenerating:
+        self->abort_reason_ = reason;
+        if (!self->relay_->streaming()) {
+          self->relay_->cancel();
+          self->relay_.reset();
+          self->reject(Reject::kShutdown, ApiError(503, "server_shutting_down", "", reason));
+        } else {
+          self->pump();
+        }
+        break;
+      case State::kWriting:
+        break;  // the answer is on its way; the connection closes after it
+      default:
+        self->close();
+    }
+  });
+}
+
+// Idle: wait for the first byte of the next request (keep-alive), unless it is buffered already.
+void Session::await_request() {
+  if (state_ == State::kClosed) return;
+  if (!keep_alive_ || server_.draining.load()) {
+    close();
+    return;
+  }
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(server_.options.max_header_bytes));
+  // No body limit while the head is read: a Content-Length over the limit is refused in
+  // on_header after the encoding check (a compressed body is 415 whatever its size), and the
+  // limit is set there before any body byte is read (Beast then counts chunked bodies against it).
+  parser_->body_limit(boost::none);
+  route_ = Route::kNotFound;
+  abort_reason_.reset();
+  cors_origin_.clear();
+  if (buffer_.size() > 0) {
+    begin_request();
+    return;
+  }
+  state_ = State::kIdle;
+  if (!overflow_) server_.set_idle(this, true);
+  stream_.expires_after(seconds(server_.options.keep_alive_timeout_s));
+  stream_.async_read_some(buffer_.prepare(kFirstReadBytes),
+                          [self = shared_from_this()](beast::error_code ec, size_t n) {
+                            if (!self->overflow_) self->server_.set_idle(self.get(), false);
+                            if (self->state_ == State::kClosed) return;
+                            if (ec) {
+                              if (ec == beast::error::timeout) self->server_.count(Reject::kIdleTimeout);
+                              self->close();
+                              return;
+                            }
+                            self->buffer_.commit(n);
+                            self->begin_request();
+                          });
+}
+
+// From the request's first byte: one deadline for its head and its whole body.
+void Session::begin_request() {
+  state_ = State::kReading;
+  stream_.expires_after(seconds(server_.options.request_timeout_s));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+void Session::on_read_error(beast::error_code ec) {
+  const auto& o = server_.options;
+  if (ec == beast::error::timeout) {
+    server_.count(Reject::kRequestTimeout);  // the stream closed the socket: nobody to answer
+    close();
+  } else if (ec == http::error::body_limit) {
+    reject(Reject::kBodyTooLarge, ApiError(413, "invalid_request_error", "",
+                                           fmt::format("request body too large: the limit is {} bytes (--max-body-bytes)",
+                                                       o.max_body_bytes)));
+  } else if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+    reject(Reject::kHeadersTooLarge,
+           ApiError(431, "invalid_request_error", "",
+                    fmt::format("request head too large: the limit is {} bytes (--max-header-bytes)", o.max_header_bytes)));
+  } else if (is_disconnect(ec)) {
+    close();
+  } else {
+    reject(Reject::kMalformed, ApiError(400, "invalid_request_error", "", "malformed HTTP request: " + ec.message()));
+  }
+}
+
+void Session::on_header(beast::error_code ec) {
+  if (state_ == State::kClosed) return;
+  if (ec) {
+    on_read_error(ec);
+    return;
+  }
+  const auto& o = server_.options;
+  const HttpRequest& req = parser_->get();
+  version_ = req.version();
+  keep_alive_ = keep_alive_ && req.keep_alive() && !overflow_;
+  const auto num_fields = std::distance(req.begin(), req.end());
+  if (num_fields > o.max_header_count) {
+    reject(Reject::kTooManyHeaders,
+           ApiError(431, "invalid_request_error", "",
+                    fmt::format("the request has {} header fields; at most {} are accepted (--max-header-count)",
+                                num_fields, o.max_header_count)));
+    return;
+  }
+  // Bodies are taken as sent: a compressed one could inflate far past the body limit.
+  if (auto it = req.find(http::field::content_encoding);
+      it != req.end() && !boost::iequals(it->value(), "identity")) {
+    reject(Reject::kEncoding, ApiError(415, "invalid_request_error", "",
+                                       fmt::format("Content-Encoding '{}' is not accepted: send the body uncompressed",
+                                                   std::string(it->value()))));
+    return;
+  }
+  if (auto it = req.find(http::field::transfer_encoding);
+      it != req.end() && !boost::iequals(it->value(), "chunked")) {
+    reject(Reject::kEncoding, ApiError(415, "invalid_request_error", "",
+                                       fmt::format("Transfer-Encoding '{}' is not accepted: only 'chunked' is",
+                                                   std::string(it->value()))));
+    return;
+  }
+  if (const auto length = parser_->content_length(); length && *length > o.max_body_bytes) {
+    on_read_error(http::error::body_limit);
+    return;
+  }
+  parser_->body_limit(o.max_body_bytes);
+  route_ = server_.route(req, &model_id_);
+  Reject why = Reject::kCount;
+  if (auto refused = server_.check_access(req, route_, &why, &cors_origin_)) {
+    reject(why, *refused);
+    return;
+  }
+  if (route_ == Route::kNotFound || route_ == Route::kWrongMethod) {
+    const int status = route_ == Route::kNotFound ? 404 : 405;
+    reject(Reject::kCount, ApiError(status, "invalid_request_error", "",
+                                    fmt::format("{} {} {}", status == 404 ? "no route for" : "method not allowed:",
+                                                std::string(req.method_string()), std::string(req.target()))));
+    return;
+  }
+  if (boost::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
+    head_ = std::make_unique<http::response<http::empty_body>>(http::status::continue_, version_);
+    http::async_write(stream_, *head_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->head_.reset();
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->read_body();
+    });
+    return;
+  }
+  read_body();
+}
+
+void Session::read_body() {
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+}
+
+void Session::on_body(beast::error_code ec) {
+  if (state_ == State::kClosed) return;
+  if (ec) {
+    on_read_error(ec);
+    return;
+  }
+  stream_.expires_never();
+  dispatch();
+}
+
+void Session::dispatch() {
+  state_ = State::kWorking;
+  if (overflow_ && route_ != Route::kHealth) {
+    reject(Reject::kOverConnectionLimit,
+           ApiError(503, "server_overloaded", "",
+                    fmt::format("too many open connections (--max-connections {}); retry later",
+                                server_.options.max_connections)));
+    return;
+  }
+  if (server_.draining.load() && (route_ == Route::kCompletions || route_ == Route::kChat)) {
+    reject(Reject::kShutdown, ApiError(503, "server_shutting_down", "", "the server is shutting down"));
+    return;
+  }
+  engine::DpGroup* engine = server_.engine.load();
+  switch (route_) {
+    case Route::kHealth: respond(server_.health(version_)); return;
+    case Route::kMetrics: respond(server_.metrics(version_)); return;
+    case Route::kPreflight: {
+      HttpResponse res = make_response(http::status::no_content, version_, "");
+      res.set(http::field::access_control_allow_methods, "GET, POST, OPTIONS");
+      res.set(http::field::access_control_allow_headers, "Authorization, Content-Type");
+      res.set(http::field::access_control_max_age, "600");
+      respond(std::move(res));
+      return;
+    }
+    default: break;
+  }
+  if (engine == nullptr) {
+    respond(error_response(ApiError(503, "server_loading", "", "the model is still loading"), version_));
+    return;
+  }
+  switch (route_) {
+    case Route::kModels:
+    case Route::kModel: {
+      json model = {{"id", engine->model_name()}, {"object", "model"}, {"created", static_cast<int64_t>(std::time(nullptr))},
+                    {"owned_by", "spindle"}, {"max_model_len", engine->max_model_len()}};
+      if (route_ == Route::kModels) {
+        respond(make_response(http::status::ok, version_, to_json_text(json{{"object", "list"}, {"data", json::array({model})}})));
+      } else if (model_id_ == engine->model_name()) {
+        respond(make_response(http::status::ok, version_, to_json_text(model)));
+      } else {
+        respond(error_response(ApiError(404, "invalid_request_error", "model",
+                                        fmt::format("the model '{}' does not exist; this server serves '{}'", model_id_,
+                                                    engine->model_name())),
+                               version_));
+      }
+      return;
+    }
+    case Route::kKvIntegrity:
+      // A full scan on the engine thread; the caller waits, so it runs on the work pool.
+      asio::post(*server_.work, [self = shared_from_this(), engine] {
+        std::string body;
+        try {
+          body = to_json_text(json{{"ok", engine->kv_integrity_ok()}});
+        } catch (const std::exception& e) {
+          body = to_json_text(ApiError(503, "server_shutting_down", "", e.what()).to_json());
+        }
+        asio::post(self->stream_.get_executor(), [self, body = std::move(body)]() mutable {
+          if (self->state_ != State::kClosed) self->respond(make_response(http::status::ok, self->version_, std::move(body)));
+        });
+      });
+      return;
+    case Route::kCompletions:
+    case Route::kChat: run_generation(route_ == Route::kChat); return;
+    default: break;
+  }
+  reject(Reject::kCount, ApiError(404, "invalid_request_error", "", "no such route"));
+}
+
+// Parse, validate, tokenize and submit on the work pool; the generation starts back on the strand.
+void Session::run_generation(bool chat) {
+  const HttpRequest& req = parser_->get();
+  if (auto type = req[http::field::content_type]; boost::istarts_with(type, "multipart/form-data")) {
+    reject(Reject::kCount, ApiError(415, "invalid_request_error", "",
+                                    "request bodies must be JSON (Content-Type: application/json)"));
+    return;
+  }
+  engine::DpGroup* engine = server_.engine.load();
+  asio::post(*server_.work, [self = shared_from_this(), engine, chat, body = std::move(parser_->get().body())] {
+    std::shared_ptr<GenerationRequest> request;
+    Submitted submitted;
+    std::optional<ApiError> error;
+    try {
+      const size_t limit = self->server_.options.max_body_bytes;
+      request = std::make_shared<GenerationRequest>(chat ? parse_chat_request(body, limit)
+                                                         : parse_completion_request(body, limit));
+      submitted = submit_request(*engine, *request);
+    } catch (const ApiError& e) {
+      error = e;
+    } catch (const std::exception& e) {
+      spdlog::error("request failed: {}", e.what());
+      error = ApiError(500, "internal_error", "", e.what());
+    }
+    asio::post(self->stream_.get_executor(), [self, request, submitted = std::move(submitted), error]() mutable {
+      if (error) {
+        if (self->state_ != State::kClosed) self->respond(error_response(*error, self->version_));
+        return;
+      }
+      self->start_generation(std::move(request), std::move(submitted));
+    });
+  });
+}
+
+void Session::start_generation(std::shared_ptr<GenerationRequest> request, Submitted submitted) {
+  engine::DpGroup* engine = server_.engine.load();
+  if (state_ == State::kClosed || engine == nullptr) {
+    for (auto& s : submitted.streams) s->cancel();
+    return;
+  }
+  relay_ = std::make_unique<CompletionRelay>(*engine, std::move(request), std::move(submitted));
+  state_ = State::kGenerating;
+  // The engine's wake-up: at most one pump posted at a time; the session may be gone by then.
+  auto posted = std::make_shared<std::atomic<bool>>(false);
+  auto wake = [weak = weak_from_this(), exec = stream_.get_executor(), posted] {
+    if (posted->exchange(true)) return;
+    asio::post(exec, [weak, posted] {
+      posted->store(false);
+      if (auto self = weak.lock()) self->pump();
+    });
+  };
+  for (const auto& s : relay_->streams()) s->set_notify(wake);
+  watch_client();
+  if (!relay_->streaming()) {
+    pump();
+    return;
+  }
+  head_ = std::make_unique<http::response<http::empty_body>>(http::status::ok, version_);
+  head_->set(http::field::content_type, "text/event-stream");
+  head_->set(http::field::cache_control, "no-cache");
+  head_->set(http::field::server, "spindle");
+  if (!cors_origin_.empty()) {
+    head_->set(http::field::access_control_allow_origin, cors_origin_);
+    head_->set(http::field::vary, "Origin");
+  }
+  head_->keep_alive(keep_alive_);
+  head_->chunked(true);
+  head_sr_ = std::make_unique<http::response_serializer<http::empty_body>>(*head_);
+  writing_ = true;
+  stream_.expires_after(seconds(server_.options.write_timeout_s));
+  http::async_write_header(stream_, *head_sr_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->writing_ = false;
+    if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
+    if (self->state_ == State::kClosed) return;
+    if (ec) {
+      self->close();
+      return;
+    }
+    self->pump();
+  });
+}
+
+// Moves what the engine produced to the client: one write at a time, the events that arrived
+// meanwhile coalesced into the next one.
+void Session::pump() {
+  if (state_ != State::kGenerating || writing_ || !relay_) return;
+  if (relay_->streaming()) {
+    std::string text = abort_reason_ ? relay_->abort_stream(*abort_reason_) : relay_->take_events();
+    if (!text.empty()) {
+      write_events(std::move(text));
+    } else if (relay_->done()) {
+      finish_events();
+    }
+    return;
+  }
+  if (!relay_->poll()) return;
+  HttpResponse res;
+  try {
+    res = make_response(http::status::ok, version_, to_json_text(relay_->response()));
+  } catch (const ApiError& e) {
+    res = error_response(e, version_);
+  }
+  relay_.reset();
+  respond(std::move(res));
+}
+
+void Session::write_events(std::string text) {
+  events_ = std::move(text);
+  writing_ = true;
+  stream_.expires_after(seconds(server_.options.write_timeout_s));
+  asio::async_write(stream_, http::make_chunk(asio::buffer(events_)),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      self->writing_ = false;
+                      // A client that does not read is cut off here (counted even when the hang-up
+                      // watch saw the closed socket first); closing cancels its request.
+                      if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
+                      if (self->state_ == State::kClosed) return;
+                      if (ec) {
+                        self->close();
+                        return;
+                      }
+                      self->pump();
+                    });
+}
+
+void Session::finish_events() {
+  writing_ = true;
+  stream_.expires_after(seconds(server_.options.write_timeout_s));
+  asio::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->writing_ = false;
+    self->relay_.reset();
+    self->head_sr_.reset();
+    self->head_.reset();
+    if (self->state_ == State::kClosed) return;
+    if (ec) {
+      self->close();
+      return;
+    }
+    self->end_exchange();
+  });
+}
+
+// While generating, a read on the raw socket (no deadline) notices a client that hangs up; bytes
+// a pipelining client sends stay in the buffer for its next request (and end the watch).
+void Session::watch_client() {
+  if (buffer_.size() > 0) return;  // pipelined input already: write errors will tell
+  watching_ = true;
+  stream_.socket().async_read_some(buffer_.prepare(kFirstReadBytes),
+                                   [self = shared_from_this()](beast::error_code ec, size_t n) {
+                                     self->watching_ = false;
+                                     if (!ec) self->buffer_.commit(n);
+                                     if (self->after_watch_) {
+                                       auto next = std::move(self->after_watch_);
+                                       self->after_watch_ = nullptr;
+                                       next();
+                                       return;
+                                     }
+                                     if (ec && self->state_ == State::kGenerating) self->close();  // gone
+                                   });
+}
+
+void Session::reject(Reject why, const ApiError& e) {
+  if (why != Reject::kCount) server_.count(why);
+  keep_alive_ = false;  // the rest of the request is not read
+  respond(error_response(e, version_));
+}
+
+void Session::respond(HttpResponse res) {
+  if (state_ == State::kClosed) return;
+  state_ = State::kWriting;
+  if (server_.draining.load()) keep_alive_ = false;
+  res.keep_alive(keep_alive_);
+  res.set(http::field::server, "spindle");
+  if (!cors_origin_.empty()) {
+    res.set(http::field::access_control_allow_origin, cors_origin_);
+    res.set(http::field::vary, "Origin");
+  }
+  res.prepare_payload();
+  res_ = std::make_unique<HttpResponse>(std::move(res));
+  writing_ = true;
+  stream_.expires_after(seconds(server_.options.write_timeout_s));
+  http::async_write(stream_, *res_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->writing_ = false;
+    self->res_.reset();
+    if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
+    if (self->state_ == State::kClosed) return;
+    if (ec) {
+      self->close();
+      return;
+    }
+    self->end_exchange();
+  });
+}
+
+// The response is out: the next request on this connection, or a close.
+void Session::end_exchange() {
+  if (!keep_alive_) {
+    linger_close();
+    return;
+  }
+  if (watching_) {
+    after_watch_ = [self = shared_from_this()] {
+      if (self->state_ != State::kClosed) self->await_request();
+    };
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
+    return;
+  }
+  await_request();
+}
+
+// Closing with unread input makes the kernel send a reset, which can destroy the response
+// before the client reads it: send FIN, then read and drop what still comes, for a while.
+void Session::linger_close() {
+  if (state_ == State::kClosed) return;
+  state_ = State::kWriting;
+  if (watching_) {
+    after_watch_ = [self = shared_from_this()] { self->linger_close(); };
+    beast::error_code ignored;
+    stream_.socket().cancel(ignored);
+    return;
+  }
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  linger_buf_.resize(16 << 10);
+  stream_.expires_after(kLingerTime);
+  linger_read(0);
+}
+
+void Session::linger_read(size_t discarded) {
+  stream_.async_read_some(asio::buffer(linger_buf_), [self = shared_from_this(), discarded](beast::error_code ec, size_t n) {
+    if (ec || discarded + n > kLingerBytes) {
+      self->close();
+      return;
+    }
+    self->linger_read(discarded + n);
+  });
+}
+
+void Session::close() {
+  if (state_ == State::kClosed) return;
+  state_ = State::kClosed;
+  if (relay_) {
+    relay_->cancel();
+    relay_.reset();
+  }
+  if (!overflow_) server_.set_idle(this, false);
+  beast::error_code ignored;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.close();
+}
+
+}  // namespace spindle::server
