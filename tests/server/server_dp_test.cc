@@ -231,8 +231,37 @@ TEST(ServerDpTest, AFailedRankFailsOnlyItsRequestsAndTheOtherServes) {
   EXPECT_EQ(series(m, rank_series("spindle_dp_rank_up", 0)), 1);
   EXPECT_EQ(series(m, rank_series("spindle_dp_rank_up", 1)), 0);
   EXPECT_GE(series(m, rank_series("spindle_dp_rank_failures_total", 1)), 1);
+  EXPECT_EQ(series(m, "spindle_healthy"), 1) << "the server serves while a rank does";
+  EXPECT_EQ(series(m, rank_series("spindle_healthy", 1)), 0);
   EXPECT_EQ(series(m, rank_series("spindle_requests_finished_total", 0)), 5);
   EXPECT_TRUE(kv_settled(*client));
+  EXPECT_TRUE(server->alive());
+}
+
+TEST(ServerDpTest, WhenEveryRankFailedTheServerIsUnhealthy) {
+  // Rank 0's fault would fail validation too (its children are rank 0): the reference backend,
+  // unvalidated.
+  ::setenv("SPINDLE_ATTN_FAULT", "reference=throw@0,reference=throw@1", 1);
+  auto server = start_or_fail({"--dp-size", "2", "--max-total-tokens", "4096", "--load-balance-method", "round_robin",
+                               "--attention-backend", "reference", "--skip-backend-validation"});
+  ::unsetenv("SPINDLE_ATTN_FAULT");
+  ASSERT_NE(server, nullptr);
+  auto client = server->client();
+  for (int i = 0; i < 2; ++i) {  // one to each rank
+    const JsonReply r = post(*client, "/v1/completions", greedy(kPrompts[static_cast<size_t>(i)]));
+    EXPECT_TRUE(text_of(r).starts_with("<error")) << r.body;
+  }
+  const JsonReply health = get(*client, "/health");
+  EXPECT_EQ(health.status, 503) << health.body;
+  EXPECT_EQ(health.json.value("status", ""), "unhealthy");
+  EXPECT_THAT(health.json.value("reason", ""), HasSubstr("rank 0"));
+  EXPECT_THAT(health.json.value("reason", ""), HasSubstr("rank 1"));
+  const JsonReply refused = post(*client, "/v1/completions", greedy(kPrompts[2]));
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  const auto m = all_series(*client);
+  EXPECT_EQ(series(m, "spindle_healthy"), 0);
+  EXPECT_EQ(series(m, rank_series("spindle_dp_rank_up", 0)), 0);
+  EXPECT_EQ(series(m, rank_series("spindle_dp_rank_up", 1)), 0);
   EXPECT_TRUE(server->alive());
 }
 
