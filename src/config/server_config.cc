@@ -97,6 +97,7 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
                              ModelAttentionDims{model.num_attention_heads, model.num_key_value_heads, model.head_dim});
   r.kv = resolve_kv(flags.kv, model);
   r.spec = resolve_spec(flags.spec);
+  if (r.spec.draft_threads == 0) r.spec.draft_threads = std::min(kDefaultDraftThreads, r.num_threads);
   // auto: activations in the checkpoint's precision, as Hugging Face transformers, vLLM and
   // SGLang compute a bf16 checkpoint; f32 (and f16) checkpoints keep exact f32 products.
   if (flags.matmul_precision == "auto") r.bf16_activations = model.torch_dtype == DType::kBF16;
