@@ -104,6 +104,8 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   } else {
     r.dp.threads_per_rank = r.num_threads;
   }
+  // Per DP rank: after num_threads became the rank's share.
+  if (r.spec.draft_threads == 0) r.spec.draft_threads = std::min(kDefaultDraftThreads, r.num_threads);
   // auto: activations in the checkpoint's precision, as Hugging Face transformers, vLLM and
   // SGLang compute a bf16 checkpoint; f32 (and f16) checkpoints keep exact f32 products.
   if (flags.matmul_precision == "auto") r.bf16_activations = model.torch_dtype == DType::kBF16;

@@ -53,6 +53,8 @@ ResolvedSpecConfig resolve_spec(const SpecFlags& f) {
   r.always = f.always;
   SPINDLE_CHECK(f.decode_log_interval >= 0, "--decode-log-interval {}: expected >= 0", f.decode_log_interval);
   r.decode_log_interval = f.decode_log_interval == 0 ? kDefaultDecodeLogInterval : f.decode_log_interval;
+  SPINDLE_CHECK(f.draft_threads >= 0, "--speculative-draft-threads {}: expected >= 1 (or 0: auto)", f.draft_threads);
+  r.draft_threads = f.draft_threads;
   return r;
 }
 
@@ -70,6 +72,8 @@ void add_spec_flags(CLI::App& app, SpecFlags& f) {
   app.add_flag("--speculative-always", f.always,
                "Speculate on every decode step (default: skip it where measured step times say it costs more than it "
                "saves)");
+  app.add_option("--speculative-draft-threads", f.draft_threads,
+                 fmt::format("CPU: the draft model's worker threads (min({}, --threads))", kDefaultDraftThreads));
   app.add_option("--decode-log-interval", f.decode_log_interval,
                  fmt::format("Decode steps between throughput log lines ({})", kDefaultDecodeLogInterval));
 }

@@ -15,6 +15,9 @@ inline constexpr int kDefaultNgramMinWindow = 1;   // SGLang's speculative-ngram
 inline constexpr int kDefaultNgramMaxWindow = 12;  // SGLang's speculative-ngram-max-match-window-size
 inline constexpr int kDefaultDecodeLogInterval = 40;  // decode steps between log lines (SGLang's default)
 inline constexpr int kMaxNumDraftTokens = 16;
+// CPU: the draft model's worker threads at most (a small model's forward is bound by the
+// per-operation hand-off to its threads, which grows with their number).
+inline constexpr int kDefaultDraftThreads = 4;
 
 struct SpecFlags {
   std::string algorithm;           // "" (off) | ngram | draft
@@ -24,6 +27,7 @@ struct SpecFlags {
   int ngram_max_window = 0;        // 0: kDefaultNgramMaxWindow
   bool always = false;             // speculate every step (no cost check)
   int decode_log_interval = 0;     // 0: kDefaultDecodeLogInterval
+  int draft_threads = 0;           // 0: min(kDefaultDraftThreads, --threads)
 };
 
 enum class SpecAlgorithm { kNone, kNgram, kDraft };
@@ -37,6 +41,7 @@ struct ResolvedSpecConfig {
   int ngram_max_window = kDefaultNgramMaxWindow;
   bool always = false;
   int decode_log_interval = kDefaultDecodeLogInterval;
+  int draft_threads = 0;  // CPU: the draft model's thread pool (set by config::resolve from --threads)
 };
 
 // Throws spindle::Error naming the flag: an unknown algorithm, draft without a draft model path

@@ -45,10 +45,17 @@ std::unique_ptr<DraftModel> load_draft_model(const std::filesystem::path& dir, c
   draft_flags.spec = {};
   d->resolved = config::resolve(draft_flags, device, d->config);
   d->selection = select_attention(d->resolved, device);
-  d->model = load_model(dir, load_options);
+  LoadOptions draft_load = load_options;
+  attn::BackendOptions draft_backend = backend_options;
+  if (target.device == attn::Device::kCpu && target.spec.draft_threads != target.num_threads) {
+    d->threads = std::make_unique<ThreadPool>(target.spec.draft_threads);
+    draft_load.cpu.pool = d->threads.get();
+    draft_backend.pool = d->threads.get();
+  }
+  d->model = load_model(dir, draft_load);
   const attn::AttentionShape shape = d->model->attention_shape(target.kv_dtype, target.page_size);
-  d->prefill_backend = attn::create_attention_backend(d->selection.prefill_backend, shape, {}, backend_options);
-  d->decode_backend = attn::create_attention_backend(d->selection.decode_backend, shape, {}, backend_options);
+  d->prefill_backend = attn::create_attention_backend(d->selection.prefill_backend, shape, {}, draft_backend);
+  d->decode_backend = attn::create_attention_backend(d->selection.decode_backend, shape, {}, draft_backend);
   engine::RunnerOptions runner_options;
   runner_options.max_graph_batch = target.cuda_graph_max_bs;
   runner_options.max_model_len = target.kv.max_model_len;

@@ -18,11 +18,13 @@
 #include "model/transformer.h"
 #include "platform/device_info.h"
 #include "tokenizer/tokenizer.h"
+#include "util/thread_pool.h"
 
 namespace spindle::startup {
 
 struct DraftModel {
   std::filesystem::path dir;
+  std::unique_ptr<ThreadPool> threads;  // CPU: its own pool of --speculative-draft-threads
   ModelConfig config;
   config::ResolvedConfig resolved;  // the target's flags resolved for the draft's shape
   attn::AttentionSelection selection;
