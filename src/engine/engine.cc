@@ -295,19 +295,32 @@ bool Engine::propose_drafts() {
     proposal_requests_.push_back(q);
   }
   if (proposal_requests_.empty()) return false;
-  // The benefit: each candidate's expected tokens at its measured acceptance, 1 for the rest.
-  double expected = num_decoding - static_cast<double>(proposal_requests_.size());
-  for (const spec::ProposalRequest& q : proposal_requests_) {
-    expected += spec::expected_tokens(acceptance_of(*outputs_.at(q.request->id)), q.max_draft_tokens);
+  // A cheap proposer proposes first, so the decision sees which requests really have drafts.
+  const bool cheap = options_.proposer->cheap();
+  if (cheap) {
+    for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
+    options_.proposer->propose(proposal_requests_);
   }
+  // The benefit: each drafting request's expected tokens at its measured acceptance, 1 for the rest.
+  double expected = num_decoding;
+  int drafting = 0;
+  for (const spec::ProposalRequest& q : proposal_requests_) {
+    const int k = cheap ? static_cast<int>(std::min<size_t>(q.out->tokens.size(), q.max_draft_tokens)) : q.max_draft_tokens;
+    if (k == 0) continue;
+    ++drafting;
+    expected += spec::expected_tokens(acceptance_of(*outputs_.at(q.request->id)), k) - 1.0;
+  }
+  if (drafting == 0) return false;
   const bool speculate = cost_model_.should_speculate(num_decoding, expected);
   if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
   if (!speculate) {
     metrics_.update([](MetricsSnapshot& s) { ++s.spec_skipped_steps; });
     return false;
   }
-  for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
-  options_.proposer->propose(proposal_requests_);
+  if (!cheap) {
+    for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
+    options_.proposer->propose(proposal_requests_);
+  }
   bool any = false;
   for (const spec::ProposalRequest& q : proposal_requests_) {
     Request& r = *const_cast<Request*>(q.request);

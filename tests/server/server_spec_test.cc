@@ -80,8 +80,9 @@ TEST(ServerSpecTest, SameTextAndTheMetricsUnderTheirNames) {
     EXPECT_LE(length, 5.0);
     EXPECT_NEAR(length, accepted / forwards, 1e-9);
     EXPECT_NEAR(metric(m, "spindle_spec_accept_rate"), accepted_drafts / draft_tokens, 1e-9);
-    // The window gauges: the last logging window's counts (every 8 decode steps here).
-    EXPECT_GT(metric(m, "spec_num_forward_ct"), 0);
+    // The window gauges: the last logging window's counts (every 8 decode steps here; with the
+    // draft model every decode step verifies, the n-gram proposer may have matched nothing then).
+    if (algorithm == "draft") EXPECT_GT(metric(m, "spec_num_forward_ct"), 0);
     EXPECT_GE(metric(m, "spec_num_accepted_tokens"), metric(m, "spec_num_forward_ct"));
     EXPECT_LE(metric(m, "spec_num_forward_ct"), forwards);
     int with_details = 0;

@@ -57,8 +57,15 @@ bool CostModel::should_speculate(int num_decoding, double expected) {
         hi == 0 ? std::string(" or more") : (hi == lo ? std::string() : fmt::format("-{}", hi)), expected,
         1e3 * b.way[1].median(), with, num_decoding, 1e3 * b.way[0].median(), without);
     b.chosen = chosen;
+    b.reexplore_every = kReexploreEvery;  // a change: re-measure soon
+    b.next_reexplore = b.decisions + kReexploreEvery;
   }
-  if (b.decisions % kReexploreEvery == 0) return !chosen;
+  if (b.decisions >= b.next_reexplore) {
+    // Re-measure the other way once; if the choice then stands, wait twice as long next time.
+    b.next_reexplore = b.decisions + b.reexplore_every;
+    b.reexplore_every = std::min(2 * b.reexplore_every, kMaxReexploreEvery);
+    return !chosen;
+  }
   return chosen == 1;
 }
 

@@ -11,8 +11,10 @@
 //     acceptance (the engine passes sum over requests of E[tokens] = (1 - a^(k+1)) / (1 - a) for
 //     per-token acceptance a and k drafts; 1 for each request that does not speculate).
 // It speculates when expected tokens / seconds with it beats decoding sequences / seconds
-// without (by kHysteresis to leave the way it chose before). A bucket first measures each way kMinSamples times, and every kReexploreEvery
-// decisions it runs the way it would not choose once, so both costs stay current.
+// without (by kHysteresis to leave the way it chose before). A bucket first measures each way
+// kMinSamples times; then it runs the way it would not choose once after kReexploreEvery
+// decisions, and again after twice as many each time the choice stands (up to
+// kMaxReexploreEvery), so both costs stay current without paying for a losing way often.
 #pragma once
 
 #include <algorithm>
@@ -30,7 +32,8 @@ double expected_tokens(double a, int k);
 class CostModel {
  public:
   static constexpr int kMinSamples = 5;
-  static constexpr int kReexploreEvery = 20;
+  static constexpr int kReexploreEvery = 20;  // decisions between re-measurements at first,
+  static constexpr int kMaxReexploreEvery = 640;  // doubled each time one confirms the choice
   static constexpr int kWindow = 9;  // steps per way and bucket the median is taken over
   static constexpr double kHysteresis = 1.05;  // the other way must be 5% faster to switch
 
@@ -60,6 +63,8 @@ class CostModel {
     Times way[2];  // [0] without, [1] with speculation
     int decisions = 0;
     int chosen = -1;  // -1: not yet decided
+    int reexplore_every = kReexploreEvery;
+    int next_reexplore = kReexploreEvery;  // the decision count of the next re-measurement
   };
   static constexpr int kNumBuckets = 12;
   bool always_;

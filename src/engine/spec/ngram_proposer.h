@@ -20,6 +20,7 @@ class NgramProposer final : public Proposer {
  public:
   NgramProposer(int min_window, int max_window);
   const char* name() const override { return "ngram"; }
+  bool cheap() const override { return true; }
   void propose(std::span<const ProposalRequest> requests) override;
 
  private:

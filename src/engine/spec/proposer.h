@@ -44,6 +44,9 @@ class Proposer {
  public:
   virtual ~Proposer() = default;
   virtual const char* name() const = 0;
+  // Proposing costs next to nothing (no model): the engine then proposes first and asks the cost
+  // model only about the requests that got drafts.
+  virtual bool cheap() const { return false; }
   // Fills every request's proposal (or leaves it empty). One call per engine step, for the
   // step's decoding requests that may speculate.
   virtual void propose(std::span<const ProposalRequest> requests) = 0;
