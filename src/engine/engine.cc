@@ -388,7 +388,7 @@ void Engine::run_step() {
 
   const int vocab = runner_.model().config().vocab_size;
   int num_prompt_tokens = 0;
-  const uint64_t tokens_before = metrics_.snapshot().generation_tokens_total;
+  step_tokens_ = 0;
   std::vector<SampledToken> drawn;
   for (const auto& s : plan.sequences) {
     Request& r = *s.request;
@@ -438,7 +438,7 @@ void Engine::run_step() {
   t.decode = decode;
   metrics_.observe_step(t);
   if (decode) {
-    const int tokens = static_cast<int>(metrics_.snapshot().generation_tokens_total - tokens_before);
+    const int tokens = step_tokens_;
     cost_model_.record(speculated, static_cast<int>(plan.sequences.size()), seconds_between(step_start, Clock::now()));
     ++window_.steps;
     window_.tokens += static_cast<uint64_t>(tokens);
@@ -529,6 +529,7 @@ void Engine::accept_token(Request& r, RequestOutputState& o, const SampledToken&
   }
   o.last_token_time = now;
   r.output.push_back(sampled.token);
+  ++step_tokens_;
   metrics_.update([](MetricsSnapshot& s) { ++s.generation_tokens_total; });
 
   RequestOutput out;

@@ -163,6 +163,7 @@ class Engine {
   std::unordered_map<uint64_t, spec::DraftProposal> proposals_;
   std::vector<spec::ProposalRequest> proposal_requests_;
   spec::CostModel cost_model_;
+  int step_tokens_ = 0;  // tokens appended in the current step (engine thread)
   // Every request's verifies together, the same decayed counts: the prior for a new request.
   double spec_accepted_all_ = 0, spec_rejected_all_ = 0;
   double acceptance_of(const RequestOutputState& o) const;
