@@ -116,31 +116,40 @@ TEST(ServerDpTest, ConcurrentRequestsRunOnBothRanksWithTheOneRankOutputs) {
 }
 
 // Speculative decoding in every rank (each its own draft model, or n-gram proposer) keeps the
-// one-rank greedy outputs under concurrency, and both ranks speculate.
+// one-rank greedy outputs under concurrency, and both ranks speculate. The n-gram proposer drafts
+// only where the text repeats itself: these prompts are those whose 24 greedy tokens from
+// kjv-tiny repeat a 3-token run at least once (measured alone: 1 to 4 verify steps each), and
+// round robin puts four of them on each rank, whichever order they arrive in.
 TEST(ServerDpTest, SpeculativeDecodingRunsInEveryRank) {
+  const std::vector<std::string> prompts = {
+      "In the beginning God created",      "The LORD is my shepherd",         "And it came to pass in those days",
+      "Now the serpent was more subtil",   "Let not your heart be troubled",  "For God so loved the world",
+      "And God said, Let there be light",  "Praise ye the LORD",
+  };
   std::vector<std::string> expected;
   {
     auto one = start_or_fail({"--max-total-tokens", "4096"});
     ASSERT_NE(one, nullptr);
     auto client = one->client();
-    for (const auto& p : kPrompts) expected.push_back(text_of(post(*client, "/v1/completions", greedy(p))));
+    for (const auto& p : prompts) expected.push_back(text_of(post(*client, "/v1/completions", greedy(p, 24))));
   }
   const std::string draft = std::string(SPINDLE_SOURCE_DIR) + "/models/kjv-draft";
   for (const std::vector<std::string>& spec :
        {std::vector<std::string>{"--speculative-algorithm", "draft", "--speculative-draft-model-path", draft},
         std::vector<std::string>{"--speculative-algorithm", "ngram"}}) {
-    std::vector<std::string> args = {"--dp-size", "2", "--max-total-tokens", "4096", "--speculative-always"};
+    std::vector<std::string> args = {"--dp-size", "2", "--max-total-tokens", "4096", "--speculative-always",
+                                     "--load-balance-method", "round_robin"};
     args.insert(args.end(), spec.begin(), spec.end());
     auto server = start_or_fail(args);
     ASSERT_NE(server, nullptr) << spec[1];
     std::vector<std::future<std::string>> replies;
-    for (const auto& p : kPrompts) {
+    for (const auto& p : prompts) {
       replies.push_back(std::async(std::launch::async, [&, p] {
         auto c = server->client();
-        return text_of(post(*c, "/v1/completions", greedy(p)));
+        return text_of(post(*c, "/v1/completions", greedy(p, 24)));
       }));
     }
-    for (size_t i = 0; i < kPrompts.size(); ++i) EXPECT_EQ(replies[i].get(), expected[i]) << spec[1] << ": " << kPrompts[i];
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(replies[i].get(), expected[i]) << spec[1] << ": " << prompts[i];
     auto client = server->client();
     EXPECT_TRUE(kv_settled(*client));
     const auto m = all_series(*client);
