@@ -15,6 +15,7 @@
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
+#   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py)
 #   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
 #   dp.txt, dp_check_dp{1,2}.log   tools/gpu/dp_check.py: serve --dp-size 2 with both ranks on GPU 0
 #                    (each rank's KV plan half of one rank's, dp 1 greedy outputs, both ranks serve)
@@ -90,6 +91,18 @@ if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a d
   run spec_verify_eager_b1 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k 4 --batch 1 --steps 40 --eager
   tail -1 "$out/spec_verify_eager_b1.txt" >>"$out/spec_verify.jsonl"
   cat "$out/spec_verify.jsonl"
+fi
+if has profile; then  # one decode forward of the 8B shape, kernel by kernel (ncu), for each decode backend
+  work=${WORK:-/tmp/e2e-work}
+  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/profile_model.txt" 2>&1
+  for backend in ${PROFILE_BACKENDS:-cudnn_sdpa cuda_flash}; do
+    run step_$backend 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k 4 --batch 1 --steps 30 --decode-backend $backend
+    run ncu_$backend ${PROFILE_TIMEOUT:-240} ncu --clock-control none --cache-control none --print-units base --csv --page raw \
+      --metrics gpu__time_duration.sum $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k 4 \
+      --batch 1 --steps 1 --eager --decode-backend $backend
+    python3 tools/gpu/kernel_profile.py "$out/ncu_$backend.txt" >"$out/profile_$backend.md" 2>&1
+    head -40 "$out/profile_$backend.md"
+  done
 fi
 if has spec_cpu; then  # bench/spec on this host's CPU (kjv-tiny + kjv-draft; n-gram on repeating prompts)
   SPINDLE=$PWD/$bin/spindle ROUNDS=${SPEC_ROUNDS:-2} timeout ${SPEC_TIMEOUT:-300} bash bench/spec/run.sh "$out/spec-cpu" >"$out/spec_cpu.txt" 2>&1

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Summarises an ncu run over bench_spec_verify (one prefill, then alternating decode and verify
+forwards) into the kernels of one decode forward: count and device time per kernel, grouped, and
+the sum against the measured step. Each forward begins with the embedding gather, which splits
+the run into forwards: #0 the prefill, then decode, verify, decode, ... (the bench's order).
+
+usage: kernel_profile.py NCU_CSV [--bytes-per-step B]
+  NCU_CSV: the stdout of `ncu --csv --page raw --metrics gpu__time_duration.sum ...`
+"""
+import argparse
+import csv
+import io
+import statistics
+import sys
+from collections import OrderedDict
+
+
+def read_kernels(path):
+    lines = [l for l in open(path, encoding="utf-8", errors="replace") if l.startswith('"')]
+    rows = list(csv.reader(io.StringIO("".join(lines))))
+    header = rows[0]
+    name_col = header.index("Kernel Name")
+    time_col = header.index("gpu__time_duration.sum")
+    kernels = []
+    for r in rows[1:]:
+        try:
+            kernels.append((r[name_col], float(r[time_col])))  # ns (with --print-units base)
+        except (ValueError, IndexError):
+            continue  # the units row
+    return kernels
+
+
+def short(name):
+    for prefix in ("void ", "spindle::kernels::cuda::", "(anonymous namespace)::"):
+        name = name.replace(prefix, "")
+    return name.split("(")[0][:90]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("csv")
+    p.add_argument("--bytes-per-step", type=float, default=0.0)
+    a = p.parse_args()
+    kernels = read_kernels(a.csv)
+    forwards, current = [], None
+    for name, ns in kernels:
+        if "embedding" in name:
+            current = []
+            forwards.append(current)
+        if current is not None:
+            current.append((name, ns))
+    if len(forwards) < 2:
+        sys.exit(f"kernel_profile: {len(forwards)} forwards found in {len(kernels)} kernels")
+    decodes = forwards[1::2]
+    totals = [sum(ns for _, ns in f) for f in decodes]
+    pick = decodes[totals.index(sorted(totals)[len(totals) // 2])]  # the median decode forward
+    groups = OrderedDict()
+    for name, ns in pick:
+        g = groups.setdefault(short(name), [0, 0.0])
+        g[0] += 1
+        g[1] += ns
+    total = sum(ns for _, ns in pick)
+    print(f"# One decode forward (median of {len(decodes)}): {len(pick)} kernels, {total / 1e3:.1f} us of device time")
+    if a.bytes_per_step:
+        print(f"# bytes read at least: {a.bytes_per_step / 1e9:.3f} GB")
+    print()
+    print("| kernel | count | total us | share | mean us |")
+    print("|---|---|---|---|---|")
+    for name, (n, ns) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+        print(f"| {name} | {n} | {ns / 1e3:.1f} | {100 * ns / total:.1f}% | {ns / n / 1e3:.2f} |")
+    print()
+    print("## Sequence of the first 40 kernels")
+    for (name, ns) in pick[:40]:
+        print(f"- {short(name)}: {ns / 1e3:.2f} us")
+    print()
+    print("## Decode forwards (us):", ", ".join(f"{t / 1e3:.0f}" for t in totals))
+    verifies = forwards[2::2]
+    if verifies:
+        print("## Verify forwards (us):", ", ".join(f"{sum(ns for _, ns in f) / 1e3:.0f}" for f in verifies))
+
+
+if __name__ == "__main__":
+    main()
