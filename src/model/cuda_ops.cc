@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "kernels/cpu/ops.h"
@@ -115,6 +116,14 @@ WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
 }
 
 void CudaOps::finish_loading() {
+  std::optional<DType> linear_dtype;
+  bool one_dtype = true;
+  for (const Placed& p : placed_) {
+    if (p.use != WeightUse::kLinear) continue;
+    if (linear_dtype && *linear_dtype != p.weight.dtype) one_dtype = false;
+    linear_dtype = p.weight.dtype;
+  }
+  linear16_dtype_ = one_dtype && linear_dtype && *linear_dtype != DType::kF32 ? *linear_dtype : DType::kF32;
   weights_.reserve(std::max<size_t>(cursor_, 1));
   auto* base = weights_.as<std::byte>();
   for (Placed& p : placed_) {
@@ -269,7 +278,20 @@ bool CudaOps::end_capture(int64_t key, std::string* why) {
   return true;
 }
 
+kcu::Out16 CudaOps::out16_for(const float* out, int64_t rows, int64_t cols) {
+  ready16_ = {};
+  if (linear16_dtype_ == DType::kF32) return {};
+  if (out != scratch(Scratch::kNormed) && out != scratch(Scratch::kFinalRows) && out != scratch(Scratch::kActivation)) {
+    return {};
+  }
+  void* target = linear_->input16_target(rows, cols);
+  if (target == nullptr) return {};
+  ready16_ = {out, rows, cols};
+  return {target, linear16_dtype_ == DType::kBF16};
+}
+
 void CudaOps::embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) {
+  ready16_ = {};
   const Placed& p = placed(table);
   kcu::launch_embedding_gather(p.data, p.type, hidden, ids, num_ids, out, stream_);
 }
@@ -277,17 +299,18 @@ void CudaOps::embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t
 void CudaOps::rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w, const int64_t* row_index) {
   const Placed& p = placed(w);
   kcu::launch_rms_norm(x, cols, row_index, out, cols, rows, cols, p.data, p.type,
-                       static_cast<float>(config_.rms_norm_eps), stream_);
+                       static_cast<float>(config_.rms_norm_eps), stream_, out16_for(out, rows, cols));
 }
 
 void CudaOps::add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols, WeightId w) {
   const Placed& p = placed(w);
   kcu::launch_add_rms_norm(hidden, delta, out, rows, cols, p.data, p.type, static_cast<float>(config_.rms_norm_eps),
-                           stream_);
+                           stream_, out16_for(out, rows, cols));
 }
 
 void CudaOps::split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
                              int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions) {
+  ready16_ = {};
   const void* qn = q_norm == kNoWeight ? nullptr : placed(q_norm).data;
   const void* kn = k_norm == kNoWeight ? nullptr : placed(k_norm).data;
   const kcu::WeightType type = q_norm == kNoWeight ? kcu::WeightType::kF32 : placed(q_norm).type;
@@ -299,6 +322,7 @@ void CudaOps::split_qkv_rope(const float* qkv, float* q, float* k, float* v, int
 }
 
 void CudaOps::add(float* y, const float* x, int64_t rows, int64_t cols) {
+  ready16_ = {};
   kcu::launch_add_inplace(y, x, rows * cols, stream_);
 }
 
@@ -306,7 +330,14 @@ void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> prod
   kcu::CublasLinear::Input in;  // x converted once per weight dtype and width
   for (const Product& p : products) {
     const kcu::DeviceWeight& w = placed(p.weight).weight;
-    if (in.x != x || in.dtype != w.dtype || in.cols != w.in_features) in = linear_->prepare(x, rows, w.in_features, w.dtype);
+    if (in.x != x || in.dtype != w.dtype || in.cols != w.in_features) {
+      if (ready16_.x == x && ready16_.rows == rows && ready16_.cols == w.in_features && w.dtype == linear16_dtype_) {
+        in = linear_->adopt(x, rows, w.in_features, w.dtype);  // its producer wrote the copy
+      } else {
+        in = linear_->prepare(x, rows, w.in_features, w.dtype);
+        ready16_ = {};
+      }
+    }
     const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
     linear_->forward(w, in, p.y, bias);
   }
@@ -314,6 +345,7 @@ void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> prod
 
 void CudaOps::qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
                            WeightId k_norm, const int64_t* positions) {
+  ready16_ = {};
   const int d = config_.head_dim;
   if (q_norm != kNoWeight) {
     rms_norm(q, q, rows * num_heads, d, q_norm);
@@ -324,7 +356,7 @@ void CudaOps::qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int 
 }
 
 void CudaOps::silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) {
-  kcu::launch_silu_mul(gate, up, stride, out, rows, cols, stream_);
+  kcu::launch_silu_mul(gate, up, stride, out, rows, cols, stream_, out16_for(out, rows, cols));
 }
 
 std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, const CudaModelOptions& options) {

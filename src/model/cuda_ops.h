@@ -96,6 +96,10 @@ class CudaOps final : public DeviceOps {
   };
   const Placed& placed(WeightId id) const;
   void upload_rope(int64_t table_positions);
+  // Where an op writing `out` [rows, cols] also writes its 16-bit copy for the linear() that
+  // reads it next: only outputs that are linear inputs (kNormed, kFinalRows, kActivation), only
+  // in the rounding mode with one 16-bit weight dtype. Sets ready16_ when it returns a target.
+  kernels::cuda::Out16 out16_for(const float* out, int64_t rows, int64_t cols);
 
   struct Graph {
     cudaGraphExec_t exec = nullptr;
@@ -117,6 +121,15 @@ class CudaOps final : public DeviceOps {
   size_t cursor_ = 0;                      // bytes of the layout so far
   uint64_t weight_bytes_ = 0;
   bool has_16bit_weights_ = false;         // any projection BF16/F16: the linear layers need scratch
+  DType linear16_dtype_ = DType::kF32;     // the 16-bit dtype of every projection, else kF32
+  // The input whose 16-bit copy the last op wrote (out16_for), for the next linear() over exactly
+  // that x; every other op clears it, and so does a prepare() (it overwrites the copy).
+  struct Ready16 {
+    const float* x = nullptr;
+    int64_t rows = 0;
+    int64_t cols = 0;
+  };
+  Ready16 ready16_;
   kernels::cuda::DeviceBuffer weights_;
   kernels::cuda::DeviceBuffer rope_table_;  // [rope_positions_, head_dim]: cos then sin per row
   kernels::cuda::DeviceBuffer inv_freq_;    // [head_dim / 2]

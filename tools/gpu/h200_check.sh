@@ -12,6 +12,7 @@
 #   quickbench.txt   bench_attention_cuda in one process (Spindle's kernels), spindle_bench.json
 #   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
+#   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels)
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
@@ -69,6 +70,7 @@ has cudnn && SPINDLE_CUDNN_RAGGED=0 run cudnn_padded 120 $bin/cuda_attention_tes
 has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
 has sampler && run sampler 100 $bin/cuda_sampler_test --gtest_brief=1
+has ops && run ops 60 $bin/cuda_ops_test --gtest_brief=1
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
 if has memcheck_new; then  # the device sampler's kernel and graph-replayed steps
   run memcheck_sampler 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_sampler_test --gtest_brief=1

@@ -24,14 +24,14 @@ def read_kernels(path):
     kernels = []
     for r in rows[1:]:
         try:
-            kernels.append((r[name_col], float(r[time_col])))  # ns (with --print-units base)
+            kernels.append((r[name_col], float(r[time_col].replace(",", ""))))  # ns (--print-units base)
         except (ValueError, IndexError):
             continue  # the units row
     return kernels
 
 
 def short(name):
-    for prefix in ("void ", "spindle::kernels::cuda::", "(anonymous namespace)::"):
+    for prefix in ("void ", "spindle::kernels::cuda::", "spindle::", "(anonymous namespace)::", "<unnamed>::"):
         name = name.replace(prefix, "")
     return name.split("(")[0][:90]
 

@@ -92,6 +92,26 @@ CublasLinear::Input CublasLinear::prepare(const float* x, int64_t rows, int64_t 
   return in;
 }
 
+void* CublasLinear::input16_target(int64_t rows, int64_t cols) const {
+  if (!round_ || rows <= 0 || cols <= 0) return nullptr;
+  if (static_cast<size_t>(rows * cols) * sizeof(uint16_t) > converted_.size()) return nullptr;
+  return converted_.data();
+}
+
+CublasLinear::Input CublasLinear::adopt(const float* x, int64_t rows, int64_t cols, DType dtype) const {
+  SPINDLE_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "cuBLAS linear: adopt() is for 16-bit weights, not {}",
+                dtype_name(dtype));
+  SPINDLE_CHECK(input16_target(rows, cols) != nullptr,
+                "cuBLAS linear: adopt() of {} x {} activations without a 16-bit target for them", rows, cols);
+  Input in;
+  in.x = x;
+  in.dtype = dtype;
+  in.rows = rows;
+  in.cols = cols;
+  in.converted = converted_.data();
+  return in;
+}
+
 void CublasLinear::gemm(const DeviceWeight& w, const void* b, int64_t n, float* c, float beta) {
   // Column-major view: W^T is [in, out] with ld in, so C (col-major [out, n], ld out) =
   // op(A) . B with A = W, op = T; B = x^T ([in, n] col-major, ld in).

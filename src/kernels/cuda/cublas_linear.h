@@ -69,6 +69,14 @@ class CublasLinear {
   };
   Input prepare(const float* x, int64_t rows, int64_t cols, DType dtype);
 
+  // Fusing the conversion into the op that produces x: in the rounding mode, the scratch where
+  // prepare() would write x [rows, cols] rounded to 16 bits, for that op to write instead
+  // (model_ops.h Out16); nullptr in the split mode or when the scratch is too small. adopt() then
+  // makes the Input of x from what was written there, with no launch; it is valid until the
+  // next prepare() (which overwrites the scratch).
+  void* input16_target(int64_t rows, int64_t cols) const;
+  Input adopt(const float* x, int64_t rows, int64_t cols, DType dtype) const;
+
   // y [x.rows, w.out_features] = x . W^T (+ bias [w.out_features] f32, device). Overwrites y.
   // Throws when x was prepared for another dtype or width.
   void forward(const DeviceWeight& w, const Input& x, float* y, const float* bias = nullptr);

@@ -1,5 +1,6 @@
 // Kernels of model_ops.h. Element-wise ops are grid-stride loops over 64-bit indices; RMSNorm
-// runs one warp per row for short rows (per-head q/k norm) and one block per row otherwise.
+// runs one warp per row for short rows (per-head q/k norm) and one block per row otherwise, with
+// the row in registers where its width and alignment allow (row_norm_vec_kernel).
 // Products and sums that the CPU code writes without FMA use the _rn intrinsics, which nvcc
 // never contracts, so the results match kernels/cpu/ops.cc bit for bit where the inputs do
 // (expf and the f64 cos/sin past the RoPE table may differ in the last bit).
@@ -75,20 +76,36 @@ __device__ __forceinline__ double warp_sum(double v) {
   return v;
 }
 
-// Writes row `r` given its sum of squares; `first`/`step` walk this thread's columns.
-__device__ __forceinline__ void rms_norm_write(const float* xr, float* o, int64_t cols, double sum, const void* weight,
-                                               WeightType type, float eps, int first, int step) {
+// 1 / sqrt(mean of squares + eps), as kernels::cpu::rms_norm computes it.
+__device__ __forceinline__ float inverse_rms(double sum, int64_t cols, float eps) {
   const float mean = static_cast<float>(sum / static_cast<double>(cols));
-  const float inv_rms = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// Writes row `r` given its sum of squares; `first`/`step` walk this thread's columns. o16 (when
+// not null) receives the same row rounded to 16 bits (Out16's type).
+__device__ __forceinline__ void rms_norm_write(const float* xr, float* o, int64_t cols, double sum, const void* weight,
+                                               WeightType type, float eps, int first, int step, uint16_t* o16,
+                                               bool bf16) {
+  const float inv_rms = inverse_rms(sum, cols, eps);
   for (int64_t i = first; i < cols; i += step) {
-    o[i] = __fmul_rn(__fmul_rn(xr[i], inv_rms), load_weight(weight, type, i));
+    const float y = __fmul_rn(__fmul_rn(xr[i], inv_rms), load_weight(weight, type, i));
+    o[i] = y;
+    if (o16 != nullptr) {
+      float unused;
+      o16[i] = round_16bit(y, bf16, &unused);
+    }
   }
+}
+
+__device__ __forceinline__ uint16_t* row_of(const Out16& o, int64_t r, int64_t cols) {
+  return o.out == nullptr ? nullptr : static_cast<uint16_t*>(o.out) + r * cols;
 }
 
 // One warp per row; blockDim.x == kThreads (kThreads / 32 rows per block).
 __global__ void rms_norm_warp_kernel(const float* x, int64_t x_stride, const int64_t* row_index, float* out,
                                      int64_t out_stride, int64_t rows, int64_t cols, const void* weight,
-                                     WeightType type, float eps) {
+                                     WeightType type, float eps, Out16 out16) {
   const int lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   if (r >= rows) return;  // whole warps leave together
@@ -97,13 +114,13 @@ __global__ void rms_norm_warp_kernel(const float* x, int64_t x_stride, const int
   double sum = 0.0;
   for (int64_t i = lane; i < cols; i += 32) sum += static_cast<double>(xr[i]) * static_cast<double>(xr[i]);
   sum = warp_sum(sum);
-  rms_norm_write(xr, out + r * out_stride, cols, sum, weight, type, eps, lane, 32);
+  rms_norm_write(xr, out + r * out_stride, cols, sum, weight, type, eps, lane, 32, row_of(out16, r, cols), out16.bf16);
 }
 
 // One block of kThreads per row.
 __global__ void rms_norm_block_kernel(const float* x, int64_t x_stride, const int64_t* row_index, float* out,
                                       int64_t out_stride, int64_t cols, const void* weight, WeightType type,
-                                      float eps) {
+                                      float eps, Out16 out16) {
   __shared__ double partial[kThreads / 32];
   const int64_t r = blockIdx.x;
   const int64_t src = row_index != nullptr ? row_index[r] : r;
@@ -117,7 +134,95 @@ __global__ void rms_norm_block_kernel(const float* x, int64_t x_stride, const in
   __syncthreads();
   double total = 0.0;
   for (int w = 0; w < kThreads / 32; ++w) total += partial[w];  // same order in every thread
-  rms_norm_write(xr, out + r * out_stride, cols, total, weight, type, eps, threadIdx.x, kThreads);
+  rms_norm_write(xr, out + r * out_stride, cols, total, weight, type, eps, threadIdx.x, kThreads,
+                 row_of(out16, r, cols), out16.bf16);
+}
+
+// Four consecutive weights as f32 (i a multiple of 4; the weight slot is 8-byte aligned).
+__device__ __forceinline__ float4 load_weight4(const void* w, WeightType type, int64_t i) {
+  if (type == WeightType::kF32) return reinterpret_cast<const float4*>(w)[i / 4];
+  const uint2 bits = reinterpret_cast<const uint2*>(w)[i / 4];
+  if (type == WeightType::kBF16) {
+    return make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
+                       __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
+  }
+  return make_float4(__half2float(__ushort_as_half(static_cast<uint16_t>(bits.x & 0xffffu))),
+                     __half2float(__ushort_as_half(static_cast<uint16_t>(bits.x >> 16))),
+                     __half2float(__ushort_as_half(static_cast<uint16_t>(bits.y & 0xffffu))),
+                     __half2float(__ushort_as_half(static_cast<uint16_t>(bits.y >> 16))));
+}
+
+__device__ __forceinline__ double sum_squares4(double sum, float4 a) {
+  sum += static_cast<double>(a.x) * static_cast<double>(a.x);
+  sum += static_cast<double>(a.y) * static_cast<double>(a.y);
+  sum += static_cast<double>(a.z) * static_cast<double>(a.z);
+  return sum + static_cast<double>(a.w) * static_cast<double>(a.w);
+}
+
+// RMSNorm of one row per block with the row held in registers: every load of the row is issued
+// before the first sum, so a row costs one round trip to memory instead of one per element a
+// thread walks (rms_norm_block_kernel's loop, ~14 us for 4096 columns at batch 1 on an H200).
+// Float4 accesses: cols % 4 == 0, strides % 4 == 0, 16-byte aligned rows (launch_row_norm checks).
+// With delta, the row is x + delta and written back to x (add_rms_norm; then row_index is null).
+// blockDim.x is a multiple of 32 and cols / 4 <= kRowVecs * blockDim.x.
+constexpr int kRowVecs = 4;
+constexpr int kRowMaxThreads = 1024;
+__global__ void row_norm_vec_kernel(float* x, int64_t x_stride, const int64_t* row_index, const float* delta,
+                                    float* out, int64_t out_stride, int64_t cols, const void* weight, WeightType type,
+                                    float eps, Out16 out16) {
+  __shared__ double partial[kRowMaxThreads / 32];
+  const int64_t r = blockIdx.x;
+  const int64_t src = row_index != nullptr ? row_index[r] : r;
+  float4* xr = reinterpret_cast<float4*>(x + src * x_stride);
+  const int64_t vecs = cols / 4;
+  float4 v[kRowVecs];
+  double sum = 0.0;
+#pragma unroll
+  for (int j = 0; j < kRowVecs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < vecs) v[j] = xr[i];
+  }
+  if (delta != nullptr) {
+    const float4* dr = reinterpret_cast<const float4*>(delta + r * cols);
+#pragma unroll
+    for (int j = 0; j < kRowVecs; ++j) {
+      const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (i < vecs) {
+        const float4 d = dr[i];
+        v[j] = make_float4(__fadd_rn(v[j].x, d.x), __fadd_rn(v[j].y, d.y), __fadd_rn(v[j].z, d.z),
+                           __fadd_rn(v[j].w, d.w));
+        xr[i] = v[j];
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRowVecs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < vecs) sum = sum_squares4(sum, v[j]);
+  }
+  sum = warp_sum(sum);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];  // same order in every thread
+  const float inv_rms = inverse_rms(total, cols, eps);
+  float4* o = reinterpret_cast<float4*>(out + r * out_stride);
+  uint2* o16 = out16.out == nullptr ? nullptr : reinterpret_cast<uint2*>(static_cast<uint16_t*>(out16.out) + r * cols);
+#pragma unroll
+  for (int j = 0; j < kRowVecs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i >= vecs) continue;
+    const float4 w = load_weight4(weight, type, 4 * i);
+    const float4 y = make_float4(__fmul_rn(__fmul_rn(v[j].x, inv_rms), w.x), __fmul_rn(__fmul_rn(v[j].y, inv_rms), w.y),
+                                 __fmul_rn(__fmul_rn(v[j].z, inv_rms), w.z), __fmul_rn(__fmul_rn(v[j].w, inv_rms), w.w));
+    o[i] = y;
+    if (o16 != nullptr) {
+      float unused;
+      const uint32_t a = round_16bit(y.x, out16.bf16, &unused), b = round_16bit(y.y, out16.bf16, &unused);
+      const uint32_t c = round_16bit(y.z, out16.bf16, &unused), d = round_16bit(y.w, out16.bf16, &unused);
+      o16[i] = make_uint2(a | (b << 16), c | (d << 16));
+    }
+  }
 }
 
 __global__ void rope_kernel(float* q, float* k, int64_t num_tokens, int num_heads, int num_kv_heads, int head_dim,
@@ -193,7 +298,7 @@ __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k,
     double sum = 0.0;
     for (int i = lane; i < head_dim; i += 32) sum += static_cast<double>(src[i]) * static_cast<double>(src[i]);
     sum = warp_sum(sum);
-    rms_norm_write(src, dst, head_dim, sum, norm, norm_type, eps, lane, 32);
+    rms_norm_write(src, dst, head_dim, sum, norm, norm_type, eps, lane, 32, nullptr, true);
   } else {
     for (int i = lane; i < head_dim; i += 32) dst[i] = src[i];
   }
@@ -212,7 +317,7 @@ __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k,
 
 // hidden += delta and RMSNorm of the sum, one warp per row (the rms_norm_warp_kernel order).
 __global__ void add_rms_norm_warp_kernel(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
-                                         const void* weight, WeightType type, float eps) {
+                                         const void* weight, WeightType type, float eps, Out16 out16) {
   const int lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   if (r >= rows) return;
@@ -226,12 +331,12 @@ __global__ void add_rms_norm_warp_kernel(float* hidden, const float* delta, floa
   }
   sum = warp_sum(sum);
   __syncwarp();
-  rms_norm_write(xr, out + r * cols, cols, sum, weight, type, eps, lane, 32);
+  rms_norm_write(xr, out + r * cols, cols, sum, weight, type, eps, lane, 32, row_of(out16, r, cols), out16.bf16);
 }
 
 // The same, one block per row (the rms_norm_block_kernel order).
 __global__ void add_rms_norm_block_kernel(float* hidden, const float* delta, float* out, int64_t cols,
-                                          const void* weight, WeightType type, float eps) {
+                                          const void* weight, WeightType type, float eps, Out16 out16) {
   __shared__ double partial[kThreads / 32];
   const int64_t r = blockIdx.x;
   float* xr = hidden + r * cols;
@@ -247,18 +352,24 @@ __global__ void add_rms_norm_block_kernel(float* hidden, const float* delta, flo
   __syncthreads();  // also: every thread's xr writes are visible to the block
   double total = 0.0;
   for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-  rms_norm_write(xr, out + r * cols, cols, total, weight, type, eps, threadIdx.x, kThreads);
+  rms_norm_write(xr, out + r * cols, cols, total, weight, type, eps, threadIdx.x, kThreads, row_of(out16, r, cols),
+                 out16.bf16);
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
-                                int64_t cols) {
+                                int64_t cols, Out16 out16) {
   const int64_t n = rows * cols;
   for (int64_t e = global_index(); e < n; e += grid_stride()) {
     const int64_t r = e / cols;
     const int64_t i = e - r * cols;
     const float g = gate[r * in_stride + i];
     const float u = up[r * in_stride + i];
-    out[e] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    const float y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    out[e] = y;
+    if (out16.out != nullptr) {
+      float unused;
+      static_cast<uint16_t*>(out16.out)[e] = round_16bit(y, out16.bf16, &unused);
+    }
   }
 }
 
@@ -306,18 +417,41 @@ void launch_embedding_gather(const void* table, WeightType type, int64_t hidden,
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Threads for row_norm_vec_kernel over `cols`, or 0 where it does not apply (short rows take
+// the warp kernels; unaligned or too long rows the block kernels).
+int row_norm_vec_threads(const void* x, int64_t x_stride, const void* delta, const void* out, int64_t out_stride,
+                         int64_t cols, const void* weight, WeightType type, const Out16& out16) {
+  if (cols <= kWarpRowMaxCols || cols % 4 != 0 || x_stride % 4 != 0 || out_stride % 4 != 0) return 0;
+  if (!aligned16(x) || !aligned16(out) || (delta != nullptr && !aligned16(delta))) return 0;
+  if (reinterpret_cast<uintptr_t>(weight) % (type == WeightType::kF32 ? 16 : 8) != 0) return 0;
+  if (out16.out != nullptr && reinterpret_cast<uintptr_t>(out16.out) % 8 != 0) return 0;
+  const int64_t vecs = cols / 4;
+  const int64_t threads = std::min<int64_t>(kRowMaxThreads, (vecs + 31) / 32 * 32);
+  return vecs <= kRowVecs * threads ? static_cast<int>(threads) : 0;
+}
+
+}  // namespace
+
 void launch_rms_norm(const float* x, int64_t x_stride, const int64_t* row_index, float* out, int64_t out_stride,
                      int64_t rows, int64_t cols, const void* weight, WeightType weight_type, float eps,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, Out16 out16) {
   if (rows <= 0 || cols <= 0) return;
   if (cols <= kWarpRowMaxCols) {
     const int64_t rows_per_block = kThreads / 32;
     const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
     rms_norm_warp_kernel<<<blocks, kThreads, 0, stream>>>(x, x_stride, row_index, out, out_stride, rows, cols,
-                                                          weight, weight_type, eps);
+                                                          weight, weight_type, eps, out16);
+  } else if (const int threads =
+                 row_norm_vec_threads(x, x_stride, nullptr, out, out_stride, cols, weight, weight_type, out16)) {
+    row_norm_vec_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+        const_cast<float*>(x), x_stride, row_index, nullptr, out, out_stride, cols, weight, weight_type, eps, out16);
   } else {
-    rms_norm_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, x_stride, row_index, out,
-                                                                                out_stride, cols, weight, weight_type, eps);
+    rms_norm_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+        x, x_stride, row_index, out, out_stride, cols, weight, weight_type, eps, out16);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -333,15 +467,19 @@ void launch_rope(float* q, float* k, int64_t num_tokens, int num_heads, int num_
 }
 
 void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
-                         const void* weight, WeightType weight_type, float eps, cudaStream_t stream) {
+                         const void* weight, WeightType weight_type, float eps, cudaStream_t stream, Out16 out16) {
   if (rows <= 0 || cols <= 0) return;
   if (cols <= kWarpRowMaxCols) {
     const int64_t rows_per_block = kThreads / 32;
     const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-    add_rms_norm_warp_kernel<<<blocks, kThreads, 0, stream>>>(hidden, delta, out, rows, cols, weight, weight_type, eps);
+    add_rms_norm_warp_kernel<<<blocks, kThreads, 0, stream>>>(hidden, delta, out, rows, cols, weight, weight_type, eps,
+                                                              out16);
+  } else if (const int threads = row_norm_vec_threads(hidden, cols, delta, out, cols, cols, weight, weight_type, out16)) {
+    row_norm_vec_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(hidden, cols, nullptr, delta, out, cols,
+                                                                             cols, weight, weight_type, eps, out16);
   } else {
     add_rms_norm_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(hidden, delta, out, cols, weight,
-                                                                                    weight_type, eps);
+                                                                                    weight_type, eps, out16);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -360,10 +498,10 @@ void launch_split_qkv_norm_rope(const float* qkv, float* q, float* k, float* v, 
 }
 
 void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows, int64_t cols,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, Out16 out16) {
   const int64_t n = rows * cols;
   if (n <= 0) return;
-  silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, in_stride, out, rows, cols);
+  silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, in_stride, out, rows, cols, out16);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -17,6 +17,15 @@ namespace spindle::kernels::cuda {
 // Element type of a weight on the device (the stored dtype of the checkpoint tensor).
 enum class WeightType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
+// A second, 16-bit copy of an op's f32 output for the cuBLAS product that reads it next
+// (CublasLinear::input16_target): out [rows, cols] contiguous, each value rounded as
+// launch_f32_to_16bit rounds it (bf16 when `bf16`, else f16). out == nullptr: no copy. Writing it
+// in the producing kernel saves the conversion launch before the product.
+struct Out16 {
+  void* out = nullptr;
+  bool bf16 = true;
+};
+
 // out[i, :] = table[ids[i], :] as f32. table: [vocab, hidden] of `type`; ids: [num_ids], each
 // in [0, vocab) (checked by the caller); out: [num_ids, hidden].
 void launch_embedding_gather(const void* table, WeightType type, int64_t hidden, const int32_t* ids,
@@ -28,9 +37,11 @@ void launch_embedding_gather(const void* table, WeightType type, int64_t hidden,
 // Source row r is x + src * x_stride with src = row_index ? row_index[r] : r (a gather of the
 // rows wanted); out row r is out + r * out_stride. out may equal x (then row_index must be null).
 // weight: [cols] of weight_type.
+// The sum of squares is taken in f64 in an order fixed by cols (not by rows or the batch), so the
+// same row gives the same bits in any batch. out16: see Out16.
 void launch_rms_norm(const float* x, int64_t x_stride, const int64_t* row_index, float* out,
                      int64_t out_stride, int64_t rows, int64_t cols, const void* weight,
-                     WeightType weight_type, float eps, cudaStream_t stream);
+                     WeightType weight_type, float eps, cudaStream_t stream, Out16 out16 = {});
 
 // Rotary embedding in place on q [num_tokens, num_heads, head_dim] and k [num_tokens,
 // num_kv_heads, head_dim] (contiguous rows), Hugging Face rotate_half: for i < half = head_dim / 2,
@@ -46,12 +57,13 @@ void launch_rope(float* q, float* k, int64_t num_tokens, int num_heads, int num_
 // out[r, i] = silu(gate[r, i]) * up[r, i] with silu(g) = g / (1 + expf(-g)); gate and up rows at
 // r * in_stride; out [rows, cols] contiguous.
 void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
-                     int64_t cols, cudaStream_t stream);
+                     int64_t cols, cudaStream_t stream, Out16 out16 = {});
 
 // hidden += delta, then out = RMSNorm(hidden) * weight, both [rows, cols] contiguous: exactly
 // launch_add_inplace followed by launch_rms_norm (the same sums in the same order), one launch.
 void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
-                         const void* weight, WeightType weight_type, float eps, cudaStream_t stream);
+                         const void* weight, WeightType weight_type, float eps, cudaStream_t stream,
+                         Out16 out16 = {});
 
 // The fused QKV product's rows qkv [num_tokens, (num_heads + 2 num_kv_heads) * head_dim] (q heads,
 // then k heads, then v heads) split into q [num_tokens, num_heads, head_dim], k and v

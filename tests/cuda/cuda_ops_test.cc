@@ -1,0 +1,149 @@
+// The small CUDA ops of kernels/cuda/model_ops.h against the CPU kernels they mirror
+// (kernels/cpu/ops.h, f32 with the RMSNorm sum of squares in f64) at widths that take each of
+// their code paths: one warp per row (<= 256 columns), the register-resident row (multiples of 4
+// up to 16384) and the plain block loop (other widths, longer rows).
+//   - f32 outputs: within 2e-6 relative of the CPU's (the f64 sums run in another order, expf is
+//     the device's), the residual sum of add_rms_norm bit for bit (one f32 add each);
+//   - the 16-bit copies (Out16): bit for bit util/half.h's rounding of the op's own f32 output.
+// Skips when no CUDA device with cc >= 8.0 is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_skip.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/model_ops.h"
+#include "util/half.h"
+
+namespace spindle {
+namespace {
+
+namespace kc = kernels::cpu;
+namespace kcu = kernels::cuda;
+
+constexpr float kEps = 1e-5f;
+constexpr double kRelTolerance = 2e-6;
+
+std::vector<float> random_values(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+template <typename T>
+kcu::DeviceBuffer to_device(const std::vector<T>& host) {
+  kcu::DeviceBuffer b(host.size() * sizeof(T));
+  kcu::copy_to_device(b.data(), host.data(), host.size() * sizeof(T));
+  return b;
+}
+
+template <typename T>
+std::vector<T> to_host(const kcu::DeviceBuffer& b, size_t n) {
+  std::vector<T> host(n);
+  kcu::copy_to_host(host.data(), b.data(), n * sizeof(T));
+  return host;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+    const double tol = kRelTolerance * std::max(1.0, std::fabs(static_cast<double>(want[i])));
+    if (!(std::fabs(static_cast<double>(got[i]) - want[i]) <= tol)) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", the CPU's " << want[i];
+      ++bad;
+    }
+  }
+}
+
+void expect_bf16_copy(const std::vector<uint16_t>& copy, const std::vector<float>& f32, const std::string& what) {
+  ASSERT_EQ(copy.size(), f32.size());
+  int bad = 0;
+  for (size_t i = 0; i < f32.size() && bad < 5; ++i) {
+    if (copy[i] != float_to_bf16_bits(f32[i])) {
+      ADD_FAILURE() << what << ": 16-bit copy of element " << i << " (" << f32[i] << ") is " << copy[i] << ", not "
+                    << float_to_bf16_bits(f32[i]);
+      ++bad;
+    }
+  }
+}
+
+// bf16 weights (as the checkpoints store them), values around 1.
+std::vector<uint16_t> norm_weight(int64_t cols, uint64_t seed) {
+  std::vector<float> w = random_values(static_cast<size_t>(cols), seed, 0.2f);
+  std::vector<uint16_t> bits(w.size());
+  for (size_t i = 0; i < w.size(); ++i) bits[i] = float_to_bf16_bits(1.0f + w[i]);
+  return bits;
+}
+
+const int64_t kWidths[] = {128, 256, 384, 4096, 4098, 16384, 16392};
+
+TEST(CudaOpsTest, RmsNormOfGatheredRowsMatchesTheCpuKernelAndItsCopy) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const int64_t cols : kWidths) {
+    const int64_t src_rows = 5, rows = 3;
+    const std::vector<float> x = random_values(static_cast<size_t>(src_rows * cols), 1 + cols, 1.5f);
+    const std::vector<int64_t> index = {4, 0, 2};
+    const std::vector<uint16_t> w = norm_weight(cols, 2 + cols);
+    std::vector<float> want(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      kc::rms_norm(x.data() + index[static_cast<size_t>(r)] * cols, cols, want.data() + r * cols, cols, 1, cols,
+                   {w.data(), DType::kBF16}, kEps);
+    }
+    const auto dx = to_device(x), dw = to_device(w), di = to_device(index);
+    kcu::DeviceBuffer out(want.size() * sizeof(float)), copy(want.size() * sizeof(uint16_t));
+    kcu::launch_rms_norm(dx.as<float>(), cols, di.as<int64_t>(), out.as<float>(), cols, rows, cols, dw.data(),
+                         kcu::WeightType::kBF16, kEps, nullptr, {copy.data(), true});
+    const std::vector<float> got = to_host<float>(out, want.size());
+    const std::string what = "rms_norm over " + std::to_string(cols) + " columns";
+    expect_close(got, want, what);
+    expect_bf16_copy(to_host<uint16_t>(copy, want.size()), got, what);
+  }
+}
+
+TEST(CudaOpsTest, AddRmsNormMatchesAddThenTheCpuKernelAndItsCopy) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const int64_t cols : kWidths) {
+    const int64_t rows = 4;
+    const size_t n = static_cast<size_t>(rows * cols);
+    std::vector<float> hidden = random_values(n, 3 + cols, 2.0f);
+    const std::vector<float> delta = random_values(n, 4 + cols, 0.5f);
+    const std::vector<uint16_t> w = norm_weight(cols, 5 + cols);
+    auto dh = to_device(hidden);
+    const auto dd = to_device(delta), dw = to_device(w);
+    kcu::DeviceBuffer out(n * sizeof(float)), copy(n * sizeof(uint16_t));
+    kcu::launch_add_rms_norm(dh.as<float>(), dd.as<float>(), out.as<float>(), rows, cols, dw.data(),
+                             kcu::WeightType::kBF16, kEps, nullptr, {copy.data(), true});
+    kc::add_inplace(hidden.data(), delta.data(), static_cast<int64_t>(n));
+    std::vector<float> want(n);
+    kc::rms_norm(hidden.data(), cols, want.data(), cols, rows, cols, {w.data(), DType::kBF16}, kEps);
+    const std::string what = "add_rms_norm over " + std::to_string(cols) + " columns";
+    EXPECT_EQ(to_host<float>(dh, n), hidden) << what << ": the residual sum";
+    const std::vector<float> got = to_host<float>(out, n);
+    expect_close(got, want, what);
+    expect_bf16_copy(to_host<uint16_t>(copy, n), got, what);
+  }
+}
+
+TEST(CudaOpsTest, SiluMulMatchesTheCpuKernelAndItsCopy) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t rows = 3, cols = 1000;
+  const std::vector<float> gate_up = random_values(static_cast<size_t>(rows * 2 * cols), 6, 2.0f);
+  std::vector<float> want(static_cast<size_t>(rows * cols));
+  kc::silu_mul(gate_up.data(), gate_up.data() + cols, 2 * cols, want.data(), rows, cols);
+  const auto d = to_device(gate_up);
+  kcu::DeviceBuffer out(want.size() * sizeof(float)), copy(want.size() * sizeof(uint16_t));
+  kcu::launch_silu_mul(d.as<float>(), d.as<float>() + cols, 2 * cols, out.as<float>(), rows, cols, nullptr,
+                       {copy.data(), true});
+  const std::vector<float> got = to_host<float>(out, want.size());
+  expect_close(got, want, "silu_mul");
+  expect_bf16_copy(to_host<uint16_t>(copy, want.size()), got, "silu_mul");
+}
+
+}  // namespace
+}  // namespace spindle
