@@ -270,6 +270,7 @@ void add_sampling_row(const SamplingParams& p, uint64_t seed, uint64_t counter, 
 SampledToken to_sampled_token(const SampledRow& row) {
   SampledToken t;
   t.token = row.token;
+  t.non_finite = row.non_finite;
   t.logprob = row.logprob;
   for (size_t i = 0; i < row.top_tokens.size(); ++i) t.top.push_back({row.top_tokens[i], row.top_logprobs[i]});
   return t;

@@ -67,6 +67,7 @@ struct SamplingBatch {
 // logits before penalties), as OpenAI and vLLM report them; alternatives best first.
 struct SampledRow {
   TokenId token = 0;
+  bool non_finite = false;  // the row held NaN or Inf: `token` means nothing (SampledToken's rule)
   float logprob = 0.0f;
   std::vector<TokenId> top_tokens;
   std::vector<float> top_logprobs;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -80,6 +81,37 @@ TEST(CudaSamplerTest, GreedyWithPenaltiesAndBiasIsTheCpuSamplersChoice) {
                            logits.begin() + static_cast<ptrdiff_t>(r + 1) * kVocab);
     engine::Sampler cpu(params[r], 1234);
     EXPECT_EQ(device[r].token, cpu.sample(row, prompts[r], outputs[r]).token) << "row " << r;
+  }
+}
+
+// A row holding NaN or Inf anywhere is reported non-finite (greedy and sampled alike), as the
+// CPU sampler reports it; the finite rows beside it are untouched.
+TEST(CudaSamplerTest, NonFiniteRowsAreReportedAndTheOthersSampled) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kVocab = 3000, kRows = 6;
+  std::vector<float> logits = random_logits(kRows, kVocab, 5, 2.0f);
+  logits[1 * kVocab + 17] = std::numeric_limits<float>::quiet_NaN();
+  logits[2 * kVocab + kVocab - 1] = std::numeric_limits<float>::infinity();
+  logits[4 * kVocab + 5] = -std::numeric_limits<float>::infinity();
+  logits[5 * kVocab + 2999] = std::numeric_limits<float>::quiet_NaN();
+  SamplingBatch batch;
+  batch.rows.resize(kRows);
+  std::vector<engine::SamplingParams> params(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    params[r].temperature = r < 3 ? 0.0f : 0.9f;
+    if (r == 5) params[r].top_p = 0.8f;
+    engine::add_sampling_row(params[r], 7, 0, {}, {}, r, batch);
+  }
+  const std::vector<SampledRow> device = sample_on_device(logits, kVocab, batch);
+  ASSERT_EQ(device.size(), static_cast<size_t>(kRows));
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<float> row(logits.begin() + static_cast<ptrdiff_t>(r) * kVocab,
+                           logits.begin() + static_cast<ptrdiff_t>(r + 1) * kVocab);
+    engine::Sampler cpu(params[r], 7);
+    const engine::SampledToken host = cpu.sample(row, {}, {});
+    EXPECT_EQ(device[r].non_finite, host.non_finite) << "row " << r;
+    EXPECT_EQ(device[r].non_finite, r == 1 || r == 2 || r == 4 || r == 5) << "row " << r;
+    if (r == 0) EXPECT_EQ(device[r].token, host.token) << "a finite greedy row is the CPU's choice";
   }
 }
 

@@ -56,6 +56,12 @@ Verified verify_on_host(Sampler& sampler, std::span<float> rows, int vocab, std:
       v.tokens.push_back(std::move(t));
       if (!accepted) break;
     } else {
+      if (!all_finite(row)) {  // as Sampler::sample reports it: the engine ends the request
+        SampledToken bad;
+        bad.non_finite = true;
+        v.tokens.push_back(std::move(bad));
+        break;
+      }
       if (want_logprobs) raw.assign(row.begin(), row.end());
       const std::vector<TokenProb> p = sampler.distribution(row, prompt, context);
       const RuleResult r = rejection_rule(sampler, p, draft.q[i], draft.tokens[i]);

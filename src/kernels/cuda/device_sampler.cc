@@ -109,6 +109,7 @@ void DeviceSampler::sample(float* logits, int64_t vocab, const SamplingBatch& ba
     const SamplingRow& r = batch.rows[i];
     SampledRow& o = out[i];
     o.token = res.token;
+    o.non_finite = res.non_finite != 0;
     o.logprob = res.logprob;
     o.top_tokens.clear();
     o.top_logprobs.clear();

@@ -236,13 +236,24 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   __syncthreads();
 
   // 3. The choice.
+  // Non-finite logits (NaN or Inf anywhere in the row) are looked for in the first pass over the
+  // row that every choice makes; such a row gets no token (the engine ends its request).
   ArgMax best{-INFINITY, INT_MAX};
+  int non_finite = 0;
   if (r.temperature <= 0.0f || r.top_k == 1) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) best = better(best, ArgMax{row[i], static_cast<int32_t>(i)});
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      non_finite |= !isfinite(row[i]);
+      best = better(best, ArgMax{row[i], static_cast<int32_t>(i)});
+    }
+    non_finite = __syncthreads_or(non_finite);
     best = block_argmax(best, s);
   } else {
     float m = -INFINITY;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      non_finite |= !isfinite(row[i]);
+      m = fmaxf(m, row[i]);
+    }
+    non_finite = __syncthreads_or(non_finite);
     m = block_max(m, s);
     const float inv_t = 1.0f / r.temperature;
     uint32_t threshold = 0;
@@ -301,6 +312,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   }
   if (threadIdx.x == 0) {
     out.token = token;
+    out.non_finite = non_finite;
     out.log_z = log_z;
     out.num_candidates = 0;
     out.logprob = 0.0f;

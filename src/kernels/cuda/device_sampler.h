@@ -56,6 +56,7 @@ struct SampleResult {
   double log_z;            // raw log-sum-exp of the row (when log-probabilities are wanted)
   int32_t token;
   int32_t num_candidates;  // filled slots of candidates
+  int32_t non_finite;      // 1: the row (after penalties and bias) held NaN or Inf
   float logprob;           // raw log-probability of token (want_logprob or top_logprobs)
   int32_t candidate_tokens[kTopLogprobCandidates];
   float candidate_logits[kTopLogprobCandidates];
