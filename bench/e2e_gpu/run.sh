@@ -24,7 +24,13 @@ say() { echo "== $(date +%T) $*"; }
 say ceilings
 python3 "$here/ceilings.py" | tee "$results/ceilings.json"
 say "model ($shape)"
-[[ -f $work/model/model.safetensors ]] || python3 "$here/make_model.py" "$work/model" --shape "$shape" | tee "$results/model.json"
+if [[ -f $work/model/model.safetensors ]]; then  # written by an earlier step: its weight bytes from the file
+  python3 -c 'import json, os, struct, sys; f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
+print(json.dumps({"dir": os.path.dirname(sys.argv[1]), "weight_bytes": os.path.getsize(sys.argv[1]) - 8 - n}))' \
+    "$work/model/model.safetensors" | tee "$results/model.json"
+else
+  python3 "$here/make_model.py" "$work/model" --shape "$shape" | tee "$results/model.json"
+fi
 vocab=$(python3 -c "import json; print(json.load(open('$work/model/config.json'))['vocab_size'])")
 
 serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS...

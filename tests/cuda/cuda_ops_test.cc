@@ -4,7 +4,9 @@
 // up to 16384) and the plain block loop (other widths, longer rows).
 //   - f32 outputs: within 2e-6 relative of the CPU's (the f64 sums run in another order, expf is
 //     the device's), the residual sum of add_rms_norm bit for bit (one f32 add each);
-//   - the 16-bit copies (Out16): bit for bit util/half.h's rounding of the op's own f32 output.
+//   - the 16-bit copies (Out16): bit for bit util/half.h's rounding of the op's own f32 output;
+//   - launch_gemv16: the f64 sum of the same bf16 products, within 1e-5 of the sum of their
+//     magnitudes (f32 accumulation over ~1000 terms in another order), bias included.
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
@@ -15,6 +17,7 @@
 #include "cuda/cuda_skip.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemv16.h"
 #include "kernels/cuda/model_ops.h"
 #include "util/half.h"
 
@@ -143,6 +146,40 @@ TEST(CudaOpsTest, SiluMulMatchesTheCpuKernelAndItsCopy) {
   const std::vector<float> got = to_host<float>(out, want.size());
   expect_close(got, want, "silu_mul");
   expect_bf16_copy(to_host<uint16_t>(copy, want.size()), got, "silu_mul");
+}
+
+TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t in = 1032, out = 37;  // out not a multiple of the block's warps; in % 8 == 0
+  const std::vector<float> wf = random_values(static_cast<size_t>(out * in), 21, 0.05f);
+  const std::vector<float> bias = random_values(static_cast<size_t>(out), 22, 1.0f);
+  std::vector<uint16_t> w(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16_bits(wf[i]);
+  const auto dw = to_device(w), db = to_device(bias);
+  EXPECT_FALSE(kcu::gemv16_supports(1, 1030, dw.data(), dw.data())) << "in % 8 != 0";
+  EXPECT_FALSE(kcu::gemv16_supports(kcu::kGemv16MaxRows + 1, in, dw.data(), dw.data()));
+  for (int64_t rows = 1; rows <= kcu::kGemv16MaxRows; ++rows) {
+    const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), 23 + rows, 1.0f);
+    std::vector<uint16_t> x(xf.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float_to_bf16_bits(xf[i]);
+    const auto dx = to_device(x);
+    kcu::DeviceBuffer dy(static_cast<size_t>(rows * out) * sizeof(float));
+    ASSERT_TRUE(kcu::gemv16_supports(rows, in, dw.data(), dx.data()));
+    kcu::launch_gemv16(dw.data(), dx.data(), rows, in, out, true, db.as<float>(), dy.as<float>(), nullptr);
+    const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < out; ++o) {
+        double want = bias[static_cast<size_t>(o)], magnitude = std::fabs(want);
+        for (int64_t i = 0; i < in; ++i) {
+          const double p = static_cast<double>(bf16_bits_to_float(w[static_cast<size_t>(o * in + i)])) *
+                           bf16_bits_to_float(x[static_cast<size_t>(r * in + i)]);
+          want += p;
+          magnitude += std::fabs(p);
+        }
+        ASSERT_NEAR(y[static_cast<size_t>(r * out + o)], want, 1e-5 * magnitude) << rows << " rows, row " << r << ", output " << o;
+      }
+    }
+  }
 }
 
 }  // namespace

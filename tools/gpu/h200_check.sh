@@ -12,7 +12,8 @@
 #   quickbench.txt   bench_attention_cuda in one process (Spindle's kernels), spindle_bench.json
 #   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
-#   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels)
+#   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
+#   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
@@ -54,6 +55,7 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
   echo "== $name exit $?" | tee -a "$out/$name.txt"
   case $name in
     doctor*|quickbench|torchbench|plan*|generate*) tail -30 "$out/$name.txt" ;;
+    gemv) tail -24 "$out/$name.txt" ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
   esac
   pack  # after every step: a command killed at the device's limit still returns what it has
@@ -71,6 +73,7 @@ has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attent
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
 has sampler && run sampler 100 $bin/cuda_sampler_test --gtest_brief=1
 has ops && run ops 60 $bin/cuda_ops_test --gtest_brief=1
+has gemv && run gemv 120 $bin/bench_gemv16 --reps 20  # gemv16 vs cuBLAS, 8B projection shapes, 1-8 rows
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
 if has memcheck_new; then  # the device sampler's kernel and graph-replayed steps
   run memcheck_sampler 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_sampler_test --gtest_brief=1

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemv16.h"
 #include "kernels/cuda/model_ops.h"
 #include "util/error.h"
 
@@ -41,6 +44,8 @@ void check_int(int64_t v, const char* what) {
 
 CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     : stream_(stream), round_(allow_16bit_activations) {
+  const char* gemv = std::getenv("SPINDLE_CUDA_GEMV16");  // "0": cuBLAS only (A/B benchmarks)
+  gemv16_ = round_ && !(gemv != nullptr && std::string_view(gemv) == "0");
   const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublas.Create(&handle));
@@ -136,6 +141,10 @@ void CublasLinear::forward(const DeviceWeight& w, const Input& x, float* y, cons
   if (w.dtype == DType::kF32) {
     gemm(w, x.x, x.rows, y, 0.0f);
   } else if (!x.split) {
+    if (use_gemv16(w, x)) {  // the bias added in the same launch
+      launch_gemv16(w.data, x.converted, x.rows, w.in_features, out, w.dtype == DType::kBF16, bias, y, stream_);
+      return;
+    }
     gemm(w, x.converted, x.rows, y, 0.0f);
   } else if (x.rows <= kFusedSplitMaxRows) {
     // One product over [hi; lo] (the weight is read once), then y = hi part + lo part (+ bias).
@@ -157,7 +166,15 @@ void CublasLinear::forward(const DeviceWeight& w, const float* x, int64_t rows, 
   forward(w, prepare(x, rows, w.in_features, w.dtype), y, bias);
 }
 
-const char* CublasLinear::name() const { return round_ ? "cublas_round16" : "cublas_split"; }
+bool CublasLinear::use_gemv16(const DeviceWeight& w, const Input& x) const {
+  return gemv16_ && x.rows <= kGemv16MaxRows && w.out_features * w.in_features <= kGemv16MaxWeightElements &&
+         gemv16_supports(x.rows, w.in_features, w.data, x.converted);
+}
+
+const char* CublasLinear::name() const {
+  if (!round_) return "cublas_split";
+  return gemv16_ ? "cublas_round16+gemv16" : "cublas_round16";
+}
 
 uint64_t CublasLinear::workspace_bytes() const { return workspace_.size() + converted_.size() + product_.size(); }
 

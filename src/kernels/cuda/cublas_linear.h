@@ -38,6 +38,12 @@ struct DeviceWeight {
   int64_t in_features = 0;
 };
 
+// In the rounding mode, products of at most kGemv16MaxRows rows (gemv16.h) over weights of at most
+// this many elements run on launch_gemv16 instead of cuBLAS: measured on an H200 with the 8B
+// decode shapes (bench_gemv16, bench/results/2026-12-01-h200-gemv16), cuBLAS is ahead only on the
+// widest. SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off (for A/B benchmarks).
+inline constexpr int64_t kGemv16MaxWeightElements = int64_t{64} << 20;
+
 // Split products of at most this many rows run as one product over the stacked [hi; lo] rows.
 inline constexpr int64_t kFusedSplitMaxRows = 32;
 // The cuBLAS workspace set on the handle (the size NVIDIA recommends for Hopper).
@@ -91,10 +97,12 @@ class CublasLinear {
  private:
   // C[rows, out] (= beta * C) + x16_or_f32[rows, in] . W^T over n rows starting at b.
   void gemm(const DeviceWeight& w, const void* b, int64_t n, float* c, float beta);
+  bool use_gemv16(const DeviceWeight& w, const Input& x) const;
 
   cublasContext* handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool round_ = false;
+  bool gemv16_ = false;  // small-batch products on launch_gemv16 (rounding mode only)
   DeviceBuffer workspace_;  // cuBLAS's
   DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]
   DeviceBuffer product_;    // f32 [2 * min(max_rows, kFusedSplitMaxRows), max_out]

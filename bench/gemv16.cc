@@ -1,0 +1,165 @@
+// Small-batch bf16 products on the GPU: launch_gemv16 against cuBLAS (CublasLinear's rounding
+// mode, the path the server takes without gemv16) on the projection shapes of a model, at 1, 2,
+// 4 and 8 rows, as ratios to the device copy bandwidth measured in the same run. Every timed
+// product starts with L2 cold (a 256 MiB buffer is rewritten before it, untimed), as in a decode
+// step where the other layers' weights have evicted this one. Median of --reps. The two results
+// are compared (max |difference| / max |value|) so a fast wrong kernel shows.
+//
+// usage: bench_gemv16 [--hidden 4096] [--intermediate 14336] [--heads 32] [--kv-heads 8]
+//                     [--head-dim 128] [--vocab 128256] [--reps 20]     (defaults: Llama-3.1-8B)
+// Prints one JSON object per (shape, rows) and a markdown table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cublas_linear.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemv16.h"
+#include "util/error.h"
+#include "util/half.h"
+
+using namespace spindle;
+namespace kcu = spindle::kernels::cuda;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int64_t out, in;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds of `run` with L2 flushed before each repetition.
+template <typename Run>
+double timed(Run run, kcu::DeviceBuffer& flush, int reps, cudaStream_t stream) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<double> t;
+  for (int i = 0; i < reps + 2; ++i) {
+    CUDA_CHECK(cudaMemsetAsync(flush.data(), i & 0xff, flush.size(), stream));
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    run();
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 2) t.push_back(ms * 1e-3);  // two warm-ups
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return median(t);
+}
+
+double copy_bandwidth(cudaStream_t stream) {
+  const size_t bytes = size_t{2} << 30;
+  kcu::DeviceBuffer src(bytes), dst(bytes);
+  CUDA_CHECK(cudaMemsetAsync(src.data(), 1, bytes, stream));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  double best = 0;
+  for (int i = 0; i < 6; ++i) {
+    CUDA_CHECK(cudaEventRecord(a, stream));
+    CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(b, stream));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i > 0) best = std::max(best, 2.0 * bytes / (ms * 1e-3));  // read + write
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  int64_t hidden = 4096, intermediate = 14336, heads = 32, kv_heads = 8, head_dim = 128, vocab = 128256;
+  int reps = 20;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const int64_t v = std::atoll(argv[i + 1]);
+    if (k == "--hidden") hidden = v;
+    else if (k == "--intermediate") intermediate = v;
+    else if (k == "--heads") heads = v;
+    else if (k == "--kv-heads") kv_heads = v;
+    else if (k == "--head-dim") head_dim = v;
+    else if (k == "--vocab") vocab = v;
+    else if (k == "--reps") reps = static_cast<int>(v);
+    else SPINDLE_FAIL("unknown flag {}", k);
+  }
+  const std::vector<Shape> shapes = {
+      {"qkv", (heads + 2 * kv_heads) * head_dim, hidden}, {"o", hidden, heads * head_dim},
+      {"gate_up", 2 * intermediate, hidden},              {"down", hidden, intermediate},
+      {"lm_head", vocab, hidden},
+  };
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  const double bandwidth = copy_bandwidth(stream);
+  kcu::DeviceBuffer flush(size_t{256} << 20);
+  setenv("SPINDLE_CUDA_GEMV16", "0", 1);  // this CublasLinear is cuBLAS alone
+  kcu::CublasLinear cublas(stream, /*allow_16bit_activations=*/true);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
+  std::string table = "| shape | out x in | rows | cuBLAS us (% bw) | gemv16 us (% bw) | gemv16 / cuBLAS time | max rel diff |\n"
+                      "|---|---|---|---|---|---|---|\n";
+  for (const Shape& s : shapes) {
+    std::vector<uint16_t> host(static_cast<size_t>(s.out * s.in));
+    for (auto& h : host) h = float_to_bf16_bits(normal(rng));
+    kcu::DeviceBuffer w(host.size() * sizeof(uint16_t));
+    kcu::copy_to_device(w.data(), host.data(), host.size() * sizeof(uint16_t));
+    const kcu::DeviceWeight weight{w.data(), DType::kBF16, s.out, s.in};
+    const double bytes = static_cast<double>(host.size()) * 2;
+    for (const int64_t rows : {1, 2, 4, 8}) {
+      std::vector<float> x(static_cast<size_t>(rows * s.in));
+      for (auto& v : x) v = normal(rng) * 50;
+      kcu::DeviceBuffer dx(x.size() * sizeof(float)), y1(static_cast<size_t>(rows * s.out) * sizeof(float)),
+          y2(static_cast<size_t>(rows * s.out) * sizeof(float));
+      kcu::copy_to_device(dx.data(), x.data(), x.size() * sizeof(float));
+      cublas.reserve(rows, s.in, s.out);
+      const kcu::CublasLinear::Input in = cublas.prepare(dx.as<float>(), rows, s.in, DType::kBF16);
+      const double t_cublas = timed([&] { cublas.forward(weight, in, y1.as<float>()); }, flush, reps, stream);
+      const double t_gemv = timed(
+          [&] { kcu::launch_gemv16(w.data(), in.converted, rows, s.in, s.out, true, nullptr, y2.as<float>(), stream); },
+          flush, reps, stream);
+      std::vector<float> a(static_cast<size_t>(rows * s.out)), b(a.size());
+      kcu::copy_to_host(a.data(), y1.data(), a.size() * sizeof(float));
+      kcu::copy_to_host(b.data(), y2.data(), b.size() * sizeof(float));
+      double max_abs = 0, max_diff = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[i])));
+        max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+      }
+      const double bw_c = bytes / t_cublas / bandwidth * 100, bw_g = bytes / t_gemv / bandwidth * 100;
+      std::printf("{\"shape\": \"%s\", \"out\": %lld, \"in\": %lld, \"rows\": %lld, \"cublas_us\": %.2f, \"gemv16_us\": %.2f, "
+                  "\"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": %.1f, \"max_rel_diff\": %.3g}\n",
+                  s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
+                  static_cast<long long>(rows), t_cublas * 1e6, t_gemv * 1e6, bw_c, bw_g, max_diff / max_abs);
+      char line[256];
+      std::snprintf(line, sizeof line, "| %s | %lld x %lld | %lld | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2f | %.1e |\n",
+                    s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
+                    static_cast<long long>(rows), t_cublas * 1e6, bw_c, t_gemv * 1e6, bw_g, t_gemv / t_cublas,
+                    max_diff / max_abs);
+      table += line;
+    }
+  }
+  std::printf("\ncopy bandwidth %.2f TB/s\n\n%s", bandwidth / 1e12, table.c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_gemv16: %s\n", e.what());
+  return 1;
+}

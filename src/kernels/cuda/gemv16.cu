@@ -1,0 +1,135 @@
+// Kernels of gemv16.h. Block = kWarps warps, warp w of block b computes output row
+// o = b * kWarps + w for every batch row: lane l reads the 16-byte vectors l, l + 32, ... of W's
+// row o (kUnroll of them issued before the first is used) and the same vectors of each x row,
+// accumulates per batch row in f32, and the warp sums its lanes at the end.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemv16.h"
+
+namespace spindle::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 4;  // 16-byte loads of W in flight per lane
+
+// Streaming read of W (read once per product: do not keep it in L1).
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Two 16-bit values of one 32-bit word as f32 (low half first).
+template <bool kBf16>
+__device__ __forceinline__ float2 unpack2(uint32_t word) {
+  if constexpr (kBf16) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&word));
+  }
+}
+
+template <bool kBf16>
+__device__ __forceinline__ float dot8(float acc, uint4 w, uint4 x) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+  const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = unpack2<kBf16>(ws[i]);
+    const float2 b = unpack2<kBf16>(xs[i]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+  return acc;
+}
+
+template <int kRows, bool kBf16>
+__global__ void __launch_bounds__(kThreads) gemv16_kernel(const uint16_t* __restrict__ w,
+                                                          const uint16_t* __restrict__ x, int64_t in, int64_t out,
+                                                          const float* __restrict__ bias, float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= out) return;  // whole warps leave together
+  const uint4* wr = reinterpret_cast<const uint4*>(w + o * in);
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  const int64_t vecs = in / 8;  // 16-byte vectors per row
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  int64_t v = lane;
+  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
+    uint4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + v + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv[u], __ldg(xr + r * vecs + v + 32 * u));
+    }
+  }
+  for (; v < vecs; v += 32) {
+    const uint4 wv = load_stream(wr + v);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv, __ldg(xr + r * vecs + v));
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float s = acc[r];
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    acc[r] = s;
+  }
+  if (lane == 0) {
+    const float b = bias != nullptr ? bias[o] : 0.0f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) y[r * out + o] = acc[r] + b;
+  }
+}
+
+template <int kRows>
+void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
+                 cudaStream_t stream) {
+  const auto blocks = static_cast<unsigned>((out + kWarps - 1) / kWarps);
+  const auto* w16 = static_cast<const uint16_t*>(w);
+  const auto* x16 = static_cast<const uint16_t*>(x);
+  if (bf16) {
+    gemv16_kernel<kRows, true><<<blocks, kThreads, 0, stream>>>(w16, x16, in, out, bias, y);
+  } else {
+    gemv16_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w16, x16, in, out, bias, y);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x) {
+  return rows >= 1 && rows <= kGemv16MaxRows && in > 0 && in % 8 == 0 && aligned16(w) && aligned16(x);
+}
+
+void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
+                   float* y, cudaStream_t stream) {
+  if (!gemv16_supports(rows, in, w, x) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff) {
+    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16: unsupported shape or alignment", __FILE__, __LINE__);
+  }
+  switch (rows) {
+    case 1: launch_rows<1>(w, x, in, out, bf16, bias, y, stream); break;
+    case 2: launch_rows<2>(w, x, in, out, bf16, bias, y, stream); break;
+    case 3: launch_rows<3>(w, x, in, out, bf16, bias, y, stream); break;
+    case 4: launch_rows<4>(w, x, in, out, bf16, bias, y, stream); break;
+    case 5: launch_rows<5>(w, x, in, out, bf16, bias, y, stream); break;
+    case 6: launch_rows<6>(w, x, in, out, bf16, bias, y, stream); break;
+    case 7: launch_rows<7>(w, x, in, out, bf16, bias, y, stream); break;
+    default: launch_rows<8>(w, x, in, out, bf16, bias, y, stream); break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace spindle::kernels::cuda

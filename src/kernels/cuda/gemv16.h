@@ -1,0 +1,30 @@
+// Small-batch products with 16-bit weights: y [rows, out] = x [rows, in] . W^T (+ bias), W [out,
+// in] bf16 or f16 row-major, x [rows, in] of the same 16-bit type, products and sums in f32 (the
+// arithmetic of CublasLinear's rounding mode, in another order of the sums).
+//
+// Why: at 1-8 rows a product is a read of W and nothing else; cuBLAS reaches 96-100% of the copy
+// bandwidth on the wide ones (gate/up, LM head) but 56-85% on the 4096x4096 and 14336->4096
+// shapes of an 8B decode step, with split-K and its reduction kernel (ncu on an H200,
+// bench/results/2026-12-01-h200-decode-profile). Here one warp owns one output row and streams
+// it with 16-byte loads, several in flight; x is read through the cache.
+//
+// C++17 (included by .cu files). Every pointer is device memory of the current device.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace spindle::kernels::cuda {
+
+inline constexpr int64_t kGemv16MaxRows = 8;
+
+// True when launch_gemv16 takes this shape: 1 <= rows <= kGemv16MaxRows, in % 8 == 0, and w, x
+// 16-byte aligned (rows of W and x then are too).
+bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x);
+
+// y[r, o] = sum_i x[r, i] w[o, i] (+ bias[o] when bias is not null), f32. bf16: the type of w and
+// x (else f16). Throws (spindle::Error) when !gemv16_supports(...).
+void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
+                   float* y, cudaStream_t stream);
+
+}  // namespace spindle::kernels::cuda
