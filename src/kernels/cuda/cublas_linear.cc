@@ -167,7 +167,7 @@ void CublasLinear::forward(const DeviceWeight& w, const float* x, int64_t rows, 
 }
 
 bool CublasLinear::use_gemv16(const DeviceWeight& w, const Input& x) const {
-  return gemv16_ && x.rows <= kGemv16MaxRows && w.out_features * w.in_features <= kGemv16MaxWeightElements &&
+  return gemv16_ && x.rows <= kGemv16UseMaxRows && w.out_features * w.in_features <= kGemv16MaxWeightElements &&
          gemv16_supports(x.rows, w.in_features, w.data, x.converted);
 }
 

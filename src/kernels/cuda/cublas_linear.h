@@ -38,11 +38,14 @@ struct DeviceWeight {
   int64_t in_features = 0;
 };
 
-// In the rounding mode, products of at most kGemv16MaxRows rows (gemv16.h) over weights of at most
-// this many elements run on launch_gemv16 instead of cuBLAS: measured on an H200 with the 8B
-// decode shapes (bench_gemv16, bench/results/2026-12-01-h200-gemv16), cuBLAS is ahead only on the
-// widest. SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off (for A/B benchmarks).
-inline constexpr int64_t kGemv16MaxWeightElements = int64_t{64} << 20;
+// In the rounding mode, products of at most kGemv16UseMaxRows rows over weights of at most
+// kGemv16MaxWeightElements run on launch_gemv16 (gemv16.h) instead of cuBLAS. Measured on an H200
+// with the 8B decode shapes, L2 cold (bench_gemv16, bench/results/2026-12-01-h200-gemv16): gemv16
+// takes 0.84-0.94x cuBLAS's time at 1 row (qkv, o, gate_up, down), 0.88-1.01x at 2, 0.93-1.07x at
+// 4 and 1.5-2x at 8; on the LM head (525M elements) cuBLAS is as fast at 1 row and ahead beyond.
+// SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off (for A/B benchmarks).
+inline constexpr int64_t kGemv16UseMaxRows = 2;
+inline constexpr int64_t kGemv16MaxWeightElements = int64_t{128} << 20;
 
 // Split products of at most this many rows run as one product over the stacked [hi; lo] rows.
 inline constexpr int64_t kFusedSplitMaxRows = 32;

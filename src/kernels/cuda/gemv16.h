@@ -2,11 +2,12 @@
 // in] bf16 or f16 row-major, x [rows, in] of the same 16-bit type, products and sums in f32 (the
 // arithmetic of CublasLinear's rounding mode, in another order of the sums).
 //
-// Why: at 1-8 rows a product is a read of W and nothing else; cuBLAS reaches 96-100% of the copy
-// bandwidth on the wide ones (gate/up, LM head) but 56-85% on the 4096x4096 and 14336->4096
-// shapes of an 8B decode step, with split-K and its reduction kernel (ncu on an H200,
-// bench/results/2026-12-01-h200-decode-profile). Here one warp owns one output row and streams
-// it with 16-byte loads, several in flight; x is read through the cache.
+// Why: at 1-2 rows a product is a read of W and nothing else; in an 8B decode step on an H200
+// cuBLAS reads the 4096x4096 and 14336->4096 weights at 56-85% of the copy bandwidth, with split-K
+// and its reduction kernel (ncu, bench/results/2026-12-01-h200-decode-profile). Here one warp owns
+// one output row and streams it with 16-byte loads, several in flight; x is read through the
+// cache. Past ~4 rows the unpacking and the x loads per weight vector make it slower than cuBLAS's
+// tensor-core kernels (bench_gemv16): CublasLinear uses it only where it measured faster.
 //
 // C++17 (included by .cu files). Every pointer is device memory of the current device.
 #pragma once
