@@ -73,7 +73,10 @@ void DraftModelProposer::run_round(std::vector<Active>& active, StepPlan& plan) 
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const ScheduledSequence& s = plan.sequences[i];
     if (s.logits_row < 0) continue;
-    Active& a = *std::find_if(active.begin(), active.end(), [&](const Active& x) { return x.state->request.get() == s.request; });
+    // propose() appends active[k] as it gives out logit row k (every round).
+    Active& a = active.at(static_cast<size_t>(s.logits_row));
+    SPINDLE_CHECK(a.state->request.get() == s.request, "draft proposer: logit row {} is not its active request's",
+                  s.logits_row);
     Request& r = *a.state->request;
     Sampler& sampler = *a.state->sampler;
     DraftProposal& out = *a.proposal->out;

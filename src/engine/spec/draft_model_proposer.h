@@ -50,6 +50,7 @@ class DraftModelProposer final : public Proposer {
   };
   State& state_for(const ProposalRequest& p);
   // One draft step over `sequences`; appends a draft token to each one that got a logits row.
+  // active[k] is the request that owns logit row k of the plan.
   void run_round(std::vector<Active>& active, StepPlan& plan);
 
   Runner& runner_;
