@@ -17,6 +17,7 @@
 #   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
+#   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
 #   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py)
 #   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
@@ -85,6 +86,18 @@ fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
   echo "== e2e exit $?"; grep -vE "^\[" "$out/e2e.txt" | tail -40
+fi
+if has chunk; then  # flash_decode's smallest split (SPINDLE_FLASH_DECODE_MIN_CHUNK) against the graph decode step
+  work=${WORK:-/tmp/e2e-work}
+  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/chunk_model.txt" 2>&1
+  for ctx in ${CHUNK_CONTEXTS:-512 4096}; do
+    for min in ${MIN_CHUNKS:-256 64}; do
+      SPINDLE_FLASH_DECODE_MIN_CHUNK=$min run chunk_${ctx}_${min} 60 $bin/bench_spec_verify --model "$work/model" --device cuda \
+        --context $ctx --k 4 --batch 1 --steps 30 --decode-backend cuda_flash
+      echo "{\"min_chunk\": $min, \"result\": $(tail -1 "$out/chunk_${ctx}_${min}.txt")}" >>"$out/chunk.jsonl"
+    done
+  done
+  cat "$out/chunk.jsonl"
 fi
 if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a decode step, 8B shape
   work=${WORK:-/tmp/e2e-work}

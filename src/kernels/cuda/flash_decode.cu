@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
@@ -530,7 +531,20 @@ struct DecodePlan {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// Enough splits for kTargetWaves rounds of resident blocks, each of [kMinChunkKeys, kMaxChunkKeys]
+// The smallest split: kMinChunkKeys, or SPINDLE_FLASH_DECODE_MIN_CHUNK (a multiple of
+// kChunkGranule in [kChunkGranule, kMaxChunkKeys]) for A/B benchmarks of short contexts, where a
+// 256-key split leaves few blocks per layer (bench/results/2026-12-01-h200-decode-profile).
+int min_chunk_keys() {
+  static const int value = [] {
+    const char* env = std::getenv("SPINDLE_FLASH_DECODE_MIN_CHUNK");
+    if (env == nullptr) return kMinChunkKeys;
+    const int v = std::atoi(env);
+    return v >= kChunkGranule && v <= kMaxChunkKeys && v % kChunkGranule == 0 ? v : kMinChunkKeys;
+  }();
+  return value;
+}
+
+// Enough splits for kTargetWaves rounds of resident blocks, each of [min_chunk_keys(), kMaxChunkKeys]
 // keys, then the longest sequence's keys spread evenly over that many splits (no tiny last split).
 DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
   DecodePlan plan;
@@ -541,7 +555,7 @@ DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
   const int64_t wanted_splits = std::max<int64_t>(1, (target_blocks + pairs - 1) / pairs);
   const int64_t max_kv_len = std::max(1, a.batch.max_kv_len);
   const int64_t chunk = std::clamp<int64_t>(round_up((max_kv_len + wanted_splits - 1) / wanted_splits, kChunkGranule),
-                                            kMinChunkKeys, kMaxChunkKeys);
+                                            min_chunk_keys(), kMaxChunkKeys);
   plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
   plan.chunk_keys = static_cast<int>(round_up((max_kv_len + plan.num_splits - 1) / plan.num_splits, kChunkGranule));
   return plan;
