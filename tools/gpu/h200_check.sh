@@ -94,7 +94,7 @@ if has chunk; then  # flash_decode's smallest split (SPINDLE_FLASH_DECODE_MIN_CH
     for min in ${MIN_CHUNKS:-256 64}; do
       SPINDLE_FLASH_DECODE_MIN_CHUNK=$min run chunk_${ctx}_${min} 60 $bin/bench_spec_verify --model "$work/model" --device cuda \
         --context $ctx --k 4 --batch 1 --steps 30 --decode-backend cuda_flash
-      echo "{\"min_chunk\": $min, \"result\": $(tail -1 "$out/chunk_${ctx}_${min}.txt")}" >>"$out/chunk.jsonl"
+      echo "{\"min_chunk\": $min, \"result\": $(grep "^{" "$out/chunk_${ctx}_${min}.txt" | tail -1)}" >>"$out/chunk.jsonl"
     done
   done
   cat "$out/chunk.jsonl"
@@ -105,11 +105,11 @@ if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a d
   for b in 1 8; do
     for k in 4 2; do
       run spec_verify_b${b}_k${k} 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k $k --batch $b --steps 40
-      tail -1 "$out/spec_verify_b${b}_k${k}.txt" >>"$out/spec_verify.jsonl"
+      grep "^{" "$out/spec_verify_b${b}_k${k}.txt" | tail -1 >>"$out/spec_verify.jsonl"
     done
   done
   run spec_verify_eager_b1 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k 4 --batch 1 --steps 40 --eager
-  tail -1 "$out/spec_verify_eager_b1.txt" >>"$out/spec_verify.jsonl"
+  grep "^{" "$out/spec_verify_eager_b1.txt" | tail -1 >>"$out/spec_verify.jsonl"
   cat "$out/spec_verify.jsonl"
 fi
 if has profile; then  # one decode forward of the 8B shape, kernel by kernel (ncu), for each decode backend
