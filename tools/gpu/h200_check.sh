@@ -16,6 +16,7 @@
 #   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
 #   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
 #   memcheck_new     compute-sanitizer memcheck over those two
+#   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
@@ -78,6 +79,9 @@ has ops && run ops 60 $bin/cuda_ops_test --gtest_brief=1
 has server_cuda && run server_cuda 150 $bin/server_cuda_test --gtest_brief=1  # greedy over HTTP on the GPU vs HF and the CPU
 has gemv && run gemv 120 $bin/bench_gemv16 --reps 20  # gemv16 vs cuBLAS, 8B projection shapes, 1-8 rows
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
+if has memcheck_ops; then  # the norms, SwiGLU with their 16-bit copies, gemv16
+  run memcheck_ops 120 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_ops_test --gtest_brief=1
+fi
 if has memcheck_new; then  # the device sampler's kernel and graph-replayed steps
   run memcheck_sampler 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_sampler_test --gtest_brief=1
   run memcheck_engine 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_engine_test --gtest_brief=1 \
