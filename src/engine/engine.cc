@@ -432,6 +432,9 @@ void Engine::run_step() {
     t.output += timer.lap();
   }
   metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
+  // Prompts whose prefill ended (and whose first token was finite) go to the prefix cache now,
+  // not at release: requests waiting with the same prompt (the n choices) are admitted on them.
+  scheduler_.publish_prompts(plan);
   const int num_running = scheduler_.num_running();
   for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/!r->failed);
   t.output += timer.lap();
