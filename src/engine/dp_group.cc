@@ -19,12 +19,19 @@ DpGroup::DpGroup(std::vector<Rank> ranks, RouterOptions router)
 }
 
 std::shared_ptr<RequestStream> DpGroup::submit(std::vector<TokenId> prompt, SamplingParams params) {
+  std::vector<SamplingParams> one;
+  one.push_back(std::move(params));
+  return submit_choices(std::move(prompt), std::move(one)).front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> DpGroup::submit_choices(std::vector<TokenId> prompt,
+                                                                    std::vector<SamplingParams> params) {
+  const uint64_t n = params.size();
   if (ranks_.size() == 1) {  // no routing, and the engine's own errors as they are
-    {
-      std::lock_guard lock(mutex_);
-      ++num_routed_[0];
-    }
-    return front().submit(std::move(prompt), std::move(params));
+    auto streams = front().submit_choices(std::move(prompt), std::move(params));
+    std::lock_guard lock(mutex_);
+    num_routed_[0] += n;
+    return streams;
   }
   std::lock_guard lock(mutex_);
   std::vector<RankLoad> loads(ranks_.size());
@@ -39,11 +46,11 @@ std::shared_ptr<RequestStream> DpGroup::submit(std::vector<TokenId> prompt, Samp
     if (!any) throw EngineOverloaded(last_error);
     const RouteDecision d = router_.route(prompt, loads);
     try {
-      // submit() copies nothing it needs later: the prompt is kept for record().
-      auto stream = ranks_[static_cast<size_t>(d.rank)].engine->submit(prompt, params);
+      // submit_choices() copies nothing it needs later: the prompt is kept for record().
+      auto streams = ranks_[static_cast<size_t>(d.rank)].engine->submit_choices(prompt, params);
       router_.record(d.rank, prompt);
-      ++num_routed_[static_cast<size_t>(d.rank)];
-      return stream;
+      num_routed_[static_cast<size_t>(d.rank)] += n;
+      return streams;
     } catch (const EngineOverloaded& e) {
       last_error = e.what();
       loads[static_cast<size_t>(d.rank)].available = false;  // full: try the next choice

@@ -54,6 +54,10 @@ class DpGroup {
   // there. A rank whose queue is full is skipped for the next choice; EngineOverloaded when every
   // rank's is (or none is left in rotation).
   std::shared_ptr<RequestStream> submit(std::vector<TokenId> prompt, SamplingParams params);
+  // The n choices of one request, routed once: every choice goes to the one rank chosen for the
+  // prompt (Engine::submit_choices, all or none), so they share its prompt pages there.
+  std::vector<std::shared_ptr<RequestStream>> submit_choices(std::vector<TokenId> prompt,
+                                                             std::vector<SamplingParams> params);
 
   const tokenizer::Tokenizer& tokenizer() const { return front().tokenizer(); }
   const tokenizer::ChatTemplate* chat_template() const { return front().chat_template(); }

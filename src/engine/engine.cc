@@ -75,22 +75,36 @@ void Engine::stop() {
 }
 
 std::shared_ptr<RequestStream> Engine::submit(std::vector<TokenId> prompt, SamplingParams params) {
-  auto stream = std::make_shared<RequestStream>();
+  std::vector<SamplingParams> one;
+  one.push_back(std::move(params));
+  return submit_choices(std::move(prompt), std::move(one)).front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> Engine::submit_choices(std::vector<TokenId> prompt,
+                                                                   std::vector<SamplingParams> params) {
+  SPINDLE_CHECK(!params.empty(), "submit_choices needs at least one choice");
+  const int n = static_cast<int>(params.size());
+  std::vector<std::shared_ptr<RequestStream>> streams;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) throw EngineOverloaded("the server is shutting down");
-    if (num_waiting_ + static_cast<int>(incoming_.size()) >= options_.max_queued_requests) {
+    if (num_waiting_ + static_cast<int>(incoming_.size()) + n > options_.max_queued_requests) {
       throw EngineOverloaded("too many requests are waiting (" + std::to_string(options_.max_queued_requests) +
                              "); retry later");
     }
-    incoming_tokens_ += static_cast<int64_t>(prompt.size());
-    Incoming in;
-    in.request = std::make_unique<Request>(next_id_++, std::move(prompt), allocator_);
-    in.output = std::make_unique<RequestOutputState>(std::move(params), random_seed(), stream, tokenizer_);
-    incoming_.push_back(std::move(in));
+    for (int i = 0; i < n; ++i) {
+      auto stream = std::make_shared<RequestStream>();
+      incoming_tokens_ += static_cast<int64_t>(prompt.size());
+      Incoming in;
+      in.request = std::make_unique<Request>(next_id_++, i + 1 == n ? std::move(prompt) : prompt, allocator_);
+      in.output = std::make_unique<RequestOutputState>(std::move(params[static_cast<size_t>(i)]), random_seed(), stream,
+                                                       tokenizer_);
+      incoming_.push_back(std::move(in));
+      streams.push_back(std::move(stream));
+    }
   }
   wake_.notify_one();
-  return stream;
+  return streams;
 }
 
 bool Engine::kv_integrity_ok() {
@@ -432,6 +446,9 @@ void Engine::run_step() {
     t.output += timer.lap();
   }
   metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
+  // Prompts whose prefill ended (and whose first token was finite) go to the prefix cache now,
+  // not at release: requests waiting with the same prompt (the n choices) are admitted on them.
+  scheduler_.publish_prompts(plan);
   const int num_running = scheduler_.num_running();
   for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/!r->failed);
   t.output += timer.lap();

@@ -103,6 +103,12 @@ class Engine {
   // Thread-safe. The prompt must already be validated (length, vocabulary); params too.
   // Throws EngineOverloaded when max_queued_requests are waiting.
   std::shared_ptr<RequestStream> submit(std::vector<TokenId> prompt, SamplingParams params);
+  // The n choices of one request: the prompt once per params, all queued or none
+  // (EngineOverloaded when fewer than params.size() places are left), next to each other, so the
+  // scheduler takes them in together and computes the shared prompt once (scheduler.h). The
+  // streams are in params' order.
+  std::vector<std::shared_ptr<RequestStream>> submit_choices(std::vector<TokenId> prompt,
+                                                             std::vector<SamplingParams> params);
 
   // Helpers for clients (thread-safe: the tokenizer is immutable).
   const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }

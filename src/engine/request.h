@@ -31,6 +31,10 @@ struct Request {
   bool finished = false;             // set by the engine when its last token was accepted
   bool failed = false;               // finished with an error (non-finite logits): its pages are not cached
   bool exceeds_pool = false;         // its context needs more pages than the whole pool (never scheduled again)
+  // The prompt's full pages are in the prefix cache (Scheduler::publish_prompts, at prefill end).
+  // While false and running, requests waiting with the same prompt wait for them (scheduler.h).
+  // Cleared by preemption: a recomputed prompt is published again (a no-op where still cached).
+  bool prompt_published = false;
   // Speculative decoding (engine/spec/): draft tokens proposed to follow prompt + output, for the
   // scheduler to verify in the next step (set before schedule(), consumed by it: the scheduler
   // trims them to what the step can take, and they are cleared when the step ends).

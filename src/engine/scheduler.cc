@@ -54,6 +54,7 @@ void Scheduler::preempt(Request& r) {
   r.num_computed_tokens = 0;
   ++r.num_preemptions;
   r.preempted = true;
+  r.prompt_published = false;
 }
 
 bool Scheduler::try_schedule_running(Request& r, int& budget, StepPlan& plan) {
@@ -111,6 +112,40 @@ bool Scheduler::fits_pool(const Request& r) const {
   return (int64_t{r.num_tokens()} + page - 1) / page <= allocator_.num_pages();
 }
 
+namespace {
+// Full pages of `r`'s context (prompt + output but the last token, what try_admit matches)
+// that `prompt` starts with.
+int num_shared_pages(const std::vector<TokenId>& prompt, const Request& r, int page_size) {
+  const int n = std::min(static_cast<int>(prompt.size()), r.num_tokens() - 1);
+  int i = 0;
+  while (i < n && prompt[static_cast<size_t>(i)] == r.token_at(i)) ++i;
+  return i / page_size;
+}
+}  // namespace
+
+bool Scheduler::waits_for_shared_prompt(const Request& r) const {
+  if (!prefix_cache_.enabled()) return false;  // nothing would be published to wait for
+  const int page_size = allocator_.page_size();
+  const int num_pages = (r.num_tokens() - 1) / page_size;
+  int in_flight = 0;  // the most pages of r's context one running, unpublished prompt will publish
+  for (const auto& q : running_) {
+    if (q->preempted || q->prompt_published) continue;
+    in_flight = std::max(in_flight, num_shared_pages(q->prompt, r, page_size));
+  }
+  if (in_flight == 0 || 2 * in_flight < num_pages) return false;
+  const auto all = r.all_tokens();
+  return in_flight > prefix_cache_.num_cached_pages(std::span<const TokenId>(all.data(), all.size() - 1));
+}
+
+void Scheduler::publish_prompts(const StepPlan& plan) {
+  for (const auto& s : plan.sequences) {
+    Request& r = *s.request;
+    if (r.prompt_published || r.failed || r.num_computed_tokens < static_cast<int>(r.prompt.size())) continue;
+    prefix_cache_.insert(r.prompt, r.table);  // full pages only; chunks already cached keep their page
+    r.prompt_published = true;
+  }
+}
+
 std::vector<Request*> Scheduler::running_requests_in_order() const {
   std::vector<Request*> out;
   for (const auto& r : running_) out.push_back(r.get());
@@ -153,18 +188,25 @@ StepPlan Scheduler::schedule() {
 
   // 2. Waiting requests, first come first served.
   if (num_just_preempted > 0) return plan;  // pages are short: let this step's work finish first
-  while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < options_.max_running_requests) {
-    Request& r = *waiting_.front();
+  //    One waiting for a running request's prompt is passed over (it keeps its place).
+  size_t next = 0;
+  while (next < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < options_.max_running_requests) {
+    const auto it = waiting_.begin() + static_cast<std::ptrdiff_t>(next);
+    Request& r = **it;
     if (!fits_pool(r)) {
       r.exceeds_pool = true;
-      over_capacity_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
+      over_capacity_.push_back(std::move(*it));
+      waiting_.erase(it);
+      continue;
+    }
+    if (waits_for_shared_prompt(r)) {
+      ++next;
       continue;
     }
     if (!try_admit(r, budget, plan)) break;
     r.preempted = false;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*it));
+    waiting_.erase(it);
   }
   return plan;
 }

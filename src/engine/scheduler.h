@@ -10,6 +10,14 @@
 //     recomputed from its prompt and output so far. Nothing is lost.
 //  2. Then waiting requests, first come first served, while there is budget, a running slot
 //     (--max-running-requests) and pages: each first reuses its longest cached prefix.
+//     Shared prompts are computed once: a waiting request stays waiting (the others behind it
+//     are still admitted) while a running request that has not yet published its prompt
+//     (Request::prompt_published) holds more full pages of its context than the prefix cache
+//     does, and at least half of them (the n choices of one OpenAI request, or identical
+//     prompts submitted together; a short shared system prompt is not worth the wait). That
+//     request publishes its prompt's full pages when its prefill ends (publish_prompts), and the
+//     waiting one is then admitted on them. If it is preempted, aborted or fails first, the
+//     waiting one stops waiting for it (it is no longer running or no longer unpublished).
 // A request whose whole context (prompt + output) is computed gets a logits row. A decoding
 // request with draft tokens (Request::draft, speculative decoding) computes its last token and
 // the drafts in one sequence and gets a logits row for each of them (1 + drafts); after the step
@@ -64,6 +72,12 @@ class Scheduler {
   StepPlan schedule();
   // Marks the scheduled tokens computed, drafts excepted. Call after the forward succeeded.
   void update(const StepPlan& plan);
+  // Publishes to the prefix cache the full prompt pages of every planned request whose prompt
+  // is now computed (its prefill ended this step) and that has not failed: the pages stay the
+  // request's (referenced, so not evictable) and are shared with requests admitted on them.
+  // Call after update() and after the step's tokens were sampled (Request::failed is known:
+  // the prompt's K/V of a request whose logits were non-finite are never published).
+  void publish_prompts(const StepPlan& plan);
   // After a speculating request's accepted tokens were appended to its output: the drafts that
   // were appended had their K/V computed by the step, so every token but the last now is;
   // positions past that (rejected drafts) are rolled back, and pages holding only them are freed.
@@ -97,6 +111,7 @@ class Scheduler {
   void add_to_plan(Request& r, int num_new_tokens, StepPlan& plan, int num_draft_tokens = 0);
   bool try_schedule_with_draft(Request& r, int& budget, StepPlan& plan);
   bool fits_pool(const Request& r) const;
+  bool waits_for_shared_prompt(const Request& r) const;
 
   kv::PageAllocator& allocator_;
   kv::PrefixCache& prefix_cache_;

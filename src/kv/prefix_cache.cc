@@ -51,6 +51,20 @@ std::vector<int32_t> PrefixCache::match(std::span<const TokenId> tokens) {
   return pages;
 }
 
+int PrefixCache::num_cached_pages(std::span<const TokenId> tokens) const {
+  if (!enabled_) return 0;
+  const size_t page_size = static_cast<size_t>(allocator_->page_size());
+  const Node* node = &root_;
+  int num_pages = 0;
+  for (size_t begin = 0; begin + page_size <= tokens.size(); begin += page_size) {
+    const auto it = node->children.find(tokens.subspan(begin, page_size));
+    if (it == node->children.end()) break;
+    node = it->second.get();
+    ++num_pages;
+  }
+  return num_pages;
+}
+
 int PrefixCache::insert(std::span<const TokenId> tokens, const BlockTable& table) {
   SPINDLE_CHECK(&table.allocator() == allocator_, "the block table belongs to another allocator");
   SPINDLE_CHECK(tokens.size() <= static_cast<size_t>(table.num_tokens()),

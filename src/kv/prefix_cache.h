@@ -54,10 +54,16 @@ class PrefixCache final : public PageEvictor {
   // are not yet referenced: pass them to BlockTable::assign_prefix before allocating anything.
   // The engine offers all but the last prompt token, so at least one token is computed.
   std::vector<int32_t> match(std::span<const TokenId> tokens);
+  // How many pages match(tokens) would return, without counting a lookup or touching the LRU
+  // order (the scheduler asks it before deciding whether to admit).
+  int num_cached_pages(std::span<const TokenId> tokens) const;
 
   // Caches the full pages of tokens (whose K and V the table's pages hold: tokens.size() <=
   // table.num_tokens()). A chunk already cached under the same path keeps its page, and the
   // table's duplicate stays private (freed with the table). Returns the pages newly cached.
+  // The table may still be live and growing (a running request publishing its prompt): the
+  // pages it caches are full and computed, so they never change again; they stay referenced by
+  // the table (so not evictable) until it frees them.
   int insert(std::span<const TokenId> tokens, const BlockTable& table);
 
   // PageEvictor: frees up to num_pages unreferenced leaf pages, least recently used first.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 
@@ -102,14 +103,15 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
     bad_request("", e.message());
   }
   s.num_prompt_tokens = n;
+  std::vector<engine::SamplingParams> choices;
+  for (int i = 0; i < r.n; ++i) {
+    engine::SamplingParams& params = choices.emplace_back(r.sampling);
+    if (params.seed) *params.seed += static_cast<uint64_t>(i);  // distinct, reproducible choices
+  }
   try {
-    for (int i = 0; i < r.n; ++i) {
-      engine::SamplingParams params = r.sampling;
-      if (params.seed) *params.seed += static_cast<uint64_t>(i);  // distinct, reproducible choices
-      s.streams.push_back(engine.submit(i + 1 == r.n ? std::move(ids) : ids, std::move(params)));
-    }
+    // One rank, all or none, together: the choices share the prompt's KV pages.
+    s.streams = engine.submit_choices(std::move(ids), std::move(choices));
   } catch (const engine::EngineOverloaded& e) {
-    for (auto& stream : s.streams) stream->cancel();
     throw ApiError(503, "server_overloaded", "", e.what());
   }
   return s;
@@ -185,11 +187,13 @@ std::string CompletionRelay::event(const json& j) const { return "data: " + to_j
 
 json CompletionRelay::usage() const {
   int completion_tokens = 0, accepted_draft_tokens = 0;
+  int cached_prompt_tokens = submitted_.num_prompt_tokens;
   for (const auto& c : choices_) {
     completion_tokens += c.num_output_tokens;
     accepted_draft_tokens += c.num_accepted_draft_tokens;
+    cached_prompt_tokens = std::min(cached_prompt_tokens, c.num_cached_prompt_tokens);
   }
-  return usage_json({submitted_.num_prompt_tokens, completion_tokens, accepted_draft_tokens});
+  return usage_json({submitted_.num_prompt_tokens, completion_tokens, accepted_draft_tokens, cached_prompt_tokens});
 }
 
 std::string CompletionRelay::take_events() {
@@ -223,6 +227,7 @@ std::string CompletionRelay::take_events() {
       }
       c.num_output_tokens = o.num_output_tokens;
       c.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
+      c.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
       c.finished = o.finished;
       c.finish_reason = o.finish_reason;
       if (o.text.empty() && !o.finished && o.logprobs.empty()) continue;
@@ -278,6 +283,7 @@ bool CompletionRelay::poll() {
       c.text += o.text;
       c.num_output_tokens = o.num_output_tokens;
       c.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
+      c.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
       append_logprobs(c, o, c.completion_lp, c.chat_lp);
     }
     all_finished = all_finished && c.finished;

@@ -80,6 +80,7 @@ class CompletionRelay {
     tokenizer::IncrementalDetokenizer offsets;  // replays the engine's detokenization for text_offset
     int num_output_tokens = 0;
     int num_accepted_draft_tokens = 0;  // speculative drafts accepted (usage details)
+    int num_cached_prompt_tokens = 0;   // prompt tokens this choice read from the prefix cache
     bool finished = false;
     engine::FinishReason finish_reason = engine::FinishReason::kNone;
     std::string error;               // when a generation failed

@@ -260,7 +260,8 @@ std::string to_json_text(const json& j) { return j.dump(-1, ' ', false, json::er
 json usage_json(const Usage& u) {
   json j = {{"prompt_tokens", u.prompt_tokens},
             {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_prompt_tokens}}}};
   if (u.accepted_draft_tokens > 0) j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.accepted_draft_tokens}};
   return j;
 }

@@ -69,6 +69,11 @@ struct Usage {
   // Output tokens that were speculative drafts the model accepted; > 0 adds OpenAI's
   // completion_tokens_details.accepted_prediction_tokens.
   int accepted_draft_tokens = 0;
+  // Of prompt_tokens, those read from the prefix cache instead of computed: OpenAI's
+  // prompt_tokens_details.cached_tokens (always present). With n > 1 choices the prompt is
+  // counted once, and so is this: the fewest any choice read (the choices after the first share
+  // the first one's prompt pages, but that sharing is inside this one request).
+  int cached_prompt_tokens = 0;
 };
 nlohmann::json usage_json(const Usage& usage);
 

@@ -35,9 +35,9 @@ void PrintTo(const Scheduled& s, std::ostream* os) {
 
 class Harness {
  public:
-  Harness(int num_pages, int page_size, int budget, int max_running = 64)
+  Harness(int num_pages, int page_size, int budget, int max_running = 64, bool prefix_cache = true)
       : allocator_(num_pages, page_size),
-        cache_(allocator_),
+        cache_(allocator_, prefix_cache),
         scheduler_(allocator_, cache_, SchedulerOptions{budget, max_running, 1 << 20}) {}
 
   // A request with `prompt` that finishes after `max_tokens` output tokens; returns its id.
@@ -56,7 +56,8 @@ class Harness {
   }
 
   // schedule(), then the step's result: update(), one output token per logits row (token 900 +
-  // output length), finished requests released with their pages cached. Returns the plan.
+  // output length), prompts whose prefill ended published, finished requests released with
+  // their pages cached. Returns the plan.
   std::vector<Scheduled> step(int* num_preempted = nullptr) {
     const StepPlan plan = scheduler_.schedule();
     if (num_preempted) *num_preempted = plan.num_preempted;
@@ -78,6 +79,7 @@ class Harness {
       r.output.push_back(900 + static_cast<TokenId>(r.output.size()));
       if (static_cast<int>(r.output.size()) >= max_tokens_.at(r.id)) r.finished = true;
     }
+    scheduler_.publish_prompts(plan);
     for (Request* r : scheduler_.finished_requests()) scheduler_.release(r, /*cache_pages=*/true);
     scheduler_.check_integrity();
     return out;
@@ -275,6 +277,109 @@ TEST(SchedulerTest, CancellationAtEachPhase) {
     EXPECT_EQ(h.find(victim), nullptr);
     // The others still run to completion.
     for (int i = 0; i < 4; ++i) h.step();
+    h.drain();
+  }
+}
+
+// Requests with one prompt submitted together (the n choices of one request) compute it once:
+// the first prefills it, the others wait until its prefill ends and its prompt pages are
+// published, then reuse every full page of their context (page size 4: 10 tokens, 9 matched ->
+// 2 pages, 8 tokens) and compute only the rest. Every page is referenced by all four.
+TEST(SchedulerTest, SharedPromptIsComputedOnce) {
+  Harness h(64, 4, 64);
+  const std::vector<TokenId> prompt = Harness::tokens(10, 1);
+  const uint64_t a = h.add(prompt, 3);
+  const uint64_t b = h.add(prompt, 3), c = h.add(prompt, 3), d = h.add(prompt, 3);
+  const uint64_t other = h.add(Harness::tokens(6, 100), 3);  // unrelated: not held up by the wait
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 10, 0, true}, {other, 6, 0, true}}));
+  EXPECT_EQ(h.scheduler().num_waiting(), 3);
+  EXPECT_TRUE(h.find(a)->prompt_published);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{
+                          {a, 1, 10, true}, {other, 1, 6, true}, {b, 2, 8, true}, {c, 2, 8, true}, {d, 2, 8, true}}));
+  for (const uint64_t id : {b, c, d}) EXPECT_EQ(h.find(id)->num_cached_prompt_tokens, 8);
+  EXPECT_EQ(h.find(a)->num_cached_prompt_tokens, 0);
+  EXPECT_EQ(h.allocator().ref_count(h.find(a)->table.pages()[0]), 4);
+  EXPECT_EQ(h.allocator().ref_count(h.find(a)->table.pages()[1]), 4);
+  for (int i = 0; i < 3; ++i) h.step();
+  h.drain();
+}
+
+// A chunked prefill: the others wait through every chunk, though budget is left in the step.
+TEST(SchedulerTest, SharedPromptWaitsForEveryChunk) {
+  Harness h(64, 4, 8);
+  const std::vector<TokenId> prompt = Harness::tokens(20, 1);
+  const uint64_t a = h.add(prompt, 2);
+  const uint64_t b = h.add(prompt, 2);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 8, 0, false}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 8, 8, false}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 4, 16, true}}));
+  // 19 tokens matched: 4 pages, 16 tokens; the last 4 computed.
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 20, true}, {b, 4, 16, true}}));
+  h.drain();
+}
+
+// The first one cancelled mid-prefill: the next stops waiting and reuses the pages it computed
+// (cached at release); the third then waits for the second, which is now computing the prompt.
+TEST(SchedulerTest, SharedPromptFirstCancelled) {
+  Harness h(64, 4, 8);
+  const std::vector<TokenId> prompt = Harness::tokens(20, 1);
+  const uint64_t a = h.add(prompt, 2);
+  const uint64_t b = h.add(prompt, 2), c = h.add(prompt, 2);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 8, 0, false}}));
+  h.cancel(a);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{b, 8, 8, false}}));
+  EXPECT_EQ(h.find(b)->num_cached_prompt_tokens, 8);
+  EXPECT_EQ(h.scheduler().num_waiting(), 1);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{b, 4, 16, true}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{b, 1, 20, true}, {c, 4, 16, true}}));
+  h.drain();
+}
+
+// The first one preempted mid-prefill: it goes back to the front of the queue (so no request
+// waits for it while it waits), is readmitted on its cached page, and the other waits for it
+// again until its prefill ends.
+TEST(SchedulerTest, SharedPromptFirstPreempted) {
+  Harness h(/*pages=*/5, /*page_size=*/4, /*budget=*/8);
+  const uint64_t old = h.add(Harness::tokens(4, 100), 4);  // 4 + 4 tokens: 2 pages
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{old, 4, 0, true}}));
+  const std::vector<TokenId> prompt = Harness::tokens(16, 1);
+  const uint64_t a = h.add(prompt, 2);
+  const uint64_t b = h.add(prompt, 2);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{old, 1, 4, true}, {a, 7, 0, false}}));
+  // A's next 7 tokens need 2 more pages, 1 is free and its only possible victim is in the step.
+  int preempted = 0;
+  EXPECT_EQ(h.step(&preempted), (std::vector<Scheduled>{{old, 1, 5, true}}));
+  EXPECT_EQ(preempted, 1);
+  EXPECT_EQ(h.find(a)->num_preemptions, 1);
+  EXPECT_FALSE(h.find(a)->prompt_published);
+  EXPECT_EQ(h.scheduler().num_waiting(), 2);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{old, 1, 6, true}, {a, 7, 4, false}}));  // `old` finishes
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 5, 11, true}}));
+  EXPECT_TRUE(h.find(a)->prompt_published);
+  EXPECT_EQ(h.find(b)->num_computed_tokens, 0);
+  for (int i = 0; i < 4; ++i) h.step();
+  EXPECT_EQ(h.find(a), nullptr);
+  EXPECT_EQ(h.find(b), nullptr);
+  h.drain();
+}
+
+// Little shared (one page of five) is not worth waiting for; nor is anything with the prefix
+// cache off (nothing would be published).
+TEST(SchedulerTest, SharedPromptWaitOnlyWhenWorthIt) {
+  {
+    Harness h(64, 4, 64);
+    std::vector<TokenId> b_prompt = Harness::tokens(4, 1);
+    for (TokenId t : Harness::tokens(17, 500)) b_prompt.push_back(t);
+    const uint64_t a = h.add(Harness::tokens(21, 1), 2);
+    const uint64_t b = h.add(b_prompt, 2);
+    EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 21, 0, true}, {b, 21, 0, true}}));
+    h.drain();
+  }
+  {
+    Harness h(64, 4, 64, 64, /*prefix_cache=*/false);
+    const uint64_t a = h.add(Harness::tokens(10, 1), 2);
+    const uint64_t b = h.add(Harness::tokens(10, 1), 2);
+    EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 10, 0, true}, {b, 10, 0, true}}));
     h.drain();
   }
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -45,6 +46,7 @@ struct SpecRun {
 struct SpecResult {
   std::vector<std::vector<TokenId>> tokens;  // per prompt
   std::vector<int> accepted_drafts;          // per prompt (RequestOutput::num_accepted_draft_tokens)
+  std::vector<int> cached_prompt_tokens;     // per prompt (RequestOutput::num_cached_prompt_tokens)
   engine::MetricsSnapshot metrics;
   std::string rendered_metrics;
   bool integrity_ok = false;
@@ -114,6 +116,7 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
     // The request to cancel is read first, so it is cancelled while it runs.
     out.tokens.resize(streams.size());
     out.accepted_drafts.resize(streams.size());
+    out.cached_prompt_tokens.resize(streams.size());
     std::vector<size_t> order;
     if (run.cancel_index >= 0) order.push_back(static_cast<size_t>(run.cancel_index));
     for (size_t i = 0; i < streams.size(); ++i) {
@@ -131,6 +134,7 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
         EXPECT_TRUE(o.error.empty()) << o.error;
         ids.insert(ids.end(), o.tokens.begin(), o.tokens.end());
         accepted = o.num_accepted_draft_tokens;
+        out.cached_prompt_tokens[i] = std::max(out.cached_prompt_tokens[i], o.num_cached_prompt_tokens);
         if (static_cast<int>(i) == run.cancel_index && static_cast<int>(ids.size()) >= run.cancel_after) {
           streams[i]->cancel();
         }

@@ -278,6 +278,35 @@ TEST(PrefixCacheTest, BudgetEvictsTheLeastRecentlyUsedBeyondIt) {
   check_integrity(cache, live);
 }
 
+// A live table publishes its full computed pages (a running request at prefill end): they are
+// cached and still referenced (not evictable), a second table shares them, and num_cached_pages
+// says what match would return without counting a lookup.
+TEST(PrefixCacheTest, ALiveTablePublishesItsFullPages) {
+  PageAllocator allocator(8, 4);
+  PrefixCache cache(allocator);
+  BlockTable first(allocator);
+  const Tokens prompt = run(0, 10);
+  ASSERT_TRUE(first.extend(10));
+  EXPECT_EQ(cache.insert(prompt, first), 2);  // the partial third page stays private
+  EXPECT_EQ(allocator.num_cached_pages(), 0) << "referenced pages are not evictable";
+  EXPECT_EQ(cache.evict_pages(8), 0);
+  ASSERT_TRUE(first.extend(3));  // the request decodes on
+  EXPECT_EQ(cache.num_cached_pages(std::span(prompt).first(9)), 2);
+  EXPECT_EQ(cache.num_cached_pages(run(1, 9)), 0);
+  EXPECT_EQ(cache.stats().num_lookups, 0u);
+  BlockTable second(allocator);
+  second.assign_prefix(cache.match(std::span(prompt).first(9)));
+  ASSERT_TRUE(second.extend(2));
+  EXPECT_EQ(allocator.ref_count(first.pages()[0]), 2);
+  const BlockTable* live[] = {&first, &second};
+  check_integrity(cache, live);
+  first.free();
+  second.free();
+  EXPECT_EQ(allocator.num_in_use_pages(), 0);
+  EXPECT_EQ(allocator.num_cached_pages(), 2);
+  check_integrity(cache, {});
+}
+
 TEST(PrefixCacheTest, DestructionGivesPagesBack) {
   PageAllocator allocator(4, 2);
   {

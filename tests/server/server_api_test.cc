@@ -227,6 +227,46 @@ TEST_F(ServerApiTest, CompletionNonStreaming) {
   EXPECT_EQ(echo.json["choices"][0]["text"], prompt + c["text"].get<std::string>());
 }
 
+// n = 2: the second choice reads the first one's prompt pages (the prompt is computed once and
+// a little: P + (P - M) prompt tokens, M = the full 16-token pages of P - 1, where two
+// independent requests compute 2 P); usage counts the prompt once, and its
+// prompt_tokens_details.cached_tokens is what every choice read from the prefix cache: 0 the
+// first time, M once the prompt is cached.
+TEST_F(ServerApiTest, ChoicesShareThePromptsPages) {
+  const std::string prompt =
+      "And the LORD God formed man of the dust of the ground, and breathed into his nostrils the breath of life; "
+      "and man became a living soul.";
+  const int p = num_prompt_tokens(prompt), m = (p - 1) / 16 * 16;
+  ASSERT_GE(m, 32) << "the prompt should span pages";
+  const json body = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}, {"n", 2}};
+  const auto before = server_metrics(*client_);
+  const JsonReply two = completion(body);
+  ASSERT_EQ(two.status, 200) << two.body;
+  const auto after = server_metrics(*client_);
+  auto delta = [](const auto& a, const auto& b, const char* name) { return metric(b, name) - metric(a, name); };
+  EXPECT_EQ(delta(before, after, "spindle_prompt_tokens_total"), p + (p - m));
+  EXPECT_EQ(delta(before, after, "spindle_prefix_cache_hits_total"), m);
+  expect_usage(two.json["usage"], p, 8);
+  EXPECT_EQ(two.json["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << two.body;
+  ASSERT_EQ(two.json["choices"].size(), 2u);
+  EXPECT_EQ(two.json["choices"][0]["text"], two.json["choices"][1]["text"]) << "greedy choices are one text";
+
+  // Again: both choices read the cached prompt; each computes only its last P - M tokens.
+  const JsonReply again = completion(body);
+  ASSERT_EQ(again.status, 200) << again.body;
+  const auto last = server_metrics(*client_);
+  EXPECT_EQ(delta(after, last, "spindle_prompt_tokens_total"), 2 * (p - m));
+  EXPECT_EQ(again.json["usage"]["prompt_tokens_details"]["cached_tokens"], m) << again.body;
+  EXPECT_EQ(again.json["choices"], two.json["choices"]);
+  // n = 1 answers the same text.
+  json one_body = body;
+  one_body["n"] = 1;
+  const JsonReply one = completion(one_body);
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(one.json["choices"][0]["text"], two.json["choices"][0]["text"]);
+  EXPECT_EQ(one.json["usage"]["prompt_tokens_details"]["cached_tokens"], m);
+}
+
 TEST_F(ServerApiTest, ChatNonStreaming) {
   const json messages = {{{"role", "system"}, {"content", "Answer from the scriptures."}},
                          {{"role", "user"}, {"content", "Who made the heaven and the earth?"}}};

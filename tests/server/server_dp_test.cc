@@ -207,6 +207,42 @@ TEST(ServerDpTest, PrefixAwareRoutingKeepsASharedPrefixOnOneRankAndSpreadsUnrela
   EXPECT_TRUE(kv_settled(*client));
 }
 
+// The n choices of one request are routed once (round robin too): all four run on one rank and
+// share its prompt pages there (it computes P + 3 (P - M) prompt tokens, M = the full 16-token
+// pages of P - 1, not 4 P); the next request goes to the other rank.
+TEST(ServerDpTest, TheChoicesOfOneRequestRunOnOneRankAndShareThePrompt) {
+  auto server = start_or_fail({"--dp-size", "2", "--max-total-tokens", "4096", "--load-balance-method", "round_robin"});
+  ASSERT_NE(server, nullptr);
+  auto client = server->client();
+  const std::string prompt =
+      "And God made the firmament, and divided the waters which were under the firmament from the waters which "
+      "were above the firmament: and it was so.";
+  json body = greedy(prompt, 4);
+  body["n"] = 4;
+  int first_rank = -1;
+  for (int request = 0; request < 2; ++request) {
+    const auto before = all_series(*client);
+    const JsonReply r = post(*client, "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    ASSERT_EQ(r.json["choices"].size(), 4u);
+    for (const auto& c : r.json["choices"]) EXPECT_EQ(c["text"], r.json["choices"][0]["text"]);
+    const int p = r.json["usage"]["prompt_tokens"].get<int>(), m = (p - 1) / 16 * 16;
+    ASSERT_GE(m, 16);
+    const auto after = all_series(*client);
+    auto delta = [&](const std::string& name, int rank) {
+      return series(after, rank_series(name, rank)) - series(before, rank_series(name, rank));
+    };
+    const double routed0 = delta("spindle_router_requests_total", 0);
+    const double routed1 = delta("spindle_router_requests_total", 1);
+    EXPECT_TRUE((routed0 == 4 && routed1 == 0) || (routed0 == 0 && routed1 == 4)) << routed0 << " / " << routed1;
+    const int rank = routed0 == 4 ? 0 : 1;
+    EXPECT_EQ(delta("spindle_prompt_tokens_total", rank), p + 3 * (p - m)) << "request " << request;
+    if (request == 0) first_rank = rank;
+    if (request == 1) EXPECT_NE(rank, first_rank) << "round robin goes on to the other rank";
+  }
+  EXPECT_TRUE(kv_settled(*client));
+}
+
 TEST(ServerDpTest, AFailedRankFailsOnlyItsRequestsAndTheOtherServes) {
   // Rank 1's attention backends throw in their first forward; rank 0's (and the validation
   // children's, rank 0) behave.
