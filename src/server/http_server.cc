@@ -217,13 +217,17 @@ HttpResponse HttpServer::Impl::health(unsigned version) const {
 
 std::string HttpServer::Impl::render_http_metrics() const {
   std::string out;
-  int open = 0;
+  int open = 0, idle_now = 0;
   {
     std::lock_guard lock(const_cast<std::mutex&>(mutex));
     open = static_cast<int>(sessions.size());
+    idle_now = static_cast<int>(idle.size());
   }
   out += "# HELP spindle_http_connections_open Open HTTP connections.\n# TYPE spindle_http_connections_open gauge\n";
   out += fmt::format("spindle_http_connections_open {}\n", open);
+  out += "# HELP spindle_http_connections_idle Open connections between requests (the first closed past the limit).\n"
+         "# TYPE spindle_http_connections_idle gauge\n";
+  out += fmt::format("spindle_http_connections_idle {}\n", idle_now);
   out += fmt::format("# TYPE spindle_http_connections_max gauge\nspindle_http_connections_max {}\n", options.max_connections);
   out += "# TYPE spindle_http_connections_accepted_total counter\n";
   out += fmt::format("spindle_http_connections_accepted_total {}\n", num_accepted.load());

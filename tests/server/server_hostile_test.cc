@@ -254,13 +254,25 @@ TEST(ServerHostileTest, PastTheConnectionLimitIs503AndHealthAnswers) {
   auto server = start_server({"--max-connections", "20", "--request-timeout", "20"});
   ASSERT_NE(server, nullptr);
   std::vector<int> busy;
-  for (int i = 0; i < 20; ++i) {
+  auto open_busy = [&] {
     const int fd = connect_loopback(server->port());
     ASSERT_GE(fd, 0);
     send_all(fd, head("POST", "/v1/completions", "Content-Length: 100\r\n") + "{");  // a request in progress
     busy.push_back(fd);
+  };
+  // A connection whose header the server has not read yet counts as idle, and past the limit the
+  // first idle one is closed to make room: wait until the server counts none of the first 19 as
+  // idle (asked on a 20th connection, busy itself while it is answered), so a slow, loaded machine
+  // cannot turn this into an eviction test.
+  for (int i = 0; i < 19; ++i) open_busy();
+  for (int tries = 0; tries < 100; ++tries) {
+    const std::string m = metrics_text(*server);
+    if (labelled_metric(m, "spindle_http_connections_open") >= 20 && labelled_metric(m, "spindle_http_connections_idle") == 0) break;
+    std::this_thread::sleep_for(milliseconds(50));
   }
-  std::this_thread::sleep_for(milliseconds(200));
+  std::this_thread::sleep_for(milliseconds(100));  // the /metrics connection closes
+  open_busy();
+  std::this_thread::sleep_for(milliseconds(300));
   const RawRead over = raw_exchange(server->port(), head("POST", "/v1/completions", "Content-Length: 2\r\n") + "{}");
   EXPECT_EQ(http_status(over.data), 503) << over.data.substr(0, 300);
   EXPECT_THAT(http_body(over.data), ::testing::HasSubstr("--max-connections"));
