@@ -31,13 +31,7 @@ std::vector<TokenId> long_prompt() {
       "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters.");
 }
 
-engine::SamplingParams greedy(int max_tokens) {
-  engine::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+engine::SamplingParams greedy(int max_tokens) { return testing::greedy_params(max_tokens); }
 
 // Full pages of the context the prefix cache can give a choice: all but the last prompt token.
 int cached_tokens_of(const std::vector<TokenId>& prompt) {

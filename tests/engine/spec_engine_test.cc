@@ -23,13 +23,7 @@ using testing::SpecRun;
 
 const std::filesystem::path kKjvDraft = testing::kGoldenDir / ".." / ".." / "models" / "kjv-draft";
 
-engine::SamplingParams greedy(int max_tokens) {
-  engine::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+engine::SamplingParams greedy(int max_tokens) { return testing::greedy_params(max_tokens); }
 
 class SpecGoldenTest : public ::testing::TestWithParam<std::string> {};
 

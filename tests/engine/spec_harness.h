@@ -79,6 +79,15 @@ struct LoadedModel {
 };
 
 // Serves every prompt at once with `params` and returns what each produced.
+// Greedy decoding of exactly max_tokens tokens (EOS ignored).
+inline engine::SamplingParams greedy_params(int max_tokens) {
+  engine::SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
 inline SpecResult serve_speculative(const std::filesystem::path& model_dir, const SpecRun& run,
                                     const std::vector<std::vector<TokenId>>& prompts,
                                     const std::vector<engine::SamplingParams>& params) {
