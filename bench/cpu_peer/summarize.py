@@ -18,7 +18,7 @@ def spindle_forward(path):
     r = {"bw_start": float(re.search(r"memory read bandwidth \(1 GiB streaming sum, all threads\): ([\d.]+) GB/s", text)[1])}
     r["linear"] = re.search(r"linear kernel (\S+)", text)[1]
     r["prefill"] = float(re.search(r"prefill \d+ tokens: [\d.]+ s, ([\d.]+) tokens/s", text)[1])
-    r["attention"] = re.search(r"attention backend (\S+)", text)[1]
+    r["attention"] = re.search(r"attention backend ([^\s,]+)", text)[1]
     for b in (1, 16):
         m = re.search(rf"decode batch {b}, \d+ cached tokens each: [\d.]+ ms/step, ([\d.]+) tokens/s\n"
                       rf"  memory read bandwidth now ([\d.]+) GB/s, bound uses ([\d.]+) GB/s\n"
