@@ -7,10 +7,12 @@
 // The model: --model DIR, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
 // into a temporary folder (bench_model_writer.h) and removed at exit. KV cache bf16, page 16,
 // the highest-priority CPU attention backend usable here, make_linear_kernel's linear kernels,
-// ThreadPool::global() (SPINDLE_NUM_THREADS).
+// ThreadPool::global() (SPINDLE_NUM_THREADS). --matmul-precision as `spindle serve` has it (default
+// auto: bf16 activations for a bf16 checkpoint, which changes only products of more than
+// kLinearDirectMaxRows rows on a CPU with AMX-BF16 or AVX512-BF16; exact: f32 activations always).
 //
 // usage: bench_model_forward [--model DIR] [--layers N] [--context 512] [--prompt 512] [--steps 8]
-//                            [--attention-backend NAME]
+//                            [--attention-backend NAME] [--matmul-precision auto|exact|bf16]
 #include <dnnl.hpp>
 
 #include <algorithm>
@@ -26,7 +28,9 @@
 #include "bench_model_writer.h"
 #include "bench_util.h"
 #include "engine/runner.h"
+#include "kernels/cpu/linear.h"
 #include "model/model.h"
+#include "model/model_config.h"
 #include "platform/device_info.h"
 #include "util/thread_pool.h"
 
@@ -41,6 +45,7 @@ struct Args {
   int prompt = 512;
   int steps = 8;
   std::string attention_backend;  // empty: the highest-priority CPU backend usable here
+  std::string matmul_precision = "auto";
 };
 
 Args parse_args(int argc, char** argv) {
@@ -53,6 +58,7 @@ Args parse_args(int argc, char** argv) {
     else if (k == "--prompt") a.prompt = std::atoi(argv[i + 1]);
     else if (k == "--steps") a.steps = std::atoi(argv[i + 1]);
     else if (k == "--attention-backend") a.attention_backend = argv[i + 1];
+    else if (k == "--matmul-precision") a.matmul_precision = argv[i + 1];
     else SPINDLE_FAIL("unknown flag {}", k);
   }
   return a;
@@ -139,12 +145,28 @@ int main(int argc, char** argv) {
       std::printf("wrote random bf16 Llama-3.2-1B-shaped model (%d layers): %.2f GB in %.1f s\n",
                   shape.num_hidden_layers, bytes / 1e9, bench::now_s() - t0);
     }
+    SPINDLE_CHECK(args.matmul_precision == "auto" || args.matmul_precision == "exact" || args.matmul_precision == "bf16",
+                  "--matmul-precision '{}' is not one of: auto, exact, bf16", args.matmul_precision);
+    // The rule of config::resolve: auto means bf16 activations for a checkpoint stored in bf16.
+    const bool bf16_activations =
+        args.matmul_precision == "bf16" ||
+        (args.matmul_precision == "auto" && load_model_config(dir).torch_dtype == DType::kBF16);
+    ModelOptions options;
+    if (bf16_activations) {
+      options.make_linear = [](const kernels::cpu::LinearWeight& w) {
+        kernels::cpu::LinearOptions o;
+        o.allow_bf16_activations = true;
+        return kernels::cpu::make_linear_kernel(w, o);
+      };
+    }
     double t0 = bench::now_s();
-    auto model = load_cpu_model(dir);
+    auto model = load_cpu_model(dir, options);
     const ModelConfig& c = model->config();
-    std::printf("loaded %s in %.2f s: weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers\n",
+    std::printf("loaded %s in %.2f s: weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers; "
+                "--matmul-precision %s (bf16 activations allowed: %s)\n",
                 dir.string().c_str(), bench::now_s() - t0, model->weight_bytes() / 1e9,
-                model->linear_kernel_name(), model->num_fused_gate_up(), c.num_hidden_layers);
+                model->linear_kernel_name(), model->num_fused_gate_up(), c.num_hidden_layers,
+                args.matmul_precision.c_str(), bf16_activations ? "yes" : "no");
 
     // Bytes a decode step reads: every projection and the LM head once (bf16 or f32 as stored).
     const double elem = double(dtype_size(c.torch_dtype));

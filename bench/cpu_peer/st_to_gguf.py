@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""A Llama checkpoint folder (config.json + one model.safetensors, bf16) -> a bf16 GGUF file, for
+the llama.cpp comparison in bench/results/2026-12-01-cpu-vs-llamacpp.md. Also writes the folder's
+tokenizer.json (--write-tokenizer) and puts the same vocabulary into the GGUF, so both engines read
+one model with one vocabulary.
+
+Weights are copied bit for bit: bf16 stays bf16 (never widened or rounded); the 1-D norm weights go
+to F32, as llama.cpp's own converter stores them (bf16 -> f32 is exact). The only change is the row
+order of q_proj and k_proj: Hugging Face's rotary embedding rotates the two halves of a head
+(rotate_half: pairs (i, i + d/2)), GGML's Llama rope rotates adjacent pairs (2i, 2i + 1), so each
+head's rows are reordered from [half 0 | half 1] to interleaved. Llama-3 rope scaling becomes the
+`rope_freqs` factor tensor (one factor per rotary frequency), which is how GGUF carries it.
+
+Needs numpy and the `gguf` package from llama.cpp's tree (PYTHONPATH=<llama.cpp>/gguf-py); not
+torch, not safetensors (the format is read here: 8-byte little-endian header length, JSON header,
+raw tensor data).
+
+The vocabulary (byte-level BPE, exactly vocab_size ids): 0 <|begin_of_text|> and 1 <|end_of_text|>
+(control tokens; make_bench_model's config says bos 0, eos 1), 2..129 the byte symbols of the 128
+ASCII bytes (GPT-2's byte-to-unicode table), 130..257 fillers "x<b>" (see vocabulary()), then a few merged tokens (space + letter, a few letter pairs) with their
+merges, then filler tokens "w<i>" up to vocab_size (plain ASCII, never produced by the merges, but
+every id decodes to text). Pre-tokenizer: GPT-2's regex on both sides (ByteLevel use_regex in
+tokenizer.json, "gpt-2" in GGUF). No BOS is added by either tokenizer.
+
+usage: PYTHONPATH=.../gguf-py python3 st_to_gguf.py MODEL_DIR OUT.gguf [--write-tokenizer] [--verify]
+       [--no-rope-permute]
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+
+import gguf
+
+
+def read_safetensors(path):
+    """name -> (dtype string, shape, numpy memmap of the raw data as uint16 / float32 / ...)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    base = 8 + n
+    np_types = {"BF16": np.uint16, "F16": np.float16, "F32": np.float32}
+    raw = np.memmap(path, dtype=np.uint8, mode="r")
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        arr = raw[base + begin: base + end].view(np_types[info["dtype"]]).reshape(info["shape"])
+        out[name] = (info["dtype"], info["shape"], arr)
+    return out
+
+
+def byte_symbols():
+    """GPT-2's byte-to-unicode table: the symbol of byte b is byte_symbols()[b]."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    table = {b: b for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = 256 + extra
+            extra += 1
+    return [chr(table[b]) for b in range(256)]
+
+
+def vocabulary(vocab_size):
+    """(tokens in id order, merges as 'a b' strings, ids of the control tokens)."""
+    sym = byte_symbols()
+    # Only ASCII bytes get their byte symbol; the slots of bytes 0x80-0xff hold plain fillers, so
+    # every id decodes to valid UTF-8 on its own. (llama-server answers 500 "The model produced
+    # output that does not match the expected Content-only format" when a completion's text is a
+    # lone non-ASCII byte, which a random model emits often; prompts here are token ids, so no
+    # text ever needs those bytes.)
+    tokens = ["<|begin_of_text|>", "<|end_of_text|>"] + sym[:128] + [f"x{b}" for b in range(128, 256)]
+    space = sym[ord(" ")]
+    merges = []
+    for c in "abcdefghijklmnopqrstuvwxyz":
+        merges.append((space, c))
+    for pair in ["th", "he", "in", "er", "an", "re", "on", "at", "en", "nd"]:
+        merges.append((pair[0], pair[1]))
+    for a, b in merges:
+        tokens.append(a + b)
+    i = 0
+    while len(tokens) < vocab_size:
+        tokens.append(f"w{i}")
+        i += 1
+    assert len(tokens) == vocab_size and len(set(tokens)) == vocab_size
+    return tokens, [f"{a} {b}" for a, b in merges], [0, 1]
+
+
+def tokenizer_json(tokens, merges, control):
+    added = [{"id": i, "content": tokens[i], "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i in control]
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                  "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges},
+    }
+
+
+def interleave_rope_rows(w, n_head):
+    """HF rows per head [x_0..x_{d/2-1} | y_0..y_{d/2-1}] -> GGML's [x_0, y_0, x_1, y_1, ...]."""
+    out_dim = w.shape[0]
+    d = out_dim // n_head
+    return np.ascontiguousarray(w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def llama3_rope_factors(rope_theta, head_dim, scaling):
+    """Per rotary frequency, the divisor Llama-3 rope scaling applies (1 for short wavelengths,
+    `factor` for long ones, a smooth blend between)."""
+    factor = scaling.get("factor", 8.0)
+    low = scaling.get("low_freq_factor", 1.0)
+    high = scaling.get("high_freq_factor", 4.0)
+    old_ctx = scaling.get("original_max_position_embeddings", 8192)
+    factors = []
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / (rope_theta ** (i / head_dim))
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_ctx / high:
+            factors.append(1.0)
+        elif wavelen > old_ctx / low:
+            factors.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            factors.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def deinterleave_rope_rows(w, n_head):
+    d = w.shape[0] // n_head
+    return np.ascontiguousarray(w.reshape(n_head, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def verify(model_dir, path):
+    """Every GGUF tensor equals its safetensors tensor bit for bit (after undoing the q/k row order)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    reader = gguf.GGUFReader(path)
+    names = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+             "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+             "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+             "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+             "ffn_down": "mlp.down_proj"}
+    checked = 0
+    for t in reader.tensors:
+        if t.name == "rope_freqs.weight":
+            continue
+        parts = t.name.split(".")
+        if parts[0] == "blk":
+            hf = f"model.layers.{parts[1]}.{names[parts[2]]}.weight"
+        else:
+            hf = names[parts[0]] + ".weight"
+        dtype, shape, ref = tensors[hf]
+        raw = np.ascontiguousarray(t.data).reshape(-1)
+        if len(shape) == 1:
+            assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.name
+            data = raw.view(np.uint32)
+            ref_f32 = (ref.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else ref
+            ok = np.array_equal(data, np.asarray(ref_f32, dtype=np.float32).view(np.uint32))
+        else:
+            assert t.tensor_type == gguf.GGMLQuantizationType.BF16, t.name
+            data = raw.view(np.uint16).reshape(shape)
+            if parts[-2] in ("attn_q", "attn_k"):
+                n = cfg["num_attention_heads"] if parts[-2] == "attn_q" else cfg["num_key_value_heads"]
+                data = deinterleave_rope_rows(data, n)
+            ok = np.array_equal(data, ref)
+        assert ok, f"{t.name} differs from {hf}"
+        checked += 1
+    assert checked == len(tensors), f"checked {checked} of {len(tensors)} tensors"
+    print(json.dumps({"verified": path, "tensors_identical": checked}))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model_dir")
+    ap.add_argument("out")
+    ap.add_argument("--write-tokenizer", action="store_true", help="also write MODEL_DIR/tokenizer.json")
+    ap.add_argument("--verify", action="store_true",
+                    help="write nothing: read OUT.gguf back and check every tensor against the safetensors bit for bit")
+    ap.add_argument("--no-rope-permute", action="store_true",
+                    help="negative control only: keep HF's q/k row order (a wrong GGUF; check_logits.py must fail)")
+    args = ap.parse_args()
+    if args.verify:
+        return verify(args.model_dir, args.out)
+
+    with open(os.path.join(args.model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    assert cfg.get("model_type") == "llama", "only Llama checkpoints"
+    h, heads, kv_heads = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    head_dim = cfg.get("head_dim") or h // heads
+    layers, vocab_size = cfg["num_hidden_layers"], cfg["vocab_size"]
+    tensors = read_safetensors(os.path.join(args.model_dir, "model.safetensors"))
+
+    tokens, merges, control = vocabulary(vocab_size)
+    if args.write_tokenizer:
+        with open(os.path.join(args.model_dir, "tokenizer.json"), "w") as f:
+            json.dump(tokenizer_json(tokens, merges, control), f)
+        with open(os.path.join(args.model_dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": tokens[0], "eos_token": tokens[1], "add_bos_token": False,
+                       "tokenizer_class": "PreTrainedTokenizerFast"}, f)
+
+    w = gguf.GGUFWriter(args.out, "llama")
+    w.add_name(os.path.basename(os.path.normpath(args.model_dir)))
+    w.add_context_length(cfg.get("max_position_embeddings", 8192))
+    w.add_embedding_length(h)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-5)))
+    w.add_vocab_size(vocab_size)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if i in control else gguf.TokenType.NORMAL
+                       for i in range(vocab_size)])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(cfg.get("bos_token_id", 0))
+    w.add_eos_token_id(cfg.get("eos_token_id", 1))
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(False)
+
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type", "")) == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(float(cfg.get("rope_theta", 10000.0)), head_dim, scaling))
+    elif scaling:
+        sys.exit(f"rope_scaling {scaling} not handled")
+
+    def add(gguf_name, hf_name, permute_heads=None):
+        dtype, shape, arr = tensors[hf_name]
+        if len(shape) == 1:  # norms: f32, as llama.cpp stores them
+            data = (arr.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else arr.astype(np.float32)
+            w.add_tensor(gguf_name, np.ascontiguousarray(data))
+            return
+        assert dtype == "BF16", f"{hf_name}: {dtype}, expected BF16"
+        if permute_heads is not None and not args.no_rope_permute:
+            arr = interleave_rope_rows(arr, permute_heads)
+        w.add_tensor(gguf_name, arr, raw_shape=arr.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+
+    add("token_embd.weight", "model.embed_tokens.weight")
+    add("output_norm.weight", "model.norm.weight")
+    if "lm_head.weight" in tensors and not cfg.get("tie_word_embeddings", False):
+        add("output.weight", "lm_head.weight")
+    for i in range(layers):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        add(g + "attn_norm.weight", p + "input_layernorm.weight")
+        add(g + "attn_q.weight", p + "self_attn.q_proj.weight", heads)
+        add(g + "attn_k.weight", p + "self_attn.k_proj.weight", kv_heads)
+        add(g + "attn_v.weight", p + "self_attn.v_proj.weight")
+        add(g + "attn_output.weight", p + "self_attn.o_proj.weight")
+        add(g + "ffn_norm.weight", p + "post_attention_layernorm.weight")
+        add(g + "ffn_gate.weight", p + "mlp.gate_proj.weight")
+        add(g + "ffn_up.weight", p + "mlp.up_proj.weight")
+        add(g + "ffn_down.weight", p + "mlp.down_proj.weight")
+    unused = set(tensors) - {"lm_head.weight"} - {n for n in tensors if n.startswith("model.")}
+    assert not unused, f"tensors not converted: {sorted(unused)}"
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(json.dumps({"out": args.out, "bytes": os.path.getsize(args.out), "tensors": len(tensors),
+                      "vocab": vocab_size, "head_dim": head_dim}))
+
+
+if __name__ == "__main__":
+    main()
