@@ -162,7 +162,7 @@ __device__ __forceinline__ double sum_squares4(double sum, float4 a) {
 // RMSNorm of one row per block with the row held in registers: every load of the row is issued
 // before the first sum, so a row costs one round trip to memory instead of one per element a
 // thread walks (rms_norm_block_kernel's loop, ~14 us for 4096 columns at batch 1 on an H200).
-// Float4 accesses: cols % 4 == 0, strides % 4 == 0, 16-byte aligned rows (launch_row_norm checks).
+// Float4 accesses: cols % 4 == 0, strides % 4 == 0, 16-byte aligned rows (row_norm_vec_threads checks).
 // With delta, the row is x + delta and written back to x (add_rms_norm; then row_index is null).
 // blockDim.x is a multiple of 32 and cols / 4 <= kRowVecs * blockDim.x.
 constexpr int kRowVecs = 4;
