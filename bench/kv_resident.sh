@@ -12,6 +12,7 @@
 # peak (VmHWM) is above the bound.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 spindle=${SPINDLE:-build/bin/spindle}
 out=${1:-bench/results/kv-resident-$(date -u +%F)}
 port=${PORT:-8199}
@@ -32,8 +33,7 @@ summary="$out/summary.txt"
 pid=$!
 sampler=""
 trap 'kill $pid 2>/dev/null; [ -n "$sampler" ] && kill $sampler 2>/dev/null; wait 2>/dev/null' EXIT
-for _ in $(seq 1 300); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; sleep 1; done
-curl -sf "localhost:$port/health" >/dev/null || { echo "server did not become healthy"; tail "$out/serve.log"; exit 1; }
+wait_healthy "$port" "$pid" 300 "$out/serve.log" || exit 1
 bound=$(sed -n 's/.*resident at most \([0-9]*\) bytes.*/\1/p' "$out/serve.log" | head -1)
 [ -n "$bound" ] || { echo "no 'resident at most' in the KV plan log line"; grep 'KV plan' "$out/serve.log"; exit 1; }
 grep 'KV plan' "$out/serve.log" | sed 's/^.*KV plan/KV plan/' | tee -a "$summary"

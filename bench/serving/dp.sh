@@ -15,6 +15,7 @@
 #   SPINDLE=build/bin/spindle REPEATS=3 N=64 PROMPT=128 OUTPUT=64 PREFIX=384 SUFFIX=32 PREFIX_GROUPS=8 bench/serving/dp.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 spindle=${SPINDLE:-build/bin/spindle}
 out=${1:-bench/results/dp-serving-$(date -u +%F)}
 port=${PORT:-8297}
@@ -41,8 +42,7 @@ start() {  # start NAME ARGS...: a fresh server
   local name=$1; shift
   "$spindle" serve --port "$port" --max-total-tokens 16384 "$@" >"$out/serve-$name.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 120); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && return; sleep 0.5; done
-  echo "server $name did not become healthy"; tail "$out/serve-$name.log"; exit 1
+  wait_healthy "$port" "$pid" 60 "$out/serve-$name.log" || exit 1
 }
 gen() {  # gen JSON ARGS...
   local json=$1; shift

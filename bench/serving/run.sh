@@ -8,6 +8,7 @@
 #   SERVE_ARGS="--threads 2" bench/serving/run.sh        extra flags for spindle serve
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 spindle=${SPINDLE:-build/bin/spindle}
 out=${1:-bench/results/serving-$(date -u +%F)}
 port=${PORT:-8197}
@@ -16,15 +17,13 @@ output=${OUTPUT:-64}
 mkdir -p "$out"
 log="$out/serving.log"
 {
-  echo "date $(date -u +%FT%TZ); host $(uname -n); $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); command: bench/serving/run.sh $*"
+  bench_header "bench/serving/run.sh $*"
 } | tee "$log"
 # shellcheck disable=SC2086
 "$spindle" serve --port "$port" ${SERVE_ARGS:-} >"$out/serve.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
-for _ in $(seq 1 120); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; sleep 1; done
-curl -sf "localhost:$port/health" >/dev/null || { echo "server did not become healthy"; tail "$out/serve.log"; exit 1; }
+wait_healthy "$port" "$pid" 120 "$out/serve.log" || exit 1
 model=$(curl -s "localhost:$port/v1/models" | sed -n 's/.*"id":"\([^"]*\)".*/\1/p' | head -1)
 vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" models/kjv-tiny/config.json 2>/dev/null || echo 4096)
 _gen() {  # _gen C N [JSON]

@@ -10,6 +10,7 @@
 #   bench/spec/run.sh [OUT]        SPINDLE=build/bin/spindle ROUNDS=3 MAX_TOKENS=128 SERVE_ARGS=...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 spindle=${SPINDLE:-build/bin/spindle}
 out=${1:-bench/results/spec-$(date -u +%F)}
 port=${PORT:-8311}
@@ -22,8 +23,7 @@ mkdir -p "$out"
 jsonl="$out/spec.jsonl"
 : >"$jsonl"
 {
-  echo "date $(date -u +%FT%TZ); host $(uname -n); $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown); command: bench/spec/run.sh $*; ROUNDS=$rounds MAX_TOKENS=$max_tokens SERVE_ARGS=${SERVE_ARGS:-}"
+  bench_header "bench/spec/run.sh $*; ROUNDS=$rounds MAX_TOKENS=$max_tokens SERVE_ARGS=${SERVE_ARGS:-}"
 } | tee "$out/spec.log"
 
 run_server() {  # run_server LABEL FLAGS... ; runs every level once against it
@@ -31,7 +31,7 @@ run_server() {  # run_server LABEL FLAGS... ; runs every level once against it
   # shellcheck disable=SC2086
   "$spindle" serve "$model" --port "$port" ${SERVE_ARGS:-} "$@" >"$out/serve-$label.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 1 120); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 0.5; done
+  wait_healthy "$port" "$pid" 60 "$out/serve-$label.log" || { kill "$pid" 2>/dev/null; return 1; }
   for c in $levels; do
     python3 bench/spec/spec_load.py --port "$port" --prompts bench/spec/prompts.json --set "$set" --concurrency "$c" \
       --repeats "$(( c > 1 ? 2 : 1 ))" --max-tokens "$max_tokens" --label "$label" | tee -a "$jsonl"
