@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "attn/attention_backend.h"
 #include "attn/attention_types.h"
 #include "golden_fixtures.h"
 #include "kv/kv_layout.h"
@@ -28,6 +29,7 @@
 #include "kernels/step_batch.h"
 #include "model/transformer.h"
 #include "model/model_config.h"
+#include "platform/device_info.h"
 #include "util/dtype.h"
 #include "util/error.h"
 
@@ -38,6 +40,19 @@
 namespace spindle::testing {
 
 inline constexpr int kPageSize = 16;
+
+// "reference" or the highest-priority CPU backend usable here for this shape.
+inline std::string best_cpu_backend(const attn::AttentionShape& shape) {
+  static const DeviceInfo device = detect_device_info();
+  std::string best = "reference";
+  int best_priority = -1;
+  for (const auto* d : attn::attention_registry().list()) {
+    if (d->device != attn::Device::kCpu || d->name == "reference") continue;
+    if (!d->unsupported_reasons(device, shape).empty()) continue;
+    if (d->priority > best_priority) best = d->name, best_priority = d->priority;
+  }
+  return best;
+}
 
 // One sequence of a test step: its new tokens' count, the tokens already in its pages, its pages.
 struct SequenceMetadata {

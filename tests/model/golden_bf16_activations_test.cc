@@ -81,6 +81,7 @@ constexpr int kCopies = 2;  // 4 prompts x 2 copies: 80 prefill rows > kLinearDi
 using testing::GoldenPrompt;
 using testing::KvPages;
 using testing::ModelStepper;
+using testing::best_cpu_backend;
 
 // x rounded to bf16 (nearest even), then the exact kernel: onednn_bf16's arithmetic at every m.
 class Bf16InputLinear final : public kernels::cpu::LinearKernel {
@@ -112,18 +113,6 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = info.param.model + (info.param.mode == Mode::kServing ? "_serving" : "_emulated");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
-}
-
-std::string best_cpu_backend(const attn::AttentionShape& shape) {
-  static const DeviceInfo device = detect_device_info();
-  std::string best = "reference";
-  int best_priority = -1;
-  for (const auto* d : attn::attention_registry().list()) {
-    if (d->device != attn::Device::kCpu || d->name == "reference") continue;
-    if (!d->unsupported_reasons(device, shape).empty()) continue;
-    if (d->priority > best_priority) best = d->name, best_priority = d->priority;
-  }
-  return best;
 }
 
 ModelOptions options_for(Mode mode) {

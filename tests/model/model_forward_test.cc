@@ -54,18 +54,7 @@ using testing::kPageSize;
 using testing::model_dir;
 using testing::read_golden;
 
-// "reference" or the highest-priority CPU backend usable here for this shape.
-std::string best_cpu_backend(const attn::AttentionShape& shape) {
-  static const DeviceInfo device = detect_device_info();
-  std::string best = "reference";
-  int best_priority = -1;
-  for (const auto* d : attn::attention_registry().list()) {
-    if (d->device != attn::Device::kCpu || d->name == "reference") continue;
-    if (!d->unsupported_reasons(device, shape).empty()) continue;
-    if (d->priority > best_priority) best = d->name, best_priority = d->priority;
-  }
-  return best;
-}
+using testing::best_cpu_backend;
 
 struct Case {
   std::string model;  // folder under tests/golden
