@@ -4,12 +4,13 @@
 //   decode:  1 new token per sequence, 1 logit row (on CUDA replayed from a step graph, as the
 //            server runs it, unless --eager), sampled where the model samples;
 //   verify:  1 + k new tokens per sequence (the last token and k drafts), 1 + k logit rows, as the
-//            engine's verify step runs it (prefill backend, eager), sampled the same way.
+//            engine's verify step runs it (prefill backend; on CUDA replayed from a graph of its
+//            shape as the server does, unless --eager or --eager-verify), sampled the same way.
 // Nothing advances: each step rewrites the same positions. Prints the median wall time of each
 // and verify / decode.
 //
 // usage: bench_spec_verify --model DIR [--device cpu|cuda] [--backend NAME] [--decode-backend NAME]
-//                          [--context 512] [--k 4] [--batch 1] [--steps 50] [--eager]
+//                          [--context 512] [--k 4] [--batch 1] [--steps 50] [--eager] [--eager-verify]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -42,7 +43,8 @@ struct Args {
   int k = 4;
   int batch = 1;
   int steps = 50;
-  bool eager = false;
+  bool eager = false;         // no graphs at all
+  bool eager_verify = false;  // graphs for the decode steps only
 };
 
 Args parse(int argc, char** argv) {
@@ -62,6 +64,7 @@ Args parse(int argc, char** argv) {
     else if (f == "--batch") a.batch = std::stoi(value());
     else if (f == "--steps") a.steps = std::stoi(value());
     else if (f == "--eager") a.eager = true;
+    else if (f == "--eager-verify") a.eager_verify = true;
     else SPINDLE_FAIL("unknown flag {}", f);
   }
   SPINDLE_CHECK(!a.model_dir.empty(), "--model DIR is required");
@@ -95,6 +98,7 @@ int main(int argc, char** argv) try {
   engine::RunnerOptions options;
   options.max_graph_batch = cuda && !a.eager ? std::max(8, a.batch) : 0;
   options.max_model_len = max_len;
+  options.verify_graphs = !a.eager_verify;
   engine::Runner runner(*model, *prefill, *decode, options);
   const int pages_per_seq = (max_len + page_size - 1) / page_size;
   const kv::KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, DType::kBF16, page_size};
@@ -162,11 +166,13 @@ int main(int argc, char** argv) try {
   }
   const double d = median(decode_s), v = median(verify_s);
   std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"prefill_backend\": \"%s\", \"decode_backend\": \"%s\", "
-              "\"graphs\": %s, \"linear\": \"%s\", \"context\": %d, \"k\": %d, \"batch\": %d, \"steps\": %d, "
-              "\"decode_ms\": %.4f, \"verify_ms\": %.4f, \"verify_over_decode\": %.4f}\n",
+              "\"graphs\": %s, \"verify_graphs\": %s, \"graph_replays\": %lld, \"linear\": \"%s\", \"context\": %d, "
+              "\"k\": %d, \"batch\": %d, \"steps\": %d, \"decode_ms\": %.4f, \"verify_ms\": %.4f, "
+              "\"verify_over_decode\": %.4f}\n",
               a.model_dir.c_str(), a.device.c_str(), prefill_name.c_str(), decode_name.c_str(),
-              runner.graphs_enabled() ? "true" : "false", model->linear_kernel_name(), a.context, a.k, a.batch, a.steps,
-              d * 1e3, v * 1e3, v / d);
+              runner.graphs_enabled() ? "true" : "false", runner.graphs_enabled() && !a.eager_verify ? "true" : "false",
+              static_cast<long long>(model->graph_stats().replays), model->linear_kernel_name(), a.context, a.k,
+              a.batch, a.steps, d * 1e3, v * 1e3, v / d);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_spec_verify: %s\n", e.what());

@@ -186,11 +186,12 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
       const auto start = std::chrono::steady_clock::now();
       const int graphs = r->runner->capture_graphs();
       const DeviceOps::GraphStats g = r->model->graph_stats();
-      spdlog::info("rank {}: CUDA graphs: {} decode batch sizes captured up to {} in {:.2f} s ({:.2f} s capturing), {} "
-                   "of device memory (taken from the KV plan's reserve)",
-                   r->rank, graphs, resolved.cuda_graph_max_bs,
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), g.capture_seconds,
-                   format_bytes(g.memory_bytes));
+      spdlog::info(
+          "rank {}: CUDA graphs: {} decode batch sizes captured up to {} in {:.2f} s ({:.2f} s capturing), {} "
+          "of device memory (counted in the KV plan's workspace: the profiling step captured them too)",
+          r->rank, graphs, resolved.cuda_graph_max_bs,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), g.capture_seconds,
+          format_bytes(g.memory_bytes));
     }
   }
   return pool;

@@ -16,6 +16,16 @@ int graph_batch_size(int n) {
   return (n + 7) / 8 * 8;
 }
 
+bool is_uniform_verify(const StepBatch& batch) {
+  const int n = batch.max_new_tokens;
+  if (n < 2 || batch.num_sequences() == 0 || batch.num_padding_sequences != 0) return false;
+  if (batch.num_logit_rows() != batch.num_sequences() * n) return false;
+  for (const StepSequence& s : batch.sequences) {
+    if (s.num_new_tokens != n || s.num_logit_rows != n || s.num_cached_tokens < 1) return false;
+  }
+  return true;
+}
+
 Runner::Runner(Transformer& model, attn::AttentionBackend& prefill, attn::AttentionBackend& decode,
                RunnerOptions options)
     : model_(model), prefill_(prefill), decode_(decode), options_(options) {
@@ -98,9 +108,13 @@ const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampl
   SPINDLE_CHECK(static_cast<int>(sampling.rows.size()) == batch_.num_logit_rows(),
                 "run_and_sample: {} sampling rows for {} logit rows", sampling.rows.size(), batch_.num_logit_rows());
   const int real = batch_.num_sequences();
-  const bool graph = graphs_enabled_ && real > 0 && batch_.is_decode() && batch_.num_logit_rows() == real &&
-                     real <= options_.max_graph_batch;
-  if (graph) {
+  const bool decode_graph = graphs_enabled_ && real > 0 && batch_.is_decode() && batch_.num_logit_rows() == real &&
+                            real <= options_.max_graph_batch;
+  const bool verify_graph = graphs_enabled_ && options_.verify_graphs &&
+                            real <= std::min(kMaxVerifyGraphSequences, options_.max_graph_batch) &&
+                            batch_.max_new_tokens <= kMaxVerifyGraphTokens && is_uniform_verify(batch_);
+  const bool graph = decode_graph || verify_graph;
+  if (decode_graph) {
     const int size = std::min(graph_batch_size(real), options_.max_graph_batch);  // real <= max_graph_batch
     while (batch_.num_sequences() < size) batch_.add_padding_sequence(0);
   }
@@ -110,8 +124,8 @@ const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampl
   attention.prepare(batch_, uploaded);
   model_.forward(batch_, attention, nullptr, graph ? Transformer::StepMode::kGraph : Transformer::StepMode::kEager);
   if (graph && !model_.last_capture_failure().empty()) {
-    spdlog::warn("CUDA graphs off: capturing the decode step of {} sequences failed ({}); decode runs eagerly",
-                 batch_.num_sequences(), model_.last_capture_failure());
+    spdlog::warn("CUDA graphs off: capturing the {} step of {} sequences failed ({}); steps run eagerly",
+                 decode_graph ? "decode" : "verify", batch_.num_sequences(), model_.last_capture_failure());
     graphs_enabled_ = false;
     graphs_disabled_reason_ = "capture failed: " + model_.last_capture_failure();
   }

@@ -9,7 +9,10 @@
 // of at most max_graph_batch sequences is padded (StepBatch::add_padding_sequence) up to the
 // next graph batch size (graph_batch_size) and replayed from the graph of that size: captured at
 // start by capture_graphs(), or else the first time the size is seen, and again when a buffer it
-// reads has moved (DeviceOps: graphs).
+// reads has moved (DeviceOps: graphs). A speculative verify step is replayed from a graph too
+// when it is uniform (is_uniform_verify: every sequence verifies the same number of drafts) and
+// has at most kMaxVerifyGraphSequences sequences: one graph per (sequences, tokens each),
+// captured the first time that shape is seen (not padded, not captured at start).
 //
 // Not thread-safe: the engine thread owns it.
 #pragma once
@@ -33,10 +36,22 @@ struct RunnerOptions {
   // The longest context a graph step may see (--max-model-len): the attention's launch plans of
   // a graph are made for it.
   int max_model_len = 0;
+  // Uniform verify steps replay graphs too (where decode steps do); false: they run eagerly
+  // (bench_spec_verify --eager-verify, for A/B runs).
+  bool verify_graphs = true;
 };
 
 // The graph batch size a decode step of n sequences is padded to: 1, 2, 4, 8, then multiples of 8.
 int graph_batch_size(int n);
+
+// Verify steps of at most this many sequences, each of at most kMaxVerifyGraphTokens new tokens,
+// replay graphs (speculation is for small batches; this bounds the lazily captured graphs, whose
+// memory comes from the KV plan's reserve, to 8 x 15 shapes).
+inline constexpr int kMaxVerifyGraphSequences = 8;
+inline constexpr int kMaxVerifyGraphTokens = 16;
+// Whether every sequence of `batch` has the same n >= 2 new tokens on top of a cached context,
+// all n of them with logits (a verify step of n - 1 drafts each), and nothing else is in it.
+bool is_uniform_verify(const StepBatch& batch);
 
 class Runner {
  public:
@@ -72,6 +87,9 @@ class Runner {
   // sequences only (nothing is written to the KV pages). The KV caches must be bound. Without
   // this, each size is captured the first time it runs. Returns the number of graphs held.
   int capture_graphs();
+  // Drops every graph held (the workspace probe captures them over its scratch pool to measure
+  // their memory, then drops them); later decode steps capture again as above.
+  void release_graphs() { model_.release_graphs(); }
 
   // Whether decode steps replay graphs, and why not when they do not.
   bool graphs_enabled() const { return graphs_enabled_; }

@@ -253,6 +253,14 @@ void CudaOps::abort_capture() {
   (void)cudaGetLastError();
 }
 
+void CudaOps::release_graphs() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // no replay in flight
+  for (auto& [key, g] : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+  graphs_.clear();
+  graph_stats_.captured = 0;
+  graph_stats_.memory_bytes = 0;
+}
+
 bool CudaOps::end_capture(int64_t key, std::string* why) {
   const uint64_t epoch = kcu::reallocation_epoch();
   cudaGraph_t graph = nullptr;
@@ -278,15 +286,15 @@ bool CudaOps::end_capture(int64_t key, std::string* why) {
   return true;
 }
 
-kcu::Out16 CudaOps::out16_for(const float* out, int64_t rows, int64_t cols) {
+kcu::Out16 CudaOps::out16_for(const float* out, int64_t rows, int64_t cols, int slot) {
   ready16_ = {};
   if (linear16_dtype_ == DType::kF32) return {};
   if (out != scratch(Scratch::kNormed) && out != scratch(Scratch::kFinalRows) && out != scratch(Scratch::kActivation)) {
     return {};
   }
-  void* target = linear_->input16_target(rows, cols);
+  void* target = linear_->input16_target(rows, cols, slot);
   if (target == nullptr) return {};
-  ready16_ = {out, rows, cols};
+  ready16_ = {out, rows, cols, target};
   return {target, linear16_dtype_ == DType::kBF16};
 }
 
@@ -326,21 +334,32 @@ void CudaOps::add(float* y, const float* x, int64_t rows, int64_t cols) {
   kcu::launch_add_inplace(y, x, rows * cols, stream_);
 }
 
+kcu::CublasLinear::Input CudaOps::input_for(const float* x, int64_t rows, const kcu::DeviceWeight& w) {
+  if (ready16_.x == x && ready16_.rows == rows && ready16_.cols == w.in_features && w.dtype == linear16_dtype_) {
+    return linear_->adopt(x, rows, w.in_features, w.dtype, ready16_.target);  // its producer wrote the copy
+  }
+  ready16_ = {};
+  return linear_->prepare(x, rows, w.in_features, w.dtype);
+}
+
 void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> products) {
   kcu::CublasLinear::Input in;  // x converted once per weight dtype and width
   for (const Product& p : products) {
     const kcu::DeviceWeight& w = placed(p.weight).weight;
-    if (in.x != x || in.dtype != w.dtype || in.cols != w.in_features) {
-      if (ready16_.x == x && ready16_.rows == rows && ready16_.cols == w.in_features && w.dtype == linear16_dtype_) {
-        in = linear_->adopt(x, rows, w.in_features, w.dtype);  // its producer wrote the copy
-      } else {
-        in = linear_->prepare(x, rows, w.in_features, w.dtype);
-        ready16_ = {};
-      }
-    }
+    if (in.x != x || in.dtype != w.dtype || in.cols != w.in_features) in = input_for(x, rows, w);
     const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
     linear_->forward(w, in, p.y, bias);
   }
+}
+
+void CudaOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
+                            int64_t im) {
+  const kcu::DeviceWeight& w = placed(gate_up_weight).weight;
+  const kcu::CublasLinear::Input in = input_for(x, rows, w);
+  // (When forward_swiglu declines, silu_mul below sets the copy's target again.)
+  if (w.out_features == 2 * im && linear_->forward_swiglu(w, in, act, out16_for(act, rows, im, /*slot=*/1))) return;
+  linear_->forward(w, in, gate_up, nullptr);
+  silu_mul(gate_up, gate_up + im, 2 * im, act, rows, im);
 }
 
 void CudaOps::qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,

@@ -67,6 +67,7 @@ class CudaOps final : public DeviceOps {
   void begin_capture() override;
   bool end_capture(int64_t key, std::string* why) override;
   void abort_capture() override;
+  void release_graphs() override;
   GraphStats graph_stats() const override { return graph_stats_; }
 
   void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) override;
@@ -78,6 +79,9 @@ class CudaOps final : public DeviceOps {
   void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
                     WeightId k_norm, const int64_t* positions) override;
   void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) override;
+  // One gemv16 launch (gate_up product + SwiGLU) where CublasLinear::forward_swiglu takes it.
+  void linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
+                     int64_t im) override;
   bool joins_qkv() const override { return true; }
   void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads, int num_kv_heads,
                       WeightId q_norm, WeightId k_norm, const int64_t* positions) override;
@@ -99,7 +103,10 @@ class CudaOps final : public DeviceOps {
   // Where an op writing `out` [rows, cols] also writes its 16-bit copy for the linear() that
   // reads it next: only outputs that are linear inputs (kNormed, kFinalRows, kActivation), only
   // in the rounding mode with one 16-bit weight dtype. Sets ready16_ when it returns a target.
-  kernels::cuda::Out16 out16_for(const float* out, int64_t rows, int64_t cols);
+  // slot: CublasLinear::input16_target's (1 for a copy written while slot 0 is being read).
+  kernels::cuda::Out16 out16_for(const float* out, int64_t rows, int64_t cols, int slot = 0);
+  // x made ready for a product with w: the 16-bit copy its producer wrote (ready16_), else prepare().
+  kernels::cuda::CublasLinear::Input input_for(const float* x, int64_t rows, const kernels::cuda::DeviceWeight& w);
 
   struct Graph {
     cudaGraphExec_t exec = nullptr;
@@ -128,6 +135,7 @@ class CudaOps final : public DeviceOps {
     const float* x = nullptr;
     int64_t rows = 0;
     int64_t cols = 0;
+    const void* target = nullptr;  // where the copy is
   };
   Ready16 ready16_;
   kernels::cuda::DeviceBuffer weights_;

@@ -101,9 +101,10 @@ class DeviceOps {
 
   // --- Step graphs (CUDA graphs) ---------------------------------------------------------------
   // A graph is the device work of one forward, recorded once (begin_capture, the forward's ops,
-  // end_capture) and replayed for later steps of the same key (the batch's row count) whose
-  // device arrays sit at the same addresses. Replays are valid only while no device buffer was
-  // reallocated since the capture; replay_graph returns false when there is no valid graph.
+  // end_capture) and replayed for later steps of the same key (Transformer::forward's: the row
+  // count, and the new tokens per sequence of a multi-token step) whose device arrays sit at the
+  // same addresses. Replays are valid only while no device buffer was reallocated since the
+  // capture; replay_graph returns false when there is no valid graph.
   virtual bool supports_graphs() const { return false; }
   virtual bool replay_graph(int64_t /*key*/) { return false; }
   virtual void begin_capture() {}
@@ -112,6 +113,9 @@ class DeviceOps {
   virtual bool end_capture(int64_t /*key*/, std::string* /*why*/) { return false; }
   // Ends a capture an exception interrupted, keeping nothing.
   virtual void abort_capture() {}
+  // Destroys every graph held (their device memory goes back); the counters of captures and
+  // replays stay, memory_bytes drops to 0.
+  virtual void release_graphs() {}
   struct GraphStats {
     int captured = 0;             // graphs held now
     int captures = 0;             // captures done (recaptures included)
@@ -152,6 +156,12 @@ class DeviceOps {
   // out[r, i] = silu(gate[r * stride + i]) * up[r * stride + i], out [rows, cols].
   virtual void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows,
                         int64_t cols) = 0;
+  // The MLP's joined [gate; up] product (weight [2 im, in]) and its activation:
+  //   act [rows, im] = silu(x W_gate^T) * (x W_up^T)
+  // gate_up [rows, 2 im] is scratch for the product. Default: linear into gate_up, then silu_mul
+  // over its halves; a device may do both in one pass with the same result.
+  virtual void linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
+                             int64_t im);
 };
 
 }  // namespace spindle

@@ -94,6 +94,13 @@ void DeviceOps::split_qkv_rope(const float*, float*, float*, float*, int64_t, in
   SPINDLE_FAIL("{} does not join the q/k/v products", attn::device_name(device()));
 }
 
+void DeviceOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
+                              int64_t im) {
+  const Product fused{gate_up_weight, gate_up, kNoWeight};
+  linear(x, rows, {&fused, 1});
+  silu_mul(gate_up, gate_up + im, 2 * im, act, rows, im);
+}
+
 void DeviceOps::sample(const SamplingBatch& /*batch*/, std::vector<SampledRow>& /*out*/) {
   SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
 }
@@ -126,7 +133,9 @@ void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attent
 
   ops_->reserve(t, n);  // before logits_target: growing moves the device scratch
   float* device_logits = ops_->logits_target(logits);
-  if (mode == StepMode::kGraph && ops_->replay_graph(t)) {
+  // Decode: the row count; a uniform multi-token step: the row count and the tokens per sequence.
+  const int64_t graph_key = batch.is_decode() ? t : (int64_t{batch.max_new_tokens} << 32) | t;
+  if (mode == StepMode::kGraph && ops_->replay_graph(graph_key)) {
     // the graph wrote device_logits
   } else {
     queue_forward(batch, attention, device_logits);
@@ -139,7 +148,7 @@ void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attent
         last_capture_failure_ = e.what();
         mode = StepMode::kEager;
       }
-      if (mode == StepMode::kGraph && !ops_->end_capture(t, &last_capture_failure_)) mode = StepMode::kEager;
+      if (mode == StepMode::kGraph && !ops_->end_capture(graph_key, &last_capture_failure_)) mode = StepMode::kEager;
       if (mode == StepMode::kGraph) last_capture_failure_.clear();
     }
   }
@@ -206,9 +215,7 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
   // MLP block (the attention block's residual add fused into the norm).
   ops.add_rms_norm(hidden, proj, normed, t, h, l.post_norm);
   if (l.gate_up != kNoWeight) {
-    const DeviceOps::Product fused{l.gate_up, gate_up, kNoWeight};
-    ops.linear(normed, t, {&fused, 1});
-    ops.silu_mul(gate_up, gate_up + im, 2 * im, act, t, im);
+    ops.linear_swiglu(normed, t, l.gate_up, gate_up, act, im);
   } else {  // [gate rows; up rows]
     const DeviceOps::Product parts[] = {{l.gate, gate_up, kNoWeight}, {l.up, gate_up + t * im, kNoWeight}};
     ops.linear(normed, t, parts);

@@ -72,10 +72,13 @@ class Transformer {
   // How forward() runs the device work.
   enum class StepMode {
     kEager,  // op by op
-    // Replay the device graph of this row count; without a valid one, run eagerly and capture
-    // one for the next step of this shape (a failed capture is reported by last_capture_failure
-    // and the step still completes). Only where supports_graphs(); the batch must be uploaded with
-    // the same plan_kv_len at every step of the key.
+    // Replay the device graph of this shape (the row count, and for a step of several new tokens
+    // per sequence that count too: graph_key); without a valid one, run eagerly and capture one
+    // for the next step of this shape (a failed capture is reported by last_capture_failure and
+    // the step still completes). Only where supports_graphs(), and only for batches whose shape
+    // the key determines: decode batches, or uniform ones (every sequence the same new tokens
+    // and logit rows, engine::is_uniform_verify). The batch must be uploaded with the same
+    // plan_kv_len at every step of the key.
     kGraph,
   };
   // Runs every layer over the uploaded batch with `attention` (prepared for this batch, running
@@ -92,6 +95,7 @@ class Transformer {
   void sample(const SamplingBatch& rows, std::vector<SampledRow>& out) { ops_->sample(rows, out); }
   bool supports_graphs() const { return ops_->supports_graphs(); }
   DeviceOps::GraphStats graph_stats() const { return ops_->graph_stats(); }
+  void release_graphs() { ops_->release_graphs(); }
   // Why the last failed capture failed (empty when none did).
   const std::string& last_capture_failure() const { return last_capture_failure_; }
 

@@ -34,14 +34,18 @@ uint64_t measure_workspace_bytes(engine::Runner& runner, DType kv_dtype, int pag
   const size_t num_rows = batch.logit_rows.size();
   uint64_t workspace = 0;
   if (model.device() == attn::Device::kCuda) {
-    // The device's free memory before and after a real step: cuBLAS and attention workspaces too.
+    // The device's free memory before and after a real step: cuBLAS and attention workspaces too,
+    // and the decode step graphs of every batch size (captured here over the scratch pool, then
+    // dropped: serving captures them again over the real pool, into the memory counted here).
     kv::PagePool scratch(layout, num_pages, 1, model.device());
     runner.bind_kv_caches(scratch.layer_caches());
     const uint64_t free_before = current_cuda_memory().free_bytes;
     runner.run(batch);
-    workspace = model.workspace_bytes();
+    if (runner.graphs_enabled()) runner.capture_graphs();
+    workspace = model.workspace_bytes();  // graph memory included
     const uint64_t free_after = current_cuda_memory().free_bytes;
     if (free_before > free_after) workspace = std::max(workspace, free_before - free_after);
+    runner.release_graphs();
   } else {
     // CPU: the forward allocates nothing beyond the scratch it reserves for the step, so reserve it
     // and count, without running the step (which took ~15 s on the 1B shape at 2048 tokens).

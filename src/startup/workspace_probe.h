@@ -29,7 +29,9 @@ namespace spindle::startup {
 // (the scheduler never forms a longer one; --max-model-len), with one logit row per sequence.
 // CUDA: runs that step through the runner on a scratch KV pool of exactly the pages it needs
 // (freed on return; the runner's backends are left bound to it, so the caller binds its own pool
-// afterwards) and takes the larger of the model's count and the device memory the step took.
+// afterwards) and takes the larger of the model's count and the device memory the step took;
+// where the runner replays decode graphs, every graph size is captured there too (and dropped
+// again), so their memory is part of the measured workspace.
 // CPU: Transformer::reserve_workspace for that step, no forward (the forward allocates nothing
 // more that is counted; tests/startup/workspace_probe_test.cc checks it), so it costs milliseconds.
 // Returns

@@ -23,6 +23,7 @@
 #include "kv/page_pool.h"
 #include "model/cuda_model.h"
 #include "model/golden_fixtures.h"
+#include "startup/workspace_probe.h"
 #include "cuda/cuda_skip.h"
 #include "engine/spec_harness.h"
 #include "util/error.h"
@@ -228,6 +229,37 @@ TEST_P(CudaEngineTest, SpeculativeGreedyAndSeededOutputIsIdentical) {
   EXPECT_TRUE(sampled.integrity_ok);
   for (const auto& t : sampled.tokens) EXPECT_EQ(t.size(), 40u);
   EXPECT_GT(sampled.metrics.spec_num_accepted_draft_tokens, 0u);
+}
+
+// The KV plan's measured workspace counts the decode graphs (issue 14, item 1): the profiling step
+// captures every graph size over its scratch pool, measures, and drops them again.
+TEST(CudaWorkspaceProbeTest, CountsTheDecodeGraphsAndDropsThem) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string model = "llama-gqa-bf16";
+  auto transformer = load_cuda_model(model_dir(model));
+  const attn::AttentionShape shape = transformer->attention_shape(DType::kBF16, kPageSize);
+  auto prefill = attn::create_attention_backend("cuda_flash", shape, {});
+  auto decode = attn::create_attention_backend("cuda_flash", shape, {});
+  uint64_t workspace[2] = {0, 0};
+  for (const int max_graph_batch : {0, 64}) {
+    engine::RunnerOptions options;
+    options.max_graph_batch = max_graph_batch;
+    options.max_model_len = 256;
+    engine::Runner runner(*transformer, *prefill, *decode, options);
+    ASSERT_EQ(runner.graphs_enabled(), max_graph_batch > 0) << runner.graphs_disabled_reason();
+    const int captures_before = transformer->graph_stats().captures;
+    workspace[max_graph_batch > 0] =
+        startup::measure_workspace_bytes(runner, DType::kBF16, kPageSize, /*num_tokens=*/512, /*max_seq_len=*/256);
+    const DeviceOps::GraphStats g = transformer->graph_stats();
+    if (max_graph_batch > 0) {
+      EXPECT_EQ(g.captures - captures_before, 11) << "graph sizes 1, 2, 4, 8, 16, 24, ..., 64";
+    } else {
+      EXPECT_EQ(g.captures, captures_before);
+    }
+    EXPECT_EQ(g.captured, 0) << "the probe's graphs read its scratch pool: dropped";
+    EXPECT_EQ(g.memory_bytes, 0u);
+  }
+  EXPECT_GT(workspace[1], workspace[0]) << "graph memory counted";
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CudaEngineTest,

@@ -6,7 +6,9 @@
 //     the device's), the residual sum of add_rms_norm bit for bit (one f32 add each);
 //   - the 16-bit copies (Out16): bit for bit util/half.h's rounding of the op's own f32 output;
 //   - launch_gemv16: the f64 sum of the same bf16 products, within 1e-5 of the sum of their
-//     magnitudes (f32 accumulation over ~1000 terms in another order), bias included.
+//     magnitudes (f32 accumulation over ~1000 terms in another order), bias included;
+//   - launch_gemv16_swiglu: bit for bit launch_gemv16 then launch_silu_mul (f32 and the 16-bit
+//     copy), and within 1e-5 (of the products' magnitudes) of SwiGLU over the f64 sums.
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
@@ -177,6 +179,53 @@ TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
           magnitude += std::fabs(p);
         }
         ASSERT_NEAR(y[static_cast<size_t>(r * out + o)], want, 1e-5 * magnitude) << rows << " rows, row " << r << ", output " << o;
+      }
+    }
+  }
+}
+
+TEST(CudaOpsTest, Gemv16SwigluIsGemv16ThenSiluMulBitForBit) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t in = 1032, im = 45;  // im not a multiple of the block's warps
+  const std::vector<float> wf = random_values(static_cast<size_t>(2 * im * in), 31, 0.05f);
+  std::vector<uint16_t> w(wf.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16_bits(wf[i]);
+  const auto dw = to_device(w);
+  EXPECT_FALSE(kcu::gemv16_swiglu_supports(kcu::kGemv16SwigluMaxRows + 1, in, dw.data(), dw.data()));
+  for (int64_t rows = 1; rows <= kcu::kGemv16SwigluMaxRows; ++rows) {
+    const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), 33 + rows, 1.0f);
+    std::vector<uint16_t> x(xf.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float_to_bf16_bits(xf[i]);
+    const auto dx = to_device(x);
+    const size_t n = static_cast<size_t>(rows * im);
+    // Unfused: the [rows, 2 im] product, then SwiGLU over its halves with the 16-bit copy.
+    kcu::DeviceBuffer gate_up(2 * n * sizeof(float)), want(n * sizeof(float)), want16(n * sizeof(uint16_t));
+    kcu::launch_gemv16(dw.data(), dx.data(), rows, in, 2 * im, true, nullptr, gate_up.as<float>(), nullptr);
+    kcu::launch_silu_mul(gate_up.as<float>(), gate_up.as<float>() + im, 2 * im, want.as<float>(), rows, im, nullptr,
+                         {want16.data(), true});
+    kcu::DeviceBuffer got(n * sizeof(float)), got16(n * sizeof(uint16_t));
+    ASSERT_TRUE(kcu::gemv16_swiglu_supports(rows, in, dw.data(), dx.data()));
+    kcu::launch_gemv16_swiglu(dw.data(), dx.data(), rows, in, im, true, got.as<float>(), got16.data(), true, nullptr);
+    const std::vector<float> a = to_host<float>(got, n), b = to_host<float>(want, n);
+    const std::vector<uint16_t> a16 = to_host<uint16_t>(got16, n), b16 = to_host<uint16_t>(want16, n);
+    for (size_t e = 0; e < n; ++e) {
+      ASSERT_EQ(a[e], b[e]) << rows << " rows, element " << e;
+      ASSERT_EQ(a16[e], b16[e]) << rows << " rows, element " << e;
+    }
+    for (int64_t r = 0; r < rows; ++r) {  // and what it computes, against f64 sums
+      for (int64_t j = 0; j < im; ++j) {
+        double g = 0, u = 0, magnitude = 0;
+        for (int64_t i = 0; i < in; ++i) {
+          const double xi = bf16_bits_to_float(x[static_cast<size_t>(r * in + i)]);
+          const double pg = bf16_bits_to_float(w[static_cast<size_t>(j * in + i)]) * xi;
+          const double pu = bf16_bits_to_float(w[static_cast<size_t>((im + j) * in + i)]) * xi;
+          g += pg;
+          u += pu;
+          magnitude += std::fabs(pg) + std::fabs(pu);
+        }
+        const double swiglu = g / (1.0 + std::exp(-g)) * u;
+        ASSERT_NEAR(a[static_cast<size_t>(r * im + j)], swiglu, 1e-5 * magnitude * (1.0 + std::fabs(u) + std::fabs(g)))
+            << rows << " rows, row " << r << ", output " << j;
       }
     }
   }

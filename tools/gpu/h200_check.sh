@@ -19,6 +19,7 @@
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
+#   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
 #   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py)
 #   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
@@ -103,6 +104,20 @@ if has chunk; then  # flash_decode's smallest split (SPINDLE_FLASH_DECODE_MIN_CH
   done
   cat "$out/chunk.jsonl"
 fi
+if has pdl; then  # programmatic dependent launch (kernels/cuda/pdl.cuh) off vs on, alternating, same process settings
+  work=${WORK:-/tmp/e2e-work}
+  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/pdl_model.txt" 2>&1
+  for round in 1 2; do
+    for b in 1 8; do
+      for pdl in 0 1; do
+        SPINDLE_CUDA_PDL=$pdl run pdl_r${round}_b${b}_${pdl} 60 $bin/bench_spec_verify --model "$work/model" --device cuda \
+          --context 512 --k 4 --batch $b --steps 40 --decode-backend cuda_flash
+        echo "{\"pdl\": $pdl, \"round\": $round, \"result\": $(grep "^{" "$out/pdl_r${round}_b${b}_${pdl}.txt" | tail -1)}" >>"$out/pdl.jsonl"
+      done
+    done
+  done
+  cat "$out/pdl.jsonl"
+fi
 if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a decode step, 8B shape
   work=${WORK:-/tmp/e2e-work}
   [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/spec_model.txt" 2>&1
@@ -114,6 +129,11 @@ if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a d
   done
   run spec_verify_eager_b1 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k 4 --batch 1 --steps 40 --eager
   grep "^{" "$out/spec_verify_eager_b1.txt" | tail -1 >>"$out/spec_verify.jsonl"
+  for b in 1 8; do  # the verify step eager, the decode step from its graph (before verify graphs)
+    run spec_verify_eagerverify_b${b} 120 $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 --k 4 \
+      --batch $b --steps 40 --eager-verify
+    grep "^{" "$out/spec_verify_eagerverify_b${b}.txt" | tail -1 >>"$out/spec_verify.jsonl"
+  done
   cat "$out/spec_verify.jsonl"
 fi
 if has profile; then  # one decode forward of the 8B shape, kernel by kernel (ncu), for each decode backend

@@ -97,23 +97,29 @@ CublasLinear::Input CublasLinear::prepare(const float* x, int64_t rows, int64_t 
   return in;
 }
 
-void* CublasLinear::input16_target(int64_t rows, int64_t cols) const {
-  if (!round_ || rows <= 0 || cols <= 0) return nullptr;
-  if (static_cast<size_t>(rows * cols) * sizeof(uint16_t) > converted_.size()) return nullptr;
-  return converted_.data();
+void* CublasLinear::input16_target(int64_t rows, int64_t cols, int slot) const {
+  if (!round_ || rows <= 0 || cols <= 0 || slot < 0 || slot > 1) return nullptr;
+  // Slot 1 starts halfway (reserve() made room for 2 * max_rows * max_in values), 256-byte aligned.
+  const size_t slot1 = converted_.size() / 2 / 256 * 256;
+  const size_t offset = slot == 0 ? 0 : slot1;
+  const size_t limit = slot == 0 ? (slot1 > 0 ? slot1 : converted_.size()) : converted_.size() - slot1;
+  if (static_cast<size_t>(rows * cols) * sizeof(uint16_t) > limit) return nullptr;
+  return static_cast<unsigned char*>(converted_.data()) + offset;
 }
 
-CublasLinear::Input CublasLinear::adopt(const float* x, int64_t rows, int64_t cols, DType dtype) const {
+CublasLinear::Input CublasLinear::adopt(const float* x, int64_t rows, int64_t cols, DType dtype,
+                                        const void* target) const {
   SPINDLE_CHECK(dtype == DType::kBF16 || dtype == DType::kF16, "cuBLAS linear: adopt() is for 16-bit weights, not {}",
                 dtype_name(dtype));
-  SPINDLE_CHECK(input16_target(rows, cols) != nullptr,
-                "cuBLAS linear: adopt() of {} x {} activations without a 16-bit target for them", rows, cols);
+  SPINDLE_CHECK(
+      target != nullptr && (target == input16_target(rows, cols, 0) || target == input16_target(rows, cols, 1)),
+      "cuBLAS linear: adopt() of {} x {} activations without a 16-bit target for them", rows, cols);
   Input in;
   in.x = x;
   in.dtype = dtype;
   in.rows = rows;
   in.cols = cols;
-  in.converted = converted_.data();
+  in.converted = target;
   return in;
 }
 
@@ -164,6 +170,25 @@ void CublasLinear::forward(const DeviceWeight& w, const Input& x, float* y, cons
 
 void CublasLinear::forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias) {
   forward(w, prepare(x, rows, w.in_features, w.dtype), y, bias);
+}
+
+bool CublasLinear::forward_swiglu(const DeviceWeight& gate_up, const Input& x, float* act, Out16 act16) {
+  if (x.split || gate_up.dtype == DType::kF32 || x.dtype != gate_up.dtype || x.cols != gate_up.in_features ||
+      gate_up.out_features % 2 != 0 || x.rows > kGemv16SwigluMaxRows || !use_gemv16(gate_up, x) ||
+      !gemv16_swiglu_supports(x.rows, x.cols, gate_up.data, x.converted)) {
+    return false;
+  }
+  if (act16.out != nullptr) {  // written while x.converted is read: the two must not overlap
+    const auto* a = static_cast<const unsigned char*>(act16.out);
+    const auto* b = static_cast<const unsigned char*>(x.converted);
+    const size_t a_bytes = static_cast<size_t>(x.rows * (gate_up.out_features / 2)) * sizeof(uint16_t);
+    const size_t b_bytes = static_cast<size_t>(x.rows * x.cols) * sizeof(uint16_t);
+    SPINDLE_CHECK(a + a_bytes <= b || b + b_bytes <= a,
+                  "cuBLAS linear: forward_swiglu's 16-bit output overlaps its input");
+  }
+  launch_gemv16_swiglu(gate_up.data, x.converted, x.rows, x.cols, gate_up.out_features / 2,
+                       gate_up.dtype == DType::kBF16, act, act16.out, act16.bf16, stream_);
+  return true;
 }
 
 bool CublasLinear::use_gemv16(const DeviceWeight& w, const Input& x) const {

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/model_ops.h"
 #include "util/dtype.h"
 
 struct cublasContext;  // cublasHandle_t is cublasContext*
@@ -83,12 +84,22 @@ class CublasLinear {
   // (model_ops.h Out16); nullptr in the split mode or when the scratch is too small. adopt() then
   // makes the Input of x from what was written there, with no launch; it is valid until the
   // next prepare() (which overwrites the scratch).
-  void* input16_target(int64_t rows, int64_t cols) const;
-  Input adopt(const float* x, int64_t rows, int64_t cols, DType dtype) const;
+  // In the rounding mode the scratch holds two inputs: slot 0 is where prepare() writes, slot 1 a
+  // second place for a copy written while the product reading slot 0 still runs (forward_swiglu).
+  void* input16_target(int64_t rows, int64_t cols, int slot = 0) const;
+  // target: what input16_target returned for this x.
+  Input adopt(const float* x, int64_t rows, int64_t cols, DType dtype, const void* target) const;
 
   // y [x.rows, w.out_features] = x . W^T (+ bias [w.out_features] f32, device). Overwrites y.
   // Throws when x was prepared for another dtype or width.
   void forward(const DeviceWeight& w, const Input& x, float* y, const float* bias = nullptr);
+  // The joined [gate; up] product of a SwiGLU MLP (gate_up [2 im, in]) and its activation in one
+  // launch (gemv16.h launch_gemv16_swiglu): act [x.rows, im], act16 its 16-bit copy (Out16), the
+  // bits forward() + launch_silu_mul give. Only where gemv16 takes the product (rounding mode, at
+  // most kGemv16SwigluMaxRows rows, the weight within kGemv16MaxWeightElements); returns false
+  // and does nothing otherwise.
+  // act16.out must not overlap x.converted (take it from input16_target(rows, im, 1)).
+  bool forward_swiglu(const DeviceWeight& gate_up, const Input& x, float* act, Out16 act16);
   // prepare() then forward().
   void forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias = nullptr);
 
@@ -107,7 +118,7 @@ class CublasLinear {
   bool round_ = false;
   bool gemv16_ = false;  // small-batch products on launch_gemv16 (rounding mode only)
   DeviceBuffer workspace_;  // cuBLAS's
-  DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]
+  DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]: split hi/lo, or two rounded slots
   DeviceBuffer product_;    // f32 [2 * min(max_rows, kFusedSplitMaxRows), max_out]
 };
 

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_sdpa_convert.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace spindle::kernels::cuda::detail {
 namespace {
@@ -15,6 +16,7 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void __launch_bounds__(kThreads) prepare_kernel(CudnnSdpaPrepareParams p) {
+  pdl_begin();
   const int s = blockIdx.x;
   int q_len = 1;  // padding sequence: 1 query token attending to slot 0 of page 0
   int kv_len = 1;
@@ -94,6 +96,7 @@ __device__ __forceinline__ float4 load_io4(const __half* src) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads) q_to_io_kernel(CudnnSdpaConvertParams p, const float* q, T* q_io,
                                                            bool vec4) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int64_t src = q_row_of(p, r);
   T* dst = q_io + r * p.row_elems;
@@ -112,6 +115,7 @@ __global__ void __launch_bounds__(kThreads) q_to_io_kernel(CudnnSdpaConvertParam
 template <typename T>
 __global__ void __launch_bounds__(kThreads) o_to_f32_kernel(CudnnSdpaConvertParams p, const T* o_io, float* out,
                                                             bool vec4) {
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int64_t dst_row = q_row_of(p, r);
   if (dst_row < 0) return;
@@ -132,7 +136,7 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 void launch_cudnn_sdpa_prepare(const CudnnSdpaPrepareParams& p, cudaStream_t stream) {
   if (p.batch == 0) return;
-  prepare_kernel<<<p.batch, kThreads, 0, stream>>>(p);
+  launch_pdl(prepare_kernel, p.batch, kThreads, 0, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -141,11 +145,11 @@ void launch_cudnn_sdpa_q_to_io(const CudnnSdpaConvertParams& p, const float* q, 
   if (rows == 0) return;
   const bool vec4 = aligned16(q) && aligned16(q_io) && p.row_elems % 4 == 0;
   if (p.io_type == KvType::kF16) {
-    q_to_io_kernel<__half>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p, q, static_cast<__half*>(q_io), vec4);
+    launch_pdl(q_to_io_kernel<__half>, static_cast<unsigned>(rows), kThreads, 0, stream, p, q,
+               static_cast<__half*>(q_io), vec4);
   } else {
-    q_to_io_kernel<__nv_bfloat16>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p, q, static_cast<__nv_bfloat16*>(q_io), vec4);
+    launch_pdl(q_to_io_kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kThreads, 0, stream, p, q,
+               static_cast<__nv_bfloat16*>(q_io), vec4);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -157,11 +161,11 @@ void launch_cudnn_sdpa_o_to_f32(const CudnnSdpaConvertParams& p, const void* o_i
   if (rows == 0) return;
   const bool vec4 = aligned16(out) && aligned16(o_io) && p.row_elems % 4 == 0;
   if (p.io_type == KvType::kF16) {
-    o_to_f32_kernel<__half>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p, static_cast<const __half*>(o_io), out, vec4);
+    launch_pdl(o_to_f32_kernel<__half>, static_cast<unsigned>(rows), kThreads, 0, stream, p,
+               static_cast<const __half*>(o_io), out, vec4);
   } else {
-    o_to_f32_kernel<__nv_bfloat16>
-        <<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(p, static_cast<const __nv_bfloat16*>(o_io), out, vec4);
+    launch_pdl(o_to_f32_kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kThreads, 0, stream, p,
+               static_cast<const __nv_bfloat16*>(o_io), out, vec4);
   }
   CUDA_CHECK_LAUNCH();
 }

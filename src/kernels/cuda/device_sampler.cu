@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_sampler.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace spindle::kernels::cuda::detail {
 namespace {
@@ -181,6 +182,7 @@ __device__ __forceinline__ float gumbel(uint64_t stream, int64_t i) {
 }
 
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
+  pdl_begin();
   __shared__ Shared s;
   const int row_index = blockIdx.x;
   const SamplingRow r = a.rows[row_index];
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
 
 void launch_sample_rows(const SampleLaunch& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
-  sample_rows_kernel<<<a.num_rows, kThreads, 0, stream>>>(a);
+  launch_pdl(sample_rows_kernel, a.num_rows, kThreads, 0, stream, a);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -39,6 +39,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace spindle::kernels::cuda::detail {
 namespace {
@@ -376,6 +377,7 @@ __device__ __forceinline__ void load_q(WarpState<kMaxHeadDim>& st, const SplitPa
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
 template <int kMaxHeadDim, bool kBf16>
 __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(const SplitParams p) {
+  pdl_begin();
   using T = Tile<kMaxHeadDim>;
   extern __shared__ __align__(16) unsigned char smem[];
   int32_t* slots = reinterpret_cast<int32_t*>(smem);                    // [kMaxChunkKeys]
@@ -487,6 +489,7 @@ __device__ __forceinline__ float merge_block_reduce(float v, float* scratch, boo
 // memory. out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max) over the sequence's splits;
 // sequences with one split were written by the split kernel.
 __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const MergeParams p) {
+  pdl_begin();
   extern __shared__ float weights[];  // [num_splits]
   __shared__ float scratch[kMergeThreads / 32];
   const int head = blockIdx.x;
@@ -596,7 +599,7 @@ void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
   auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
-  kernel<<<grid, 32 * num_warps, smem, stream>>>(p);
+  launch_pdl(kernel, grid, 32 * num_warps, smem, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -684,7 +687,7 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   m.chunk_keys = plan.chunk_keys;
   m.num_splits = plan.num_splits;
   const dim3 merge_grid(static_cast<unsigned>(a.num_heads), static_cast<unsigned>(a.batch.num_sequences));
-  flash_decode_merge_kernel<<<merge_grid, kMergeThreads, sizeof(float) * plan.num_splits, stream>>>(m);
+  launch_pdl(flash_decode_merge_kernel, merge_grid, kMergeThreads, sizeof(float) * plan.num_splits, stream, m);
   CUDA_CHECK_LAUNCH();
 }
 

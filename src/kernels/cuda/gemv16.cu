@@ -10,6 +10,8 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -55,6 +57,7 @@ template <int kRows, bool kBf16>
 __global__ void __launch_bounds__(kThreads) gemv16_kernel(const uint16_t* __restrict__ w,
                                                           const uint16_t* __restrict__ x, int64_t in, int64_t out,
                                                           const float* __restrict__ bias, float* __restrict__ y) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (o >= out) return;  // whole warps leave together
@@ -93,6 +96,71 @@ __global__ void __launch_bounds__(kThreads) gemv16_kernel(const uint16_t* __rest
   }
 }
 
+// gemv16_kernel over rows o (gate) and im + o (up) of a joined [gate; up] weight at once, each
+// accumulated exactly as gemv16_kernel accumulates it, then SwiGLU of the two (silu_mul_kernel's
+// arithmetic) written as f32 and, when act16 is not null, rounded to 16 bits.
+template <int kRows, bool kBf16>
+__global__ void __launch_bounds__(kThreads)
+    gemv16_swiglu_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t im,
+                         float* __restrict__ act, uint16_t* __restrict__ act16, bool act16_bf16) {
+  pdl_begin();
+  const int lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (o >= im) return;  // whole warps leave together
+  const uint4* wg = reinterpret_cast<const uint4*>(w + o * in);
+  const uint4* wu = reinterpret_cast<const uint4*>(w + (o + im) * in);
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  const int64_t vecs = in / 8;
+  float g[kRows], u[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) g[r] = u[r] = 0.0f;
+  int64_t v = lane;
+  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
+    uint4 gv[kUnroll], uv[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      gv[k] = load_stream(wg + v + 32 * k);
+      uv[k] = load_stream(wu + v + 32 * k);
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const uint4 xv = __ldg(xr + r * vecs + v + 32 * k);
+        g[r] = dot8<kBf16>(g[r], gv[k], xv);
+        u[r] = dot8<kBf16>(u[r], uv[k], xv);
+      }
+    }
+  }
+  for (; v < vecs; v += 32) {
+    const uint4 gv = load_stream(wg + v), uv = load_stream(wu + v);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint4 xv = __ldg(xr + r * vecs + v);
+      g[r] = dot8<kBf16>(g[r], gv, xv);
+      u[r] = dot8<kBf16>(u[r], uv, xv);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      g[r] += __shfl_xor_sync(0xffffffffu, g[r], offset);
+      u[r] += __shfl_xor_sync(0xffffffffu, u[r], offset);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float y = swiglu(g[r] + 0.0f, u[r] + 0.0f);  // + 0: gemv16_kernel's store of a product without bias
+      act[r * im + o] = y;
+      if (act16 != nullptr) {
+        float unused;
+        act16[r * im + o] = round_16bit(y, act16_bf16, &unused);
+      }
+    }
+  }
+}
+
 template <int kRows>
 void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
                  cudaStream_t stream) {
@@ -100,9 +168,9 @@ void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf1
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
   if (bf16) {
-    gemv16_kernel<kRows, true><<<blocks, kThreads, 0, stream>>>(w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   } else {
-    gemv16_kernel<kRows, false><<<blocks, kThreads, 0, stream>>>(w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   }
 }
 
@@ -130,6 +198,28 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
     default: launch_rows<8>(w, x, in, out, bf16, bias, y, stream); break;
   }
   CUDA_CHECK_LAUNCH();
+}
+
+bool gemv16_swiglu_supports(int64_t rows, int64_t in, const void* w, const void* x) {
+  return rows <= kGemv16SwigluMaxRows && gemv16_supports(rows, in, w, x);
+}
+
+void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in, int64_t im, bool bf16, float* act,
+                          void* act16, bool act16_bf16, cudaStream_t stream) {
+  if (!gemv16_swiglu_supports(rows, in, w, x) || im <= 0 || im > int64_t{kWarps} * 0x7fffffff) {
+    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16_swiglu: unsupported shape or alignment", __FILE__, __LINE__);
+  }
+  const auto blocks = static_cast<unsigned>((im + kWarps - 1) / kWarps);
+  const auto* w16 = static_cast<const uint16_t*>(w);
+  const auto* x16 = static_cast<const uint16_t*>(x);
+  auto* a16 = static_cast<uint16_t*>(act16);
+  if (rows == 1) {
+    launch_pdl(bf16 ? gemv16_swiglu_kernel<1, true> : gemv16_swiglu_kernel<1, false>, blocks, kThreads, 0, stream, w16,
+               x16, in, im, act, a16, act16_bf16);
+  } else {
+    launch_pdl(bf16 ? gemv16_swiglu_kernel<2, true> : gemv16_swiglu_kernel<2, false>, blocks, kThreads, 0, stream, w16,
+               x16, in, im, act, a16, act16_bf16);
+  }
 }
 
 }  // namespace spindle::kernels::cuda

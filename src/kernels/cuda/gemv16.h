@@ -28,4 +28,15 @@ bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x);
 void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
                    float* y, cudaStream_t stream);
 
+// The gate/up product of a SwiGLU MLP and its activation in one launch, for 1 to
+// kGemv16SwigluMaxRows rows: w = [gate; up], [2 im, in] (a joined gate_up weight), and
+//   act[r, j] = swiglu(x[r] . w[j], x[r] . w[im + j])   for j < im   (round16.cuh's swiglu)
+// with the bits of launch_gemv16 over w followed by launch_silu_mul (model_ops.h) over its two
+// halves; act16 (not null): act [rows, im] also rounded to 16 bits (bf16 when act16_bf16, else
+// f16) as Out16 rounds it. Saves the [rows, 2 im] f32 round trip and the activation's launch.
+inline constexpr int64_t kGemv16SwigluMaxRows = 2;
+bool gemv16_swiglu_supports(int64_t rows, int64_t in, const void* w, const void* x);
+void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in, int64_t im, bool bf16, float* act,
+                          void* act16, bool act16_bf16, cudaStream_t stream);
+
 }  // namespace spindle::kernels::cuda

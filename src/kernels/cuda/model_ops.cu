@@ -14,6 +14,8 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -42,28 +44,9 @@ __device__ __forceinline__ float load_weight(const void* w, WeightType type, int
   }
 }
 
-// util/half.h float_to_bf16_bits: nearest even, NaN kept quiet with its sign.
-__device__ __forceinline__ uint16_t float_to_bf16_bits(float value) {
-  const uint32_t u = __float_as_uint(value);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  const uint32_t lsb = (u >> 16) & 1u;
-  return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
-}
-
-// Rounds to the 16-bit type; *back receives the rounded value as f32.
-__device__ __forceinline__ uint16_t round_16bit(float x, bool bf16, float* back) {
-  if (bf16) {
-    const uint16_t bits = float_to_bf16_bits(x);
-    *back = __uint_as_float(static_cast<uint32_t>(bits) << 16);
-    return bits;
-  }
-  const __half h = __float2half_rn(x);
-  *back = __half2float(h);
-  return __half_as_ushort(h);
-}
-
 __global__ void embedding_gather_kernel(const void* table, WeightType type, int64_t hidden, const int32_t* ids,
                                         int64_t n, float* out) {
+  pdl_begin();
   for (int64_t e = global_index(); e < n; e += grid_stride()) {
     const int64_t row = e / hidden;
     const int64_t col = e - row * hidden;
@@ -106,6 +89,7 @@ __device__ __forceinline__ uint16_t* row_of(const Out16& o, int64_t r, int64_t c
 __global__ void rms_norm_warp_kernel(const float* x, int64_t x_stride, const int64_t* row_index, float* out,
                                      int64_t out_stride, int64_t rows, int64_t cols, const void* weight,
                                      WeightType type, float eps, Out16 out16) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   if (r >= rows) return;  // whole warps leave together
@@ -121,6 +105,7 @@ __global__ void rms_norm_warp_kernel(const float* x, int64_t x_stride, const int
 __global__ void rms_norm_block_kernel(const float* x, int64_t x_stride, const int64_t* row_index, float* out,
                                       int64_t out_stride, int64_t cols, const void* weight, WeightType type,
                                       float eps, Out16 out16) {
+  pdl_begin();
   __shared__ double partial[kThreads / 32];
   const int64_t r = blockIdx.x;
   const int64_t src = row_index != nullptr ? row_index[r] : r;
@@ -170,6 +155,7 @@ constexpr int kRowMaxThreads = 1024;
 __global__ void row_norm_vec_kernel(float* x, int64_t x_stride, const int64_t* row_index, const float* delta,
                                     float* out, int64_t out_stride, int64_t cols, const void* weight, WeightType type,
                                     float eps, Out16 out16) {
+  pdl_begin();
   __shared__ double partial[kRowMaxThreads / 32];
   const int64_t r = blockIdx.x;
   const int64_t src = row_index != nullptr ? row_index[r] : r;
@@ -228,6 +214,7 @@ __global__ void row_norm_vec_kernel(float* x, int64_t x_stride, const int64_t* r
 __global__ void rope_kernel(float* q, float* k, int64_t num_tokens, int num_heads, int num_kv_heads, int head_dim,
                             const int64_t* positions, const float* table, int64_t table_positions,
                             const float* inv_freq) {
+  pdl_begin();
   const int half = head_dim / 2;
   const int heads = num_heads + num_kv_heads;
   const int64_t n = num_tokens * heads * half;
@@ -274,6 +261,7 @@ __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k,
                                            const void* k_norm, WeightType norm_type, float eps,
                                            const int64_t* positions, const float* table, int64_t table_positions,
                                            const float* inv_freq) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int heads = num_heads + 2 * num_kv_heads;
   const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
@@ -318,6 +306,7 @@ __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k,
 // hidden += delta and RMSNorm of the sum, one warp per row (the rms_norm_warp_kernel order).
 __global__ void add_rms_norm_warp_kernel(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
                                          const void* weight, WeightType type, float eps, Out16 out16) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   if (r >= rows) return;
@@ -337,6 +326,7 @@ __global__ void add_rms_norm_warp_kernel(float* hidden, const float* delta, floa
 // The same, one block per row (the rms_norm_block_kernel order).
 __global__ void add_rms_norm_block_kernel(float* hidden, const float* delta, float* out, int64_t cols,
                                           const void* weight, WeightType type, float eps, Out16 out16) {
+  pdl_begin();
   __shared__ double partial[kThreads / 32];
   const int64_t r = blockIdx.x;
   float* xr = hidden + r * cols;
@@ -358,13 +348,14 @@ __global__ void add_rms_norm_block_kernel(float* hidden, const float* delta, flo
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
                                 int64_t cols, Out16 out16) {
+  pdl_begin();
   const int64_t n = rows * cols;
   for (int64_t e = global_index(); e < n; e += grid_stride()) {
     const int64_t r = e / cols;
     const int64_t i = e - r * cols;
     const float g = gate[r * in_stride + i];
     const float u = up[r * in_stride + i];
-    const float y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    const float y = swiglu(g, u);
     out[e] = y;
     if (out16.out != nullptr) {
       float unused;
@@ -374,15 +365,18 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_s
 }
 
 __global__ void add_inplace_kernel(float* y, const float* x, int64_t n) {
+  pdl_begin();
   for (int64_t e = global_index(); e < n; e += grid_stride()) y[e] = __fadd_rn(y[e], x[e]);
 }
 
 __global__ void add_bias_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
+  pdl_begin();
   const int64_t n = rows * cols;
   for (int64_t e = global_index(); e < n; e += grid_stride()) y[e] = __fadd_rn(y[e], bias[e % cols]);
 }
 
 __global__ void sum_halves_kernel(const float* c, const float* bias, int64_t rows, int64_t cols, float* y) {
+  pdl_begin();
   const int64_t n = rows * cols;
   for (int64_t e = global_index(); e < n; e += grid_stride()) {
     float v = __fadd_rn(c[e], c[n + e]);
@@ -392,6 +386,7 @@ __global__ void sum_halves_kernel(const float* c, const float* bias, int64_t row
 }
 
 __global__ void f32_to_16bit_kernel(const float* x, int64_t n, bool bf16, uint16_t* out) {
+  pdl_begin();
   for (int64_t e = global_index(); e < n; e += grid_stride()) {
     float unused;
     out[e] = round_16bit(x[e], bf16, &unused);
@@ -399,6 +394,7 @@ __global__ void f32_to_16bit_kernel(const float* x, int64_t n, bool bf16, uint16
 }
 
 __global__ void split_to_16bit_kernel(const float* x, int64_t n, bool bf16, uint16_t* out) {
+  pdl_begin();
   for (int64_t e = global_index(); e < n; e += grid_stride()) {
     float hi;
     out[e] = round_16bit(x[e], bf16, &hi);
@@ -413,7 +409,7 @@ void launch_embedding_gather(const void* table, WeightType type, int64_t hidden,
                              int64_t num_ids, float* out, cudaStream_t stream) {
   const int64_t n = num_ids * hidden;
   if (n <= 0) return;
-  embedding_gather_kernel<<<blocks_for(n), kThreads, 0, stream>>>(table, type, hidden, ids, n, out);
+  launch_pdl(embedding_gather_kernel, blocks_for(n), kThreads, 0, stream, table, type, hidden, ids, n, out);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -443,15 +439,15 @@ void launch_rms_norm(const float* x, int64_t x_stride, const int64_t* row_index,
   if (cols <= kWarpRowMaxCols) {
     const int64_t rows_per_block = kThreads / 32;
     const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-    rms_norm_warp_kernel<<<blocks, kThreads, 0, stream>>>(x, x_stride, row_index, out, out_stride, rows, cols,
-                                                          weight, weight_type, eps, out16);
+    launch_pdl(rms_norm_warp_kernel, blocks, kThreads, 0, stream, x, x_stride, row_index, out, out_stride, rows, cols,
+               weight, weight_type, eps, out16);
   } else if (const int threads =
                  row_norm_vec_threads(x, x_stride, nullptr, out, out_stride, cols, weight, weight_type, out16)) {
-    row_norm_vec_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-        const_cast<float*>(x), x_stride, row_index, nullptr, out, out_stride, cols, weight, weight_type, eps, out16);
+    launch_pdl(row_norm_vec_kernel, static_cast<unsigned>(rows), threads, 0, stream, const_cast<float*>(x), x_stride,
+               row_index, nullptr, out, out_stride, cols, weight, weight_type, eps, out16);
   } else {
-    rms_norm_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-        x, x_stride, row_index, out, out_stride, cols, weight, weight_type, eps, out16);
+    launch_pdl(rms_norm_block_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, x_stride, row_index, out,
+               out_stride, cols, weight, weight_type, eps, out16);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -461,8 +457,8 @@ void launch_rope(float* q, float* k, int64_t num_tokens, int num_heads, int num_
                  cudaStream_t stream) {
   const int64_t n = num_tokens * (num_heads + num_kv_heads) * (head_dim / 2);
   if (n <= 0) return;
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(q, k, num_tokens, num_heads, num_kv_heads, head_dim, positions,
-                                                      table, table_positions, inv_freq);
+  launch_pdl(rope_kernel, blocks_for(n), kThreads, 0, stream, q, k, num_tokens, num_heads, num_kv_heads, head_dim,
+             positions, table, table_positions, inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -472,14 +468,14 @@ void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t 
   if (cols <= kWarpRowMaxCols) {
     const int64_t rows_per_block = kThreads / 32;
     const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
-    add_rms_norm_warp_kernel<<<blocks, kThreads, 0, stream>>>(hidden, delta, out, rows, cols, weight, weight_type, eps,
-                                                              out16);
+    launch_pdl(add_rms_norm_warp_kernel, blocks, kThreads, 0, stream, hidden, delta, out, rows, cols, weight,
+               weight_type, eps, out16);
   } else if (const int threads = row_norm_vec_threads(hidden, cols, delta, out, cols, cols, weight, weight_type, out16)) {
-    row_norm_vec_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(hidden, cols, nullptr, delta, out, cols,
-                                                                             cols, weight, weight_type, eps, out16);
+    launch_pdl(row_norm_vec_kernel, static_cast<unsigned>(rows), threads, 0, stream, hidden, cols, nullptr, delta, out,
+               cols, cols, weight, weight_type, eps, out16);
   } else {
-    add_rms_norm_block_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(hidden, delta, out, cols, weight,
-                                                                                    weight_type, eps, out16);
+    launch_pdl(add_rms_norm_block_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, hidden, delta, out, cols,
+               weight, weight_type, eps, out16);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -491,9 +487,9 @@ void launch_split_qkv_norm_rope(const float* qkv, float* q, float* k, float* v, 
   const int64_t warps = num_tokens * (num_heads + 2 * num_kv_heads);
   if (warps <= 0) return;
   const int64_t per_block = kThreads / 32;
-  split_qkv_norm_rope_kernel<<<static_cast<unsigned>((warps + per_block - 1) / per_block), kThreads, 0, stream>>>(
-      qkv, q, k, v, num_tokens, num_heads, num_kv_heads, head_dim, q_norm, k_norm, norm_type, eps, positions, table,
-      table_positions, inv_freq);
+  launch_pdl(split_qkv_norm_rope_kernel, static_cast<unsigned>((warps + per_block - 1) / per_block), kThreads, 0,
+             stream, qkv, q, k, v, num_tokens, num_heads, num_kv_heads, head_dim, q_norm, k_norm, norm_type, eps,
+             positions, table, table_positions, inv_freq);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -501,34 +497,34 @@ void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, floa
                      cudaStream_t stream, Out16 out16) {
   const int64_t n = rows * cols;
   if (n <= 0) return;
-  silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, in_stride, out, rows, cols, out16);
+  launch_pdl(silu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, in_stride, out, rows, cols, out16);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_inplace_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  launch_pdl(add_inplace_kernel, blocks_for(n), kThreads, 0, stream, y, x, n);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_add_bias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   const int64_t n = rows * cols;
   if (n <= 0) return;
-  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, rows, cols);
+  launch_pdl(add_bias_kernel, blocks_for(n), kThreads, 0, stream, y, bias, rows, cols);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_sum_halves(const float* c, const float* bias, int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
   const int64_t n = rows * cols;
   if (n <= 0) return;
-  sum_halves_kernel<<<blocks_for(n), kThreads, 0, stream>>>(c, bias, rows, cols, y);
+  launch_pdl(sum_halves_kernel, blocks_for(n), kThreads, 0, stream, c, bias, rows, cols, y);
   CUDA_CHECK_LAUNCH();
 }
 
 void launch_f32_to_16bit(const float* x, int64_t n, WeightType type, void* out, cudaStream_t stream) {
   if (n <= 0) return;
-  f32_to_16bit_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, type == WeightType::kBF16,
-                                                              static_cast<uint16_t*>(out));
+  launch_pdl(f32_to_16bit_kernel, blocks_for(n), kThreads, 0, stream, x, n, type == WeightType::kBF16,
+             static_cast<uint16_t*>(out));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -536,8 +532,8 @@ void launch_split_to_16bit(const float* x, int64_t rows, int64_t cols, WeightTyp
                            cudaStream_t stream) {
   const int64_t n = rows * cols;
   if (n <= 0) return;
-  split_to_16bit_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, type == WeightType::kBF16,
-                                                                static_cast<uint16_t*>(out));
+  launch_pdl(split_to_16bit_kernel, blocks_for(n), kThreads, 0, stream, x, n, type == WeightType::kBF16,
+             static_cast<uint16_t*>(out));
   CUDA_CHECK_LAUNCH();
 }
 

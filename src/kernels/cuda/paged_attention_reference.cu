@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/paged_attention_launch.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace spindle::kernels::cuda::detail {
 namespace {
@@ -54,6 +55,7 @@ __device__ __forceinline__ float block_reduce(float v, float* red, bool is_max) 
 
 template <KvType kKv>
 __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(AttentionLaunch a) {
+  pdl_begin();
   extern __shared__ float smem[];
   float* q_s = smem;                // [head_dim]
   float* p_s = smem + a.head_dim;   // [kThreads]
@@ -119,6 +121,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
 
 template <KvType kKv>
 __global__ void write_kv_kernel(KvWriteLaunch a) {
+  pdl_begin();
   const int row = blockIdx.x;
   if (a.slots[row] < 0) return;  // a padding row (DeviceBatch): nothing to keep
   const int64_t dst = a.slots[row] * a.kv_cols;
@@ -139,6 +142,7 @@ __global__ void write_kv_kernel(KvWriteLaunch a) {
 }
 
 __global__ void add_constant_kernel(float* data, int64_t n, float value) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     data[i] += value;
   }
@@ -152,13 +156,13 @@ void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t str
   const size_t shared = sizeof(float) * (static_cast<size_t>(a.head_dim) + kThreads);
   switch (a.kv_type) {
     case KvType::kBF16:
-      paged_attention_reference_kernel<KvType::kBF16><<<grid, kThreads, shared, stream>>>(a);
+      launch_pdl(paged_attention_reference_kernel<KvType::kBF16>, grid, kThreads, shared, stream, a);
       break;
     case KvType::kF16:
-      paged_attention_reference_kernel<KvType::kF16><<<grid, kThreads, shared, stream>>>(a);
+      launch_pdl(paged_attention_reference_kernel<KvType::kF16>, grid, kThreads, shared, stream, a);
       break;
     case KvType::kF32:
-      paged_attention_reference_kernel<KvType::kF32><<<grid, kThreads, shared, stream>>>(a);
+      launch_pdl(paged_attention_reference_kernel<KvType::kF32>, grid, kThreads, shared, stream, a);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -169,13 +173,13 @@ void launch_write_kv(const KvWriteLaunch& a, cudaStream_t stream) {
   constexpr int kWriteThreads = 256;
   switch (a.kv_type) {
     case KvType::kBF16:
-      write_kv_kernel<KvType::kBF16><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+      launch_pdl(write_kv_kernel<KvType::kBF16>, a.num_rows, kWriteThreads, 0, stream, a);
       break;
     case KvType::kF16:
-      write_kv_kernel<KvType::kF16><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+      launch_pdl(write_kv_kernel<KvType::kF16>, a.num_rows, kWriteThreads, 0, stream, a);
       break;
     case KvType::kF32:
-      write_kv_kernel<KvType::kF32><<<a.num_rows, kWriteThreads, 0, stream>>>(a);
+      launch_pdl(write_kv_kernel<KvType::kF32>, a.num_rows, kWriteThreads, 0, stream, a);
       break;
   }
   CUDA_CHECK_LAUNCH();
@@ -183,7 +187,7 @@ void launch_write_kv(const KvWriteLaunch& a, cudaStream_t stream) {
 
 void launch_add_constant(float* data, int64_t n, float value, cudaStream_t stream) {
   if (n == 0) return;
-  add_constant_kernel<<<256, 256, 0, stream>>>(data, n, value);
+  launch_pdl(add_constant_kernel, 256, 256, 0, stream, data, n, value);
   CUDA_CHECK_LAUNCH();
 }
 

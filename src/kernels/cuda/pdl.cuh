@@ -1,0 +1,49 @@
+// Programmatic dependent launch (PDL): a kernel launched with launch_pdl may be started while the
+// kernel before it on the stream is still running (once every block of that one has started and
+// called pdl_begin, or exited), so its launch and block set-up overlap the other's tail instead of
+// following it. In a CUDA graph the capture keeps this as a programmatic edge.
+//
+// Contract of every kernel launched with launch_pdl: pdl_begin() is its first statement, before
+// any read or write of global memory. pdl_begin waits until the previous kernel on the stream has
+// completed and its writes are visible (griddepcontrol.wait; a no-op when the launch did not ask
+// for PDL or the previous work was not a kernel), then lets the next kernel launch early
+// (griddepcontrol.launch_dependents). So a kernel never overlaps another's memory accesses, only
+// its launch latency does; dependencies further back hold transitively.
+//
+// Host side: pdl.h says whether the attribute is set (sm_90+, SPINDLE_CUDA_PDL != 0); without it
+// launch_pdl is an ordinary launch. Include from .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.h"
+
+namespace spindle::kernels::cuda {
+
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...) with the PDL attribute where pdl_enabled();
+// checks the launch (CUDA_CHECK).
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+}  // namespace spindle::kernels::cuda

@@ -1,0 +1,38 @@
+// Device helpers shared by the kernels that must give the same bits (model_ops.cu, gemv16.cu):
+// rounding f32 to the 16-bit types and SwiGLU's product. Include from .cu files only.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace spindle::kernels::cuda {
+
+// util/half.h float_to_bf16_bits: nearest even, NaN kept quiet with its sign.
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float value) {
+  const uint32_t u = __float_as_uint(value);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  const uint32_t lsb = (u >> 16) & 1u;
+  return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
+}
+
+// Rounds to the 16-bit type (bf16 when `bf16`, else f16); *back receives the rounded value as f32.
+__device__ __forceinline__ uint16_t round_16bit(float x, bool bf16, float* back) {
+  if (bf16) {
+    const uint16_t bits = float_to_bf16_bits(x);
+    *back = __uint_as_float(static_cast<uint32_t>(bits) << 16);
+    return bits;
+  }
+  const __half h = __float2half_rn(x);
+  *back = __half2float(h);
+  return __half_as_ushort(h);
+}
+
+// silu(g) * u with silu(g) = g / (1 + expf(-g)), the _rn intrinsics so nvcc never contracts it
+// (kernels/cpu/ops.cc's silu_mul order).
+__device__ __forceinline__ float swiglu(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+}  // namespace spindle::kernels::cuda
