@@ -64,6 +64,10 @@ std::string rate_cell(const attn::BackendRow& row) {
     return report.prefill_gflops >= 1000 ? fmt::format("{:.1f} TFLOP/s", report.prefill_gflops / 1000)
                                          : fmt::format("{:.1f} GFLOP/s", report.prefill_gflops);
   }
+  if (report.decode_latency_tokens_per_s > 0) {  // the batch-1 step, the other half of the decode speed
+    return fmt::format("{:.1f} GB/s KV, batch 1 {:.1f} us", report.decode_kv_gb_per_s,
+                       1e6 / report.decode_latency_tokens_per_s);
+  }
   return fmt::format("{:.1f} GB/s KV", report.decode_kv_gb_per_s);
 }
 

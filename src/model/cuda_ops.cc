@@ -257,8 +257,7 @@ void CudaOps::release_graphs() {
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // no replay in flight
   for (auto& [key, g] : graphs_) CUDA_CHECK(cudaGraphExecDestroy(g.exec));
   graphs_.clear();
-  graph_stats_.captured = 0;
-  graph_stats_.memory_bytes = 0;
+  graph_stats_.captured = 0;  // memory_bytes kept (device_ops.h)
 }
 
 bool CudaOps::end_capture(int64_t key, std::string* why) {

@@ -113,8 +113,9 @@ class DeviceOps {
   virtual bool end_capture(int64_t /*key*/, std::string* /*why*/) { return false; }
   // Ends a capture an exception interrupted, keeping nothing.
   virtual void abort_capture() {}
-  // Destroys every graph held (their device memory goes back); the counters of captures and
-  // replays stay, memory_bytes drops to 0.
+  // Destroys every graph held (their device memory goes back to the driver, which hands it to
+  // the next captures: a recapture's own free-memory difference reads ~0). The counters stay,
+  // memory_bytes too: it is what capturing those graphs again takes.
   virtual void release_graphs() {}
   struct GraphStats {
     int captured = 0;             // graphs held now

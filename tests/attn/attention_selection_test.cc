@@ -25,6 +25,7 @@ struct FakeResult {
   ValidationStatus status = ValidationStatus::kPass;
   double prefill = 0;  // tokens/s
   double decode = 0;
+  double latency = 0;  // batch-1 decode tokens/s (0: not timed)
 };
 
 // Answers from a table; records which backends were asked.
@@ -43,6 +44,7 @@ struct FakeValidator {
       o.report.timed = timing;
       o.report.prefill_tokens_per_s = timing ? r.prefill : 0;
       o.report.decode_tokens_per_s = timing ? r.decode : 0;
+      o.report.decode_latency_tokens_per_s = timing ? r.latency : 0;
       return o;
     };
   }
@@ -89,6 +91,22 @@ TEST(AttentionSelectionTest, PhasesAreChosenSeparatelyAndPriorityBreaksTies) {
   v.table["cpu_avx512"].decode = 900;
   s = select_attention_backends(testing::sapphire_rapids_machine(true), kShape, {}, v.fn());
   EXPECT_EQ(s.prefill_backend, "cpu_amx");
+  EXPECT_EQ(s.decode_backend, "cpu_avx512");
+}
+
+TEST(AttentionSelectionTest, DecodeWeighsTheBatchOneStepAsMuchAsTheLargeOne) {
+  // avx512 reads the large step's KV 10% faster, amx takes the batch-1 step in 2/3 of the time:
+  // sqrt(660 * 2000) = 1149 < sqrt(600 * 3000) = 1342, so amx decodes (as cuda_flash vs cudnn_sdpa on
+  // an H200, bench/results/2026-12-01-h200-e2e.md run -7).
+  auto v = typical();
+  v.table["cpu_avx512"].decode = 660;
+  v.table["cpu_avx512"].latency = 2000;
+  v.table["cpu_amx"].decode = 600;
+  v.table["cpu_amx"].latency = 3000;
+  auto s = select_attention_backends(testing::sapphire_rapids_machine(true), kShape, {}, v.fn());
+  EXPECT_EQ(s.decode_backend, "cpu_amx");
+  v.table["cpu_amx"].latency = 1000;  // now slower at both
+  s = select_attention_backends(testing::sapphire_rapids_machine(true), kShape, {}, v.fn());
   EXPECT_EQ(s.decode_backend, "cpu_avx512");
 }
 

@@ -78,6 +78,7 @@ TEST(ValidationTest, OptimizedBackendPassesInAChildWithinMemoryLimits) {
   EXPECT_TRUE(timed.report.timed);
   EXPECT_GT(timed.report.prefill_tokens_per_s, 0);
   EXPECT_GT(timed.report.decode_tokens_per_s, 0);
+  EXPECT_GT(timed.report.decode_latency_tokens_per_s, 0);
   EXPECT_LT(timed.report.peak_rss_bytes, 256ll << 20) << "timing must stay under 256 MiB";
 }
 
@@ -133,11 +134,21 @@ TEST(ValidationTest, OutcomeJsonRoundTrip) {
   o.detail = "crashed with SIGILL";
   o.report.backend = "cpu_amx";
   o.report.decode_kv_gb_per_s = 12.5;
+  o.report.decode_latency_tokens_per_s = 3000;
   const auto back = validation_outcome_from_json(to_json(o));
   EXPECT_EQ(back.status, ValidationStatus::kCrash);
   EXPECT_EQ(back.detail, o.detail);
   EXPECT_EQ(back.report.backend, "cpu_amx");
   EXPECT_EQ(back.report.decode_kv_gb_per_s, 12.5);
+  EXPECT_EQ(back.report.decode_latency_tokens_per_s, 3000);
+}
+
+TEST(ValidationTest, DecodeSelectionSpeedIsTheGeometricMeanOfBothDecodeShapes) {
+  CheckReport r;
+  r.decode_tokens_per_s = 160000;  // 16 sequences of 4096 tokens
+  EXPECT_EQ(decode_selection_speed(r), 160000) << "no latency timing (an older cache entry): the large step alone";
+  r.decode_latency_tokens_per_s = 2500;  // one sequence of 512 tokens: 400 us
+  EXPECT_DOUBLE_EQ(decode_selection_speed(r), 20000);
 }
 
 TEST(ValidationTest, NonFiniteErrorsSurviveJson) {

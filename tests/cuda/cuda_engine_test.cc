@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/metrics.h"
 #include "engine/runner.h"
+#include "engine/sampler.h"
 #include "kv/page_pool.h"
 #include "model/cuda_model.h"
 #include "model/golden_fixtures.h"
@@ -231,6 +232,82 @@ TEST_P(CudaEngineTest, SpeculativeGreedyAndSeededOutputIsIdentical) {
   EXPECT_GT(sampled.metrics.spec_num_accepted_draft_tokens, 0u);
 }
 
+// Verify steps (1 + k tokens per sequence, all with logits) replay a graph of their shape: the
+// chosen tokens and logprobs equal the eager verify step's, bit for bit, at every step, while the
+// graph's replay count grows. Three sequences of different context lengths, k = 3, cuda_flash.
+TEST_P(CudaEngineTest, VerifyStepGraphsEqualEagerVerifySteps) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ModelConfig config = load_cuda_model(model_dir(GetParam()))->config();
+  const int k = 3, max_len = 128;
+  std::vector<std::vector<SampledRow>> outputs[2];  // [graphs][step]
+  int64_t replays[2] = {0, 0};
+  for (const bool graphs : {false, true}) {
+    auto transformer = load_cuda_model(model_dir(GetParam()));
+    const attn::AttentionShape shape = transformer->attention_shape(DType::kBF16, kPageSize);
+    auto prefill = attn::create_attention_backend("cuda_flash", shape, {});
+    auto decode = attn::create_attention_backend("cuda_flash", shape, {});
+    engine::RunnerOptions options;
+    options.max_graph_batch = 8;
+    options.max_model_len = max_len;
+    options.verify_graphs = graphs;
+    engine::Runner runner(*transformer, *prefill, *decode, options);
+    kv::KvLayout layout{config.num_hidden_layers, config.num_key_value_heads, config.head_dim, DType::kBF16, kPageSize};
+    kv::PagePool pool(layout, 64, 1, attn::Device::kCuda);
+    runner.bind_kv_caches(pool.layer_caches());
+    std::vector<std::unique_ptr<engine::Request>> requests;
+    for (int b = 0; b < 3; ++b) {  // prompts of 20, 37 and 54 ids, prefilled
+      std::vector<TokenId> prompt(static_cast<size_t>(20 + 17 * b));
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>((i * 31 + b * 7 + 3) % config.vocab_size);
+      auto r = std::make_unique<engine::Request>(b + 1, std::move(prompt), pool.allocator(0));
+      ASSERT_TRUE(r->table.extend(max_len));
+      engine::StepPlan plan;
+      const int n = static_cast<int>(r->prompt.size());
+      plan.sequences.push_back({r.get(), n, 0, 0, 0});
+      plan.num_tokens = n;
+      plan.num_logit_rows = 1;
+      (void)runner.run(runner.build(plan));
+      r->num_computed_tokens = n - 1;  // the last prompt token plays the decode token
+      requests.push_back(std::move(r));
+    }
+    engine::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.logprobs = true;
+    for (int step = 0; step < 4; ++step) {  // drafts change every step; the positions do not
+      engine::StepPlan plan;
+      for (auto& r : requests) {
+        r->draft.assign(static_cast<size_t>(k), 0);
+        for (int i = 0; i < k; ++i) r->draft[static_cast<size_t>(i)] = static_cast<TokenId>((step * 11 + i * 5 + r->id) % config.vocab_size);
+        engine::ScheduledSequence seq;
+        seq.request = r.get();
+        seq.num_cached_tokens = r->num_computed_tokens;
+        seq.num_draft_tokens = k;
+        seq.num_new_tokens = 1 + k;
+        seq.logits_row = plan.num_logit_rows;
+        plan.num_logit_rows += seq.num_logit_rows();
+        plan.num_tokens += seq.num_new_tokens;
+        plan.sequences.push_back(seq);
+      }
+      const StepBatch& batch = runner.build(plan);
+      ASSERT_TRUE(engine::is_uniform_verify(batch));
+      SamplingBatch sampling;
+      sampling.rows.resize(static_cast<size_t>(batch.num_logit_rows()));
+      for (int i = 0; i < batch.num_logit_rows(); ++i) engine::add_sampling_row(greedy, 1, 0, {}, {}, static_cast<size_t>(i), sampling);
+      outputs[graphs].push_back(runner.run_and_sample(sampling));
+    }
+    replays[graphs] = transformer->graph_stats().replays;
+  }
+  EXPECT_EQ(replays[0], 0);
+  EXPECT_EQ(replays[1], 3) << "step 0 runs eagerly and captures; steps 1-3 replay";
+  ASSERT_EQ(outputs[0].size(), outputs[1].size());
+  for (size_t step = 0; step < outputs[0].size(); ++step) {
+    ASSERT_EQ(outputs[0][step].size(), outputs[1][step].size());
+    for (size_t row = 0; row < outputs[0][step].size(); ++row) {
+      EXPECT_EQ(outputs[1][step][row].token, outputs[0][step][row].token) << "step " << step << " row " << row;
+      EXPECT_EQ(outputs[1][step][row].logprob, outputs[0][step][row].logprob) << "step " << step << " row " << row;
+    }
+  }
+}
+
 // The KV plan's measured workspace counts the decode graphs (issue 14, item 1): the profiling step
 // captures every graph size over its scratch pool, measures, and drops them again.
 TEST(CudaWorkspaceProbeTest, CountsTheDecodeGraphsAndDropsThem) {
@@ -257,7 +334,7 @@ TEST(CudaWorkspaceProbeTest, CountsTheDecodeGraphsAndDropsThem) {
       EXPECT_EQ(g.captures, captures_before);
     }
     EXPECT_EQ(g.captured, 0) << "the probe's graphs read its scratch pool: dropped";
-    EXPECT_EQ(g.memory_bytes, 0u);
+    if (max_graph_batch > 0) EXPECT_GT(g.memory_bytes, 0u) << "what capturing them again takes, kept for the log";
   }
   EXPECT_GT(workspace[1], workspace[0]) << "graph memory counted";
 }

@@ -28,7 +28,7 @@ BackendPolicy parse_policy(std::string_view name) {
 namespace {
 
 double phase_speed(const ValidationOutcome& outcome, Phase phase) {
-  return phase == Phase::kPrefill ? outcome.report.prefill_tokens_per_s : outcome.report.decode_tokens_per_s;
+  return phase == Phase::kPrefill ? outcome.report.prefill_tokens_per_s : decode_selection_speed(outcome.report);
 }
 
 // The explicit backend named for a phase, or "" for auto; plus the flag that named it.

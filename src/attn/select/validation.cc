@@ -59,6 +59,7 @@ nlohmann::json to_json(const CheckReport& r) {
           {"prefill_gflops", r.prefill_gflops},
           {"decode_tokens_per_s", r.decode_tokens_per_s},
           {"decode_kv_gb_per_s", r.decode_kv_gb_per_s},
+          {"decode_latency_tokens_per_s", r.decode_latency_tokens_per_s},
           {"peak_rss_bytes", r.peak_rss_bytes},
           {"error", r.error}};
 }
@@ -88,9 +89,15 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
   r.prefill_gflops = j.at("prefill_gflops").get<double>();
   r.decode_tokens_per_s = j.at("decode_tokens_per_s").get<double>();
   r.decode_kv_gb_per_s = j.at("decode_kv_gb_per_s").get<double>();
+  r.decode_latency_tokens_per_s = j.value("decode_latency_tokens_per_s", 0.0);
   r.peak_rss_bytes = j.at("peak_rss_bytes").get<int64_t>();
   r.error = j.at("error").get<std::string>();
   return r;
+}
+
+double decode_selection_speed(const CheckReport& report) {
+  if (report.decode_latency_tokens_per_s <= 0) return report.decode_tokens_per_s;
+  return std::sqrt(report.decode_tokens_per_s * report.decode_latency_tokens_per_s);
 }
 
 nlohmann::json to_json(const ValidationOutcome& o) {
@@ -199,6 +206,10 @@ void time_backend(const std::string& backend, const AttentionShape& shape, Check
     const double kv_bytes = 2.0 * sizes.decode_batch * sizes.decode_context * shape.num_kv_heads *
                             shape.head_dim * dtype_size(shape.kv_dtype);
     report.decode_kv_gb_per_s = kv_bytes / s / 1e9;
+  }
+  {
+    RandomBatch latency = make_random_batch(shape, {SequenceSpec{1, sizes.latency_context - 1}}, 13);
+    report.decode_latency_tokens_per_s = 1.0 / time_forward(*instance, latency);
   }
   report.timed = true;
 }

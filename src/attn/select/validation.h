@@ -38,23 +38,35 @@ struct CheckReport {
   double prefill_gflops = 0;
   double decode_tokens_per_s = 0;    // one token for each of timing_sizes(device).decode_batch sequences
   double decode_kv_gb_per_s = 0;     // KV bytes read per second
+  // One token of one sequence over timing_sizes(device).latency_context tokens: the short decode
+  // step of a lightly loaded server, where a kernel's launch and split/merge latency decide.
+  double decode_latency_tokens_per_s = 0;
   int64_t peak_rss_bytes = 0;
   std::string error;                 // exception text when the check could not run
 };
 nlohmann::json to_json(const CheckReport& report);
 CheckReport check_report_from_json(const nlohmann::json& j);
 
-// Sizes of the timing runs: one causal prefill of prefill_tokens new tokens, and one decode step
-// of decode_batch sequences over decode_context tokens each. CPU: small, so the child stays under
-// 256 MiB for any model. CUDA: large enough that a launch runs well past its overhead
-// (decode reads ~270 MB of KV for 8 KV heads x 128 bf16).
+// Sizes of the timing runs: one causal prefill of prefill_tokens new tokens, one decode step of
+// decode_batch sequences over decode_context tokens each (CUDA: large enough that a launch runs
+// well past its overhead, ~270 MB of KV for 8 KV heads x 128 bf16), and one decode step of a
+// single sequence over latency_context tokens (the batch-1 step, where on an H200 cuda_flash's
+// 13 us per layer beat cudnn_sdpa's ~19 us although cudnn_sdpa read the large step's KV 10%
+// faster: bench/results/2026-12-01-h200-e2e.md, run -7). CPU: small, so the child stays under
+// 256 MiB for any model.
 struct TimingSizes {
   int prefill_tokens;
   int decode_batch;
   int decode_context;
+  int latency_context;
 };
-inline constexpr TimingSizes kCpuTimingSizes{256, 8, 1024};
-inline constexpr TimingSizes kCudaTimingSizes{2048, 16, 4096};
+inline constexpr TimingSizes kCpuTimingSizes{256, 8, 1024, 256};
+inline constexpr TimingSizes kCudaTimingSizes{2048, 16, 4096, 512};
+
+// The decode speed selection compares: the geometric mean of the large step's and the batch-1
+// step's tokens per second (each backend judged by both; neither shape's absolute scale wins),
+// or the large step's alone where the report has no latency timing.
+double decode_selection_speed(const CheckReport& report);
 inline constexpr TimingSizes timing_sizes(Device device) {
   return device == Device::kCuda ? kCudaTimingSizes : kCpuTimingSizes;
 }
