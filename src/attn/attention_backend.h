@@ -48,7 +48,13 @@ class AttentionBackend {
   virtual void bind_kv_caches(std::span<const LayerKvCache> layers) = 0;
   // q: [num_tokens, num_heads * head_dim]; k, v: [num_tokens, num_kv_heads * head_dim] (the new
   // tokens, written into the pages first); out: [num_tokens, num_heads * head_dim].
-  virtual void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) = 0;
+  // kv_written: the caller already wrote k and v into kv_write_target(layer) (which must not be
+  // empty); forward only attends (k and v are checked, not read).
+  virtual void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out, bool kv_written = false) = 0;
+  // Where layer `layer`'s new K/V rows go in the prepared step, for the op that produces k and v
+  // to write them there itself (CUDA: the model's q/k/v split + RoPE kernel) and save the write
+  // kernel; empty when this backend writes them itself. Valid until the next prepare().
+  virtual KvWriteTarget kv_write_target(int /*layer*/) const { return {}; }
 };
 
 using PhaseMask = unsigned;

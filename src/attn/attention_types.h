@@ -62,4 +62,15 @@ struct Tensor {
   int64_t cols = 0;
 };
 
+// A layer's KV pages as an op outside the backend writes them: row r of the step's k/v goes to
+// slot slots[r] (page * page_size + offset within this rank's pages; -1: a padding row, written
+// nowhere), rounded to dtype as kernels::cpu::write_kv_pages rounds it.
+struct KvWriteTarget {
+  void* k_pages = nullptr;  // [pages, page_size, num_kv_heads, head_dim] of dtype, this rank's first page
+  void* v_pages = nullptr;
+  DType dtype = DType::kBF16;
+  const int64_t* slots = nullptr;  // [num_tokens], the backend's device memory
+  explicit operator bool() const { return k_pages != nullptr; }
+};
+
 }  // namespace spindle::attn

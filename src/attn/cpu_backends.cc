@@ -30,8 +30,8 @@ class CpuPagedAttentionBackend final : public PagedBackend {
         pool_(options.pool ? options.pool : &ThreadPool::global()) {}
 
  private:
-  void run_layer(int /*layer*/, const kc::KvWriteParams& write, const kc::PagedAttentionParams& attention) override {
-    kc::write_kv_pages(write);
+  void run_layer(int /*layer*/, const kc::KvWriteParams* write, const kc::PagedAttentionParams& attention) override {
+    if (write != nullptr) kc::write_kv_pages(*write);  // (null only with a write target; the CPU offers none)
     kc::PagedAttentionParams p = attention;
     p.pool = pool_;
     kernel_(p);

@@ -53,9 +53,22 @@ class CudaPagedBackend : public PagedBackend {
     device_batch_ = uploaded;
   }
 
-  void run_layer(int /*layer*/, const kc::KvWriteParams& write, const kc::PagedAttentionParams& p) final {
-    kcu::write_kv_pages(write, *device_batch_);
+  void run_layer(int /*layer*/, const kc::KvWriteParams* write, const kc::PagedAttentionParams& p) final {
+    if (write != nullptr) kcu::write_kv_pages(*write, *device_batch_);  // else the caller wrote them
     attend(p);
+  }
+
+  // The model's q/k/v split writes the K/V rows into the pages itself (model_ops.h KvPagesOut).
+  KvWriteTarget kv_write_target(int layer) const final {
+    if (device_batch_ == nullptr) return {};
+    const LayerKvCache& cache = layer_cache(layer);
+    const RankPages pages = rank_pages(cache);
+    KvWriteTarget t;
+    t.k_pages = pages.k;
+    t.v_pages = pages.v;
+    t.dtype = cache.dtype;
+    t.slots = device_batch_->slots();
+    return t;
   }
 
   void corrupt_output(Tensor out) final {

@@ -51,7 +51,13 @@ PagedBackend::RankPages PagedBackend::rank_pages(const LayerKvCache& cache) cons
   return r;
 }
 
-void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) {
+const LayerKvCache& PagedBackend::layer_cache(int layer) const {
+  SPINDLE_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()), "layer {} has no bound KV cache ({} bound)",
+                layer, layers_.size());
+  return layers_[static_cast<size_t>(layer)];
+}
+
+void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out, bool kv_written) {
   SPINDLE_CHECK(batch_ != nullptr, "forward: no step prepared (prepare)");
   SPINDLE_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()), "layer {} has no bound KV cache ({} bound)",
                 layer, layers_.size());
@@ -63,6 +69,8 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   SPINDLE_CHECK(q.cols == q_cols && out.cols == q_cols && k.cols == kv_cols && v.cols == kv_cols,
                 "forward: q/out need {} columns and k/v {}", q_cols, kv_cols);
   SPINDLE_CHECK(num_tokens_ == 0 || (q.data && k.data && v.data && out.data), "forward: q/k/v/out data missing");
+  SPINDLE_CHECK(!kv_written || static_cast<bool>(kv_write_target(layer)),
+                "forward: {} offers no K/V write target, so the caller cannot have written the K/V", name_);
   act_out_fatal_fault(fault_);
 
   const LayerKvCache& cache = layers_[layer];
@@ -104,7 +112,7 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   w.sequences = batch_->sequences;
   w.page_tables = batch_->page_tables.data();
 
-  run_layer(layer, w, p);
+  run_layer(layer, kv_written ? nullptr : &w, p);
   if (fault_ == FaultMode::kWrong) corrupt_output(out);
 }
 

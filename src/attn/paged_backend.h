@@ -27,12 +27,13 @@ class PagedBackend : public AttentionBackend {
   const AttentionShape& shape() const final { return shape_; }
   void prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded = nullptr) final;
   void bind_kv_caches(std::span<const LayerKvCache> layers) final;
-  void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out) final;
+  void forward(int layer, ConstTensor q, ConstTensor k, ConstTensor v, Tensor out, bool kv_written = false) final;
 
  protected:
-  // One layer's work, on this rank's pages. `write` carries the new K/V (k, v) and `attention` the
-  // queries and the output; both point at the host pages of the rank's range.
-  virtual void run_layer(int layer, const kernels::cpu::KvWriteParams& write,
+  // One layer's work, on this rank's pages. `write` carries the new K/V (k, v), null when the
+  // caller wrote them already (forward's kv_written), and `attention` the queries and the output;
+  // both point at the pages of the rank's range.
+  virtual void run_layer(int layer, const kernels::cpu::KvWriteParams* write,
                          const kernels::cpu::PagedAttentionParams& attention) = 0;
   // Called after the caches were checked and stored.
   virtual void on_bind() {}
@@ -45,7 +46,6 @@ class PagedBackend : public AttentionBackend {
   // The step's batch given to prepare() (not a copy: the caller keeps it alive for the step).
   const StepBatch& batch() const { return *batch_; }
 
- private:
   // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
   struct RankPages {
     std::byte* k = nullptr;
@@ -53,7 +53,10 @@ class PagedBackend : public AttentionBackend {
     int num_pages = 0;
   };
   RankPages rank_pages(const LayerKvCache& cache) const;
+  // The bound cache of `layer` (checked), for a subclass's kv_write_target.
+  const LayerKvCache& layer_cache(int layer) const;
 
+ private:
   std::string name_;
   Device device_;
   AttentionShape shape_;

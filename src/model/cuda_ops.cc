@@ -316,16 +316,36 @@ void CudaOps::add_rms_norm(float* hidden, const float* delta, float* out, int64_
 }
 
 void CudaOps::split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
-                             int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions) {
+                             int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions,
+                             const attn::KvWriteTarget& kv) {
   ready16_ = {};
   const void* qn = q_norm == kNoWeight ? nullptr : placed(q_norm).data;
   const void* kn = k_norm == kNoWeight ? nullptr : placed(k_norm).data;
   const kcu::WeightType type = q_norm == kNoWeight ? kcu::WeightType::kF32 : placed(q_norm).type;
   SPINDLE_CHECK(q_norm == kNoWeight || k_norm == kNoWeight || placed(k_norm).type == type,
                 "split_qkv_rope: q_norm and k_norm have different dtypes");
+  kcu::KvPagesOut pages;
+  if (kv) {
+    pages.k_pages = kv.k_pages;
+    pages.v_pages = kv.v_pages;
+    pages.slots = kv.slots;
+    switch (kv.dtype) {
+      case DType::kF32:
+        pages.kv_type = kcu::KvPagesOut::kF32;
+        break;
+      case DType::kBF16:
+        pages.kv_type = kcu::KvPagesOut::kBF16;
+        break;
+      case DType::kF16:
+        pages.kv_type = kcu::KvPagesOut::kF16;
+        break;
+      default:
+        SPINDLE_FAIL("split_qkv_rope: KV pages of dtype {} are not supported", dtype_name(kv.dtype));
+    }
+  }
   kcu::launch_split_qkv_norm_rope(qkv, q, k, v, rows, num_heads, num_kv_heads, config_.head_dim, qn, kn, type,
                                   static_cast<float>(config_.rms_norm_eps), positions, rope_table_.as<float>(),
-                                  rope_positions_, inv_freq_.as<float>(), stream_);
+                                  rope_positions_, inv_freq_.as<float>(), stream_, pages);
 }
 
 void CudaOps::add(float* y, const float* x, int64_t rows, int64_t cols) {

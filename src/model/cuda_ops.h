@@ -83,8 +83,10 @@ class CudaOps final : public DeviceOps {
   void linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
                      int64_t im) override;
   bool joins_qkv() const override { return true; }
+  bool writes_kv_in_split() const override { return true; }
   void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads, int num_kv_heads,
-                      WeightId q_norm, WeightId k_norm, const int64_t* positions) override;
+                      WeightId q_norm, WeightId k_norm, const int64_t* positions,
+                      const attn::KvWriteTarget& kv) override;
 
  private:
   // One placed weight: its host parts until finish_loading, then its device slot.

@@ -151,9 +151,14 @@ class DeviceOps {
   // Whether place() may join q_proj, k_proj and v_proj into one [Q + 2K, H] weight, whose product
   // split_qkv_rope then takes apart; otherwise the transformer places them one by one.
   virtual bool joins_qkv() const { return false; }
-  // qkv [rows, Q + 2K] (q heads, k heads, v heads) -> q, k, v as qk_norm_rope leaves them.
+  // qkv [rows, Q + 2K] (q heads, k heads, v heads) -> q, k, v as qk_norm_rope leaves them. With a
+  // non-empty kv (only where writes_kv_in_split()) it also writes each row's k and v into the
+  // layer's KV pages there, as the attention backend's own write would (the caller then tells
+  // the backend kv_written).
+  virtual bool writes_kv_in_split() const { return false; }
   virtual void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
-                              int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions);
+                              int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions,
+                              const attn::KvWriteTarget& kv);
   // out[r, i] = silu(gate[r * stride + i]) * up[r * stride + i], out [rows, cols].
   virtual void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows,
                         int64_t cols) = 0;

@@ -90,7 +90,7 @@ attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size)
 }
 
 void DeviceOps::split_qkv_rope(const float*, float*, float*, float*, int64_t, int, int, WeightId, WeightId,
-                               const int64_t*) {
+                               const int64_t*, const attn::KvWriteTarget&) {
   SPINDLE_FAIL("{} does not join the q/k/v products", attn::device_name(device()));
 }
 
@@ -196,19 +196,22 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
   float* act = ops.scratch(Scratch::kActivation);
 
   // Attention block.
+  bool kv_written = false;   // the split wrote the new K/V into the pages (the backend only attends)
   if (l.qkv != kNoWeight) {  // one product, then one pass that splits, normalises and rotates
     float* joined = ops.scratch(Scratch::kQKV);
     const DeviceOps::Product qkv{l.qkv, joined, l.qkv_bias};
     ops.linear(normed, t, {&qkv, 1});
+    const attn::KvWriteTarget kv = ops.writes_kv_in_split() ? attention.kv_write_target(index) : attn::KvWriteTarget{};
     ops.split_qkv_rope(joined, q, k, v, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
-                       ops.step().positions);
+                       ops.step().positions, kv);
+    kv_written = static_cast<bool>(kv);
   } else {
     const DeviceOps::Product qkv[] = {{l.q, q, l.q_bias}, {l.k, k, l.k_bias}, {l.v, v, l.v_bias}};
     ops.linear(normed, t, qkv);
     ops.qk_norm_rope(q, k, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
                      ops.step().positions);
   }
-  attention.forward(index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs});
+  attention.forward(index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs}, kv_written);
   const DeviceOps::Product o{l.o, proj, kNoWeight};
   ops.linear(attn_out, t, {&o, 1});
 

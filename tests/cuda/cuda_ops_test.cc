@@ -7,12 +7,15 @@
 //   - the 16-bit copies (Out16): bit for bit util/half.h's rounding of the op's own f32 output;
 //   - launch_gemv16: the f64 sum of the same bf16 products, within 1e-5 of the sum of their
 //     magnitudes (f32 accumulation over ~1000 terms in another order), bias included;
+//   - launch_split_qkv_norm_rope with KvPagesOut: the pages hold exactly its own k/v outputs rounded
+//     to the KV type (bf16, f16, f32) at each token's slot, nothing at the others, q/k/v unchanged;
 //   - launch_gemv16_swiglu: bit for bit launch_gemv16 then launch_silu_mul (f32 and the 16-bit
 //     copy), and within 1e-5 (of the products' magnitudes) of SwiGLU over the f64 sums.
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -226,6 +229,67 @@ TEST(CudaOpsTest, Gemv16SwigluIsGemv16ThenSiluMulBitForBit) {
         const double swiglu = g / (1.0 + std::exp(-g)) * u;
         ASSERT_NEAR(a[static_cast<size_t>(r * im + j)], swiglu, 1e-5 * magnitude * (1.0 + std::fabs(u) + std::fabs(g)))
             << rows << " rows, row " << r << ", output " << j;
+      }
+    }
+  }
+}
+
+TEST(CudaOpsTest, SplitQkvRopeWritesItsKAndVIntoThePagesAsTheKvWriteDoes) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int tokens = 3, heads = 4, kv_heads = 2, d = 64;
+  const int64_t width = (heads + 2 * kv_heads) * d, kv_cols = kv_heads * d, num_slots = 8;
+  const std::vector<float> qkv = random_values(static_cast<size_t>(tokens * width), 41, 1.0f);
+  const std::vector<int64_t> positions = {7, 8, 30};
+  const std::vector<int64_t> slots = {5, -1, 2};  // the second token is a padding row
+  std::vector<float> inv_freq(d / 2);
+  for (int i = 0; i < d / 2; ++i) inv_freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * i / d);
+  const auto dqkv = to_device(qkv), dpos = to_device(positions), dslots = to_device(slots), dfreq = to_device(inv_freq);
+  for (const auto type : {kcu::KvPagesOut::kBF16, kcu::KvPagesOut::kF16, kcu::KvPagesOut::kF32}) {
+    const size_t elem = type == kcu::KvPagesOut::kF32 ? 4 : 2;
+    kcu::DeviceBuffer q(tokens * heads * d * sizeof(float)), k(tokens * kv_cols * sizeof(float)),
+        v(tokens * kv_cols * sizeof(float)), q2(q.size()), k2(k.size()), v2(v.size());
+    const std::vector<uint8_t> sentinel(static_cast<size_t>(num_slots * kv_cols) * elem, 0xab);
+    auto kp = to_device(sentinel), vp = to_device(sentinel);
+    // Positions past the (empty) table are computed from inv_freq, as RopeTable does.
+    kcu::launch_split_qkv_norm_rope(dqkv.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), tokens, heads,
+                                    kv_heads, d, nullptr, nullptr, kcu::WeightType::kF32, kEps, dpos.as<int64_t>(),
+                                    nullptr, 0, dfreq.as<float>(), nullptr,
+                                    {kp.data(), vp.data(), type, dslots.as<int64_t>()});
+    kcu::launch_split_qkv_norm_rope(dqkv.as<float>(), q2.as<float>(), k2.as<float>(), v2.as<float>(), tokens, heads,
+                                    kv_heads, d, nullptr, nullptr, kcu::WeightType::kF32, kEps, dpos.as<int64_t>(),
+                                    nullptr, 0, dfreq.as<float>(), nullptr);
+    const size_t kv_n = static_cast<size_t>(tokens * kv_cols);
+    EXPECT_EQ(to_host<float>(q, static_cast<size_t>(tokens * heads * d)),
+              to_host<float>(q2, static_cast<size_t>(tokens * heads * d)));
+    const std::vector<float> kh = to_host<float>(k, kv_n), vh = to_host<float>(v, kv_n);
+    EXPECT_EQ(kh, to_host<float>(k2, kv_n));
+    EXPECT_EQ(vh, to_host<float>(v2, kv_n));
+    const std::vector<uint8_t> kpages = to_host<uint8_t>(kp, sentinel.size()),
+                               vpages = to_host<uint8_t>(vp, sentinel.size());
+    for (int64_t slot = 0; slot < num_slots; ++slot) {
+      int token = -1;
+      for (int t = 0; t < tokens; ++t)
+        if (slots[static_cast<size_t>(t)] == slot) token = t;
+      for (int64_t e = 0; e < kv_cols; ++e) {
+        for (int which = 0; which < 2; ++which) {
+          const std::vector<uint8_t>& pages = which == 0 ? kpages : vpages;
+          const uint8_t* at = pages.data() + static_cast<size_t>(slot * kv_cols + e) * elem;
+          std::vector<uint8_t> want(elem, 0xab);
+          if (token >= 0) {
+            const float x = (which == 0 ? kh : vh)[static_cast<size_t>(token * kv_cols + e)];
+            if (type == kcu::KvPagesOut::kBF16) {
+              const uint16_t b = float_to_bf16_bits(x);
+              std::memcpy(want.data(), &b, 2);
+            } else if (type == kcu::KvPagesOut::kF16) {
+              const uint16_t h = float_to_fp16_bits(x);
+              std::memcpy(want.data(), &h, 2);
+            } else {
+              std::memcpy(want.data(), &x, 4);
+            }
+          }
+          ASSERT_EQ(std::vector<uint8_t>(at, at + elem), want)
+              << "type " << type << (which == 0 ? " k" : " v") << " slot " << slot << " element " << e;
+        }
       }
     }
   }

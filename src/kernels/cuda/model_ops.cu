@@ -255,12 +255,27 @@ __device__ __forceinline__ void rope_cos_sin(int64_t p, int i, int half, int hea
   }
 }
 
+// One K or V head row of a token into its page slot, rounded as write_kv_kernel rounds
+// (paged_attention_reference.cu); the warp's lanes split the row.
+__device__ __forceinline__ void store_kv_row(void* pages, KvPagesOut::Type type, int64_t offset, const float* x, int n,
+                                             int lane) {
+  for (int i = lane; i < n; i += 32) {
+    if (type == KvPagesOut::kBF16) {
+      static_cast<uint16_t*>(pages)[offset + i] = float_to_bf16_bits(x[i]);
+    } else if (type == KvPagesOut::kF16) {
+      static_cast<__half*>(pages)[offset + i] = __float2half_rn(x[i]);
+    } else {
+      static_cast<float*>(pages)[offset + i] = x[i];
+    }
+  }
+}
+
 // One warp per (token, head of q, k or v); blockDim.x == kThreads.
 __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k, float* v, int64_t num_tokens,
                                            int num_heads, int num_kv_heads, int head_dim, const void* q_norm,
                                            const void* k_norm, WeightType norm_type, float eps,
                                            const int64_t* positions, const float* table, int64_t table_positions,
-                                           const float* inv_freq) {
+                                           const float* inv_freq, KvPagesOut kv) {
   pdl_begin();
   const int lane = threadIdx.x & 31;
   const int heads = num_heads + 2 * num_kv_heads;
@@ -278,8 +293,12 @@ __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k,
     dst = k + (token * num_kv_heads + (head - num_heads)) * head_dim;
     norm = k_norm;
   } else {
-    dst = v + (token * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim;
+    const int kv_head = head - num_heads - num_kv_heads;
+    dst = v + (token * num_kv_heads + kv_head) * head_dim;
     for (int i = lane; i < head_dim; i += 32) dst[i] = src[i];
+    if (kv.v_pages != nullptr && kv.slots[token] >= 0) {
+      store_kv_row(kv.v_pages, kv.kv_type, (kv.slots[token] * num_kv_heads + kv_head) * head_dim, src, head_dim, lane);
+    }
     return;
   }
   if (norm != nullptr) {  // rms_norm_warp_kernel's order of sums
@@ -300,6 +319,11 @@ __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k,
     const float b = dst[i + half];
     dst[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
     dst[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  }
+  if (head >= num_heads && kv.k_pages != nullptr && kv.slots[token] >= 0) {  // the rotated k row into its page
+    __syncwarp();  // every lane's rotated values are visible to the warp
+    const int kv_head = head - num_heads;
+    store_kv_row(kv.k_pages, kv.kv_type, (kv.slots[token] * num_kv_heads + kv_head) * head_dim, dst, head_dim, lane);
   }
 }
 
@@ -483,13 +507,13 @@ void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t 
 void launch_split_qkv_norm_rope(const float* qkv, float* q, float* k, float* v, int64_t num_tokens, int num_heads,
                                 int num_kv_heads, int head_dim, const void* q_norm, const void* k_norm,
                                 WeightType norm_type, float eps, const int64_t* positions, const float* table,
-                                int64_t table_positions, const float* inv_freq, cudaStream_t stream) {
+                                int64_t table_positions, const float* inv_freq, cudaStream_t stream, KvPagesOut kv) {
   const int64_t warps = num_tokens * (num_heads + 2 * num_kv_heads);
   if (warps <= 0) return;
   const int64_t per_block = kThreads / 32;
   launch_pdl(split_qkv_norm_rope_kernel, static_cast<unsigned>((warps + per_block - 1) / per_block), kThreads, 0,
              stream, qkv, q, k, v, num_tokens, num_heads, num_kv_heads, head_dim, q_norm, k_norm, norm_type, eps,
-             positions, table, table_positions, inv_freq);
+             positions, table, table_positions, inv_freq, kv);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -69,11 +69,20 @@ void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t 
 // then k heads, then v heads) split into q [num_tokens, num_heads, head_dim], k and v
 // [num_tokens, num_kv_heads, head_dim]; q and k heads first RMSNorm'ed over head_dim when q_norm /
 // k_norm are not null (Qwen3, as launch_rms_norm's per-row arithmetic), then rotated as
-// launch_rope. One warp per (token, head).
+// launch_rope. One warp per (token, head). With kv.k_pages set it also writes each token's k
+// (normed and rotated) and v heads into the KV pages (KvPagesOut), saving the write kernel.
+struct KvPagesOut {
+  enum Type : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+  void* k_pages = nullptr;  // [slots, num_kv_heads, head_dim] of kv_type; null: no write
+  void* v_pages = nullptr;
+  Type kv_type = kBF16;
+  const int64_t* slots = nullptr;  // [num_tokens] device: the token's slot (page * page_size + offset), -1: none
+};
 void launch_split_qkv_norm_rope(const float* qkv, float* q, float* k, float* v, int64_t num_tokens, int num_heads,
                                 int num_kv_heads, int head_dim, const void* q_norm, const void* k_norm,
                                 WeightType norm_type, float eps, const int64_t* positions, const float* table,
-                                int64_t table_positions, const float* inv_freq, cudaStream_t stream);
+                                int64_t table_positions, const float* inv_freq, cudaStream_t stream,
+                                KvPagesOut kv = {});
 
 // y[i] += x[i] for i < n.
 void launch_add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);
