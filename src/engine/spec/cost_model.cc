@@ -110,7 +110,7 @@ void CostModel::note_change(int index, std::span<const double> expected, int fro
                        expected[static_cast<size_t>(k)], 1e3 * s, expected[static_cast<size_t>(k)] / s);
   };
   change_ = fmt::format("speculative decoding {} for decode batches of {}{}: {}{}",
-                        to > 0 ? fmt::format("on with up to {} drafts", to)
+                        to > 0 ? fmt::format("on with up to {} draft{}", to, to == 1 ? "" : "s")
                                : std::string("off (verifying the drafts costs more than they save)"),
                         lo, hi == 0 ? std::string(" or more") : (hi == lo ? std::string() : fmt::format("-{}", hi)),
                         way(to), from >= 0 ? "; was " + way(from) : std::string());
