@@ -7,7 +7,8 @@
 //            engine's verify step runs it (prefill backend; on CUDA replayed from a graph of its
 //            shape as the server does, unless --eager or --eager-verify), sampled the same way.
 // Nothing advances: each step rewrites the same positions. Prints the median wall time of each
-// and verify / decode.
+// and verify / decode; also the minimum wall times and the median CPU time of the calling thread
+// (the whole step with SPINDLE_NUM_THREADS=1: robust on a machine shared with other work).
 //
 // usage: bench_spec_verify --model DIR [--device cpu|cuda] [--backend NAME] [--decode-backend NAME]
 //                          [--context 512] [--k 4] [--batch 1] [--steps 50] [--eager] [--eager-verify]
@@ -17,6 +18,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +72,14 @@ Args parse(int argc, char** argv) {
   }
   SPINDLE_CHECK(!a.model_dir.empty(), "--model DIR is required");
   return a;
+}
+
+// CPU seconds of the calling thread (the whole step's work with SPINDLE_NUM_THREADS=1, where
+// the wall time of a shared machine is mostly other processes' turns).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 double median(std::vector<double> v) {
@@ -142,6 +153,7 @@ int main(int argc, char** argv) try {
       plan.sequences.push_back(s);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const double cpu0 = thread_cpu_seconds();
     const StepBatch& batch = runner.build(plan);
     if (runner.samples_on_device()) {
       sampling.clear();
@@ -153,26 +165,36 @@ int main(int argc, char** argv) try {
     } else {
       (void)runner.run(batch);
     }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::pair{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                     thread_cpu_seconds() - cpu0};
   };
   for (int i = 0; i < 5; ++i) {
     step(false);
     step(true);
   }
-  std::vector<double> decode_s, verify_s;
+  std::vector<double> decode_s, verify_s, decode_cpu, verify_cpu;
   for (int i = 0; i < a.steps; ++i) {
-    decode_s.push_back(step(false));
-    verify_s.push_back(step(true));
+    const auto [dw, dc] = step(false);
+    const auto [vw, vc] = step(true);
+    decode_s.push_back(dw);
+    decode_cpu.push_back(dc);
+    verify_s.push_back(vw);
+    verify_cpu.push_back(vc);
   }
   const double d = median(decode_s), v = median(verify_s);
+  const double dmin = *std::min_element(decode_s.begin(), decode_s.end());
+  const double vmin = *std::min_element(verify_s.begin(), verify_s.end());
+  const double dc = median(decode_cpu), vc = median(verify_cpu);
   std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"prefill_backend\": \"%s\", \"decode_backend\": \"%s\", "
               "\"graphs\": %s, \"verify_graphs\": %s, \"graph_replays\": %lld, \"linear\": \"%s\", \"context\": %d, "
               "\"k\": %d, \"batch\": %d, \"steps\": %d, \"decode_ms\": %.4f, \"verify_ms\": %.4f, "
-              "\"verify_over_decode\": %.4f}\n",
+              "\"verify_over_decode\": %.4f, \"decode_min_ms\": %.4f, \"verify_min_ms\": %.4f, \"min_ratio\": %.4f, "
+              "\"decode_thread_cpu_ms\": %.4f, \"verify_thread_cpu_ms\": %.4f, \"thread_cpu_ratio\": %.4f}\n",
               a.model_dir.c_str(), a.device.c_str(), prefill_name.c_str(), decode_name.c_str(),
               runner.graphs_enabled() ? "true" : "false", runner.graphs_enabled() && !a.eager_verify ? "true" : "false",
               static_cast<long long>(model->graph_stats().replays), model->linear_kernel_name(), a.context, a.k,
-              a.batch, a.steps, d * 1e3, v * 1e3, v / d);
+              a.batch, a.steps, d * 1e3, v * 1e3, v / d, dmin * 1e3, vmin * 1e3, vmin / dmin, dc * 1e3, vc * 1e3,
+              vc / dc);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_spec_verify: %s\n", e.what());

@@ -66,7 +66,7 @@ void add_spec_flags(CLI::App& app, SpecFlags& f) {
   app.add_option("--speculative-num-draft-tokens", f.num_draft_tokens,
                  fmt::format("Draft tokens proposed per step and request ({})", kDefaultNumDraftTokens));
   app.add_option("--speculative-ngram-min-match-window-size", f.ngram_min_window,
-                 fmt::format("ngram: the shortest suffix matched against the context ({}; shorter matches propose mostly rejected drafts)", kDefaultNgramMinWindow));
+                 fmt::format("ngram: the shortest suffix matched against the context ({}; shorter matches are accepted less often, so they draft fewer tokens)", kDefaultNgramMinWindow));
   app.add_option("--speculative-ngram-max-match-window-size", f.ngram_max_window,
                  fmt::format("ngram: the longest suffix matched, tried first ({})", kDefaultNgramMaxWindow));
   app.add_flag("--speculative-always", f.always,

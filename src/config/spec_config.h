@@ -11,10 +11,15 @@ class App;
 namespace spindle::config {
 
 inline constexpr int kDefaultNumDraftTokens = 4;
-// Shorter matches (1-2 tokens: "the", "and") propose drafts that are mostly rejected: on the
-// repeating prompts of bench/spec (kjv-tiny, C=1, every step speculating) min 1 gave 164 tok/s,
-// min 2 196, min 3 337 against 245 without speculation (bench/results/2026-12-01-spec).
-inline constexpr int kDefaultNgramMinWindow = 3;   // SGLang's speculative-ngram-min-match-window-size
+// Short matches (1-2 tokens: "the", "and") propose drafts that are accepted less often (on
+// bench/spec's repeating prompts with kjv-tiny about 0.4 per token after a 1-token match, 0.7
+// after 3): with 4 drafts on every step min 1 was slower than min 3 (164 against 337 tok/s,
+// bench/results/2026-12-01-spec). Since the engine measures acceptance per match length and the
+// cost model picks the draft count, a short match drafts few tokens (a 2-row verify costs ~1.07x
+// a plain step on the CPU), and matching from 1 token finds drafts on more steps: replaying the
+// greedy outputs of those prompts with the measured verify costs, min 1 bounds the speed-up at
+// 1.43x against 1.29x for min 3 (bench/results/2026-12-01-spec/dev-vm-3).
+inline constexpr int kDefaultNgramMinWindow = 1;   // SGLang's speculative-ngram-min-match-window-size
 inline constexpr int kDefaultNgramMaxWindow = 12;  // SGLang's speculative-ngram-max-match-window-size
 inline constexpr int kDefaultDecodeLogInterval = 40;  // decode steps between log lines (SGLang's default)
 inline constexpr int kMaxNumDraftTokens = 16;

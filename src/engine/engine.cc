@@ -275,13 +275,19 @@ void Engine::finish_over_capacity() {
 
 namespace {
 constexpr double kAcceptanceDecay = 0.9;  // per verify: about the last 10 verifies count
+// Per verify of a match class: its counts pool every request's drafts, so more of them count.
+constexpr double kMatchAcceptanceDecay = 0.98;
 }  // namespace
 
-double Engine::acceptance_of(const RequestOutputState& o) const {
+double Engine::acceptance_of(const RequestOutputState& o, int match_length) const {
   // Per-token acceptance a = accepted / (accepted + rejected) with the pool's counts as a prior
-  // worth two verifies (and an even prior of 1 + 1 before anything was verified).
-  const double all = spec_accepted_all_ + spec_rejected_all_;
-  const double prior_a = all > 0 ? spec_accepted_all_ / all : 0.5;
+  // worth two verifies, itself with an even prior of 1 + 1: never 0, since a draft count that is
+  // expected to add nothing is never run again (and so never measured again).
+  const double prior_a = (spec_accepted_all_ + 1) / (spec_accepted_all_ + spec_rejected_all_ + 2);
+  if (match_length > 0) {
+    const size_t c = static_cast<size_t>(match_class(match_length));
+    return (match_accepted_[c] + 2 * prior_a) / (match_accepted_[c] + match_rejected_[c] + 2);
+  }
   return (o.spec_accepted + 2 * prior_a) / (o.spec_accepted + o.spec_rejected + 2);
 }
 
@@ -315,22 +321,28 @@ bool Engine::propose_drafts() {
     for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
     options_.proposer->propose(proposal_requests_);
   }
-  // The benefit: each drafting request's expected tokens at its measured acceptance, 1 for the rest.
-  double expected = num_decoding;
-  int drafting = 0;
+  // The benefit of at most k drafts per sequence, k = 0 .. the most any request can have: each
+  // drafting request's expected tokens at its measured acceptance, 1 for the rest.
+  auto drafts_of = [&](const spec::ProposalRequest& q) {
+    return cheap ? static_cast<int>(std::min<size_t>(q.out->tokens.size(), q.max_draft_tokens)) : q.max_draft_tokens;
+  };
+  int max_k = 0;
+  for (const spec::ProposalRequest& q : proposal_requests_) max_k = std::max(max_k, drafts_of(q));
+  if (max_k == 0) return false;
+  expected_.assign(static_cast<size_t>(max_k) + 1, static_cast<double>(num_decoding));
   for (const spec::ProposalRequest& q : proposal_requests_) {
-    const int k = cheap ? static_cast<int>(std::min<size_t>(q.out->tokens.size(), q.max_draft_tokens)) : q.max_draft_tokens;
-    if (k == 0) continue;
-    ++drafting;
-    expected += spec::expected_tokens(acceptance_of(*outputs_.at(q.request->id)), k) - 1.0;
+    const int n = drafts_of(q);
+    if (n == 0) continue;
+    const double a = acceptance_of(*outputs_.at(q.request->id), cheap ? q.out->match_length : 0);
+    for (int k = 1; k <= max_k; ++k) expected_[static_cast<size_t>(k)] += spec::expected_tokens(a, std::min(k, n)) - 1.0;
   }
-  if (drafting == 0) return false;
-  const bool speculate = cost_model_.should_speculate(num_decoding, expected);
+  const int k = cost_model_.choose_drafts(num_decoding, expected_);
   if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
-  if (!speculate) {
+  if (k == 0) {
     metrics_.update([](MetricsSnapshot& s) { ++s.spec_skipped_steps; });
     return false;
   }
+  for (spec::ProposalRequest& q : proposal_requests_) q.max_draft_tokens = std::min(q.max_draft_tokens, k);
   if (!cheap) {
     for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
     options_.proposer->propose(proposal_requests_);
@@ -359,11 +371,12 @@ void Engine::run_step() {
   t.schedule = timer.lap();
   const StepBatch& batch = runner_.build(plan);
   // A decode step: every sequence computes its last token (and its drafts, when it speculates).
-  bool decode = true, speculated = false, q_drafts = false;
+  bool decode = true, q_drafts = false;
+  int max_drafts = 0;  // the most drafts a sequence verifies (the cost model's way)
   for (const auto& s : plan.sequences) {
     decode = decode && s.logits_row >= 0 && s.num_new_tokens - s.num_draft_tokens == 1;
     if (s.num_draft_tokens > 0) {
-      speculated = true;
+      max_drafts = std::max(max_drafts, s.num_draft_tokens);
       q_drafts = q_drafts || !proposals_.at(s.request->id).q.empty();
     }
   }
@@ -429,7 +442,7 @@ void Engine::run_step() {
                                  vocab, r.prompt, r.output, proposal);
       }
       t.sample += timer.lap();
-      accept_verified(r, o, v);
+      accept_verified(r, o, v, proposals_.at(r.id).match_length);
       scheduler_.finish_speculation(r);
       t.output += timer.lap();
       continue;
@@ -456,17 +469,22 @@ void Engine::run_step() {
   metrics_.observe_step(t);
   if (decode) {
     const int tokens = step_tokens_;
-    cost_model_.record(speculated, static_cast<int>(plan.sequences.size()), seconds_between(step_start, Clock::now()));
+    cost_model_.record(max_drafts, static_cast<int>(plan.sequences.size()), seconds_between(step_start, Clock::now()));
     ++window_.steps;
     window_.tokens += static_cast<uint64_t>(tokens);
     if (options_.decode_log_interval > 0 && window_.steps >= options_.decode_log_interval) log_decode_window(num_running);
   }
 }
 
-void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v) {
+void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v, int match_length) {
   const int k = static_cast<int>(r.draft.size());
   const int a = v.num_accepted_drafts;
   const double rejected = a < k ? 1.0 : 0.0;
+  if (match_length > 0) {
+    const size_t c = static_cast<size_t>(match_class(match_length));
+    match_accepted_[c] = kMatchAcceptanceDecay * match_accepted_[c] + a;
+    match_rejected_[c] = kMatchAcceptanceDecay * match_rejected_[c] + rejected;
+  }
   o.spec_accepted = kAcceptanceDecay * o.spec_accepted + a;
   o.spec_rejected = kAcceptanceDecay * o.spec_rejected + rejected;
   spec_accepted_all_ = kAcceptanceDecay * spec_accepted_all_ + a;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -132,7 +133,7 @@ class Engine {
   // permitting); true when any got a draft.
   bool propose_drafts();
   // A speculating sequence's logit rows verified and its accepted tokens appended.
-  void accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v);
+  void accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v, int match_length);
   void log_decode_window(int num_running);
   void run_pending_checks();
   void publish_gauges();
@@ -172,7 +173,15 @@ class Engine {
   int step_tokens_ = 0;  // tokens appended in the current step (engine thread)
   // Every request's verifies together, the same decayed counts: the prior for a new request.
   double spec_accepted_all_ = 0, spec_rejected_all_ = 0;
-  double acceptance_of(const RequestOutputState& o) const;
+  // N-gram drafts by match length (DraftProposal::match_length: 1, 2, ..., kMatchClasses - 1 or
+  // more; [0] unused), every request's verifies together: a longer match is accepted more often.
+  static constexpr int kMatchClasses = 7;
+  std::array<double, kMatchClasses> match_accepted_{}, match_rejected_{};
+  static int match_class(int match_length) { return std::min(match_length, kMatchClasses - 1); }
+  // Per-token acceptance of the request's next drafts: by match length for an n-gram proposal
+  // (match_length > 0), else the request's own (both with the pool's as a prior).
+  double acceptance_of(const RequestOutputState& o, int match_length) const;
+  std::vector<double> expected_;  // scratch: expected tokens per draft count (propose_drafts)
   // The decode log window: steps, tokens and spec counts since the last line.
   struct DecodeWindow {
     int steps = 0;

@@ -9,6 +9,8 @@
 // token); the metrics carry SGLang's and vLLM's names with consistent values.
 #include <gtest/gtest.h>
 
+#include <span>
+
 #include "engine/spec_harness.h"
 #include "model/golden_fixtures.h"
 
@@ -228,6 +230,70 @@ TEST(SpecEngineTest, PrefixCacheHoldsNoRejectedToken) {
     EXPECT_GT(metrics.snapshot().spec_num_drafts, 0u);
     engine.stop();
   }
+}
+
+// With the cost model deciding (not --speculative-always), each step verifies 0 to k drafts as
+// measured step times and acceptance say; whatever it picks, greedy output is plain decoding's.
+TEST(SpecEngineTest, CostModelChosenDraftCountsAreLossless) {
+  const auto dir = model_dir("kjv-tiny");
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
+  const auto prompts = kjv_prompts(tok);
+  const SpecResult base = serve_speculative(dir, SpecRun{}, prompts, {greedy(80)});
+  for (const char* proposer : {"ngram", "draft"}) {
+    SpecRun run;
+    run.proposer = proposer;
+    run.draft_dir = kKjvDraft;
+    run.speculate_always = false;
+    const SpecResult spec = serve_speculative(dir, run, prompts, {greedy(80)});
+    EXPECT_EQ(spec.tokens, base.tokens) << proposer;
+    EXPECT_TRUE(spec.integrity_ok) << proposer;
+    EXPECT_GT(spec.metrics.spec_num_drafts, 0u) << proposer << ": the cost model never explored speculation";
+  }
+}
+
+// Proposes, for each request it knows, a token that is certainly not the next one (the next
+// token of the known greedy output, plus one), as many as asked for.
+class WrongProposer final : public engine::spec::Proposer {
+ public:
+  WrongProposer(std::vector<TokenId> prompt, std::vector<TokenId> output, int vocab)
+      : prompt_(std::move(prompt)), output_(std::move(output)), vocab_(vocab) {}
+  const char* name() const override { return "wrong"; }
+  bool cheap() const override { return true; }
+  void propose(std::span<const engine::spec::ProposalRequest> requests) override {
+    for (const auto& q : requests) {
+      const size_t next = q.request->output.size();
+      if (next >= output_.size()) continue;
+      q.out->tokens.assign(static_cast<size_t>(q.max_draft_tokens), (output_[next] + 1) % vocab_);
+      q.out->match_length = 3;
+    }
+  }
+
+ private:
+  std::vector<TokenId> prompt_, output_;
+  int vocab_;
+};
+
+// Drafts that are always rejected: the cost model keeps measuring speculation now and then (an acceptance estimate of exactly 0 would stop that for good: no draft count
+// would be expected to add a token, and none would ever be run, or measured, again).
+TEST(SpecEngineTest, RejectedDraftsDoNotStopReexploring) {
+  const auto dir = model_dir("kjv-tiny");
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
+  const auto prompt = kjv_prompts(tok)[1];
+  const int max_tokens = 220;
+  const SpecResult base = serve_speculative(dir, SpecRun{}, {prompt}, {greedy(max_tokens)});
+  WrongProposer wrong(prompt, base.tokens[0], 4096);
+  SpecRun run;
+  run.proposer = "custom";
+  run.custom = &wrong;
+  run.speculate_always = false;
+  run.max_model_len = 512;
+  const SpecResult spec = serve_speculative(dir, run, {prompt}, {greedy(max_tokens)});
+  EXPECT_EQ(spec.tokens, base.tokens);
+  EXPECT_EQ(spec.metrics.spec_num_accepted_draft_tokens, 0u);
+  // Exploration: 4, 3, 2 and 1 drafts kMinSamples times each (20 verifies), then re-measured
+  // after 20, 40 and 80 decisions more (or kept on with one draft, where noise makes a 2-row
+  // step measure as fast as a 1-row one). Stuck at an acceptance of 0 it verified once.
+  EXPECT_GT(spec.metrics.spec_num_drafts, 20u);
 }
 
 // A request may turn speculation off: it then verifies nothing.

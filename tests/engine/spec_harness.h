@@ -27,7 +27,10 @@
 namespace spindle::testing {
 
 struct SpecRun {
-  std::string proposer = "none";  // none | ngram | draft
+  std::string proposer = "none";  // none | ngram | draft | custom
+  engine::spec::Proposer* custom = nullptr;  // for custom (borrowed)
+  // false: the cost model decides each step whether to speculate and with how many drafts.
+  bool speculate_always = true;
   std::filesystem::path draft_dir;  // for draft (may be the target itself)
   int num_draft_tokens = 4;
   attn::Device device = attn::Device::kCpu;
@@ -104,6 +107,7 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
     draft_proposer = p.get();
     proposer = std::move(p);
   }
+  engine::spec::Proposer* chosen = run.proposer == "custom" ? run.custom : proposer.get();
   engine::Metrics metrics;
   engine::EngineOptions options;
   options.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;
@@ -112,9 +116,9 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
   options.max_queued_requests = 64;
   options.model_name = model_dir.filename().string();
   options.cuda_device = run.device == attn::Device::kCuda ? 0 : -1;
-  options.proposer = proposer.get();
-  options.num_draft_tokens = proposer ? run.num_draft_tokens : 0;
-  options.speculate_always = true;
+  options.proposer = chosen;
+  options.num_draft_tokens = chosen ? run.num_draft_tokens : 0;
+  options.speculate_always = run.speculate_always;
   options.decode_log_interval = 10;
   SpecResult out;
   {

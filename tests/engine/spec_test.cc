@@ -35,6 +35,21 @@ TEST(NgramLookupTest, LongestSuffixMostRecentMatch) {
   EXPECT_EQ(ngram_lookup(std::vector<TokenId>{3, 3}, 1, 1, 4), (std::vector<TokenId>{3}));
 }
 
+TEST(NgramLookupTest, ReportsTheMatchedLength) {
+  // [7, 8] matched (2 tokens; [9, 7, 8] and longer do not occur earlier).
+  const std::vector<TokenId> ctx = {1, 7, 8, 2, 3, 7, 8, 9, 7, 8};
+  NgramMatch m = ngram_match(ctx, 1, 4, 3);
+  EXPECT_EQ(m.length, 2);
+  EXPECT_EQ(m.tokens, (std::vector<TokenId>{9, 7, 8}));
+  // [4, 5, 6] occurs earlier: 3 tokens matched, though [6] alone also would.
+  m = ngram_match(std::vector<TokenId>{4, 5, 6, 1, 6, 4, 5, 6}, 1, 5, 2);
+  EXPECT_EQ(m.length, 3);
+  EXPECT_EQ(m.tokens, (std::vector<TokenId>{1, 6}));
+  m = ngram_match(std::vector<TokenId>{1, 2, 3, 4}, 1, 4, 4);
+  EXPECT_EQ(m.length, 0);
+  EXPECT_TRUE(m.tokens.empty());
+}
+
 double chi_square(const std::vector<double>& expected_probs, const std::map<TokenId, int>& counts, int n) {
   double chi2 = 0;
   for (size_t t = 0; t < expected_probs.size(); ++t) {
@@ -189,41 +204,94 @@ TEST(CostModelTest, ExpectedTokens) {
   EXPECT_DOUBLE_EQ(expected_tokens(0.5, 2), 1.75);
 }
 
+// Runs one decision and records the chosen way at the given step seconds per draft count.
+int decide_and_record(CostModel& m, int n, const std::vector<double>& expected, const std::vector<double>& seconds) {
+  const int k = m.choose_drafts(n, expected);
+  m.record(k, n, seconds.at(static_cast<size_t>(k)));
+  return k;
+}
+
 TEST(CostModelTest, SpeculatesWhileExpectedTokensPerSecondAreHigher) {
   CostModel m;
-  // Explores speculation first, then the plain way: 32 sequences, 10 ms with it, 4 ms without.
-  for (int i = 0; i < CostModel::kMinSamples; ++i) {
-    ASSERT_TRUE(m.should_speculate(32, 64.0));
-    m.record(true, 32, 0.010);
-  }
-  for (int i = 0; i < CostModel::kMinSamples; ++i) {
-    ASSERT_FALSE(m.should_speculate(32, 64.0));
-    m.record(false, 32, 0.004);
-  }
+  // 32 sequences, one draft each at most: explores speculation first, then the plain way; 10 ms
+  // with it, 4 ms without.
+  const std::vector<double> seconds = {0.004, 0.010};
+  for (int i = 0; i < CostModel::kMinSamples; ++i) ASSERT_EQ(decide_and_record(m, 32, {32.0, 64.0}, seconds), 1);
+  for (int i = 0; i < CostModel::kMinSamples; ++i) ASSERT_EQ(decide_and_record(m, 32, {32.0, 64.0}, seconds), 0);
   // 64 tokens in 10 ms (6400/s) vs 32 in 4 ms (8000/s): off.
-  EXPECT_FALSE(m.should_speculate(32, 64.0));
+  EXPECT_EQ(m.choose_drafts(32, std::vector<double>{32.0, 64.0}), 0);
   const auto change = m.take_change();
   ASSERT_TRUE(change.has_value());
   EXPECT_NE(change->find("off"), std::string::npos) << *change;
   // The same costs with better acceptance (96 tokens expected: 9600/s): on.
-  EXPECT_TRUE(m.should_speculate(32, 96.0));
-  ASSERT_TRUE(m.take_change().has_value());
+  EXPECT_EQ(m.choose_drafts(32, std::vector<double>{32.0, 96.0}), 1);
+  EXPECT_FALSE(m.take_change().has_value()) << "changes are logged once per kLogEvery decisions at most";
   int with = 0;
-  for (int i = 0; i < 100; ++i) with += m.should_speculate(40, 64.0) ? 1 : 0;  // 40: in 32-63
+  for (int i = 0; i < 100; ++i) with += m.choose_drafts(40, std::vector<double>{40.0, 64.0}) > 0 ? 1 : 0;  // 40: in 32-63
   // Re-measured after 20, then 40 more decisions (the interval doubles while the choice stands).
   EXPECT_GE(with, 1) << "re-explores now and then";
   EXPECT_LE(with, 3);
   // One outlier step does not move the cost (the median of the recent steps is used).
-  m.record(true, 32, 0.001);
-  EXPECT_DOUBLE_EQ(m.step_seconds(CostModel::bucket_of(32), true), 0.010);
+  m.record(1, 32, 0.001);
+  EXPECT_DOUBLE_EQ(m.step_seconds(CostModel::bucket_of(32), 1), 0.010);
   // Another bucket is independent: batch 1 still explores with speculation.
-  EXPECT_TRUE(m.should_speculate(1, 1.0));
+  EXPECT_EQ(m.choose_drafts(1, std::vector<double>{1.0, 1.5}), 1);
   EXPECT_EQ(CostModel::bucket_of(1), 0);
   EXPECT_EQ(CostModel::bucket_of(3), 1);
   EXPECT_EQ(CostModel::bucket_of(4), 2);
   CostModel always(true);
-  for (int i = 0; i < 10; ++i) always.record(true, 8, 1.0);
-  EXPECT_TRUE(always.should_speculate(8, 1.0));
+  for (int i = 0; i < 10; ++i) always.record(3, 8, 1.0);
+  EXPECT_EQ(always.choose_drafts(8, std::vector<double>{8.0, 9.0, 9.5, 9.5}), 2) << "every draft that adds tokens";
+  EXPECT_EQ(always.choose_drafts(8, std::vector<double>{8.0}), 0);
+}
+
+TEST(CostModelTest, ChoosesTheDraftCountWithTheMostTokensPerSecond) {
+  // Batch 1, acceptance 0.8, step costs growing faster than linearly in the rows (as kjv-tiny's
+  // on 2 AVX2 cores: 1, 1.07, 1.3, 1.55, 1.78 of a plain step; here 3 ms plain).
+  std::vector<double> expected, seconds;
+  for (int k = 0; k <= 4; ++k) expected.push_back(expected_tokens(0.8, k));
+  for (double r : {1.0, 1.07, 1.3, 1.55, 1.78}) seconds.push_back(0.003 * r);
+  // tokens per plain-step time: k=0 1.0, k=1 1.68, k=2 1.88, k=3 1.905, k=4 1.888: k = 3.
+  CostModel m;
+  std::vector<int> explored;
+  for (int i = 0; i < 5 * CostModel::kMinSamples; ++i) explored.push_back(decide_and_record(m, 1, expected, seconds));
+  for (int k = 0; k <= 4; ++k) {
+    EXPECT_EQ(std::count(explored.begin(), explored.end(), k), CostModel::kMinSamples) << "k " << k;
+  }
+  EXPECT_EQ(explored.front(), 4) << "the most drafts first";
+  EXPECT_EQ(m.choose_drafts(1, expected), 3);
+  // At acceptance 0.5 one draft is best (1.5 / 1.07 = 1.40 against 1.75 / 1.3 = 1.35).
+  std::vector<double> low;
+  for (int k = 0; k <= 4; ++k) low.push_back(expected_tokens(0.5, k));
+  int ones = 0;
+  for (int i = 0; i < 10; ++i) ones += m.choose_drafts(1, low) == 1 ? 1 : 0;
+  EXPECT_GE(ones, 9);
+  // A draft count that adds no tokens (no request has that many drafts) is never chosen, even
+  // when it was measured as the fastest way.
+  CostModel fast4;
+  const std::vector<double> cheap4 = {0.003, 0.004, 0.004, 0.004, 0.001};
+  for (int i = 0; i < 5 * CostModel::kMinSamples; ++i) decide_and_record(fast4, 1, expected, cheap4);
+  const std::vector<double> two = {1.0, 1.8, 2.44, 2.44, 2.44};  // the proposal has 2 drafts
+  for (int i = 0; i < 50; ++i) {
+    const int k = fast4.choose_drafts(1, two);
+    ASSERT_LE(k, 2) << "decision " << i;
+  }
+}
+
+TEST(CostModelTest, KeepsItsChoiceUnlessAnotherIsClearlyFaster) {
+  CostModel m;
+  const std::vector<double> expected = {1.0, 2.0, 2.5};
+  // k=2 explored first at 4 ms (625 tok/s), k=1 at 3.3 ms (606 tok/s), plain at 3 ms (333 tok/s).
+  const std::vector<double> seconds = {0.003, 0.0033, 0.004};
+  for (int i = 0; i < 3 * CostModel::kMinSamples; ++i) decide_and_record(m, 1, expected, seconds);
+  EXPECT_EQ(m.choose_drafts(1, expected), 2);
+  // k=1 now 2% faster than k=2 (2.0 / 3.3 ms = 606/s against 2.38 / 4 ms = 595/s): within the
+  // hysteresis, k=2 stays.
+  const std::vector<double> closer = {1.0, 2.0, 2.38};
+  EXPECT_EQ(m.choose_drafts(1, closer), 2);
+  // 10% faster (606/s against 550/s): it switches.
+  const std::vector<double> far = {1.0, 2.0, 2.2};
+  EXPECT_EQ(m.choose_drafts(1, far), 1);
 }
 
 }  // namespace

@@ -32,46 +32,93 @@ double CostModel::Times::median() const {
   return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
-double CostModel::step_seconds(int bucket, bool speculated) const {
-  return buckets_.at(static_cast<size_t>(bucket)).way[speculated ? 1 : 0].median();
+double CostModel::step_seconds(int bucket, int drafts) const {
+  return buckets_.at(static_cast<size_t>(bucket)).way[static_cast<size_t>(way_of(drafts))].median();
 }
 
-bool CostModel::should_speculate(int num_decoding, double expected) {
-  if (always_) return true;
+int CostModel::choose_drafts(int num_decoding, std::span<const double> expected) {
+  const int max_k = std::min(static_cast<int>(expected.size()) - 1, kMaxDrafts);
+  if (max_k <= 0) return 0;
+  // The ways worth running: plain decoding, and each k expected to emit more than k - 1 does.
+  std::array<bool, kMaxDrafts + 1> useful{};
+  useful[0] = true;
+  int largest = 0;
+  for (int k = 1; k <= max_k; ++k) {
+    useful[static_cast<size_t>(k)] = expected[static_cast<size_t>(k)] > expected[static_cast<size_t>(k) - 1] + 1e-9;
+    if (useful[static_cast<size_t>(k)]) largest = k;
+  }
+  if (largest == 0) return 0;
+  if (always_) return largest;
   const int index = bucket_of(num_decoding);
   Bucket& b = buckets_[static_cast<size_t>(index)];
-  ++b.decisions;
-  if (b.way[1].samples < kMinSamples) return true;
-  if (b.way[0].samples < kMinSamples) return false;
-  const double with = expected / b.way[1].median(), without = num_decoding / b.way[0].median();
+  const int decision = b.decisions++;
+  auto run = [&](int k) {
+    b.way[static_cast<size_t>(k)].last_decision = decision;
+    return k;
+  };
+  // Unmeasured ways first: the most drafts down to one, then plain decoding.
+  for (int k = largest; k >= 0; --k) {
+    if (useful[static_cast<size_t>(k)] && b.way[static_cast<size_t>(k)].samples < kMinSamples) return run(k);
+  }
+  auto rate = [&](int k) { return expected[static_cast<size_t>(k)] / b.way[static_cast<size_t>(k)].median(); };
+  int best = 0;
+  for (int k = 1; k <= largest; ++k) {
+    if (useful[static_cast<size_t>(k)] && rate(k) > rate(best)) best = k;
+  }
   // A way once chosen is left only for one kHysteresis faster (no flapping on noise).
-  int chosen = with >= without ? 1 : 0;
-  if (b.chosen == 1 && chosen == 0 && with * kHysteresis >= without) chosen = 1;
-  if (b.chosen == 0 && chosen == 1 && without * kHysteresis >= with) chosen = 0;
+  int chosen = best;
+  if (b.chosen >= 0 && b.chosen <= largest && useful[static_cast<size_t>(b.chosen)] &&
+      rate(b.chosen) * kHysteresis >= rate(best)) {
+    chosen = b.chosen;
+  }
   if (chosen != b.chosen) {
-    const int lo = 1 << index, hi = index == kNumBuckets - 1 ? 0 : (2 << index) - 1;
-    change_ = fmt::format(
-        "speculative decoding {} for decode batches of {}{}: {:.1f} tokens expected in {:.2f} ms with it ({:.0f} "
-        "tok/s), {} in {:.2f} ms without ({:.0f} tok/s)",
-        chosen ? "on" : "off (verifying the drafts costs more than they save)", lo,
-        hi == 0 ? std::string(" or more") : (hi == lo ? std::string() : fmt::format("-{}", hi)), expected,
-        1e3 * b.way[1].median(), with, num_decoding, 1e3 * b.way[0].median(), without);
+    if (decision - b.logged_at >= kLogEvery) {
+      note_change(index, expected, b.chosen <= largest && b.chosen >= 0 && useful[static_cast<size_t>(b.chosen)] ? b.chosen : -1,
+                  chosen);
+      b.logged_at = decision;
+    }
+    if (b.chosen < 0 || (b.chosen > 0) != (chosen > 0)) {  // the first choice, or on <-> off: re-measure soon
+      b.reexplore_every = kReexploreEvery;
+      b.next_reexplore = decision + kReexploreEvery;
+    }
     b.chosen = chosen;
-    b.reexplore_every = kReexploreEvery;  // a change: re-measure soon
-    b.next_reexplore = b.decisions + kReexploreEvery;
   }
-  if (b.decisions >= b.next_reexplore) {
-    // Re-measure the other way once; if the choice then stands, wait twice as long next time.
-    b.next_reexplore = b.decisions + b.reexplore_every;
+  if (decision >= b.next_reexplore) {
+    // Re-measure the least recently run other way once; if the choice then stands, wait twice as
+    // long next time.
+    b.next_reexplore = decision + b.reexplore_every;
     b.reexplore_every = std::min(2 * b.reexplore_every, kMaxReexploreEvery);
-    return !chosen;
+    int other = -1;
+    for (int k = 0; k <= largest; ++k) {
+      if (k == chosen || !useful[static_cast<size_t>(k)]) continue;
+      if (other < 0 || b.way[static_cast<size_t>(k)].last_decision < b.way[static_cast<size_t>(other)].last_decision) {
+        other = k;
+      }
+    }
+    if (other >= 0) return run(other);
   }
-  return chosen == 1;
+  return run(chosen);
 }
 
-void CostModel::record(bool speculated, int num_decoding, double seconds) {
+// from: the way chosen before (-1: none, or one not available at this step).
+void CostModel::note_change(int index, std::span<const double> expected, int from, int to) {
+  const Bucket& b = buckets_[static_cast<size_t>(index)];
+  const int lo = 1 << index, hi = index == kNumBuckets - 1 ? 0 : (2 << index) - 1;
+  auto way = [&](int k) {
+    const double s = b.way[static_cast<size_t>(k)].median();
+    return fmt::format("{} draft{}: {:.1f} tokens expected in {:.2f} ms ({:.0f} tok/s)", k, k == 1 ? "" : "s",
+                       expected[static_cast<size_t>(k)], 1e3 * s, expected[static_cast<size_t>(k)] / s);
+  };
+  change_ = fmt::format("speculative decoding {} for decode batches of {}{}: {}{}",
+                        to > 0 ? fmt::format("on with up to {} draft{}", to, to == 1 ? "" : "s")
+                               : std::string("off (verifying the drafts costs more than they save)"),
+                        lo, hi == 0 ? std::string(" or more") : (hi == lo ? std::string() : fmt::format("-{}", hi)),
+                        way(to), from >= 0 ? "; was " + way(from) : std::string());
+}
+
+void CostModel::record(int drafts, int num_decoding, double seconds) {
   if (always_ || seconds <= 0) return;
-  Times& t = buckets_[static_cast<size_t>(bucket_of(num_decoding))].way[speculated ? 1 : 0];
+  Times& t = buckets_[static_cast<size_t>(bucket_of(num_decoding))].way[static_cast<size_t>(way_of(drafts))];
   t.recent[static_cast<size_t>(t.samples % kWindow)] = seconds;
   ++t.samples;
 }

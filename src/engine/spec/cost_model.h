@@ -1,26 +1,31 @@
-// Speculative decoding, part 3: whether to speculate this step. Verifying k drafts costs k more
-// query rows per sequence; at batch 1 that is nearly free where the step is bound by reading the
-// weights, at a large batch (or on a CPU whose small-batch kernels are compute-bound) the extra
-// rows cost more than the accepted tokens save. The decision is made from measurements, not from
-// a constant, with cost and benefit measured apart:
-//   - cost: for each batch-size bucket (decoding sequences: 1, 2-3, 4-7, 8-15, ...) the wall
-//     seconds of the last kWindow decode steps with and without speculation (proposal included;
-//     the median, so that a draft model's first step for a request, which also runs the prompt
-//     through the draft, does not decide);
-//   - benefit: the tokens the step is expected to emit, from each speculating request's measured
-//     acceptance (the engine passes sum over requests of E[tokens] = (1 - a^(k+1)) / (1 - a) for
-//     per-token acceptance a and k drafts; 1 for each request that does not speculate).
-// It speculates when expected tokens / seconds with it beats decoding sequences / seconds
-// without (by kHysteresis to leave the way it chose before). A bucket first measures each way
-// kMinSamples times; then it runs the way it would not choose once after kReexploreEvery
-// decisions, and again after twice as many each time the choice stands (up to
-// kMaxReexploreEvery), so both costs stay current without paying for a losing way often.
+// Speculative decoding, part 3: whether to speculate this step, and with how many drafts. Verifying
+// k drafts costs k more query rows per sequence; at batch 1 that is nearly free where the step is
+// bound by reading the weights, at a large batch (or on a CPU whose small-batch kernels are
+// compute-bound: kjv-tiny on 2 AVX2 cores, 2 rows cost 1.07x a 1-row step, 3 rows 1.3x, 4 rows
+// 1.55x, 5 rows 1.78x) each extra row costs more than the last, so fewer drafts can be faster
+// than more. The decision is made from measurements, not from a constant, with cost and benefit
+// measured apart:
+//   - cost: for each batch-size bucket (decoding sequences: 1, 2-3, 4-7, 8-15, ...) and each draft
+//     count k (0: plain decoding; else the most drafts a sequence verified in the step) the wall
+//     seconds of the last kWindow decode steps (proposal included; the median, so that a draft
+//     model's first step for a request, which also runs the prompt through the draft, does not
+//     decide);
+//   - benefit: the tokens the step is expected to emit with at most k drafts per sequence, from
+//     each speculating request's measured acceptance (the engine passes, for each k, the sum over
+//     requests of E[tokens] = (1 - a^(k'+1)) / (1 - a) with k' = min(k, its drafts); 1 for each
+//     request that does not speculate).
+// It picks the k with the most expected tokens per second (the way it chose before is kept unless
+// another is kHysteresis faster). A bucket first measures each k that adds tokens kMinSamples
+// times; then it runs another k once after kReexploreEvery decisions (the least recently
+// measured), and again after twice as many each time the choice stands (up to
+// kMaxReexploreEvery), so all costs stay current without paying for a losing way often.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace spindle::engine::spec {
@@ -31,42 +36,51 @@ double expected_tokens(double a, int k);
 
 class CostModel {
  public:
+  static constexpr int kMaxDrafts = 16;  // draft counts above share the last way
   static constexpr int kMinSamples = 5;
   static constexpr int kReexploreEvery = 20;  // decisions between re-measurements at first,
   static constexpr int kMaxReexploreEvery = 640;  // doubled each time one confirms the choice
   static constexpr int kWindow = 9;  // steps per way and bucket the median is taken over
-  static constexpr double kHysteresis = 1.05;  // the other way must be 5% faster to switch
+  static constexpr double kHysteresis = 1.05;  // another way must be 5% faster to switch
+  static constexpr int kLogEvery = 100;  // decisions of a bucket between two logged changes at most
 
-  // always: speculate on every step (--speculative-always), measuring nothing.
+  // always: speculate on every step with every draft (--speculative-always), measuring nothing.
   explicit CostModel(bool always = false) : always_(always) {}
 
-  // Whether a decode step over num_decoding sequences speculates, when it is then expected to
-  // emit expected_tokens tokens (and num_decoding without).
-  bool should_speculate(int num_decoding, double expected_tokens);
-  // A pure decode step ran: `speculated` (at least one sequence verified drafts), over
-  // num_decoding sequences, in `seconds` of wall time.
-  void record(bool speculated, int num_decoding, double seconds);
-  // Set when the chosen way of a bucket changed at the last decision: a log line saying why.
+  // How many drafts per sequence (at most) a decode step over num_decoding sequences verifies:
+  // 0 (plain decoding) to expected.size() - 1. expected[k]: the tokens the step is expected to
+  // emit with at most k drafts per sequence (expected[0] = num_decoding; non-decreasing in k; a
+  // k with no more than k - 1 gives, e.g. no request has k drafts, is never chosen).
+  int choose_drafts(int num_decoding, std::span<const double> expected);
+  // A pure decode step ran over num_decoding sequences in `seconds` of wall time; `drafts`: the
+  // most drafts a sequence verified (0: none speculated).
+  void record(int drafts, int num_decoding, double seconds);
+  // Set when the chosen way of a bucket changed at a decision (at most once per kLogEvery of its
+  // decisions): a log line saying why.
   std::optional<std::string> take_change();
 
   static int bucket_of(int num_decoding);  // floor(log2(n)), capped
-  // Median step seconds of a bucket's last steps (0 when unmeasured).
-  double step_seconds(int bucket, bool speculated) const;
+  // Median step seconds of a bucket's last steps with `drafts` drafts (0 when unmeasured).
+  double step_seconds(int bucket, int drafts) const;
 
  private:
   struct Times {
     std::array<double, kWindow> recent{};  // the last min(samples, kWindow) steps (a ring)
     int samples = 0;
+    int last_decision = -1;  // the bucket's decision count when this way last ran
     double median() const;
   };
   struct Bucket {
-    Times way[2];  // [0] without, [1] with speculation
+    std::array<Times, kMaxDrafts + 1> way{};  // [k]: at most k drafts per sequence
     int decisions = 0;
     int chosen = -1;  // -1: not yet decided
+    int logged_at = -kLogEvery;  // the decision count of the last logged change
     int reexplore_every = kReexploreEvery;
     int next_reexplore = kReexploreEvery;  // the decision count of the next re-measurement
   };
   static constexpr int kNumBuckets = 12;
+  static int way_of(int drafts) { return std::clamp(drafts, 0, kMaxDrafts); }
+  void note_change(int bucket, std::span<const double> expected, int from, int to);
   bool always_;
   std::array<Bucket, kNumBuckets> buckets_{};
   std::optional<std::string> change_;

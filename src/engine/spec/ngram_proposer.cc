@@ -7,6 +7,10 @@
 namespace spindle::engine::spec {
 
 std::vector<TokenId> ngram_lookup(std::span<const TokenId> context, int min_window, int max_window, int max_tokens) {
+  return ngram_match(context, min_window, max_window, max_tokens).tokens;
+}
+
+NgramMatch ngram_match(std::span<const TokenId> context, int min_window, int max_window, int max_tokens) {
   const int length = static_cast<int>(context.size());
   if (max_tokens <= 0) return {};
   for (int n = std::min(max_window, length - 1); n >= min_window; --n) {
@@ -17,7 +21,7 @@ std::vector<TokenId> ngram_lookup(std::span<const TokenId> context, int min_wind
       if (!std::equal(suffix, suffix + n, context.data() + start)) continue;
       const int from = start + n;
       const int to = std::min(length, from + max_tokens);
-      return std::vector<TokenId>(context.begin() + from, context.begin() + to);
+      return {std::vector<TokenId>(context.begin() + from, context.begin() + to), n};
     }
   }
   return {};
@@ -33,7 +37,9 @@ void NgramProposer::propose(std::span<const ProposalRequest> requests) {
     const Request& r = *p.request;
     context_.assign(r.prompt.begin(), r.prompt.end());
     context_.insert(context_.end(), r.output.begin(), r.output.end());
-    p.out->tokens = ngram_lookup(context_, min_window_, max_window_, p.max_draft_tokens);
+    NgramMatch m = ngram_match(context_, min_window_, max_window_, p.max_draft_tokens);
+    p.out->tokens = std::move(m.tokens);
+    p.out->match_length = m.length;
   }
 }
 

@@ -23,10 +23,14 @@ struct DraftProposal {
   // draft model sampling a non-greedy request); empty: every token was chosen deterministically
   // (q is a point mass), and verification compares it with the target's own draw.
   std::vector<std::vector<TokenProb>> q;
+  // The n-gram proposer: how many context tokens matched (its acceptance is measured per match
+  // length); 0: no such measure (a draft model).
+  int match_length = 0;
 
   void clear() {
     tokens.clear();
     q.clear();
+    match_length = 0;
   }
 };
 
