@@ -255,13 +255,13 @@ int main(int argc, char** argv) {
       const double bound_wkv = b / ((step_weight_bytes + kv_bytes) / (bw_bound * 1e9));
       std::printf("\ndecode batch %d, %d cached tokens each: %.1f ms/step, %.2f tokens/s\n", b, args.context,
                   t * 1e3, b / t);
-      std::printf("  calling thread's CPU time %.3f ms/step (with 1 thread: the step's work, whatever the machine's load)\n",
-                  cpu_t * 1e3);
       std::printf("  memory read bandwidth now %.1f GB/s, bound uses %.1f GB/s\n", bw_now, bw_bound);
       std::printf("  bound from bandwidth: %.2f tokens/s (weights %.2f GB/step) -> %.1f%%; with KV (%.3f GB/step): "
                   "%.2f tokens/s -> %.1f%%; effective %.1f GB/s\n",
                   bound_w, step_weight_bytes / 1e9, 100 * (b / t) / bound_w, kv_bytes / 1e9, bound_wkv,
                   100 * (b / t) / bound_wkv, (step_weight_bytes + kv_bytes) / t / 1e9);
+      std::printf("  calling thread's CPU time %.3f ms/step (with 1 thread: the step's work, whatever the machine's load)\n",
+                  cpu_t * 1e3);
     }
     std::printf("\nworkspace_bytes after the run: %.1f MB\n", model->workspace_bytes() / 1e6);
   } catch (const std::exception& e) {
