@@ -63,8 +63,8 @@ inline void cpu_relax() { asm volatile("" ::: "memory"); }
 
 using SpinClock = std::chrono::steady_clock;
 
-// Polls done() for up to `spin` (checking the clock every 64 polls). Returns whether done()
-// became true.
+// Polls done() for up to `spin` (checking the clock and yielding every 64 polls). Returns whether
+// done() became true.
 template <class Done>
 bool spin_until(Done&& done, std::chrono::microseconds spin) {
   if (done()) return true;
@@ -76,6 +76,9 @@ bool spin_until(Done&& done, std::chrono::microseconds spin) {
       cpu_relax();
     }
     if (SpinClock::now() >= deadline) return done();
+    // Other runnable threads on this CPU (a loaded machine; our own caller) run now rather than
+    // at the end of our time slice; with none, this returns at once.
+    sched_yield();
   }
 }
 
@@ -84,7 +87,7 @@ bool spin_until(Done&& done, std::chrono::microseconds spin) {
 int ThreadPool::default_spin_us() {
   static const int us = [] {
     const char* env = std::getenv("SPINDLE_POOL_SPIN_US");
-    return env ? std::max(0, std::atoi(env)) : 0;
+    return env ? std::max(0, std::atoi(env)) : 200;
   }();
   return us;
 }

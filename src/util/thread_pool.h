@@ -7,13 +7,14 @@
 // Hand-off: a call publishes its job with one atomic store. Tasks are claimed with a
 // compare-and-swap on (generation, next index), so a late worker can never run a task of a newer
 // call with an older call's function. A worker that finished polls for the next call for
-// spin_us() microseconds (0 by default: it sleeps at once) and then sleeps on a condition
-// variable, woken only when it sleeps; the caller runs tasks too, then polls for the claimed ones
-// to finish for the same time before it sleeps. The polling loops use no PAUSE: in this project's
-// VM, PAUSE loops halved the rate of small products (the hypervisor's pause-loop exiting
-// deschedules the spinning vCPU). Polling helped small products on a lightly loaded machine but
-// slowed whole decode steps when other processes wanted the cores
-// (bench/results/2026-12-01-cpu-vs-llamacpp-2.md), hence off by default.
+// spin_us() microseconds (default 200), then sleeps on a condition variable and is woken only
+// when it sleeps; the caller runs tasks too, then polls for the claimed ones for the same time
+// before it sleeps. Polling loops use no PAUSE (in this project's VM, PAUSE loops halved the rate
+// of small products: the hypervisor's pause-loop exiting deschedules the spinning vCPU) and call
+// sched_yield every 64 polls, so that other runnable threads are not kept waiting. Measured on the
+// shared 2-core VM (bench/results/2026-12-01-cpu-vs-llamacpp-2.md): decode of a 6.8M model 1.5-2x
+// faster than sleeping workers when the machine was quiet; under other processes' load, polling
+// without the yield was slower than sleeping, with it mostly faster.
 #pragma once
 
 #include <atomic>
@@ -49,7 +50,7 @@ class ThreadPool {
   // sleeps. Starts at default_spin_us(); may be changed at any time (from any thread).
   int spin_us() const { return spin_us_.load(std::memory_order_relaxed); }
   void set_spin_us(int us) { spin_us_.store(us < 0 ? 0 : us, std::memory_order_relaxed); }
-  // SPINDLE_POOL_SPIN_US (read once), else 0.
+  // SPINDLE_POOL_SPIN_US (read once; 0: workers sleep as soon as they are idle), else 200.
   static int default_spin_us();
 
  private:
