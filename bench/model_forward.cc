@@ -246,8 +246,10 @@ int main(int argc, char** argv) {
       const double bw_now = bench::memory_read_gbps(pool);
       const double bw_bound = std::max(bw, bw_now);
       const double start = bench::now_s();
+      const double cpu_start = bench::thread_cpu_s();
       for (int i = 1; i <= args.steps; ++i) step(i);
       const double t = (bench::now_s() - start) / args.steps;
+      const double cpu_t = (bench::thread_cpu_s() - cpu_start) / args.steps;
       const double kv_bytes = b * (args.context + args.steps / 2.0) * kv_token_bytes;
       const double bound_w = b / (step_weight_bytes / (bw_bound * 1e9));
       const double bound_wkv = b / ((step_weight_bytes + kv_bytes) / (bw_bound * 1e9));
@@ -258,6 +260,8 @@ int main(int argc, char** argv) {
                   "%.2f tokens/s -> %.1f%%; effective %.1f GB/s\n",
                   bound_w, step_weight_bytes / 1e9, 100 * (b / t) / bound_w, kv_bytes / 1e9, bound_wkv,
                   100 * (b / t) / bound_wkv, (step_weight_bytes + kv_bytes) / t / 1e9);
+      std::printf("  calling thread's CPU time %.3f ms/step (with 1 thread: the step's work, whatever the machine's load)\n",
+                  cpu_t * 1e3);
     }
     std::printf("\nworkspace_bytes after the run: %.1f MB\n", model->workspace_bytes() / 1e6);
   } catch (const std::exception& e) {

@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -54,6 +56,42 @@ void pin_current_thread(const std::vector<int>& cpus) {
   SPINDLE_CHECK(rc == 0, "cannot pin a thread to CPUs {}: {}", fmt::join(cpus, ","), std::strerror(rc));
 }
 
+namespace {
+
+// One step of a polling loop: a compiler barrier only, no PAUSE (see thread_pool.h).
+inline void cpu_relax() { asm volatile("" ::: "memory"); }
+
+using SpinClock = std::chrono::steady_clock;
+
+// Polls done() for up to `spin` (checking the clock and yielding every 64 polls). Returns whether
+// done() became true.
+template <class Done>
+bool spin_until(Done&& done, std::chrono::microseconds spin) {
+  if (done()) return true;
+  if (spin.count() <= 0) return false;
+  const auto deadline = SpinClock::now() + spin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (SpinClock::now() >= deadline) return done();
+    // Other runnable threads on this CPU (a loaded machine; our own caller) run now rather than
+    // at the end of our time slice; with none, this returns at once.
+    sched_yield();
+  }
+}
+
+}  // namespace
+
+int ThreadPool::default_spin_us() {
+  static const int us = [] {
+    const char* env = std::getenv("SPINDLE_POOL_SPIN_US");
+    return env ? std::max(0, std::atoi(env)) : 200;
+  }();
+  return us;
+}
+
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = num_usable_cores();
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -80,10 +118,8 @@ ThreadPool::ThreadPool(int num_threads, std::vector<int> cpus) : cpus_(std::move
     try {
       ready.get();
     } catch (...) {
-      {
-        std::lock_guard lock(mutex_);
-        stopping_ = true;
-      }
+      stopping_.store(true);
+      { std::lock_guard lock(mutex_); }
       wake_.notify_all();
       for (auto& t : workers_) t.join();
       throw;
@@ -92,10 +128,8 @@ ThreadPool::ThreadPool(int num_threads, std::vector<int> cpus) : cpus_(std::move
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
+  stopping_.store(true);
+  { std::lock_guard lock(mutex_); }  // a worker between its predicate check and its wait sees it
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
@@ -108,40 +142,53 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
-void ThreadPool::run_tasks() {
+void ThreadPool::record_error() {
+  std::lock_guard lock(mutex_);
+  if (!error_) error_ = std::current_exception();
+}
+
+void ThreadPool::run_tasks(uint64_t gen) {
   const bool was_inside = tls_inside_pool;
   tls_inside_pool = true;
+  // Read after seeing `gen` in work_: gen's job, or (when this thread is two calls late) a newer
+  // one, in which case work_ has moved on and the compare-and-swap below refuses every claim.
+  const Job& job = jobs_[gen & 1];
+  const std::function<void(int64_t)>* fn = job.fn.load();
+  const int64_t n = job.num_tasks.load();
+  uint64_t v = work_.load();
   for (;;) {
-    int64_t task;
-    const std::function<void(int64_t)>* fn;
-    {
-      std::lock_guard lock(mutex_);
-      if (next_task_ >= num_tasks_) break;
-      task = next_task_++;
-      fn = fn_;
-    }
+    if ((v >> kGenShift) != gen) break;
+    const int64_t task = static_cast<int64_t>(v & 0xffffffffu);
+    if (task >= n) break;
+    if (!work_.compare_exchange_weak(v, v + 1)) continue;  // v reloaded
     try {
       (*fn)(task);
     } catch (...) {
-      std::lock_guard lock(mutex_);
-      if (!error_) error_ = std::current_exception();
+      record_error();
     }
-    std::lock_guard lock(mutex_);
-    if (++num_finished_ == num_tasks_) done_.notify_all();
+    // seq_cst, then caller_sleeping_'s load: the caller sees this count or we see it sleeping.
+    if (finished_.fetch_add(1) + 1 == n && caller_sleeping_.load()) {
+      { std::lock_guard lock(mutex_); }
+      done_.notify_all();
+    }
+    v = work_.load();
   }
   tls_inside_pool = was_inside;
 }
 
 void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // generation 0 is the empty job the pool starts with
+  auto called = [&] { return stopping_.load() || (work_.load() >> kGenShift) != seen; };
   for (;;) {
-    {
+    if (!spin_until(called, std::chrono::microseconds(spin_us()))) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
+      sleepers_.fetch_add(1);  // before the predicate's load: parallel_for sees it or we see its call
+      wake_.wait(lock, called);
+      sleepers_.fetch_sub(1);
     }
-    run_tasks();
+    if (stopping_.load()) return;
+    seen = work_.load() >> kGenShift;
+    run_tasks(seen);
   }
 }
 
@@ -151,24 +198,35 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
+  SPINDLE_CHECK(n < (int64_t{1} << kGenShift), "parallel_for: {} tasks is too many", n);
   std::lock_guard call_lock(call_mutex_);
+  const uint64_t gen = ((work_.load() >> kGenShift) + 1) & 0xffffffffu;
   {
     std::lock_guard lock(mutex_);
-    fn_ = &fn;
-    num_tasks_ = n;
-    next_task_ = 0;
-    num_finished_ = 0;
     error_ = nullptr;
-    ++generation_;
   }
-  wake_.notify_all();
-  run_tasks();
+  Job& job = jobs_[gen & 1];
+  job.fn.store(&fn);
+  job.num_tasks.store(n);
+  finished_.store(0);
+  work_.store(gen << kGenShift);  // publishes the call (seq_cst: ordered before sleepers_'s load)
+  if (sleepers_.load() > 0) {
+    { std::lock_guard lock(mutex_); }
+    wake_.notify_all();
+  }
+  run_tasks(gen);
+  // The tasks other threads claimed: poll, then sleep until the last one is done.
+  auto all_done = [&] { return finished_.load() == n; };
+  if (!spin_until(all_done, std::chrono::microseconds(spin_us()))) {
+    std::unique_lock lock(mutex_);
+    caller_sleeping_.store(true);  // before the predicate's load (see run_tasks)
+    done_.wait(lock, all_done);
+    caller_sleeping_.store(false);
+  }
   std::exception_ptr error;
   {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return num_finished_ == num_tasks_; });
+    std::lock_guard lock(mutex_);
     error = error_;
-    fn_ = nullptr;
   }
   if (error) std::rethrow_exception(error);
 }

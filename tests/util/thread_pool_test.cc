@@ -8,6 +8,7 @@
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <chrono>
 
@@ -36,6 +37,52 @@ TEST(ThreadPoolTest, PinnedWorkersRunOnlyOnTheirCpus) {
   for (int i = 0; i < 64; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], i);
   ASSERT_FALSE(worker_masks.empty()) << "no task ran on a worker";
   for (const auto& mask : worker_masks) EXPECT_EQ(mask, one);
+}
+
+// Many back-to-back calls of different sizes (the hand-off's generations): every index runs
+// exactly once per call, with the workers sleeping between calls (spin 0) and polling (spin 50).
+TEST(ThreadPoolTest, EveryTaskRunsOnceAcrossManyCalls) {
+  for (int spin : {0, 50}) {
+    ThreadPool pool(3);  // more threads than this VM's cores: late and preempted workers happen
+    pool.set_spin_us(spin);
+    EXPECT_EQ(pool.spin_us(), spin);
+    std::vector<std::atomic<int>> hits(98);  // n is at most 97; hits[n] must stay 0
+    for (int call = 0; call < 3000; ++call) {
+      const int64_t n = 2 + call % 96;
+      for (auto& h : hits) h.store(0);
+      pool.parallel_for(n, [&](int64_t i) { hits[static_cast<size_t>(i)].fetch_add(1); });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "call " << call << " task " << i;
+      ASSERT_EQ(hits[static_cast<size_t>(n)].load(), 0) << "call " << call << " ran past n";
+    }
+  }
+}
+
+TEST(ThreadPoolTest, AnExceptionIsRethrownAndThePoolStaysUsable) {
+  ThreadPool pool(2);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.parallel_for(16,
+                                 [&](int64_t i) {
+                                   ran.fetch_add(1);
+                                   if (i == 5) throw std::runtime_error("task 5");
+                                 }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 16);  // the other tasks still ran
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(100, [&](int64_t i) { sum.fetch_add(i); });
+  EXPECT_EQ(sum.load(), 4950);
+}
+
+TEST(ThreadPoolTest, NestedCallsRunSerially) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.parallel_for(4, [&](int64_t) {
+    const auto self = std::this_thread::get_id();
+    pool.parallel_for(8, [&](int64_t) {
+      EXPECT_EQ(std::this_thread::get_id(), self);
+      inner.fetch_add(1);
+    });
+  });
+  EXPECT_EQ(inner.load(), 32);
 }
 
 TEST(ThreadPoolTest, PinCurrentThreadRestrictsAndRestores) {
