@@ -12,6 +12,8 @@
 //
 // usage: bench_spec_verify --model DIR [--device cpu|cuda] [--backend NAME] [--decode-backend NAME]
 //                          [--context 512] [--k 4] [--batch 1] [--steps 50] [--eager] [--eager-verify]
+//                          [--max-model-len N]  (the length graphs are planned for, as the server's
+//                          --max-model-len; default context + k + 16)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,6 +50,7 @@ struct Args {
   int steps = 50;
   bool eager = false;         // no graphs at all
   bool eager_verify = false;  // graphs for the decode steps only
+  int max_model_len = 0;      // 0: context + k + 16
 };
 
 Args parse(int argc, char** argv) {
@@ -68,6 +71,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--steps") a.steps = std::stoi(value());
     else if (f == "--eager") a.eager = true;
     else if (f == "--eager-verify") a.eager_verify = true;
+    else if (f == "--max-model-len")
+      a.max_model_len = std::stoi(value());
     else SPINDLE_FAIL("unknown flag {}", f);
   }
   SPINDLE_CHECK(!a.model_dir.empty(), "--model DIR is required");
@@ -105,7 +110,7 @@ int main(int argc, char** argv) try {
   const std::string decode_name = !a.decode_backend.empty() ? a.decode_backend : prefill_name;
   auto prefill = attn::create_attention_backend(prefill_name, shape, {});
   auto decode = attn::create_attention_backend(decode_name, shape, {});
-  const int max_len = a.context + a.k + 16;
+  const int max_len = std::max(a.max_model_len, a.context + a.k + 16);
   engine::RunnerOptions options;
   options.max_graph_batch = cuda && !a.eager ? std::max(8, a.batch) : 0;
   options.max_model_len = max_len;

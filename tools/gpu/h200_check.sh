@@ -20,6 +20,7 @@
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
+#   early.jsonl/.md  bench_spec_verify decode/verify under the decode step's A/B knobs (early triggers, gemv16 unroll, flash_decode splits)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
 #   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py)
 #   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
@@ -71,7 +72,7 @@ if has env; then
     ldd $bin/spindle; } >"$out/env.txt" 2>&1
   head -20 "$out/env.txt"
 fi
-has attention && run attention 200 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=${ATTENTION_FILTER:-*}"
+has attention && run attention ${ATTENTION_TIMEOUT:-300} $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=${ATTENTION_FILTER:-*}"
 has cudnn && SPINDLE_CUDNN_RAGGED=0 run cudnn_padded 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
 has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cudnn*"
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
@@ -117,6 +118,44 @@ if has pdl; then  # programmatic dependent launch (kernels/cuda/pdl.cuh) off vs 
     done
   done
   cat "$out/pdl.jsonl"
+fi
+if has early; then  # the decode step's A/B knobs, alternating, graphs planned as served (--max-model-len 8448)
+  work=${WORK:-/tmp/e2e-work}
+  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/early_model.txt" 2>&1
+  # A config is env settings: off = SPINDLE_CUDA_PDL_EARLY=0 (pdl.cuh), u8 = SPINDLE_GEMV16_UNROLL=8,
+  # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
+  # EARLY_SETS: "context:batches:configs:rounds" groups.
+  for set in ${EARLY_SETS:-"512:1 2 8:off default u8 c64b1 c64b2 c128b2:2" "2048:1 8:default c64b1 c64b2 c128b2 c64b4:1" "8000:1 8:default c64b1 c64b2 c128b2 c64b4:1"}; do
+    IFS=: read -r ctx batches configs rounds <<<"$set"
+    for round in $(seq 1 "$rounds"); do
+      for b in $batches; do
+        for config in $configs; do
+          envs=()
+          case $config in
+            off) envs=(SPINDLE_CUDA_PDL_EARLY=0) ;;
+            u8) envs=(SPINDLE_GEMV16_UNROLL=8) ;;
+            c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
+          esac
+          name=early_c${ctx}_r${round}_b${b}_${config}
+          env "${envs[@]}" timeout 60 $bin/bench_spec_verify --model "$work/model" --device cuda --context $ctx --k 4 \
+            --batch $b --steps 40 --decode-backend cuda_flash --max-model-len 8448 >"$out/$name.txt" 2>&1
+          echo "{\"config\": \"$config\", \"round\": $round, \"result\": $(grep "^{" "$out/$name.txt" | tail -1)}" >>"$out/early.jsonl"
+        done
+      done
+    done
+  done
+  python3 - "$out/early.jsonl" <<'PY' | tee "$out/early.md"
+import json, sys, collections
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    res = r["result"]
+    rows[(res["context"], res["batch"], r["config"])].append((res["decode_ms"], res["verify_ms"]))
+print("| context | batch | config | decode ms (rounds) | verify ms (rounds) |")
+print("|---|---|---|---|---|")
+for (c, b, k), v in sorted(rows.items()):
+    print(f"| {c} | {b} | {k} | {' / '.join(f'{d:.3f}' for d, _ in v)} | {' / '.join(f'{x:.3f}' for _, x in v)} |")
+PY
 fi
 if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a decode step, 8B shape
   work=${WORK:-/tmp/e2e-work}

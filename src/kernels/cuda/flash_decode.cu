@@ -3,8 +3,9 @@
 //
 // Work split. Block (kv_head_tile, split, sequence) attends the query row of `sequence` for the
 // query heads [kv_head * G + 8 * tile, +8) of one KV head (G = num_heads / num_kv_heads; a group
-// of more than 8 heads takes several tiles) over the keys [split * chunk_keys, +chunk_keys) of
-// that sequence, so every K/V byte is read once per tile. Splits past a sequence's length exit.
+// of more than 8 heads takes several tiles) over the keys [split * chunk, +chunk) of that sequence,
+// chunk = chunk_keys_for(its length), so every K/V byte is read once per tile. Splits past a
+// sequence's length exit.
 // A sequence whose keys fit one split writes `out` directly; otherwise each split writes its
 // normalised partial output and log2-sum-exp to the workspace and flash_decode_merge_kernel
 // combines them.
@@ -26,7 +27,18 @@
 // head_dim: any multiple of 8 in [8, 256], run-time, in three compiled buckets (<= 64, <= 128,
 // <= 256) per KV type. A bucket always computes its full width: the ring columns past head_dim
 // are zeroed once and q is zero there, so no run-time branches sit in the inner loops.
-// Chunk sizes: make_decode_plan.
+// Chunk sizes: each sequence's own, from its length (chunk_keys_for, the same in a graph replayed at
+// any length up to the planned one); the grid's split count from the planned length (make_decode_plan).
+//
+// Before the wait (programmatic dependent launch, pdl.cuh). A decode step writes one key per
+// sequence, its last (the new token's, by the q/k/v split or the K/V writer just before), and no
+// kernel writes the uploaded batch. So a split block reads its sequence and page table and issues
+// the copies of its first kStages - 1 tiles before it waits for the kernel before it, leaving out
+// only the row of the sequence's last key, which it copies after the wait together with q. The
+// latency chain batch -> page table -> K/V then overlaps the previous kernel. The split and merge
+// kernels let their successors launch first (pdl_begin(true)): the conversion and the output
+// projection after the attention are launched and resident before it ends. SPINDLE_CUDA_PDL_EARLY=0
+// turns both off (A/B runs).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -49,11 +61,15 @@ constexpr int kMaxThreads = kMaxWarps * 32;
 constexpr int kStages = 3;                // cp.async ring depth per warp
 constexpr int kHeadsPerTile = 8;          // query heads per block: the n (or m) = 8 side of the mma
 constexpr int kStageKeys = 16;            // keys per ring stage: the k = 16 side of the P.V mma
-constexpr int kMinChunkKeys = 256;        // keys per split: enough to amortise a block's start-up
+// Split sizes, measured (bench/results/2026-12-01-h200-checks-12/early.md: the 8B shape's graph
+// decode step at 512, 2048 and 8000 keys, batch 1, 2 and 8): splits of at least 64 keys and about
+// one split block per SM beat the earlier 256 keys and 8 blocks per SM (4.61 -> 4.54 ms at 512 keys,
+// batch 1; 5.79 -> 5.68 ms at 2048 keys and 7.74 -> 7.42 ms at 8000 keys, batch 8; within noise
+// elsewhere): short sequences get more, smaller splits; long ones fewer blocks and a smaller merge.
+constexpr int kMinChunkKeys = 64;         // keys per split: enough to amortise a block's start-up
 constexpr int kMaxChunkKeys = 1024;       // ... and small enough for many blocks per SM (short tail)
 constexpr int kChunkGranule = kStageKeys; // splits start on stage boundaries
-constexpr int kResidentBlocksPerSm = 2;   // split blocks one SM holds (shared memory bound, H100)
-constexpr int kTargetWaves = 4;           // aim for this many rounds of resident blocks
+constexpr int kTargetBlocksPerSm = 1;     // split blocks to aim for per SM (one wave)
 constexpr int kSlotBytes = kMaxChunkKeys * 4;
 constexpr int kMergeThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
@@ -77,6 +93,24 @@ __host__ __device__ inline int merge_floats(int num_warps, int head_dim) {
   return num_warps * kHeadsPerTile * (head_dim + 4) + 2 * num_warps * kHeadsPerTile;
 }
 
+// How a sequence's keys are cut into splits, from its length alone (so the kernels and the host
+// agree, and a graph planned for the longest length serves every shorter one):
+//   c = clamp(round_up(ceil(kv_len / target_splits), kChunkGranule), min_chunk, kMaxChunkKeys),
+// then the kv_len keys spread evenly over ceil(kv_len / c) splits (no tiny last split).
+struct ChunkRule {
+  int target_splits;  // splits wanted per (sequence, KV head tile): enough blocks for the SMs
+  int min_chunk;      // keys: enough to amortise a block's start-up
+};
+
+__host__ __device__ inline int chunk_keys_for(int kv_len, ChunkRule r) {
+  const int len = kv_len > 1 ? kv_len : 1;
+  int c = (len + r.target_splits - 1) / r.target_splits;
+  c = (c + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
+  c = c < r.min_chunk ? r.min_chunk : (c > kMaxChunkKeys ? kMaxChunkKeys : c);
+  const int splits = (len + c - 1) / c;
+  return ((len + splits - 1) / splits + kChunkGranule - 1) / kChunkGranule * kChunkGranule;
+}
+
 struct SplitParams {
   const float* q;                 // [num_rows, num_heads, head_dim]
   float* out;                     // [num_rows, num_heads, head_dim]
@@ -89,9 +123,10 @@ struct SplitParams {
   int num_heads, num_kv_heads, head_dim, page_size;
   int group_size;                 // query heads per KV head
   int num_head_tiles;             // ceil(group_size / kHeadsPerTile)
-  int chunk_keys;                 // keys per split, <= kMaxChunkKeys
-  int num_splits;                 // splits of the longest sequence
+  ChunkRule rule;                 // a sequence's keys per split (chunk_keys_for)
+  int num_splits;                 // splits of the grid: of the longest sequence planned for
   float scale_log2;               // scale * log2(e)
+  bool early;                     // copy K/V before the wait and let the merge launch first
 };
 
 // ---- device helpers ---------------------------------------------------------------------------
@@ -188,9 +223,10 @@ struct StageSource {
 
 // Issues the copies of keys [key0, key0 + kStageKeys) of the chunk into one stage (K rows, then V
 // rows; row pitch Tile::kPitch); keys past the chunk are zero-filled, columns past head_dim are
-// left alone.
+// left alone, and the row of chunk key skip_key (if any) is not touched (copy_key_row fills it).
 template <int kMaxHeadDim>
-__device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_stage, int key0, int lane) {
+__device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_stage, int key0, int lane,
+                                            int skip_key = -1) {
   using T = Tile<kMaxHeadDim>;
   uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
 #pragma unroll
@@ -200,12 +236,27 @@ __device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_
     const int chunk = i % T::kMaxChunks;
     if (chunk < src.num_chunks) {
       const int key = key0 + row;
+      if (key == skip_key) continue;
       const bool valid = key < src.num_keys;
       const int64_t offset = valid ? int64_t{src.slots[key]} * src.slot_pitch + chunk * 8 : 0;
       const int dst = row * T::kPitch + chunk * 8;
       cp_async_16(k_stage + dst, src.k + offset, valid);
       cp_async_16(v_stage + dst, src.v + offset, valid);
     }
+  }
+}
+
+// Copies the K and V rows of chunk key `key` (in the stage starting at key0) with ordinary loads and
+// stores: the row issue_stage left out. Visible to the warp after its next __syncwarp.
+template <int kMaxHeadDim>
+__device__ __forceinline__ void copy_key_row(const StageSource& src, uint16_t* k_stage, int key0, int key, int lane) {
+  using T = Tile<kMaxHeadDim>;
+  uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
+  const int64_t offset = int64_t{src.slots[key]} * src.slot_pitch;
+  const int dst = (key - key0) * T::kPitch;
+  for (int chunk = lane; chunk < src.num_chunks; chunk += 32) {
+    *reinterpret_cast<uint4*>(k_stage + dst + chunk * 8) = *reinterpret_cast<const uint4*>(src.k + offset + chunk * 8);
+    *reinterpret_cast<uint4*>(v_stage + dst + chunk * 8) = *reinterpret_cast<const uint4*>(src.v + offset + chunk * 8);
   }
 }
 
@@ -377,7 +428,8 @@ __device__ __forceinline__ void load_q(WarpState<kMaxHeadDim>& st, const SplitPa
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
 template <int kMaxHeadDim, bool kBf16>
 __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(const SplitParams p) {
-  pdl_begin();
+  if (!p.early) pdl_begin();
+  if (p.early) pdl_trigger();  // the merge may launch; this block reads only what no kernel writes until pdl_wait
   using T = Tile<kMaxHeadDim>;
   extern __shared__ __align__(16) unsigned char smem[];
   int32_t* slots = reinterpret_cast<int32_t*>(smem);                    // [kMaxChunkKeys]
@@ -389,10 +441,11 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
   const int seq_index = blockIdx.z;
   const DeviceSequence seq = p.sequences[seq_index];
   const int kv_len = seq.num_cached_tokens + seq.num_new_tokens;
-  const int key_begin = split * p.chunk_keys;
+  const int chunk_keys = chunk_keys_for(kv_len, p.rule);
+  const int key_begin = split * chunk_keys;
   if (seq.num_new_tokens < 1 || key_begin >= kv_len) return;  // block-uniform
-  const int num_keys = min(p.chunk_keys, kv_len - key_begin);
-  const bool single_split = kv_len <= p.chunk_keys;
+  const int num_keys = min(chunk_keys, kv_len - key_begin);
+  const bool single_split = kv_len <= chunk_keys;
   const int row = seq.query_offset;  // the sequence's one query row
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -432,10 +485,23 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
   const int my_tiles = warp < num_tiles ? (num_tiles - warp + num_warps - 1) / num_warps : 0;
   const int first_key = warp * kStageKeys;        // of this warp's tile 0
   const int tile_step = num_warps * kStageKeys;   // keys from one of its tiles to the next
+  // The chunk key of the sequence's last position (written by the kernel before this one), if this
+  // chunk holds it; before the wait its row is left out.
+  const int new_key = p.early && key_begin + num_keys == kv_len ? num_keys - 1 : -1;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < my_tiles) issue_stage<kMaxHeadDim>(src, ring + s * T::kStageElems, first_key + s * tile_step, lane);
+    if (s < my_tiles) {
+      issue_stage<kMaxHeadDim>(src, ring + s * T::kStageElems, first_key + s * tile_step, lane, new_key);
+    }
     cp_async_commit();
+  }
+  if (p.early) {
+    pdl_wait();
+    const int s = new_key - first_key;  // the new key's tile among this warp's, if it is one of its first
+    if (new_key >= 0 && s >= 0 && s % tile_step < kStageKeys && s / tile_step < kStages - 1) {
+      copy_key_row<kMaxHeadDim>(src, ring + (s / tile_step) * T::kStageElems, first_key + (s / tile_step) * tile_step,
+                                new_key, lane);
+    }
   }
 
   WarpState<kMaxHeadDim> st;  // q is read while the first stages are in flight
@@ -468,7 +534,9 @@ struct MergeParams {
   const float* partial_out;  // [num_sequences, num_heads, num_splits, head_dim], normalised
   const float* partial_lse;  // [num_sequences, num_heads, num_splits], log2 units
   float* out;                // [num_rows, num_heads, head_dim]
-  int num_heads, head_dim, chunk_keys, num_splits;
+  int num_heads, head_dim, num_splits;
+  ChunkRule rule;
+  bool early;  // pdl_begin(true): the product after the attention may launch at once
 };
 
 // Every thread gets the block-wide max (is_max) or sum; `scratch` holds kMergeThreads / 32 floats.
@@ -489,14 +557,15 @@ __device__ __forceinline__ float merge_block_reduce(float v, float* scratch, boo
 // memory. out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max) over the sequence's splits;
 // sequences with one split were written by the split kernel.
 __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const MergeParams p) {
-  pdl_begin();
+  pdl_begin(p.early);
   extern __shared__ float weights[];  // [num_splits]
   __shared__ float scratch[kMergeThreads / 32];
   const int head = blockIdx.x;
   const int seq_index = blockIdx.y;
   const DeviceSequence seq = p.sequences[seq_index];
   const int kv_len = seq.num_cached_tokens + seq.num_new_tokens;
-  const int num_splits = min((kv_len + p.chunk_keys - 1) / p.chunk_keys, p.num_splits);
+  const int chunk_keys = chunk_keys_for(kv_len, p.rule);
+  const int num_splits = min((kv_len + chunk_keys - 1) / chunk_keys, p.num_splits);
   if (seq.num_new_tokens < 1 || num_splits <= 1) return;  // block-uniform
 
   const int64_t base = (int64_t{seq_index} * p.num_heads + head) * p.num_splits;
@@ -528,39 +597,52 @@ __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const
 // the launch.
 struct DecodePlan {
   int num_head_tiles = 1;  // ceil(group_size / kHeadsPerTile)
-  int chunk_keys = kMinChunkKeys;
-  int num_splits = 1;      // of the longest sequence
+  ChunkRule rule{1, kMinChunkKeys};
+  int num_splits = 1;  // the most any sequence of up to max_kv_len keys takes
 };
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+// A positive integer from the environment (A/B runs), else `fallback`.
+int env_int(const char* name, int fallback, int lo, int hi) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  const int v = std::atoi(env);
+  return v >= lo && v <= hi ? v : fallback;
+}
+
 // The smallest split: kMinChunkKeys, or SPINDLE_FLASH_DECODE_MIN_CHUNK (a multiple of
-// kChunkGranule in [kChunkGranule, kMaxChunkKeys]) for A/B benchmarks of short contexts, where a
-// 256-key split leaves few blocks per layer (bench/results/2026-12-01-h200-decode-profile).
+// kChunkGranule in [kChunkGranule, kMaxChunkKeys]) for A/B runs of other split sizes.
 int min_chunk_keys() {
   static const int value = [] {
-    const char* env = std::getenv("SPINDLE_FLASH_DECODE_MIN_CHUNK");
-    if (env == nullptr) return kMinChunkKeys;
-    const int v = std::atoi(env);
-    return v >= kChunkGranule && v <= kMaxChunkKeys && v % kChunkGranule == 0 ? v : kMinChunkKeys;
+    const int v = env_int("SPINDLE_FLASH_DECODE_MIN_CHUNK", kMinChunkKeys, kChunkGranule, kMaxChunkKeys);
+    return v % kChunkGranule == 0 ? v : kMinChunkKeys;
   }();
   return value;
 }
 
-// Enough splits for kTargetWaves rounds of resident blocks, each of [min_chunk_keys(), kMaxChunkKeys]
-// keys, then the longest sequence's keys spread evenly over that many splits (no tiny last split).
+// Split blocks to aim for per SM: kTargetBlocksPerSm, or SPINDLE_FLASH_DECODE_BLOCKS_PER_SM (A/B runs).
+int target_blocks_per_sm() {
+  static const int value = env_int("SPINDLE_FLASH_DECODE_BLOCKS_PER_SM", kTargetBlocksPerSm, 1, 64);
+  return value;
+}
+
+// target_splits: enough splits per (sequence, head tile) for target_blocks_per_sm() blocks on
+// every SM. The grid's split count bounds ceil(kv_len / chunk_keys_for(kv_len)) for every kv_len up
+// to max_kv_len: at most target_splits while the chunk is not clamped, ceil(kv_len / min_chunk)
+// when clamped from below, ceil(kv_len / kMaxChunkKeys) from above.
 DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
   DecodePlan plan;
   const int group_size = a.num_heads / std::max(1, a.num_kv_heads);
   plan.num_head_tiles = (group_size + kHeadsPerTile - 1) / kHeadsPerTile;
   const int64_t pairs = std::max<int64_t>(1, int64_t{a.batch.num_sequences} * a.num_kv_heads * plan.num_head_tiles);
-  const int64_t target_blocks = int64_t{std::max(1, a.num_sms)} * kResidentBlocksPerSm * kTargetWaves;
-  const int64_t wanted_splits = std::max<int64_t>(1, (target_blocks + pairs - 1) / pairs);
+  const int64_t target_blocks = int64_t{std::max(1, a.num_sms)} * target_blocks_per_sm();
   const int64_t max_kv_len = std::max(1, a.batch.max_kv_len);
-  const int64_t chunk = std::clamp<int64_t>(round_up((max_kv_len + wanted_splits - 1) / wanted_splits, kChunkGranule),
-                                            min_chunk_keys(), kMaxChunkKeys);
-  plan.num_splits = static_cast<int>((max_kv_len + chunk - 1) / chunk);
-  plan.chunk_keys = static_cast<int>(round_up((max_kv_len + plan.num_splits - 1) / plan.num_splits, kChunkGranule));
+  const int64_t target_splits = std::clamp<int64_t>((target_blocks + pairs - 1) / pairs, 1, max_kv_len);
+  plan.rule = ChunkRule{static_cast<int>(target_splits), min_chunk_keys()};
+  const int64_t below = (max_kv_len + plan.rule.min_chunk - 1) / plan.rule.min_chunk;
+  const int64_t above = (max_kv_len + kMaxChunkKeys - 1) / kMaxChunkKeys;
+  plan.num_splits = static_cast<int>(std::max<int64_t>({1, std::min(target_splits, below), above}));
   return plan;
 }
 
@@ -664,9 +746,10 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   p.page_size = a.page_size;
   p.group_size = a.num_heads / a.num_kv_heads;
   p.num_head_tiles = plan.num_head_tiles;
-  p.chunk_keys = plan.chunk_keys;
+  p.rule = plan.rule;
   p.num_splits = plan.num_splits;
   p.scale_log2 = a.scale * kLog2e;
+  p.early = pdl_early_enabled();
 
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
                   static_cast<unsigned>(a.batch.num_sequences));
@@ -684,8 +767,9 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   m.out = a.out;
   m.num_heads = a.num_heads;
   m.head_dim = a.head_dim;
-  m.chunk_keys = plan.chunk_keys;
+  m.rule = plan.rule;
   m.num_splits = plan.num_splits;
+  m.early = p.early;
   const dim3 merge_grid(static_cast<unsigned>(a.num_heads), static_cast<unsigned>(a.batch.num_sequences));
   launch_pdl(flash_decode_merge_kernel, merge_grid, kMergeThreads, sizeof(float) * plan.num_splits, stream, m);
   CUDA_CHECK_LAUNCH();

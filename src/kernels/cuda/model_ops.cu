@@ -409,8 +409,10 @@ __global__ void sum_halves_kernel(const float* c, const float* bias, int64_t row
   }
 }
 
-__global__ void f32_to_16bit_kernel(const float* x, int64_t n, bool bf16, uint16_t* out) {
-  pdl_begin();
+// trigger_first: pdl_begin(true) (pdl.cuh): the product reading `out` may launch at once (the
+// conversion sits between the attention and the output projection).
+__global__ void f32_to_16bit_kernel(const float* x, int64_t n, bool bf16, uint16_t* out, bool trigger_first) {
+  pdl_begin(trigger_first);
   for (int64_t e = global_index(); e < n; e += grid_stride()) {
     float unused;
     out[e] = round_16bit(x[e], bf16, &unused);
@@ -548,7 +550,7 @@ void launch_sum_halves(const float* c, const float* bias, int64_t rows, int64_t 
 void launch_f32_to_16bit(const float* x, int64_t n, WeightType type, void* out, cudaStream_t stream) {
   if (n <= 0) return;
   launch_pdl(f32_to_16bit_kernel, blocks_for(n), kThreads, 0, stream, x, n, type == WeightType::kBF16,
-             static_cast<uint16_t*>(out));
+             static_cast<uint16_t*>(out), pdl_early_enabled());
   CUDA_CHECK_LAUNCH();
 }
 

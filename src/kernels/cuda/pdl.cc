@@ -32,4 +32,12 @@ bool pdl_enabled() {
   return s == 2;
 }
 
+bool pdl_early_enabled() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("SPINDLE_CUDA_PDL_EARLY");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return allowed && pdl_enabled();
+}
+
 }  // namespace spindle::kernels::cuda

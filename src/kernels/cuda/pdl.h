@@ -7,4 +7,9 @@ namespace spindle::kernels::cuda {
 
 bool pdl_enabled();
 
+// Whether the kernels before a product at small batch (flash decode's split and merge, the f32 ->
+// 16-bit conversion) let their successor launch before they wait (pdl_begin(true)) and flash
+// decode copies K/V before its wait: pdl_enabled() and SPINDLE_CUDA_PDL_EARLY != 0 (A/B runs).
+bool pdl_early_enabled();
+
 }  // namespace spindle::kernels::cuda
