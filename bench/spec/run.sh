@@ -8,6 +8,11 @@
 # Writes $OUT/spec.jsonl and $OUT/summary.md (medians over the rounds, speed-up = spec / plain).
 #
 #   bench/spec/run.sh [OUT]        SPINDLE=build/bin/spindle ROUNDS=3 MAX_TOKENS=128 SERVE_ARGS=...
+#   PAIRS="kjv repeating"   which pairs run (default both)
+#   LEVELS="1 8"            the concurrencies
+#   DRAFT_VARIANTS="LABEL=FLAG,VALUE,... ..."  more draft servers in every round, after "draft",
+#       each with those extra flags (commas become spaces), e.g.
+#       DRAFT_VARIANTS="draft-v4096=--speculative-draft-vocab-size,4096" for a same-run A/B.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/lib.sh
@@ -19,11 +24,13 @@ max_tokens=${MAX_TOKENS:-128}
 model=${MODEL:-models/kjv-tiny}
 draft=${DRAFT:-models/kjv-draft}
 levels=${LEVELS:-1 8}
+pairs=${PAIRS:-kjv repeating}
+variants=${DRAFT_VARIANTS:-}
 mkdir -p "$out"
 jsonl="$out/spec.jsonl"
 : >"$jsonl"
 {
-  bench_header "bench/spec/run.sh $*; ROUNDS=$rounds MAX_TOKENS=$max_tokens SERVE_ARGS=${SERVE_ARGS:-}"
+  bench_header "bench/spec/run.sh $*; ROUNDS=$rounds MAX_TOKENS=$max_tokens SERVE_ARGS=${SERVE_ARGS:-} PAIRS=$pairs LEVELS=$levels DRAFT_VARIANTS=$variants"
 } | tee "$out/spec.log"
 
 run_server() {  # run_server LABEL FLAGS... ; runs every level once against it
@@ -42,10 +49,19 @@ run_server() {  # run_server LABEL FLAGS... ; runs every level once against it
 
 for round in $(seq 1 "$rounds"); do
   echo "== round $round" | tee -a "$out/spec.log"
-  run_server plain kjv
-  run_server draft kjv --speculative-algorithm draft --speculative-draft-model-path "$draft"
-  run_server plain-repeating repeating
-  run_server ngram repeating --speculative-algorithm ngram
+  if [[ " $pairs " == *" kjv "* ]]; then
+    run_server plain kjv
+    run_server draft kjv --speculative-algorithm draft --speculative-draft-model-path "$draft"
+    for v in $variants; do
+      extra=${v#*=}
+      # shellcheck disable=SC2086
+      run_server "${v%%=*}" kjv --speculative-algorithm draft --speculative-draft-model-path "$draft" ${extra//,/ }
+    done
+  fi
+  if [[ " $pairs " == *" repeating "* ]]; then
+    run_server plain-repeating repeating
+    run_server ngram repeating --speculative-algorithm ngram
+  fi
 done
 
 python3 - "$jsonl" <<'PY' | tee "$out/summary.md"
@@ -56,7 +72,9 @@ def med(label, c, key):
     return statistics.median(v) if v else None
 print("| pair | C | plain tok/s | spec tok/s | speed-up | plain TPOT ms | spec TPOT ms | accept length | accept rate |")
 print("|---|---|---|---|---|---|---|---|---|")
-for plain, spec in (("plain", "draft"), ("plain-repeating", "ngram")):
+labels = sorted({r["label"] for r in rows})
+draft_labels = ["draft"] + [l for l in labels if l.startswith("draft-")]
+for plain, spec in [("plain", d) for d in draft_labels] + [("plain-repeating", "ngram")]:
     for c in sorted({r["concurrency"] for r in rows}):
         p, s = med(plain, c, "output_tok_s"), med(spec, c, "output_tok_s")
         if p is None or s is None: continue
