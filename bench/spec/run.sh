@@ -43,7 +43,7 @@ run_server() {  # run_server LABEL FLAGS... ; runs every level once against it
     python3 bench/spec/spec_load.py --port "$port" --prompts bench/spec/prompts.json --set "$set" --concurrency "$c" \
       --repeats "$(( c > 1 ? 2 : 1 ))" --max-tokens "$max_tokens" --label "$label" | tee -a "$jsonl"
   done
-  curl -s "localhost:$port/metrics" >"$out/metrics-$label.txt"
+  curl -s "localhost:$port/metrics" >"$out/metrics-$label-r$round.txt"
   kill $pid; wait $pid 2>/dev/null || true
 }
 
@@ -67,17 +67,36 @@ done
 python3 - "$jsonl" <<'PY' | tee "$out/summary.md"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+# The k-th run of a label at a concurrency is round k (run.sh runs every server once per round).
+seen = {}
+for r in rows:
+    key = (r["label"], r["concurrency"])
+    r["round"] = seen[key] = seen.get(key, 0) + 1
 def med(label, c, key):
-    v = [r[key] for r in rows if r["label"] == label and r["concurrency"] == c and r[key] is not None]
+    v = [r[key] for r in rows if r["label"] == label and r["concurrency"] == c and r.get(key) is not None]
     return statistics.median(v) if v else None
-print("| pair | C | plain tok/s | spec tok/s | speed-up | plain TPOT ms | spec TPOT ms | accept length | accept rate |")
-print("|---|---|---|---|---|---|---|---|---|")
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+def round_ratios(plain, spec, c, key, invert=False):  # spec / plain per round (plain / spec: invert)
+    by = {(r["label"], r["round"]): r[key] for r in rows if r["concurrency"] == c and r.get(key)}
+    out = []
+    for (label, k), v in by.items():
+        if label == spec and (plain, k) in by:
+            out.append(by[(plain, k)] / v if invert else v / by[(plain, k)])
+    return sorted(out)
+print("| pair | C | plain tok/s | spec tok/s | speed-up | plain TPOT ms | spec TPOT ms | TPOT ratio per round (median; all) "
+      "| accept length | accept rate | spec step ms: schedule (proposal) + forward |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 labels = sorted({r["label"] for r in rows})
 draft_labels = ["draft"] + [l for l in labels if l.startswith("draft-")]
 for plain, spec in [("plain", d) for d in draft_labels] + [("plain-repeating", "ngram")]:
     for c in sorted({r["concurrency"] for r in rows}):
         p, s = med(plain, c, "output_tok_s"), med(spec, c, "output_tok_s")
         if p is None or s is None: continue
-        print(f"| {spec} vs {plain} | {c} | {p:.1f} | {s:.1f} | {s/p:.2f}x | {med(plain, c, 'mean_tpot_ms'):.2f} | "
-              f"{med(spec, c, 'mean_tpot_ms'):.2f} | {med(spec, c, 'accept_length')} | {med(spec, c, 'accept_rate')} |")
+        tr = round_ratios(plain, spec, c, "mean_tpot_ms", invert=True)
+        print(f"| {spec} vs {plain} | {c} | {p:.1f} | {s:.1f} | {s/p:.2f}x | {fmt(med(plain, c, 'mean_tpot_ms'))} | "
+              f"{fmt(med(spec, c, 'mean_tpot_ms'))} | {fmt(statistics.median(tr) if tr else None)}x; "
+              f"{', '.join(f'{x:.2f}' for x in tr)} | {med(spec, c, 'accept_length')} | {med(spec, c, 'accept_rate')} | "
+              f"{fmt(med(spec, c, 'step_schedule_ms'), '{:.3f}')} + {fmt(med(spec, c, 'step_forward_ms'), '{:.3f}')} "
+              f"(plain {fmt(med(plain, c, 'step_schedule_ms'), '{:.3f}')} + {fmt(med(plain, c, 'step_forward_ms'), '{:.3f}')}) |")
 PY
