@@ -5,7 +5,8 @@ C clients, each sending streaming /v1/completions requests (temperature 0 unless
 --max-tokens tokens, ignore_eos) over the prompt set until every prompt was sent --repeats times.
 Prints one JSON line: output tokens/s over the run (total completion tokens / wall seconds), the
 mean TPOT (per request: (last - first token) / (tokens - 1)), and, from /metrics before and after,
-the run's speculative counters: verifies, accepted tokens (bonus included), accept length and rate.
+the run's speculative counters: verifies, accepted tokens (bonus included), accept length and rate,
+and the decode steps with their mean wall milliseconds per part (schedule holds the proposal).
 Standard library only (runs here and on the GPU host).
 """
 import argparse
@@ -26,6 +27,12 @@ def metrics(port):
                  "spindle_spec_skipped_steps_total", "spindle_generation_tokens_total"):
         m = re.search(r"^" + name + r" (\S+)$", text, re.M)
         out[name] = float(m.group(1)) if m else 0.0
+    # Decode steps and where their wall time went (schedule includes the draft model's proposal).
+    m = re.search(r'^spindle_steps_total\{phase="decode"\} (\S+)$', text, re.M)
+    out["decode_steps"] = float(m.group(1)) if m else 0.0
+    for part in ("schedule", "forward", "sample", "output"):
+        m = re.search(r'^spindle_step_seconds_total\{phase="decode",part="' + part + r'"\} (\S+)$', text, re.M)
+        out["decode_" + part + "_s"] = float(m.group(1)) if m else 0.0
     return out
 
 
@@ -102,7 +109,11 @@ def main():
            "accept_rate": round(d["spindle_spec_decode_num_accepted_tokens_total"] /
                                 d["spindle_spec_decode_num_draft_tokens_total"], 3)
            if d["spindle_spec_decode_num_draft_tokens_total"] else None,
-           "skipped_steps": d["spindle_spec_skipped_steps_total"]}
+           "skipped_steps": d["spindle_spec_skipped_steps_total"], "decode_steps": d["decode_steps"]}
+    # Per decode step, milliseconds: schedule (with the draft proposal), forward, sample + output.
+    for part in ("schedule", "forward", "sample", "output"):
+        out["step_" + part + "_ms"] = (round(1000 * d["decode_" + part + "_s"] / d["decode_steps"], 4)
+                                       if d["decode_steps"] else None)
     print(json.dumps(out), flush=True)
 
 

@@ -14,6 +14,9 @@
 //                          [--context 512] [--k 4] [--batch 1] [--steps 50] [--eager] [--eager-verify]
 //                          [--max-model-len N]  (the length graphs are planned for, as the server's
 //                          --max-model-len; default context + k + 16)
+//                          [--logit-ids N]
+// --logit-ids N: the LM head over the first N token ids only (Transformer::limit_logit_ids, as a
+// draft model with --speculative-draft-vocab-size N runs), to time a draft model's rounds.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,6 +54,7 @@ struct Args {
   bool eager = false;         // no graphs at all
   bool eager_verify = false;  // graphs for the decode steps only
   int max_model_len = 0;      // 0: context + k + 16
+  int logit_ids = 0;          // 0: the whole vocabulary
 };
 
 Args parse(int argc, char** argv) {
@@ -71,8 +75,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--steps") a.steps = std::stoi(value());
     else if (f == "--eager") a.eager = true;
     else if (f == "--eager-verify") a.eager_verify = true;
-    else if (f == "--max-model-len")
-      a.max_model_len = std::stoi(value());
+    else if (f == "--max-model-len") a.max_model_len = std::stoi(value());
+    else if (f == "--logit-ids") a.logit_ids = std::stoi(value());
     else SPINDLE_FAIL("unknown flag {}", f);
   }
   SPINDLE_CHECK(!a.model_dir.empty(), "--model DIR is required");
@@ -104,6 +108,7 @@ int main(int argc, char** argv) try {
   load.cuda_16bit_activations = true;  // --matmul-precision auto on a bf16 checkpoint
   auto model = load_model(a.model_dir, load);
   const ModelConfig& c = model->config();
+  if (a.logit_ids > 0) model->limit_logit_ids(a.logit_ids);
   const int page_size = 16;
   const attn::AttentionShape shape = model->attention_shape(DType::kBF16, page_size);
   const std::string prefill_name = !a.backend.empty() ? a.backend : (cuda ? "cuda_flash" : "cpu_avx2");
@@ -190,16 +195,17 @@ int main(int argc, char** argv) try {
   const double dmin = *std::min_element(decode_s.begin(), decode_s.end());
   const double vmin = *std::min_element(verify_s.begin(), verify_s.end());
   const double dc = median(decode_cpu), vc = median(verify_cpu);
-  std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"prefill_backend\": \"%s\", \"decode_backend\": \"%s\", "
-              "\"graphs\": %s, \"verify_graphs\": %s, \"graph_replays\": %lld, \"linear\": \"%s\", \"context\": %d, "
-              "\"k\": %d, \"batch\": %d, \"steps\": %d, \"decode_ms\": %.4f, \"verify_ms\": %.4f, "
-              "\"verify_over_decode\": %.4f, \"decode_min_ms\": %.4f, \"verify_min_ms\": %.4f, \"min_ratio\": %.4f, "
-              "\"decode_thread_cpu_ms\": %.4f, \"verify_thread_cpu_ms\": %.4f, \"thread_cpu_ratio\": %.4f}\n",
-              a.model_dir.c_str(), a.device.c_str(), prefill_name.c_str(), decode_name.c_str(),
-              runner.graphs_enabled() ? "true" : "false", runner.graphs_enabled() && !a.eager_verify ? "true" : "false",
-              static_cast<long long>(model->graph_stats().replays), model->linear_kernel_name(), a.context, a.k,
-              a.batch, a.steps, d * 1e3, v * 1e3, v / d, dmin * 1e3, vmin * 1e3, vmin / dmin, dc * 1e3, vc * 1e3,
-              vc / dc);
+  std::printf(
+      "{\"model\": \"%s\", \"device\": \"%s\", \"prefill_backend\": \"%s\", \"decode_backend\": \"%s\", "
+      "\"graphs\": %s, \"verify_graphs\": %s, \"graph_replays\": %lld, \"linear\": \"%s\", \"context\": %d, "
+      "\"logit_ids\": %d, \"k\": %d, \"batch\": %d, \"steps\": %d, \"decode_ms\": %.4f, \"verify_ms\": %.4f, "
+      "\"verify_over_decode\": %.4f, \"decode_min_ms\": %.4f, \"verify_min_ms\": %.4f, \"min_ratio\": %.4f, "
+      "\"decode_thread_cpu_ms\": %.4f, \"verify_thread_cpu_ms\": %.4f, \"thread_cpu_ratio\": %.4f}\n",
+      a.model_dir.c_str(), a.device.c_str(), prefill_name.c_str(), decode_name.c_str(),
+      runner.graphs_enabled() ? "true" : "false", runner.graphs_enabled() && !a.eager_verify ? "true" : "false",
+      static_cast<long long>(model->graph_stats().replays), model->linear_kernel_name(), a.context,
+      model->num_logit_ids(), a.k, a.batch, a.steps, d * 1e3, v * 1e3, v / d, dmin * 1e3, vmin * 1e3, vmin / dmin,
+      dc * 1e3, vc * 1e3, vc / dc);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_spec_verify: %s\n", e.what());

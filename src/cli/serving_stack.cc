@@ -362,13 +362,16 @@ void log_serving_stack(const ServingStack& s) {
       }
     }
     if (r.resolved.spec.algorithm != config::SpecAlgorithm::kNone) {
-      spdlog::info("{}speculative decoding: {} proposer{}, {} draft tokens per step, {}", who,
-                   config::spec_algorithm_name(r.resolved.spec.algorithm),
-                   r.draft ? fmt::format(" ({}, weights {})", r.draft->dir.string(), format_bytes(r.draft->model->weight_bytes()))
-                           : fmt::format(" (match windows {}-{})", r.resolved.spec.ngram_min_window,
-                                         r.resolved.spec.ngram_max_window),
-                   r.resolved.spec.num_draft_tokens,
-                   r.resolved.spec.always ? "every decode step" : "skipped where measured decode steps say it costs more");
+      spdlog::info(
+          "{}speculative decoding: {} proposer{}, {} draft tokens per step, {}", who,
+          config::spec_algorithm_name(r.resolved.spec.algorithm),
+          r.draft ? fmt::format(" ({}, weights {}, proposing from the first {} of {} token ids)", r.draft->dir.string(),
+                                format_bytes(r.draft->model->weight_bytes()), r.draft->model->num_logit_ids(),
+                                r.draft->model->config().vocab_size)
+                  : fmt::format(" (match windows {}-{})", r.resolved.spec.ngram_min_window,
+                                r.resolved.spec.ngram_max_window),
+          r.resolved.spec.num_draft_tokens,
+          r.resolved.spec.always ? "every decode step" : "skipped where measured decode steps say it costs more");
     }
     const kv::KvPlan& p = r.kv_plan;
     spdlog::info("{}KV plan: usable {} ({}), weights {}, workspace {} ({}), reserve {}{} -> KV {} for {} tokens ({} pages "

@@ -106,6 +106,21 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   }
   // Per DP rank: after num_threads became the rank's share.
   if (r.spec.draft_threads == 0) r.spec.draft_threads = std::min(kDefaultDraftThreads, r.num_threads);
+  if (r.spec.algorithm == SpecAlgorithm::kDraft) {
+    const int vocab = model.vocab_size;
+    const int wanted = flags.spec.draft_vocab_size;
+    SPINDLE_CHECK(wanted <= vocab, "--speculative-draft-vocab-size {}: the vocabulary has only {} token ids", wanted,
+                  vocab);
+    SPINDLE_CHECK(wanted == 0 || wanted == vocab || r.device == attn::Device::kCpu,
+                  "--speculative-draft-vocab-size {}: a draft vocabulary subset is only available on the CPU (on {} "
+                  "the draft's LM head covers all {} ids; leave the flag out)",
+                  wanted, attn::device_name(r.device), vocab);
+    if (wanted > 0) {
+      r.spec.draft_vocab_size = wanted;
+    } else {
+      r.spec.draft_vocab_size = r.device == attn::Device::kCpu ? default_draft_vocab_size(vocab) : vocab;
+    }
+  }
   // auto: activations in the checkpoint's precision, as Hugging Face transformers, vLLM and
   // SGLang compute a bf16 checkpoint; f32 (and f16) checkpoints keep exact f32 products.
   if (flags.matmul_precision == "auto") r.bf16_activations = model.torch_dtype == DType::kBF16;

@@ -1,8 +1,10 @@
 #include "config/spec_config.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "util/error.h"
@@ -16,6 +18,11 @@ const char* spec_algorithm_name(SpecAlgorithm a) {
     case SpecAlgorithm::kDraft: return "draft";
   }
   return "?";
+}
+
+int default_draft_vocab_size(int vocab_size) {
+  const int fraction = static_cast<int>(std::ceil(kDefaultDraftVocabFraction * vocab_size));
+  return std::min(vocab_size, std::max(kMinDefaultDraftVocab, fraction));
 }
 
 ResolvedSpecConfig resolve_spec(const SpecFlags& f) {
@@ -55,6 +62,12 @@ ResolvedSpecConfig resolve_spec(const SpecFlags& f) {
   r.decode_log_interval = f.decode_log_interval == 0 ? kDefaultDecodeLogInterval : f.decode_log_interval;
   SPINDLE_CHECK(f.draft_threads >= 0, "--speculative-draft-threads {}: expected >= 1 (or 0: auto)", f.draft_threads);
   r.draft_threads = f.draft_threads;
+  SPINDLE_CHECK(f.draft_vocab_size >= 0,
+                "--speculative-draft-vocab-size {}: expected the number of token ids the draft model proposes from "
+                "(1 to the vocabulary size; 0: auto)",
+                f.draft_vocab_size);
+  SPINDLE_CHECK(f.draft_vocab_size == 0 || r.algorithm == SpecAlgorithm::kDraft,
+                "--speculative-draft-vocab-size is given but --speculative-algorithm is not draft");
   return r;
 }
 
@@ -74,6 +87,11 @@ void add_spec_flags(CLI::App& app, SpecFlags& f) {
                "saves)");
   app.add_option("--speculative-draft-threads", f.draft_threads,
                  fmt::format("CPU: the draft model's worker threads (min({}, --threads))", kDefaultDraftThreads));
+  app.add_option("--speculative-draft-vocab-size", f.draft_vocab_size,
+                 fmt::format("draft: the draft model proposes from the first N token ids only (its LM head computes "
+                             "those; lossless, the target verifies). Default on the CPU: {:.1f}% of the vocabulary, "
+                             "at least {}; on CUDA the whole vocabulary",
+                             100 * kDefaultDraftVocabFraction, kMinDefaultDraftVocab));
   app.add_option("--decode-log-interval", f.decode_log_interval,
                  fmt::format("Decode steps between throughput log lines ({})", kDefaultDecodeLogInterval));
 }

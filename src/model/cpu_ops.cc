@@ -72,11 +72,25 @@ WeightId CpuOps::place(std::span<const TensorView> parts, WeightUse use) {
                     "{}: tensor {} is {}; the CPU linear kernels take F32 or BF16 weights (convert the "
                     "checkpoint, e.g. save it with torch_dtype=bfloat16)",
                     checkpoint_->dir().string(), first.info->name, dtype_name(first.info->dtype));
-      p.linear = make_linear_(kc::LinearWeight{first.bytes.data(), first.info->dtype, rows, first.info->shape.back()});
+      p.linear_weight = kc::LinearWeight{first.bytes.data(), first.info->dtype, rows, first.info->shape.back()};
+      p.linear = make_linear_(p.linear_weight);
       break;
     }
   }
   for (const TensorView& t : parts) count_bytes(t);
+  placed_.push_back(std::move(p));
+  return static_cast<WeightId>(placed_.size()) - 1;
+}
+
+WeightId CpuOps::place_leading_rows(WeightId linear, int64_t rows) {
+  const kc::LinearWeight full = placed(linear).linear_weight;
+  SPINDLE_CHECK(full.data != nullptr, "place_leading_rows: weight {} is not a linear weight", linear);
+  SPINDLE_CHECK(rows >= 1 && rows <= full.out_features, "place_leading_rows: {} rows of a weight of {}", rows,
+                full.out_features);
+  Placed p;
+  p.linear_weight = full;
+  p.linear_weight.out_features = rows;  // row-major [out, in]: the first rows are a prefix of the data
+  p.linear = make_linear_(p.linear_weight);
   placed_.push_back(std::move(p));
   return static_cast<WeightId>(placed_.size()) - 1;
 }

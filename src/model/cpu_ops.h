@@ -27,6 +27,7 @@ class CpuOps final : public DeviceOps {
   const char* linear_kernel_name() const override;
 
   WeightId place(std::span<const TensorView> parts, WeightUse use) override;
+  WeightId place_leading_rows(WeightId linear, int64_t rows) override;
   void finish_loading() override {}
   // The mmap'd tensors the forward reads (each counted once) plus the f32 bias copies.
   uint64_t weight_bytes() const override { return weight_bytes_; }
@@ -53,6 +54,7 @@ class CpuOps final : public DeviceOps {
   struct Placed {
     kernels::cpu::TypedWeight vector;                     // kVector
     std::unique_ptr<kernels::cpu::LinearKernel> linear;   // kLinear
+    kernels::cpu::LinearWeight linear_weight;             // kLinear: what `linear` reads
     std::vector<float> bias;                              // kBias
   };
   // fn(begin, end) over [0, rows) in chunks, spread over the pool when the work is large.

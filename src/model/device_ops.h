@@ -70,6 +70,10 @@ class DeviceOps {
   // up_proj as one [2I, H] product); a device that cannot join them returns kNoWeight, and the
   // caller places them one by one. Throws for a dtype the device cannot read, naming the tensor.
   virtual WeightId place(std::span<const TensorView> parts, WeightUse use) = 0;
+  // A linear weight made of the first `rows` output rows of the placed linear weight `linear`
+  // (its product computes only those outputs; a view, nothing copied), or kNoWeight where the
+  // device cannot make one. May be called after finish_loading.
+  virtual WeightId place_leading_rows(WeightId /*linear*/, int64_t /*rows*/) { return kNoWeight; }
   // All weights placed: the device may copy them now; the checkpoint may be unmapped after.
   virtual void finish_loading() = 0;
   // Bytes of the weights the forward reads, where they live (see each device).

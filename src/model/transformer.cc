@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "model/model_files.h"
@@ -16,6 +17,21 @@ Transformer::Transformer(ModelConfig config, std::unique_ptr<DeviceOps> ops, con
   SPINDLE_CHECK(ops_ != nullptr, "Transformer: no device ops");
   place_weights(checkpoint);
   ops_->finish_loading();
+  num_logit_ids_ = config_.vocab_size;
+}
+
+void Transformer::limit_logit_ids(int num_ids) {
+  SPINDLE_CHECK(num_ids >= 1 && num_ids <= config_.vocab_size, "limit_logit_ids: {} token ids of a vocabulary of {}",
+                num_ids, config_.vocab_size);
+  if (num_ids == config_.vocab_size) {
+    lm_head_rows_ = kNoWeight;
+  } else {
+    const WeightId rows = ops_->place_leading_rows(lm_head_, num_ids);
+    SPINDLE_CHECK(rows != kNoWeight, "an LM head over the first {} of {} token ids is not available on {}", num_ids,
+                  config_.vocab_size, attn::device_name(device()));
+    lm_head_rows_ = rows;
+  }
+  num_logit_ids_ = num_ids;
 }
 
 Transformer::~Transformer() = default;
@@ -153,6 +169,20 @@ void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attent
     }
   }
   ops_->finish_step(logits, n * config_.vocab_size);
+  if (num_logit_ids_ < config_.vocab_size && logits != nullptr) {
+    widen_logit_rows(logits, n, num_logit_ids_, config_.vocab_size);
+  }
+}
+
+void widen_logit_rows(float* logits, int64_t rows, int64_t num_ids, int64_t vocab) {
+  SPINDLE_CHECK(rows >= 0 && num_ids >= 1 && num_ids <= vocab, "widen_logit_rows: {} rows of {} of {} ids", rows,
+                num_ids, vocab);
+  // Last row first: row r moves from r * num_ids to r * vocab >= r * num_ids (overlapping).
+  for (int64_t r = rows - 1; r >= 0; --r) {
+    float* row = logits + r * vocab;
+    if (r > 0 && num_ids < vocab) std::memmove(row, logits + r * num_ids, static_cast<size_t>(num_ids) * sizeof(float));
+    std::fill(row + num_ids, row + vocab, kExcludedLogit);
+  }
 }
 
 // The device work of one forward, queued; the LM head writes `logits` (logits_target's).
@@ -172,7 +202,9 @@ void Transformer::queue_forward(const StepBatch& batch, attn::AttentionBackend& 
   if (n > 0) {
     float* final_rows = ops_->scratch(Scratch::kFinalRows);
     ops_->rms_norm(hidden, final_rows, n, h, final_norm_, step.logit_rows);
-    const DeviceOps::Product head{lm_head_, logits, kNoWeight};
+    // The first num_logit_ids_ rows only (limit_logit_ids): compact [n, num_logit_ids_] rows,
+    // widened by forward().
+    const DeviceOps::Product head{lm_head_rows_ != kNoWeight ? lm_head_rows_ : lm_head_, logits, kNoWeight};
     ops_->linear(final_rows, n, {&head, 1});
   }
 }

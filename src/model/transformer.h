@@ -60,6 +60,14 @@ class Transformer {
   // Layers whose gate_proj and up_proj run as one [2I, H] product.
   int num_fused_gate_up() const;
 
+  // The LM head computes the logits of the token ids [0, num_ids) only (a draft model proposing
+  // from a vocabulary subset, engine/spec/); every other entry of a logit row is kExcludedLogit.
+  // num_ids = vocab_size: the whole vocabulary (the default). Throws for num_ids outside
+  // [1, vocab_size], and where the device cannot compute a row range of the head (CUDA).
+  void limit_logit_ids(int num_ids);
+  // The token ids [0, num_logit_ids()) the LM head computes (vocab_size unless limited).
+  int num_logit_ids() const { return num_logit_ids_; }
+
   // The attention shape the backends must be created for: the model's heads, head_dim and scale
   // 1/sqrt(head_dim), with the caller's KV dtype and page size.
   attn::AttentionShape attention_shape(DType kv_dtype, int page_size) const;
@@ -121,9 +129,20 @@ class Transformer {
   WeightId embed_ = kNoWeight;       // [V, H]
   WeightId final_norm_ = kNoWeight;  // [H]
   WeightId lm_head_ = kNoWeight;     // [V, H] (the embedding table when tied)
+  WeightId lm_head_rows_ = kNoWeight;  // [num_logit_ids_, H]: its first rows (limit_logit_ids)
+  int num_logit_ids_ = 0;
   std::vector<Layer> layers_;
   std::string last_capture_failure_;
 };
+
+// The logit of a token id outside the LM head's subset (Transformer::limit_logit_ids): finite (a
+// row with an infinity is the sampler's non_finite error), and so far below any real logit that
+// every processed distribution gives it probability exactly 0 (exp of (-1e30 - max) / T is 0 in
+// double precision for any temperature below 1e27; penalties and a logit bias of +-100 keep it so).
+inline constexpr float kExcludedLogit = -1e30f;
+// logits: rows compact rows of num_ids entries on entry ([rows, num_ids]); on exit [rows, vocab],
+// row r's first num_ids entries those of compact row r, the rest kExcludedLogit. In place.
+void widen_logit_rows(float* logits, int64_t rows, int64_t num_ids, int64_t vocab);
 
 // Backends for a model on `device`: both non-null and running there.
 void check_attention_backends(const attn::AttentionBackend* prefill, const attn::AttentionBackend* decode,

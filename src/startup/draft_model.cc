@@ -53,6 +53,8 @@ std::unique_ptr<DraftModel> load_draft_model(const std::filesystem::path& dir, c
     draft_backend.pool = d->threads.get();
   }
   d->model = load_model(dir, draft_load);
+  // The draft proposes from the first draft_vocab_size token ids (config::resolve's choice).
+  if (target.spec.draft_vocab_size > 0) d->model->limit_logit_ids(target.spec.draft_vocab_size);
   const attn::AttentionShape shape = d->model->attention_shape(target.kv_dtype, target.page_size);
   d->prefill_backend = attn::create_attention_backend(d->selection.prefill_backend, shape, {}, draft_backend);
   d->decode_backend = attn::create_attention_backend(d->selection.decode_backend, shape, {}, draft_backend);

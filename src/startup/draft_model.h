@@ -1,6 +1,7 @@
 // Speculative decoding's draft model at start-up: the second model folder loaded on the
 // target's device, checked to share the target's tokenizer, its attention backends selected for
-// its own shape (validation children for its shape, the same selection cache), its runner, and
+// its own shape (validation children for its shape, the same selection cache), its LM head
+// limited to the first ResolvedSpecConfig::draft_vocab_size token ids, its runner, and
 // after the KV plan (which sized its pool next to the target's: capacity_planner.h) its page
 // pool and the DraftModelProposer.
 #pragma once

@@ -1,9 +1,11 @@
 // Pins every resolved default for a few fake machines. Expected values are written by hand: moving
 // code around must not silently change a default.
+#include "config/server_config.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "config/server_config.h"
+#include "model/model_config.h"
 #include "support/fake_machines.h"
 #include "util/error.h"
 
@@ -133,6 +135,54 @@ TEST(ServerConfigTest, DeviceFlag) {
   EXPECT_EQ(r.cuda_device, 0);
   EXPECT_EQ(r.attention.device, attn::Device::kCuda);
   EXPECT_EQ(resolve({}, one_gpu, kLlama8B).device, attn::Device::kCpu);
+}
+
+// --speculative-draft-vocab-size: auto is 37.5% of the vocabulary, at least 1024 ids (all of a
+// smaller one), on the CPU; the whole vocabulary on CUDA; an explicit value is kept; a bad one
+// names the flag.
+TEST(ServerConfigTest, DraftVocabSize) {
+  EXPECT_EQ(default_draft_vocab_size(4096), 1536);
+  EXPECT_EQ(default_draft_vocab_size(128256), 48096);
+  EXPECT_EQ(default_draft_vocab_size(2000), 1024);
+  EXPECT_EQ(default_draft_vocab_size(600), 600);
+  ModelConfig m;
+  m.num_attention_heads = 6;
+  m.num_key_value_heads = 2;
+  m.head_dim = 64;
+  m.vocab_size = 4096;
+  m.max_position_embeddings = 512;
+  ServerConfig f;
+  f.spec.algorithm = "draft";
+  f.spec.draft_model_path = std::string(SPINDLE_FIXTURES_DIR) + "/../../models/kjv-draft";
+  EXPECT_EQ(resolve(f, testing::avx2_machine(8), m).spec.draft_vocab_size, 1536);
+  f.spec.draft_vocab_size = 4096;
+  EXPECT_EQ(resolve(f, testing::avx2_machine(8), m).spec.draft_vocab_size, 4096);
+  f.spec.draft_vocab_size = 17;
+  EXPECT_EQ(resolve(f, testing::avx2_machine(8), m).spec.draft_vocab_size, 17);
+  f.spec.draft_vocab_size = 4097;
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(8), m); },
+              ::testing::ThrowsMessage<Error>(
+                  ::testing::HasSubstr("--speculative-draft-vocab-size 4097: the vocabulary has only 4096 token ids")));
+  f.spec.draft_vocab_size = -5;
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(8), m); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--speculative-draft-vocab-size -5: expected")));
+  DeviceInfo one_gpu = testing::avx2_machine();
+  one_gpu.cuda_devices.push_back({0, "NVIDIA H200", 9, 0, 132, 141ull << 30, 140ull << 30});
+  f.device = "cuda";
+  f.spec.draft_vocab_size = 0;
+  EXPECT_EQ(resolve(f, one_gpu, m).spec.draft_vocab_size, 4096);
+  f.spec.draft_vocab_size = 1000;
+  EXPECT_THAT([&] { resolve(f, one_gpu, m); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--speculative-draft-vocab-size 1000: a draft "
+                                                                   "vocabulary subset is only available on the CPU")));
+  ServerConfig ngram;
+  ngram.spec.algorithm = "ngram";
+  ngram.spec.draft_vocab_size = 100;
+  EXPECT_THAT([&] { resolve(ngram, testing::avx2_machine(8), m); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr(
+                  "--speculative-draft-vocab-size is given but --speculative-algorithm is not draft")));
+  ngram.spec.draft_vocab_size = 0;
+  EXPECT_EQ(resolve(ngram, testing::avx2_machine(8), m).spec.draft_vocab_size, 0);
 }
 
 }  // namespace

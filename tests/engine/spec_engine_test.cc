@@ -296,6 +296,119 @@ TEST(SpecEngineTest, RejectedDraftsDoNotStopReexploring) {
   EXPECT_GT(spec.metrics.spec_num_drafts, 20u);
 }
 
+// Passes every call to a draft-model proposer and records what it proposed: the largest draft
+// token, and per q (a sampling request's draft distributions) the mass outside [0, limit), the
+// total, and the drafted token's own probability.
+class RecordingProposer final : public engine::spec::Proposer {
+ public:
+  RecordingProposer(engine::spec::Proposer& inner, int limit) : inner_(inner), limit_(limit) {}
+  const char* name() const override { return inner_.name(); }
+  void propose(std::span<const engine::spec::ProposalRequest> requests) override {
+    inner_.propose(requests);
+    for (const auto& r : requests) {
+      const auto& out = *r.out;
+      for (size_t i = 0; i < out.tokens.size(); ++i) {
+        max_token = std::max(max_token, out.tokens[i]);
+        ++num_tokens;
+        if (i >= out.q.size()) continue;
+        double total = 0, drafted = 0;
+        for (const auto& e : out.q[i]) {
+          total += e.prob;
+          if (e.token >= limit_) mass_outside = std::max(mass_outside, e.prob);
+          if (e.token == out.tokens[i]) drafted += e.prob;
+        }
+        max_total_error = std::max(max_total_error, std::abs(total - 1.0));
+        min_drafted_prob = std::min(min_drafted_prob, drafted);
+        ++num_q;
+      }
+    }
+  }
+  void forget(uint64_t id) override { inner_.forget(id); }
+  void check_integrity() const override { inner_.check_integrity(); }
+
+  TokenId max_token = -1;
+  int num_tokens = 0, num_q = 0;
+  double mass_outside = 0, max_total_error = 0, min_drafted_prob = 1;
+
+ private:
+  engine::spec::Proposer& inner_;
+  int limit_;
+};
+
+// A draft model proposing from the first N token ids (its LM head over those only,
+// --speculative-draft-vocab-size): greedy output is still plain decoding's, token for token, and
+// no draft lies outside the subset: kjv-draft for kjv-tiny (N = 300 of 4096, far below most of
+// the text's tokens, and the 1536 the server defaults to), and a golden model drafting for
+// itself with half its vocabulary.
+TEST(SpecEngineTest, GreedyIsIdenticalWithADraftVocabularySubset) {
+  struct Case {
+    std::string model;
+    std::filesystem::path draft;
+    int vocab_size;
+  };
+  for (const Case& c : {Case{"kjv-tiny", kKjvDraft, 300}, Case{"kjv-tiny", kKjvDraft, 1536},
+                        Case{"llama-gqa-bf16", model_dir("llama-gqa-bf16"), 512}}) {
+    SCOPED_TRACE(c.model + " " + std::to_string(c.vocab_size));
+    const auto dir = model_dir(c.model);
+    std::vector<std::vector<TokenId>> prompts;
+    if (c.model == "kjv-tiny") {
+      prompts = kjv_prompts(tokenizer::Tokenizer::load(dir));
+    } else {
+      for (const auto& g : read_golden(c.model)) prompts.push_back(g.ids);
+    }
+    const SpecResult base = serve_speculative(dir, SpecRun{}, prompts, {greedy(40)});
+    SpecRun run;
+    testing::LoadedModel draft(c.draft, run);
+    draft.model->limit_logit_ids(c.vocab_size);
+    engine::spec::DraftModelProposer inner(*draft.runner, *draft.pool, run.max_num_batched_tokens);
+    RecordingProposer recording(inner, c.vocab_size);
+    run.proposer = "custom";
+    run.custom = &recording;
+    const SpecResult spec = serve_speculative(dir, run, prompts, {greedy(40)});
+    EXPECT_EQ(spec.tokens, base.tokens);
+    EXPECT_TRUE(spec.integrity_ok);
+    EXPECT_GT(spec.metrics.spec_num_drafts, 0u);
+    EXPECT_GT(recording.num_tokens, 0);
+    EXPECT_LT(recording.max_token, c.vocab_size) << "a draft outside the subset";
+    EXPECT_GT(spec.metrics.spec_num_accepted_draft_tokens, 0u);
+    EXPECT_EQ(inner.num_states(), 0);
+  }
+}
+
+// Sampling requests with a draft vocabulary subset: every draft is drawn from a q that is a
+// distribution (sums to 1), gives the drawn token a positive probability and nothing outside the
+// subset, so the rejection rule sees the distribution the draft was really drawn from.
+TEST(SpecEngineTest, DraftVocabularySubsetSamplingDrawsFromItsQ) {
+  const auto dir = model_dir("kjv-tiny");
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
+  engine::SamplingParams p;
+  p.temperature = 1.2f;
+  p.top_p = 0.98f;
+  p.repetition_penalty = 1.1f;
+  p.seed = 11;
+  p.max_tokens = 40;
+  p.ignore_eos = true;
+  SpecRun run;
+  const int subset = 700;
+  testing::LoadedModel draft(kKjvDraft, run);
+  draft.model->limit_logit_ids(subset);
+  engine::spec::DraftModelProposer inner(*draft.runner, *draft.pool, run.max_num_batched_tokens);
+  RecordingProposer recording(inner, subset);
+  run.proposer = "custom";
+  run.custom = &recording;
+  const SpecResult spec = serve_speculative(dir, run, kjv_prompts(tok), {p});
+  EXPECT_TRUE(spec.integrity_ok);
+  for (const auto& t : spec.tokens) EXPECT_EQ(t.size(), 40u);
+  EXPECT_GT(recording.num_q, 0);
+  EXPECT_EQ(recording.num_q, recording.num_tokens) << "every sampled draft carries its q";
+  EXPECT_LT(recording.max_token, subset);
+  EXPECT_EQ(recording.mass_outside, 0.0);
+  EXPECT_LT(recording.max_total_error, 1e-9);
+  EXPECT_GT(recording.min_drafted_prob, 0.0);
+  EXPECT_LE(spec.metrics.spec_num_accepted_draft_tokens, spec.metrics.spec_num_draft_tokens);
+  EXPECT_GT(spec.metrics.spec_num_accepted_draft_tokens, 0u);
+}
+
 // A request may turn speculation off: it then verifies nothing.
 TEST(SpecEngineTest, PerRequestOff) {
   const auto dir = model_dir("kjv-tiny");

@@ -32,6 +32,7 @@ struct SpecRun {
   // false: the cost model decides each step whether to speculate and with how many drafts.
   bool speculate_always = true;
   std::filesystem::path draft_dir;  // for draft (may be the target itself)
+  int draft_vocab_size = 0;         // for draft: its LM head over the first N token ids (0: all)
   int num_draft_tokens = 4;
   attn::Device device = attn::Device::kCpu;
   std::string backend = "reference";
@@ -103,6 +104,7 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
     proposer = std::make_unique<engine::spec::NgramProposer>(1, 12);
   } else if (run.proposer == "draft") {
     draft = std::make_unique<LoadedModel>(run.draft_dir, run);
+    if (run.draft_vocab_size > 0) draft->model->limit_logit_ids(run.draft_vocab_size);
     auto p = std::make_unique<engine::spec::DraftModelProposer>(*draft->runner, *draft->pool, run.max_num_batched_tokens);
     draft_proposer = p.get();
     proposer = std::move(p);

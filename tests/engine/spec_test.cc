@@ -16,6 +16,7 @@
 #include "engine/spec/cost_model.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/verifier.h"
+#include "model/transformer.h"
 
 namespace spindle::engine::spec {
 namespace {
@@ -147,6 +148,79 @@ TEST(VerifyOnHostTest, FirstTokenFollowsTheProcessedTarget) {
   }
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, n);
+  EXPECT_LT(chi_square(p, counts, n), 35.888);
+}
+
+// A draft proposing from a vocabulary subset (its LM head over the first 3 of 6 ids, the rest
+// of its row widened to kExcludedLogit, as model/transformer.h's limit_logit_ids leaves it): q,
+// the distribution each draft is drawn from, is 0 outside the subset, and the emitted token still
+// follows the target's processed distribution (computed here independently in double), which
+// puts most of its mass outside the subset. The acceptance rate is sum_t min(p_t, q_t), q the
+// softmax at T of the 3 draft logits (top-k 4 and top-p 0.95 keep all 3 here: computed below).
+TEST(VerifyOnHostTest, DraftFromAVocabularySubsetKeepsTheTargetDistribution) {
+  const int vocab = 6, subset = 3;
+  const std::vector<float> target_logits = {0.2f, 1.0f, -1.0f, 2.0f, 1.5f, -3.0f};
+  const std::vector<float> draft_compact = {0.5f, 2.0f, 1.2f};
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.top_k = 4;
+  params.top_p = 0.95f;
+  // Independent p: softmax at T over the 4 best (ids 3, 4, 1, 0), then the smallest prefix
+  // reaching 0.95, renormalised.
+  const std::vector<int> by_logit = {3, 4, 1, 0};
+  std::vector<double> p(vocab, 0.0);
+  {
+    auto w = [&](int t) { return std::exp((target_logits[t] - target_logits[3]) / 0.8); };
+    double z = 0;
+    for (int t : by_logit) z += w(t);
+    double mass = 0, kept = 0;
+    size_t keep = by_logit.size();
+    for (size_t i = 0; i < by_logit.size(); ++i) {
+      mass += w(by_logit[i]) / z;
+      if (mass >= 0.95) {
+        keep = i + 1;
+        break;
+      }
+    }
+    for (size_t i = 0; i < keep; ++i) kept += w(by_logit[i]);
+    for (size_t i = 0; i < keep; ++i) p[by_logit[i]] = w(by_logit[i]) / kept;
+  }
+  // Independent q: softmax at T over the 3 subset logits (their smallest prefix reaching 0.95
+  // is all 3: the least likely one holds more than 5%).
+  std::vector<double> q(vocab, 0.0);
+  {
+    double z = 0;
+    for (int t = 0; t < subset; ++t) z += std::exp((draft_compact[t] - 2.0) / 0.8);
+    for (int t = 0; t < subset; ++t) q[t] = std::exp((draft_compact[t] - 2.0) / 0.8) / z;
+    ASSERT_GT(q[0], 0.05);
+  }
+  double expected_accept = 0;
+  for (int t = 0; t < vocab; ++t) expected_accept += std::min(p[t], q[t]);
+  Sampler target(params, 17);
+  Sampler draft(params, 18);
+  const int n = 100000;
+  std::map<TokenId, int> counts;
+  std::vector<float> rows(2 * vocab), draft_row(vocab);
+  int accepted = 0;
+  for (int i = 0; i < n; ++i) {
+    std::copy(draft_compact.begin(), draft_compact.end(), draft_row.begin());
+    widen_logit_rows(draft_row.data(), 1, subset, vocab);
+    DraftProposal proposal;
+    proposal.q.push_back(draft.distribution(draft_row, {}, {}));
+    proposal.tokens.push_back(draft.draw_from(proposal.q[0]));
+    ASSERT_LT(proposal.tokens[0], subset) << "drafted outside the subset";
+    for (const TokenProb& e : proposal.q[0]) {
+      if (e.token >= subset) ASSERT_EQ(e.prob, 0.0) << "q has mass outside the subset at " << e.token;
+    }
+    std::copy(target_logits.begin(), target_logits.end(), rows.begin());
+    std::copy(target_logits.begin(), target_logits.end(), rows.begin() + vocab);
+    const Verified v = verify_on_host(target, rows, vocab, {}, {}, proposal);
+    ASSERT_EQ(v.tokens.size(), static_cast<size_t>(v.num_accepted_drafts + 1));
+    ++counts[v.tokens[0].token];
+    accepted += v.num_accepted_drafts;
+  }
+  EXPECT_NEAR(double(accepted) / n, expected_accept, 0.006);
+  EXPECT_GT(counts[3] + counts[4], n / 2) << "the target's mass outside the subset is emitted";
   EXPECT_LT(chi_square(p, counts, n), 35.888);
 }
 

@@ -54,6 +54,7 @@ using testing::kPageSize;
 using testing::model_dir;
 using testing::read_golden;
 
+using testing::BatchMetadata;
 using testing::best_cpu_backend;
 
 struct Case {
@@ -216,6 +217,62 @@ TEST(ModelLoadTest, UploadChecksTheStepBatch) {
   StepBatch positions = make(1);
   positions.positions[2] = 7;
   EXPECT_THROW(model->upload(positions, 16), Error);
+}
+
+// widen_logit_rows: compact rows of num_ids entries spread to rows of vocab entries, in place,
+// the rest of each row kExcludedLogit.
+TEST(ModelLoadTest, WidenLogitRows) {
+  const float x = kExcludedLogit;
+  std::vector<float> logits = {1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0};  // 3 rows of 2, room for 3 rows of 5
+  widen_logit_rows(logits.data(), 3, 2, 5);
+  EXPECT_EQ(logits, (std::vector<float>{1, 2, x, x, x, 3, 4, x, x, x, 5, 6, x, x, x}));
+  std::vector<float> whole = {1, 2, 3, 4};
+  widen_logit_rows(whole.data(), 2, 2, 2);
+  EXPECT_EQ(whole, (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_THROW(widen_logit_rows(whole.data(), 1, 3, 2), Error);
+}
+
+// limit_logit_ids(n): the LM head computes token ids [0, n) only; those logits are HF's (every
+// prompt's last row, four rows in one ragged step), every other entry is kExcludedLogit; n =
+// vocab_size restores the whole head. Out-of-range n is refused.
+TEST(ModelLoadTest, LimitedLogitIdsMatchHuggingFace) {
+  for (const char* name : {"llama-gqa-bf16", "qwen2-tied-f32"}) {
+    SCOPED_TRACE(name);
+    auto model = std::make_unique<testing::ModelStepper>(load_cpu_model(model_dir(name)));
+    Transformer& t = model->transformer();
+    const int vocab = model->config().vocab_size;
+    EXPECT_EQ(t.num_logit_ids(), vocab);
+    EXPECT_THROW(t.limit_logit_ids(0), Error);
+    EXPECT_THROW(t.limit_logit_ids(vocab + 1), Error);
+    const auto golden = read_golden(name);
+    const double tolerance = testing::is_bf16_model(name) ? kBf16Tolerance : kF32Tolerance;
+    auto backend = attn::create_attention_backend("reference", model->attention_shape(DType::kF32, kPageSize), {});
+    model->set_attention_backends(backend.get(), backend.get());
+    for (const int n : {vocab / 2 + 3, 1, vocab}) {
+      SCOPED_TRACE(n);
+      t.limit_logit_ids(n);
+      EXPECT_EQ(t.num_logit_ids(), n);
+      KvPages kv(model->config(), DType::kF32, 16, model->device());
+      model->bind_kv_caches(kv.caches());
+      std::vector<std::vector<int32_t>> pages(golden.size());
+      BatchMetadata batch;
+      std::vector<int32_t> tokens;
+      std::vector<int64_t> rows;
+      for (size_t s = 0; s < golden.size(); ++s) {
+        batch.sequences.push_back(kv.step(pages[s], 0, static_cast<int>(golden[s].ids.size())));
+        tokens.insert(tokens.end(), golden[s].ids.begin(), golden[s].ids.end());
+        rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+      }
+      std::vector<float> logits(rows.size() * vocab, 0.0f);
+      model->forward(tokens, batch, rows, logits.data());
+      for (size_t s = 0; s < golden.size(); ++s) {
+        const std::span<const float> row(logits.data() + s * vocab, static_cast<size_t>(vocab));
+        const std::span<const float> expected(golden[s].last_logits.data(), static_cast<size_t>(n));
+        EXPECT_LE(testing::relative_error(row.first(static_cast<size_t>(n)), expected), tolerance) << "prompt " << s;
+        EXPECT_EQ(std::count(row.begin() + n, row.end(), kExcludedLogit), vocab - n) << "prompt " << s;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, ModelForwardTest, ::testing::ValuesIn(all_cases()), case_name);
