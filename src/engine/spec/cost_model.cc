@@ -67,14 +67,14 @@ int CostModel::choose_drafts(int num_decoding, std::span<const double> expected)
   }
   // A way once chosen is left only for one kHysteresis faster (no flapping on noise).
   int chosen = best;
-  if (b.chosen >= 0 && b.chosen <= largest && useful[static_cast<size_t>(b.chosen)] &&
-      rate(b.chosen) * kHysteresis >= rate(best)) {
+  // The way chosen before, if it can run at this step.
+  const bool previous_available = b.chosen >= 0 && b.chosen <= largest && useful[static_cast<size_t>(b.chosen)];
+  if (previous_available && rate(b.chosen) * kHysteresis >= rate(best)) {
     chosen = b.chosen;
   }
   if (chosen != b.chosen) {
     if (decision - b.logged_at >= kLogEvery) {
-      note_change(index, expected, b.chosen <= largest && b.chosen >= 0 && useful[static_cast<size_t>(b.chosen)] ? b.chosen : -1,
-                  chosen);
+      note_change(index, expected, previous_available ? b.chosen : -1, chosen);
       b.logged_at = decision;
     }
     if (b.chosen < 0 || (b.chosen > 0) != (chosen > 0)) {  // the first choice, or on <-> off: re-measure soon
