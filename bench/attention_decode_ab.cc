@@ -196,8 +196,12 @@ int main(int argc, char** argv) {
   std::printf("medians (us per layer call):\n");
   for (size_t si = 0; si < setups.size(); ++si) {
     const double g = median(us[si][0]), sm = median(us[si][1]);
-    std::printf("  hd%d %d/%d heads: generic %.2f  small %.2f  small/generic %.3f\n", setups[si].shape.head_dim,
-                setups[si].shape.heads, setups[si].shape.kv_heads, g, sm, sm / g);
+    std::vector<double> ratio;
+    for (int r = 0; r < rounds; ++r) ratio.push_back(us[si][1][r] / us[si][0][r]);
+    std::printf("  hd%d %d/%d heads: generic %.2f  small %.2f  small/generic %.3f (per-round median %.3f, range %.3f-%.3f)\n",
+                setups[si].shape.head_dim, setups[si].shape.heads, setups[si].shape.kv_heads, g, sm, sm / g,
+                median(ratio), *std::min_element(ratio.begin(), ratio.end()),
+                *std::max_element(ratio.begin(), ratio.end()));
   }
   if (setups.size() >= 2) {
     for (int pi = 0; pi < 2; ++pi) {

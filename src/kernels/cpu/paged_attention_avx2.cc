@@ -218,11 +218,18 @@ inline int paired_index(int d) {
 
 #define SPINDLE_AVX2_INLINE inline __attribute__((always_inline))
 
-// The 8 horizontal sums of a0..a7, in order, as one vector (hsum8 on values, kept in registers).
+// The 8 horizontal sums of a0..a7, in order, as one vector: hsum8 on values kept in registers,
+// with single-uop shuffles (unpack, shufps, vperm2f128) and adds instead of hadd.
+SPINDLE_AVX2_INLINE __m256 hsum_pair(__m256 a, __m256 b) {  // [a0+a2, b0+b2, a1+a3, b1+b3 | lanes 4-7]
+  return _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+}
+SPINDLE_AVX2_INLINE __m256 hsum_quad(__m256 t01, __m256 t23) {  // [a0..a3 sums of lanes 0-3 | of 4-7]
+  return _mm256_add_ps(_mm256_shuffle_ps(t01, t23, 0x44), _mm256_shuffle_ps(t01, t23, 0xee));
+}
 SPINDLE_AVX2_INLINE __m256 hsum8_values(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6,
                                         __m256 a7) {
-  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a4, a5), _mm256_hadd_ps(a6, a7));
+  const __m256 u0 = hsum_quad(hsum_pair(a0, a1), hsum_pair(a2, a3));
+  const __m256 u1 = hsum_quad(hsum_pair(a4, a5), hsum_pair(a6, a7));
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
@@ -330,8 +337,55 @@ inline void sd_pv_head(const float* pm, int p_stride, int G, const VT* const* vr
   }
 }
 
+// e^x for x <= 0 (or -inf): exp8 without its upper clamp and its zero mask; x below -87.3 gives
+// ~1e-38 instead of 0 (only the padding lanes of a block's last vector, which P.V never reads).
+SPINDLE_AVX2_INLINE __m256 exp8_nonpositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.0f / 5040);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 720));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 120));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 24));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f / 6));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(0.5f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// Online softmax over one block where every row sees every key: s -> p in place (n_pad lanes,
+// the padding at -inf), m, l updated, o rows (D floats, load16 order) rescaled by the correction.
+template <int DT>
+inline void sd_softmax_rows(float* s, int s_stride, int rows, int n_pad, float* m, float* l, float* o, int D_rt) {
+  const int D = DT > 0 ? DT : D_rt;
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + int64_t{r} * s_stride;
+    __m256 mx = _mm256_loadu_ps(row);
+    for (int j = 8; j < n_pad; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(row + j));
+    const float tile_max = hmax(mx);  // finite: the block's first key is real
+    const float m_new = tile_max > m[r] ? tile_max : m[r];
+    const float corr = std::exp(m[r] - m_new);  // 0 for the first block (m = -inf)
+    const __m256 mu = _mm256_set1_ps(m_new);
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < n_pad; j += 8) {
+      const __m256 e = exp8_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), mu));
+      _mm256_storeu_ps(row + j, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    l[r] = l[r] * corr + hsum(sum);
+    m[r] = m_new;
+    const __m256 c = _mm256_set1_ps(corr);
+    float* orow = o + int64_t{r} * D;
+    for (int d = 0; d < D; d += 8) _mm256_storeu_ps(orow + d, _mm256_mul_ps(_mm256_loadu_ps(orow + d), c));
+  }
+}
+
 struct SmallDecodeScratch {
-  Scratch<float> q, o, s, m, l, corr, out;
+  Scratch<float> q, o, s, m, l, out;
   Scratch<const void*> k_rows, v_rows;
 };
 
@@ -355,7 +409,6 @@ void small_decode_task(const PagedAttentionParams& p, const Task& t, float* part
   float* sbuf = sc.s.get(size_t(rows) * B);
   float* m = sc.m.get(rows);
   float* l = sc.l.get(rows);
-  float* corr = sc.corr.get(rows);
   const KT** kr = reinterpret_cast<const KT**>(sc.k_rows.get(B));
   const KT** vr = reinterpret_cast<const KT**>(sc.v_rows.get(B));
 
@@ -377,12 +430,7 @@ void small_decode_task(const PagedAttentionParams& p, const Task& t, float* part
       sd_scores_head<DT>(q + int64_t{hh} * G * D, G, D, kr, hh * D, n, sbuf + int64_t{hh} * G * B, B);
     for (int r = 0; r < rows; ++r)
       for (int j = n; j < n_pad; ++j) sbuf[int64_t{r} * B + j] = kNegInf;
-    Avx2::softmax_rows(sbuf, B, rows, n_pad, m, l, corr);
-    for (int r = 0; r < rows; ++r) {
-      const __m256 c = _mm256_set1_ps(corr[r]);
-      float* orow = o + int64_t{r} * D;
-      for (int d = 0; d < D; d += 8) _mm256_storeu_ps(orow + d, _mm256_mul_ps(_mm256_loadu_ps(orow + d), c));
-    }
+    sd_softmax_rows<DT>(sbuf, B, rows, n_pad, m, l, o, D);
     for (int hh = 0; hh < t.num_heads; ++hh)
       sd_pv_head<DT>(sbuf + int64_t{hh} * G * B, B, G, vr, hh * D, n, o + int64_t{hh} * G * D, D);
   }
