@@ -1,5 +1,5 @@
 // Single-thread AVX2 decode attention, the generic tiled path against the small-head_dim decode path
-// (paged_attention_avx2 with Avx2DecodePath::kGeneric / kSmallHeadDim), alternated round by round in
+// (paged_attention_avx2_path with Avx2DecodePath::kGeneric / kSmallHeadDim), alternated round by round in
 // one process. One sequence of --cached + 1 keys, bf16 (or f32) KV in page-size-16 pages, the KV of
 // --layers layers (so, as in a model's forward, it comes from L3 rather than L1/L2), calling thread's
 // CPU time (preemption by neighbours does not count). Shapes: head_dim 32 with 8 q / 4 KV heads and
@@ -99,9 +99,9 @@ struct Setup {
   // Microseconds of thread CPU time per layer call, `calls` calls cycling over the layers.
   double time_us(Avx2DecodePath path, int calls) {
     const int n = static_cast<int>(layers.size());
-    for (int i = 0; i < n; ++i) paged_attention_avx2(params(i), path);  // warm
+    for (int i = 0; i < n; ++i) paged_attention_avx2_path(params(i), path);  // warm
     const double t0 = bench::thread_cpu_s();
-    for (int i = 0; i < calls; ++i) paged_attention_avx2(params(i % n), path);
+    for (int i = 0; i < calls; ++i) paged_attention_avx2_path(params(i % n), path);
     return (bench::thread_cpu_s() - t0) / calls * 1e6;
   }
 };
@@ -166,9 +166,9 @@ int main(int argc, char** argv) {
 
   // The two paths must agree before their times mean anything.
   for (auto& st : setups) {
-    paged_attention_avx2(st.params(0), Avx2DecodePath::kGeneric);
+    paged_attention_avx2_path(st.params(0), Avx2DecodePath::kGeneric);
     const std::vector<float> generic = st.out;
-    paged_attention_avx2(st.params(0), Avx2DecodePath::kSmallHeadDim);
+    paged_attention_avx2_path(st.params(0), Avx2DecodePath::kSmallHeadDim);
     double worst = 0;
     for (size_t i = 0; i < generic.size(); ++i) worst = std::max(worst, double(std::abs(generic[i] - st.out[i])));
     std::printf("hd%d %d/%d: max |generic - small| = %.2e\n", st.shape.head_dim, st.shape.heads,

@@ -276,7 +276,7 @@ TEST_P(Avx2DecodePaths, MatchReference) {
       Problem pr(g.heads, g.kv_heads, head_dim, page_size, dtype, batch, ++seed);
       const auto want = pr.reference();
       for (const auto& [path, name] : paths) {
-        const auto run = [path = path](const PagedAttentionParams& p) { paged_attention_avx2(p, path); };
+        const auto run = [path = path](const PagedAttentionParams& p) { paged_attention_avx2_path(p, path); };
         expect_matches_run(run, name, kF32Math, pr, want, nullptr);
         expect_matches_run(run, name, kF32Math, pr, want, &pool);
       }

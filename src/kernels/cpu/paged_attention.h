@@ -102,7 +102,7 @@ inline constexpr int kAvx2SmallDecodeMaxHeadDim = 64;
 // the small-head_dim path, kSmallHeadDim wherever it applies (one new token; bf16 KV needs head_dim
 // % 16 == 0), at any head_dim.
 enum class Avx2DecodePath { kAuto, kGeneric, kSmallHeadDim };
-void paged_attention_avx2(const PagedAttentionParams& p, Avx2DecodePath path);
+void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path);
 // AVX-512F/BW; avx512_bf16 dot products when use_bf16_dot (bf16 KV only).
 void paged_attention_avx512(const PagedAttentionParams& p, bool use_bf16_dot);
 // AMX-BF16 tiles for Q.K^T and P.V (bf16 KV only); caller has obtained the tile permission.

@@ -456,7 +456,7 @@ void small_decode(const PagedAttentionParams& p, const Task& t, float* partials)
 
 }  // namespace
 
-void paged_attention_avx2(const PagedAttentionParams& p, Avx2DecodePath path) {
+void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path) {
   check_optimized_attention_params(p, count_query_rows(p.sequences), "avx2");
   const Plan plan = make_plan(p, 32);
   const bool small = path != Avx2DecodePath::kGeneric && p.head_dim % 16 == 0 &&
@@ -475,6 +475,6 @@ void paged_attention_avx2(const PagedAttentionParams& p, Avx2DecodePath path) {
   });
 }
 
-void paged_attention_avx2(const PagedAttentionParams& p) { paged_attention_avx2(p, Avx2DecodePath::kAuto); }
+void paged_attention_avx2(const PagedAttentionParams& p) { paged_attention_avx2_path(p, Avx2DecodePath::kAuto); }
 
 }  // namespace spindle::kernels::cpu
