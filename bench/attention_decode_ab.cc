@@ -62,8 +62,8 @@ struct Setup {
       StepSequence all;
       all.num_new_tokens = total;
       all.num_pages = num_pages;
-      KvWriteParams w{k.data(), v.data(), layer.k.data(), layer.v.data(), dt, num_pages, page,
-                      sh.kv_heads, sh.head_dim, std::span(&all, 1), table.data()};
+      KvWriteParams w{k.data(), v.data(),    layer.k.data(), layer.v.data(),     dt,          num_pages,
+                      page,     sh.kv_heads, sh.head_dim,    std::span(&all, 1), table.data()};
       write_kv_pages(w);
       layers.push_back(std::move(layer));
     }
@@ -171,8 +171,8 @@ int main(int argc, char** argv) {
     paged_attention_avx2_path(st.params(0), Avx2DecodePath::kSmallHeadDim);
     double worst = 0;
     for (size_t i = 0; i < generic.size(); ++i) worst = std::max(worst, double(std::abs(generic[i] - st.out[i])));
-    std::printf("hd%d %d/%d: max |generic - small| = %.2e\n", st.shape.head_dim, st.shape.heads,
-                st.shape.kv_heads, worst);
+    std::printf("hd%d %d/%d: max |generic - small| = %.2e\n", st.shape.head_dim, st.shape.heads, st.shape.kv_heads,
+                worst);
     if (!(worst < 1e-4)) return 1;
   }
 
@@ -198,10 +198,10 @@ int main(int argc, char** argv) {
     const double g = median(us[si][0]), sm = median(us[si][1]);
     std::vector<double> ratio;
     for (int r = 0; r < rounds; ++r) ratio.push_back(us[si][1][r] / us[si][0][r]);
-    std::printf("  hd%d %d/%d heads: generic %.2f  small %.2f  small/generic %.3f (per-round median %.3f, range %.3f-%.3f)\n",
-                setups[si].shape.head_dim, setups[si].shape.heads, setups[si].shape.kv_heads, g, sm, sm / g,
-                median(ratio), *std::min_element(ratio.begin(), ratio.end()),
-                *std::max_element(ratio.begin(), ratio.end()));
+    std::printf(
+        "  hd%d %d/%d heads: generic %.2f  small %.2f  small/generic %.3f (per-round median %.3f, range %.3f-%.3f)\n",
+        setups[si].shape.head_dim, setups[si].shape.heads, setups[si].shape.kv_heads, g, sm, sm / g, median(ratio),
+        *std::min_element(ratio.begin(), ratio.end()), *std::max_element(ratio.begin(), ratio.end()));
   }
   if (setups.size() >= 2) {
     for (int pi = 0; pi < 2; ++pi) {

@@ -285,8 +285,8 @@ TEST_P(Avx2DecodePaths, MatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Avx2, Avx2DecodePaths,
-                         ::testing::Combine(::testing::Values(16, 32, 48, 64, 128), ::testing::Values(DType::kF32, DType::kBF16),
-                                            ::testing::Values(1, 16)),
+                         ::testing::Combine(::testing::Values(16, 32, 48, 64, 128),
+                                            ::testing::Values(DType::kF32, DType::kBF16), ::testing::Values(1, 16)),
                          [](const ::testing::TestParamInfo<std::tuple<int, DType, int>>& info) {
                            return "d" + std::to_string(std::get<0>(info.param)) + "_" +
                                   std::string(dtype_name(std::get<1>(info.param))) + "_page" +

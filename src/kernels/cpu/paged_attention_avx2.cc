@@ -285,10 +285,17 @@ inline void sd_scores_head(const float* q, int G, int D, const KT* const* krow, 
   const float* qr = q + r * D;
   float* sr = s + r * s_stride;
   switch (G - r) {
-    case 3: sd_score_keys<DT, 3>(qr, D, krow, off, n, sr, s_stride); break;
-    case 2: sd_score_keys<DT, 2>(qr, D, krow, off, n, sr, s_stride); break;
-    case 1: sd_score_keys<DT, 1>(qr, D, krow, off, n, sr, s_stride); break;
-    default: break;
+    case 3:
+      sd_score_keys<DT, 3>(qr, D, krow, off, n, sr, s_stride);
+      break;
+    case 2:
+      sd_score_keys<DT, 2>(qr, D, krow, off, n, sr, s_stride);
+      break;
+    case 1:
+      sd_score_keys<DT, 1>(qr, D, krow, off, n, sr, s_stride);
+      break;
+    default:
+      break;
   }
 }
 
@@ -323,17 +330,23 @@ SPINDLE_AVX2_INLINE void sd_pv_rows(const float* pm, int p_stride, const VT* con
 }
 
 template <int DT, class VT>
-inline void sd_pv_head(const float* pm, int p_stride, int G, const VT* const* vrow, int off, int n, float* o,
-                       int D) {
+inline void sd_pv_head(const float* pm, int p_stride, int G, const VT* const* vrow, int off, int n, float* o, int D) {
   int r = 0;
   for (; r + 4 <= G; r += 4) sd_pv_rows<DT, 4>(pm + r * p_stride, p_stride, vrow, off, n, o + r * D, D);
   const float* pr = pm + r * p_stride;
   float* orow = o + r * D;
   switch (G - r) {
-    case 3: sd_pv_rows<DT, 3>(pr, p_stride, vrow, off, n, orow, D); break;
-    case 2: sd_pv_rows<DT, 2>(pr, p_stride, vrow, off, n, orow, D); break;
-    case 1: sd_pv_rows<DT, 1>(pr, p_stride, vrow, off, n, orow, D); break;
-    default: break;
+    case 3:
+      sd_pv_rows<DT, 3>(pr, p_stride, vrow, off, n, orow, D);
+      break;
+    case 2:
+      sd_pv_rows<DT, 2>(pr, p_stride, vrow, off, n, orow, D);
+      break;
+    case 1:
+      sd_pv_rows<DT, 1>(pr, p_stride, vrow, off, n, orow, D);
+      break;
+    default:
+      break;
   }
 }
 
@@ -341,8 +354,8 @@ inline void sd_pv_head(const float* pm, int p_stride, int G, const VT* const* vr
 // ~1e-38 instead of 0 (only the padding lanes of a block's last vector, which P.V never reads).
 SPINDLE_AVX2_INLINE __m256 exp8_nonpositive(__m256 x) {
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 y = _mm256_set1_ps(1.0f / 5040);
@@ -448,9 +461,15 @@ void small_decode_task(const PagedAttentionParams& p, const Task& t, float* part
 template <class KT>
 void small_decode(const PagedAttentionParams& p, const Task& t, float* partials) {
   switch (p.head_dim) {
-    case 32: small_decode_task<32, KT>(p, t, partials); break;
-    case 64: small_decode_task<64, KT>(p, t, partials); break;
-    default: small_decode_task<0, KT>(p, t, partials); break;
+    case 32:
+      small_decode_task<32, KT>(p, t, partials);
+      break;
+    case 64:
+      small_decode_task<64, KT>(p, t, partials);
+      break;
+    default:
+      small_decode_task<0, KT>(p, t, partials);
+      break;
   }
 }
 
