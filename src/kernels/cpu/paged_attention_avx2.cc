@@ -350,8 +350,9 @@ inline void sd_pv_head(const float* pm, int p_stride, int G, const VT* const* vr
   }
 }
 
-// e^x for x <= 0 (or -inf): exp8 without its upper clamp and its zero mask; x below -87.3 gives
-// ~1e-38 instead of 0 (only the padding lanes of a block's last vector, which P.V never reads).
+// e^x for x <= 0 (or -inf): exp8 without its upper clamp and its zero mask. x below -87.3 gives
+// 2^-126 (~1.2e-38) instead of e^x or 0: a weight that small next to the row's maximum (weight 1)
+// changes no output; the -inf padding lanes of a block's last vector add it to l only.
 SPINDLE_AVX2_INLINE __m256 exp8_nonpositive(__m256 x) {
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
   const __m256 n =
