@@ -182,17 +182,23 @@ std::string describe(const Problem& pr) {
   return s;
 }
 
-void expect_matches(Kernel k, const Problem& pr, const std::vector<float>& want, ThreadPool* pool) {
+void expect_matches_run(const std::function<void(const PagedAttentionParams&)>& run, const std::string& name,
+                        double tol, const Problem& pr, const std::vector<float>& want, ThreadPool* pool) {
   std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
-  run_kernel(k, pr.params(got.data(), pool));
+  run(pr.params(got.data(), pool));
   double worst = 0.0;
   size_t worst_at = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double err = std::isfinite(got[i]) ? std::abs(double(got[i]) - want[i]) : 1e30;
     if (err > worst) worst = err, worst_at = i;
   }
-  EXPECT_LE(worst, tolerance(k)) << kernel_name(k) << " " << describe(pr) << ": element " << worst_at
-                                 << " got " << got[worst_at] << " want " << want[worst_at];
+  EXPECT_LE(worst, tol) << name << " " << describe(pr) << (pool ? " pool" : " serial") << ": element " << worst_at
+                        << " got " << got[worst_at] << " want " << want[worst_at];
+}
+
+void expect_matches(Kernel k, const Problem& pr, const std::vector<float>& want, ThreadPool* pool) {
+  expect_matches_run([k](const PagedAttentionParams& p) { run_kernel(k, p); }, kernel_name(k), tolerance(k), pr, want,
+                     pool);
 }
 
 ThreadPool& test_pool() {
@@ -246,6 +252,46 @@ INSTANTIATE_TEST_SUITE_P(
       return kernel_name(std::get<0>(info.param)) + "_d" + std::to_string(std::get<1>(info.param)) + "_" +
              std::string(dtype_name(std::get<2>(info.param))) + "_page" + std::to_string(std::get<3>(info.param));
     });
+
+// The AVX2 decode paths against the reference: the small-head_dim decode path (tasks of one new
+// token; paged_attention_avx2 picks it at head_dim <= kAvx2SmallDecodeMaxHeadDim) forced on at
+// every head_dim, the generic tiled path forced, and the automatic choice. GQA groups 1, 2, 4, 8
+// and 3 (a row remainder), key counts off the path's 256-key block and off 8 (1, 7, 255, 257, 982),
+// a decode batch of 4 and a prefill whose last query block is one token, serial and split-KV.
+class Avx2DecodePaths : public ::testing::TestWithParam<std::tuple<int, DType, int>> {};  // head_dim, kv, page
+
+TEST_P(Avx2DecodePaths, MatchReference) {
+  const auto [head_dim, dtype, page_size] = GetParam();
+  if (const std::string why = missing_features(Kernel::kAvx2); !why.empty()) GTEST_SKIP() << why;
+  const Gqa groups[] = {{2, 2}, {4, 2}, {16, 4}, {8, 1}, {6, 2}};
+  const std::vector<std::vector<SeqSpec>> batches = {
+      {{1, 0}}, {{1, 6}}, {{1, 254}}, {{1, 256}}, {{1, 981}}, {{1, 40}, {1, 255}, {1, 0}, {1, 130}}, {{17, 300}}};
+  const std::pair<Avx2DecodePath, const char*> paths[] = {{Avx2DecodePath::kAuto, "avx2 auto"},
+                                                          {Avx2DecodePath::kGeneric, "avx2 generic"},
+                                                          {Avx2DecodePath::kSmallHeadDim, "avx2 small-head_dim"}};
+  ThreadPool pool(4);
+  uint32_t seed = 3000 + head_dim + page_size + (dtype == DType::kBF16 ? 1 : 0);
+  for (const Gqa& g : groups) {
+    for (const auto& batch : batches) {
+      Problem pr(g.heads, g.kv_heads, head_dim, page_size, dtype, batch, ++seed);
+      const auto want = pr.reference();
+      for (const auto& [path, name] : paths) {
+        const auto run = [path = path](const PagedAttentionParams& p) { paged_attention_avx2_path(p, path); };
+        expect_matches_run(run, name, kF32Math, pr, want, nullptr);
+        expect_matches_run(run, name, kF32Math, pr, want, &pool);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Avx2, Avx2DecodePaths,
+                         ::testing::Combine(::testing::Values(16, 32, 48, 64, 128),
+                                            ::testing::Values(DType::kF32, DType::kBF16), ::testing::Values(1, 16)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, DType, int>>& info) {
+                           return "d" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  std::string(dtype_name(std::get<1>(info.param))) + "_page" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 class PagedAttentionKernel : public ::testing::TestWithParam<Kernel> {
  protected:

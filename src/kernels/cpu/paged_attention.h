@@ -93,7 +93,16 @@ inline bool cpu_backend_head_dim_supported(int head_dim) {
 // The ground truth: plain loops, float64 accumulation. Slow.
 void paged_attention_reference(const PagedAttentionParams& p);
 // Tiled online softmax (flash-style) with AVX2 + FMA + F16C. Caller ensures the CPU has them.
+// Decode tasks (one new token) at head_dim <= kAvx2SmallDecodeMaxHeadDim run the small-head_dim
+// decode path (every head of a token row in one pass, keys in blocks of 256; bf16 K/V widened 16
+// elements at a time in a paired layout).
 void paged_attention_avx2(const PagedAttentionParams& p);
+inline constexpr int kAvx2SmallDecodeMaxHeadDim = 64;
+// The same kernel with the decode path forced (tests, benchmarks): kAuto as above, kGeneric never
+// the small-head_dim path, kSmallHeadDim wherever it applies (one new token; bf16 KV needs head_dim
+// % 16 == 0), at any head_dim.
+enum class Avx2DecodePath { kAuto, kGeneric, kSmallHeadDim };
+void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path);
 // AVX-512F/BW; avx512_bf16 dot products when use_bf16_dot (bf16 KV only).
 void paged_attention_avx512(const PagedAttentionParams& p, bool use_bf16_dot);
 // AMX-BF16 tiles for Q.K^T and P.V (bf16 KV only); caller has obtained the tile permission.
