@@ -428,8 +428,11 @@ __device__ __forceinline__ void load_q(WarpState<kMaxHeadDim>& st, const SplitPa
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
 template <int kMaxHeadDim, bool kBf16>
 __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(const SplitParams p) {
-  if (!p.early) pdl_begin();
-  if (p.early) pdl_trigger();  // the merge may launch; this block reads only what no kernel writes until pdl_wait
+  if (p.early) {
+    pdl_trigger();  // the merge may launch; this block reads only what no kernel writes until pdl_wait below
+  } else {
+    pdl_begin();
+  }
   using T = Tile<kMaxHeadDim>;
   extern __shared__ __align__(16) unsigned char smem[];
   int32_t* slots = reinterpret_cast<int32_t*>(smem);                    // [kMaxChunkKeys]
