@@ -276,6 +276,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
     engine_options.num_draft_tokens = engine_options.proposer ? r.resolved.spec.num_draft_tokens : 0;
     engine_options.speculate_always = r.resolved.spec.always;
     engine_options.decode_log_interval = r.resolved.spec.decode_log_interval;
+    engine_options.overlap_schedule = r.resolved.overlap_schedule;
     if (dp_size > 1) {
       engine_options.dp_name = fmt::format("DP rank {}", r.rank);
       const int rank_index = r.rank;

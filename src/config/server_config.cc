@@ -88,6 +88,7 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
     const int wanted = flags.cuda_graph_max_bs > 0 ? flags.cuda_graph_max_bs : kDefaultCudaGraphMaxBs;
     r.cuda_graph_max_bs = std::min(wanted, r.max_running_requests);
   }
+  r.overlap_schedule = r.device == attn::Device::kCuda && !flags.disable_overlap_schedule;
   r.backend_cache_dir = attn::ValidationCache::default_dir();
   return r;
 }
@@ -170,6 +171,8 @@ std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {
 
 void add_scheduler_flags(CLI::App& app, ServerConfig& f) {
   app.add_flag("--disable-cuda-graph", f.disable_cuda_graph, "CUDA: run every step kernel by kernel (no step graphs)");
+  app.add_flag("--disable-overlap-schedule", f.disable_overlap_schedule,
+               "CUDA: collect each step's tokens before scheduling the next (no overlap of host and device work)");
   app.add_option("--cuda-graph-max-bs", f.cuda_graph_max_bs,
                  fmt::format("CUDA: decode steps of up to this many sequences replay step graphs (min(running "
                              "requests, {}))",

@@ -40,6 +40,7 @@ struct ServerConfig {
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   bool disable_cuda_graph = false;
   int cuda_graph_max_bs = 0;     // 0: min(max running requests, kDefaultCudaGraphMaxBs)
+  bool disable_overlap_schedule = false;
   KvFlags kv;
   SpecFlags spec;
   DpFlags dp;  // data-parallel ranks and the router (--dp-size itself is in kv)
@@ -72,6 +73,9 @@ struct ResolvedConfig {
   int max_queued_requests = 0;   // waiting requests before the server answers 503
   // CUDA: decode steps of at most this many sequences replay step graphs (0: none).
   int cuda_graph_max_bs = 0;
+  // Launch the next step while the device runs this one (engine.h's overlap schedule): CUDA,
+  // unless --disable-overlap-schedule (the engine also runs one step at a time where it must).
+  bool overlap_schedule = false;
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
   ResolvedSpecConfig spec;
   // Only from the ModelConfig overload: the DP layout and router. With dp_size > 1, num_threads

@@ -141,7 +141,9 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !checks_.empty() || scheduler_.has_work(); });
+      wake_.wait(lock, [&] {
+        return stopping_ || !incoming_.empty() || !checks_.empty() || scheduler_.has_work() || in_flight_.has_value();
+      });
       if (stopping_) break;
       while (!incoming_.empty()) {
         outputs_[incoming_.front().request->id] = std::move(incoming_.front().output);
@@ -158,6 +160,7 @@ void Engine::loop() {
     try {
       run_step();
     } catch (const std::exception& e) {
+      drop_in_flight();
       // A step failed (should not happen): fail every request rather than the process.
       spdlog::error("engine step failed{}: {}", options_.dp_name.empty() ? "" : " on " + options_.dp_name, e.what());
       metrics_.update([&](MetricsSnapshot& s) {  // the server (or this DP rank) turns unhealthy (device errors are sticky)
@@ -178,6 +181,7 @@ void Engine::loop() {
       incoming_.pop_front();
     }
   }
+  drop_in_flight();
   fail_all("the server is shutting down");
   run_pending_checks();  // a kv_integrity_ok() caller must not wait forever on a stopped engine
 }
@@ -229,16 +233,17 @@ void Engine::fail_all(const std::string& message) {
 void Engine::abort_cancelled() {
   for (Request* r : scheduler_.all_requests()) {
     const RequestOutputState& o = *outputs_.at(r->id);
-    if (!o.stream->cancelled()) continue;
+    if (r->finished || !o.stream->cancelled()) continue;
     RequestOutput out;
     out.finished = true;
     out.finish_reason = FinishReason::kAbort;
     out.num_prompt_tokens = static_cast<int>(r->prompt.size());
     out.num_output_tokens = static_cast<int>(r->output.size());
     o.stream->push(std::move(out));
-    release(r, /*cache_pages=*/true);
+    r->finished = true;  // released now, or after the launched steps that hold it (release_finished)
     metrics_.update([](MetricsSnapshot& s) { ++s.requests_aborted_total; });
   }
+  release_finished();
 }
 
 std::string Engine::flush_held_text(RequestOutputState& o) {
@@ -254,6 +259,7 @@ void Engine::count_finished(const Request& r, Clock::time_point now) {
 void Engine::finish_over_capacity() {
   const int capacity = allocator_.num_pages() * allocator_.page_size();
   for (Request* r : scheduler_.over_capacity_requests()) {
+    if (r->steps_in_flight > 0) continue;  // its last token is still coming: finished next step
     RequestOutput out;
     out.finished = true;
     out.num_prompt_tokens = static_cast<int>(r->prompt.size());
@@ -356,78 +362,162 @@ bool Engine::propose_drafts() {
   return any;
 }
 
+bool Engine::can_overlap() const {
+  if (!options_.overlap_schedule || !runner_.samples_on_device() || options_.proposer != nullptr) return false;
+  for (const Request* r : scheduler_.running_requests()) {
+    // Its next draw's penalties need the pending token on the host.
+    if (r->num_pending_tokens > 0 && outputs_.at(r->id)->sampler.params().has_penalties()) return false;
+  }
+  return true;
+}
+
+void Engine::hold_finishing_requests(bool hold) {
+  for (Request* r : scheduler_.running_requests()) {
+    if (!hold) {
+      r->hold = false;
+      continue;
+    }
+    if (r->num_pending_tokens == 0) continue;
+    const int outputs = static_cast<int>(r->output.size()) + r->num_pending_tokens;
+    r->hold = outputs >= outputs_.at(r->id)->sampler.params().max_tokens || r->num_tokens() >= max_model_len();
+  }
+}
+
 void Engine::run_step() {
   StepTimer timer;
   const auto step_start = Clock::now();
   abort_cancelled();
+  const bool overlap = can_overlap();
+  if (in_flight_ && !overlap) {
+    LaunchedStep last = std::move(*in_flight_);
+    in_flight_.reset();
+    finish_step(last);
+  }
   propose_drafts();
+  hold_finishing_requests(true);
   const StepPlan plan = scheduler_.schedule();
+  hold_finishing_requests(false);
   if (plan.num_preempted > 0) {
     metrics_.update([&](MetricsSnapshot& s) { s.preemptions_total += plan.num_preempted; });
   }
   finish_over_capacity();
-  if (plan.empty()) return;
-  StepSeconds t;
+  if (plan.empty()) {
+    if (in_flight_) {  // nothing to launch behind it: collect it now
+      LaunchedStep last = std::move(*in_flight_);
+      in_flight_.reset();
+      finish_step(last);
+    }
+    release_finished();
+    return;
+  }
+  LaunchedStep step;
+  step.start = step_start;
+  StepSeconds& t = step.seconds;
   t.schedule = timer.lap();
   const StepBatch& batch = runner_.build(plan);
   // A decode step: every sequence computes its last token (and its drafts, when it speculates).
   bool decode = true, q_drafts = false;
-  int max_drafts = 0;  // the most drafts a sequence verifies (the cost model's way)
   for (const auto& s : plan.sequences) {
     decode = decode && s.logits_row >= 0 && s.num_new_tokens - s.num_draft_tokens == 1;
     if (s.num_draft_tokens > 0) {
-      max_drafts = std::max(max_drafts, s.num_draft_tokens);
+      step.max_drafts = std::max(step.max_drafts, s.num_draft_tokens);
       q_drafts = q_drafts || !proposals_.at(s.request->id).q.empty();
     }
   }
+  t.decode = decode;
   // Drafts drawn from a draft model's q need the target's whole processed distribution for the
   // rejection rule: those steps sample on the host, even where the device could.
-  const bool on_device = runner_.samples_on_device() && !q_drafts;
-  std::span<float> logits;
-  const std::vector<SampledRow>* device_rows = nullptr;
-  std::vector<TokenId> context;  // output + the drafts before a row (scratch)
-  if (on_device) {  // the logits stay on the device; only the chosen tokens come back
-    sampling_.clear();
-    sampling_.rows.resize(static_cast<size_t>(batch.num_logit_rows()));
-    for (const auto& s : plan.sequences) {
-      if (s.logits_row < 0) continue;
-      const Request& r = *s.request;
-      const Sampler& sampler = outputs_.at(r.id)->sampler;
-      context.assign(r.output.begin(), r.output.end());
-      for (int i = 0; i < s.num_logit_rows(); ++i) {
-        // Row i draws the token after draft i, as non-speculative decoding would draw it then.
-        if (i > 0) context.push_back(r.draft[static_cast<size_t>(i - 1)]);
-        add_sampling_row(sampler.params(), sampler.seed(), context.size(), r.prompt, context,
-                         static_cast<size_t>(s.logits_row + i), sampling_);
-      }
-    }
+  step.on_device = runner_.samples_on_device() && !q_drafts;
+  if (!step.on_device) {  // host logits, sampled here (never with a step in flight: can_overlap)
+    SPINDLE_CHECK(!in_flight_, "a host-sampled step with a step in flight");
     t.build = timer.lap();
-    device_rows = &runner_.run_and_sample(sampling_);
-    const double step = timer.lap();
-    t.forward = std::min(step, runner_.last_launch_seconds());
-    t.device = step - t.forward;
-  } else {
-    t.build = timer.lap();
-    logits = runner_.run(batch);
+    const std::span<float> logits = runner_.run(batch);
     t.forward = timer.lap();
+    scheduler_.update(plan);
+    step.plan = plan;
+    process_step(step, logits, nullptr);
+    return;
   }
+  // The logits stay on the device; only the chosen tokens come back.
+  sampling_.clear();
+  sampling_.rows.resize(static_cast<size_t>(batch.num_logit_rows()));
+  std::vector<TokenId> context;  // output + the drafts before a row (scratch)
+  for (const auto& s : plan.sequences) {
+    if (s.logits_row < 0) continue;
+    const Request& r = *s.request;
+    const Sampler& sampler = outputs_.at(r.id)->sampler;
+    // Tokens drawn before row 0: the known ones and the pending ones (which no penalty reads:
+    // can_overlap), then row i draws the token after draft i, as non-speculative decoding would.
+    const uint64_t drawn = r.output.size() + static_cast<uint64_t>(r.num_pending_tokens);
+    if (s.num_draft_tokens == 0) {
+      add_sampling_row(sampler.params(), sampler.seed(), drawn, r.prompt, r.output, static_cast<size_t>(s.logits_row),
+                       sampling_);
+      continue;
+    }
+    context.assign(r.output.begin(), r.output.end());
+    for (int i = 0; i < s.num_logit_rows(); ++i) {
+      if (i > 0) context.push_back(r.draft[static_cast<size_t>(i - 1)]);
+      add_sampling_row(sampler.params(), sampler.seed(), drawn + static_cast<uint64_t>(i), r.prompt, context,
+                       static_cast<size_t>(s.logits_row + i), sampling_);
+    }
+  }
+  t.build = timer.lap();
+  runner_.launch(sampling_);
+  t.forward = timer.lap();
   scheduler_.update(plan);
+  for (const auto& s : plan.sequences) {
+    Request& r = *s.request;
+    ++r.steps_in_flight;
+    if (s.logits_row >= 0 && s.num_draft_tokens == 0) {  // its next token is chosen on the device
+      ++r.num_pending_tokens;
+      r.pending_logit_row = s.logits_row;
+    }
+  }
+  step.plan = plan;
+  std::optional<LaunchedStep> last = std::exchange(in_flight_, std::move(step));
+  if (last) {  // collected while the step just launched runs
+    metrics_.update([](MetricsSnapshot& s) { ++s.overlapped_steps_total; });
+    finish_step(*last);
+  }
+  if (!overlap) {
+    LaunchedStep now = std::move(*in_flight_);
+    in_flight_.reset();
+    finish_step(now);
+  }
+}
 
+void Engine::finish_step(LaunchedStep& step) {
+  StepTimer timer;
+  const std::vector<SampledRow>& rows = runner_.collect();
+  step.seconds.device = timer.lap();
+  process_step(step, {}, &rows);
+}
+
+void Engine::process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows) {
+  StepTimer timer;
+  StepSeconds& t = step.seconds;
+  const StepPlan& plan = step.plan;
   const int vocab = runner_.model().config().vocab_size;
   int num_prompt_tokens = 0;
   step_tokens_ = 0;
   std::vector<SampledToken> drawn;
   for (const auto& s : plan.sequences) {
     Request& r = *s.request;
+    if (device_rows != nullptr) --r.steps_in_flight;
     num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens - s.num_draft_tokens,
                                               static_cast<int>(r.prompt.size())) -
                                          s.num_cached_tokens);
     if (s.logits_row < 0) continue;
+    const bool pending = device_rows != nullptr && s.num_draft_tokens == 0;
+    if (pending) --r.num_pending_tokens;
+    // Finished (a stop in the step before, aborted, over capacity) while this step was in flight:
+    // the token it computed is dropped.
+    if (r.finished) continue;
     RequestOutputState& o = *outputs_.at(r.id);
     timer.lap();
     if (s.num_draft_tokens > 0) {
       spec::Verified v;
-      if (on_device) {
+      if (device_rows != nullptr) {
         drawn.clear();
         for (int i = 0; i < s.num_logit_rows(); ++i) {
           drawn.push_back(to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row + i)]));
@@ -448,7 +538,7 @@ void Engine::run_step() {
       continue;
     }
     SampledToken sampled;
-    if (on_device) {
+    if (device_rows != nullptr) {
       sampled = to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row)]);
     } else {
       const std::span<float> row = logits.subspan(static_cast<size_t>(s.logits_row) * vocab, vocab);
@@ -463,16 +553,37 @@ void Engine::run_step() {
   // not at release: requests waiting with the same prompt (the n choices) are admitted on them.
   scheduler_.publish_prompts(plan);
   const int num_running = scheduler_.num_running();
-  for (Request* r : scheduler_.finished_requests()) release(r, /*cache_pages=*/!r->failed);
+  release_finished();
   t.output += timer.lap();
-  t.decode = decode;
   metrics_.observe_step(t);
-  if (decode) {
+  if (t.decode) {
     const int tokens = step_tokens_;
-    cost_model_.record(max_drafts, static_cast<int>(plan.sequences.size()), seconds_between(step_start, Clock::now()));
+    cost_model_.record(step.max_drafts, static_cast<int>(plan.sequences.size()),
+                       seconds_between(step.start, Clock::now()));
     ++window_.steps;
     window_.tokens += static_cast<uint64_t>(tokens);
     if (options_.decode_log_interval > 0 && window_.steps >= options_.decode_log_interval) log_decode_window(num_running);
+  }
+}
+
+void Engine::release_finished() {
+  for (Request* r : scheduler_.all_requests()) {
+    if (r->finished && r->steps_in_flight == 0) release(r, /*cache_pages=*/!r->failed);
+  }
+}
+
+void Engine::drop_in_flight() {
+  in_flight_.reset();
+  while (runner_.num_launched() > 0) {
+    try {
+      runner_.collect();
+    } catch (const std::exception& e) {
+      spdlog::warn("dropping a launched step: {}", e.what());
+    }
+  }
+  for (Request* r : scheduler_.all_requests()) {
+    r->steps_in_flight = 0;
+    r->num_pending_tokens = 0;
   }
 }
 
@@ -585,7 +696,8 @@ void Engine::accept_token(Request& r, RequestOutputState& o, const SampledToken&
     out.finished = true;
     out.finish_reason = FinishReason::kStop;
   }
-  if (!out.finished && (static_cast<int>(r.output.size()) >= p.max_tokens || r.num_tokens() >= max_model_len())) {
+  // Known tokens: a later step of the overlap schedule may have one pending already.
+  if (!out.finished && (static_cast<int>(r.output.size()) >= p.max_tokens || r.num_known_tokens() >= max_model_len())) {
     out.finished = true;
     out.finish_reason = FinishReason::kLength;
   }

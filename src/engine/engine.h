@@ -5,6 +5,17 @@
 // prefix-cache pages, chunk long prompts, preempt the newest request by recompute when pages run
 // out) -> one model forward over every scheduled token -> sample -> detokenize, match stop
 // strings -> push events -> free the pages of finished or cancelled requests.
+//
+// The overlap schedule (EngineOptions::overlap_schedule, SGLang's idea; one step of lookahead):
+// where the runner samples on the device, step N+1 is scheduled, built and launched while the
+// device still runs step N, and only then are N's tokens collected and emitted. Step N's tokens
+// are pending in N+1's plan (Request::num_pending_tokens count in the context; the runner has the
+// device copy them into N+1's batch), so the host's work of a step hides behind the device's.
+// Outputs do not change: a request that N ends (EOS, a stop string) has computed one more token
+// in N+1, which is dropped, and it is released after N+1 is collected; a request whose pending
+// token surely ends it (max_tokens, the model length) is not scheduled in N+1 (Request::hold).
+// Steps whose next draw needs the last token on the host (a penalty of a request with a pending
+// token), speculative decoding and host sampling run one step at a time, as without it.
 #pragma once
 
 #include <algorithm>
@@ -88,6 +99,9 @@ struct EngineOptions {
   // fail (their error reads "DP rank R failed: reason" when dp_name is set).
   std::function<void(const std::string&)> on_step_failure;
   std::string dp_name;  // "DP rank R" with data parallelism; empty for a single engine
+  // Schedule and launch the next step while the device runs this one (above); only where the
+  // runner samples on the device and no proposer is set (--disable-overlap-schedule: off).
+  bool overlap_schedule = false;
 };
 
 class Engine {
@@ -129,6 +143,27 @@ class Engine {
  private:
   void loop();
   void run_step();
+  // A launched step not yet collected (the overlap schedule): its plan and its times so far.
+  struct LaunchedStep {
+    StepPlan plan;
+    StepSeconds seconds;
+    bool on_device = true;  // sampled on the device (else: host logits, sampled by process_step)
+    int max_drafts = 0;
+    Clock::time_point start;
+  };
+  // Whether the next step may be launched before the one in flight is collected.
+  bool can_overlap() const;
+  // Sets Request::hold on running requests whose pending token surely ends them.
+  void hold_finishing_requests(bool hold);
+  // Collects `step` (launched; not in_flight_ any more) and emits its tokens.
+  void finish_step(LaunchedStep& step);
+  // A step's results: tokens accepted (or verified), requests finished, prompts published, the
+  // step's metrics. device_rows: the device's samples (null: host logits in `logits`).
+  void process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows);
+  // Releases every finished request that no launched step holds.
+  void release_finished();
+  // After a failed step or at shutdown: forgets launched steps (waits for the device's work).
+  void drop_in_flight();
   // Fills Request::draft of the decoding requests that may speculate this step (cost model
   // permitting); true when any got a draft.
   bool propose_drafts();
@@ -166,6 +201,7 @@ class Engine {
   std::deque<Incoming> incoming_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestOutputState>> outputs_;  // by Request::id (engine thread)
   SamplingBatch sampling_;  // the step's device sampling rows (engine thread)
+  std::optional<LaunchedStep> in_flight_;  // the overlap schedule's step on the device (engine thread)
   // Speculative decoding (engine thread): this step's proposals by request id, the cost model.
   std::unordered_map<uint64_t, spec::DraftProposal> proposals_;
   std::vector<spec::ProposalRequest> proposal_requests_;

@@ -150,6 +150,9 @@ std::string Metrics::render() const {
   counter(out, "spindle_cuda_graph_captures_total", "CUDA step graph captures (recaptures included).",
           s.cuda_graph_captures_total);
   counter(out, "spindle_cuda_graph_replays_total", "Decode steps replayed from a CUDA graph.", s.cuda_graph_replays_total);
+  counter(out, "spindle_overlapped_steps_total",
+          "Steps launched while the step before was still on the device (the overlap schedule).",
+          s.overlapped_steps_total);
   gauge(out, "spindle_cuda_graph_capture_seconds_total", "Seconds spent capturing CUDA step graphs.",
         s.cuda_graph_capture_seconds_total);
   gauge(out, "spindle_cuda_graph_memory_bytes", "Device memory the CUDA step graphs took.", s.cuda_graph_memory_bytes);

@@ -65,6 +65,8 @@ struct MetricsSnapshot {
   uint64_t spec_num_accepted_draft_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_position;
   uint64_t spec_skipped_steps = 0;  // decode steps the cost model ran without speculation
+  // The overlap schedule (engine.h): steps launched while the step before was still in flight.
+  uint64_t overlapped_steps_total = 0;
 };
 
 // Where one engine step's wall time went, in seconds (engine.cc measures it). Everything but

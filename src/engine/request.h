@@ -15,6 +15,9 @@ namespace spindle::engine {
 
 using Clock = std::chrono::steady_clock;
 
+// token_at() of a token still being chosen on the device (Request::num_pending_tokens).
+inline constexpr TokenId kPendingToken = -1;
+
 struct Request {
   Request(uint64_t id, std::vector<TokenId> prompt, kv::PageAllocator& allocator);
 
@@ -39,13 +42,31 @@ struct Request {
   // scheduler to verify in the next step (set before schedule(), consumed by it: the scheduler
   // trims them to what the step can take, and they are cleared when the step ends).
   std::vector<TokenId> draft;
+  // The overlap schedule (engine.h): tokens a launched step is still choosing on the device for this
+  // request, after its output; they count in num_tokens(), so the next step can be scheduled over
+  // them before they are known. Each is the token of logit row pending_logit_row of the step in
+  // flight (with one step of lookahead there is at most one such step, and a request has at most
+  // one pending token when a step is scheduled). The engine appends them to output as they arrive.
+  int num_pending_tokens = 0;
+  int pending_logit_row = -1;
+  // Launched steps it is in that are not yet collected (its Request must outlive them).
+  int steps_in_flight = 0;
+  // Not scheduled this step (set by the engine before schedule()): its pending token ends it for
+  // sure (max_tokens or the model length), so computing past it would be thrown away.
+  bool hold = false;
   Clock::time_point arrival = Clock::now();
 
-  int num_tokens() const { return static_cast<int>(prompt.size() + output.size()); }
+  // prompt + output + pending tokens: the context the scheduler plans for.
+  int num_tokens() const { return static_cast<int>(prompt.size() + output.size()) + num_pending_tokens; }
+  // prompt + output: the tokens known on the host.
+  int num_known_tokens() const { return static_cast<int>(prompt.size() + output.size()); }
+  // Token `index` of prompt + output; kPendingToken for a pending one (index >= num_known_tokens()).
   TokenId token_at(int index) const {
-    return index < static_cast<int>(prompt.size()) ? prompt[index] : output[index - prompt.size()];
+    if (index < static_cast<int>(prompt.size())) return prompt[index];
+    const size_t i = static_cast<size_t>(index) - prompt.size();
+    return i < output.size() ? output[i] : kPendingToken;
   }
-  // prompt + output
+  // prompt + output (the known tokens)
   std::vector<TokenId> all_tokens() const;
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/sampler.h"
 #include "util/error.h"
 
 namespace spindle::engine {
@@ -49,12 +50,25 @@ void Runner::bind_kv_caches(std::span<const attn::LayerKvCache> caches) {
 
 const StepBatch& Runner::build(const StepPlan& plan) {
   batch_.clear();
+  pending_.clear();
   for (const ScheduledSequence& s : plan.sequences) {
     const Request& r = *s.request;
     // Its tokens from prompt + output, then its draft tokens (speculative decoding) after them.
     tokens_.resize(static_cast<size_t>(s.num_new_tokens));
     const int num_context = s.num_new_tokens - s.num_draft_tokens;
-    for (int i = 0; i < num_context; ++i) tokens_[static_cast<size_t>(i)] = r.token_at(s.num_cached_tokens + i);
+    for (int i = 0; i < num_context; ++i) {
+      const int index = s.num_cached_tokens + i;
+      TokenId token = r.token_at(index);
+      if (token == kPendingToken) {  // still on the device: taken from the last launched step there
+        SPINDLE_CHECK(index == r.num_known_tokens() && r.num_pending_tokens == 1 && r.pending_logit_row >= 0 &&
+                          s.num_draft_tokens == 0,
+                      "request {}: token {} is pending ({} pending after {} known, logit row {}) and cannot be built",
+                      r.id, index, r.num_pending_tokens, r.num_known_tokens(), r.pending_logit_row);
+        pending_.push_back({batch_.num_tokens() + i, r.pending_logit_row});
+        token = 0;  // any id inside the vocabulary: the device overwrites it
+      }
+      tokens_[static_cast<size_t>(i)] = token;
+    }
     for (int i = 0; i < s.num_draft_tokens; ++i) tokens_[static_cast<size_t>(num_context + i)] = r.draft.at(i);
     const std::vector<int32_t>& pages = r.table.pages();
     batch_.add_sequence(tokens_.data(), s.num_new_tokens, s.num_cached_tokens, pages.data(),
@@ -102,11 +116,31 @@ int Runner::capture_graphs() {
 }
 
 const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampling) {
+  launch(sampling);
+  return collect();
+}
+
+void Runner::launch(const SamplingBatch& sampling) {
   const auto start = std::chrono::steady_clock::now();
-  SPINDLE_CHECK(model_.samples_on_device(), "run_and_sample: {} does not sample on the device",
-                attn::device_name(model_.device()));
+  SPINDLE_CHECK(samples_on_device(), "launch: {} does not sample on the device", attn::device_name(model_.device()));
   SPINDLE_CHECK(static_cast<int>(sampling.rows.size()) == batch_.num_logit_rows(),
-                "run_and_sample: {} sampling rows for {} logit rows", sampling.rows.size(), batch_.num_logit_rows());
+                "launch: {} sampling rows for {} logit rows", sampling.rows.size(), batch_.num_logit_rows());
+  SPINDLE_CHECK(num_launched_ < 2, "launch: two steps are launched already (collect one first)");
+  SPINDLE_CHECK(pending_.empty() || num_launched_ > 0, "launch: {} pending tokens but no step launched before",
+                pending_.size());
+  if (options_.sample_on_host && !model_.samples_on_device()) {
+    for (const PendingToken& p : pending_) {
+      SPINDLE_CHECK(p.source >= 0 && static_cast<size_t>(p.source) < host_last_.size(),
+                    "pending token from logit row {} of a step of {}", p.source, host_last_.size());
+      batch_.token_ids[static_cast<size_t>(p.row)] = host_last_[static_cast<size_t>(p.source)].token;
+    }
+    const std::span<float> logits = run(batch_);
+    sample_rows_on_host(logits, model_.config().vocab_size, sampling, host_last_);
+    host_queued_.push_back(host_last_);
+    ++num_launched_;
+    last_launch_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return;
+  }
   const int real = batch_.num_sequences();
   const bool decode_graph = graphs_enabled_ && real > 0 && batch_.is_decode() && batch_.num_logit_rows() == real &&
                             real <= options_.max_graph_batch;
@@ -121,6 +155,7 @@ const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampl
   attn::AttentionBackend& attention = backend_for(batch_);
   const kernels::cuda::DeviceBatch* uploaded =
       model_.upload(batch_, attention.shape().page_size, graph ? options_.max_model_len : 0);
+  model_.take_pending_tokens(pending_);
   attention.prepare(batch_, uploaded);
   model_.forward(batch_, attention, nullptr, graph ? Transformer::StepMode::kGraph : Transformer::StepMode::kEager);
   if (graph && !model_.last_capture_failure().empty()) {
@@ -129,8 +164,20 @@ const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampl
     graphs_enabled_ = false;
     graphs_disabled_reason_ = "capture failed: " + model_.last_capture_failure();
   }
+  model_.queue_sample(sampling);
+  ++num_launched_;
   last_launch_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  model_.sample(sampling, sampled_);
+}
+
+const std::vector<SampledRow>& Runner::collect() {
+  SPINDLE_CHECK(num_launched_ > 0, "collect: no step launched");
+  --num_launched_;
+  if (options_.sample_on_host && !model_.samples_on_device()) {
+    sampled_ = std::move(host_queued_.front());
+    host_queued_.pop_front();
+    return sampled_;
+  }
+  model_.collect_sample(sampled_);
   return sampled_;
 }
 

@@ -17,6 +17,7 @@
 // Not thread-safe: the engine thread owns it.
 #pragma once
 
+#include <deque>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,6 +40,11 @@ struct RunnerOptions {
   // Uniform verify steps replay graphs too (where decode steps do); false: they run eagerly
   // (bench_spec_verify --eager-verify, for A/B runs).
   bool verify_graphs = true;
+  // A model that samples on the host (the CPU): launch() samples its host logits by the device
+  // sampler's contract (kernels/sampling_batch.h; sample_rows_on_host), so the device-sampling step
+  // and the overlap schedule run without a device (tests). Off: the engine samples such a model's
+  // logits itself (engine::Sampler), as serving on the CPU does.
+  bool sample_on_host = false;
 };
 
 // The graph batch size a decode step of n sequences is padded to: 1, 2, 4, 8, then multiples of 8.
@@ -73,13 +79,23 @@ class Runner {
   // the next run(). Always eager.
   std::span<float> run(const StepBatch& batch);
 
-  // Where the model samples on its device: runs build()'s batch (graphs where enabled) and
-  // samples its logit rows, sampling.rows[r] for logit row r (as many rows as the batch has
-  // logit rows). Valid until the next call.
-  bool samples_on_device() const { return model_.samples_on_device(); }
+  // Where the runner samples (the model's device, or the host with sample_on_host): runs build()'s
+  // batch (graphs where enabled) and samples its logit rows, sampling.rows[r] for logit row r (as
+  // many rows as the batch has logit rows). Valid until the next call. = launch() then collect().
+  bool samples_on_device() const { return model_.samples_on_device() || options_.sample_on_host; }
   const std::vector<SampledRow>& run_and_sample(const SamplingBatch& sampling);
-  // Seconds the last run_and_sample spent before waiting for the device (upload, prepare, the
-  // forward's launches or graph replay); the rest was the device's work and the sampling.
+  // run_and_sample in two halves (the overlap schedule, engine.h): launch() queues build()'s batch
+  // and the sampling of its logit rows without waiting for the device; the batch's pending tokens
+  // (Request::num_pending_tokens: built as PendingToken, pending_tokens()) are taken on the device
+  // from the last launched step's samples. collect() waits for the oldest launched step and returns
+  // its rows (valid until the next collect). At most two steps are launched and not collected.
+  void launch(const SamplingBatch& sampling);
+  const std::vector<SampledRow>& collect();
+  int num_launched() const { return num_launched_; }
+  // build()'s query rows whose token is pending, with the last launched step's logit row it is.
+  const std::vector<PendingToken>& pending_tokens() const { return pending_; }
+  // Seconds the last launch spent (upload, prepare, the forward's launches or graph replay, the
+  // sampling's launch): host time before the device's work is queued.
   double last_launch_seconds() const { return last_launch_seconds_; }
 
   // Captures the graph of every graph batch size up to max_graph_batch now, largest first (so the
@@ -106,8 +122,14 @@ class Runner {
   std::string graphs_disabled_reason_;
   StepBatch batch_;
   std::vector<TokenId> tokens_;  // one sequence's new tokens, reused
+  std::vector<PendingToken> pending_;  // build()'s pending tokens
   std::vector<float> logits_;
   std::vector<SampledRow> sampled_;
+  // sample_on_host: the launched steps' samples not yet collected, oldest first, and the last
+  // launched one's (the source of the next step's pending tokens).
+  std::deque<std::vector<SampledRow>> host_queued_;
+  std::vector<SampledRow> host_last_;
+  int num_launched_ = 0;
   double last_launch_seconds_ = 0;
 };
 

@@ -276,4 +276,75 @@ SampledToken to_sampled_token(const SampledRow& row) {
   return t;
 }
 
+namespace {
+uint64_t mix64(uint64_t z) {  // splitmix64's finaliser, as device_sampler.cu draws with it
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+double gumbel(uint64_t stream, int64_t i) {  // Gumbel(0, 1) noise of token i of the draw
+  const uint64_t h = mix64(stream ^ static_cast<uint64_t>(i));
+  const double u = (static_cast<double>(h >> 40) + 0.5) / 16777216.0;  // (0, 1)
+  return -std::log(-std::log(u));
+}
+}  // namespace
+
+void sample_rows_on_host(std::span<float> logits, int vocab, const SamplingBatch& batch, std::vector<SampledRow>& out) {
+  SPINDLE_CHECK(vocab > 0 && logits.size() >= batch.rows.size() * static_cast<size_t>(vocab),
+                "host sampling: {} rows of {} logits asked for, {} given", batch.rows.size(), vocab, logits.size());
+  out.resize(batch.rows.size());
+  std::vector<float> raw;
+  for (size_t i = 0; i < batch.rows.size(); ++i) {
+    const SamplingRow& r = batch.rows[i];
+    const std::span<float> row = logits.subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    SampledRow& o = out[i];
+    o = SampledRow{};
+    if (!all_finite(row)) {
+      o.non_finite = true;
+      continue;
+    }
+    const bool want_logprobs = r.want_logprob != 0 || r.top_logprobs > 0;
+    if (want_logprobs) raw.assign(row.begin(), row.end());
+    for (int j = 0; j < r.penalty_count; ++j) {
+      const PenaltyToken& p = batch.penalty_tokens.at(static_cast<size_t>(r.penalty_offset + j));
+      float& v = row[static_cast<size_t>(p.token)];
+      if (r.repetition_penalty != 1.0f) v = v > 0.0f ? v / r.repetition_penalty : v * r.repetition_penalty;
+      if (p.output_count > 0) v -= r.presence_penalty + r.frequency_penalty * static_cast<float>(p.output_count);
+    }
+    for (int j = 0; j < r.bias_count; ++j) {
+      const LogitBiasEntry& b = batch.biases.at(static_cast<size_t>(r.bias_offset + j));
+      row[static_cast<size_t>(b.token)] += b.bias;
+    }
+    if (r.temperature <= 0.0f || r.top_k == 1) {
+      o.token = static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
+    } else {
+      SamplingParams kept_params;
+      kept_params.temperature = r.temperature;
+      kept_params.top_k = r.top_k;
+      kept_params.top_p = r.top_p;
+      kept_params.min_p = r.min_p;
+      Sampler kept(kept_params, r.seed);
+      const uint64_t stream = mix64(mix64(r.seed) ^ r.counter);
+      double best = -std::numeric_limits<double>::infinity();
+      for (const TokenProb& t : kept.distribution(row, {}, {})) {
+        const double key = std::log(t.prob) + gumbel(stream, t.token);
+        if (key > best) {
+          best = key;
+          o.token = t.token;
+        }
+      }
+    }
+    if (want_logprobs) {
+      SampledToken t;
+      raw_logprobs(raw, o.token, r.top_logprobs, t);
+      o.logprob = t.logprob;
+      for (const TokenLogprob& a : t.top) {
+        o.top_tokens.push_back(a.token);
+        o.top_logprobs.push_back(a.logprob);
+      }
+    }
+  }
+}
+
 }  // namespace spindle::engine

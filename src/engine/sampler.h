@@ -94,4 +94,12 @@ void add_sampling_row(const SamplingParams& params, uint64_t seed, uint64_t coun
 // A device sampler's result as the engine's SampledToken.
 SampledToken to_sampled_token(const SampledRow& row);
 
+// The device sampler's contract on the host (kernels/sampling_batch.h): logits [rows, vocab] (the
+// first batch.rows.size() rows; modified in place), one result per row. The same processing as
+// Sampler (penalties from the row's list, then the bias; greedy: argmax, the lowest id on ties;
+// else the kept set of Sampler::distribution) and a draw that is a function of (seed, counter,
+// token) only: the Gumbel-max draw over the kept set with the CUDA sampler's noise. Not bit for bit
+// the CUDA sampler's (its top-p sums in fixed point). engine::Runner's sample_on_host uses it.
+void sample_rows_on_host(std::span<float> logits, int vocab, const SamplingBatch& batch, std::vector<SampledRow>& out);
+
 }  // namespace spindle::engine

@@ -30,6 +30,10 @@ struct SamplingParams {
   bool speculative = true;          // may use speculative decoding where the server runs it
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
+  // A penalty reads the tokens drawn so far (so the next draw needs the last one on the host).
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
 };
 
 // Throws spindle::Error naming the field and the accepted range.

@@ -44,9 +44,9 @@ bool Scheduler::try_schedule_with_draft(Request& r, int& budget, StepPlan& plan)
 
 void Scheduler::preempt(Request& r) {
   // Keep what was computed as cached pages (cheap to reuse when it comes back), free the rest.
-  const int cached = std::min(r.num_computed_tokens, r.table.num_tokens());
+  const auto all = r.all_tokens();  // pending tokens (still on the device) are not cached
+  const int cached = std::min({r.num_computed_tokens, r.table.num_tokens(), static_cast<int>(all.size())});
   if (cached > 0) {
-    const auto all = r.all_tokens();
     prefix_cache_.insert(std::span<const TokenId>(all.data(), cached), r.table);
   }
   r.table.free();
@@ -67,7 +67,7 @@ bool Scheduler::try_schedule_running(Request& r, int& budget, StepPlan& plan) {
   while (!r.table.extend(std::max(0, r.num_computed_tokens + n - r.table.num_tokens()))) {
     Request* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-      if (it->get() != &r && !(*it)->preempted && (*it)->table.num_pages() > 0) {
+      if (it->get() != &r && !(*it)->preempted && !(*it)->finished && (*it)->table.num_pages() > 0) {
         const bool in_plan = std::any_of(plan.sequences.begin(), plan.sequences.end(),
                                          [&](const ScheduledSequence& s) { return s.request == it->get(); });
         if (!in_plan) {
@@ -159,6 +159,9 @@ StepPlan Scheduler::schedule() {
   // 1. Running requests, oldest first. One that cannot get pages even after preempting every
   //    newer one gives way itself.
   for (Request* r : running_requests_in_order()) {
+    // Finished while a step with it was in flight (the overlap schedule releases it after that step),
+    // or held by the engine this step.
+    if (r->finished || r->hold) continue;
     if (!fits_pool(*r)) {  // grew past the whole pool: it can never run again
       r->table.free();
       r->exceeds_pool = true;
@@ -224,7 +227,8 @@ void Scheduler::finish_speculation(Request& r) {
 void Scheduler::release(Request* request, bool cache_pages) {
   if (cache_pages && request->num_computed_tokens > 0) {
     const auto all = request->all_tokens();
-    const int n = std::min(request->num_computed_tokens, request->table.num_tokens());
+    // A token computed by a step in flight whose result was then dropped is not cached.
+    const int n = std::min({request->num_computed_tokens, request->table.num_tokens(), static_cast<int>(all.size())});
     prefix_cache_.insert(std::span<const TokenId>(all.data(), n), request->table);
   }
   request->table.free();

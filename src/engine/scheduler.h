@@ -3,7 +3,10 @@
 // It needs no model and no tokenizer: requests are token ids and pages (request.h).
 //
 // Policy (continuous batching with chunked prefill):
-//  1. Running requests first, oldest first: a decoding request needs one token; one still in
+//  1. Running requests first, oldest first (skipping those already finished, which the overlap
+//     schedule releases after the step in flight, and those the engine holds: Request::hold). A
+//     request's context counts its pending tokens (request.h): a decoding request whose last
+//     token is still on the device is scheduled over it. A decoding request needs one token; one still in
 //     its prompt gets a chunk of what remains of the token budget (--max-num-batched-tokens).
 //     When the pool cannot provide a page, the newest running request is preempted: its full
 //     pages go to the prefix cache, the rest back to the pool, and it waits (at the front) to be

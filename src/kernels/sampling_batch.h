@@ -63,6 +63,14 @@ struct SamplingBatch {
   }
 };
 
+// The overlap schedule (engine/engine.h) builds a step before the last step's tokens are back
+// from the device: query row `row` of the new step's batch takes the token chosen for logit row
+// `source` of the last queued sampling (DeviceOps::take_pending_tokens).
+struct PendingToken {
+  int32_t row = 0;
+  int32_t source = 0;
+};
+
 // One row's result. logprob and the alternatives are raw log-probabilities (log_softmax of the
 // logits before penalties), as OpenAI and vLLM report them; alternatives best first.
 struct SampledRow {

@@ -220,10 +220,26 @@ void CudaOps::finish_step(float* host, int64_t count) {
 }
 
 void CudaOps::sample(const SamplingBatch& batch, std::vector<SampledRow>& out) {
+  queue_sample(batch);
+  sampler_.collect(out);
+}
+
+void CudaOps::queue_sample(const SamplingBatch& batch) {
   const size_t have = scratch_[static_cast<int>(Scratch::kLogits)].size() / sizeof(float);
   SPINDLE_CHECK(batch.rows.size() * static_cast<size_t>(config_.vocab_size) <= have,
                 "sample: {} rows asked for, the last step's logits hold fewer", batch.rows.size());
-  sampler_.sample(scratch(Scratch::kLogits), config_.vocab_size, batch, stream_, out);
+  sampler_.queue(scratch(Scratch::kLogits), config_.vocab_size, batch, stream_);
+}
+
+void CudaOps::take_pending_tokens(std::span<const PendingToken> tokens) {
+  if (tokens.empty()) return;
+  SPINDLE_CHECK(sampler_.last_results() != nullptr, "pending tokens: no sampling is queued to take them from");
+  const int rows = batch_.step().num_tokens, sources = sampler_.last_num_rows();
+  for (const PendingToken& t : tokens) {
+    SPINDLE_CHECK(t.row >= 0 && t.row < rows && t.source >= 0 && t.source < sources,
+                  "pending token: query row {} of {} from sampled row {} of {}", t.row, rows, t.source, sources);
+  }
+  kcu::copy_sampled_tokens(batch_.token_ids(), sampler_.last_results(), tokens.data(), tokens.size(), stream_);
 }
 
 bool CudaOps::replay_graph(int64_t key) {

@@ -61,6 +61,9 @@ class CudaOps final : public DeviceOps {
 
   bool samples_on_device() const override { return true; }
   void sample(const SamplingBatch& batch, std::vector<SampledRow>& out) override;
+  void queue_sample(const SamplingBatch& batch) override;
+  void collect_sample(std::vector<SampledRow>& out) override { sampler_.collect(out); }
+  void take_pending_tokens(std::span<const PendingToken> tokens) override;
 
   bool supports_graphs() const override { return true; }
   bool replay_graph(int64_t key) override;

@@ -102,6 +102,14 @@ class DeviceOps {
   virtual bool samples_on_device() const { return false; }
   // The first batch.rows.size() rows of the last step's logits (kLogits) sampled; waits.
   virtual void sample(const SamplingBatch& batch, std::vector<SampledRow>& out);
+  // The same in two halves, for the overlap schedule: queue_sample queues the sampling of the last
+  // forward's logits without waiting (the batch may be reused on return); collect_sample waits for
+  // the oldest queued one. At most two are queued at once.
+  virtual void queue_sample(const SamplingBatch& batch);
+  virtual void collect_sample(std::vector<SampledRow>& out);
+  // After upload() and before forward(): the uploaded batch's query rows listed take their tokens
+  // from the last queued sampling (device-side; nothing waits).
+  virtual void take_pending_tokens(std::span<const PendingToken> tokens);
 
   // --- Step graphs (CUDA graphs) ---------------------------------------------------------------
   // A graph is the device work of one forward, recorded once (begin_capture, the forward's ops,

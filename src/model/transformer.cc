@@ -120,6 +120,15 @@ void DeviceOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_wei
 void DeviceOps::sample(const SamplingBatch& /*batch*/, std::vector<SampledRow>& /*out*/) {
   SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
 }
+void DeviceOps::queue_sample(const SamplingBatch& /*batch*/) {
+  SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
+}
+void DeviceOps::collect_sample(std::vector<SampledRow>& /*out*/) {
+  SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
+}
+void DeviceOps::take_pending_tokens(std::span<const PendingToken> /*tokens*/) {
+  SPINDLE_FAIL("tokens pending on the device are not available on {}", attn::device_name(device()));
+}
 
 const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, int page_size, int plan_kv_len) {
   check_step_batch(batch, config_.vocab_size, page_size);

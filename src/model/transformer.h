@@ -101,6 +101,11 @@ class Transformer {
   bool samples_on_device() const { return ops_->samples_on_device(); }
   // The last forward's first rows.rows.size() logit rows sampled (kernels/sampling_batch.h); waits.
   void sample(const SamplingBatch& rows, std::vector<SampledRow>& out) { ops_->sample(rows, out); }
+  // sample() in two halves, and the next step's tokens taken from the last queued sampling
+  // (DeviceOps; the overlap schedule, engine/engine.h). take_pending_tokens after upload().
+  void queue_sample(const SamplingBatch& rows) { ops_->queue_sample(rows); }
+  void collect_sample(std::vector<SampledRow>& out) { ops_->collect_sample(out); }
+  void take_pending_tokens(std::span<const PendingToken> tokens) { ops_->take_pending_tokens(tokens); }
   bool supports_graphs() const { return ops_->supports_graphs(); }
   DeviceOps::GraphStats graph_stats() const { return ops_->graph_stats(); }
   void release_graphs() { ops_->release_graphs(); }

@@ -49,7 +49,7 @@ struct Served {
 // Serves every prompt at once (greedy, `max_tokens` each, EOS ignored) through a real Engine on
 // CUDA device 0 and returns the generated ids.
 Served serve(const std::string& model, const std::string& backend, DType kv_dtype, int max_graph_batch,
-             const std::vector<std::vector<TokenId>>& prompts, int max_tokens) {
+             const std::vector<std::vector<TokenId>>& prompts, int max_tokens, bool overlap_schedule = false) {
   auto transformer = load_cuda_model(model_dir(model));
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir(model));
   const attn::AttentionShape shape = transformer->attention_shape(kv_dtype, kPageSize);
@@ -71,6 +71,7 @@ Served serve(const std::string& model, const std::string& backend, DType kv_dtyp
   options.max_queued_requests = 64;
   options.model_name = model;
   options.cuda_device = 0;
+  options.overlap_schedule = overlap_schedule;
   engine::Engine engine(runner, tok, nullptr, pool, metrics, options);
   engine.start();
 
@@ -115,7 +116,9 @@ TEST_P(CudaEngineTest, GraphsAndDeviceSamplingMatchHuggingFaceGreedy) {
     prompts.push_back(g.ids);
     max_tokens = std::max(max_tokens, g.greedy.size());
   }
-  const Served served = serve(GetParam(), "cuda_reference", DType::kF32, 8, prompts, static_cast<int>(max_tokens));
+  // As served: graphs and the overlap schedule on.
+  const Served served =
+      serve(GetParam(), "cuda_reference", DType::kF32, 8, prompts, static_cast<int>(max_tokens), /*overlap=*/true);
   EXPECT_TRUE(served.graphs_enabled);
   EXPECT_GT(served.graphs.replays, 0) << "no decode step replayed a graph";
   for (size_t i = 0; i < golden.size(); ++i) {
@@ -230,6 +233,50 @@ TEST_P(CudaEngineTest, SpeculativeGreedyAndSeededOutputIsIdentical) {
   EXPECT_TRUE(sampled.integrity_ok);
   for (const auto& t : sampled.tokens) EXPECT_EQ(t.size(), 40u);
   EXPECT_GT(sampled.metrics.spec_num_accepted_draft_tokens, 0u);
+}
+
+// The overlap schedule on CUDA (engine.h): step N+1 is launched before step N's tokens are
+// collected, and the device copies them into N+1's batch (graph replays and eager prefill or
+// mixed steps alike). Outputs equal one step at a time: tokens, texts, finish reasons and
+// log-probabilities, for requests that end at once, at a stop token while their next step is in
+// flight, at max_tokens, with seeded sampling and with a penalty (tests/engine/overlap_engine_test.cc
+// runs the same on the CPU). For each decode backend of the serving defaults, bf16 KV, graphs on.
+TEST_P(CudaEngineTest, OverlapScheduleEqualsOneStepAtATime) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const auto golden = read_golden(GetParam());
+  std::vector<std::vector<TokenId>> prompts;
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& g : golden) prompts.push_back(std::vector<TokenId>(g.ids.begin() + round, g.ids.end()));
+  }
+  const auto params = testing::overlap_mix_params(golden.at(2).greedy.at(5));
+  for (const std::string backend : {"cuda_flash", "cudnn_sdpa"}) {
+    testing::SpecRun serial;
+    serial.device = attn::Device::kCuda;
+    serial.backend = backend;
+    serial.kv_dtype = DType::kBF16;
+    serial.max_graph_batch = 8;
+    testing::SpecRun overlap = serial;
+    overlap.overlap_schedule = true;
+    testing::SpecResult a, b;
+    try {
+      a = testing::serve_speculative(model_dir(GetParam()), serial, prompts, params);
+      b = testing::serve_speculative(model_dir(GetParam()), overlap, prompts, params);
+    } catch (const Error& e) {
+      std::printf("[ SKIPPED  ] %s on %s: %s\n", backend.c_str(), GetParam().c_str(), e.what());
+      continue;
+    }
+    EXPECT_EQ(b.tokens, a.tokens) << backend;
+    EXPECT_EQ(b.texts, a.texts) << backend;
+    EXPECT_EQ(b.finish_reasons, a.finish_reasons) << backend;
+    EXPECT_EQ(b.logprobs, a.logprobs) << backend;
+    EXPECT_TRUE(a.integrity_ok && b.integrity_ok) << backend;
+    EXPECT_EQ(b.metrics.kv_pages_in_use, 0) << backend;
+    EXPECT_GT(b.metrics.overlapped_steps_total, 0u) << backend << ": no step overlapped";
+    EXPECT_EQ(a.metrics.overlapped_steps_total, 0u) << backend;
+    EXPECT_GT(b.metrics.cuda_graph_replays_total, 0u) << backend;
+    std::printf("%s %s: %llu of the overlap run's steps overlapped\n", GetParam().c_str(), backend.c_str(),
+                static_cast<unsigned long long>(b.metrics.overlapped_steps_total));
+  }
 }
 
 // Verify steps (1 + k tokens per sequence, all with logits) replay a graph of their shape: the

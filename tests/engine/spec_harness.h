@@ -45,12 +45,20 @@ struct SpecRun {
   // Cancel request `cancel_index` after it produced `cancel_after` tokens (-1: none).
   int cancel_index = -1;
   int cancel_after = 0;
+  // The runner samples host logits by the device sampler's contract (RunnerOptions::sample_on_host),
+  // and the engine's overlap schedule (EngineOptions::overlap_schedule).
+  bool sample_on_host = false;
+  bool overlap_schedule = false;
+  int max_running_requests = 64;
 };
 
 struct SpecResult {
   std::vector<std::vector<TokenId>> tokens;  // per prompt
   std::vector<int> accepted_drafts;          // per prompt (RequestOutput::num_accepted_draft_tokens)
   std::vector<int> cached_prompt_tokens;     // per prompt (RequestOutput::num_cached_prompt_tokens)
+  std::vector<std::string> texts;            // per prompt: the streamed text
+  std::vector<engine::FinishReason> finish_reasons;
+  std::vector<std::vector<float>> logprobs;  // per prompt: each token's (when asked for)
   engine::MetricsSnapshot metrics;
   std::string rendered_metrics;
   bool integrity_ok = false;
@@ -74,6 +82,7 @@ struct LoadedModel {
     engine::RunnerOptions options;
     options.max_graph_batch = run.max_graph_batch;
     options.max_model_len = run.max_model_len;
+    options.sample_on_host = run.sample_on_host;
     runner = std::make_unique<engine::Runner>(*model, *prefill, *decode, options);
     const ModelConfig& c = model->config();
     const kv::KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, run.kv_dtype, run.page_size};
@@ -90,6 +99,35 @@ inline engine::SamplingParams greedy_params(int max_tokens) {
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
   return p;
+}
+
+// Requests whose ends differ, for the overlap schedule's tests: a max_tokens of 1 (the prefill's
+// token only) and 2, a stop token (pass one the model's greedy continuation produces early, so the
+// request ends while its next step is in flight), seeded sampling with log-probabilities, plain
+// greedy, and a repetition penalty (its steps run one at a time while it has a pending token).
+inline std::vector<engine::SamplingParams> overlap_mix_params(TokenId stop_token) {
+  std::vector<engine::SamplingParams> params;
+  params.push_back(greedy_params(1));
+  params.push_back(greedy_params(2));
+  engine::SamplingParams stop = greedy_params(40);
+  stop.ignore_eos = false;
+  stop.stop_token_ids = {stop_token};
+  params.push_back(stop);
+  engine::SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  sampled.top_k = 20;
+  sampled.top_p = 0.9f;
+  sampled.seed = 7;
+  sampled.logprobs = true;
+  sampled.top_logprobs = 2;
+  sampled.max_tokens = 25;
+  sampled.ignore_eos = true;
+  params.push_back(sampled);
+  params.push_back(greedy_params(33));
+  engine::SamplingParams penalised = greedy_params(20);
+  penalised.repetition_penalty = 1.3f;
+  params.push_back(penalised);
+  return params;
 }
 
 inline SpecResult serve_speculative(const std::filesystem::path& model_dir, const SpecRun& run,
@@ -113,7 +151,8 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
   engine::Metrics metrics;
   engine::EngineOptions options;
   options.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;
-  options.scheduler.max_running_requests = 64;
+  options.scheduler.max_running_requests = run.max_running_requests;
+  options.overlap_schedule = run.overlap_schedule;
   options.scheduler.max_model_len = run.max_model_len;
   options.max_queued_requests = 64;
   options.model_name = model_dir.filename().string();
@@ -132,6 +171,9 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
     out.tokens.resize(streams.size());
     out.accepted_drafts.resize(streams.size());
     out.cached_prompt_tokens.resize(streams.size());
+    out.texts.resize(streams.size());
+    out.finish_reasons.resize(streams.size());
+    out.logprobs.resize(streams.size());
     std::vector<size_t> order;
     if (run.cancel_index >= 0) order.push_back(static_cast<size_t>(run.cancel_index));
     for (size_t i = 0; i < streams.size(); ++i) {
@@ -148,6 +190,9 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
         }
         EXPECT_TRUE(o.error.empty()) << o.error;
         ids.insert(ids.end(), o.tokens.begin(), o.tokens.end());
+        out.texts[i] += o.text;
+        for (const auto& lp : o.logprobs) out.logprobs[i].push_back(lp.logprob);
+        if (o.finished) out.finish_reasons[i] = o.finish_reason;
         accepted = o.num_accepted_draft_tokens;
         out.cached_prompt_tokens[i] = std::max(out.cached_prompt_tokens[i], o.num_cached_prompt_tokens);
         if (static_cast<int>(i) == run.cancel_index && static_cast<int>(ids.size()) >= run.cancel_after) {

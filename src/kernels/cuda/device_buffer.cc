@@ -34,6 +34,9 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 void DeviceBuffer::reserve(size_t bytes) {
   if (bytes <= bytes_) return;
   if (data_ != nullptr) {
+    // Work queued earlier may still read the old memory (the overlap schedule queues the next step
+    // before the last one finished): growth is rare, so wait for all of it.
+    CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaFree(data_));
     data_ = nullptr;
     bytes_ = 0;

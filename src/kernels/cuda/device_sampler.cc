@@ -44,15 +44,49 @@ void check_batch(const SamplingBatch& b, int64_t vocab) {
 
 DeviceSampler::~DeviceSampler() {
   if (staging_ != nullptr) cudaFreeHost(staging_);
+  if (uploaded_ != nullptr) cudaEventDestroy(uploaded_);
+  for (Slot& slot : slots_) {
+    if (slot.pinned != nullptr) cudaFreeHost(slot.pinned);
+    if (slot.copied != nullptr) cudaEventDestroy(slot.copied);
+  }
 }
 
 void DeviceSampler::sample(float* logits, int64_t vocab, const SamplingBatch& batch, cudaStream_t stream,
                            std::vector<SampledRow>& out) {
+  queue(logits, vocab, batch, stream);
+  collect(out);
+}
+
+namespace {
+// Grows pinned host memory to `bytes` (contents lost); the caller made sure nothing reads it.
+void grow_pinned(std::byte*& p, size_t& have, size_t bytes) {
+  if (bytes <= have) return;
+  if (p != nullptr) CUDA_CHECK(cudaFreeHost(p));
+  p = nullptr;
+  CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p), bytes));
+  have = bytes;
+}
+}  // namespace
+
+void DeviceSampler::queue(float* logits, int64_t vocab, const SamplingBatch& batch, cudaStream_t stream) {
+  SPINDLE_CHECK(num_queued_ < kMaxQueued, "device sampling: {} samplings are queued already (collect one first)",
+                num_queued_);
   const size_t num_rows = batch.rows.size();
-  out.resize(num_rows);
-  if (num_rows == 0) return;
   SPINDLE_CHECK(vocab > 0 && vocab <= INT32_MAX, "device sampling: vocabulary of {} tokens", vocab);
   check_batch(batch, vocab);
+  Slot& slot = slots_[next_slot_];
+  slot.top_logprobs.resize(num_rows);
+  for (size_t i = 0; i < num_rows; ++i) slot.top_logprobs[i] = batch.rows[i].top_logprobs;
+  if (slot.copied == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  if (uploaded_ == nullptr) CUDA_CHECK(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming));
+  next_slot_ = (next_slot_ + 1) % kMaxQueued;
+  ++num_queued_;
+  last_results_ = nullptr;
+  last_num_rows_ = 0;
+  if (num_rows == 0) {
+    CUDA_CHECK(cudaEventRecord(slot.copied, stream));
+    return;
+  }
 
   // Device layout: rows | penalty tokens | biases | saved penalty logits | saved bias logits | results.
   const size_t rows_bytes = num_rows * sizeof(SamplingRow);
@@ -69,23 +103,23 @@ void DeviceSampler::sample(float* logits, int64_t vocab, const SamplingBatch& ba
   const size_t off_results = off_saved_bias + aligned(saved_bias_bytes);
   const size_t total = off_results + result_bytes;
 
-  const size_t staging = std::max(upload_bytes, result_bytes);
-  if (staging > staging_bytes_) {
-    CUDA_CHECK(cudaStreamSynchronize(stream));  // nothing of ours is in flight after sample() returns
-    if (staging_ != nullptr) CUDA_CHECK(cudaFreeHost(staging_));
-    staging_ = nullptr;
-    CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_), staging));
-    staging_bytes_ = staging;
-  }
-  if (total > device_.size()) {
+  // The staging's last upload has been read (it was queued before the previous sampling), and this
+  // slot's last results were collected (num_queued_ < kMaxQueued).
+  CUDA_CHECK(cudaEventSynchronize(uploaded_));
+  if (upload_bytes > staging_bytes_ || result_bytes > slot.pinned_bytes || total > device_.size()) {
+    // Nothing of ours may be in flight while buffers move: the other slot's copy, the pending
+    // tokens read from the last results.
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    device_.reserve(std::max(total, device_.size() + device_.size() / 2));
+    grow_pinned(staging_, staging_bytes_, upload_bytes);
+    grow_pinned(slot.pinned, slot.pinned_bytes, result_bytes);
+    if (total > device_.size()) device_.reserve(std::max(total, device_.size() + device_.size() / 2));
   }
   std::memcpy(staging_, batch.rows.data(), rows_bytes);
   if (pen_bytes > 0) std::memcpy(staging_ + off_pen, batch.penalty_tokens.data(), pen_bytes);
   if (bias_bytes > 0) std::memcpy(staging_ + off_bias, batch.biases.data(), bias_bytes);
   auto* base = device_.as<std::byte>();
   CUDA_CHECK(cudaMemcpyAsync(base, staging_, upload_bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_CHECK(cudaEventRecord(uploaded_, stream));
 
   detail::SampleLaunch a{};
   a.logits = logits;
@@ -98,22 +132,31 @@ void DeviceSampler::sample(float* logits, int64_t vocab, const SamplingBatch& ba
   a.saved_bias = reinterpret_cast<float*>(base + off_saved_bias);
   a.results = reinterpret_cast<detail::SampleResult*>(base + off_results);
   detail::launch_sample_rows(a, stream);
-  // The staging is read by the upload above before this copy writes it (same stream, in order).
-  CUDA_CHECK(cudaMemcpyAsync(staging_, a.results, result_bytes, cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaMemcpyAsync(slot.pinned, a.results, result_bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaEventRecord(slot.copied, stream));
+  last_results_ = a.results;
+  last_num_rows_ = static_cast<int>(num_rows);
+}
 
-  const auto* results = reinterpret_cast<const detail::SampleResult*>(staging_);
+void DeviceSampler::collect(std::vector<SampledRow>& out) {
+  SPINDLE_CHECK(num_queued_ > 0, "device sampling: nothing queued to collect");
+  Slot& slot = slots_[(next_slot_ - num_queued_ + kMaxQueued) % kMaxQueued];
+  --num_queued_;
+  CUDA_CHECK(cudaEventSynchronize(slot.copied));
+  const size_t num_rows = slot.top_logprobs.size();
+  out.resize(num_rows);
+  const auto* results = reinterpret_cast<const detail::SampleResult*>(slot.pinned);
   std::vector<int> order;
   for (size_t i = 0; i < num_rows; ++i) {
     const detail::SampleResult& res = results[i];
-    const SamplingRow& r = batch.rows[i];
+    const int top_logprobs = slot.top_logprobs[i];
     SampledRow& o = out[i];
     o.token = res.token;
     o.non_finite = res.non_finite != 0;
     o.logprob = res.logprob;
     o.top_tokens.clear();
     o.top_logprobs.clear();
-    if (r.top_logprobs <= 0) continue;
+    if (top_logprobs <= 0) continue;
     // Best first: by logit, then by id (engine::raw_logprobs' order).
     order.resize(static_cast<size_t>(res.num_candidates));
     std::iota(order.begin(), order.end(), 0);
@@ -121,7 +164,7 @@ void DeviceSampler::sample(float* logits, int64_t vocab, const SamplingBatch& ba
       const float lx = res.candidate_logits[x], ly = res.candidate_logits[y];
       return lx > ly || (lx == ly && res.candidate_tokens[x] < res.candidate_tokens[y]);
     });
-    const size_t k = std::min<size_t>(order.size(), static_cast<size_t>(r.top_logprobs));
+    const size_t k = std::min<size_t>(order.size(), static_cast<size_t>(top_logprobs));
     for (size_t j = 0; j < k; ++j) {
       o.top_tokens.push_back(res.candidate_tokens[order[j]]);
       o.top_logprobs.push_back(static_cast<float>(static_cast<double>(res.candidate_logits[order[j]]) - res.log_z));

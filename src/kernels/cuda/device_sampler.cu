@@ -4,6 +4,7 @@
 // passes for top-p, the draw).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -335,3 +336,32 @@ void launch_sample_rows(const SampleLaunch& a, cudaStream_t stream) {
 }
 
 }  // namespace spindle::kernels::cuda::detail
+
+namespace spindle::kernels::cuda {
+namespace {
+// One launch's sources, by value (kernel parameters: no upload to wait for).
+constexpr int kSourcesPerLaunch = 256;
+struct TokenSources {
+  int32_t count;
+  PendingToken items[kSourcesPerLaunch];
+};
+
+__global__ void copy_sampled_tokens_kernel(int32_t* token_ids, const detail::SampleResult* results, TokenSources s) {
+  pdl_begin();
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < s.count) token_ids[s.items[i].row] = results[s.items[i].source].token;
+}
+}  // namespace
+
+void copy_sampled_tokens(int32_t* token_ids, const detail::SampleResult* results, const PendingToken* sources,
+                         size_t count, cudaStream_t stream) {
+  for (size_t begin = 0; begin < count; begin += kSourcesPerLaunch) {
+    TokenSources s{};
+    s.count = static_cast<int32_t>(std::min<size_t>(kSourcesPerLaunch, count - begin));
+    for (int i = 0; i < s.count; ++i) s.items[i] = sources[begin + static_cast<size_t>(i)];
+    launch_pdl(copy_sampled_tokens_kernel, 1, kSourcesPerLaunch, 0, stream, token_ids, results, s);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace spindle::kernels::cuda

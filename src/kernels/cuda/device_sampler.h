@@ -28,28 +28,6 @@
 
 namespace spindle::kernels::cuda {
 
-class DeviceSampler {
- public:
-  DeviceSampler() { device_.mark_outside_graphs(); }
-  ~DeviceSampler();
-  DeviceSampler(const DeviceSampler&) = delete;
-  DeviceSampler& operator=(const DeviceSampler&) = delete;
-
-  // Samples logits [batch.rows.size(), vocab] (device f32, modified in place by penalties) on
-  // `stream`, waits, and writes one result per row into `out`. Throws spindle::Error for a bad
-  // batch (offsets outside its lists, token ids outside [0, vocab)).
-  void sample(float* logits, int64_t vocab, const SamplingBatch& batch, cudaStream_t stream,
-              std::vector<SampledRow>& out);
-
-  // Device and pinned bytes held.
-  uint64_t device_bytes() const { return device_.size(); }
-
- private:
-  DeviceBuffer device_;           // rows, lists, saved raw values, results
-  std::byte* staging_ = nullptr;  // pinned: the upload, then the results
-  size_t staging_bytes_ = 0;
-};
-
 // The per-row launch (device_sampler.cu); every pointer is device memory.
 namespace detail {
 struct SampleResult {
@@ -74,5 +52,58 @@ struct SampleLaunch {
 };
 void launch_sample_rows(const SampleLaunch& a, cudaStream_t stream);
 }  // namespace detail
+
+// token_ids[s.row] = results[s.source].token for every s (kernels/sampling_batch.h), on `stream`
+// (token_ids and results in device memory).
+void copy_sampled_tokens(int32_t* token_ids, const detail::SampleResult* results, const PendingToken* sources,
+                         size_t count, cudaStream_t stream);
+
+class DeviceSampler {
+ public:
+  DeviceSampler() { device_.mark_outside_graphs(); }
+  ~DeviceSampler();
+  DeviceSampler(const DeviceSampler&) = delete;
+  DeviceSampler& operator=(const DeviceSampler&) = delete;
+
+  // Samples logits [batch.rows.size(), vocab] (device f32, modified in place by penalties) on
+  // `stream`, waits, and writes one result per row into `out`. Throws spindle::Error for a bad
+  // batch (offsets outside its lists, token ids outside [0, vocab)). = queue() then collect().
+  void sample(float* logits, int64_t vocab, const SamplingBatch& batch, cudaStream_t stream,
+              std::vector<SampledRow>& out);
+  // The same, in two halves: queue() checks the batch and queues the sampling and the copy of its
+  // results to pinned memory on `stream` without waiting (the batch may be reused on return);
+  // collect() waits for the oldest queued sampling and writes its rows. At most kMaxQueued are
+  // queued at once (the overlap schedule's step in flight and the next one).
+  static constexpr int kMaxQueued = 2;
+  void queue(float* logits, int64_t vocab, const SamplingBatch& batch, cudaStream_t stream);
+  void collect(std::vector<SampledRow>& out);
+  int num_queued() const { return num_queued_; }
+  // The device results of the last queued sampling (row r's token at last_results()[r].token),
+  // valid on its stream until the next queue(): the next step's pending tokens are read there.
+  const detail::SampleResult* last_results() const { return last_results_; }
+  int last_num_rows() const { return last_num_rows_; }
+
+  // Device and pinned bytes held.
+  uint64_t device_bytes() const { return device_.size(); }
+
+ private:
+  // One queued sampling's results on the host side: pinned results, the event of their copy, and
+  // what collect() needs of its batch.
+  struct Slot {
+    std::byte* pinned = nullptr;
+    size_t pinned_bytes = 0;
+    cudaEvent_t copied = nullptr;
+    std::vector<int32_t> top_logprobs;  // per row
+  };
+  DeviceBuffer device_;           // rows, lists, saved raw values, results
+  std::byte* staging_ = nullptr;  // pinned: the upload
+  size_t staging_bytes_ = 0;
+  cudaEvent_t uploaded_ = nullptr;  // the last upload's copy out of staging_ finished
+  Slot slots_[kMaxQueued];
+  int next_slot_ = 0;   // the slot the next queue() fills
+  int num_queued_ = 0;  // queued and not yet collected (the oldest: next_slot_ - num_queued_)
+  const detail::SampleResult* last_results_ = nullptr;
+  int last_num_rows_ = 0;
+};
 
 }  // namespace spindle::kernels::cuda

@@ -55,6 +55,8 @@ class DeviceBatch {
 
   const detail::PagedBatchView& view() const { return view_; }
   const StepBatchView& step() const { return step_; }                  // device pointers
+  // The uploaded token ids, writable (pending tokens are copied in after the upload).
+  int32_t* token_ids() const { return const_cast<int32_t*>(step_.token_ids); }
   const int64_t* slots() const { return slots_; }   // [num_rows]
   const void* rows() const { return rows_; }        // [num_rows] detail::RowInfo
   cudaStream_t stream() const { return stream_; }
