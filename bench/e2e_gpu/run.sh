@@ -9,7 +9,9 @@
 #
 #   SPINDLE=.bundle/bin/spindle RESULTS=/tmp/e2e-out bash bench/e2e_gpu/run.sh
 # Knobs: SHAPE (8b|1b|tiny), LEVELS, SERVE_ARGS (extra serve flags), EAGER=1 (also a run with
-# --disable-cuda-graph), SKIP_HF=1, SKIP_PREFILL=1, PORT.
+# --disable-cuda-graph), AB="label:flags;label:flags" (also a run per entry with those serve flags,
+# at AB_LEVELS, default 1,32,128, no 8k prefill; e.g. AB="serial:--disable-overlap-schedule"),
+# SKIP_HF=1, SKIP_PREFILL=1, PORT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 spindle=${SPINDLE:-build/bin/spindle}
@@ -41,9 +43,9 @@ serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS...
   local pid=$!
   for _ in $(seq 1 400); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 1; done
   grep -E "KV plan|attention:|CUDA graphs|linear kernel|error" "$results/serve-$label.txt" | head -8
-  timeout 400 python3 "$here/loadgen.py" --port "$port" --levels "$levels" --vocab "$vocab" --label "$label" \
-    --json "$results/spindle-$label.json"
-  if [[ -z ${SKIP_PREFILL:-} ]]; then
+  timeout 400 python3 "$here/loadgen.py" --port "$port" --levels "${run_levels:-$levels}" --vocab "$vocab" \
+    --label "$label" --json "$results/spindle-$label.json"
+  if [[ -z ${SKIP_PREFILL:-} && -z ${run_levels:-} ]]; then
     timeout 200 python3 "$here/loadgen.py" --port "$port" --levels 1,16 --prompt-tokens 8000 --output-tokens 1 \
       --requests-per-level 1 --no-warmup --vocab "$vocab" --label "$label-prefill8k" --json "$results/prefill-$label.json"
   fi
@@ -52,6 +54,13 @@ serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS...
 }
 serve_and_load graphs
 [[ -n ${EAGER:-} ]] && serve_and_load eager --disable-cuda-graph
+if [[ -n ${AB:-} ]]; then  # the same model and load with other serve flags, right after
+  IFS=';' read -ra ab_runs <<<"$AB"
+  for entry in "${ab_runs[@]}"; do
+    # shellcheck disable=SC2086
+    run_levels=${AB_LEVELS:-1,32,128} serve_and_load "${entry%%:*}" ${entry#*:}
+  done
+fi
 
 if [[ -z ${SKIP_HF:-} ]]; then
   say "hf peer"

@@ -17,6 +17,7 @@
 #   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
+#   memcheck_overlap compute-sanitizer memcheck over the overlap schedule's engine test (queued samplings, pending tokens)
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
@@ -88,6 +89,10 @@ if has memcheck_new; then  # the device sampler's kernel and graph-replayed step
   run memcheck_sampler 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_sampler_test --gtest_brief=1
   run memcheck_engine 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_engine_test --gtest_brief=1 \
     "--gtest_filter=*GraphsAndDeviceSampling*llama_gqa_bf16:*GraphsAndDeviceSampling*qwen3_qknorm_f32"
+fi
+if has memcheck_overlap; then  # the overlap schedule: queued samplings, pending tokens copied on the device
+  run memcheck_overlap 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_engine_test --gtest_brief=1 \
+    "--gtest_filter=*OverlapSchedule*llama_gqa_bf16:*GraphsAndDeviceSampling*qwen2_tied_bf16"
 fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
