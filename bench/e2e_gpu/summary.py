@@ -44,6 +44,11 @@ for f in sorted(glob.glob(os.path.join(d, "prefill-*.json"))):
 for b, v in sorted(hf.items()):
     print(f"| HF transformers static cache | b{b} | {v:.1f} | | | | |")
 for f in sorted(glob.glob(os.path.join(d, "metrics-*.txt"))):
-    lines = [l.strip() for l in open(f) if l.startswith("spindle_cuda_graph")]
+    lines = [l.strip() for l in open(f) if l.startswith(("spindle_cuda_graph", "spindle_overlapped_steps"))]
     if lines:
         print(f"\n{os.path.basename(f)}: " + "; ".join(lines))
+# cuDNN plans the served run built (one per new batch signature; cudnn_sdpa.cc logs each with its time).
+for f in sorted(glob.glob(os.path.join(d, "serve-*.txt"))):
+    ms = [float(l.split(" built in ")[1].split(" ms")[0]) for l in open(f, errors="replace") if "cudnn_sdpa: plan" in l and " built in " in l]
+    if ms:
+        print(f"\n{os.path.basename(f)}: {len(ms)} cuDNN plans built, {sum(ms):.0f} ms in all (largest {max(ms):.0f} ms)")

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -192,6 +193,7 @@ struct CudnnSdpa::Impl {
     shape.ragged = key.ragged;
     shape.causal = key.causal;
     std::unique_ptr<CudnnSdpaPlan> plan;
+    const auto build_start = std::chrono::steady_clock::now();
     try {
       plan = std::make_unique<CudnnSdpaPlan>(*api, handle, shape, debug_enabled());
     } catch (const Error& e) {
@@ -201,10 +203,12 @@ struct CudnnSdpa::Impl {
       key.ragged = false;
       return plan_for(key);
     }
-    if (debug_enabled()) {
-      spdlog::info("cudnn_sdpa: plan {} ready ({}), engine {}, workspace {} bytes", plans.size() + 1,
-                   shape.describe(), plan->engine_index(), plan->workspace_bytes());
-    }
+    // Every new batch signature builds a plan (tens of ms where a step takes a few): logged, so a
+    // served run shows what they cost.
+    const double build_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - build_start).count();
+    spdlog::info("cudnn_sdpa: plan {} built in {:.1f} ms ({}), engine {}, workspace {} bytes", plans.size() + 1,
+                 build_ms, shape.describe(), plan->engine_index(), plan->workspace_bytes());
     return *plans.emplace(key, std::move(plan)).first->second;
   }
 };
