@@ -268,7 +268,16 @@ TEST_P(CudaEngineTest, OverlapScheduleEqualsOneStepAtATime) {
     EXPECT_EQ(b.tokens, a.tokens) << backend;
     EXPECT_EQ(b.texts, a.texts) << backend;
     EXPECT_EQ(b.finish_reasons, a.finish_reasons) << backend;
-    EXPECT_EQ(b.logprobs, a.logprobs) << backend;
+    // Log-probabilities within 1e-2 (seen: up to 3e-3), not bit for bit: the two runs batch
+    // differently (a request a stop ends computes one more token with the overlap schedule), and
+    // cuBLAS's products round differently at another row count (the CPU test asks for equality).
+    ASSERT_EQ(b.logprobs.size(), a.logprobs.size());
+    for (size_t i = 0; i < a.logprobs.size(); ++i) {
+      ASSERT_EQ(b.logprobs[i].size(), a.logprobs[i].size()) << backend << " prompt " << i;
+      for (size_t j = 0; j < a.logprobs[i].size(); ++j) {
+        EXPECT_NEAR(b.logprobs[i][j], a.logprobs[i][j], 1e-2) << backend << " prompt " << i << " token " << j;
+      }
+    }
     EXPECT_TRUE(a.integrity_ok && b.integrity_ok) << backend;
     EXPECT_EQ(b.metrics.kv_pages_in_use, 0) << backend;
     EXPECT_GT(b.metrics.overlapped_steps_total, 0u) << backend << ": no step overlapped";
