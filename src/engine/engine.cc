@@ -391,7 +391,10 @@ void Engine::run_step() {
   StepTimer timer;
   const auto step_start = Clock::now();
   abort_cancelled();
-  const bool overlap = can_overlap();
+  // Only decode steps run ahead: a step with prefill work is collected before the next is
+  // scheduled, so a request arriving during it is admitted right after it (a prefill step takes
+  // tens of ms; scheduling behind it delayed arrivals by one, run -13: TTFT p50 C=32 176 vs 126 ms).
+  const bool overlap = can_overlap() && (!in_flight_ || in_flight_->seconds.decode);
   if (in_flight_ && !overlap) {
     LaunchedStep last = std::move(*in_flight_);
     in_flight_.reset();
@@ -483,7 +486,7 @@ void Engine::run_step() {
     metrics_.update([](MetricsSnapshot& s) { ++s.overlapped_steps_total; });
     finish_step(*last);
   }
-  if (!overlap) {
+  if (!overlap || !decode) {
     LaunchedStep now = std::move(*in_flight_);
     in_flight_.reset();
     finish_step(now);

@@ -15,8 +15,9 @@
 // in N+1, which is dropped, and it is released after N+1 is collected; a request whose pending
 // token surely ends it (max_tokens, the model length) is not scheduled in N+1 (Request::hold).
 // Steps whose next draw needs the last token on the host (a penalty of a request with a pending
-// token), speculative decoding and host sampling run one step at a time, as without it; so does
-// the step after a request arrives or waits (collecting first admits it one step sooner).
+// token), speculative decoding and host sampling run one step at a time, as without it; so do
+// steps with prefill work, and the step after a request arrives or waits (collecting first admits
+// it one step sooner): only decode steps run ahead.
 #pragma once
 
 #include <algorithm>
