@@ -15,7 +15,9 @@
 //       set a real forward cycles through, L3-sized), the Llama-3.2-1B layer shapes (5 layers,
 //       608 MB: from memory) and one kjv-tiny o_proj (288 KiB, cache-hot: the arithmetic rate
 //       alone). Per m: time per forward (best and median of the reps), ratio to m = 1, GB/s of W,
-//       % of the read bandwidth, GFLOP/s.
+//       % of the read bandwidth, GFLOP/s. --small-m-cpu: the same timed by the calling thread's
+//       CPU time (with SPINDLE_NUM_THREADS=1 the whole product: robust to other processes' turns
+//       on a shared machine, not to their use of the memory bus).
 // Direct kernels and "auto" use ThreadPool::global(); oneDNN uses its own OpenMP threads.
 #include <dnnl.hpp>
 
@@ -103,7 +105,8 @@ struct ModelSet {
   std::vector<Shape> tail;
 };
 
-void small_m_sweep(ThreadPool& pool, double mem_gbps) {
+void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time) {
+  const auto clock = [cpu_time] { return cpu_time ? spindle::bench::thread_cpu_s() : spindle::bench::now_s(); };
   const ModelSet sets[] = {
       {"kjv-tiny (8 layers + head, L3-sized)",
        {{"qkv", 640, 384}, {"o", 384, 384}, {"gate_up", 2048, 384}, {"down", 384, 1024}},
@@ -133,8 +136,8 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps) {
       bytes += size_t(s.out) * s.in * 2;
       macs_per_row += double(s.out) * s.in;
     }
-    std::printf("\nsmall m: %s, %zu products, %.1f MB of bf16 W, kernel %s\n", set.name, shapes.size(), bytes / 1e6,
-                kernels[0]->name());
+    std::printf("\nsmall m: %s, %zu products, %.1f MB of bf16 W, kernel %s, %s\n", set.name, shapes.size(),
+                bytes / 1e6, kernels[0]->name(), cpu_time ? "calling thread's CPU time" : "wall time");
     std::printf("  %-4s %10s %10s %8s %8s %8s %9s\n", "m", "best ms", "median ms", "x m=1", "GB/s W", "%BW", "GFLOP/s");
     const auto forward = [&](int64_t m) {
       for (size_t i = 0; i < shapes.size(); ++i) kernels[i]->forward(x.data(), m, y.data(), &pool);
@@ -146,9 +149,9 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps) {
     for (int r = 0; r < reps; ++r) {
       for (size_t i = 0; i < std::size(ms); ++i) {
         forward(ms[i]);  // warm
-        const double t0 = spindle::bench::now_s();
+        const double t0 = clock();
         forward(ms[i]);
-        times[i].push_back(spindle::bench::now_s() - t0);
+        times[i].push_back(clock() - t0);
       }
     }
     double base = 0;
@@ -168,9 +171,10 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // usage: bench_linear [--sweep-only | --small-m]   (--sweep-only: the rows sweep alone)
+  // usage: bench_linear [--sweep-only | --small-m | --small-m-cpu]   (--sweep-only: the rows sweep alone)
   const bool sweep_only = argc > 1 && std::string(argv[1]) == "--sweep-only";
-  const bool small_m = argc > 1 && std::string(argv[1]) == "--small-m";
+  const bool small_m_cpu = argc > 1 && std::string(argv[1]) == "--small-m-cpu";
+  const bool small_m = small_m_cpu || (argc > 1 && std::string(argv[1]) == "--small-m");
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
@@ -179,7 +183,7 @@ int main(int argc, char** argv) {
   const double mem_gbps = std::max(memory_read_gbps(pool), memory_read_gbps(pool));
   std::printf("memory read bandwidth (1 GiB streaming sum, all threads, best of 2x5): %.1f GB/s\n", mem_gbps);
   if (small_m) {
-    small_m_sweep(pool, mem_gbps);
+    small_m_sweep(pool, mem_gbps, small_m_cpu);
     return 0;
   }
 
