@@ -104,10 +104,11 @@ void columns(const LinearSliceParams& p, int64_t i0, int64_t c0, int64_t c1, boo
 
 // Rows [i0, i0 + rows) over columns [c0, c1), rows <= 4. Measured (bench_linear --small-m-cpu,
 // one thread, 2-core EPYC, bench/results/2026-12-02-cpu-smallm): W from L3 (kjv-tiny's 28 MB,
-// k = 384 and 1024: tiles of <= 16 KiB) wants the next tile prefetched at every m (m = 1: 2.2
-// vs 3.8 ms per forward); W from memory (the 1B shape's tiles are larger) at m = 1-2 runs best
-// on the hardware prefetcher alone (rows ahead at m = 1: 56 vs 44 ms; m = 2: 63 vs 46), at
-// m >= 3, whose tiles compute 3-4x longer per W byte, with each row prefetched ahead.
+// k = 384 and 1024: tiles of <= 16 KiB) wants the next tile prefetched at every m (m = 1: 2.0
+// vs 3.6 ms per forward, m = 5: 3.3 vs 6.2); W from memory (the 1B shape's tiles are larger) at
+// m = 1-2 runs best on the hardware prefetcher alone (rows ahead at m = 1: 56 vs 44 ms; m = 2: 63
+// vs 46), at m >= 3, whose tiles compute 3-4x longer per W byte, with each row prefetched ahead
+// (m = 4: 56 vs 61 ms, m = 5: 77 vs 83).
 template <typename T>
 void pass(const LinearSliceParams& p, int64_t i0, int64_t rows, int64_t c0, int64_t c1) {
   switch (rows) {
@@ -129,7 +130,7 @@ void pass(const LinearSliceParams& p, int64_t i0, int64_t rows, int64_t c0, int6
 template <typename T>
 void slice(const LinearSliceParams& p, int64_t col_begin, int64_t col_end) {
   // Rows go in ceil(m / 4) groups of near-equal size (5 = 3 + 2, 6 = 3 + 3, 7 = 4 + 3): no 1-row
-  // pass after a 4-row one (the 1-row tile does a third of the 4-row tile's FMAs per cycle).
+  // pass after a 4-row one (the 1-row tile does about half the 4-row tile's FMAs per cycle).
   const int64_t groups = (p.m + 3) / 4;
   // Sub-blocks of columns keep their W rows in L2 while every group of x rows passes over them:
   // W comes from memory once per call, whatever m.
