@@ -105,10 +105,11 @@ void columns(const LinearSliceParams& p, int64_t i0, int64_t c0, int64_t c1, boo
 // Rows [i0, i0 + rows) over columns [c0, c1), rows <= 4. Measured (bench_linear --small-m-cpu,
 // one thread, 2-core EPYC, bench/results/2026-12-02-cpu-smallm): W from L3 (kjv-tiny's 28 MB,
 // k = 384 and 1024: tiles of <= 16 KiB) wants the next tile prefetched at every m (m = 1: 2.0
-// vs 3.6 ms per forward, m = 5: 3.3 vs 6.2); W from memory (the 1B shape's tiles are larger) at
-// m = 1-2 runs best on the hardware prefetcher alone (rows ahead at m = 1: 56 vs 44 ms; m = 2: 63
-// vs 46), at m >= 3, whose tiles compute 3-4x longer per W byte, with each row prefetched ahead
-// (m = 4: 56 vs 61 ms, m = 5: 77 vs 83).
+// vs 3.6 ms per forward, m = 5: 3.3 vs 6.2); W from memory (the 1B shape) at m = 1-2, whose
+// tiles there are 24-32 KiB, runs best on the hardware prefetcher alone (rows ahead at m = 1: 56
+// vs 44 ms; m = 2: 63 vs 46), at m >= 3, whose tiles compute 3-4x longer per W byte, with the
+// software prefetch (next tile at k = 2048, rows ahead at k = 8192; m = 4: 56 vs 61 ms, m = 5:
+// 77 vs 83).
 template <typename T>
 void pass(const LinearSliceParams& p, int64_t i0, int64_t rows, int64_t c0, int64_t c1) {
   switch (rows) {
