@@ -10,6 +10,14 @@
 //   prefill (m = 512): GFLOP/s of each kernel vs oneDNN's matmul of the same shape measured in
 //       the same run: f32 (on an f32 copy of the weight: the yardstick of our f32 path) and bf16
 //       (bf16 x bf16 -> f32, where the CPU has a real implementation).
+//   --small-m: the decode/verify rows m = 1..8 and 16 of "auto" over whole models' linear layers
+//       (all layers' products in forward order, bf16): kjv-tiny (8 layers + LM head, 28 MB: the
+//       set a real forward cycles through, L3-sized), the Llama-3.2-1B layer shapes (5 layers,
+//       608 MB: from memory) and one kjv-tiny o_proj (288 KiB, cache-hot: the arithmetic rate
+//       alone). Per m: time per forward (best and median of the reps), ratio to m = 1, GB/s of W,
+//       % of the read bandwidth, GFLOP/s. --small-m-cpu: the same timed by the calling thread's
+//       CPU time (with SPINDLE_NUM_THREADS=1 the whole product: robust to other processes' turns
+//       on a shared machine, not to their use of the memory bus).
 // Direct kernels and "auto" use ThreadPool::global(); oneDNN uses its own OpenMP threads.
 #include <dnnl.hpp>
 
@@ -89,12 +97,84 @@ double onednn_rate(dnnl::memory::data_type dt, int64_t m, int64_t out, int64_t i
   }
 }
 
+// One model's linear layers: `layers` copies of the per-layer shapes, then `tail` (the LM head).
+struct ModelSet {
+  const char* name;
+  std::vector<Shape> layer;
+  int layers;
+  std::vector<Shape> tail;
+};
+
+void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time) {
+  const auto clock = [cpu_time] { return cpu_time ? spindle::bench::thread_cpu_s() : spindle::bench::now_s(); };
+  const ModelSet sets[] = {
+      {"kjv-tiny (8 layers + head, L3-sized)",
+       {{"qkv", 640, 384}, {"o", 384, 384}, {"gate_up", 2048, 384}, {"down", 384, 1024}},
+       8,
+       {{"lm_head", 4096, 384}}},
+      {"1B layers x5 (from memory)",
+       {{"qkv", 3072, 2048}, {"o", 2048, 2048}, {"gate_up", 16384, 2048}, {"down", 2048, 8192}},
+       5,
+       {}},
+      {"kjv-tiny o_proj (cache-hot)", {{"o", 384, 384}}, 1, {}},
+  };
+  const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 16};
+  const std::vector<float> x = random_floats(16 * 16384, -1, 1, 7);
+  std::vector<float> y(16 * 16384);
+  for (const ModelSet& set : sets) {
+    std::vector<Shape> shapes;
+    for (int l = 0; l < set.layers; ++l) shapes.insert(shapes.end(), set.layer.begin(), set.layer.end());
+    shapes.insert(shapes.end(), set.tail.begin(), set.tail.end());
+    std::vector<std::vector<uint16_t>> weights;
+    std::vector<std::unique_ptr<LinearKernel>> kernels;
+    size_t bytes = 0;
+    double macs_per_row = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const Shape& s = shapes[i];
+      weights.push_back(bf16_weights(size_t(s.out) * s.in, unsigned(i + 1)));
+      kernels.push_back(make_named_linear_kernel("auto", {weights.back().data(), DType::kBF16, s.out, s.in}));
+      bytes += size_t(s.out) * s.in * 2;
+      macs_per_row += double(s.out) * s.in;
+    }
+    std::printf("\nsmall m: %s, %zu products, %.1f MB of bf16 W, kernel %s, %s\n", set.name, shapes.size(),
+                bytes / 1e6, kernels[0]->name(), cpu_time ? "calling thread's CPU time" : "wall time");
+    std::printf("  %-4s %10s %10s %8s %8s %8s %9s\n", "m", "best ms", "median ms", "x m=1", "GB/s W", "%BW", "GFLOP/s");
+    const auto forward = [&](int64_t m) {
+      for (size_t i = 0; i < shapes.size(); ++i) kernels[i]->forward(x.data(), m, y.data(), &pool);
+    };
+    // Enough reps for ~0.3 s per m at m = 1; interleaved so that load changes hit every m alike.
+    const double t1 = best_time(1, [&] { forward(1); });
+    const int reps = std::clamp(int(0.3 / t1), 5, 200);
+    std::vector<std::vector<double>> times(std::size(ms));
+    for (int r = 0; r < reps; ++r) {
+      for (size_t i = 0; i < std::size(ms); ++i) {
+        forward(ms[i]);  // warm
+        const double t0 = clock();
+        forward(ms[i]);
+        times[i].push_back(clock() - t0);
+      }
+    }
+    double base = 0;
+    for (size_t i = 0; i < std::size(ms); ++i) {
+      std::vector<double>& t = times[i];
+      std::sort(t.begin(), t.end());
+      const double best = t.front(), median = t[t.size() / 2];
+      if (i == 0) base = median;
+      std::printf("  %-4lld %10.4f %10.4f %7.2fx %8.1f %7.0f%% %9.1f\n", (long long)ms[i], best * 1e3, median * 1e3,
+                  median / base, bytes / median / 1e9, 100 * bytes / median / 1e9 / mem_gbps,
+                  2.0 * macs_per_row * ms[i] / median / 1e9);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // usage: bench_linear [--sweep-only]   (--sweep-only: the rows sweep alone)
+  // usage: bench_linear [--sweep-only | --small-m | --small-m-cpu]   (--sweep-only: the rows sweep alone)
   const bool sweep_only = argc > 1 && std::string(argv[1]) == "--sweep-only";
+  const bool small_m_cpu = argc > 1 && std::string(argv[1]) == "--small-m-cpu";
+  const bool small_m = small_m_cpu || (argc > 1 && std::string(argv[1]) == "--small-m");
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
@@ -102,6 +182,10 @@ int main(int argc, char** argv) {
   // neighbour's burst can halve one measurement.
   const double mem_gbps = std::max(memory_read_gbps(pool), memory_read_gbps(pool));
   std::printf("memory read bandwidth (1 GiB streaming sum, all threads, best of 2x5): %.1f GB/s\n", mem_gbps);
+  if (small_m) {
+    small_m_sweep(pool, mem_gbps, small_m_cpu);
+    return 0;
+  }
 
   std::vector<std::string> direct;
   for (const char* name : {"avx2", "avx512", "amx"}) {

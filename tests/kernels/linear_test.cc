@@ -4,19 +4,23 @@
 // S = sum_t |x[i, t] * w[j, t]| + |bias[j]|:
 //   f32 accumulation (avx2, avx512, amx, onednn_f32, auto by default): |y - ref| <= 1e-5 * S + 1e-30
 //   bf16 activations (onednn_bf16, x rounded to bf16 = relative 2^-9 per term): |y - ref| <= 1e-2 * S
-// Shapes: m in {1, 2, 3, 5, 7, 9, 16, 17, 64, 129} (5 and 9: the 5-row tile) (both sides of kLinearDirectMaxRows),
+// Shapes: m in 1..17 (every row-group split of the direct kernels: avx2 runs ceil(m / 4) passes of
+// 1-4 rows, 5 = 3 + 2, 9 = 3 + 3 + 3, ...), 64 and 129 (both sides of kLinearDirectMaxRows),
 // in in {1, 13, 64, 80, 136, 2048} (13 and 1 exercise the non-vector k tail), out in {1, 15, 96, 257};
 // bf16 and f32 weights, with and without bias; y is poisoned with NaN before every call.
 // Variants whose ISA this CPU lacks are skipped with the reason.
+#include "kernels/cpu/linear.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "kernels/cpu/linear.h"
 #include "util/error.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
@@ -26,7 +30,7 @@ namespace {
 
 constexpr double kF32Tolerance = 1e-5;
 constexpr double kBf16ActivationTolerance = 1e-2;
-constexpr int64_t kMs[] = {1, 2, 3, 5, 7, 9, 16, 17, 64, 129};
+constexpr int64_t kMs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 64, 129};
 constexpr int64_t kIns[] = {1, 13, 64, 80, 136, 2048};
 constexpr int64_t kOuts[] = {1, 15, 96, 257};
 
@@ -126,6 +130,43 @@ TEST(LinearTest, AutoMatchesReference) { check_variant("auto", kF32Tolerance); }
 TEST(LinearTest, AutoWithBf16ActivationsMatchesReferenceLoosely) {
   check_variant("auto", kBf16ActivationTolerance, LinearOptions{.allow_bf16_activations = true});
 }
+
+// The direct kernels compute every output element with the same sum in the same order whatever
+// the number of rows in the call (linear_avx2.cc, linear_avx512.cc), so a row's outputs are
+// bit-identical to those of a 1-row call: a speculative verify over k + 1 rows gives the logits a
+// plain decode step would (greedy output identical to non-speculative decoding).
+void check_rows_independent(const std::string& name) {
+  std::vector<uint16_t> probe(64 * 64);
+  const std::string reason = linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 64, 64});
+  if (!reason.empty()) GTEST_SKIP() << name << ": " << reason;
+  ThreadPool pool(3);
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (const auto [in, out] : {std::pair<int64_t, int64_t>{384, 640}, {136, 257}, {13, 15}, {2048, 96}}) {
+      const Case c{17, in, out, dtype, true};
+      const Data d = make_data(c, rng);
+      auto kernel = make_named_linear_kernel(name, d.weight);
+      std::vector<std::vector<float>> single(c.m, std::vector<float>(out));
+      for (int64_t i = 0; i < c.m; ++i) kernel->forward(d.x.data() + i * in, 1, single[i].data(), &pool, d.bias.data());
+      for (int64_t m = 2; m <= c.m; ++m) {
+        std::vector<float> y(m * out, std::numeric_limits<float>::quiet_NaN());
+        kernel->forward(d.x.data(), m, y.data(), &pool, d.bias.data());
+        int bad = 0;
+        for (int64_t e = 0; e < m * out && bad < 3; ++e) {
+          if (std::memcmp(&y[e], &single[e / out][e % out], sizeof(float)) != 0) {
+            ++bad;
+            ADD_FAILURE() << name << " " << dtype_name(dtype) << " m=" << m << " in=" << in << " out=" << out << " y["
+                          << e / out << "," << e % out << "] = " << y[e] << " but the 1-row call gave "
+                          << single[e / out][e % out];
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearTest, Avx2RowsMatchOneRowCallsBitwise) { check_rows_independent("avx2"); }
+TEST(LinearTest, Avx512RowsMatchOneRowCallsBitwise) { check_rows_independent("avx512"); }
 
 TEST(LinearTest, BothBiasCasesAreCovered) {
   // check_variant picks the bias from the parity of m + in + out: make sure both occur for every dtype.

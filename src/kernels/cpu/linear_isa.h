@@ -19,9 +19,11 @@ struct LinearSliceParams {
   int64_t m = 0, n = 0, k = 0;
 };
 
-// Register-tiled dot products (f32 accumulation), W read once per slice for all m rows when
-// m <= 4, once per group of 4 rows otherwise. col_begin is a multiple of kLinearSliceAlign
-// (except for the last slice's tail, which the kernels handle).
+// Register-tiled dot products (f32 accumulation): every group of up to 4 rows (avx2: ceil(m / 4)
+// groups of near-equal size) passes over each sub-block of W, which stays in L2 between groups,
+// so W is read from memory once per call. Each output element is the same sum in the same order
+// whatever m (a row's outputs equal those of a 1-row call, bit for bit). col_begin is a multiple
+// of kLinearSliceAlign (except for the last slice's tail, which the kernels handle).
 void linear_slice_avx2(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);
 void linear_slice_avx512(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);
 
