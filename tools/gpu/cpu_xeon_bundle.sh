@@ -37,9 +37,13 @@ for f in "${bins[@]}"; do
   cp "$MAIN_BUILD/$f" "$b/build/$f"
 done
 
-# This branch's build.
-cp "$XEON_BUILD/bin/spindle" "$b/build-xeon/bin/"
-for f in bench_model_forward bench_linear make_bench_model; do cp "$XEON_BUILD/bench/$f" "$b/build-xeon/bench/"; done
+# This branch's build; what it has not built (spindle, make_bench_model: nothing of them changed)
+# comes from the main build. build-xeon/SOURCES says which is which.
+for f in bin/spindle bench/bench_model_forward bench/bench_linear bench/make_bench_model; do
+  if [[ -x $XEON_BUILD/$f ]]; then src=$XEON_BUILD; else src=$MAIN_BUILD; fi
+  cp "$src/$f" "$b/build-xeon/$f"
+  echo "$f from $src" | tee -a "$b/build-xeon/SOURCES"
+done
 for f in tests/kernels/linear_test tests/model/golden_bf16_activations_test tests/model/model_forward_test; do
   [[ -x $XEON_BUILD/$f ]] && cp "$XEON_BUILD/$f" "$b/build-xeon/tests/"
 done

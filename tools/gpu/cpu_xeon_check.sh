@@ -23,7 +23,8 @@
 #   bench      bench/cpu_peer/run.sh models + bench (ROWS, REPS) pinned to 2 physical cores
 #              (taskset), THREADS=2; plus the 1B row of the main build's bench_model_forward
 #              (the policy before this branch) right after, for an A/B in the same run
-#   linear     bench_linear --shapes-only and the rows sweep (--sweep-only), pinned, 2 threads
+#   linear     bench_linear --shapes-only (and the rows sweep, --sweep-only, with LINEAR_SWEEP=1),
+#              pinned, 2 threads
 #   threads16  the 1B row with THREADS=16, not pinned
 set -uo pipefail
 out=/tmp/xeon-out
@@ -54,6 +55,8 @@ rm -rf build build-xeon && cp -a $B/build build && cp -a $B/build-xeon build-xeo
 cp -a $B/overlay/. .  # tracked files: every call's copy of the tree restores them, so every call overlays
 export LD_LIBRARY_PATH=$B/lib:$B/llama/build/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export SPINDLE_CACHE_DIR=/tmp/spindle-cache
+# CPU only, as on a machine without a GPU: the main build is a CUDA build, and this host has one.
+export CUDA_VISIBLE_DEVICES=
 export LLAMA_CPP=$B/llama PEER_COMMIT=34af94cd9ab277632e27caeec2d41de2fd091b31
 export MODELS=/tmp/xeon-models PYTHON=$(command -v python3)
 
@@ -107,9 +110,11 @@ if has linear; then
   "${pin[@]}" env SPINDLE_NUM_THREADS=2 OMP_NUM_THREADS=2 timeout 200 build-xeon/bench/bench_linear --shapes-only \
     >"$out/linear_shapes.txt" 2>&1
   echo "== linear shapes exit $?"; cat "$out/linear_shapes.txt"
-  "${pin[@]}" env SPINDLE_NUM_THREADS=2 OMP_NUM_THREADS=2 timeout 120 build-xeon/bench/bench_linear --sweep-only \
-    >"$out/linear_sweep.txt" 2>&1
-  echo "== linear sweep exit $?"; cat "$out/linear_sweep.txt"
+  if [[ ${LINEAR_SWEEP:-0} == 1 ]]; then
+    "${pin[@]}" env SPINDLE_NUM_THREADS=2 OMP_NUM_THREADS=2 timeout 120 build-xeon/bench/bench_linear --sweep-only \
+      >"$out/linear_sweep.txt" 2>&1
+    echo "== linear sweep exit $?"; cat "$out/linear_sweep.txt"
+  fi
   pack
 fi
 
