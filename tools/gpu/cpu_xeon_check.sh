@@ -73,6 +73,16 @@ if has env; then
   grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E "avx512|amx" | paste -sd' '
 fi
 
+make_models() {  # the bench's models (random bf16 Llamas, safetensors and GGUF, checked bit for bit)
+  echo "== models $(date -u +%T)"
+  timeout 300 env BUILD=build-xeon bash bench/cpu_peer/run.sh models >"$out/models.txt" 2>&1
+  echo "== models exit $? $(date -u +%T)"; tail -3 "$out/models.txt"
+}
+# models_bg: make them while the tests run (they use a core or two; the tests' results do not
+# depend on timing).
+models_pid=""
+if has models_bg; then make_models & models_pid=$!; fi
+
 if has tests; then
   # The main build's CPU suite, as `make test` runs it (ctest; CUDA tests left out of the bundle).
   timeout "${TESTS_TIMEOUT:-300}" ctest --test-dir build -j "${CTEST_J:-12}" --timeout 240 --output-on-failure \
@@ -88,11 +98,10 @@ if has tests; then
   done
   pack
 fi
+[[ -n $models_pid ]] && wait "$models_pid"
 
 if has bench; then
-  echo "== models $(date -u +%T)"
-  timeout 240 env BUILD=build-xeon bash bench/cpu_peer/run.sh models >"$out/models.txt" 2>&1
-  echo "== models exit $? $(date -u +%T)"; tail -3 "$out/models.txt"
+  [[ -f $MODELS/small-hd64.gguf ]] || make_models
   echo "== bench $(date -u +%T) on cores $cores"
   timeout "${BENCH_TIMEOUT:-300}" "${pin[@]}" env BUILD=build-xeon THREADS=2 REPS=${REPS:-1} ROWS="${ROWS:-1b small-hd32 small-hd64 served}" \
     bash bench/cpu_peer/run.sh bench "$out/bench" >"$out/bench.txt" 2>&1
