@@ -19,9 +19,9 @@ def main():
     owner = {}
     for path in glob.glob(os.path.join(build, "**", "*_tests.cmake"), recursive=True):
         for m in re.finditer(r"add_test\(\s*\[=\[(.+?)\]=\]\s+(\S+)", open(path).read()):
-            owner[m[1]] = os.path.basename(m[2].strip('"'))
+            owner[m[1].split()[0]] = os.path.basename(m[2].strip('"'))  # names may carry "  # GetParam() = ..."
     counts = collections.defaultdict(collections.Counter)
-    for m in re.finditer(r"Test\s+#\d+: (\S+) \.+\s*(\*{0,3})(Passed|Failed|Skipped|Not Run|Timeout|Exception|SEGFAULT)?",
+    for m in re.finditer(r"Test\s+#\d+: (\S+)[^\n]*? \.+\s*(\*{0,3})(Passed|Failed|Skipped|Not Run|Timeout|Exception|SEGFAULT)?",
                          open(log).read()):
         name, status = m[1], m[3] or "other"
         counts[owner.get(name, name if name == "deploy_manifests_test" else "?")][status] += 1
