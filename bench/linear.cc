@@ -7,6 +7,9 @@
 //   rows sweep: every kernel over m = 1 .. 256 on one shape, weights from memory, as GB/s of W and
 //       % of the read bandwidth, with the fastest per m: where kLinearDirectMaxRows and
 //       kLinearAmxMinRows (the "auto" policy) come from.
+//   shapes sweep (--shapes-only runs it alone): every 1B shape at m = 1, 2, 4, 8, 16, 32, 64 for
+//       the direct kernels and "auto" (exact, and with bf16 activations): GB/s of W, % of the read
+//       bandwidth, GFLOP/s, and which kernel "auto" ran at that m.
 //   prefill (m = 512): GFLOP/s of each kernel vs oneDNN's matmul of the same shape measured in
 //       the same run: f32 (on an f32 copy of the weight: the yardstick of our f32 path) and bf16
 //       (bf16 x bf16 -> f32, where the CPU has a real implementation).
@@ -171,8 +174,10 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // usage: bench_linear [--sweep-only | --small-m | --small-m-cpu]   (--sweep-only: the rows sweep alone)
+  // usage: bench_linear [--sweep-only | --shapes-only | --small-m | --small-m-cpu]
+  //   (--sweep-only: the rows sweep alone; --shapes-only: the shapes sweep alone)
   const bool sweep_only = argc > 1 && std::string(argv[1]) == "--sweep-only";
+  const bool shapes_only = argc > 1 && std::string(argv[1]) == "--shapes-only";
   const bool small_m_cpu = argc > 1 && std::string(argv[1]) == "--small-m-cpu";
   const bool small_m = small_m_cpu || (argc > 1 && std::string(argv[1]) == "--small-m");
   const CpuInfo cpu = detect_cpu_info();
@@ -188,11 +193,69 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> direct;
-  for (const char* name : {"avx2", "avx512", "amx"}) {
+  for (const char* name : {"avx2", "avx512", "amx", "amx_bf16"}) {
     std::vector<uint16_t> probe(64);
     if (linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 8, 8}).empty()) direct.push_back(name);
   }
   direct.push_back("auto");
+
+  // The shapes sweep: each 1B shape, m = 1 .. 64, direct kernels and auto (both precisions).
+  if (!sweep_only) {
+    const int64_t ms[] = {1, 2, 4, 8, 16, 32, 64};
+    LinearOptions bf16_ok;
+    bf16_ok.allow_bf16_activations = true;
+    std::printf(
+        "\nshapes sweep: bf16 weights streamed from memory; per m: GB/s of W (%% of the read bandwidth), "
+        "GFLOP/s; 'auto' runs the kernel named in [] at that m\n");
+    for (const Shape& s : kShapes) {
+      const size_t elems = size_t(s.out) * s.in, bytes = elems * 2;
+      const size_t copies = std::max<size_t>(2, (kMinSweepBytes + bytes - 1) / bytes);
+      std::vector<std::vector<uint16_t>> weights;
+      for (size_t c = 0; c < copies; ++c) weights.push_back(bf16_weights(elems, unsigned(c + 1)));
+      const std::vector<float> x = random_floats(64 * s.in, -1, 1, 7);
+      std::vector<float> y(64 * s.out);
+      std::printf("  %s [%lld x %lld], %zu copies\n", s.name, (long long)s.out, (long long)s.in, copies);
+      struct Row {
+        std::string name, label;
+        LinearOptions options;
+      };
+      std::vector<Row> rows;
+      for (const std::string& name : direct)
+        if (name != "auto") rows.push_back({name, name, {}});
+      rows.push_back({"auto", "auto (exact)", {}});
+      rows.push_back({"auto", "auto (bf16 act.)", bf16_ok});
+      for (const Row& row : rows) {
+        std::vector<std::unique_ptr<LinearKernel>> kernels;
+        for (auto& w : weights)
+          kernels.push_back(make_named_linear_kernel(row.name, {w.data(), DType::kBF16, s.out, s.in}, row.options));
+        std::printf("    %-18s", row.label.c_str());
+        for (int64_t m : ms) {
+          const double t = best_time(2, [&] {
+            for (auto& k : kernels) k->forward(x.data(), m, y.data(), &pool);
+          });
+          const double gbps = double(bytes) * copies / t / 1e9;
+          const double gflops = 2.0 * m * double(elems) * copies / t / 1e9;
+          std::string ran;
+          if (row.name == "auto") {
+            // The policy's pick at this m (linear.h): the direct kernel's halves, else oneDNN.
+            const std::string full = kernels[0]->name();  // auto(direct,large)
+            const size_t open = full.find('('), comma = full.find(','), plus = full.find('+');
+            if (m > kLinearDirectMaxRows)
+              ran = full.substr(comma + 1, full.size() - comma - 2);
+            else if (plus != std::string::npos && plus < comma)
+              ran = m < kLinearAmxMinRows ? full.substr(open + 1, plus - open - 1)
+                                          : full.substr(plus + 1, comma - plus - 1);
+            else
+              ran = full.substr(open + 1, comma - open - 1);
+          }
+          std::printf(" m=%-2lld %6.1f GB/s (%3.0f%%) %7.1f GF%s", (long long)m, gbps, 100 * gbps / mem_gbps, gflops,
+                      ran.empty() ? "" : (" [" + ran + "]").c_str());
+        }
+        std::printf("\n");
+      }
+    }
+  }
+  if (shapes_only) return 0;
 
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     if (sweep_only) break;
@@ -247,7 +310,7 @@ int main(int argc, char** argv) {
     for (int64_t m : ms) std::printf(" %5s%-3lld", "m=", (long long)m);
     std::printf("\n");
     std::vector<std::string> names;
-    for (const char* name : {"avx2", "avx512", "amx", "onednn_f32"}) {
+    for (const char* name : {"avx2", "avx512", "amx", "amx_bf16", "onednn_f32"}) {
       if (linear_kernel_unsupported_reason(name, {weights[0].data(), DType::kBF16, s.out, s.in}).empty())
         names.push_back(name);
       else

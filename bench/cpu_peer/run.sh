@@ -15,7 +15,10 @@
 #
 # Environment: LLAMA_CPP (a llama.cpp tree built CPU-only Release, with build/bin/llama-bench and
 # llama-server; nothing of it is in this repository), MODELS (default /work/peer/models),
-# PEER_COMMIT (the llama.cpp commit the tree was taken from), THREADS (default 2), REPS (default 3).
+# PEER_COMMIT (the llama.cpp commit the tree was taken from), THREADS (default 2), REPS (default 3),
+# ROWS (default "1b small-hd32 small-hd64 served": the rows `bench` runs), BUILD (default build: the
+# Spindle build folder). Where node is missing (the GPU host), the served row's client is
+# bench/serving/loadgen.py (the same prompts and measures) and the health check uses python3.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp tree}"
@@ -24,8 +27,11 @@ THREADS=${THREADS:-2}
 REPS=${REPS:-3}
 PY=${PYTHON:-/usr/bin/python3}  # needs numpy (Debian's python3-numpy)
 LB=$LLAMA_CPP/build/bin
-SPINDLE=build/bin/spindle
-FORWARD=build/bench/bench_model_forward
+BUILD=${BUILD:-build}
+ROWS=${ROWS:-1b small-hd32 small-hd64 served}
+SPINDLE=$BUILD/bin/spindle
+FORWARD=$BUILD/bench/bench_model_forward
+if command -v node >/dev/null; then LOADGEN=(node bench/serving/loadgen.mjs); else LOADGEN=("$PY" bench/serving/loadgen.py); fi
 export SPINDLE_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
 
 header() {
@@ -40,11 +46,11 @@ header() {
 make_models() {
   mkdir -p "$MODELS"
   local small="--layers 6 --vocab 8192 --hidden 256 --intermediate 768"
-  build/bench/make_bench_model "$MODELS/llama1b"
+  $BUILD/bench/make_bench_model "$MODELS/llama1b"
   # shellcheck disable=SC2086
-  build/bench/make_bench_model "$MODELS/small-hd32" $small --heads 8 --kv-heads 4 --head-dim 32
+  $BUILD/bench/make_bench_model "$MODELS/small-hd32" $small --heads 8 --kv-heads 4 --head-dim 32
   # shellcheck disable=SC2086
-  build/bench/make_bench_model "$MODELS/small-hd64" $small --heads 4 --kv-heads 2 --head-dim 64
+  $BUILD/bench/make_bench_model "$MODELS/small-hd64" $small --heads 4 --kv-heads 2 --head-dim 64
   for m in llama1b small-hd32 small-hd64; do
     PYTHONPATH=$LLAMA_CPP/gguf-py $PY bench/cpu_peer/st_to_gguf.py "$MODELS/$m" "$MODELS/$m.gguf" --write-tokenizer
     PYTHONPATH=$LLAMA_CPP/gguf-py $PY bench/cpu_peer/st_to_gguf.py "$MODELS/$m" "$MODELS/$m.gguf" --verify
@@ -53,9 +59,14 @@ make_models() {
     "$MODELS/small-hd64-nopermute.gguf" --no-rope-permute
 }
 
+healthy() {  # URL
+  if command -v curl >/dev/null; then curl -sf "$1/health" >/dev/null 2>&1; return; fi
+  "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' "$1" >/dev/null 2>&1
+}
+
 wait_healthy() {  # URL PID LOG
   for _ in $(seq 1 300); do
-    curl -sf "$1/health" >/dev/null 2>&1 && return 0
+    healthy "$1" && return 0
     kill -0 "$2" 2>/dev/null || { echo "server exited:"; tail -20 "$3"; return 1; }
     sleep 0.5
   done
@@ -124,7 +135,7 @@ row_small() {  # DIR MODEL
 }
 
 row_served() {  # DIR: small-hd64 at C=1, 128-token prompts, 64 output tokens, 16 requests after 2 warm-up
-  local gen="node bench/serving/loadgen.mjs --concurrency 1 --prompt-tokens 128 --output-tokens 64 --vocab 8192"
+  local gen="${LOADGEN[*]} --concurrency 1 --prompt-tokens 128 --output-tokens 64 --vocab 8192"
   start_spindle "$MODELS/small-hd64" "$1/served-spindle.log"
   $gen --url http://127.0.0.1:8291 --model small-hd64 --requests 2 --seed 99 >/dev/null
   $gen --url http://127.0.0.1:8291 --model small-hd64 --requests 16 --seed 1 --json "$1/served-spindle.json" \
@@ -145,10 +156,14 @@ bench_all() {
     local d="$out/rep$r"
     mkdir -p "$d"
     echo "rep $r: start $(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/bench.log"
-    row_1b "$d"
-    row_small "$d" small-hd32
-    row_small "$d" small-hd64
-    row_served "$d"
+    for row in $ROWS; do
+      case $row in
+        1b) row_1b "$d" ;;
+        small-hd32 | small-hd64) row_small "$d" "$row" ;;
+        served) row_served "$d" ;;
+        *) echo "unknown row $row" >&2; return 2 ;;
+      esac
+    done
     echo "rep $r: end $(date -u +%T), load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/bench.log"
   done
 }

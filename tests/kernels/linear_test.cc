@@ -4,6 +4,8 @@
 // S = sum_t |x[i, t] * w[j, t]| + |bias[j]|:
 //   f32 accumulation (avx2, avx512, amx, onednn_f32, auto by default): |y - ref| <= 1e-5 * S + 1e-30
 //   bf16 activations (onednn_bf16, x rounded to bf16 = relative 2^-9 per term): |y - ref| <= 1e-2 * S
+//   amx_bf16 (x rounded to bf16, f32 accumulation) against the reference of bf16-rounded x: the
+//   f32 tolerance (1e-5 * S), which x left unrounded (errors ~2^-9 * S) would fail.
 // Shapes: m in 1..17 (every row-group split of the direct kernels: avx2 runs ceil(m / 4) passes of
 // 1-4 rows, 5 = 3 + 2, 9 = 3 + 3 + 3, ...), 64 and 129 (both sides of kLinearDirectMaxRows),
 // in in {1, 13, 64, 80, 136, 2048} (13 and 1 exercise the non-vector k tail), out in {1, 15, 96, 257};
@@ -46,11 +48,16 @@ struct Data {
   LinearWeight weight;
 };
 
-Data make_data(const Case& c, std::mt19937& rng) {
+// reference_of_bf16_x: the expected values (and scales) are those of x rounded to bf16; the kernel
+// still gets the f32 x.
+Data make_data(const Case& c, std::mt19937& rng, bool reference_of_bf16_x = false) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   Data d;
   d.x.resize(c.m * c.in);
   for (auto& v : d.x) v = uni(rng);
+  std::vector<float> x_ref = d.x;
+  if (reference_of_bf16_x)
+    for (auto& v : x_ref) v = bf16_bits_to_float(float_to_bf16_bits(v));
   d.weight = {nullptr, c.dtype, c.out, c.in};
   if (c.dtype == DType::kBF16) {
     d.w16.resize(c.out * c.in);
@@ -66,7 +73,7 @@ Data make_data(const Case& c, std::mt19937& rng) {
     for (auto& v : d.bias) v = uni(rng);
   }
   d.expected.assign(c.m * c.out, 0.0f);
-  make_reference_linear_kernel(d.weight)->forward(d.x.data(), c.m, d.expected.data(), nullptr,
+  make_reference_linear_kernel(d.weight)->forward(x_ref.data(), c.m, d.expected.data(), nullptr,
                                                   c.with_bias ? d.bias.data() : nullptr);
   d.scale.resize(c.m * c.out);
   for (int64_t i = 0; i < c.m; ++i) {
@@ -74,7 +81,7 @@ Data make_data(const Case& c, std::mt19937& rng) {
       double s = c.with_bias ? std::fabs(d.bias[j]) : 0.0;
       for (int64_t t = 0; t < c.in; ++t) {
         const double w = c.dtype == DType::kBF16 ? bf16_bits_to_float(d.w16[j * c.in + t]) : d.w32[j * c.in + t];
-        s += std::fabs(d.x[i * c.in + t] * w);
+        s += std::fabs(x_ref[i * c.in + t] * w);
       }
       d.scale[i * c.out + j] = static_cast<float>(s);
     }
@@ -83,7 +90,8 @@ Data make_data(const Case& c, std::mt19937& rng) {
 }
 
 // Runs `name` over every shape and weight dtype it serves; failures are reported per element.
-void check_variant(const std::string& name, double tolerance, const LinearOptions& options = {}) {
+void check_variant(const std::string& name, double tolerance, const LinearOptions& options = {},
+                   bool reference_of_bf16_x = false) {
   std::vector<uint16_t> probe(64 * 64);
   const std::string reason = linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 64, 64}, options);
   if (!reason.empty()) GTEST_SKIP() << name << ": " << reason;
@@ -95,7 +103,7 @@ void check_variant(const std::string& name, double tolerance, const LinearOption
       for (int64_t out : kOuts) {
         for (int64_t m : kMs) {
           const Case c{m, in, out, dtype, (m + in + out) % 2 == 0};
-          const Data d = make_data(c, rng);
+          const Data d = make_data(c, rng, reference_of_bf16_x);
           // Variants that serve only one weight dtype (onednn_bf16) skip the other one.
           if (!linear_kernel_unsupported_reason(name, d.weight, options).empty()) continue;
           auto kernel = make_named_linear_kernel(name, d.weight, options);
@@ -124,6 +132,10 @@ TEST(LinearTest, Avx512MatchesReference) { check_variant("avx512", kF32Tolerance
 // AMX splits x into three bf16 parts (exact to 2^-27 relative), so it meets the f32 tolerance;
 // bf16 weights only (f32 cases are skipped by its unsupported reason).
 TEST(LinearTest, AmxMatchesReference) { check_variant("amx", kF32Tolerance); }
+TEST(LinearTest, AmxBf16IsTheProductOfBf16RoundedX) {
+  check_variant("amx_bf16", kF32Tolerance, {}, /*reference_of_bf16_x=*/true);
+}
+TEST(LinearTest, AmxBf16MatchesReferenceLoosely) { check_variant("amx_bf16", kBf16ActivationTolerance); }
 TEST(LinearTest, OneDnnF32MatchesReference) { check_variant("onednn_f32", kF32Tolerance); }
 TEST(LinearTest, OneDnnBf16MatchesReferenceLoosely) { check_variant("onednn_bf16", kBf16ActivationTolerance); }
 TEST(LinearTest, AutoMatchesReference) { check_variant("auto", kF32Tolerance); }
@@ -184,6 +196,17 @@ TEST(LinearTest, AutoIsExactByDefault) {
   const std::string name = make_linear_kernel(weight)->name();
   EXPECT_EQ(name.find("bf16"), std::string::npos) << name;
   EXPECT_NE(name.find("onednn_f32"), std::string::npos) << name;
+}
+
+TEST(LinearTest, AutoWithBf16ActivationsUsesAmxBf16ForAmxRows) {
+  std::vector<uint16_t> w(64 * 64);
+  const LinearWeight weight{w.data(), DType::kBF16, 64, 64};
+  const std::string reason = linear_kernel_unsupported_reason("amx_bf16", weight);
+  if (!reason.empty()) GTEST_SKIP() << "amx_bf16: " << reason;
+  const std::string exact = make_linear_kernel(weight)->name();
+  const std::string bf16 = make_linear_kernel(weight, LinearOptions{.allow_bf16_activations = true})->name();
+  EXPECT_EQ(exact, "auto(avx512+amx,onednn_f32)");
+  EXPECT_EQ(bf16, "auto(avx512+amx_bf16,onednn_bf16)");
 }
 
 TEST(LinearTest, RejectsBadWeightsAndNames) {

@@ -11,8 +11,9 @@
 //   serving   the linear kernels exactly as `spindle serve`/`generate` build them with bf16
 //             activations allowed (kernels::cpu::LinearOptions::allow_bf16_activations). On a CPU
 //             with AMX-BF16 or AVX512-BF16 products of more than kLinearDirectMaxRows (64) rows go
-//             to oneDNN's bf16 matmul, which rounds x to bf16; smaller ones (every decode step
-//             here) stay exact. Elsewhere (AVX2 only, like the dev VM) oneDNN has no bf16 matmul,
+//             to oneDNN's bf16 matmul, which rounds x to bf16, and with AMX those of
+//             kLinearAmxMinRows (9) to 64 rows to amx_bf16, which rounds x too; smaller ones
+//             (every decode step here) stay exact. Elsewhere (AVX2 only, like the dev VM) oneDNN has no bf16 matmul,
 //             so this mode is the exact path there. The prefill below batches every prompt twice
 //             (80 rows), so on AMX machines it does run oneDNN bf16.
 //   emulated  every product input rounded to bf16 (round to nearest even) before an exact

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <future>
 #include <sstream>
@@ -116,7 +117,12 @@ TEST(ServerDpTest, ConcurrentRequestsRunOnBothRanksWithTheOneRankOutputs) {
 }
 
 // Speculative decoding in every rank (each its own draft model, or n-gram proposer) keeps the
-// one-rank greedy outputs under concurrency, and both ranks speculate. The n-gram proposer drafts
+// one-rank greedy outputs under concurrency, and both ranks speculate. Attention is the float64
+// reference in every server here: greedy ids are only comparable bit for bit when the kernels are
+// exact. On the AMX Xeon (bench/results/2026-12-02-xeon-cpu/) the selected cpu_amx backend
+// (validated to ~1e-3, bf16 products) flipped a near-tie in "And it came to pass in those days"
+// between its decode kernel (plain greedy) and its prefill kernel (the verify step), so the
+// one-rank reference itself differed from the exact result there. The n-gram proposer drafts
 // only where the text repeats itself: these prompts are those whose 24 greedy tokens from
 // kjv-tiny repeat a 3-token run at least once (measured alone: 1 to 4 verify steps each), and
 // round robin puts four of them on each rank, whichever order they arrive in.
@@ -128,7 +134,7 @@ TEST(ServerDpTest, SpeculativeDecodingRunsInEveryRank) {
   };
   std::vector<std::string> expected;
   {
-    auto one = start_or_fail({"--max-total-tokens", "4096"});
+    auto one = start_or_fail({"--max-total-tokens", "4096", "--attention-backend", "reference"});
     ASSERT_NE(one, nullptr);
     auto client = one->client();
     for (const auto& p : prompts) expected.push_back(text_of(post(*client, "/v1/completions", greedy(p, 24))));
@@ -139,6 +145,7 @@ TEST(ServerDpTest, SpeculativeDecodingRunsInEveryRank) {
         std::vector<std::string>{"--speculative-algorithm", "ngram"}}) {
     std::vector<std::string> args = {"--dp-size", "2", "--max-total-tokens", "4096", "--speculative-always",
                                      "--load-balance-method", "round_robin"};
+    args.insert(args.end(), {"--attention-backend", "reference"});
     args.insert(args.end(), spec.begin(), spec.end());
     auto server = start_or_fail(args);
     ASSERT_NE(server, nullptr) << spec[1];
@@ -322,8 +329,13 @@ TEST(ServerDpTest, DoctorSelectsPerRankOnItsCoreShare) {
   for (int rank = 0; rank < 2; ++rank) {
     const json& x = j["ranks"][static_cast<size_t>(rank)];
     EXPECT_EQ(x.value("dp_rank", -1), rank);
-    EXPECT_THAT(x.value("where", ""), ::testing::StartsWith("CPUs ")) << x.dump();
-    EXPECT_THAT(x.value("device", ""), HasSubstr("(1 threads)")) << "a rank's selection runs on its one-core share";
+    const std::string where = x.value("where", "");
+    EXPECT_THAT(where, ::testing::StartsWith("CPUs ")) << x.dump();
+    // "CPUs 0,1,..." (the rank's share: one core on a 2-core machine, 8 on the 16-core GPU host).
+    const auto share = static_cast<int>(std::count(where.begin(), where.end(), ',')) + 1;
+    EXPECT_GE(share, 1);
+    EXPECT_THAT(x.value("device", ""), HasSubstr("(" + std::to_string(share) + " threads)"))
+        << "a rank's selection runs on its core share: " << where;
   }
   EXPECT_NE(j["ranks"][0].value("where", ""), j["ranks"][1].value("where", "")) << "the shares must differ";
 }

@@ -6,23 +6,25 @@
 // are usable, else avx2 where AVX2+FMA are): it reads W once from memory, which is what decode
 // costs. Larger m runs oneDNN: bf16 matmul only when LinearOptions::allow_bf16_activations and
 // the CPU has AMX-BF16/AVX512-BF16 and W is bf16; f32 matmul otherwise (exact f32 products).
+#include "kernels/cpu/linear.h"
+
 #include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/linear.h"
 #include "kernels/cpu/linear_isa.h"
 #include "kernels/cpu/linear_onednn.h"
 #include "platform/cpu_info.h"
 #include "util/error.h"
+#include "util/half.h"
 #include "util/thread_pool.h"
 
 namespace spindle::kernels::cpu {
 namespace {
 
-constexpr std::array<std::string_view, 7> kNames = {"reference", "avx2",        "avx512", "amx",
-                                                    "onednn_f32", "onednn_bf16", "auto"};
+constexpr std::array<std::string_view, 8> kNames = {"reference", "avx2",       "avx512",      "amx",
+                                                    "amx_bf16",  "onednn_f32", "onednn_bf16", "auto"};
 // A task of the direct kernel reads at least this many bytes of W (pool overhead ~ microseconds).
 constexpr int64_t kMinTaskBytes = int64_t{256} << 10;
 // Tasks per thread when W is large enough (dynamic scheduling evens out slow cores).
@@ -85,12 +87,13 @@ class DirectLinear final : public LinearKernel {
 };
 
 // AMX tiles (linear_amx.cc), bf16 weights: x split into three bf16 parts, so the products are
-// f32-accurate. Rows of x go in groups of up to kLinearAmxMaxBlocks * kLinearAmxRows = 64: each
-// group packs x (on the pool when it is large), then every column slice runs the tiles.
+// f32-accurate ("amx"), or x rounded to bf16 ("amx_bf16", parts = 1). Rows of x go in groups of up
+// to kLinearAmxMaxBlocks * kLinearAmxRows = 64: each group packs x (on the pool when it is large),
+// then every column slice runs the tiles.
 class AmxLinear final : public LinearKernel {
  public:
-  explicit AmxLinear(const LinearWeight& w) : w_(w) {}
-  const char* name() const override { return "amx"; }
+  AmxLinear(const LinearWeight& w, int64_t parts) : w_(w), parts_(parts) {}
+  const char* name() const override { return parts_ == 1 ? "amx_bf16" : "amx"; }
 
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
     if (m <= 0) return;
@@ -99,10 +102,18 @@ class AmxLinear final : public LinearKernel {
     const int64_t k = w_.in_features, n = w_.out_features;
     const int64_t nchunks = (k + kLinearAmxChunk - 1) / kLinearAmxChunk;
     thread_local std::vector<uint16_t> packed;
+    thread_local std::vector<float> rounded;
+    if (parts_ == 1 && n % 16 != 0) {
+      // The last < 16 columns run on the avx512 kernel from p.x: give it x rounded to bf16 too, so
+      // every column is the same bf16-activation product.
+      rounded.resize(size_t(m * k));
+      for (int64_t e = 0; e < m * k; ++e) rounded[e] = bf16_bits_to_float(float_to_bf16_bits(x[e]));
+      x = rounded.data();
+    }
     for (int64_t i0 = 0; i0 < m; i0 += kGroup) {
       const int64_t rows = std::min(kGroup, m - i0);
       const int64_t nmb = (rows + kLinearAmxRows - 1) / kLinearAmxRows;
-      packed.resize(size_t(nchunks * kLinearAmxParts * nmb * kLinearAmxTileElems));
+      packed.resize(size_t(nchunks * parts_ * nmb * kLinearAmxTileElems));
       // (A pointer, not the thread_local itself, goes into the pool's lambdas: named there, the
       // thread_local would be each worker's own, empty vector.)
       uint16_t* buf = packed.data();
@@ -112,20 +123,21 @@ class AmxLinear final : public LinearKernel {
       const int64_t threads = pool ? pool->num_threads() : 1;
       const int64_t pack_tasks = rows * k < kSerialPackElems ? 1 : std::min(threads, nchunks);
       if (pack_tasks <= 1) {
-        linear_amx_pack_x(xg, rows, k, buf, 0, nchunks);
+        linear_amx_pack_x(xg, rows, k, parts_, buf, 0, nchunks);
       } else {
         pool->parallel_for(pack_tasks, [&](int64_t t) {
-          linear_amx_pack_x(xg, rows, k, buf, t * nchunks / pack_tasks, (t + 1) * nchunks / pack_tasks);
+          linear_amx_pack_x(xg, rows, k, parts_, buf, t * nchunks / pack_tasks, (t + 1) * nchunks / pack_tasks);
         });
       }
       const LinearSliceParams p = slice_params(w_, xg, rows, y + i0 * n, bias);
       const uint16_t* tiles = buf;
-      for_column_slices(w_, pool, [&](int64_t c0, int64_t c1) { linear_slice_amx(p, tiles, c0, c1); });
+      for_column_slices(w_, pool, [&](int64_t c0, int64_t c1) { linear_slice_amx(p, parts_, tiles, c0, c1); });
     }
   }
 
  private:
   LinearWeight w_;
+  int64_t parts_;
 };
 
 // The decode kernel of "auto": m < min_rows on `small`, otherwise on `large` (AMX).
@@ -188,11 +200,13 @@ std::string amx_unsupported_reason(const LinearWeight& w) {
   return {};
 }
 
-std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w) {
+// bf16_activations: the amx rows (kLinearAmxMinRows and up) round x to bf16 (amx_bf16).
+std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activations) {
   if (has_avx512()) {
     auto avx512 = std::make_unique<DirectLinear>(w, &linear_slice_avx512, "avx512");
     if (amx_unsupported_reason(w).empty())
-      return std::make_unique<RowSplitLinear>(std::move(avx512), std::make_unique<AmxLinear>(w), kLinearAmxMinRows);
+      return std::make_unique<RowSplitLinear>(
+          std::move(avx512), std::make_unique<AmxLinear>(w, bf16_activations ? 1 : kLinearAmxParts), kLinearAmxMinRows);
     return avx512;
   }
   if (has_avx2()) return std::make_unique<DirectLinear>(w, &linear_slice_avx2, "avx2");
@@ -208,7 +222,7 @@ std::string linear_kernel_unsupported_reason(std::string_view name, const Linear
   if (name == "reference" || name == "auto" || name == "onednn_f32") return {};
   if (name == "avx2") return has_avx2() ? "" : "CPU lacks usable AVX2+FMA";
   if (name == "avx512") return has_avx512() ? "" : "CPU lacks usable AVX-512F/BW/VL";
-  if (name == "amx") return amx_unsupported_reason(weight);
+  if (name == "amx" || name == "amx_bf16") return amx_unsupported_reason(weight);
   if (name == "onednn_bf16") return onednn_linear_unsupported_reason(weight, true);
   std::string known;
   for (auto n : kNames) known += (known.empty() ? "" : ", ") + std::string(n);
@@ -223,7 +237,8 @@ std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, co
   if (name == "reference") return make_reference_linear_kernel(weight);
   if (name == "avx2") return std::make_unique<DirectLinear>(weight, &linear_slice_avx2, "avx2");
   if (name == "avx512") return std::make_unique<DirectLinear>(weight, &linear_slice_avx512, "avx512");
-  if (name == "amx") return std::make_unique<AmxLinear>(weight);
+  if (name == "amx") return std::make_unique<AmxLinear>(weight, kLinearAmxParts);
+  if (name == "amx_bf16") return std::make_unique<AmxLinear>(weight, 1);
   if (name == "onednn_f32") return make_onednn_linear(weight, false);
   if (name == "onednn_bf16") return make_onednn_linear(weight, true);
   return make_linear_kernel(weight, options);  // "auto"
@@ -232,7 +247,7 @@ std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, co
 std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options) {
   check_weight(weight);
   const bool bf16 = options.allow_bf16_activations && onednn_linear_unsupported_reason(weight, true).empty();
-  return std::make_unique<AutoLinear>(make_direct(weight), make_onednn_linear(weight, bf16));
+  return std::make_unique<AutoLinear>(make_direct(weight, bf16), make_onednn_linear(weight, bf16));
 }
 
 }  // namespace spindle::kernels::cpu

@@ -19,15 +19,18 @@
 //                split into three bf16 parts (hi + mid + lo, exact to 2^-27 relative), so the
 //                products are f32-accurate like avx2/avx512 while the tile unit keeps up with
 //                memory for m up to 64 (the f32 FMA kernels are compute-bound from m ~ 8).
+//   amx_bf16     the amx kernel with x ROUNDED TO BF16 (one part instead of three: a third of
+//                the tile work), f32 accumulation: the same product as onednn_bf16.
 //   onednn_f32   prefill path: bf16 weights are widened block by block (~8 MiB of f32 per block)
 //                into a per-thread buffer and multiplied by oneDNN's f32 matmul (its own OpenMP
 //                threads; the ThreadPool is not used). f32 weights go to oneDNN directly.
 //   onednn_bf16  oneDNN bf16 matmul (AMX / AVX512-BF16): x is ROUNDED TO BF16 first (relative
 //                error ~4e-3), f32 accumulation and output. bf16 weights only.
 //   auto         what make_linear_kernel returns: the direct kernel for m <= kLinearDirectMaxRows
-//                (bf16 weights with AMX: avx512 for m < kLinearAmxMinRows, amx from there; else
-//                avx512 > avx2), the oneDNN kernel above that (onednn_bf16 only with
-//                LinearOptions::allow_bf16_activations on a CPU that has it, else onednn_f32).
+//                (bf16 weights with AMX: avx512 for m < kLinearAmxMinRows, amx from there, or
+//                amx_bf16 with LinearOptions::allow_bf16_activations; else avx512 > avx2), the
+//                oneDNN kernel above that (onednn_bf16 only with allow_bf16_activations on a CPU
+//                that has it, else onednn_f32).
 #pragma once
 
 #include <cstdint>
@@ -55,8 +58,9 @@ struct LinearOptions {
   // Exactness first: by default every path accumulates f32 products of the f32 activations
   // (relative error ~1e-6 of sum |x||w|). When true AND the CPU has AMX-BF16 or AVX512-BF16 AND
   // the weights are bf16, large-m products use oneDNN's bf16 matmul, which rounds x to bf16
-  // (relative error ~4e-3) for 2-4x the f32 rate (2.6-3.3 TFLOP/s on a 16-core AMX Xeon).
-  // Decode (m <= kLinearDirectMaxRows) is unaffected.
+  // (relative error ~4e-3) for 2-4x the f32 rate (2.6-3.3 TFLOP/s on a 16-core AMX Xeon), and on a
+  // CPU with AMX the direct kernel's amx rows (kLinearAmxMinRows <= m <= kLinearDirectMaxRows)
+  // round x to bf16 as well (amx_bf16). Fewer rows (batch-1 decode) stay f32-exact.
   bool allow_bf16_activations = false;
 };
 

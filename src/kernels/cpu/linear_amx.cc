@@ -15,6 +15,10 @@
 // by the tile unit (values below ~1e-38 relative to nothing: immaterial). Non-finite x give what
 // f32 gives: mid and lo are zero where x - hi is not a number.
 //
+// With parts = 1 (the "amx_bf16" kernel of bf16 activations, LinearOptions::allow_bf16_activations)
+// only hi = bf16(x) is packed and multiplied: the product of x rounded to bf16 with W, f32
+// accumulation, like oneDNN's bf16 matmul, at a third of the tile work.
+//
 // Tiles: 0-3 C (y^T of up to four 16-row blocks of x), 4 A (W), 5-7 B (hi, mid, lo parts of
 // one 16-row block of x). The configuration is loaded at the start of every slice and released
 // at its end (other AMX users, oneDNN or attention, may run on the same thread between calls).
@@ -76,14 +80,16 @@ inline __m512i split_step(__m512& a0, __m512& a1) {
 
 }  // namespace
 
-void linear_amx_pack_x(const float* x, int64_t m, int64_t k, uint16_t* packed, int64_t chunk_begin,
-                       int64_t chunk_end) {
+namespace {
+
+template <int Parts>
+void pack_x(const float* x, int64_t m, int64_t k, uint16_t* packed, int64_t chunk_begin, int64_t chunk_end) {
   const int64_t nmb = (m + kLinearAmxRows - 1) / kLinearAmxRows;
   for (int64_t c = chunk_begin; c < chunk_end; ++c) {
     const int64_t k0 = c * kLinearAmxChunk;
     const __mmask16 m0 = lane_mask(k - k0), m1 = lane_mask(k - k0 - 16);
     for (int64_t mb = 0; mb < nmb; ++mb) {
-      __m512i parts[kLinearAmxParts][16];  // [part][row of x]: 16 dwords = 16 (k, k + 1) pairs
+      __m512i parts[Parts][16];  // [part][row of x]: 16 dwords = 16 (k, k + 1) pairs
       for (int r = 0; r < 16; ++r) {
         const int64_t row = mb * kLinearAmxRows + r;
         __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
@@ -91,30 +97,49 @@ void linear_amx_pack_x(const float* x, int64_t m, int64_t k, uint16_t* packed, i
           a0 = _mm512_maskz_loadu_ps(m0, x + row * k + k0);
           a1 = _mm512_maskz_loadu_ps(m1, x + row * k + k0 + 16);
         }
-        for (int part = 0; part < kLinearAmxParts; ++part) parts[part][r] = split_step(a0, a1);
+        for (int part = 0; part < Parts; ++part) parts[part][r] = split_step(a0, a1);
       }
-      for (int part = 0; part < kLinearAmxParts; ++part) {
+      for (int part = 0; part < Parts; ++part) {
         transpose16x16(parts[part]);  // row i: pair i of every x row
-        uint16_t* tile = packed + ((c * kLinearAmxParts + part) * nmb + mb) * kLinearAmxTileElems;
+        uint16_t* tile = packed + ((c * Parts + part) * nmb + mb) * kLinearAmxTileElems;
         for (int i = 0; i < 16; ++i) _mm512_storeu_si512(tile + i * 32, parts[part][i]);
       }
     }
   }
 }
 
-// One 16-row block of x (tile C = MB) against the A tile in tile 4, all three parts.
-#define SPINDLE_AMX_BLOCK(MB)                                            \
-  do {                                                                   \
-    _tile_loadd(5, b + (0 * nmb + (MB)) * kLinearAmxTileElems, 64);      \
-    _tile_loadd(6, b + (1 * nmb + (MB)) * kLinearAmxTileElems, 64);      \
-    _tile_loadd(7, b + (2 * nmb + (MB)) * kLinearAmxTileElems, 64);      \
-    _tile_dpbf16ps(MB, 4, 7);                                            \
-    _tile_dpbf16ps(MB, 4, 6);                                            \
-    _tile_dpbf16ps(MB, 4, 5);                                            \
+}  // namespace
+
+void linear_amx_pack_x(const float* x, int64_t m, int64_t k, int64_t parts, uint16_t* packed, int64_t chunk_begin,
+                       int64_t chunk_end) {
+  if (parts == 1) {
+    pack_x<1>(x, m, k, packed, chunk_begin, chunk_end);
+  } else {
+    pack_x<kLinearAmxParts>(x, m, k, packed, chunk_begin, chunk_end);
+  }
+}
+
+// One 16-row block of x (tile C = MB) against the A tile in tile 4: all three parts, or hi alone.
+#define SPINDLE_AMX_BLOCK(MB)                                         \
+  do {                                                                \
+    if constexpr (Parts == 3) {                                       \
+      _tile_loadd(5, b + (0 * nmb + (MB)) * kLinearAmxTileElems, 64); \
+      _tile_loadd(6, b + (1 * nmb + (MB)) * kLinearAmxTileElems, 64); \
+      _tile_loadd(7, b + (2 * nmb + (MB)) * kLinearAmxTileElems, 64); \
+      _tile_dpbf16ps(MB, 4, 7);                                       \
+      _tile_dpbf16ps(MB, 4, 6);                                       \
+      _tile_dpbf16ps(MB, 4, 5);                                       \
+    } else {                                                          \
+      _tile_loadd(5, b + (MB)*kLinearAmxTileElems, 64);               \
+      _tile_dpbf16ps(MB, 4, 5);                                       \
+    }                                                                 \
   } while (0)
 
-void linear_slice_amx(const LinearSliceParams& p, const uint16_t* packed, int64_t col_begin, int64_t col_end) {
-  static_assert(kLinearAmxParts == 3, "SPINDLE_AMX_BLOCK spells out three parts");
+namespace {
+
+template <int Parts>
+void slice_amx(const LinearSliceParams& p, const uint16_t* packed, int64_t col_begin, int64_t col_end) {
+  static_assert(Parts == 1 || Parts == 3, "SPINDLE_AMX_BLOCK spells out one or three parts");
   const int64_t k = p.k, m = p.m, n = p.n;
   const int64_t nmb = (m + kLinearAmxRows - 1) / kLinearAmxRows;  // 1 .. 4
   const int64_t nchunks = (k + kLinearAmxChunk - 1) / kLinearAmxChunk;
@@ -146,7 +171,7 @@ void linear_slice_amx(const LinearSliceParams& p, const uint16_t* packed, int64_
       } else {
         _tile_loadd(4, wj + k0, k * 2);
       }
-      const uint16_t* b = packed + c * kLinearAmxParts * nmb * kLinearAmxTileElems;
+      const uint16_t* b = packed + c * Parts * nmb * kLinearAmxTileElems;
       SPINDLE_AMX_BLOCK(0);
       if (nmb > 1) SPINDLE_AMX_BLOCK(1);
       if (nmb > 2) SPINDLE_AMX_BLOCK(2);
@@ -167,6 +192,17 @@ void linear_slice_amx(const LinearSliceParams& p, const uint16_t* packed, int64_
   _tile_release();
   // Fewer than 16 columns left: the AVX-512 kernel (same exact f32 products).
   if (j < col_end) linear_slice_avx512(p, j, col_end);
+}
+
+}  // namespace
+
+void linear_slice_amx(const LinearSliceParams& p, int64_t parts, const uint16_t* packed, int64_t col_begin,
+                      int64_t col_end) {
+  if (parts == 1) {
+    slice_amx<1>(p, packed, col_begin, col_end);
+  } else {
+    slice_amx<kLinearAmxParts>(p, packed, col_begin, col_end);
+  }
 }
 
 #undef SPINDLE_AMX_BLOCK

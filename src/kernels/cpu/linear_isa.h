@@ -28,20 +28,23 @@ void linear_slice_avx2(const LinearSliceParams& p, int64_t col_begin, int64_t co
 void linear_slice_avx512(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);
 
 // AMX-BF16 (linear_amx.cc), bf16 weights only. x (at most kLinearAmxMaxBlocks * kLinearAmxRows
-// rows) is first split into kLinearAmxParts bf16 parts and packed into B tiles: the tile of chunk c
-// (k in [32c, 32c + 32)), part, row block mb starts at element
-//   ((c * kLinearAmxParts + part) * num_blocks + mb) * kLinearAmxTileElems,  num_blocks = ceil(m / 16),
+// rows) is first split into `parts` bf16 parts (kLinearAmxParts = 3: x = hi + mid + lo, the
+// f32-accurate "amx"; 1: x rounded to bf16, the "amx_bf16" of bf16 activations) and packed into B
+// tiles: the tile of chunk c (k in [32c, 32c + 32)), part, row block mb starts at element
+//   ((c * parts + part) * num_blocks + mb) * kLinearAmxTileElems,  num_blocks = ceil(m / 16),
 // 16 rows (k pairs) x 16 columns (rows of x) x 2, zero past m and k. linear_amx_pack_x writes
 // chunks [chunk_begin, chunk_end); linear_slice_amx then computes columns [col_begin, col_end)
-// (col_begin a multiple of 16) for every row of x.
+// (col_begin a multiple of 16) for every row of x (columns past the last full 16 with the
+// avx512 kernel on p.x: with parts = 1 the caller passes x already rounded to bf16 there).
 inline constexpr int64_t kLinearAmxRows = 16;
 inline constexpr int64_t kLinearAmxMaxBlocks = 4;
 inline constexpr int64_t kLinearAmxChunk = 32;
 inline constexpr int64_t kLinearAmxParts = 3;
 inline constexpr int64_t kLinearAmxTileElems = 16 * 32;
-void linear_amx_pack_x(const float* x, int64_t m, int64_t k, uint16_t* packed, int64_t chunk_begin,
+void linear_amx_pack_x(const float* x, int64_t m, int64_t k, int64_t parts, uint16_t* packed, int64_t chunk_begin,
                        int64_t chunk_end);
-void linear_slice_amx(const LinearSliceParams& p, const uint16_t* packed, int64_t col_begin, int64_t col_end);
+void linear_slice_amx(const LinearSliceParams& p, int64_t parts, const uint16_t* packed, int64_t col_begin,
+                      int64_t col_end);
 
 // The avx2/avx512 kernels walk a slice in sub-blocks of this many columns, whose W rows stay in
 // L2 while every group of 4 rows of x passes over them (24 x 8192 bf16 = 384 KiB).
