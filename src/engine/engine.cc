@@ -395,11 +395,7 @@ void Engine::run_step() {
   // scheduled, so a request arriving during it is admitted right after it (a prefill step takes
   // tens of ms; scheduling behind it delayed arrivals by one, run -13: TTFT p50 C=32 176 vs 126 ms).
   const bool overlap = can_overlap() && (!in_flight_ || in_flight_->seconds.decode);
-  if (in_flight_ && !overlap) {
-    LaunchedStep last = std::move(*in_flight_);
-    in_flight_.reset();
-    finish_step(last);
-  }
+  if (!overlap) collect_in_flight();
   propose_drafts();
   hold_finishing_requests(true);
   const StepPlan plan = scheduler_.schedule();
@@ -409,11 +405,7 @@ void Engine::run_step() {
   }
   finish_over_capacity();
   if (plan.empty()) {
-    if (in_flight_) {  // nothing to launch behind it: collect it now
-      LaunchedStep last = std::move(*in_flight_);
-      in_flight_.reset();
-      finish_step(last);
-    }
+    collect_in_flight();  // nothing to launch behind it
     release_finished();
     return;
   }
@@ -434,8 +426,8 @@ void Engine::run_step() {
   t.decode = decode;
   // Drafts drawn from a draft model's q need the target's whole processed distribution for the
   // rejection rule: those steps sample on the host, even where the device could.
-  step.on_device = runner_.samples_on_device() && !q_drafts;
-  if (!step.on_device) {  // host logits, sampled here (never with a step in flight: can_overlap)
+  if (!runner_.samples_on_device() ||
+      q_drafts) {  // host logits, sampled here (never with a step in flight: can_overlap)
     SPINDLE_CHECK(!in_flight_, "a host-sampled step with a step in flight");
     t.build = timer.lap();
     const std::span<float> logits = runner_.run(batch);
@@ -486,11 +478,14 @@ void Engine::run_step() {
     metrics_.update([](MetricsSnapshot& s) { ++s.overlapped_steps_total; });
     finish_step(*last);
   }
-  if (!overlap || !decode) {
-    LaunchedStep now = std::move(*in_flight_);
-    in_flight_.reset();
-    finish_step(now);
-  }
+  if (!overlap || !decode) collect_in_flight();
+}
+
+void Engine::collect_in_flight() {
+  if (!in_flight_) return;
+  LaunchedStep step = std::move(*in_flight_);
+  in_flight_.reset();
+  finish_step(step);
 }
 
 void Engine::finish_step(LaunchedStep& step) {

@@ -149,7 +149,6 @@ class Engine {
   struct LaunchedStep {
     StepPlan plan;
     StepSeconds seconds;
-    bool on_device = true;  // sampled on the device (else: host logits, sampled by process_step)
     int max_drafts = 0;
     Clock::time_point start;
   };
@@ -159,6 +158,8 @@ class Engine {
   void hold_finishing_requests(bool hold);
   // Collects `step` (launched; not in_flight_ any more) and emits its tokens.
   void finish_step(LaunchedStep& step);
+  // finish_step of in_flight_, if any.
+  void collect_in_flight();
   // A step's results: tokens accepted (or verified), requests finished, prompts published, the
   // step's metrics. device_rows: the device's samples (null: host logits in `logits`).
   void process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows);

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "engine/sampler.h"
 #include "util/error.h"
@@ -121,7 +120,6 @@ const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampl
 }
 
 void Runner::launch(const SamplingBatch& sampling) {
-  const auto start = std::chrono::steady_clock::now();
   SPINDLE_CHECK(samples_on_device(), "launch: {} does not sample on the device", attn::device_name(model_.device()));
   SPINDLE_CHECK(static_cast<int>(sampling.rows.size()) == batch_.num_logit_rows(),
                 "launch: {} sampling rows for {} logit rows", sampling.rows.size(), batch_.num_logit_rows());
@@ -138,7 +136,6 @@ void Runner::launch(const SamplingBatch& sampling) {
     sample_rows_on_host(logits, model_.config().vocab_size, sampling, host_last_);
     host_queued_.push_back(host_last_);
     ++num_launched_;
-    last_launch_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return;
   }
   const int real = batch_.num_sequences();
@@ -166,7 +163,6 @@ void Runner::launch(const SamplingBatch& sampling) {
   }
   model_.queue_sample(sampling);
   ++num_launched_;
-  last_launch_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 const std::vector<SampledRow>& Runner::collect() {

@@ -94,9 +94,6 @@ class Runner {
   int num_launched() const { return num_launched_; }
   // build()'s query rows whose token is pending, with the last launched step's logit row it is.
   const std::vector<PendingToken>& pending_tokens() const { return pending_; }
-  // Seconds the last launch spent (upload, prepare, the forward's launches or graph replay, the
-  // sampling's launch): host time before the device's work is queued.
-  double last_launch_seconds() const { return last_launch_seconds_; }
 
   // Captures the graph of every graph batch size up to max_graph_batch now, largest first (so the
   // buffers reach their final size before the smaller captures), each from a batch of padding
@@ -130,7 +127,6 @@ class Runner {
   std::deque<std::vector<SampledRow>> host_queued_;
   std::vector<SampledRow> host_last_;
   int num_launched_ = 0;
-  double last_launch_seconds_ = 0;
 };
 
 }  // namespace spindle::engine
