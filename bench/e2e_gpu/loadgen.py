@@ -115,7 +115,7 @@ def run_level(port, conc, n_requests, prompt_tokens, output_tokens, vocab, rng):
         parts = {part: (after[0].get((phase, part), 0) - before[0].get((phase, part), 0)) / steps * 1e3
                  for part in ("schedule", "build", "forward", "device", "sample", "output")}
         breakdown[phase] = {"steps": steps, "ms_per_step": parts}
-    return {"concurrency": conc, "requests": n_requests, "ok": sum(1 for r in results if r.get("status") == 200),
+    return {"concurrency": conc, "requests": n_requests, "prompt_tokens": prompt_tokens, "output_tokens_each": output_tokens, "ok": sum(1 for r in results if r.get("status") == 200),
             "output_tokens": tokens, "wall_s": wall, "output_tok_s": tokens / wall,
             "prompt_tok_s": n_requests * prompt_tokens / wall,
             "ttft_ms": {p: pct(ttft, p) * 1e3 for p in (50, 90, 99)},

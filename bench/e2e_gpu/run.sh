@@ -4,14 +4,15 @@
 # default), measures the GPU's ceilings (ceilings.py), serves the folder with `spindle serve
 # --device cuda:0` and drives it with loadgen.py (streaming completions, 512-token random prompts,
 # 128 output tokens, ignore_eos, C = 1 8 32 64 128; then 8000-token prompts, 1 output token, at
-# C = 1 and 16 for prefill), then runs hf_peer.py (generate() with a static cache, batch 1 and 32)
+# C = 1 and 16 for prefill; then C = 128 with 128-token prompts and 256 output tokens, the load of
+# issue 14's C=128 row), then runs hf_peer.py (generate() with a static cache, batch 1 and 32)
 # on the same folder. Prints a table with the ratios; everything lands in $RESULTS.
 #
 #   SPINDLE=.bundle/bin/spindle RESULTS=/tmp/e2e-out bash bench/e2e_gpu/run.sh
 # Knobs: SHAPE (8b|1b|tiny), LEVELS, SERVE_ARGS (extra serve flags), EAGER=1 (also a run with
 # --disable-cuda-graph), AB="label:flags;label:flags" (also a run per entry with those serve flags,
 # at AB_LEVELS, default 1,32,128, no 8k prefill; e.g. AB="serial:--disable-overlap-schedule"),
-# SKIP_HF=1, SKIP_PREFILL=1, PORT.
+# SKIP_HF=1, SKIP_PREFILL=1, SKIP_SHORT=1, PORT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 spindle=${SPINDLE:-build/bin/spindle}
@@ -48,6 +49,10 @@ serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS...
   if [[ -z ${SKIP_PREFILL:-} && -z ${run_levels:-} ]]; then
     timeout 200 python3 "$here/loadgen.py" --port "$port" --levels 1,16 --prompt-tokens 8000 --output-tokens 1 \
       --requests-per-level 1 --no-warmup --vocab "$vocab" --label "$label-prefill8k" --json "$results/prefill-$label.json"
+  fi
+  if [[ -z ${SKIP_SHORT:-} && -z ${run_levels:-} ]]; then  # the issue's C=128 row: 128-token prompts, 256 output tokens
+    timeout 200 python3 "$here/loadgen.py" --port "$port" --levels 128 --prompt-tokens 128 --output-tokens 256 \
+      --vocab "$vocab" --label "$label-short" --json "$results/short-$label.json"
   fi
   curl -s "localhost:$port/metrics" >"$results/metrics-$label.txt"
   kill $pid; wait $pid 2>/dev/null

@@ -22,9 +22,11 @@ if wb:
     print(f"weights {wb / 1e9:.2f} GB: batch-1 bound {bound:.1f} tok/s ({1e3 / bound:.2f} ms/token); "
           f"prefill bound {ceil['bf16_gemm_flop_s'] / (wb):.0f} tok/s (2 FLOP per weight per token)")
 print()
+print("Loads: 512-token prompts and 128 output tokens, except the `-short` rows (128-token prompts, 256 output tokens).")
+print()
 print("| run | C | output tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | decode step ms (forward=launch, device, sample, output, schedule+build) | vs peer |")
 print("|---|---|---|---|---|---|---|")
-for f in sorted(glob.glob(os.path.join(d, "spindle-*.json"))):
+for f in sorted(glob.glob(os.path.join(d, "spindle-*.json"))) + sorted(glob.glob(os.path.join(d, "short-*.json"))):
     for r in json.load(open(f)):
         s = r["steps"].get("decode", {}).get("ms_per_step", {})
         note = ""

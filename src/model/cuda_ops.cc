@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemv16.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
 #include "util/error.h"
@@ -331,6 +334,41 @@ void CudaOps::add_rms_norm(float* hidden, const float* delta, float* out, int64_
                            stream_, out16_for(out, rows, cols));
 }
 
+namespace {
+
+kcu::KvPagesOut kv_pages_out(const attn::KvWriteTarget& kv) {
+  kcu::KvPagesOut pages;
+  if (!kv) return pages;
+  pages.k_pages = kv.k_pages;
+  pages.v_pages = kv.v_pages;
+  pages.slots = kv.slots;
+  switch (kv.dtype) {
+    case DType::kF32:
+      pages.kv_type = kcu::KvPagesOut::kF32;
+      break;
+    case DType::kBF16:
+      pages.kv_type = kcu::KvPagesOut::kBF16;
+      break;
+    case DType::kF16:
+      pages.kv_type = kcu::KvPagesOut::kF16;
+      break;
+    default:
+      SPINDLE_FAIL("split_qkv_rope: KV pages of dtype {} are not supported", dtype_name(kv.dtype));
+  }
+  return pages;
+}
+
+// SPINDLE_CUDA_QKV_ROPE=0: the q/k/v product and its split as two launches (A/B benchmarks).
+bool fused_qkv_rope_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("SPINDLE_CUDA_QKV_ROPE");
+    return !(env != nullptr && std::string_view(env) == "0");
+  }();
+  return enabled;
+}
+
+}  // namespace
+
 void CudaOps::split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
                              int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions,
                              const attn::KvWriteTarget& kv) {
@@ -340,28 +378,44 @@ void CudaOps::split_qkv_rope(const float* qkv, float* q, float* k, float* v, int
   const kcu::WeightType type = q_norm == kNoWeight ? kcu::WeightType::kF32 : placed(q_norm).type;
   SPINDLE_CHECK(q_norm == kNoWeight || k_norm == kNoWeight || placed(k_norm).type == type,
                 "split_qkv_rope: q_norm and k_norm have different dtypes");
-  kcu::KvPagesOut pages;
-  if (kv) {
-    pages.k_pages = kv.k_pages;
-    pages.v_pages = kv.v_pages;
-    pages.slots = kv.slots;
-    switch (kv.dtype) {
-      case DType::kF32:
-        pages.kv_type = kcu::KvPagesOut::kF32;
-        break;
-      case DType::kBF16:
-        pages.kv_type = kcu::KvPagesOut::kBF16;
-        break;
-      case DType::kF16:
-        pages.kv_type = kcu::KvPagesOut::kF16;
-        break;
-      default:
-        SPINDLE_FAIL("split_qkv_rope: KV pages of dtype {} are not supported", dtype_name(kv.dtype));
-    }
-  }
   kcu::launch_split_qkv_norm_rope(qkv, q, k, v, rows, num_heads, num_kv_heads, config_.head_dim, qn, kn, type,
                                   static_cast<float>(config_.rms_norm_eps), positions, rope_table_.as<float>(),
-                                  rope_positions_, inv_freq_.as<float>(), stream_, pages);
+                                  rope_positions_, inv_freq_.as<float>(), stream_, kv_pages_out(kv));
+}
+
+void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k,
+                                    float* v, int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
+                                    const int64_t* positions, const attn::KvWriteTarget& kv) {
+  const kcu::DeviceWeight& w = placed(qkv_product.weight).weight;
+  const int d = config_.head_dim;
+  if (!fused_qkv_rope_enabled() || q_norm != kNoWeight || k_norm != kNoWeight || rows > kcu::kGemv16QkvRopeMaxRows ||
+      w.out_features != int64_t{num_heads + 2 * num_kv_heads} * d || !linear_->gemv16_takes(w, rows)) {
+    DeviceOps::linear_split_qkv_rope(x, rows, qkv_product, q, k, v, num_heads, num_kv_heads, q_norm, k_norm, positions,
+                                     kv);
+    return;
+  }
+  const kcu::CublasLinear::Input in = input_for(x, rows, w);
+  const float* bias =
+      qkv_product.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(qkv_product.bias).data);
+  ready16_ = {};
+  if (in.split || !kcu::gemv16_qkv_rope_supports(rows, in.cols, w.data, in.converted, d)) {
+    linear_->forward(w, in, qkv_product.y, bias);
+    split_qkv_rope(qkv_product.y, q, k, v, rows, num_heads, num_kv_heads, q_norm, k_norm, positions, kv);
+    return;
+  }
+  kcu::QkvRopeParams p;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.num_heads = num_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = d;
+  p.positions = positions;
+  p.table = rope_table_.as<float>();
+  p.table_positions = rope_positions_;
+  p.inv_freq = inv_freq_.as<float>();
+  p.kv = kv_pages_out(kv);
+  kcu::launch_gemv16_qkv_rope(w.data, in.converted, rows, in.cols, w.dtype == DType::kBF16, bias, p, stream_);
 }
 
 void CudaOps::add(float* y, const float* x, int64_t rows, int64_t cols) {
@@ -378,6 +432,20 @@ kcu::CublasLinear::Input CudaOps::input_for(const float* x, int64_t rows, const 
 }
 
 void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> products) {
+  // x with no 16-bit copy (the attention's output): where gemv16 takes every product, it reads the
+  // f32 x itself and no conversion is launched.
+  const bool has_copy = ready16_.x == x && ready16_.rows == rows;
+  if (!has_copy && !products.empty() && std::all_of(products.begin(), products.end(), [&](const Product& p) {
+        return linear_->can_forward_f32(placed(p.weight).weight, x, rows);
+      })) {
+    for (const Product& p : products) {
+      const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
+      SPINDLE_CHECK(linear_->forward_f32(placed(p.weight).weight, x, rows, p.y, bias),
+                    "CUDA linear: gemv16 declined an f32 input it accepted");
+    }
+    ready16_ = {};
+    return;
+  }
   kcu::CublasLinear::Input in;  // x converted once per weight dtype and width
   for (const Product& p : products) {
     const kcu::DeviceWeight& w = placed(p.weight).weight;

@@ -171,6 +171,11 @@ class DeviceOps {
   virtual void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
                               int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions,
                               const attn::KvWriteTarget& kv);
+  // The joined q/k/v product into qkv [rows, Q + 2K] (scratch), then split_qkv_rope of it, with
+  // the same result. Default: linear then split_qkv_rope; a device may do both in one pass.
+  virtual void linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k,
+                                     float* v, int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
+                                     const int64_t* positions, const attn::KvWriteTarget& kv);
   // out[r, i] = silu(gate[r * stride + i]) * up[r * stride + i], out [rows, cols].
   virtual void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows,
                         int64_t cols) = 0;

@@ -110,6 +110,13 @@ void DeviceOps::split_qkv_rope(const float*, float*, float*, float*, int64_t, in
   SPINDLE_FAIL("{} does not join the q/k/v products", attn::device_name(device()));
 }
 
+void DeviceOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k,
+                                      float* v, int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
+                                      const int64_t* positions, const attn::KvWriteTarget& kv) {
+  linear(x, rows, {&qkv_product, 1});
+  split_qkv_rope(qkv_product.y, q, k, v, rows, num_heads, num_kv_heads, q_norm, k_norm, positions, kv);
+}
+
 void DeviceOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
                               int64_t im) {
   const Product fused{gate_up_weight, gate_up, kNoWeight};
@@ -241,10 +248,9 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
   if (l.qkv != kNoWeight) {  // one product, then one pass that splits, normalises and rotates
     float* joined = ops.scratch(Scratch::kQKV);
     const DeviceOps::Product qkv{l.qkv, joined, l.qkv_bias};
-    ops.linear(normed, t, {&qkv, 1});
     const attn::KvWriteTarget kv = ops.writes_kv_in_split() ? attention.kv_write_target(index) : attn::KvWriteTarget{};
-    ops.split_qkv_rope(joined, q, k, v, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
-                       ops.step().positions, kv);
+    ops.linear_split_qkv_rope(normed, t, qkv, q, k, v, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
+                              ops.step().positions, kv);
     kv_written = static_cast<bool>(kv);
   } else {
     const DeviceOps::Product qkv[] = {{l.q, q, l.q_bias}, {l.k, k, l.k_bias}, {l.v, v, l.v_bias}};

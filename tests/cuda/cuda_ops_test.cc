@@ -9,6 +9,8 @@
 //     magnitudes (f32 accumulation over ~1000 terms in another order), bias included;
 //   - launch_split_qkv_norm_rope with KvPagesOut: the pages hold exactly its own k/v outputs rounded
 //     to the KV type (bf16, f16, f32) at each token's slot, nothing at the others, q/k/v unchanged;
+//   - launch_gemv16_f32x: bit for bit launch_f32_to_16bit then launch_gemv16;
+//   - launch_gemv16_qkv_rope: bit for bit launch_gemv16 then launch_split_qkv_norm_rope;
 //   - launch_gemv16_swiglu: bit for bit launch_gemv16 then launch_silu_mul (f32 and the 16-bit
 //     copy), and within 1e-5 (of the products' magnitudes) of SwiGLU over the f64 sums.
 // Skips when no CUDA device with cc >= 8.0 is usable.
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_skip.h"
@@ -187,6 +190,44 @@ TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
   }
 }
 
+// launch_gemv16_f32x must give the bits of rounding x with launch_f32_to_16bit and calling
+// launch_gemv16 (CublasLinear::forward_f32 relies on it: the served output does not depend on
+// which of the two ran), for bf16 and f16 weights, with x values at rounding ties.
+TEST(CudaOpsTest, Gemv16OfF32InputIsConversionThenGemv16BitForBit) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t in = 1032, out = 37;
+  const std::vector<float> bias = random_values(static_cast<size_t>(out), 42, 1.0f);
+  const auto db = to_device(bias);
+  for (const bool bf16 : {true, false}) {
+    const std::vector<float> wf = random_values(static_cast<size_t>(out * in), 41, 0.05f);
+    std::vector<uint16_t> w(wf.size());
+    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16 ? float_to_bf16_bits(wf[i]) : float_to_fp16_bits(wf[i]);
+    const auto dw = to_device(w);
+    for (int64_t rows = 1; rows <= kcu::kGemv16F32XMaxRows; ++rows) {
+      std::vector<float> x = random_values(static_cast<size_t>(rows * in), 43 + rows, 1.0f);
+      // Ties and near-ties of both roundings: 1 + half an ulp of bf16 (2^-8) and of f16 (2^-11).
+      for (size_t i = 0; i < x.size(); i += 7)
+        x[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + std::ldexp(1.0f, bf16 ? -8 : -11));
+      const auto dx = to_device(x);
+      kcu::DeviceBuffer x16(x.size() * sizeof(uint16_t)), want(static_cast<size_t>(rows * out) * sizeof(float)),
+          got(static_cast<size_t>(rows * out) * sizeof(float));
+      kcu::launch_f32_to_16bit(dx.as<float>(), rows * in, bf16 ? kcu::WeightType::kBF16 : kcu::WeightType::kF16,
+                               x16.data(), nullptr);
+      kcu::launch_gemv16(dw.data(), x16.data(), rows, in, out, bf16, db.as<float>(), want.as<float>(), nullptr);
+      ASSERT_TRUE(kcu::gemv16_f32x_supports(rows, in, dw.data(), dx.as<float>()));
+      kcu::launch_gemv16_f32x(dw.data(), dx.as<float>(), rows, in, out, bf16, db.as<float>(), got.as<float>(), nullptr);
+      const std::vector<float> a = to_host<float>(got, static_cast<size_t>(rows * out));
+      const std::vector<float> b = to_host<float>(want, static_cast<size_t>(rows * out));
+      for (size_t e = 0; e < a.size(); ++e) {
+        ASSERT_EQ(std::memcmp(&a[e], &b[e], sizeof(float)), 0)
+            << (bf16 ? "bf16" : "f16") << ", " << rows << " rows, element " << e << ": " << a[e] << " vs " << b[e];
+      }
+    }
+    EXPECT_FALSE(kcu::gemv16_f32x_supports(kcu::kGemv16F32XMaxRows + 1, in, dw.data(), db.as<float>()));
+    EXPECT_FALSE(kcu::gemv16_f32x_supports(1, in, dw.data(), db.as<float>() + 1)) << "x not 16-byte aligned";
+  }
+}
+
 TEST(CudaOpsTest, Gemv16SwigluIsGemv16ThenSiluMulBitForBit) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int64_t in = 1032, im = 45;  // im not a multiple of the block's warps
@@ -293,6 +334,86 @@ TEST(CudaOpsTest, SplitQkvRopeWritesItsKAndVIntoThePagesAsTheKvWriteDoes) {
       }
     }
   }
+}
+
+// launch_gemv16_qkv_rope must give the bits of launch_gemv16 then launch_split_qkv_norm_rope (the
+// served decode step takes the first, prefill and the CPU the second): q, k, v and both pages,
+// for 1 and 2 tokens, bf16 and f16 weights, with and without a bias, each KV type, a position
+// inside the RoPE table and one past it, and a padding row (slot -1) that writes no page.
+TEST(CudaOpsTest, Gemv16QkvRopeIsGemv16ThenTheSplitBitForBit) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int heads = 4, kv_heads = 2, d = 64;
+  const int64_t in = 1032, width = (heads + 2 * kv_heads) * d, kv_cols = kv_heads * d, num_slots = 6;
+  const int64_t table_positions = 16;
+  std::vector<float> inv_freq(d / 2), table(static_cast<size_t>(table_positions * d));
+  for (int i = 0; i < d / 2; ++i) inv_freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * i / d);
+  for (int64_t p = 0; p < table_positions; ++p) {
+    for (int i = 0; i < d / 2; ++i) {
+      const double angle = static_cast<double>(inv_freq[static_cast<size_t>(i)] * static_cast<float>(p));
+      table[static_cast<size_t>(p * d + i)] = static_cast<float>(std::cos(angle));
+      table[static_cast<size_t>(p * d + d / 2 + i)] = static_cast<float>(std::sin(angle));
+    }
+  }
+  const std::vector<int64_t> positions = {7, 30};  // in the table, past it
+  const std::vector<int64_t> slots = {4, -1};
+  const std::vector<float> bias = random_values(static_cast<size_t>(width), 52, 0.5f);
+  const auto dpos = to_device(positions), dslots = to_device(slots), dfreq = to_device(inv_freq),
+             dtable = to_device(table), dbias = to_device(bias);
+  for (const bool bf16 : {true, false}) {
+    const std::vector<float> wf = random_values(static_cast<size_t>(width * in), 51, 0.05f);
+    std::vector<uint16_t> w(wf.size());
+    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16 ? float_to_bf16_bits(wf[i]) : float_to_fp16_bits(wf[i]);
+    const auto dw = to_device(w);
+    for (int64_t rows = 1; rows <= kcu::kGemv16QkvRopeMaxRows; ++rows) {
+      const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), 53 + rows, 1.0f);
+      std::vector<uint16_t> x(xf.size());
+      for (size_t i = 0; i < x.size(); ++i) x[i] = bf16 ? float_to_bf16_bits(xf[i]) : float_to_fp16_bits(xf[i]);
+      const auto dx = to_device(x);
+      for (const bool with_bias : {false, true}) {
+        for (const auto type : {kcu::KvPagesOut::kBF16, kcu::KvPagesOut::kF16, kcu::KvPagesOut::kF32}) {
+          const size_t elem = type == kcu::KvPagesOut::kF32 ? 4 : 2;
+          const std::vector<uint8_t> sentinel(static_cast<size_t>(num_slots * kv_cols) * elem, 0xab);
+          const size_t qn = static_cast<size_t>(rows * heads * d), kn = static_cast<size_t>(rows * kv_cols);
+          // Two launches.
+          kcu::DeviceBuffer qkv(static_cast<size_t>(rows * width) * sizeof(float)), q1(qn * 4), k1(kn * 4), v1(kn * 4);
+          auto kp1 = to_device(sentinel), vp1 = to_device(sentinel);
+          const float* b = with_bias ? dbias.as<float>() : nullptr;
+          kcu::launch_gemv16(dw.data(), dx.data(), rows, in, width, bf16, b, qkv.as<float>(), nullptr);
+          kcu::launch_split_qkv_norm_rope(qkv.as<float>(), q1.as<float>(), k1.as<float>(), v1.as<float>(), rows, heads,
+                                          kv_heads, d, nullptr, nullptr, kcu::WeightType::kF32, kEps,
+                                          dpos.as<int64_t>(), dtable.as<float>(), table_positions, dfreq.as<float>(),
+                                          nullptr, {kp1.data(), vp1.data(), type, dslots.as<int64_t>()});
+          // One.
+          kcu::DeviceBuffer q2(qn * 4), k2(kn * 4), v2(kn * 4);
+          auto kp2 = to_device(sentinel), vp2 = to_device(sentinel);
+          kcu::QkvRopeParams p;
+          p.q = q2.as<float>();
+          p.k = k2.as<float>();
+          p.v = v2.as<float>();
+          p.num_heads = heads;
+          p.num_kv_heads = kv_heads;
+          p.head_dim = d;
+          p.positions = dpos.as<int64_t>();
+          p.table = dtable.as<float>();
+          p.table_positions = table_positions;
+          p.inv_freq = dfreq.as<float>();
+          p.kv = {kp2.data(), vp2.data(), type, dslots.as<int64_t>()};
+          ASSERT_TRUE(kcu::gemv16_qkv_rope_supports(rows, in, dw.data(), dx.data(), d));
+          kcu::launch_gemv16_qkv_rope(dw.data(), dx.data(), rows, in, bf16, b, p, nullptr);
+          const std::string what = std::string(bf16 ? "bf16" : "f16") + ", " + std::to_string(rows) + " rows" +
+                                   (with_bias ? ", bias" : "") + ", kv type " + std::to_string(type);
+          const auto bits = [](const kcu::DeviceBuffer& buf, size_t bytes) { return to_host<uint8_t>(buf, bytes); };
+          EXPECT_EQ(bits(q2, qn * 4), bits(q1, qn * 4)) << what << ": q";
+          EXPECT_EQ(bits(k2, kn * 4), bits(k1, kn * 4)) << what << ": k";
+          EXPECT_EQ(bits(v2, kn * 4), bits(v1, kn * 4)) << what << ": v";
+          EXPECT_EQ(bits(kp2, sentinel.size()), bits(kp1, sentinel.size())) << what << ": k pages";
+          EXPECT_EQ(bits(vp2, sentinel.size()), bits(vp1, sentinel.size())) << what << ": v pages";
+          EXPECT_NE(bits(kp2, sentinel.size()), sentinel) << what << ": no k page written";
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(kcu::gemv16_qkv_rope_supports(kcu::kGemv16QkvRopeMaxRows + 1, in, nullptr, nullptr, d));
 }
 
 }  // namespace

@@ -128,6 +128,8 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   work=${WORK:-/tmp/e2e-work}
   [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/early_model.txt" 2>&1
   # A config is env settings: off = SPINDLE_CUDA_PDL_EARLY=0 (pdl.cuh), u8 = SPINDLE_GEMV16_UNROLL=8,
+  # nof32x = SPINDLE_CUDA_GEMV16_F32X=0 (the attention output converted before the output projection),
+  # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), neither = both,
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups.
   for set in ${EARLY_SETS:-"512:1 2 8:off default u8 c64b1 c64b2 c128b2:2" "2048:1 8:default c64b1 c64b2 c128b2 c64b4:1" "8000:1 8:default c64b1 c64b2 c128b2 c64b4:1"}; do
@@ -139,6 +141,9 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
           case $config in
             off) envs=(SPINDLE_CUDA_PDL_EARLY=0) ;;
             u8) envs=(SPINDLE_GEMV16_UNROLL=8) ;;
+            nof32x) envs=(SPINDLE_CUDA_GEMV16_F32X=0) ;;
+            noqkv) envs=(SPINDLE_CUDA_QKV_ROPE=0) ;;
+            neither) envs=(SPINDLE_CUDA_GEMV16_F32X=0 SPINDLE_CUDA_QKV_ROPE=0) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
           name=early_c${ctx}_r${round}_b${b}_${config}

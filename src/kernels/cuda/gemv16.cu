@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/qkv_rope.cuh"
 #include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda {
@@ -53,16 +54,37 @@ __device__ __forceinline__ float dot8(float acc, uint4 w, uint4 x) {
   return acc;
 }
 
-template <int kRows, bool kBf16>
-__global__ void __launch_bounds__(kThreads) gemv16_kernel(const uint16_t* __restrict__ w,
-                                                          const uint16_t* __restrict__ x, int64_t in, int64_t out,
-                                                          const float* __restrict__ bias, float* __restrict__ y) {
+// The 16-byte vector v (8 values) of x's row r as 16-bit values: loaded as they are, or (kF32X) as
+// two float4 of f32 rounded to the weight's type exactly as f32_to_16bit_kernel rounds them.
+template <bool kBf16, bool kF32X>
+__device__ __forceinline__ uint4 load_x8(const void* __restrict__ x, int64_t vecs, int r, int64_t v) {
+  if constexpr (!kF32X) {
+    return __ldg(reinterpret_cast<const uint4*>(x) + r * vecs + v);
+  } else {
+    const float4* xf = reinterpret_cast<const float4*>(x) + 2 * (r * vecs + v);
+    const float4 a = __ldg(xf), b = __ldg(xf + 1);
+    const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    uint32_t packed[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float unused;
+      packed[i] = static_cast<uint32_t>(round_16bit(f[2 * i], kBf16, &unused)) |
+                  (static_cast<uint32_t>(round_16bit(f[2 * i + 1], kBf16, &unused)) << 16);
+    }
+    return make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  }
+}
+
+// x: [rows, in] of W's 16-bit type, or (kF32X) f32.
+template <int kRows, bool kBf16, bool kF32X>
+__global__ void __launch_bounds__(kThreads)
+    gemv16_kernel(const uint16_t* __restrict__ w, const void* __restrict__ x, int64_t in, int64_t out,
+                  const float* __restrict__ bias, float* __restrict__ y) {
   pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (o >= out) return;  // whole warps leave together
   const uint4* wr = reinterpret_cast<const uint4*>(w + o * in);
-  const uint4* xr = reinterpret_cast<const uint4*>(x);
   const int64_t vecs = in / 8;  // 16-byte vectors per row
   float acc[kRows];
 #pragma unroll
@@ -75,13 +97,14 @@ __global__ void __launch_bounds__(kThreads) gemv16_kernel(const uint16_t* __rest
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv[u], __ldg(xr + r * vecs + v + 32 * u));
+      for (int r = 0; r < kRows; ++r)
+        acc[r] = dot8<kBf16>(acc[r], wv[u], load_x8<kBf16, kF32X>(x, vecs, r, v + 32 * u));
     }
   }
   for (; v < vecs; v += 32) {
     const uint4 wv = load_stream(wr + v);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv, __ldg(xr + r * vecs + v));
+    for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv, load_x8<kBf16, kF32X>(x, vecs, r, v));
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -161,16 +184,121 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kRows>
+// The joined q/k/v product and what launch_split_qkv_norm_rope (no q/k norm) does after it, in
+// one launch: warp w owns the RoPE pair (i, i + D/2) of one head (q, k or v), i = w % (D/2),
+// computes both output rows as gemv16_kernel computes a row (+ bias), rotates q and k rows as the
+// split kernel rotates them (qkv_rope.cuh), writes q, k, v and, when kv.k_pages is not null, the
+// token's k and v into its page slot.
+template <int kRows, bool kBf16>
+__global__ void __launch_bounds__(kThreads)
+    gemv16_qkv_rope_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in,
+                           const float* __restrict__ bias, QkvRopeParams p) {
+  pdl_begin();
+  const int lane = threadIdx.x & 31;
+  const int half = p.head_dim / 2;
+  const int heads = p.num_heads + 2 * p.num_kv_heads;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (pair >= int64_t{heads} * half) return;  // whole warps leave together
+  const int head = static_cast<int>(pair / half);
+  const int i = static_cast<int>(pair % half);
+  const int64_t o = int64_t{head} * p.head_dim + i;  // rows o and o + half of W
+  const uint4* wa = reinterpret_cast<const uint4*>(w + o * in);
+  const uint4* wb = reinterpret_cast<const uint4*>(w + (o + half) * in);
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  const int64_t vecs = in / 8;
+  float a[kRows], b[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) a[r] = b[r] = 0.0f;
+  int64_t v = lane;
+  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
+    uint4 av[kUnroll], bv[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      av[k] = load_stream(wa + v + 32 * k);
+      bv[k] = load_stream(wb + v + 32 * k);
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const uint4 xv = __ldg(xr + r * vecs + v + 32 * k);
+        a[r] = dot8<kBf16>(a[r], av[k], xv);
+        b[r] = dot8<kBf16>(b[r], bv[k], xv);
+      }
+    }
+  }
+  for (; v < vecs; v += 32) {
+    const uint4 av = load_stream(wa + v), bv = load_stream(wb + v);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint4 xv = __ldg(xr + r * vecs + v);
+      a[r] = dot8<kBf16>(a[r], av, xv);
+      b[r] = dot8<kBf16>(b[r], bv, xv);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+      a[r] += __shfl_xor_sync(0xffffffffu, a[r], offset);
+      b[r] += __shfl_xor_sync(0xffffffffu, b[r], offset);
+    }
+  }
+  if (lane >= kRows) return;
+  // Lane r writes token r (a[] and b[] are the same in every lane after the reduction).
+  float ya = 0.0f, yb = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r == lane) {
+      ya = a[r];
+      yb = b[r];
+    }
+  }
+  const int64_t token = lane;
+  ya += bias != nullptr ? bias[o] : 0.0f;  // gemv16_kernel's store: the sum + bias (or + 0)
+  yb += bias != nullptr ? bias[o + half] : 0.0f;
+  const int64_t slot = p.kv.k_pages != nullptr ? p.kv.slots[token] : -1;
+  if (head >= p.num_heads + p.num_kv_heads) {  // a v head: copied
+    const int kv_head = head - p.num_heads - p.num_kv_heads;
+    const int64_t at = (token * p.num_kv_heads + kv_head) * p.head_dim + i;
+    p.v[at] = ya;
+    p.v[at + half] = yb;
+    if (slot >= 0) {
+      const int64_t page_at = (slot * p.num_kv_heads + kv_head) * p.head_dim + i;
+      store_kv_value(p.kv.v_pages, p.kv.kv_type, page_at, ya);
+      store_kv_value(p.kv.v_pages, p.kv.kv_type, page_at + half, yb);
+    }
+    return;
+  }
+  float c, s;
+  rope_cos_sin(p.positions[token], i, half, p.head_dim, p.table, p.table_positions, p.inv_freq, &c, &s);
+  float ra, rb;
+  rope_rotate(ya, yb, c, s, &ra, &rb);
+  if (head < p.num_heads) {
+    const int64_t at = (token * p.num_heads + head) * p.head_dim + i;
+    p.q[at] = ra;
+    p.q[at + half] = rb;
+  } else {
+    const int kv_head = head - p.num_heads;
+    const int64_t at = (token * p.num_kv_heads + kv_head) * p.head_dim + i;
+    p.k[at] = ra;
+    p.k[at + half] = rb;
+    if (slot >= 0) {
+      const int64_t page_at = (slot * p.num_kv_heads + kv_head) * p.head_dim + i;
+      store_kv_value(p.kv.k_pages, p.kv.kv_type, page_at, ra);
+      store_kv_value(p.kv.k_pages, p.kv.kv_type, page_at + half, rb);
+    }
+  }
+}
+
+template <int kRows, bool kF32X>
 void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
                  cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((out + kWarps - 1) / kWarps);
   const auto* w16 = static_cast<const uint16_t*>(w);
-  const auto* x16 = static_cast<const uint16_t*>(x);
   if (bf16) {
-    launch_pdl(gemv16_kernel<kRows, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, true, kF32X>, blocks, kThreads, 0, stream, w16, x, in, out, bias, y);
   } else {
-    launch_pdl(gemv16_kernel<kRows, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, false, kF32X>, blocks, kThreads, 0, stream, w16, x, in, out, bias, y);
   }
 }
 
@@ -188,14 +316,73 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
     throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16: unsupported shape or alignment", __FILE__, __LINE__);
   }
   switch (rows) {
-    case 1: launch_rows<1>(w, x, in, out, bf16, bias, y, stream); break;
-    case 2: launch_rows<2>(w, x, in, out, bf16, bias, y, stream); break;
-    case 3: launch_rows<3>(w, x, in, out, bf16, bias, y, stream); break;
-    case 4: launch_rows<4>(w, x, in, out, bf16, bias, y, stream); break;
-    case 5: launch_rows<5>(w, x, in, out, bf16, bias, y, stream); break;
-    case 6: launch_rows<6>(w, x, in, out, bf16, bias, y, stream); break;
-    case 7: launch_rows<7>(w, x, in, out, bf16, bias, y, stream); break;
-    default: launch_rows<8>(w, x, in, out, bf16, bias, y, stream); break;
+    case 1:
+      launch_rows<1, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    case 2:
+      launch_rows<2, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    case 3:
+      launch_rows<3, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    case 4:
+      launch_rows<4, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    case 5:
+      launch_rows<5, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    case 6:
+      launch_rows<6, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    case 7:
+      launch_rows<7, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    default:
+      launch_rows<8, false>(w, x, in, out, bf16, bias, y, stream);
+      break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+bool gemv16_f32x_supports(int64_t rows, int64_t in, const void* w, const float* x) {
+  return rows >= 1 && rows <= kGemv16F32XMaxRows && gemv16_supports(rows, in, w, x);
+}
+
+void launch_gemv16_f32x(const void* w, const float* x, int64_t rows, int64_t in, int64_t out, bool bf16,
+                        const float* bias, float* y, cudaStream_t stream) {
+  if (!gemv16_f32x_supports(rows, in, w, x) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff) {
+    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16_f32x: unsupported shape or alignment", __FILE__, __LINE__);
+  }
+  if (rows == 1) {
+    launch_rows<1, true>(w, x, in, out, bf16, bias, y, stream);
+  } else {
+    launch_rows<2, true>(w, x, in, out, bf16, bias, y, stream);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+bool gemv16_qkv_rope_supports(int64_t rows, int64_t in, const void* w, const void* x, int head_dim) {
+  return rows >= 1 && rows <= kGemv16QkvRopeMaxRows && head_dim >= 2 && head_dim % 2 == 0 &&
+         gemv16_supports(rows, in, w, x);
+}
+
+void launch_gemv16_qkv_rope(const void* w, const void* x, int64_t rows, int64_t in, bool bf16, const float* bias,
+                            const QkvRopeParams& p, cudaStream_t stream) {
+  const int64_t pairs = int64_t{p.num_heads + 2 * p.num_kv_heads} * (p.head_dim / 2);
+  if (!gemv16_qkv_rope_supports(rows, in, w, x, p.head_dim) || p.num_heads <= 0 || p.num_kv_heads <= 0 ||
+      pairs > int64_t{kWarps} * 0x7fffffff) {
+    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16_qkv_rope: unsupported shape or alignment", __FILE__,
+                     __LINE__);
+  }
+  const auto blocks = static_cast<unsigned>((pairs + kWarps - 1) / kWarps);
+  const auto* w16 = static_cast<const uint16_t*>(w);
+  const auto* x16 = static_cast<const uint16_t*>(x);
+  if (rows == 1) {
+    launch_pdl(bf16 ? gemv16_qkv_rope_kernel<1, true> : gemv16_qkv_rope_kernel<1, false>, blocks, kThreads, 0, stream,
+               w16, x16, in, bias, p);
+  } else {
+    launch_pdl(bf16 ? gemv16_qkv_rope_kernel<2, true> : gemv16_qkv_rope_kernel<2, false>, blocks, kThreads, 0, stream,
+               w16, x16, in, bias, p);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/model_ops.h"
+
 namespace spindle::kernels::cuda {
 
 inline constexpr int64_t kGemv16MaxRows = 8;
@@ -28,6 +30,16 @@ bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x);
 void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
                    float* y, cudaStream_t stream);
 
+// launch_gemv16 over f32 activations: each x value rounded to W's 16-bit type as it is loaded
+// (f32_to_16bit_kernel's rounding, so y has exactly the bits of converting x first and calling
+// launch_gemv16), for 1 to kGemv16F32XMaxRows rows. Saves the conversion's launch where x comes
+// from a kernel that writes f32 only (the attention before the output projection). x 16-byte
+// aligned, in % 8 == 0.
+inline constexpr int64_t kGemv16F32XMaxRows = 2;
+bool gemv16_f32x_supports(int64_t rows, int64_t in, const void* w, const float* x);
+void launch_gemv16_f32x(const void* w, const float* x, int64_t rows, int64_t in, int64_t out, bool bf16,
+                        const float* bias, float* y, cudaStream_t stream);
+
 // The gate/up product of a SwiGLU MLP and its activation in one launch, for 1 to
 // kGemv16SwigluMaxRows rows: w = [gate; up], [2 im, in] (a joined gate_up weight), and
 //   act[r, j] = swiglu(x[r] . w[j], x[r] . w[im + j])   for j < im   (round16.cuh's swiglu)
@@ -38,5 +50,28 @@ inline constexpr int64_t kGemv16SwigluMaxRows = 2;
 bool gemv16_swiglu_supports(int64_t rows, int64_t in, const void* w, const void* x);
 void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in, int64_t im, bool bf16, float* act,
                           void* act16, bool act16_bf16, cudaStream_t stream);
+
+// The joined q/k/v product (w = [q heads; k heads; v heads] x [in], bias optional) and
+// launch_split_qkv_norm_rope's work without q/k norms, in one launch, for 1 to
+// kGemv16QkvRopeMaxRows tokens: q [rows, num_heads, D], k and v [rows, num_kv_heads, D] get the
+// bits of launch_gemv16 then launch_split_qkv_norm_rope (RoPE of q and k at `positions`; kv: the
+// K/V page write as there). Saves the split's launch and the [rows, Q + 2K] f32 round trip.
+struct QkvRopeParams {
+  float* q = nullptr;
+  float* k = nullptr;
+  float* v = nullptr;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  const int64_t* positions = nullptr;  // [rows] device
+  const float* table = nullptr;        // rope table [table_positions, head_dim] (cos halves, sin halves)
+  int64_t table_positions = 0;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  KvPagesOut kv;
+};
+inline constexpr int64_t kGemv16QkvRopeMaxRows = 2;
+bool gemv16_qkv_rope_supports(int64_t rows, int64_t in, const void* w, const void* x, int head_dim);
+void launch_gemv16_qkv_rope(const void* w, const void* x, int64_t rows, int64_t in, bool bf16, const float* bias,
+                            const QkvRopeParams& p, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda

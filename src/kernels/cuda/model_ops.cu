@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/qkv_rope.cuh"
 #include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda {
@@ -242,32 +243,11 @@ __global__ void rope_kernel(float* q, float* k, int64_t num_tokens, int num_head
   }
 }
 
-// The RoPE angle's cos and sin for pair i at position p (rope_kernel's arithmetic).
-__device__ __forceinline__ void rope_cos_sin(int64_t p, int i, int half, int head_dim, const float* table,
-                                             int64_t table_positions, const float* inv_freq, float* c, float* s) {
-  if (p < table_positions) {
-    *c = table[p * head_dim + i];
-    *s = table[p * head_dim + half + i];
-  } else {
-    const float angle = __fmul_rn(inv_freq[i], static_cast<float>(p));
-    *c = static_cast<float>(cos(static_cast<double>(angle)));
-    *s = static_cast<float>(sin(static_cast<double>(angle)));
-  }
-}
-
-// One K or V head row of a token into its page slot, rounded as write_kv_kernel rounds
-// (paged_attention_reference.cu); the warp's lanes split the row.
+// One K or V head row of a token into its page slot (qkv_rope.cuh store_kv_value); the warp's
+// lanes split the row.
 __device__ __forceinline__ void store_kv_row(void* pages, KvPagesOut::Type type, int64_t offset, const float* x, int n,
                                              int lane) {
-  for (int i = lane; i < n; i += 32) {
-    if (type == KvPagesOut::kBF16) {
-      static_cast<uint16_t*>(pages)[offset + i] = float_to_bf16_bits(x[i]);
-    } else if (type == KvPagesOut::kF16) {
-      static_cast<__half*>(pages)[offset + i] = __float2half_rn(x[i]);
-    } else {
-      static_cast<float*>(pages)[offset + i] = x[i];
-    }
-  }
+  for (int i = lane; i < n; i += 32) store_kv_value(pages, type, offset + i, x[i]);
 }
 
 // One warp per (token, head of q, k or v); blockDim.x == kThreads.
@@ -315,10 +295,7 @@ __global__ void split_qkv_norm_rope_kernel(const float* qkv, float* q, float* k,
   for (int i = lane; i < half; i += 32) {
     float c, s;
     rope_cos_sin(p, i, half, head_dim, table, table_positions, inv_freq, &c, &s);
-    const float a = dst[i];
-    const float b = dst[i + half];
-    dst[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    dst[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    rope_rotate(dst[i], dst[i + half], c, s, &dst[i], &dst[i + half]);
   }
   if (head >= num_heads && kv.k_pages != nullptr && kv.slots[token] >= 0) {  // the rotated k row into its page
     __syncwarp();  // every lane's rotated values are visible to the warp
