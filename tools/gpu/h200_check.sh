@@ -131,8 +131,9 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # nof32x = SPINDLE_CUDA_GEMV16_F32X=0 (the attention output converted before the output projection),
   # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), neither = both,
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
-  # EARLY_SETS: "context:batches:configs:rounds" groups.
-  for set in ${EARLY_SETS:-"512:1 2 8:off default u8 c64b1 c64b2 c128b2:2" "2048:1 8:default c64b1 c64b2 c128b2 c64b4:1" "8000:1 8:default c64b1 c64b2 c128b2 c64b4:1"}; do
+  # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
+  IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
+  for set in "${early_sets[@]}"; do
     IFS=: read -r ctx batches configs rounds <<<"$set"
     for round in $(seq 1 "$rounds"); do
       for b in $batches; do
