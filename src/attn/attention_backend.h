@@ -55,6 +55,11 @@ class AttentionBackend {
   // to write them there itself (CUDA: the model's q/k/v split + RoPE kernel) and save the write
   // kernel; empty when this backend writes them itself. Valid until the next prepare().
   virtual KvWriteTarget kv_write_target(int /*layer*/) const { return {}; }
+  // A 16-bit copy of the next forward()'s output, for the op after it (the output projection) to
+  // read instead of converting out itself. True: the next forward() of this prepared step also
+  // writes `copy` (then forgets it); false: it will not, and nothing changed. Default: never
+  // (cuda_flash writes it in decode steps).
+  virtual bool request_output_copy(const OutputCopy& /*copy*/) { return false; }
 };
 
 using PhaseMask = unsigned;

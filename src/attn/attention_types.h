@@ -73,4 +73,13 @@ struct KvWriteTarget {
   explicit operator bool() const { return k_pages != nullptr; }
 };
 
+// Where a backend may also write its output rounded to 16 bits (AttentionBackend::
+// request_output_copy): [num_tokens, num_heads * head_dim] of dtype (kBF16 or kF16), rounded to
+// nearest even as util/half.h rounds, in the backend's device memory.
+struct OutputCopy {
+  void* data = nullptr;
+  DType dtype = DType::kBF16;
+  explicit operator bool() const { return data != nullptr; }
+};
+
 }  // namespace spindle::attn

@@ -101,10 +101,24 @@ class CudaFlashBackend final : public CudaPagedBackend {
   }
 
  private:
+  // Decode steps: the split and merge kernels write the copy next to out.
+  bool request_output_copy(const OutputCopy& copy) override {
+    copy_ = {};
+    if (!copy || !prepared() || batch().max_new_tokens != 1) return false;
+    if (copy.dtype != DType::kBF16 && copy.dtype != DType::kF16) return false;
+    copy_ = copy;
+    return true;
+  }
+
   void attend(const kc::PagedAttentionParams& p) override {
+    const OutputCopy copy = std::exchange(copy_, {});
     kd::PagedLayerLaunch a = kcu::make_layer_launch(p, device_batch(), num_sms());
     if (a.batch.num_rows == 0) return;
     const bool decode = a.batch.max_new_tokens == 1;
+    if (decode && copy) {
+      a.out16 = copy.data;
+      a.out16_bf16 = copy.dtype == DType::kBF16;
+    }
     const size_t bytes = decode ? kd::flash_decode_workspace_bytes(a) : kd::flash_prefill_workspace_bytes(a);
     if (bytes > 0) workspace_.reserve(bytes);
     a.workspace = bytes > 0 ? workspace_.data() : nullptr;
@@ -117,6 +131,7 @@ class CudaFlashBackend final : public CudaPagedBackend {
   }
 
   kcu::DeviceBuffer workspace_;
+  OutputCopy copy_;  // request_output_copy's, for the next attend()
 };
 
 class CudnnSdpaBackend final : public CudaPagedBackend {

@@ -45,6 +45,7 @@ class PagedBackend : public AttentionBackend {
 
   // The step's batch given to prepare() (not a copy: the caller keeps it alive for the step).
   const StepBatch& batch() const { return *batch_; }
+  bool prepared() const { return batch_ != nullptr; }
 
   // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
   struct RankPages {

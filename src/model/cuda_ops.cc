@@ -418,6 +418,22 @@ void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product&
   kcu::launch_gemv16_qkv_rope(w.data, in.converted, rows, in.cols, w.dtype == DType::kBF16, bias, p, stream_);
 }
 
+attn::OutputCopy CudaOps::attention_output_copy(const float* /*out*/, int64_t rows, int64_t cols) {
+  // SPINDLE_CUDA_ATTN_OUT16=0: the output projection converts the attention's output itself (A/B).
+  static const bool enabled = [] {
+    const char* env = std::getenv("SPINDLE_CUDA_ATTN_OUT16");
+    return !(env != nullptr && std::string_view(env) == "0");
+  }();
+  if (!enabled || linear16_dtype_ == DType::kF32) return {};
+  return {linear_->input16_target(rows, cols, 0), linear16_dtype_};
+}
+
+void CudaOps::attention_output_copied(const float* out, int64_t rows, int64_t cols, const attn::OutputCopy& copy) {
+  SPINDLE_CHECK(copy.data == linear_->input16_target(rows, cols, 0) && copy.dtype == linear16_dtype_,
+                "attention_output_copied: not the copy attention_output_copy offered");
+  ready16_ = {out, rows, cols, copy.data};
+}
+
 void CudaOps::add(float* y, const float* x, int64_t rows, int64_t cols) {
   ready16_ = {};
   kcu::launch_add_inplace(y, x, rows * cols, stream_);
@@ -432,20 +448,6 @@ kcu::CublasLinear::Input CudaOps::input_for(const float* x, int64_t rows, const 
 }
 
 void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> products) {
-  // x with no 16-bit copy (the attention's output): where gemv16 takes every product, it reads the
-  // f32 x itself and no conversion is launched.
-  const bool has_copy = ready16_.x == x && ready16_.rows == rows;
-  if (!has_copy && !products.empty() && std::all_of(products.begin(), products.end(), [&](const Product& p) {
-        return linear_->can_forward_f32(placed(p.weight).weight, x, rows);
-      })) {
-    for (const Product& p : products) {
-      const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
-      SPINDLE_CHECK(linear_->forward_f32(placed(p.weight).weight, x, rows, p.y, bias),
-                    "CUDA linear: gemv16 declined an f32 input it accepted");
-    }
-    ready16_ = {};
-    return;
-  }
   kcu::CublasLinear::Input in;  // x converted once per weight dtype and width
   for (const Product& p : products) {
     const kcu::DeviceWeight& w = placed(p.weight).weight;

@@ -90,6 +90,9 @@ class CudaOps final : public DeviceOps {
   void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads, int num_kv_heads,
                       WeightId q_norm, WeightId k_norm, const int64_t* positions,
                       const attn::KvWriteTarget& kv) override;
+  // The linear layers' 16-bit input scratch (slot 0), in the rounding mode.
+  attn::OutputCopy attention_output_copy(const float* out, int64_t rows, int64_t cols) override;
+  void attention_output_copied(const float* out, int64_t rows, int64_t cols, const attn::OutputCopy& copy) override;
   // One gemv16 launch (product, split, RoPE, K/V page write) at 1-2 rows without q/k norms, where
   // gemv16 takes the product; else the default.
   void linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k, float* v,

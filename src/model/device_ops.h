@@ -176,6 +176,14 @@ class DeviceOps {
   virtual void linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k,
                                      float* v, int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
                                      const int64_t* positions, const attn::KvWriteTarget& kv);
+  // Where the attention backend may write a 16-bit copy of its output out [rows, cols] for the
+  // product after it (AttentionBackend::request_output_copy); empty where this device needs none.
+  // attention_output_copied: the backend agreed and wrote it, so the next linear() over out reads it.
+  virtual attn::OutputCopy attention_output_copy(const float* /*out*/, int64_t /*rows*/, int64_t /*cols*/) {
+    return {};
+  }
+  virtual void attention_output_copied(const float* /*out*/, int64_t /*rows*/, int64_t /*cols*/,
+                                       const attn::OutputCopy& /*copy*/) {}
   // out[r, i] = silu(gate[r * stride + i]) * up[r * stride + i], out [rows, cols].
   virtual void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows,
                         int64_t cols) = 0;

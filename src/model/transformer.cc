@@ -258,7 +258,11 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
     ops.qk_norm_rope(q, k, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
                      ops.step().positions);
   }
+  // The backend may round its output to 16 bits for the output projection as it writes it.
+  const attn::OutputCopy copy = ops.attention_output_copy(attn_out, t, qs);
+  const bool copied = copy && attention.request_output_copy(copy);
   attention.forward(index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs}, kv_written);
+  if (copied) ops.attention_output_copied(attn_out, t, qs, copy);
   const DeviceOps::Product o{l.o, proj, kNoWeight};
   ops.linear(attn_out, t, {&o, 1});
 

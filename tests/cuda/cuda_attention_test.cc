@@ -9,6 +9,7 @@
 //   cuda_flash, cudnn_sdpa: tensor cores take q and the probabilities P rounded to the KV type
 //     (relative 2^-9 for bf16, 2^-12 for f16 per element), accumulate in f32: bf16 1.5e-2 (the
 //     validation tolerance, attn/validation.h), f16 4e-3.
+// cuda_flash's 16-bit output copy (decode): bit for bit the rounding of its own f32 output.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -20,14 +21,15 @@
 
 #include "attn/attention_backend.h"
 #include "attn/random_batch.h"
-#include "attn/staged_batch.h"
 #include "attn/select/validation.h"
+#include "attn/staged_batch.h"
 #include "kernels/cuda/device_buffer.h"
 #include "platform/cuda_info.h"
 #include "platform/device_info.h"
 #include "support/spindle_binary.h"
 #include "util/build_info.h"
 #include "util/error.h"
+#include "util/half.h"
 
 namespace spindle::attn {
 namespace {
@@ -318,6 +320,47 @@ TEST_P(CudaBackendTest, PassesValidationInAChild) {
 INSTANTIATE_TEST_SUITE_P(Backends, CudaBackendTest,
                          ::testing::Values("cuda_reference", "cuda_flash", "cudnn_sdpa"),
                          [](const auto& info) { return info.param; });
+
+// cuda_flash's 16-bit copy of a decode step's output (request_output_copy, read by the output
+// projection in place of its own conversion): bit for bit util/half.h's rounding of out, for
+// sequences of one split and of many (the merge kernel writes those), bf16 and f16; refused in a
+// prefill step (nothing written), and not written by a forward it was not requested for.
+TEST(CudaAttentionTest, FlashDecodeWritesTheRequestedOutputCopy) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const DType copy_dtype : {DType::kBF16, DType::kF16}) {
+    const AttentionShape shape{8, 2, 128, 0.088f, DType::kBF16, 16};
+    SKIP_UNLESS_SUPPORTED("cuda_flash", shape);
+    RandomBatch batch = make_random_batch(shape, {{1, 0}, {1, 3000}, {1, 40}, {1, 700}}, 21, true);
+    StagedBatch staged(batch, Device::kCuda);
+    LayerKvCache cache = staged.layer_cache();
+    auto backend = create_attention_backend("cuda_flash", shape, {});
+    const int64_t n = batch.step.num_tokens() * shape.num_heads * shape.head_dim;
+    const std::vector<uint16_t> sentinel(static_cast<size_t>(n), 0xabcd);
+    kcu::DeviceBuffer copy(sentinel.size() * sizeof(uint16_t));
+    kcu::copy_to_device(copy.data(), sentinel.data(), sentinel.size() * sizeof(uint16_t));
+    backend->prepare(batch.step);
+    backend->bind_kv_caches({&cache, 1});
+    // A forward without a request writes nothing there.
+    backend->forward(0, staged.q(), staged.k(), staged.v(), staged.out());
+    staged.synchronize();
+    std::vector<uint16_t> got(sentinel.size());
+    kcu::copy_to_host(got.data(), copy.data(), got.size() * sizeof(uint16_t));
+    ASSERT_EQ(got, sentinel);
+    ASSERT_TRUE(backend->request_output_copy({copy.data(), copy_dtype}));
+    backend->forward(0, staged.q(), staged.k(), staged.v(), staged.out(), /*kv_written=*/true);
+    staged.synchronize();
+    const std::vector<float> out = staged.read_out();
+    kcu::copy_to_host(got.data(), copy.data(), got.size() * sizeof(uint16_t));
+    for (size_t i = 0; i < out.size(); ++i) {
+      const uint16_t want = copy_dtype == DType::kBF16 ? float_to_bf16_bits(out[i]) : float_to_fp16_bits(out[i]);
+      ASSERT_EQ(got[i], want) << dtype_name(copy_dtype) << " element " << i << " of out " << out[i];
+    }
+    // A prefill step: refused.
+    RandomBatch prefill = make_random_batch(shape, {{5, 0}, {1, 10}}, 22, true);
+    backend->prepare(prefill.step);
+    EXPECT_FALSE(backend->request_output_copy({copy.data(), copy_dtype}));
+  }
+}
 
 TEST(CudaAttentionTest, WrongFaultIsCaughtOnTheDevice) {
   SKIP_WITHOUT_CUDA_DEVICE();

@@ -9,7 +9,6 @@
 //     magnitudes (f32 accumulation over ~1000 terms in another order), bias included;
 //   - launch_split_qkv_norm_rope with KvPagesOut: the pages hold exactly its own k/v outputs rounded
 //     to the KV type (bf16, f16, f32) at each token's slot, nothing at the others, q/k/v unchanged;
-//   - launch_gemv16_f32x: bit for bit launch_f32_to_16bit then launch_gemv16;
 //   - launch_gemv16_qkv_rope: bit for bit launch_gemv16 then launch_split_qkv_norm_rope;
 //   - launch_gemv16_swiglu: bit for bit launch_gemv16 then launch_silu_mul (f32 and the 16-bit
 //     copy), and within 1e-5 (of the products' magnitudes) of SwiGLU over the f64 sums.
@@ -187,44 +186,6 @@ TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
         ASSERT_NEAR(y[static_cast<size_t>(r * out + o)], want, 1e-5 * magnitude) << rows << " rows, row " << r << ", output " << o;
       }
     }
-  }
-}
-
-// launch_gemv16_f32x must give the bits of rounding x with launch_f32_to_16bit and calling
-// launch_gemv16 (CublasLinear::forward_f32 relies on it: the served output does not depend on
-// which of the two ran), for bf16 and f16 weights, with x values at rounding ties.
-TEST(CudaOpsTest, Gemv16OfF32InputIsConversionThenGemv16BitForBit) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const int64_t in = 1032, out = 37;
-  const std::vector<float> bias = random_values(static_cast<size_t>(out), 42, 1.0f);
-  const auto db = to_device(bias);
-  for (const bool bf16 : {true, false}) {
-    const std::vector<float> wf = random_values(static_cast<size_t>(out * in), 41, 0.05f);
-    std::vector<uint16_t> w(wf.size());
-    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16 ? float_to_bf16_bits(wf[i]) : float_to_fp16_bits(wf[i]);
-    const auto dw = to_device(w);
-    for (int64_t rows = 1; rows <= kcu::kGemv16F32XMaxRows; ++rows) {
-      std::vector<float> x = random_values(static_cast<size_t>(rows * in), 43 + rows, 1.0f);
-      // Ties and near-ties of both roundings: 1 + half an ulp of bf16 (2^-8) and of f16 (2^-11).
-      for (size_t i = 0; i < x.size(); i += 7)
-        x[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + std::ldexp(1.0f, bf16 ? -8 : -11));
-      const auto dx = to_device(x);
-      kcu::DeviceBuffer x16(x.size() * sizeof(uint16_t)), want(static_cast<size_t>(rows * out) * sizeof(float)),
-          got(static_cast<size_t>(rows * out) * sizeof(float));
-      kcu::launch_f32_to_16bit(dx.as<float>(), rows * in, bf16 ? kcu::WeightType::kBF16 : kcu::WeightType::kF16,
-                               x16.data(), nullptr);
-      kcu::launch_gemv16(dw.data(), x16.data(), rows, in, out, bf16, db.as<float>(), want.as<float>(), nullptr);
-      ASSERT_TRUE(kcu::gemv16_f32x_supports(rows, in, dw.data(), dx.as<float>()));
-      kcu::launch_gemv16_f32x(dw.data(), dx.as<float>(), rows, in, out, bf16, db.as<float>(), got.as<float>(), nullptr);
-      const std::vector<float> a = to_host<float>(got, static_cast<size_t>(rows * out));
-      const std::vector<float> b = to_host<float>(want, static_cast<size_t>(rows * out));
-      for (size_t e = 0; e < a.size(); ++e) {
-        ASSERT_EQ(std::memcmp(&a[e], &b[e], sizeof(float)), 0)
-            << (bf16 ? "bf16" : "f16") << ", " << rows << " rows, element " << e << ": " << a[e] << " vs " << b[e];
-      }
-    }
-    EXPECT_FALSE(kcu::gemv16_f32x_supports(kcu::kGemv16F32XMaxRows + 1, in, dw.data(), db.as<float>()));
-    EXPECT_FALSE(kcu::gemv16_f32x_supports(1, in, dw.data(), db.as<float>() + 1)) << "x not 16-byte aligned";
   }
 }
 

@@ -18,6 +18,7 @@
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
 #   memcheck_overlap compute-sanitizer memcheck over the overlap schedule's engine test (queued samplings, pending tokens)
+#   memcheck_decode  compute-sanitizer memcheck over flash decode's 16-bit output copy and its long split test
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
@@ -94,6 +95,10 @@ if has memcheck_overlap; then  # the overlap schedule: queued samplings, pending
   run memcheck_overlap 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_engine_test --gtest_brief=1 \
     "--gtest_filter=*OverlapSchedule*llama_gqa_bf16:*GraphsAndDeviceSampling*qwen2_tied_bf16"
 fi
+if has memcheck_decode; then  # flash decode's split/merge kernels with the 16-bit output copy
+  run memcheck_decode 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 \
+    "--gtest_filter=*FlashDecodeWritesTheRequestedOutputCopy*:*LongDecodeSplitsOfDifferentLengths/cuda_flash*"
+fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
   echo "== e2e exit $?"; grep -vE "^\[" "$out/e2e.txt" | tail -40
@@ -128,8 +133,8 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   work=${WORK:-/tmp/e2e-work}
   [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/early_model.txt" 2>&1
   # A config is env settings: off = SPINDLE_CUDA_PDL_EARLY=0 (pdl.cuh), u8 = SPINDLE_GEMV16_UNROLL=8,
-  # nof32x = SPINDLE_CUDA_GEMV16_F32X=0 (the attention output converted before the output projection),
-  # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), neither = both,
+  # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), nocopy =
+  # SPINDLE_CUDA_ATTN_OUT16=0 (the attention output converted to 16 bits by its own launch), neither = both,
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -142,9 +147,9 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
           case $config in
             off) envs=(SPINDLE_CUDA_PDL_EARLY=0) ;;
             u8) envs=(SPINDLE_GEMV16_UNROLL=8) ;;
-            nof32x) envs=(SPINDLE_CUDA_GEMV16_F32X=0) ;;
             noqkv) envs=(SPINDLE_CUDA_QKV_ROPE=0) ;;
-            neither) envs=(SPINDLE_CUDA_GEMV16_F32X=0 SPINDLE_CUDA_QKV_ROPE=0) ;;
+            nocopy) envs=(SPINDLE_CUDA_ATTN_OUT16=0) ;;
+            neither) envs=(SPINDLE_CUDA_QKV_ROPE=0 SPINDLE_CUDA_ATTN_OUT16=0) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
           name=early_c${ctx}_r${round}_b${b}_${config}

@@ -46,8 +46,6 @@ CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     : stream_(stream), round_(allow_16bit_activations) {
   const char* gemv = std::getenv("SPINDLE_CUDA_GEMV16");  // "0": cuBLAS only (A/B benchmarks)
   gemv16_ = round_ && !(gemv != nullptr && std::string_view(gemv) == "0");
-  const char* f32x = std::getenv("SPINDLE_CUDA_GEMV16_F32X");  // "0": convert first (A/B benchmarks)
-  gemv16_f32x_ = gemv16_ && !(f32x != nullptr && std::string_view(f32x) == "0");
   const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublas.Create(&handle));
@@ -196,16 +194,6 @@ bool CublasLinear::forward_swiglu(const DeviceWeight& gate_up, const Input& x, f
 bool CublasLinear::gemv16_takes(const DeviceWeight& w, int64_t rows) const {
   return gemv16_ && w.dtype != DType::kF32 && rows >= 1 && rows <= kGemv16UseMaxRows &&
          w.out_features * w.in_features <= kGemv16MaxWeightElements;
-}
-
-bool CublasLinear::can_forward_f32(const DeviceWeight& w, const float* x, int64_t rows) const {
-  return gemv16_f32x_ && gemv16_takes(w, rows) && gemv16_f32x_supports(rows, w.in_features, w.data, x);
-}
-
-bool CublasLinear::forward_f32(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias) {
-  if (rows == 0 || !can_forward_f32(w, x, rows)) return false;
-  launch_gemv16_f32x(w.data, x, rows, w.in_features, w.out_features, w.dtype == DType::kBF16, bias, y, stream_);
-  return true;
 }
 
 bool CublasLinear::use_gemv16(const DeviceWeight& w, const Input& x) const {

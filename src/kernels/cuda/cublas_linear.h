@@ -102,14 +102,8 @@ class CublasLinear {
   bool forward_swiglu(const DeviceWeight& gate_up, const Input& x, float* act, Out16 act16);
   // prepare() then forward().
   void forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias = nullptr);
-  // forward() without prepare(), where gemv16 takes the product and reads the f32 x itself (gemv16.h
-  // launch_gemv16_f32x: the bits of prepare() then forward()): for x no producer wrote a 16-bit
-  // copy of. Returns false and does nothing otherwise (the caller then prepares x).
-  // SPINDLE_CUDA_GEMV16_F32X=0 in the environment turns it off (A/B benchmarks).
   // Whether forward() runs a product of `rows` rows with w on gemv16 (given aligned operands).
   bool gemv16_takes(const DeviceWeight& w, int64_t rows) const;
-  bool can_forward_f32(const DeviceWeight& w, const float* x, int64_t rows) const;
-  bool forward_f32(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias = nullptr);
 
   // "cublas_split" (default) or "cublas_round16".
   const char* name() const;
@@ -124,8 +118,7 @@ class CublasLinear {
   cublasContext* handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool round_ = false;
-  bool gemv16_ = false;  // small-batch products on launch_gemv16 (rounding mode only)
-  bool gemv16_f32x_ = false;  // ... reading f32 activations (forward_f32)
+  bool gemv16_ = false;     // small-batch products on launch_gemv16 (rounding mode only)
   DeviceBuffer workspace_;  // cuBLAS's
   DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]: split hi/lo, or two rounded slots
   DeviceBuffer product_;    // f32 [2 * min(max_rows, kFusedSplitMaxRows), max_out]

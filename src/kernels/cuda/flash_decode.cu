@@ -52,6 +52,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda::detail {
 namespace {
@@ -114,6 +115,8 @@ __host__ __device__ inline int chunk_keys_for(int kv_len, ChunkRule r) {
 struct SplitParams {
   const float* q;                 // [num_rows, num_heads, head_dim]
   float* out;                     // [num_rows, num_heads, head_dim]
+  uint16_t* out16;                // null, or out rounded to 16 bits (bf16 when out16_bf16, else f16)
+  bool out16_bf16;
   const uint16_t* k_pages;        // [num_pages, page_size, num_kv_heads, head_dim] bf16/fp16 bits
   const uint16_t* v_pages;        // same layout
   const DeviceSequence* sequences;
@@ -395,7 +398,12 @@ __device__ __forceinline__ void finish_block(const SplitParams& p, WarpState<kMa
     const float value = num / den;
     const int head = head0 + h;
     if (single_split) {
-      p.out[(int64_t{row} * p.num_heads + head) * head_dim + d] = value;
+      const int64_t at = (int64_t{row} * p.num_heads + head) * head_dim + d;
+      p.out[at] = value;
+      if (p.out16 != nullptr) {
+        float unused;
+        p.out16[at] = round_16bit(value, p.out16_bf16, &unused);
+      }
     } else {
       const int64_t partial = (int64_t{seq_index} * p.num_heads + head) * p.num_splits + split;
       p.partial_out[partial * head_dim + d] = value;
@@ -537,6 +545,8 @@ struct MergeParams {
   const float* partial_out;  // [num_sequences, num_heads, num_splits, head_dim], normalised
   const float* partial_lse;  // [num_sequences, num_heads, num_splits], log2 units
   float* out;                // [num_rows, num_heads, head_dim]
+  uint16_t* out16;           // SplitParams::out16
+  bool out16_bf16;
   int num_heads, head_dim, num_splits;
   ChunkRule rule;
   bool early;  // pdl_begin(true): the product after the attention may launch at once
@@ -585,12 +595,17 @@ __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const
   const float inv_total = 1.0f / total;
 
   const float* partial = p.partial_out + base * p.head_dim;
-  float* dst = p.out + (int64_t{seq.query_offset} * p.num_heads + head) * p.head_dim;
+  const int64_t at = (int64_t{seq.query_offset} * p.num_heads + head) * p.head_dim;
   for (int d = threadIdx.x; d < p.head_dim; d += kMergeThreads) {
     float acc = 0.0f;
 #pragma unroll 4
     for (int i = 0; i < num_splits; ++i) acc += weights[i] * partial[int64_t{i} * p.head_dim + d];
-    dst[d] = acc * inv_total;
+    const float value = acc * inv_total;
+    p.out[at + d] = value;
+    if (p.out16 != nullptr) {
+      float unused;
+      p.out16[at + d] = round_16bit(value, p.out16_bf16, &unused);
+    }
   }
 }
 
@@ -735,6 +750,8 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   SplitParams p;
   p.q = a.q;
   p.out = a.out;
+  p.out16 = static_cast<uint16_t*>(a.out16);
+  p.out16_bf16 = a.out16_bf16;
   p.k_pages = static_cast<const uint16_t*>(a.k_pages);
   p.v_pages = static_cast<const uint16_t*>(a.v_pages);
   p.sequences = a.batch.sequences;
@@ -768,6 +785,8 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   m.partial_out = p.partial_out;
   m.partial_lse = p.partial_lse;
   m.out = a.out;
+  m.out16 = p.out16;
+  m.out16_bf16 = p.out16_bf16;
   m.num_heads = a.num_heads;
   m.head_dim = a.head_dim;
   m.rule = plan.rule;

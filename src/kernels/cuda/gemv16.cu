@@ -54,37 +54,16 @@ __device__ __forceinline__ float dot8(float acc, uint4 w, uint4 x) {
   return acc;
 }
 
-// The 16-byte vector v (8 values) of x's row r as 16-bit values: loaded as they are, or (kF32X) as
-// two float4 of f32 rounded to the weight's type exactly as f32_to_16bit_kernel rounds them.
-template <bool kBf16, bool kF32X>
-__device__ __forceinline__ uint4 load_x8(const void* __restrict__ x, int64_t vecs, int r, int64_t v) {
-  if constexpr (!kF32X) {
-    return __ldg(reinterpret_cast<const uint4*>(x) + r * vecs + v);
-  } else {
-    const float4* xf = reinterpret_cast<const float4*>(x) + 2 * (r * vecs + v);
-    const float4 a = __ldg(xf), b = __ldg(xf + 1);
-    const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    uint32_t packed[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float unused;
-      packed[i] = static_cast<uint32_t>(round_16bit(f[2 * i], kBf16, &unused)) |
-                  (static_cast<uint32_t>(round_16bit(f[2 * i + 1], kBf16, &unused)) << 16);
-    }
-    return make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  }
-}
-
-// x: [rows, in] of W's 16-bit type, or (kF32X) f32.
-template <int kRows, bool kBf16, bool kF32X>
+template <int kRows, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
-    gemv16_kernel(const uint16_t* __restrict__ w, const void* __restrict__ x, int64_t in, int64_t out,
+    gemv16_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
                   const float* __restrict__ bias, float* __restrict__ y) {
   pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (o >= out) return;  // whole warps leave together
   const uint4* wr = reinterpret_cast<const uint4*>(w + o * in);
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
   const int64_t vecs = in / 8;  // 16-byte vectors per row
   float acc[kRows];
 #pragma unroll
@@ -97,14 +76,13 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        acc[r] = dot8<kBf16>(acc[r], wv[u], load_x8<kBf16, kF32X>(x, vecs, r, v + 32 * u));
+      for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv[u], __ldg(xr + r * vecs + v + 32 * u));
     }
   }
   for (; v < vecs; v += 32) {
     const uint4 wv = load_stream(wr + v);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv, load_x8<kBf16, kF32X>(x, vecs, r, v));
+    for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv, __ldg(xr + r * vecs + v));
   }
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -290,15 +268,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kRows, bool kF32X>
+template <int kRows>
 void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
                  cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>((out + kWarps - 1) / kWarps);
   const auto* w16 = static_cast<const uint16_t*>(w);
+  const auto* x16 = static_cast<const uint16_t*>(x);
   if (bf16) {
-    launch_pdl(gemv16_kernel<kRows, true, kF32X>, blocks, kThreads, 0, stream, w16, x, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   } else {
-    launch_pdl(gemv16_kernel<kRows, false, kF32X>, blocks, kThreads, 0, stream, w16, x, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   }
 }
 
@@ -317,46 +296,29 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
   }
   switch (rows) {
     case 1:
-      launch_rows<1, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<1>(w, x, in, out, bf16, bias, y, stream);
       break;
     case 2:
-      launch_rows<2, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<2>(w, x, in, out, bf16, bias, y, stream);
       break;
     case 3:
-      launch_rows<3, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<3>(w, x, in, out, bf16, bias, y, stream);
       break;
     case 4:
-      launch_rows<4, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<4>(w, x, in, out, bf16, bias, y, stream);
       break;
     case 5:
-      launch_rows<5, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<5>(w, x, in, out, bf16, bias, y, stream);
       break;
     case 6:
-      launch_rows<6, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<6>(w, x, in, out, bf16, bias, y, stream);
       break;
     case 7:
-      launch_rows<7, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<7>(w, x, in, out, bf16, bias, y, stream);
       break;
     default:
-      launch_rows<8, false>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<8>(w, x, in, out, bf16, bias, y, stream);
       break;
-  }
-  CUDA_CHECK_LAUNCH();
-}
-
-bool gemv16_f32x_supports(int64_t rows, int64_t in, const void* w, const float* x) {
-  return rows >= 1 && rows <= kGemv16F32XMaxRows && gemv16_supports(rows, in, w, x);
-}
-
-void launch_gemv16_f32x(const void* w, const float* x, int64_t rows, int64_t in, int64_t out, bool bf16,
-                        const float* bias, float* y, cudaStream_t stream) {
-  if (!gemv16_f32x_supports(rows, in, w, x) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff) {
-    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16_f32x: unsupported shape or alignment", __FILE__, __LINE__);
-  }
-  if (rows == 1) {
-    launch_rows<1, true>(w, x, in, out, bf16, bias, y, stream);
-  } else {
-    launch_rows<2, true>(w, x, in, out, bf16, bias, y, stream);
   }
   CUDA_CHECK_LAUNCH();
 }

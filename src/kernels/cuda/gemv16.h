@@ -30,16 +30,6 @@ bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x);
 void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
                    float* y, cudaStream_t stream);
 
-// launch_gemv16 over f32 activations: each x value rounded to W's 16-bit type as it is loaded
-// (f32_to_16bit_kernel's rounding, so y has exactly the bits of converting x first and calling
-// launch_gemv16), for 1 to kGemv16F32XMaxRows rows. Saves the conversion's launch where x comes
-// from a kernel that writes f32 only (the attention before the output projection). x 16-byte
-// aligned, in % 8 == 0.
-inline constexpr int64_t kGemv16F32XMaxRows = 2;
-bool gemv16_f32x_supports(int64_t rows, int64_t in, const void* w, const float* x);
-void launch_gemv16_f32x(const void* w, const float* x, int64_t rows, int64_t in, int64_t out, bool bf16,
-                        const float* bias, float* y, cudaStream_t stream);
-
 // The gate/up product of a SwiGLU MLP and its activation in one launch, for 1 to
 // kGemv16SwigluMaxRows rows: w = [gate; up], [2 im, in] (a joined gate_up weight), and
 //   act[r, j] = swiglu(x[r] . w[j], x[r] . w[im + j])   for j < im   (round16.cuh's swiglu)

@@ -57,6 +57,10 @@ struct PagedLayerLaunch {
   int num_sms = 0;                 // multiprocessors of the current device (grid sizing)
   void* workspace = nullptr;       // device scratch of at least the kernel's *_workspace_bytes()
   size_t workspace_bytes = 0;
+  // Decode only (launch_flash_decode): not null: out also rounded to 16 bits there, [num_rows,
+  // num_heads, head_dim], bf16 when out16_bf16 else f16 (round16.cuh round_16bit).
+  void* out16 = nullptr;
+  bool out16_bf16 = true;
 };
 
 }  // namespace spindle::kernels::cuda::detail
