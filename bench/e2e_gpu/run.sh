@@ -11,7 +11,7 @@
 #   SPINDLE=.bundle/bin/spindle RESULTS=/tmp/e2e-out bash bench/e2e_gpu/run.sh
 # Knobs: SHAPE (8b|1b|tiny), LEVELS, SERVE_ARGS (extra serve flags), EAGER=1 (also a run with
 # --disable-cuda-graph), AB="label:flags;label:flags" (also a run per entry with those serve flags,
-# at AB_LEVELS, default 1,32,128, no 8k prefill; e.g. AB="serial:--disable-overlap-schedule"),
+# at AB_LEVELS, default 1,32,128, no 8k prefill; e.g. AB="overlap:--enable-overlap-schedule"),
 # SKIP_HF=1, SKIP_PREFILL=1, SKIP_SHORT=1, PORT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

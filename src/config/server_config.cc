@@ -88,7 +88,7 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
     const int wanted = flags.cuda_graph_max_bs > 0 ? flags.cuda_graph_max_bs : kDefaultCudaGraphMaxBs;
     r.cuda_graph_max_bs = std::min(wanted, r.max_running_requests);
   }
-  r.overlap_schedule = r.device == attn::Device::kCuda && !flags.disable_overlap_schedule;
+  r.overlap_schedule = r.device == attn::Device::kCuda && flags.enable_overlap_schedule && !flags.disable_overlap_schedule;
   r.backend_cache_dir = attn::ValidationCache::default_dir();
   return r;
 }
@@ -171,8 +171,12 @@ std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {
 
 void add_scheduler_flags(CLI::App& app, ServerConfig& f) {
   app.add_flag("--disable-cuda-graph", f.disable_cuda_graph, "CUDA: run every step kernel by kernel (no step graphs)");
+  CLI::Option* enable = app.add_flag("--enable-overlap-schedule", f.enable_overlap_schedule,
+                                     "CUDA: schedule and launch the next decode step while the device runs this one "
+                                     "(higher throughput, later first tokens under load; off by default)");
   app.add_flag("--disable-overlap-schedule", f.disable_overlap_schedule,
-               "CUDA: collect each step's tokens before scheduling the next (no overlap of host and device work)");
+               "CUDA: collect each step's tokens before scheduling the next (the default; SGLang's name)")
+      ->excludes(enable);
   app.add_option("--cuda-graph-max-bs", f.cuda_graph_max_bs,
                  fmt::format("CUDA: decode steps of up to this many sequences replay step graphs (min(running "
                              "requests, {}))",

@@ -40,6 +40,7 @@ struct ServerConfig {
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   bool disable_cuda_graph = false;
   int cuda_graph_max_bs = 0;     // 0: min(max running requests, kDefaultCudaGraphMaxBs)
+  bool enable_overlap_schedule = false;
   bool disable_overlap_schedule = false;
   KvFlags kv;
   SpecFlags spec;
@@ -73,8 +74,10 @@ struct ResolvedConfig {
   int max_queued_requests = 0;   // waiting requests before the server answers 503
   // CUDA: decode steps of at most this many sequences replay step graphs (0: none).
   int cuda_graph_max_bs = 0;
-  // Launch the next step while the device runs this one (engine.h's overlap schedule): CUDA,
-  // unless --disable-overlap-schedule (the engine also runs one step at a time where it must).
+  // Launch the next step while the device runs this one (engine.h's overlap schedule): CUDA, with
+  // --enable-overlap-schedule (the engine also runs one step at a time where it must). Off by
+  // default: on the H200 it gained 0.5% at batch 1 and 2.3% at C=8/32 but raised TTFT p50 at C=32
+  // from ~128 to ~177 ms in every run (bench/results/2026-12-02-h200-session8.md).
   bool overlap_schedule = false;
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
   ResolvedSpecConfig spec;

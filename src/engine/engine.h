@@ -102,7 +102,7 @@ struct EngineOptions {
   std::function<void(const std::string&)> on_step_failure;
   std::string dp_name;  // "DP rank R" with data parallelism; empty for a single engine
   // Schedule and launch the next step while the device runs this one (above); only where the
-  // runner samples on the device and no proposer is set (--disable-overlap-schedule: off).
+  // runner samples on the device and no proposer is set (--enable-overlap-schedule; off by default).
   bool overlap_schedule = false;
 };
 

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+
 #include "model/model_config.h"
 #include "support/fake_machines.h"
 #include "util/error.h"
@@ -135,6 +137,26 @@ TEST(ServerConfigTest, DeviceFlag) {
   EXPECT_EQ(r.cuda_device, 0);
   EXPECT_EQ(r.attention.device, attn::Device::kCuda);
   EXPECT_EQ(resolve({}, one_gpu, kLlama8B).device, attn::Device::kCpu);
+}
+
+// The overlap schedule: off by default (CUDA too), on with --enable-overlap-schedule on CUDA only;
+// the two flags exclude each other on the command line.
+TEST(ServerConfigTest, OverlapScheduleIsOptIn) {
+  DeviceInfo one_gpu = testing::avx2_machine();
+  one_gpu.cuda_devices.push_back({0, "NVIDIA H200", 9, 0, 132, 141ull << 30, 140ull << 30});
+  ServerConfig f;
+  f.device = "cuda:0";
+  EXPECT_FALSE(resolve(f, one_gpu, kLlama8B).overlap_schedule);
+  f.enable_overlap_schedule = true;
+  EXPECT_TRUE(resolve(f, one_gpu, kLlama8B).overlap_schedule);
+  f.device = "cpu";
+  EXPECT_FALSE(resolve(f, one_gpu, kLlama8B).overlap_schedule);  // the CPU samples on the host
+
+  CLI::App app;
+  ServerConfig parsed;
+  add_scheduler_flags(app, parsed);
+  EXPECT_THROW(app.parse(std::vector<std::string>{"--disable-overlap-schedule", "--enable-overlap-schedule"}),
+               CLI::ExcludesError);
 }
 
 // --speculative-draft-vocab-size: auto is 37.5% of the vocabulary, at least 1024 ids (all of a

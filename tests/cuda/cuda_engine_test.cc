@@ -116,7 +116,8 @@ TEST_P(CudaEngineTest, GraphsAndDeviceSamplingMatchHuggingFaceGreedy) {
     prompts.push_back(g.ids);
     max_tokens = std::max(max_tokens, g.greedy.size());
   }
-  // As served: graphs and the overlap schedule on.
+  // Graphs and the overlap schedule (--enable-overlap-schedule) on: the served default, one step at
+  // a time, equals it (OverlapScheduleEqualsOneStepAtATime).
   const Served served =
       serve(GetParam(), "cuda_reference", DType::kF32, 8, prompts, static_cast<int>(max_tokens), /*overlap=*/true);
   EXPECT_TRUE(served.graphs_enabled);
