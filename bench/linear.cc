@@ -174,10 +174,12 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // usage: bench_linear [--sweep-only | --shapes-only | --small-m | --small-m-cpu]
-  //   (--sweep-only: the rows sweep alone; --shapes-only: the shapes sweep alone)
+  // usage: bench_linear [--sweep-only | --shapes-only | --prefill-only | --small-m | --small-m-cpu]
+  //   (--sweep-only: the rows sweep alone; --shapes-only: the shapes sweep alone; --prefill-only:
+  //   the m = 512 table alone)
   const bool sweep_only = argc > 1 && std::string(argv[1]) == "--sweep-only";
   const bool shapes_only = argc > 1 && std::string(argv[1]) == "--shapes-only";
+  const bool prefill_only = argc > 1 && std::string(argv[1]) == "--prefill-only";
   const bool small_m_cpu = argc > 1 && std::string(argv[1]) == "--small-m-cpu";
   const bool small_m = small_m_cpu || (argc > 1 && std::string(argv[1]) == "--small-m");
   const CpuInfo cpu = detect_cpu_info();
@@ -200,7 +202,7 @@ int main(int argc, char** argv) {
   direct.push_back("auto");
 
   // The shapes sweep: each 1B shape, m = 1 .. 64, direct kernels and auto (both precisions).
-  if (!sweep_only) {
+  if (!sweep_only && !prefill_only) {
     const int64_t ms[] = {1, 2, 4, 8, 16, 32, 64};
     LinearOptions bf16_ok;
     bf16_ok.allow_bf16_activations = true;
@@ -258,7 +260,7 @@ int main(int argc, char** argv) {
   if (shapes_only) return 0;
 
   for (DType dtype : {DType::kBF16, DType::kF32}) {
-    if (sweep_only) break;
+    if (sweep_only || prefill_only) break;
     const size_t esize = dtype_size(dtype);
     std::printf("\ndecode: %s weights, GB/s of weights read per product and %% of the read bandwidth\n",
                 std::string(dtype_name(dtype)).c_str());
@@ -294,7 +296,7 @@ int main(int argc, char** argv) {
   // as GB/s of W read per product and % of the read bandwidth (a product at the bandwidth bound
   // reads W once at the memory's rate, whatever m). "auto" is the policy (kLinearDirectMaxRows,
   // kLinearAmxMinRows); "fastest" names the best named kernel at each m.
-  {
+  if (!prefill_only) {
     const Shape s = kShapes[2];
     const size_t elems = size_t(s.out) * s.in;
     std::vector<std::vector<uint16_t>> weights;
@@ -350,6 +352,7 @@ int main(int argc, char** argv) {
   const int64_t m = 512;
   std::printf("\nprefill: m = %lld, GFLOP/s (bf16 weights unless noted)\n", (long long)m);
   for (const Shape& s : kShapes) {
+    if (prefill_only && s.out > 100000) continue;  // the LM head: one row in a prefill
     const size_t elems = size_t(s.out) * s.in;
     const std::vector<uint16_t> w = bf16_weights(elems, 1);
     const std::vector<float> x = random_floats(m * s.in, -1, 1, 7);
@@ -371,7 +374,8 @@ int main(int argc, char** argv) {
       const char* name;
       LinearOptions options;
     };
-    for (const Row& row : {Row{"onednn_f32", {}}, Row{"onednn_bf16", bf16_ok}, Row{"auto", {}}}) {
+    for (const Row& row : {Row{"onednn_f32", {}}, Row{"onednn_bf16", bf16_ok}, Row{"amx_bf16", bf16_ok},
+                           Row{"auto", {}}, Row{"auto", bf16_ok}}) {
       const LinearWeight weight{w.data(), DType::kBF16, s.out, s.in};
       const std::string reason = linear_kernel_unsupported_reason(row.name, weight, row.options);
       if (!reason.empty()) {

@@ -13,13 +13,20 @@
 //
 // usage: bench_model_forward [--model DIR] [--layers N] [--context 512] [--prompt 512] [--steps 8]
 //                            [--attention-backend NAME] [--matmul-precision auto|exact|bf16]
-#include <dnnl.hpp>
-
+//                            [--profile 1] [--decode 0] [--linear NAME]
+// --profile 1: after each phase, where its time went: every linear product by shape and row count
+//   (wall time of LinearKernel::forward), the attention backend's forward (wall time, all layers)
+//   and the rest (norms, RoPE, SiLU, residual adds, embedding, the runner's host work, pool
+//   hand-offs), each as ms per step and % of the step. The timers add two clock reads per call.
+// --decode 0: the prefill only. --linear NAME: every weight on make_named_linear_kernel(NAME)
+//   instead of the auto policy (for A/B of a kernel at model level).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dnnl.hpp>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,6 +53,9 @@ struct Args {
   int steps = 8;
   std::string attention_backend;  // empty: the highest-priority CPU backend usable here
   std::string matmul_precision = "auto";
+  bool profile = false;
+  bool decode = true;
+  std::string linear;  // empty: make_linear_kernel's policy
 };
 
 Args parse_args(int argc, char** argv) {
@@ -59,6 +69,12 @@ Args parse_args(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::atoi(argv[i + 1]);
     else if (k == "--attention-backend") a.attention_backend = argv[i + 1];
     else if (k == "--matmul-precision") a.matmul_precision = argv[i + 1];
+    else if (k == "--profile")
+      a.profile = std::atoi(argv[i + 1]) != 0;
+    else if (k == "--decode")
+      a.decode = std::atoi(argv[i + 1]) != 0;
+    else if (k == "--linear")
+      a.linear = argv[i + 1];
     else SPINDLE_FAIL("unknown flag {}", k);
   }
   return a;
@@ -121,6 +137,84 @@ struct KvPool {
   }
 };
 
+// --profile: wall time per op class, reset per phase.
+struct Profile {
+  bool on = false;
+  std::map<std::string, std::pair<int64_t, double>> linear;  // "out x in, m=rows [kernel]" -> calls, s
+  int64_t attention_calls = 0;
+  double attention_s = 0;
+  void reset() {
+    linear.clear();
+    attention_calls = 0;
+    attention_s = 0;
+  }
+  // Prints the breakdown of `steps` steps that took `total_s` together.
+  void print(const char* phase, int steps, double total_s) const {
+    if (!on) return;
+    const double per = 1e3 / steps;
+    std::printf("  profile (%s, %d step(s), %.2f ms/step):\n", phase, steps, total_s * per);
+    double linear_s = 0;
+    for (const auto& [key, v] : linear) {
+      linear_s += v.second;
+      std::printf("    linear %-44s %5lld calls/step %9.3f ms/step %5.1f%%\n", key.c_str(),
+                  static_cast<long long>(v.first / steps), v.second * per, 100 * v.second / total_s);
+    }
+    std::printf("    linear, all                                       %9.3f ms/step %5.1f%%\n", linear_s * per,
+                100 * linear_s / total_s);
+    std::printf("    attention (%lld calls/step)                         %9.3f ms/step %5.1f%%\n",
+                static_cast<long long>(attention_calls / steps), attention_s * per, 100 * attention_s / total_s);
+    const double rest = total_s - linear_s - attention_s;
+    std::printf("    rest (norms, rope, silu, adds, host work)          %9.3f ms/step %5.1f%%\n", rest * per,
+                100 * rest / total_s);
+  }
+};
+Profile g_profile;
+
+class TimedLinear final : public kernels::cpu::LinearKernel {
+ public:
+  TimedLinear(std::unique_ptr<kernels::cpu::LinearKernel> inner, const kernels::cpu::LinearWeight& w)
+      : inner_(std::move(inner)), out_(w.out_features), in_(w.in_features) {}
+  const char* name() const override { return inner_->name(); }
+  void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
+    const double t0 = bench::now_s();
+    inner_->forward(x, m, y, pool, bias);
+    const double t = bench::now_s() - t0;
+    char key[128];
+    std::snprintf(key, sizeof(key), "%lldx%lld m=%lld", static_cast<long long>(out_), static_cast<long long>(in_),
+                  static_cast<long long>(m));
+    auto& v = g_profile.linear[key];
+    v.first += 1;
+    v.second += t;
+  }
+
+ private:
+  std::unique_ptr<kernels::cpu::LinearKernel> inner_;
+  int64_t out_, in_;
+};
+
+class TimedBackend final : public attn::AttentionBackend {
+ public:
+  explicit TimedBackend(attn::AttentionBackend& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  attn::Device device() const override { return inner_.device(); }
+  const attn::AttentionShape& shape() const override { return inner_.shape(); }
+  void prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded) override {
+    inner_.prepare(batch, uploaded);
+  }
+  void bind_kv_caches(std::span<const attn::LayerKvCache> layers) override { inner_.bind_kv_caches(layers); }
+  void forward(int layer, attn::ConstTensor q, attn::ConstTensor k, attn::ConstTensor v, attn::Tensor out,
+               bool kv_written) override {
+    const double t0 = bench::now_s();
+    inner_.forward(layer, q, k, v, out, kv_written);
+    g_profile.attention_s += bench::now_s() - t0;
+    g_profile.attention_calls += 1;
+  }
+  attn::KvWriteTarget kv_write_target(int layer) const override { return inner_.kv_write_target(layer); }
+
+ private:
+  attn::AttentionBackend& inner_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,13 +246,16 @@ int main(int argc, char** argv) {
         args.matmul_precision == "bf16" ||
         (args.matmul_precision == "auto" && load_model_config(dir).torch_dtype == DType::kBF16);
     ModelOptions options;
-    if (bf16_activations) {
-      options.make_linear = [](const kernels::cpu::LinearWeight& w) {
-        kernels::cpu::LinearOptions o;
-        o.allow_bf16_activations = true;
-        return kernels::cpu::make_linear_kernel(w, o);
-      };
-    }
+    g_profile.on = args.profile;
+    options.make_linear = [&args, bf16_activations](const kernels::cpu::LinearWeight& w) {
+      kernels::cpu::LinearOptions o;
+      o.allow_bf16_activations = bf16_activations;
+      std::unique_ptr<kernels::cpu::LinearKernel> k = args.linear.empty()
+                                                          ? kernels::cpu::make_linear_kernel(w, o)
+                                                          : kernels::cpu::make_named_linear_kernel(args.linear, w, o);
+      if (!args.profile) return k;
+      return std::unique_ptr<kernels::cpu::LinearKernel>(std::make_unique<TimedLinear>(std::move(k), w));
+    };
     double t0 = bench::now_s();
     auto model = load_cpu_model(dir, options);
     const ModelConfig& c = model->config();
@@ -192,7 +289,9 @@ int main(int argc, char** argv) {
 
     const attn::AttentionShape shape = model->attention_shape(DType::kBF16, 16);
     const std::string backend_name = args.attention_backend.empty() ? best_cpu_backend(shape) : args.attention_backend;
-    auto backend = attn::create_attention_backend(backend_name, shape, {});
+    auto inner_backend = attn::create_attention_backend(backend_name, shape, {});
+    TimedBackend timed_backend(*inner_backend);
+    attn::AttentionBackend* backend = args.profile ? &timed_backend : inner_backend.get();
     spindle::engine::Runner runner(*model, *backend, *backend);
     const int max_batch = 16;
     const int per_seq = args.context + args.steps + 2;
@@ -203,6 +302,8 @@ int main(int argc, char** argv) {
     std::mt19937 rng(1);
     std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
 
+    Profile best_profile;
+    best_profile.on = args.profile;
     // Prefill: one sequence of args.prompt tokens, logits for the last.
     {
       std::vector<TokenId> ids(args.prompt);
@@ -210,7 +311,14 @@ int main(int argc, char** argv) {
       const std::vector<int32_t> table = kv.take(args.prompt);
       StepBatch batch;
       batch.add_sequence(ids.data(), args.prompt, 0, table.data(), static_cast<int32_t>(table.size()), 1);
-      const double t = bench::best_time(2, [&] { runner.run(batch); });
+      double t = 1e30;
+      for (int rep = 0; rep < 2; ++rep) {  // best of 2; the profile of the best
+        g_profile.reset();
+        const double t0 = bench::now_s();
+        runner.run(batch);
+        const double tr = bench::now_s() - t0;
+        if (tr < t) t = tr, best_profile = g_profile;
+      }
       const double p = args.prompt;
       const double attn_flops = 4.0 * p * p / 2 * c.head_dim * c.num_attention_heads * c.num_hidden_layers;
       const double flops = 2 * linear_params * p + 2 * v * h + attn_flops;
@@ -223,10 +331,12 @@ int main(int argc, char** argv) {
       if (mm16 > 0) std::printf(", vs oneDNN bf16: %.1f%%", 100 * tflops * 1e3 / mm16);
       std::printf("\n  memory bound (weights read once / bandwidth): %.0f tokens/s\n",
                   p / (step_weight_bytes / (bw * 1e9)));
+      best_profile.print("prefill", 1, t);
     }
 
     // Decode: `b` sequences with args.context cached tokens each, args.steps steps.
     for (const int b : {1, max_batch}) {
+      if (!args.decode) break;
       std::vector<std::vector<int32_t>> tables;
       kv.next = (args.prompt + 15) / 16;  // reuse the decode region
       for (int s = 0; s < b; ++s) tables.push_back(kv.take(per_seq));
@@ -245,6 +355,7 @@ int main(int argc, char** argv) {
       // shared machine other load moves it; the higher one is the stricter bound).
       const double bw_now = bench::memory_read_gbps(pool);
       const double bw_bound = std::max(bw, bw_now);
+      g_profile.reset();
       const double start = bench::now_s();
       const double cpu_start = bench::thread_cpu_s();
       for (int i = 1; i <= args.steps; ++i) step(i);
@@ -262,6 +373,7 @@ int main(int argc, char** argv) {
                   100 * (b / t) / bound_wkv, (step_weight_bytes + kv_bytes) / t / 1e9);
       std::printf("  calling thread's CPU time %.3f ms/step (with 1 thread: the step's work, whatever the machine's load)\n",
                   cpu_t * 1e3);
+      g_profile.print(b == 1 ? "decode batch 1" : "decode batch 16", args.steps, t * args.steps);
     }
     std::printf("\nworkspace_bytes after the run: %.1f MB\n", model->workspace_bytes() / 1e6);
   } catch (const std::exception& e) {

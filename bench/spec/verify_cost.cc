@@ -14,7 +14,9 @@
 //                          [--context 512] [--k 4] [--batch 1] [--steps 50] [--eager] [--eager-verify]
 //                          [--max-model-len N]  (the length graphs are planned for, as the server's
 //                          --max-model-len; default context + k + 16)
-//                          [--logit-ids N]
+//                          [--logit-ids N] [--matmul-precision auto|exact]
+// --matmul-precision (CPU): auto (default, as `spindle serve`): bf16 activations for a checkpoint
+// stored in bf16 (kernels/cpu/linear.h: amx_bf16 / onednn_bf16 where the CPU has them); exact: f32.
 // --logit-ids N: the LM head over the first N token ids only (Transformer::limit_logit_ids, as a
 // draft model with --speculative-draft-vocab-size N runs), to time a draft model's rounds.
 #include <fmt/format.h>
@@ -24,16 +26,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <utility>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/attention_backend.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "kernels/cpu/linear.h"
 #include "kv/kv_layout.h"
 #include "kv/page_pool.h"
+#include "model/model_config.h"
 #include "model/model_loader.h"
 #include "platform/cuda_info.h"
 #include "util/error.h"
@@ -55,6 +59,7 @@ struct Args {
   bool eager_verify = false;  // graphs for the decode steps only
   int max_model_len = 0;      // 0: context + k + 16
   int logit_ids = 0;          // 0: the whole vocabulary
+  std::string matmul_precision = "auto";
 };
 
 Args parse(int argc, char** argv) {
@@ -77,6 +82,8 @@ Args parse(int argc, char** argv) {
     else if (f == "--eager-verify") a.eager_verify = true;
     else if (f == "--max-model-len") a.max_model_len = std::stoi(value());
     else if (f == "--logit-ids") a.logit_ids = std::stoi(value());
+    else if (f == "--matmul-precision")
+      a.matmul_precision = value();
     else SPINDLE_FAIL("unknown flag {}", f);
   }
   SPINDLE_CHECK(!a.model_dir.empty(), "--model DIR is required");
@@ -106,6 +113,15 @@ int main(int argc, char** argv) try {
   load.device = cuda ? attn::Device::kCuda : attn::Device::kCpu;
   load.cuda_device = 0;
   load.cuda_16bit_activations = true;  // --matmul-precision auto on a bf16 checkpoint
+  SPINDLE_CHECK(a.matmul_precision == "auto" || a.matmul_precision == "exact", "--matmul-precision {}: auto or exact",
+                a.matmul_precision);
+  if (!cuda && a.matmul_precision == "auto" && load_model_config(a.model_dir).torch_dtype == DType::kBF16) {
+    load.cpu.make_linear = [](const kernels::cpu::LinearWeight& w) {  // as the server's cpu_model_options
+      kernels::cpu::LinearOptions o;
+      o.allow_bf16_activations = true;
+      return kernels::cpu::make_linear_kernel(w, o);
+    };
+  }
   auto model = load_model(a.model_dir, load);
   const ModelConfig& c = model->config();
   if (a.logit_ids > 0) model->limit_logit_ids(a.logit_ids);

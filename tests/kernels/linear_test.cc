@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -157,6 +158,7 @@ void check_rows_independent(const std::string& name) {
     for (const auto [in, out] : {std::pair<int64_t, int64_t>{384, 640}, {136, 257}, {13, 15}, {2048, 96}}) {
       const Case c{17, in, out, dtype, true};
       const Data d = make_data(c, rng);
+      if (!linear_kernel_unsupported_reason(name, d.weight).empty()) continue;  // amx_bf16: bf16 weights only
       auto kernel = make_named_linear_kernel(name, d.weight);
       std::vector<std::vector<float>> single(c.m, std::vector<float>(out));
       for (int64_t i = 0; i < c.m; ++i) kernel->forward(d.x.data() + i * in, 1, single[i].data(), &pool, d.bias.data());
@@ -179,6 +181,9 @@ void check_rows_independent(const std::string& name) {
 
 TEST(LinearTest, Avx2RowsMatchOneRowCallsBitwise) { check_rows_independent("avx2"); }
 TEST(LinearTest, Avx512RowsMatchOneRowCallsBitwise) { check_rows_independent("avx512"); }
+// amx_bf16 too: each output is one tile row's accumulation over K in a fixed order (and the n % 16
+// tail columns the avx512 kernel's), whatever the other rows of the call.
+TEST(LinearTest, AmxBf16RowsMatchOneRowCallsBitwise) { check_rows_independent("amx_bf16"); }
 
 TEST(LinearTest, BothBiasCasesAreCovered) {
   // check_variant picks the bias from the parity of m + in + out: make sure both occur for every dtype.
@@ -206,7 +211,34 @@ TEST(LinearTest, AutoWithBf16ActivationsUsesAmxBf16ForAmxRows) {
   const std::string exact = make_linear_kernel(weight)->name();
   const std::string bf16 = make_linear_kernel(weight, LinearOptions{.allow_bf16_activations = true})->name();
   EXPECT_EQ(exact, "auto(avx512+amx,onednn_f32)");
-  EXPECT_EQ(bf16, "auto(avx512+amx_bf16,onednn_bf16)");
+  EXPECT_EQ(bf16, "auto(avx512+amx_bf16,amx_bf16)");
+}
+
+// The bf16-activation policy on an AMX CPU, by its outputs: 1 row is the exact avx512 product (a
+// decode step stays f32-exact), 2 .. 64 rows and more than 64 rows are amx_bf16's, bit for bit
+// (linear.h: kLinearAmxBf16MinRows = 2; amx_bf16, not oneDNN, above kLinearDirectMaxRows). Run
+// with the knobs unset (SPINDLE_LINEAR_AMX_BF16_MIN_ROWS, SPINDLE_LINEAR_BF16_LARGE).
+TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512ForOneRowAndAmxBf16FromTwo) {
+  std::vector<uint16_t> probe(64 * 64);
+  const std::string reason = linear_kernel_unsupported_reason("amx_bf16", {probe.data(), DType::kBF16, 64, 64});
+  if (!reason.empty()) GTEST_SKIP() << "amx_bf16: " << reason;
+  if (std::getenv("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS") || std::getenv("SPINDLE_LINEAR_BF16_LARGE"))
+    GTEST_SKIP() << "a linear policy knob is set in the environment";
+  ThreadPool pool(3);
+  std::mt19937 rng(11);
+  const Case c{129, 384, 257, DType::kBF16, true};
+  const Data d = make_data(c, rng);
+  auto automatic = make_linear_kernel(d.weight, LinearOptions{.allow_bf16_activations = true});
+  auto avx512 = make_named_linear_kernel("avx512", d.weight);
+  auto amx_bf16 = make_named_linear_kernel("amx_bf16", d.weight);
+  for (const int64_t m :
+       {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{64}, int64_t{65}, int64_t{129}}) {
+    std::vector<float> got(m * c.out, std::numeric_limits<float>::quiet_NaN()), want(got);
+    automatic->forward(d.x.data(), m, got.data(), &pool, d.bias.data());
+    (m == 1 ? avx512 : amx_bf16)->forward(d.x.data(), m, want.data(), &pool, d.bias.data());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+        << "m=" << m << ": auto with bf16 activations is not " << (m == 1 ? "avx512" : "amx_bf16");
+  }
 }
 
 TEST(LinearTest, RejectsBadWeightsAndNames) {

@@ -10,12 +10,12 @@
 // Two modes, each on all four bf16 goldens:
 //   serving   the linear kernels exactly as `spindle serve`/`generate` build them with bf16
 //             activations allowed (kernels::cpu::LinearOptions::allow_bf16_activations). On a CPU
-//             with AMX-BF16 or AVX512-BF16 products of more than kLinearDirectMaxRows (64) rows go
-//             to oneDNN's bf16 matmul, which rounds x to bf16, and with AMX those of
-//             kLinearAmxMinRows (9) to 64 rows to amx_bf16, which rounds x too; smaller ones
-//             (every decode step here) stay exact. Elsewhere (AVX2 only, like the dev VM) oneDNN has no bf16 matmul,
-//             so this mode is the exact path there. The prefill below batches every prompt twice
-//             (80 rows), so on AMX machines it does run oneDNN bf16.
+//             with AMX every product of kLinearAmxBf16MinRows (2) rows or more runs amx_bf16,
+//             which rounds x to bf16 (the 8-sequence decode steps here too); 1-row products stay
+//             exact. With AVX512-BF16 but no AMX, products of more than kLinearDirectMaxRows (64)
+//             rows go to oneDNN's bf16 matmul, which rounds x as well. Elsewhere (AVX2 only, like
+//             the dev VM) this mode is the exact path. The prefill below batches every prompt
+//             twice (80 rows).
 //   emulated  every product input rounded to bf16 (round to nearest even) before an exact
 //             product with the bf16 weights, at every row count, prefill and decode: what
 //             onednn_bf16 computes (bf16 x bf16, f32 accumulation), on every machine, in every

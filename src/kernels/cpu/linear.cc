@@ -3,13 +3,16 @@
 // linear_avx512.cc, the oneDNN paths in linear_onednn.cc (see linear.h for the list).
 //
 // Policy ("auto"): m <= kLinearDirectMaxRows runs the direct kernel (avx512 where AVX-512F/BW/VL
-// are usable, else avx2 where AVX2+FMA are): it reads W once from memory, which is what decode
-// costs. Larger m runs oneDNN: bf16 matmul only when LinearOptions::allow_bf16_activations and
-// the CPU has AMX-BF16/AVX512-BF16 and W is bf16; f32 matmul otherwise (exact f32 products).
+// are usable, else avx2 where AVX2+FMA are; amx/amx_bf16 rows on AMX CPUs, see linear.h): it reads
+// W once from memory, which is what decode costs. Larger m runs amx_bf16 when
+// LinearOptions::allow_bf16_activations, W is bf16 and AMX is usable; else oneDNN: bf16 matmul
+// when bf16 activations are allowed and the CPU has AVX512-BF16, f32 matmul otherwise (exact f32
+// products).
 #include "kernels/cpu/linear.h"
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -200,13 +203,17 @@ std::string amx_unsupported_reason(const LinearWeight& w) {
   return {};
 }
 
-// bf16_activations: the amx rows (kLinearAmxMinRows and up) round x to bf16 (amx_bf16).
+// bf16_activations: the amx rows (linear_amx_bf16_min_rows() and up) round x to bf16 (amx_bf16);
+// otherwise the exact amx kernel from kLinearAmxMinRows.
 std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activations) {
   if (has_avx512()) {
     auto avx512 = std::make_unique<DirectLinear>(w, &linear_slice_avx512, "avx512");
-    if (amx_unsupported_reason(w).empty())
-      return std::make_unique<RowSplitLinear>(
-          std::move(avx512), std::make_unique<AmxLinear>(w, bf16_activations ? 1 : kLinearAmxParts), kLinearAmxMinRows);
+    if (amx_unsupported_reason(w).empty()) {
+      auto amx = std::make_unique<AmxLinear>(w, bf16_activations ? 1 : kLinearAmxParts);
+      const int64_t min_rows = bf16_activations ? linear_amx_bf16_min_rows() : kLinearAmxMinRows;
+      if (min_rows <= 1) return amx;
+      return std::make_unique<RowSplitLinear>(std::move(avx512), std::move(amx), min_rows);
+    }
     return avx512;
   }
   if (has_avx2()) return std::make_unique<DirectLinear>(w, &linear_slice_avx2, "avx2");
@@ -214,6 +221,18 @@ std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activ
 }
 
 }  // namespace
+
+int64_t linear_amx_bf16_min_rows() {
+  static const int64_t rows = [] {
+    const char* env = std::getenv("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS");
+    if (env == nullptr || *env == '\0') return kLinearAmxBf16MinRows;
+    const long v = std::strtol(env, nullptr, 10);
+    SPINDLE_CHECK(v >= 1 && v <= kLinearDirectMaxRows + 1, "SPINDLE_LINEAR_AMX_BF16_MIN_ROWS={}: 1 to {}", env,
+                  kLinearDirectMaxRows + 1);
+    return int64_t{v};
+  }();
+  return rows;
+}
 
 std::vector<std::string> linear_kernel_names() { return {kNames.begin(), kNames.end()}; }
 
@@ -244,9 +263,24 @@ std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, co
   return make_linear_kernel(weight, options);  // "auto"
 }
 
+bool linear_bf16_large_rows_on_amx() {
+  static const bool amx = [] {
+    const char* env = std::getenv("SPINDLE_LINEAR_BF16_LARGE");
+    const std::string v = env ? env : "";
+    SPINDLE_CHECK(v.empty() || v == "amx" || v == "onednn", "SPINDLE_LINEAR_BF16_LARGE={}: amx or onednn", v);
+    return v != "onednn";
+  }();
+  return amx;
+}
+
 std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options) {
   check_weight(weight);
   const bool bf16 = options.allow_bf16_activations && onednn_linear_unsupported_reason(weight, true).empty();
+  // More than kLinearDirectMaxRows rows with bf16 activations: amx_bf16 where AMX is usable (x
+  // rounded to bf16 as oneDNN's bf16 matmul rounds it: the same product, W read in place), else
+  // oneDNN (see linear.h for the measurement).
+  if (bf16 && linear_bf16_large_rows_on_amx() && amx_unsupported_reason(weight).empty())
+    return std::make_unique<AutoLinear>(make_direct(weight, bf16), std::make_unique<AmxLinear>(weight, 1));
   return std::make_unique<AutoLinear>(make_direct(weight, bf16), make_onednn_linear(weight, bf16));
 }
 

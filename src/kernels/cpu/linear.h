@@ -27,10 +27,11 @@
 //   onednn_bf16  oneDNN bf16 matmul (AMX / AVX512-BF16): x is ROUNDED TO BF16 first (relative
 //                error ~4e-3), f32 accumulation and output. bf16 weights only.
 //   auto         what make_linear_kernel returns: the direct kernel for m <= kLinearDirectMaxRows
-//                (bf16 weights with AMX: avx512 for m < kLinearAmxMinRows, amx from there, or
-//                amx_bf16 with LinearOptions::allow_bf16_activations; else avx512 > avx2), the
-//                oneDNN kernel above that (onednn_bf16 only with allow_bf16_activations on a CPU
-//                that has it, else onednn_f32).
+//                (bf16 weights with AMX: avx512 for m < kLinearAmxMinRows, amx from there; with
+//                LinearOptions::allow_bf16_activations avx512 for m < kLinearAmxBf16MinRows and
+//                amx_bf16 from there; else avx512 > avx2), above that amx_bf16 (bf16 activations
+//                on an AMX CPU) or oneDNN (onednn_bf16 with allow_bf16_activations on a CPU that
+//                has AVX512-BF16 but no AMX, else onednn_f32).
 #pragma once
 
 #include <cstdint>
@@ -76,6 +77,20 @@ inline constexpr int64_t kLinearDirectMaxRows = 64;
 // 65-87 GB/s (three runs) from m = 1 to 16, then 48-51 at 24-32 and 24 at 64, still the fastest
 // kernel there. At m = 8 avx512 is still slightly ahead, from m = 12 amx by 15-40%.
 inline constexpr int64_t kLinearAmxMinRows = 9;
+// With bf16 activations allowed (amx_bf16: x rounded to bf16, one tile product per W tile), "auto"
+// runs amx_bf16 from this many rows and avx512 below it (a 1-row decode stays f32-exact: amx_bf16
+// at m = 1 was slower on kjv-tiny's L3-resident weights, 1.8-1.9 vs 1.3-1.4 ms a step; from m = 2
+// it is faster on every 1B shape and a 5-row kjv-tiny verify costs 1.65-1.68x a decode step
+// instead of 2.08-2.14x: bench/results/2026-12-02-xeon-cpu-2/). linear_amx_bf16_min_rows() is
+// this, or the environment's SPINDLE_LINEAR_AMX_BF16_MIN_ROWS (1 .. kLinearDirectMaxRows + 1; a
+// tuning and A/B knob, read once).
+inline constexpr int64_t kLinearAmxBf16MinRows = 2;
+int64_t linear_amx_bf16_min_rows();
+// With bf16 activations allowed and AMX usable, products of more than kLinearDirectMaxRows rows
+// run amx_bf16 too (not oneDNN's bf16 matmul; 2 Xeon cores, m = 512: bench/results/
+// 2026-12-02-xeon-cpu-2/), unless the environment says SPINDLE_LINEAR_BF16_LARGE=onednn (A/B knob,
+// read once).
+bool linear_bf16_large_rows_on_amx();
 
 class LinearKernel {
  public:

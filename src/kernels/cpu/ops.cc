@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "platform/cpu_info.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -169,8 +170,27 @@ void RopeTable::apply(float* x, int num_heads, int64_t position) const {
   }
 }
 
+// ops_avx2.cc (compiled with -mavx2 -mfma): the same with a vectorised exp.
+void silu_mul_avx2(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows, int64_t cols);
+
+bool silu_mul_uses_avx2() {
+  static const bool avx2 = [] {
+    const CpuInfo info = detect_cpu_info();
+    return info.has("avx2") && info.has("fma");
+  }();
+  return avx2;
+}
+
 void silu_mul(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
               int64_t cols) {
+  if (silu_mul_uses_avx2()) {
+    silu_mul_avx2(gate, up, in_stride, out, rows, cols);
+    return;
+  }
+  silu_mul_scalar(gate, up, in_stride, out, rows, cols);
+}
+
+void silu_mul_scalar(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate + r * in_stride;
     const float* u = up + r * in_stride;

@@ -78,8 +78,13 @@ class RopeTable {
 
 // out[r, i] = silu(gate[r, i]) * up[r, i], silu(g) = g / (1 + exp(-g)), for r < rows, i < cols.
 // gate and up rows start at gate + r * in_stride and up + r * in_stride; out rows are contiguous.
+// On CPUs with AVX2+FMA (silu_mul_uses_avx2()) the exp is a vectorised polynomial (~1 ulp; exp's
+// argument clamped to [-87.3, 88.7]); otherwise silu_mul_scalar (std::exp). Either way an
+// element's value depends on its two inputs alone.
 void silu_mul(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows,
               int64_t cols);
+void silu_mul_scalar(const float* gate, const float* up, int64_t in_stride, float* out, int64_t rows, int64_t cols);
+bool silu_mul_uses_avx2();
 
 // y[i] += x[i] for i < n.
 void add_inplace(float* y, const float* x, int64_t n);
