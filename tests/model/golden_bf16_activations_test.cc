@@ -10,9 +10,9 @@
 // Two modes, each on all four bf16 goldens:
 //   serving   the linear kernels exactly as `spindle serve`/`generate` build them with bf16
 //             activations allowed (kernels::cpu::LinearOptions::allow_bf16_activations). On a CPU
-//             with AMX every product of kLinearAmxBf16MinRows (2) rows or more runs amx_bf16,
-//             which rounds x to bf16 (the 8-sequence decode steps here too); 1-row products stay
-//             exact. With AVX512-BF16 but no AMX, products of more than kLinearDirectMaxRows (64)
+//             with AMX every product of kLinearAmxBf16MinRows (9) rows or more runs amx_bf16,
+//             which rounds x to bf16 (the prefill here); smaller ones (every decode step here)
+//             stay exact. With AVX512-BF16 but no AMX, products of more than kLinearDirectMaxRows (64)
 //             rows go to oneDNN's bf16 matmul, which rounds x as well. Elsewhere (AVX2 only, like
 //             the dev VM) this mode is the exact path. The prefill below batches every prompt
 //             twice (80 rows).

@@ -78,13 +78,15 @@ inline constexpr int64_t kLinearDirectMaxRows = 64;
 // kernel there. At m = 8 avx512 is still slightly ahead, from m = 12 amx by 15-40%.
 inline constexpr int64_t kLinearAmxMinRows = 9;
 // With bf16 activations allowed (amx_bf16: x rounded to bf16, one tile product per W tile), "auto"
-// runs amx_bf16 from this many rows and avx512 below it (a 1-row decode stays f32-exact: amx_bf16
-// at m = 1 was slower on kjv-tiny's L3-resident weights, 1.8-1.9 vs 1.3-1.4 ms a step; from m = 2
-// it is faster on every 1B shape and a 5-row kjv-tiny verify costs 1.65-1.68x a decode step
-// instead of 2.08-2.14x: bench/results/2026-12-02-xeon-cpu-2/). linear_amx_bf16_min_rows() is
-// this, or the environment's SPINDLE_LINEAR_AMX_BF16_MIN_ROWS (1 .. kLinearDirectMaxRows + 1; a
-// tuning and A/B knob, read once).
-inline constexpr int64_t kLinearAmxBf16MinRows = 2;
+// runs amx_bf16 from this many rows and avx512 below it. Kept at 9: a 1-row decode and a
+// speculative verify of up to 8 rows then compute each row alike (f32-exact), so greedy
+// speculation stays identical to plain decoding. From m = 2 amx_bf16 is faster (a 5-row kjv-tiny
+// verify 1.65-1.68x a decode step instead of 2.08-2.14x), but the served A/B on the Xeon gave no
+// clear gain (one round: draft 1.09x vs 1.18x, n-gram 1.28x vs 1.14x) and 1 of 8 greedy kjv texts
+// differed between draft speculation and plain decoding (bench/results/2026-12-02-xeon-cpu-2/run2).
+// linear_amx_bf16_min_rows() is this, or the environment's SPINDLE_LINEAR_AMX_BF16_MIN_ROWS
+// (1 .. kLinearDirectMaxRows + 1; a tuning and A/B knob, read once).
+inline constexpr int64_t kLinearAmxBf16MinRows = 9;
 int64_t linear_amx_bf16_min_rows();
 // With bf16 activations allowed and AMX usable, products of more than kLinearDirectMaxRows rows
 // run amx_bf16 too (not oneDNN's bf16 matmul; 2 Xeon cores, m = 512: bench/results/
