@@ -2,17 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
+#include "util/ab_switch.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -360,10 +359,7 @@ kcu::KvPagesOut kv_pages_out(const attn::KvWriteTarget& kv) {
 
 // SPINDLE_CUDA_QKV_ROPE=0: the q/k/v product and its split as two launches (A/B benchmarks).
 bool fused_qkv_rope_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("SPINDLE_CUDA_QKV_ROPE");
-    return !(env != nullptr && std::string_view(env) == "0");
-  }();
+  static const bool enabled = ab_switch_on("SPINDLE_CUDA_QKV_ROPE");
   return enabled;
 }
 
@@ -420,10 +416,7 @@ void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product&
 
 attn::OutputCopy CudaOps::attention_output_copy(const float* /*out*/, int64_t rows, int64_t cols) {
   // SPINDLE_CUDA_ATTN_OUT16=0: the output projection converts the attention's output itself (A/B).
-  static const bool enabled = [] {
-    const char* env = std::getenv("SPINDLE_CUDA_ATTN_OUT16");
-    return !(env != nullptr && std::string_view(env) == "0");
-  }();
+  static const bool enabled = ab_switch_on("SPINDLE_CUDA_ATTN_OUT16");
   if (!enabled || linear16_dtype_ == DType::kF32) return {};
   return {linear_->input16_target(rows, cols, 0), linear16_dtype_};
 }

@@ -5,13 +5,12 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
-#include <string_view>
 
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
 #include "kernels/cuda/model_ops.h"
+#include "util/ab_switch.h"
 #include "util/error.h"
 
 namespace spindle::kernels::cuda {
@@ -44,8 +43,7 @@ void check_int(int64_t v, const char* what) {
 
 CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     : stream_(stream), round_(allow_16bit_activations) {
-  const char* gemv = std::getenv("SPINDLE_CUDA_GEMV16");  // "0": cuBLAS only (A/B benchmarks)
-  gemv16_ = round_ && !(gemv != nullptr && std::string_view(gemv) == "0");
+  gemv16_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV16");  // "0": cuBLAS only (A/B benchmarks)
   const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublas.Create(&handle));
@@ -197,8 +195,7 @@ bool CublasLinear::gemv16_takes(const DeviceWeight& w, int64_t rows) const {
 }
 
 bool CublasLinear::use_gemv16(const DeviceWeight& w, const Input& x) const {
-  return gemv16_ && x.rows <= kGemv16UseMaxRows && w.out_features * w.in_features <= kGemv16MaxWeightElements &&
-         gemv16_supports(x.rows, w.in_features, w.data, x.converted);
+  return gemv16_takes(w, x.rows) && gemv16_supports(x.rows, w.in_features, w.data, x.converted);
 }
 
 const char* CublasLinear::name() const {

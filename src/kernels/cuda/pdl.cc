@@ -4,18 +4,14 @@
 
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
+#include "util/ab_switch.h"
 
 namespace spindle::kernels::cuda {
 
 bool pdl_enabled() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("SPINDLE_CUDA_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool allowed = ab_switch_on("SPINDLE_CUDA_PDL");
   if (!allowed) return false;
   // Per device: 0 unknown, 1 off, 2 on (a process may drive GPUs of different generations).
   static std::array<std::atomic<int>, 64> state{};
@@ -33,10 +29,7 @@ bool pdl_enabled() {
 }
 
 bool pdl_early_enabled() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("SPINDLE_CUDA_PDL_EARLY");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  static const bool allowed = ab_switch_on("SPINDLE_CUDA_PDL_EARLY");
   return allowed && pdl_enabled();
 }
 
