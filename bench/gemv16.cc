@@ -1,13 +1,15 @@
-// Small-batch bf16 products on the GPU: launch_gemv16 against cuBLAS (CublasLinear's rounding
-// mode, the path the server takes without gemv16) on the projection shapes of a model, at 1, 2,
-// 4 and 8 rows, as ratios to the device copy bandwidth measured in the same run. Every timed
-// product starts with L2 cold (a 256 MiB buffer is rewritten before it, untimed), as in a decode
-// step where the other layers' weights have evicted this one. Median of --reps. The two results
-// are compared (max |difference| / max |value|) so a fast wrong kernel shows.
+// Small-batch bf16 products on the GPU: launch_gemv16 (up to 8 rows) and launch_gemv_mma (the
+// tensor-core form, up to 16) against cuBLAS (CublasLinear's rounding mode, the path the server
+// takes without either) on the projection shapes of a model, at 1-5, 8 and 16 rows, as ratios to the device copy
+// bandwidth measured in the same run. Every timed product starts with L2 cold (a 256 MiB buffer is rewritten before it,
+// untimed), as in a decode step where the other layers' weights have evicted this one. Median of --reps. The two
+// results are compared with cuBLAS's (max |difference| / max |value|) so a fast wrong kernel shows.
 //
 // usage: bench_gemv16 [--hidden 4096] [--intermediate 14336] [--heads 32] [--kv-heads 8]
 //                     [--head-dim 128] [--vocab 128256] [--reps 20]     (defaults: Llama-3.1-8B)
 // Prints one JSON object per (shape, rows) and a markdown table.
+#include "kernels/cuda/gemv16.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,7 +23,7 @@
 #include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/gemv16.h"
+#include "kernels/cuda/gemv_mma.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -115,8 +117,18 @@ int main(int argc, char** argv) try {
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
-  std::string table = "| shape | out x in | rows | cuBLAS us (% bw) | gemv16 us (% bw) | gemv16 / cuBLAS time | max rel diff |\n"
-                      "|---|---|---|---|---|---|---|\n";
+  std::string table =
+      "| shape | out x in | rows | cuBLAS us (% bw) | gemv16 us (% bw) | gemv_mma us (% bw) | gemv_mma / cuBLAS time | "
+      "max rel diff (gemv16, mma) |\n|---|---|---|---|---|---|---|---|\n";
+  // max |a - b| / max |a|
+  const auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double max_abs = 0, max_diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[i])));
+      max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    }
+    return max_diff / max_abs;
+  };
   for (const Shape& s : shapes) {
     std::vector<uint16_t> host(static_cast<size_t>(s.out * s.in));
     for (auto& h : host) h = float_to_bf16_bits(normal(rng));
@@ -124,36 +136,47 @@ int main(int argc, char** argv) try {
     kcu::copy_to_device(w.data(), host.data(), host.size() * sizeof(uint16_t));
     const kcu::DeviceWeight weight{w.data(), DType::kBF16, s.out, s.in};
     const double bytes = static_cast<double>(host.size()) * 2;
-    for (const int64_t rows : {1, 2, 4, 8}) {
+    for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16}) {
       std::vector<float> x(static_cast<size_t>(rows * s.in));
       for (auto& v : x) v = normal(rng) * 50;
-      kcu::DeviceBuffer dx(x.size() * sizeof(float)), y1(static_cast<size_t>(rows * s.out) * sizeof(float)),
-          y2(static_cast<size_t>(rows * s.out) * sizeof(float));
+      const size_t y_bytes = static_cast<size_t>(rows * s.out) * sizeof(float);
+      kcu::DeviceBuffer dx(x.size() * sizeof(float)), y1(y_bytes), y2(y_bytes), y3(y_bytes);
       kcu::copy_to_device(dx.data(), x.data(), x.size() * sizeof(float));
       cublas.reserve(rows, s.in, s.out);
       const kcu::CublasLinear::Input in = cublas.prepare(dx.as<float>(), rows, s.in, DType::kBF16);
       const double t_cublas = timed([&] { cublas.forward(weight, in, y1.as<float>()); }, flush, reps, stream);
-      const double t_gemv = timed(
-          [&] { kcu::launch_gemv16(w.data(), in.converted, rows, s.in, s.out, true, nullptr, y2.as<float>(), stream); },
+      const bool has_gemv16 = rows <= kcu::kGemv16MaxRows;
+      const double t_gemv = has_gemv16 ? timed(
+                                             [&] {
+                                               kcu::launch_gemv16(w.data(), in.converted, rows, s.in, s.out, true,
+                                                                  nullptr, y2.as<float>(), stream);
+                                             },
+                                             flush, reps, stream)
+                                       : 0.0;
+      const double t_mma = timed(
+          [&] {
+            kcu::launch_gemv_mma(w.data(), in.converted, rows, s.in, s.out, true, nullptr, y3.as<float>(), stream);
+          },
           flush, reps, stream);
-      std::vector<float> a(static_cast<size_t>(rows * s.out)), b(a.size());
+      std::vector<float> a(static_cast<size_t>(rows * s.out)), b(a.size()), c(a.size());
       kcu::copy_to_host(a.data(), y1.data(), a.size() * sizeof(float));
       kcu::copy_to_host(b.data(), y2.data(), b.size() * sizeof(float));
-      double max_abs = 0, max_diff = 0;
-      for (size_t i = 0; i < a.size(); ++i) {
-        max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[i])));
-        max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-      }
-      const double bw_c = bytes / t_cublas / bandwidth * 100, bw_g = bytes / t_gemv / bandwidth * 100;
-      std::printf("{\"shape\": \"%s\", \"out\": %lld, \"in\": %lld, \"rows\": %lld, \"cublas_us\": %.2f, \"gemv16_us\": %.2f, "
-                  "\"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": %.1f, \"max_rel_diff\": %.3g}\n",
-                  s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
-                  static_cast<long long>(rows), t_cublas * 1e6, t_gemv * 1e6, bw_c, bw_g, max_diff / max_abs);
-      char line[256];
-      std::snprintf(line, sizeof line, "| %s | %lld x %lld | %lld | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2f | %.1e |\n",
+      kcu::copy_to_host(c.data(), y3.data(), c.size() * sizeof(float));
+      const double diff_g = has_gemv16 ? rel_diff(a, b) : 0.0, diff_m = rel_diff(a, c);
+      const double bw_c = bytes / t_cublas / bandwidth * 100, bw_g = has_gemv16 ? bytes / t_gemv / bandwidth * 100 : 0,
+                   bw_m = bytes / t_mma / bandwidth * 100;
+      std::printf(
+          "{\"shape\": \"%s\", \"out\": %lld, \"in\": %lld, \"rows\": %lld, \"cublas_us\": %.2f, "
+          "\"gemv16_us\": %.2f, \"gemv_mma_us\": %.2f, \"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": %.1f, "
+          "\"gemv_mma_pct_bw\": %.1f, \"gemv16_max_rel_diff\": %.3g, \"gemv_mma_max_rel_diff\": %.3g}\n",
+          s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), static_cast<long long>(rows),
+          t_cublas * 1e6, t_gemv * 1e6, t_mma * 1e6, bw_c, bw_g, bw_m, diff_g, diff_m);
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "| %s | %lld x %lld | %lld | %.1f (%.0f%%) | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2f | %.1e, %.1e |\n",
                     s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
-                    static_cast<long long>(rows), t_cublas * 1e6, bw_c, t_gemv * 1e6, bw_g, t_gemv / t_cublas,
-                    max_diff / max_abs);
+                    static_cast<long long>(rows), t_cublas * 1e6, bw_c, t_gemv * 1e6, bw_g, t_mma * 1e6, bw_m,
+                    t_mma / t_cublas, diff_g, diff_m);
       table += line;
     }
   }

@@ -11,7 +11,8 @@
 #   SPINDLE=.bundle/bin/spindle RESULTS=/tmp/e2e-out bash bench/e2e_gpu/run.sh
 # Knobs: SHAPE (8b|1b|tiny), LEVELS, SERVE_ARGS (extra serve flags), EAGER=1 (also a run with
 # --disable-cuda-graph), AB="label:flags;label:flags" (also a run per entry with those serve flags,
-# at AB_LEVELS, default 1,32,128, no 8k prefill; e.g. AB="overlap:--enable-overlap-schedule"),
+# at AB_LEVELS, default 1,32,128, no 8k prefill; e.g. AB="overlap:--enable-overlap-schedule"; words
+# NAME=VALUE among the flags go to the server's environment: AB="nomma:SPINDLE_CUDA_GEMV_MMA=0"),
 # SKIP_HF=1, SKIP_PREFILL=1, SKIP_SHORT=1, PORT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,10 +37,15 @@ else
 fi
 vocab=$(python3 -c "import json; print(json.load(open('$work/model/config.json'))['vocab_size'])")
 
-serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS...
+serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS... (NAME=VALUE words: the server's environment)
   local label=$1; shift
-  say "serve $label"
-  "$spindle" serve "$work/model" --device cuda:0 --port "$port" --max-model-len 8448 ${SERVE_ARGS:-} "$@" \
+  local envs=() flags=()
+  for word in "$@"; do
+    if [[ $word =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$word"); else flags+=("$word"); fi
+  done
+  set -- "${flags[@]}"
+  say "serve $label ${envs[*]}"
+  env "${envs[@]}" "$spindle" serve "$work/model" --device cuda:0 --port "$port" --max-model-len 8448 ${SERVE_ARGS:-} "$@" \
     >"$results/serve-$label.txt" 2>&1 &
   local pid=$!
   for _ in $(seq 1 400); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 1; done

@@ -14,7 +14,7 @@
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
 #   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
-#   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
+#   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 and gemv_mma vs cuBLAS, vs the copy bandwidth
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
 #   memcheck_overlap compute-sanitizer memcheck over the overlap schedule's engine test (queued samplings, pending tokens)
@@ -81,7 +81,7 @@ has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=
 has sampler && run sampler 100 $bin/cuda_sampler_test --gtest_brief=1
 has ops && run ops 60 $bin/cuda_ops_test --gtest_brief=1
 has server_cuda && run server_cuda 150 $bin/server_cuda_test --gtest_brief=1  # greedy over HTTP on the GPU vs HF and the CPU
-has gemv && run gemv 120 $bin/bench_gemv16 --reps 20  # gemv16 vs cuBLAS, 8B projection shapes, 1-8 rows
+has gemv && run gemv 150 $bin/bench_gemv16 --reps 20  # gemv16, gemv_mma vs cuBLAS, 8B projection shapes, 1-16 rows
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
 if has memcheck_ops; then  # the norms, SwiGLU with their 16-bit copies, gemv16
   run memcheck_ops 120 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_ops_test --gtest_brief=1
@@ -135,6 +135,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # A config is env settings: off = SPINDLE_CUDA_PDL_EARLY=0 (pdl.cuh), u8 = SPINDLE_GEMV16_UNROLL=8,
   # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), nocopy =
   # SPINDLE_CUDA_ATTN_OUT16=0 (the attention output converted to 16 bits by its own launch), neither = both,
+  # nomma = SPINDLE_CUDA_GEMV_MMA=0 (cuBLAS from 3 rows), mma1 = SPINDLE_CUDA_GEMV16=0 (gemv_mma from 1 row),
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -150,6 +151,8 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             noqkv) envs=(SPINDLE_CUDA_QKV_ROPE=0) ;;
             nocopy) envs=(SPINDLE_CUDA_ATTN_OUT16=0) ;;
             neither) envs=(SPINDLE_CUDA_QKV_ROPE=0 SPINDLE_CUDA_ATTN_OUT16=0) ;;
+            nomma) envs=(SPINDLE_CUDA_GEMV_MMA=0) ;;
+            mma1) envs=(SPINDLE_CUDA_GEMV16=0) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
           name=early_c${ctx}_r${round}_b${b}_${config}

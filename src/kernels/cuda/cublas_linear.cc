@@ -9,6 +9,7 @@
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
+#include "kernels/cuda/gemv_mma.h"
 #include "kernels/cuda/model_ops.h"
 #include "util/ab_switch.h"
 #include "util/error.h"
@@ -43,7 +44,8 @@ void check_int(int64_t v, const char* what) {
 
 CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     : stream_(stream), round_(allow_16bit_activations) {
-  gemv16_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV16");  // "0": cuBLAS only (A/B benchmarks)
+  gemv16_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV16");      // "0": cuBLAS only (A/B benchmarks)
+  gemv_mma_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV_MMA");  // "0": cuBLAS from 3 rows
   const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublas.Create(&handle));
@@ -149,6 +151,10 @@ void CublasLinear::forward(const DeviceWeight& w, const Input& x, float* y, cons
       launch_gemv16(w.data, x.converted, x.rows, w.in_features, out, w.dtype == DType::kBF16, bias, y, stream_);
       return;
     }
+    if (gemv_mma_takes(w, x.rows) && gemv_mma_supports(x.rows, w.in_features, w.data, x.converted)) {
+      launch_gemv_mma(w.data, x.converted, x.rows, w.in_features, out, w.dtype == DType::kBF16, bias, y, stream_);
+      return;
+    }
     gemm(w, x.converted, x.rows, y, 0.0f);
   } else if (x.rows <= kFusedSplitMaxRows) {
     // One product over [hi; lo] (the weight is read once), then y = hi part + lo part (+ bias).
@@ -194,13 +200,22 @@ bool CublasLinear::gemv16_takes(const DeviceWeight& w, int64_t rows) const {
          w.out_features * w.in_features <= kGemv16MaxWeightElements;
 }
 
+bool CublasLinear::gemv_mma_takes(const DeviceWeight& w, int64_t rows) const {
+  // Rows 1-2 stay gemv16's (and its fused forms') unless it is switched off.
+  const int64_t min_rows = gemv16_ ? kGemv16UseMaxRows + 1 : 1;
+  return gemv_mma_ && w.dtype != DType::kF32 && rows >= min_rows && rows <= kGemvMmaUseMaxRows &&
+         w.out_features * w.in_features <= kGemv16MaxWeightElements;
+}
+
 bool CublasLinear::use_gemv16(const DeviceWeight& w, const Input& x) const {
   return gemv16_takes(w, x.rows) && gemv16_supports(x.rows, w.in_features, w.data, x.converted);
 }
 
 const char* CublasLinear::name() const {
   if (!round_) return "cublas_split";
-  return gemv16_ ? "cublas_round16+gemv16" : "cublas_round16";
+  if (gemv16_ && gemv_mma_) return "cublas_round16+gemv16+gemv_mma";
+  if (gemv16_ || gemv_mma_) return gemv16_ ? "cublas_round16+gemv16" : "cublas_round16+gemv_mma";
+  return "cublas_round16";
 }
 
 uint64_t CublasLinear::workspace_bytes() const { return workspace_.size() + converted_.size() + product_.size(); }

@@ -47,6 +47,11 @@ struct DeviceWeight {
 // SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off (for A/B benchmarks).
 inline constexpr int64_t kGemv16UseMaxRows = 2;
 inline constexpr int64_t kGemv16MaxWeightElements = int64_t{128} << 20;
+// Products of kGemv16UseMaxRows + 1 to kGemvMmaUseMaxRows rows over weights of at most
+// kGemv16MaxWeightElements run on launch_gemv_mma (gemv_mma.h, the tensor-core form) instead of
+// cuBLAS (bench_gemv16's gemv_mma column, bench/results/2026-12-03-h200-gemv-mma).
+// SPINDLE_CUDA_GEMV_MMA=0 turns it off, SPINDLE_CUDA_GEMV16=0 gives it rows 1-2 too (A/B benchmarks).
+inline constexpr int64_t kGemvMmaUseMaxRows = 16;
 
 // Split products of at most this many rows run as one product over the stacked [hi; lo] rows.
 inline constexpr int64_t kFusedSplitMaxRows = 32;
@@ -104,6 +109,8 @@ class CublasLinear {
   void forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias = nullptr);
   // Whether forward() runs a product of `rows` rows with w on gemv16 (given aligned operands).
   bool gemv16_takes(const DeviceWeight& w, int64_t rows) const;
+  // Whether forward() runs it on gemv_mma (given aligned operands).
+  bool gemv_mma_takes(const DeviceWeight& w, int64_t rows) const;
 
   // "cublas_split" (default) or "cublas_round16".
   const char* name() const;
@@ -119,6 +126,7 @@ class CublasLinear {
   cudaStream_t stream_ = nullptr;
   bool round_ = false;
   bool gemv16_ = false;     // small-batch products on launch_gemv16 (rounding mode only)
+  bool gemv_mma_ = false;   // and on launch_gemv_mma (rounding mode only)
   DeviceBuffer workspace_;  // cuBLAS's
   DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]: split hi/lo, or two rounded slots
   DeviceBuffer product_;    // f32 [2 * min(max_rows, kFusedSplitMaxRows), max_out]
