@@ -113,6 +113,7 @@ int main(int argc, char** argv) try {
   const double bandwidth = copy_bandwidth(stream);
   kcu::DeviceBuffer flush(size_t{256} << 20);
   setenv("SPINDLE_CUDA_GEMV16", "0", 1);  // this CublasLinear is cuBLAS alone
+  unsetenv("SPINDLE_CUDA_GEMV_MMA");
   kcu::CublasLinear cublas(stream, /*allow_16bit_activations=*/true);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);

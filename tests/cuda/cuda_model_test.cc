@@ -150,7 +150,7 @@ TEST_P(CudaModelTest, Round16ActivationsStayClose) {
   CudaModelOptions options;
   options.allow_16bit_activations = true;
   load(options);
-  EXPECT_STREQ(model_->linear_kernel_name(), "cublas_round16+gemv16+gemv_mma");
+  EXPECT_STREQ(model_->linear_kernel_name(), "cublas_round16+gemv16");
   use_backend(DType::kF32);
   double max_error = 0;
   for (const auto& prompt : golden_) {

@@ -45,7 +45,7 @@ void check_int(int64_t v, const char* what) {
 CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     : stream_(stream), round_(allow_16bit_activations) {
   gemv16_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV16");      // "0": cuBLAS only (A/B benchmarks)
-  gemv_mma_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV_MMA");  // "0": cuBLAS from 3 rows
+  gemv_mma_ = round_ && ab_switch_opted_in("SPINDLE_CUDA_GEMV_MMA");  // "1": gemv_mma for 3-16 rows (slower today)
   const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublas.Create(&handle));

@@ -47,10 +47,11 @@ struct DeviceWeight {
 // SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off (for A/B benchmarks).
 inline constexpr int64_t kGemv16UseMaxRows = 2;
 inline constexpr int64_t kGemv16MaxWeightElements = int64_t{128} << 20;
-// Products of kGemv16UseMaxRows + 1 to kGemvMmaUseMaxRows rows over weights of at most
-// kGemv16MaxWeightElements run on launch_gemv_mma (gemv_mma.h, the tensor-core form) instead of
-// cuBLAS (bench_gemv16's gemv_mma column, bench/results/2026-12-03-h200-gemv-mma).
-// SPINDLE_CUDA_GEMV_MMA=0 turns it off, SPINDLE_CUDA_GEMV16=0 gives it rows 1-2 too (A/B benchmarks).
+// Opt-in (SPINDLE_CUDA_GEMV_MMA=1): products of kGemv16UseMaxRows + 1 to kGemvMmaUseMaxRows rows
+// over weights of at most kGemv16MaxWeightElements on launch_gemv_mma (gemv_mma.h) instead of
+// cuBLAS; with SPINDLE_CUDA_GEMV16=0 also rows 1-2. Off by default: on the H200 it read the 8B
+// decode weights at 39-57% of the copy bandwidth at every row count, below cuBLAS and gemv16, and
+// made the 5-row verify step 6.48 vs 5.33 ms (bench/results/2026-12-03-h200-gemv-mma).
 inline constexpr int64_t kGemvMmaUseMaxRows = 16;
 
 // Split products of at most this many rows run as one product over the stacked [hi; lo] rows.

@@ -10,6 +10,13 @@
 // loaded: one 16-byte load of W per lane feeds two m16n8k16 products for up to 8 rows, so the
 // instruction count per weight byte does not grow with the rows.
 //
+// Measured (bench/results/2026-12-03-h200-gemv-mma): correct, but it reads W at only 39-57% of
+// the copy bandwidth at every row count, 1 to 16 (gemv16: 77-84% at 1 row on gate_up/down), so
+// CublasLinear runs it only when asked (SPINDLE_CUDA_GEMV_MMA=1). Not yet known why; the suspects:
+// each load instruction touches 8 rows x 64 bytes (gemv16's: 512 contiguous bytes of one row),
+// and nothing is in flight across a warp's iterations. The next attempt: cp.async a contiguous
+// [16 x 256] tile per warp into shared memory, ldmatrix the fragments, two stages in flight.
+//
 // C++17 (included by .cu files). Every pointer is device memory of the current device.
 #pragma once
 #include <cuda_runtime_api.h>
