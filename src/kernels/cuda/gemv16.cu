@@ -13,6 +13,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/qkv_rope.cuh"
 #include "kernels/cuda/round16.cuh"
+#include "kernels/cuda/stream_load.cuh"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -21,14 +22,7 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;  // 16-byte loads of W in flight per lane
 
-// Streaming read of W (read once per product: do not keep it in L1).
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using detail::load_stream;
 
 // Two 16-bit values of one 32-bit word as f32 (low half first).
 template <bool kBf16>

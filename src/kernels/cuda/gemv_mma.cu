@@ -24,6 +24,7 @@
 #include "kernels/cuda/gemv_mma.h"
 #include "kernels/cuda/mma_utils.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/stream_load.cuh"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -34,14 +35,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;  // groups of 32 columns per warp iteration: 16-byte W loads in flight per row and lane
 
-// Streaming read of W (read once per product: do not keep it in L1).
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+using detail::load_stream;
 
 // The two m16n8k16 products of one group: W vectors of rows g (lo) and g + 8 (hi), x vector xv.
 template <bool kBf16>
