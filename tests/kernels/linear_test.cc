@@ -6,7 +6,7 @@
 //   bf16 activations (onednn_bf16, x rounded to bf16 = relative 2^-9 per term): |y - ref| <= 1e-2 * S
 //   amx_bf16 (x rounded to bf16, f32 accumulation) against the reference of bf16-rounded x: the
 //   f32 tolerance (1e-5 * S), which x left unrounded (errors ~2^-9 * S) would fail.
-// Shapes: m in 1..17 (every row-group split of the direct kernels: avx2 runs ceil(m / 4) passes of
+// Shapes: m in 1..17 (every row-group split of the direct kernels: avx2 and avx512 run ceil(m / 4) passes of
 // 1-4 rows, 5 = 3 + 2, 9 = 3 + 3 + 3, ...), 64 and 129 (both sides of kLinearDirectMaxRows),
 // in in {1, 13, 64, 80, 136, 2048} (13 and 1 exercise the non-vector k tail), out in {1, 15, 96, 257};
 // bf16 and f32 weights, with and without bias; y is poisoned with NaN before every call.
