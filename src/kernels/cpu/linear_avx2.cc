@@ -36,11 +36,8 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Software prefetch of W (a prefetch never faults): a tile of at most kTileAheadMaxBytes of W
-// prefetches the next tile's W as it runs; a larger one prefetches each of its rows kAheadBytes
-// ahead (a whole tile ahead would be farther than L1 holds).
-constexpr int64_t kTileAheadMaxBytes = 16 << 10;
-constexpr int64_t kAheadBytes = 1024;
+// W is prefetched in software (a prefetch never faults) by the rule of linear_isa.h's
+// kLinearTileAheadMaxBytes / kLinearAheadBytes, shared with the other ISA's kernel.
 
 // y[i, j0 + r] for i < MR, r < NR. x: [MR, k] (row stride k); w: NR rows from column j0, NR * k
 // contiguous elements; next: the W the caller runs next, prefetched while this tile runs, or
@@ -64,9 +61,9 @@ void tile(const float* x, const T* w, int64_t k, float* y, int64_t ldy, const fl
       constexpr int kStepBytes = 8 * NR * int(sizeof(T));
       for (int b = 0; b < kStepBytes; b += 64) _mm_prefetch(pf + t * NR * int64_t(sizeof(T)) + b, _MM_HINT_T0);
     } else if (ahead && (t & kLineMask) == 0) {
-      // One line per W row every 64 bytes of it, kAheadBytes ahead.
+      // One line per W row every 64 bytes of it, kLinearAheadBytes ahead.
       for (int r = 0; r < NR; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * k + t) + kAheadBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + r * k + t) + kLinearAheadBytes, _MM_HINT_T0);
     }
     __m256 xv[MR];
     for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x + i * k + t);
@@ -92,7 +89,7 @@ void columns(const LinearSliceParams& p, int64_t i0, int64_t c0, int64_t c1, boo
   const float* x = p.x + i0 * p.k;
   float* y = p.y + i0 * p.n;
   int64_t j = c0;
-  const bool tile_ahead = NR * p.k * int64_t(sizeof(T)) <= kTileAheadMaxBytes;
+  const bool tile_ahead = NR * p.k * int64_t(sizeof(T)) <= kLinearTileAheadMaxBytes;
   const bool ahead = rows_ahead && !tile_ahead;
   for (; j + NR <= c1; j += NR) {
     const T* next = tile_ahead ? w + (j + NR) * p.k : nullptr;
