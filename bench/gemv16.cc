@@ -1,4 +1,5 @@
-// Small-batch bf16 products on the GPU: launch_gemv16 (up to 8 rows) and launch_gemv_mma (the
+// Small-batch bf16 products on the GPU: launch_gemv16 (up to 8 rows; with 1, 2 and 4 output rows
+// per warp, and the default it picks for the row count) and launch_gemv_mma (the
 // tensor-core form, up to 16) against cuBLAS (CublasLinear's rounding mode, the path the server
 // takes without either) on the projection shapes of a model, at 1-5, 8 and 16 rows, as ratios to the device copy
 // bandwidth measured in the same run. Every timed product starts with L2 cold (a 256 MiB buffer is rewritten before it,
@@ -119,8 +120,9 @@ int main(int argc, char** argv) try {
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
   std::string table =
-      "| shape | out x in | rows | cuBLAS us (% bw) | gemv16 us (% bw) | gemv_mma us (% bw) | gemv_mma / cuBLAS time | "
-      "max rel diff (gemv16, mma) |\n|---|---|---|---|---|---|---|---|\n";
+      "| shape | out x in | rows | cuBLAS us (% bw) | gemv16 1 / 2 / 4 outputs per warp us (% bw) | default | "
+      "gemv_mma us (% bw) | best gemv16 / cuBLAS time | max rel diff (gemv16, mma) |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
   // max |a - b| / max |a|
   const auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
     double max_abs = 0, max_diff = 0;
@@ -130,6 +132,7 @@ int main(int argc, char** argv) try {
     }
     return max_diff / max_abs;
   };
+  const int outs_per_warp[3] = {1, 2, 4};
   for (const Shape& s : shapes) {
     std::vector<uint16_t> host(static_cast<size_t>(s.out * s.in));
     for (auto& h : host) h = float_to_bf16_bits(normal(rng));
@@ -137,7 +140,8 @@ int main(int argc, char** argv) try {
     kcu::copy_to_device(w.data(), host.data(), host.size() * sizeof(uint16_t));
     const kcu::DeviceWeight weight{w.data(), DType::kBF16, s.out, s.in};
     const double bytes = static_cast<double>(host.size()) * 2;
-    for (const int64_t rows : {1, 2, 3, 4, 5, 8, 16}) {
+    const auto pct = [&](double t) { return t > 0 ? bytes / t / bandwidth * 100 : 0.0; };
+    for (const int64_t rows : {1, 2, 3, 4, 5, 6, 8, 16}) {
       std::vector<float> x(static_cast<size_t>(rows * s.in));
       for (auto& v : x) v = normal(rng) * 50;
       const size_t y_bytes = static_cast<size_t>(rows * s.out) * sizeof(float);
@@ -147,13 +151,17 @@ int main(int argc, char** argv) try {
       const kcu::CublasLinear::Input in = cublas.prepare(dx.as<float>(), rows, s.in, DType::kBF16);
       const double t_cublas = timed([&] { cublas.forward(weight, in, y1.as<float>()); }, flush, reps, stream);
       const bool has_gemv16 = rows <= kcu::kGemv16MaxRows;
-      const double t_gemv = has_gemv16 ? timed(
-                                             [&] {
-                                               kcu::launch_gemv16(w.data(), in.converted, rows, s.in, s.out, true,
-                                                                  nullptr, y2.as<float>(), stream);
-                                             },
-                                             flush, reps, stream)
-                                       : 0.0;
+      double t_gemv[3] = {0, 0, 0}, best = 0;
+      for (int k = 0; k < 3 && has_gemv16; ++k) {
+        t_gemv[k] = timed(
+            [&] {
+              kcu::launch_gemv16(w.data(), in.converted, rows, s.in, s.out, true, nullptr, y2.as<float>(), stream,
+                                 outs_per_warp[k]);
+            },
+            flush, reps, stream);
+        best = best == 0 ? t_gemv[k] : std::min(best, t_gemv[k]);
+      }
+      const int chosen = has_gemv16 ? kcu::gemv16_outs_per_warp(rows) : 0;
       const double t_mma = timed(
           [&] {
             kcu::launch_gemv_mma(w.data(), in.converted, rows, s.in, s.out, true, nullptr, y3.as<float>(), stream);
@@ -161,23 +169,25 @@ int main(int argc, char** argv) try {
           flush, reps, stream);
       std::vector<float> a(static_cast<size_t>(rows * s.out)), b(a.size()), c(a.size());
       kcu::copy_to_host(a.data(), y1.data(), a.size() * sizeof(float));
-      kcu::copy_to_host(b.data(), y2.data(), b.size() * sizeof(float));
+      kcu::copy_to_host(b.data(), y2.data(), b.size() * sizeof(float));  // the last gemv16 launch's (4 per warp)
       kcu::copy_to_host(c.data(), y3.data(), c.size() * sizeof(float));
       const double diff_g = has_gemv16 ? rel_diff(a, b) : 0.0, diff_m = rel_diff(a, c);
-      const double bw_c = bytes / t_cublas / bandwidth * 100, bw_g = has_gemv16 ? bytes / t_gemv / bandwidth * 100 : 0,
-                   bw_m = bytes / t_mma / bandwidth * 100;
       std::printf(
           "{\"shape\": \"%s\", \"out\": %lld, \"in\": %lld, \"rows\": %lld, \"cublas_us\": %.2f, "
-          "\"gemv16_us\": %.2f, \"gemv_mma_us\": %.2f, \"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": %.1f, "
+          "\"gemv16_us\": [%.2f, %.2f, %.2f], \"gemv16_outs_per_warp\": [1, 2, 4], \"gemv16_default_outs\": %d, "
+          "\"gemv_mma_us\": %.2f, \"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": [%.1f, %.1f, %.1f], "
           "\"gemv_mma_pct_bw\": %.1f, \"gemv16_max_rel_diff\": %.3g, \"gemv_mma_max_rel_diff\": %.3g}\n",
           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), static_cast<long long>(rows),
-          t_cublas * 1e6, t_gemv * 1e6, t_mma * 1e6, bw_c, bw_g, bw_m, diff_g, diff_m);
-      char line[320];
+          t_cublas * 1e6, t_gemv[0] * 1e6, t_gemv[1] * 1e6, t_gemv[2] * 1e6, chosen, t_mma * 1e6, pct(t_cublas),
+          pct(t_gemv[0]), pct(t_gemv[1]), pct(t_gemv[2]), pct(t_mma), diff_g, diff_m);
+      char line[400];
       std::snprintf(line, sizeof line,
-                    "| %s | %lld x %lld | %lld | %.1f (%.0f%%) | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2f | %.1e, %.1e |\n",
+                    "| %s | %lld x %lld | %lld | %.1f (%.0f%%) | %.1f (%.0f%%) / %.1f (%.0f%%) / %.1f (%.0f%%) | %d | "
+                    "%.1f (%.0f%%) | %.2f | %.1e, %.1e |\n",
                     s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
-                    static_cast<long long>(rows), t_cublas * 1e6, bw_c, t_gemv * 1e6, bw_g, t_mma * 1e6, bw_m,
-                    t_mma / t_cublas, diff_g, diff_m);
+                    static_cast<long long>(rows), t_cublas * 1e6, pct(t_cublas), t_gemv[0] * 1e6, pct(t_gemv[0]),
+                    t_gemv[1] * 1e6, pct(t_gemv[1]), t_gemv[2] * 1e6, pct(t_gemv[2]), chosen, t_mma * 1e6, pct(t_mma),
+                    best / t_cublas, diff_g, diff_m);
       table += line;
     }
   }

@@ -5,8 +5,9 @@
 //   - f32 outputs: within 2e-6 relative of the CPU's (the f64 sums run in another order, expf is
 //     the device's), the residual sum of add_rms_norm bit for bit (one f32 add each);
 //   - the 16-bit copies (Out16): bit for bit util/half.h's rounding of the op's own f32 output;
-//   - launch_gemv16: the f64 sum of the same bf16 products, within 1e-5 of the sum of their
-//     magnitudes (f32 accumulation over ~1000 terms in another order), bias included;
+//   - launch_gemv16 (1-8 rows, 1, 2 and 4 outputs per warp, bf16 and f16): the f64 sum of the same
+//     products, within 1e-5 of the sum of their magnitudes (f32 accumulation over ~1000 terms in
+//     another order), bias included, and each output the one-row launch's bits;
 //   - launch_split_qkv_norm_rope with KvPagesOut: the pages hold exactly its own k/v outputs rounded
 //     to the KV type (bf16, f16, f32) at each token's slot, nothing at the others, q/k/v unchanged;
 //   - launch_gemv_mma (1-16 rows, bf16 and f16, one and two m tiles per block, `in` not a multiple
@@ -17,6 +18,7 @@
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -29,6 +31,7 @@
 #include "kernels/cuda/gemv16.h"
 #include "kernels/cuda/gemv_mma.h"
 #include "kernels/cuda/model_ops.h"
+#include "util/error.h"
 #include "util/half.h"
 
 namespace spindle {
@@ -158,38 +161,73 @@ TEST(CudaOpsTest, SiluMulMatchesTheCpuKernelAndItsCopy) {
   expect_bf16_copy(to_host<uint16_t>(copy, want.size()), got, "silu_mul");
 }
 
-TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const int64_t in = 1032, out = 37;  // out not a multiple of the block's warps; in % 8 == 0
-  const std::vector<float> wf = random_values(static_cast<size_t>(out * in), 21, 0.05f);
-  const std::vector<float> bias = random_values(static_cast<size_t>(out), 22, 1.0f);
+// launch_gemv16 over rows 1..kGemv16MaxRows with 1, 2 and 4 output rows per warp, bf16 and f16:
+// the f64 sum of the same 16-bit products (bias included) within 1e-5 of the sum of their
+// magnitudes, and every output bit for bit the one-row, one-output-per-warp launch of its x row
+// (the contract that lets a verify row and a decode row of the same token agree).
+void check_gemv16(bool bf16, uint64_t seed) {
+  const auto to16 = [bf16](float v) { return bf16 ? float_to_bf16_bits(v) : float_to_fp16_bits(v); };
+  const auto from16 = [bf16](uint16_t v) { return bf16 ? bf16_bits_to_float(v) : fp16_bits_to_float(v); };
+  // out not a multiple of a block's outputs (4, 8 or 16); in = 129 vectors: every unroll ends in a tail.
+  const int64_t in = 1032, out = 37;
+  const std::vector<float> wf = random_values(static_cast<size_t>(out * in), seed, 0.05f);
+  const std::vector<float> bias = random_values(static_cast<size_t>(out), seed + 1, 1.0f);
   std::vector<uint16_t> w(wf.size());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = float_to_bf16_bits(wf[i]);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = to16(wf[i]);
   const auto dw = to_device(w), db = to_device(bias);
-  EXPECT_FALSE(kcu::gemv16_supports(1, 1030, dw.data(), dw.data())) << "in % 8 != 0";
-  EXPECT_FALSE(kcu::gemv16_supports(kcu::kGemv16MaxRows + 1, in, dw.data(), dw.data()));
   for (int64_t rows = 1; rows <= kcu::kGemv16MaxRows; ++rows) {
-    const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), 23 + rows, 1.0f);
+    const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), seed + 2 + rows, 1.0f);
     std::vector<uint16_t> x(xf.size());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = float_to_bf16_bits(xf[i]);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = to16(xf[i]);
     const auto dx = to_device(x);
-    kcu::DeviceBuffer dy(static_cast<size_t>(rows * out) * sizeof(float));
     ASSERT_TRUE(kcu::gemv16_supports(rows, in, dw.data(), dx.data()));
-    kcu::launch_gemv16(dw.data(), dx.data(), rows, in, out, true, db.as<float>(), dy.as<float>(), nullptr);
-    const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(rows * out));
+    // Each x row alone, one output per warp: the bits every other launch must give.
+    std::vector<float> single(static_cast<size_t>(rows * out));
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t o = 0; o < out; ++o) {
-        double want = bias[static_cast<size_t>(o)], magnitude = std::fabs(want);
-        for (int64_t i = 0; i < in; ++i) {
-          const double p = static_cast<double>(bf16_bits_to_float(w[static_cast<size_t>(o * in + i)])) *
-                           bf16_bits_to_float(x[static_cast<size_t>(r * in + i)]);
-          want += p;
-          magnitude += std::fabs(p);
+      kcu::DeviceBuffer dy1(static_cast<size_t>(out) * sizeof(float));
+      kcu::launch_gemv16(dw.data(), dx.as<uint16_t>() + r * in, 1, in, out, bf16, db.as<float>(), dy1.as<float>(),
+                         nullptr, 1);
+      const std::vector<float> y1 = to_host<float>(dy1, static_cast<size_t>(out));
+      std::copy(y1.begin(), y1.end(), single.begin() + r * out);
+    }
+    for (const int outs : {0, 1, 2, 4}) {
+      kcu::DeviceBuffer dy(static_cast<size_t>(rows * out) * sizeof(float));
+      kcu::launch_gemv16(dw.data(), dx.data(), rows, in, out, bf16, db.as<float>(), dy.as<float>(), nullptr, outs);
+      const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(rows * out));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t o = 0; o < out; ++o) {
+          const size_t at = static_cast<size_t>(r * out + o);
+          double want = bias[static_cast<size_t>(o)], magnitude = std::fabs(want);
+          for (int64_t i = 0; i < in; ++i) {
+            const double p = static_cast<double>(from16(w[static_cast<size_t>(o * in + i)])) *
+                             from16(x[static_cast<size_t>(r * in + i)]);
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          const std::string where = std::string(bf16 ? "bf16, " : "f16, ") + std::to_string(rows) + " rows, " +
+                                    std::to_string(outs) + " outputs per warp, row " + std::to_string(r) + ", output " +
+                                    std::to_string(o);
+          ASSERT_NEAR(y[at], want, 1e-5 * magnitude) << where;
+          uint32_t got_bits = 0, want_bits = 0;
+          std::memcpy(&got_bits, &y[at], sizeof(float));
+          std::memcpy(&want_bits, &single[at], sizeof(float));
+          ASSERT_EQ(got_bits, want_bits) << where << ": not the one-row launch's bits";
         }
-        ASSERT_NEAR(y[static_cast<size_t>(r * out + o)], want, 1e-5 * magnitude) << rows << " rows, row " << r << ", output " << o;
       }
     }
   }
+}
+
+TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const kcu::DeviceBuffer probe(64);
+  EXPECT_FALSE(kcu::gemv16_supports(1, 1030, probe.data(), probe.data())) << "in % 8 != 0";
+  EXPECT_FALSE(kcu::gemv16_supports(kcu::kGemv16MaxRows + 1, 1032, probe.data(), probe.data()));
+  EXPECT_THROW(kcu::launch_gemv16(probe.data(), probe.data(), 1, 8, 1, true, nullptr, probe.as<float>(), nullptr, 3),
+               Error)
+      << "3 outputs per warp";
+  check_gemv16(true, 21);
+  check_gemv16(false, 121);
 }
 
 // launch_gemv_mma over rows 1..kGemvMmaMaxRows of [out, in] weights against the f64 sum of the

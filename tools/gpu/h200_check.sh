@@ -136,6 +136,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), nocopy =
   # SPINDLE_CUDA_ATTN_OUT16=0 (the attention output converted to 16 bits by its own launch), neither = both,
   # mma = SPINDLE_CUDA_GEMV_MMA=1 (gemv_mma for 3-16 rows), mma1 = that and SPINDLE_CUDA_GEMV16=0 (from 1 row),
+  # gN = SPINDLE_CUDA_GEMV16_MAX_ROWS=N (gemv16 for products of 1..N rows, cuBLAS above),
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -153,6 +154,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             neither) envs=(SPINDLE_CUDA_QKV_ROPE=0 SPINDLE_CUDA_ATTN_OUT16=0) ;;
             mma) envs=(SPINDLE_CUDA_GEMV_MMA=1) ;;
             mma1) envs=(SPINDLE_CUDA_GEMV_MMA=1 SPINDLE_CUDA_GEMV16=0) ;;
+            g[1-8]) envs=(SPINDLE_CUDA_GEMV16_MAX_ROWS=${config#g}) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
           name=early_c${ctx}_r${round}_b${b}_${config}

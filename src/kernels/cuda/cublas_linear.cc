@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_check.h"
@@ -45,7 +46,13 @@ void check_int(int64_t v, const char* what) {
 CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     : stream_(stream), round_(allow_16bit_activations) {
   gemv16_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV16");      // "0": cuBLAS only (A/B benchmarks)
-  gemv_mma_ = round_ && ab_switch_opted_in("SPINDLE_CUDA_GEMV_MMA");  // "1": gemv_mma for 3-16 rows (slower today)
+  gemv_mma_ = round_ && ab_switch_opted_in("SPINDLE_CUDA_GEMV_MMA");  // "1": gemv_mma past gemv16's rows (slower today)
+  if (const char* max_rows = std::getenv("SPINDLE_CUDA_GEMV16_MAX_ROWS")) {  // A/B benchmarks
+    const long n = std::strtol(max_rows, nullptr, 10);
+    SPINDLE_CHECK(n >= 1 && n <= kGemv16MaxRows, "SPINDLE_CUDA_GEMV16_MAX_ROWS={}: expected 1 to {}", max_rows,
+                  kGemv16MaxRows);
+    gemv16_max_rows_ = n;
+  }
   const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublas.Create(&handle));
@@ -196,13 +203,13 @@ bool CublasLinear::forward_swiglu(const DeviceWeight& gate_up, const Input& x, f
 }
 
 bool CublasLinear::gemv16_takes(const DeviceWeight& w, int64_t rows) const {
-  return gemv16_ && w.dtype != DType::kF32 && rows >= 1 && rows <= kGemv16UseMaxRows &&
+  return gemv16_ && w.dtype != DType::kF32 && rows >= 1 && rows <= gemv16_max_rows_ &&
          w.out_features * w.in_features <= kGemv16MaxWeightElements;
 }
 
 bool CublasLinear::gemv_mma_takes(const DeviceWeight& w, int64_t rows) const {
-  // Rows 1-2 stay gemv16's (and its fused forms') unless it is switched off.
-  const int64_t min_rows = gemv16_ ? kGemv16UseMaxRows + 1 : 1;
+  // gemv16's rows (and its fused forms') stay gemv16's unless it is switched off.
+  const int64_t min_rows = gemv16_ ? gemv16_max_rows_ + 1 : 1;
   return gemv_mma_ && w.dtype != DType::kF32 && rows >= min_rows && rows <= kGemvMmaUseMaxRows &&
          w.out_features * w.in_features <= kGemv16MaxWeightElements;
 }

@@ -41,11 +41,14 @@ struct DeviceWeight {
 
 // In the rounding mode, products of at most kGemv16UseMaxRows rows over weights of at most
 // kGemv16MaxWeightElements run on launch_gemv16 (gemv16.h) instead of cuBLAS. Measured on an H200
-// with the 8B decode shapes, L2 cold (bench_gemv16, bench/results/2026-12-01-h200-gemv16): gemv16
-// takes 0.84-0.94x cuBLAS's time at 1 row (qkv, o, gate_up, down), 0.88-1.01x at 2, 0.93-1.07x at
-// 4 and 1.5-2x at 8; on the LM head (525M elements) cuBLAS is as fast at 1 row and ahead beyond.
-// SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off (for A/B benchmarks).
-inline constexpr int64_t kGemv16UseMaxRows = 2;
+// with the 8B decode shapes, L2 cold (bench_gemv16, bench/results/2026-12-01-h200-gemv16): with one
+// output row per warp gemv16 took 0.84-0.94x cuBLAS's time at 1 row (qkv, o, gate_up, down),
+// 0.88-1.01x at 2, 0.93-1.07x at 4 and 1.5-2x at 8; on the LM head (525M elements) cuBLAS is as
+// fast at 1 row and ahead beyond. With 2-4 output rows per warp from 3 rows on: see
+// bench/results/2026-12-04-h200-gemv16-outs.
+// SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off, SPINDLE_CUDA_GEMV16_MAX_ROWS=N
+// (1..kGemv16MaxRows) moves the bound (A/B benchmarks).
+inline constexpr int64_t kGemv16UseMaxRows = 8;
 inline constexpr int64_t kGemv16MaxWeightElements = int64_t{128} << 20;
 // Opt-in (SPINDLE_CUDA_GEMV_MMA=1): products of kGemv16UseMaxRows + 1 to kGemvMmaUseMaxRows rows
 // over weights of at most kGemv16MaxWeightElements on launch_gemv_mma (gemv_mma.h) instead of
@@ -127,6 +130,7 @@ class CublasLinear {
   cudaStream_t stream_ = nullptr;
   bool round_ = false;
   bool gemv16_ = false;     // small-batch products on launch_gemv16 (rounding mode only)
+  int64_t gemv16_max_rows_ = kGemv16UseMaxRows;  // up to this many rows
   bool gemv_mma_ = false;   // and on launch_gemv_mma (rounding mode only)
   DeviceBuffer workspace_;  // cuBLAS's
   DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]: split hi/lo, or two rounded slots

@@ -1,7 +1,8 @@
-// Kernels of gemv16.h. Block = kWarps warps, warp w of block b computes output row
-// o = b * kWarps + w for every batch row: lane l reads the 16-byte vectors l, l + 32, ... of W's
-// row o (kUnroll of them issued before the first is used) and the same vectors of each x row,
-// accumulates per batch row in f32, and the warp sums its lanes at the end.
+// Kernels of gemv16.h. Block = kWarps warps, warp w of block b computes kOuts output rows
+// o = (b * kWarps + w) * kOuts + j for every batch row (the fused kernels: one row, or one pair):
+// lane l reads the 16-byte vectors l, l + 32, ... of W's rows (several of them issued before the
+// first is used) and the same vectors of each x row, accumulates per (batch row, output row) in
+// f32, and the warp sums its lanes at the end.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -20,7 +21,8 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kUnroll = 4;  // 16-byte loads of W in flight per lane
+constexpr int kUnroll = 4;   // 16-byte loads of W in flight per lane (the fused kernels)
+constexpr int kUnroll1 = 4;  // the same for gemv16_kernel with one output row per warp
 
 using detail::load_stream;
 
@@ -48,46 +50,94 @@ __device__ __forceinline__ float dot8(float acc, uint4 w, uint4 x) {
   return acc;
 }
 
-template <int kRows, bool kBf16>
+// x's 16-byte vector as 8 f32 values (unpack2's order: element 0 first).
+template <bool kBf16>
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = unpack2<kBf16>(words[i]);
+    f[2 * i] = a.x;
+    f[2 * i + 1] = a.y;
+  }
+}
+
+// One group of gemv16_kernel's loop: the vectors v, v + 32, ..., v + 32 (kU - 1) of kOuts rows
+// of W (all kU * kOuts loads issued before the first use) against the same vectors of kRows x rows.
+template <int kRows, int kOuts, int kU, bool kBf16>
+__device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], const uint4* __restrict__ xr, int64_t vecs,
+                                           int64_t v, float (&acc)[kRows][kOuts]) {
+  uint4 wv[kU][kOuts];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+#pragma unroll
+    for (int j = 0; j < kOuts; ++j) wv[u][j] = load_stream(wr[j] + v + 32 * u);
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    float wf[kOuts][8];
+#pragma unroll
+    for (int j = 0; j < kOuts; ++j) unpack8<kBf16>(wv[u][j], wf[j]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float xf[8];
+      unpack8<kBf16>(__ldg(xr + r * vecs + v + 32 * u), xf);
+#pragma unroll
+      for (int j = 0; j < kOuts; ++j) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[r][j] = fmaf(wf[j][e], xf[e], acc[r][j]);
+      }
+    }
+  }
+}
+
+// Warp w of block b owns the kOuts output rows o0 = (b * kWarps + w) * kOuts ... o0 + kOuts - 1
+// (rows past `out` read row out - 1 again and store nothing) for every batch row. Each 16-byte x
+// vector is loaded once per kOuts weight vectors, which is what keeps 3-8 batch rows off the
+// L1 load limit. Every (batch row, output row) sum is dot8's sum over v = lane, lane + 32, ...
+// in that order, then the same 5 shuffles: the bits do not depend on kOuts, kUnroll or kRows.
+template <int kRows, int kOuts, int kUnroll, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     gemv16_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
                   const float* __restrict__ bias, float* __restrict__ y) {
   pdl_begin();
   const int lane = threadIdx.x & 31;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (o >= out) return;  // whole warps leave together
-  const uint4* wr = reinterpret_cast<const uint4*>(w + o * in);
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kOuts;
+  if (o0 >= out) return;  // whole warps leave together
+  const uint4* wr[kOuts];
+#pragma unroll
+  for (int j = 0; j < kOuts; ++j) wr[j] = reinterpret_cast<const uint4*>(w + min(o0 + j, out - 1) * in);
   const uint4* xr = reinterpret_cast<const uint4*>(x);
   const int64_t vecs = in / 8;  // 16-byte vectors per row
-  float acc[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-  int64_t v = lane;
-  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
-    uint4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = load_stream(wr + v + 32 * u);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv[u], __ldg(xr + r * vecs + v + 32 * u));
-    }
-  }
-  for (; v < vecs; v += 32) {
-    const uint4 wv = load_stream(wr + v);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = dot8<kBf16>(acc[r], wv, __ldg(xr + r * vecs + v));
-  }
+  float acc[kRows][kOuts];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    float s = acc[r];
-    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
-    acc[r] = s;
+#pragma unroll
+    for (int j = 0; j < kOuts; ++j) acc[r][j] = 0.0f;
+  }
+  int64_t v = lane;
+  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll)
+    gemv_group<kRows, kOuts, kUnroll, kBf16>(wr, xr, vecs, v, acc);
+  for (; v < vecs; v += 32) gemv_group<kRows, kOuts, 1, kBf16>(wr, xr, vecs, v, acc);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int j = 0; j < kOuts; ++j) {
+      float s = acc[r][j];
+      for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+      acc[r][j] = s;
+    }
   }
   if (lane == 0) {
-    const float b = bias != nullptr ? bias[o] : 0.0f;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) y[r * out + o] = acc[r] + b;
+    for (int j = 0; j < kOuts; ++j) {
+      const int64_t o = o0 + j;
+      if (o < out) {
+        const float b = bias != nullptr ? bias[o] : 0.0f;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) y[r * out + o] = acc[r][j] + b;
+      }
+    }
   }
 }
 
@@ -262,16 +312,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kRows>
-void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
-                 cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>((out + kWarps - 1) / kWarps);
+template <int kRows, int kOuts>
+void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
+                  cudaStream_t stream) {
+  constexpr int kUnroll = kOuts == 1 ? kUnroll1 : 8 / kOuts;  // 16-byte W loads in flight per lane: 4, 8, 8
+  const int64_t per_block = int64_t{kWarps} * kOuts;
+  const auto blocks = static_cast<unsigned>((out + per_block - 1) / per_block);
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
   if (bf16) {
-    launch_pdl(gemv16_kernel<kRows, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, kOuts, kUnroll, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   } else {
-    launch_pdl(gemv16_kernel<kRows, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, kOuts, kUnroll, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+  }
+}
+
+template <int kRows>
+void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
+                 int outs_per_warp, cudaStream_t stream) {
+  switch (outs_per_warp) {
+    case 1:
+      launch_shape<kRows, 1>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    case 2:
+      launch_shape<kRows, 2>(w, x, in, out, bf16, bias, y, stream);
+      break;
+    default:
+      launch_shape<kRows, 4>(w, x, in, out, bf16, bias, y, stream);
+      break;
   }
 }
 
@@ -283,35 +351,40 @@ bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x) {
   return rows >= 1 && rows <= kGemv16MaxRows && in > 0 && in % 8 == 0 && aligned16(w) && aligned16(x);
 }
 
+int gemv16_outs_per_warp(int64_t rows) { return rows <= 2 ? 1 : rows <= 4 ? 2 : 4; }
+
 void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
-                   float* y, cudaStream_t stream) {
-  if (!gemv16_supports(rows, in, w, x) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff) {
-    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16: unsupported shape or alignment", __FILE__, __LINE__);
+                   float* y, cudaStream_t stream, int outs_per_warp) {
+  if (outs_per_warp == 0) outs_per_warp = gemv16_outs_per_warp(rows);
+  if (!gemv16_supports(rows, in, w, x) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff ||
+      (outs_per_warp != 1 && outs_per_warp != 2 && outs_per_warp != 4)) {
+    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16: unsupported shape, alignment or outputs per warp", __FILE__,
+                     __LINE__);
   }
   switch (rows) {
     case 1:
-      launch_rows<1>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<1>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
     case 2:
-      launch_rows<2>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<2>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
     case 3:
-      launch_rows<3>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<3>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
     case 4:
-      launch_rows<4>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<4>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
     case 5:
-      launch_rows<5>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<5>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
     case 6:
-      launch_rows<6>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<6>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
     case 7:
-      launch_rows<7>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<7>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
     default:
-      launch_rows<8>(w, x, in, out, bf16, bias, y, stream);
+      launch_rows<8>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
       break;
   }
   CUDA_CHECK_LAUNCH();

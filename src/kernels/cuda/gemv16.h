@@ -5,9 +5,10 @@
 // Why: at 1-2 rows a product is a read of W and nothing else; in an 8B decode step on an H200
 // cuBLAS reads the 4096x4096 and 14336->4096 weights at 56-85% of the copy bandwidth, with split-K
 // and its reduction kernel (ncu, bench/results/2026-12-01-h200-decode-profile). Here one warp owns
-// one output row and streams it with 16-byte loads, several in flight; x is read through the
-// cache. Past ~4 rows the unpacking and the x loads per weight vector make it slower than cuBLAS's
-// tensor-core kernels (bench_gemv16): CublasLinear uses it only where it measured faster.
+// one output row (or 2 or 4 of them, so that each x load serves that many weight vectors: with one
+// row per warp, past ~4 batch rows the x loads per weight vector made it slower than cuBLAS,
+// bench/results/2026-12-01-h200-gemv16) and streams them with 16-byte loads, several in flight;
+// x is read through the cache. CublasLinear uses it only where it measured faster (bench_gemv16).
 //
 // C++17 (included by .cu files). Every pointer is device memory of the current device.
 #pragma once
@@ -26,9 +27,14 @@ inline constexpr int64_t kGemv16MaxRows = 8;
 bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x);
 
 // y[r, o] = sum_i x[r, i] w[o, i] (+ bias[o] when bias is not null), f32. bf16: the type of w and
-// x (else f16). Throws (spindle::Error) when !gemv16_supports(...).
+// x (else f16). outs_per_warp: output rows per warp, 1, 2 or 4 (0: gemv16_outs_per_warp(rows));
+// it changes the speed only: each y[r, o] has the same bits whatever outs_per_warp and rows are.
+// Throws (spindle::Error) when !gemv16_supports(...) or outs_per_warp is none of those.
 void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
-                   float* y, cudaStream_t stream);
+                   float* y, cudaStream_t stream, int outs_per_warp = 0);
+
+// The output rows per warp launch_gemv16 uses for `rows` batch rows when not told (bench_gemv16).
+int gemv16_outs_per_warp(int64_t rows);
 
 // The gate/up product of a SwiGLU MLP and its activation in one launch, for 1 to
 // kGemv16SwigluMaxRows rows: w = [gate; up], [2 im, in] (a joined gate_up weight), and
