@@ -397,7 +397,7 @@ TEST(CudaOpsTest, SplitQkvRopeWritesItsKAndVIntoThePagesAsTheKvWriteDoes) {
 TEST(CudaOpsTest, Gemv16QkvRopeIsGemv16ThenTheSplitBitForBit) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int heads = 4, kv_heads = 2, d = 64;
-  const int64_t in = 1032, width = (heads + 2 * kv_heads) * d, kv_cols = kv_heads * d, num_slots = 6;
+  const int64_t in = 1032, width = (heads + 2 * kv_heads) * d, kv_cols = kv_heads * d, num_slots = 12;
   const int64_t table_positions = 16;
   std::vector<float> inv_freq(d / 2), table(static_cast<size_t>(table_positions * d));
   for (int i = 0; i < d / 2; ++i) inv_freq[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * i / d);
@@ -408,8 +408,10 @@ TEST(CudaOpsTest, Gemv16QkvRopeIsGemv16ThenTheSplitBitForBit) {
       table[static_cast<size_t>(p * d + d / 2 + i)] = static_cast<float>(std::sin(angle));
     }
   }
-  const std::vector<int64_t> positions = {7, 30};  // in the table, past it
-  const std::vector<int64_t> slots = {4, -1};
+  // One per token up to kGemv16QkvRopeMaxRows: in the table, past it; slots written and not (-1).
+  const std::vector<int64_t> positions = {7, 30, 0, 15, 16, 3, 100, 9};
+  const std::vector<int64_t> slots = {4, -1, 0, 7, 11, -1, 2, 9};
+  ASSERT_GE(static_cast<int64_t>(positions.size()), kcu::kGemv16QkvRopeMaxRows);
   const std::vector<float> bias = random_values(static_cast<size_t>(width), 52, 0.5f);
   const auto dpos = to_device(positions), dslots = to_device(slots), dfreq = to_device(inv_freq),
              dtable = to_device(table), dbias = to_device(bias);

@@ -229,7 +229,10 @@ bool SpindleServer::alive() {
 int SpindleServer::stop(bool* graceful) {
   if (graceful) *graceful = false;
   if (pid_ <= 0) return -1;
-  if (!alive()) return *exit_code_;
+  if (!alive()) {  // already exited by itself (e.g. drained after the caller's own SIGTERM): not killed
+    if (graceful) *graceful = true;
+    return *exit_code_;
+  }
   ::kill(pid_, SIGTERM);
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (Clock::now() < deadline) {

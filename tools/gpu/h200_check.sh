@@ -22,7 +22,7 @@
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
-#   early.jsonl/.md  bench_spec_verify decode/verify under the decode step's A/B knobs (early triggers, gemv16 unroll, flash_decode splits)
+#   early.jsonl/.md  bench_spec_verify decode/verify under the decode step's A/B knobs (early triggers, gemv16 rows, flash_decode splits)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
 #   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py)
 #   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
@@ -137,6 +137,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # SPINDLE_CUDA_ATTN_OUT16=0 (the attention output converted to 16 bits by its own launch), neither = both,
   # mma = SPINDLE_CUDA_GEMV_MMA=1 (gemv_mma for 3-16 rows), mma1 = that and SPINDLE_CUDA_GEMV16=0 (from 1 row),
   # gN = SPINDLE_CUDA_GEMV16_MAX_ROWS=N (gemv16 for products of 1..N rows, cuBLAS above),
+  # fN = SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (gemv16's fused q/k/v + RoPE and gate/up + SwiGLU up to N rows),
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -155,6 +156,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             mma) envs=(SPINDLE_CUDA_GEMV_MMA=1) ;;
             mma1) envs=(SPINDLE_CUDA_GEMV_MMA=1 SPINDLE_CUDA_GEMV16=0) ;;
             g[1-8]) envs=(SPINDLE_CUDA_GEMV16_MAX_ROWS=${config#g}) ;;
+            f[1-8]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
           name=early_c${ctx}_r${round}_b${b}_${config}

@@ -105,7 +105,7 @@ class CublasLinear {
   // The joined [gate; up] product of a SwiGLU MLP (gate_up [2 im, in]) and its activation in one
   // launch (gemv16.h launch_gemv16_swiglu): act [x.rows, im], act16 its 16-bit copy (Out16), the
   // bits forward() + launch_silu_mul give. Only where gemv16 takes the product (rounding mode, at
-  // most kGemv16SwigluMaxRows rows, the weight within kGemv16MaxWeightElements); returns false
+  // most gemv16_fused_use_max_rows() rows, the weight within kGemv16MaxWeightElements); returns false
   // and does nothing otherwise.
   // act16.out must not overlap x.converted (take it from input16_target(rows, im, 1)).
   bool forward_swiglu(const DeviceWeight& gate_up, const Input& x, float* act, Out16 act16);

@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
@@ -345,10 +347,50 @@ void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf1
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// f(std::integral_constant<int, rows>{}) for rows in 1..8 (the callers checked the range).
+template <typename F>
+void with_rows(int64_t rows, F f) {
+  switch (rows) {
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 5:
+      f(std::integral_constant<int, 5>{});
+      break;
+    case 6:
+      f(std::integral_constant<int, 6>{});
+      break;
+    case 7:
+      f(std::integral_constant<int, 7>{});
+      break;
+    default:
+      f(std::integral_constant<int, 8>{});
+      break;
+  }
+}
+
 }  // namespace
 
 bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x) {
   return rows >= 1 && rows <= kGemv16MaxRows && in > 0 && in % 8 == 0 && aligned16(w) && aligned16(x);
+}
+
+int64_t gemv16_fused_use_max_rows() {
+  static const int64_t max_rows = [] {
+    const char* v = std::getenv("SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS");
+    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+    return n >= 1 && n <= kGemv16SwigluMaxRows ? int64_t{n} : kGemv16FusedUseMaxRows;
+  }();
+  return max_rows;
 }
 
 int gemv16_outs_per_warp(int64_t rows) { return rows <= 2 ? 1 : rows <= 4 ? 2 : 4; }
@@ -361,32 +403,8 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
     throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16: unsupported shape, alignment or outputs per warp", __FILE__,
                      __LINE__);
   }
-  switch (rows) {
-    case 1:
-      launch_rows<1>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-    case 2:
-      launch_rows<2>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-    case 3:
-      launch_rows<3>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-    case 4:
-      launch_rows<4>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-    case 5:
-      launch_rows<5>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-    case 6:
-      launch_rows<6>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-    case 7:
-      launch_rows<7>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-    default:
-      launch_rows<8>(w, x, in, out, bf16, bias, y, outs_per_warp, stream);
-      break;
-  }
+  with_rows(rows,
+            [&](auto r) { launch_rows<decltype(r)::value>(w, x, in, out, bf16, bias, y, outs_per_warp, stream); });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -406,13 +424,11 @@ void launch_gemv16_qkv_rope(const void* w, const void* x, int64_t rows, int64_t 
   const auto blocks = static_cast<unsigned>((pairs + kWarps - 1) / kWarps);
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
-  if (rows == 1) {
-    launch_pdl(bf16 ? gemv16_qkv_rope_kernel<1, true> : gemv16_qkv_rope_kernel<1, false>, blocks, kThreads, 0, stream,
-               w16, x16, in, bias, p);
-  } else {
-    launch_pdl(bf16 ? gemv16_qkv_rope_kernel<2, true> : gemv16_qkv_rope_kernel<2, false>, blocks, kThreads, 0, stream,
-               w16, x16, in, bias, p);
-  }
+  with_rows(rows, [&](auto r) {
+    constexpr int kRows = decltype(r)::value;
+    launch_pdl(bf16 ? gemv16_qkv_rope_kernel<kRows, true> : gemv16_qkv_rope_kernel<kRows, false>, blocks, kThreads, 0,
+               stream, w16, x16, in, bias, p);
+  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -429,13 +445,12 @@ void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
   auto* a16 = static_cast<uint16_t*>(act16);
-  if (rows == 1) {
-    launch_pdl(bf16 ? gemv16_swiglu_kernel<1, true> : gemv16_swiglu_kernel<1, false>, blocks, kThreads, 0, stream, w16,
-               x16, in, im, act, a16, act16_bf16);
-  } else {
-    launch_pdl(bf16 ? gemv16_swiglu_kernel<2, true> : gemv16_swiglu_kernel<2, false>, blocks, kThreads, 0, stream, w16,
-               x16, in, im, act, a16, act16_bf16);
-  }
+  with_rows(rows, [&](auto r) {
+    constexpr int kRows = decltype(r)::value;
+    launch_pdl(bf16 ? gemv16_swiglu_kernel<kRows, true> : gemv16_swiglu_kernel<kRows, false>, blocks, kThreads, 0,
+               stream, w16, x16, in, im, act, a16, act16_bf16);
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace spindle::kernels::cuda
