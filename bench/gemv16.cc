@@ -161,7 +161,7 @@ int main(int argc, char** argv) try {
             flush, reps, stream);
         best = best == 0 ? t_gemv[k] : std::min(best, t_gemv[k]);
       }
-      const int chosen = has_gemv16 ? kcu::gemv16_outs_per_warp(rows) : 0;
+      const int chosen = has_gemv16 ? kcu::gemv16_outs_per_warp(rows, s.out, s.in) : 0;
       const double t_mma = timed(
           [&] {
             kcu::launch_gemv_mma(w.data(), in.converted, rows, s.in, s.out, true, nullptr, y3.as<float>(), stream);

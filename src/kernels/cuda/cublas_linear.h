@@ -44,11 +44,13 @@ struct DeviceWeight {
 // with the 8B decode shapes, L2 cold (bench_gemv16, bench/results/2026-12-01-h200-gemv16): with one
 // output row per warp gemv16 took 0.84-0.94x cuBLAS's time at 1 row (qkv, o, gate_up, down),
 // 0.88-1.01x at 2, 0.93-1.07x at 4 and 1.5-2x at 8; on the LM head (525M elements) cuBLAS is as
-// fast at 1 row and ahead beyond. With 2-4 output rows per warp from 3 rows on: see
-// bench/results/2026-12-04-h200-gemv16-outs.
+// fast at 1 row and ahead beyond. With 2 output rows per warp where out > in (gemv16.h), gemv16
+// is ahead at 3-4 rows too (qkv 19.6 vs 21.8 us, gate_up 66 vs 68-71, o 15.7-16.2 vs 17.5, down
+// 39.5-41.1 vs 41.5), not at 5-8 (bench/results/2026-12-04-h200-gemv16-outs): a 5-row verify
+// step took 5.87 ms with gemv16 against 5.31 with cuBLAS, batch-8 decode 7.24 against 5.09.
 // SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off, SPINDLE_CUDA_GEMV16_MAX_ROWS=N
 // (1..kGemv16MaxRows) moves the bound (A/B benchmarks).
-inline constexpr int64_t kGemv16UseMaxRows = 8;
+inline constexpr int64_t kGemv16UseMaxRows = 4;
 inline constexpr int64_t kGemv16MaxWeightElements = int64_t{128} << 20;
 // Opt-in (SPINDLE_CUDA_GEMV_MMA=1): products of kGemv16UseMaxRows + 1 to kGemvMmaUseMaxRows rows
 // over weights of at most kGemv16MaxWeightElements on launch_gemv_mma (gemv_mma.h) instead of

@@ -393,11 +393,15 @@ int64_t gemv16_fused_use_max_rows() {
   return max_rows;
 }
 
-int gemv16_outs_per_warp(int64_t rows) { return rows <= 2 ? 1 : rows <= 4 ? 2 : 4; }
+int gemv16_outs_per_warp(int64_t rows, int64_t out, int64_t in) {
+  if (rows <= 2) return 1;
+  if (rows <= 4) return out > in ? 2 : 1;
+  return 4;
+}
 
 void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
                    float* y, cudaStream_t stream, int outs_per_warp) {
-  if (outs_per_warp == 0) outs_per_warp = gemv16_outs_per_warp(rows);
+  if (outs_per_warp == 0) outs_per_warp = gemv16_outs_per_warp(rows, out, in);
   if (!gemv16_supports(rows, in, w, x) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff ||
       (outs_per_warp != 1 && outs_per_warp != 2 && outs_per_warp != 4)) {
     throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16: unsupported shape, alignment or outputs per warp", __FILE__,

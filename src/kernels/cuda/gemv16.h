@@ -27,21 +27,25 @@ inline constexpr int64_t kGemv16MaxRows = 8;
 bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x);
 
 // y[r, o] = sum_i x[r, i] w[o, i] (+ bias[o] when bias is not null), f32. bf16: the type of w and
-// x (else f16). outs_per_warp: output rows per warp, 1, 2 or 4 (0: gemv16_outs_per_warp(rows));
+// x (else f16). outs_per_warp: output rows per warp, 1, 2 or 4 (0: gemv16_outs_per_warp(...));
 // it changes the speed only: each y[r, o] has the same bits whatever outs_per_warp and rows are.
 // Throws (spindle::Error) when !gemv16_supports(...) or outs_per_warp is none of those.
 void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16, const float* bias,
                    float* y, cudaStream_t stream, int outs_per_warp = 0);
 
-// The output rows per warp launch_gemv16 uses for `rows` batch rows when not told (bench_gemv16).
-int gemv16_outs_per_warp(int64_t rows);
+// The output rows per warp launch_gemv16 uses when not told, from bench_gemv16 on an H200 with
+// the 8B decode shapes (bench/results/2026-12-04-h200-gemv16-outs): 1 for 1-2 rows; for 3-4, 2
+// where out > in (qkv, gate_up: 61% and 84% of the copy bandwidth against 50% and 74% with 1) and
+// 1 otherwise (o, down: 2 per warp was 2-4% slower); 4 for 5-8 (fastest of the three there, yet
+// slower than cuBLAS on most shapes, so CublasLinear does not send those rows here).
+int gemv16_outs_per_warp(int64_t rows, int64_t out, int64_t in);
 
 // The callers (CublasLinear::forward_swiglu, CudaOps' q/k/v) use the two fused forms below for
 // products of at most gemv16_fused_use_max_rows() rows: kGemv16FusedUseMaxRows, or
 // SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (1..8) from the environment (A/B benchmarks). Each fused
 // kernel reads its two weight rows per warp, so from 3 rows on it does the x loads of gemv16
-// with 2 outputs per warp (bench_gemv16 has those).
-inline constexpr int64_t kGemv16FusedUseMaxRows = 8;
+// with 2 outputs per warp (bench_gemv16 has those): at 5 rows and more cuBLAS is faster there.
+inline constexpr int64_t kGemv16FusedUseMaxRows = 4;
 int64_t gemv16_fused_use_max_rows();
 
 // The gate/up product of a SwiGLU MLP and its activation in one launch, for 1 to
