@@ -77,6 +77,23 @@ def main():
     verifies = forwards[2::2]
     if verifies:
         print("## Verify forwards (us):", ", ".join(f"{sum(ns for _, ns in f) / 1e3:.0f}" for f in verifies))
+        vtotals = [sum(ns for _, ns in f) for f in verifies]
+        vpick = verifies[vtotals.index(sorted(vtotals)[len(vtotals) // 2])]  # the median verify forward
+        vgroups = OrderedDict()
+        for name, ns in vpick:
+            g = vgroups.setdefault(short(name), [0, 0.0])
+            g[0] += 1
+            g[1] += ns
+        vtotal = sum(ns for _, ns in vpick)
+        print()
+        print(f"## Median decode forward against the median verify forward: {total / 1e3:.1f} vs {vtotal / 1e3:.1f} us")
+        print()
+        print("| kernel | decode count | decode us | verify count | verify us | verify - decode us |")
+        print("|---|---|---|---|---|---|")
+        names = list(dict.fromkeys(list(groups) + list(vgroups)))
+        rows = [(n, groups.get(n, [0, 0.0]), vgroups.get(n, [0, 0.0])) for n in names]
+        for n, (dc, dns), (vc, vns) in sorted(rows, key=lambda r: -(r[2][1] - r[1][1])):
+            print(f"| {n} | {dc} | {dns / 1e3:.1f} | {vc} | {vns / 1e3:.1f} | {(vns - dns) / 1e3:+.1f} |")
 
 
 if __name__ == "__main__":
