@@ -18,6 +18,7 @@
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/paged_attention.h"
 #include "platform/device_info.h"
+#include "util/ab_switch.h"
 #include "util/error.h"
 
 namespace spindle::attn {
@@ -101,19 +102,35 @@ class CudaFlashBackend final : public CudaPagedBackend {
   }
 
  private:
-  // Decode steps: the split and merge kernels write the copy next to out.
+  // Decode steps, and steps the decode kernel serves row by row: the split and merge kernels
+  // write the copy next to out.
   bool request_output_copy(const OutputCopy& copy) override {
     copy_ = {};
-    if (!copy || !prepared() || batch().max_new_tokens != 1) return false;
+    if (!copy || !prepared() || !(batch().max_new_tokens == 1 || decodes_rows(device_batch().view()))) return false;
     if (copy.dtype != DType::kBF16 && copy.dtype != DType::kF16) return false;
     copy_ = copy;
     return true;
+  }
+
+  // A step of a few new tokens per sequence (a speculative verify: K + 1): each query row runs as
+  // a one-token sequence of the decode kernel, attending to its causal prefix (DeviceBatch's
+  // row_sequences). On the 8B shape's 5-token verify the prefill kernel took 23.7 us per layer
+  // against the decode kernel's 11.1 for one token (ncu, bench/results/2026-12-04-h200-verify-attn).
+  // Each row reads its keys itself (shared through L2); SPINDLE_FLASH_DECODE_ROWS=0 turns it off.
+  static bool decodes_rows(const kd::PagedBatchView& view) {
+    static const bool enabled = ab_switch_on("SPINDLE_FLASH_DECODE_ROWS");
+    return enabled && view.row_sequences != nullptr && view.max_new_tokens <= kd::kRowSequencesMaxNewTokens;
   }
 
   void attend(const kc::PagedAttentionParams& p) override {
     const OutputCopy copy = std::exchange(copy_, {});
     kd::PagedLayerLaunch a = kcu::make_layer_launch(p, device_batch(), num_sms());
     if (a.batch.num_rows == 0) return;
+    if (decodes_rows(a.batch)) {
+      a.batch.sequences = a.batch.row_sequences;
+      a.batch.num_sequences = a.batch.num_rows;
+      a.batch.max_new_tokens = 1;
+    }
     const bool decode = a.batch.max_new_tokens == 1;
     if (decode && copy) {
       a.out16 = copy.data;

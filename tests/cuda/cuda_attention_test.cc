@@ -206,6 +206,19 @@ TEST_P(CudaBackendTest, LongDecodeSplitsOfDifferentLengths) {
             tolerance(backend, shape.kv_dtype));
 }
 
+// Steps of 2-8 new tokens per sequence (a speculative verify: K + 1), long enough to be split:
+// cuda_flash runs them row by row on its decode kernel (DeviceBatch's row_sequences), each row
+// attending to its causal prefix; 17 new tokens is past that and takes the prefill kernel.
+TEST_P(CudaBackendTest, VerifyShapedStepsOfDifferentLengths) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  EXPECT_LE(max_error(backend, shape, {{5, 0}, {5, 20000}, {5, 4095}, {8, 16}, {2, 3}}, 10),
+            tolerance(backend, shape.kv_dtype));
+  EXPECT_LE(max_error(backend, shape, {{5, 700}, {17, 40}}, 11), tolerance(backend, shape.kv_dtype));
+}
+
 TEST_P(CudaBackendTest, DataParallelRankUsesItsOwnPages) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::string backend = GetParam();
@@ -330,33 +343,41 @@ TEST(CudaAttentionTest, FlashDecodeWritesTheRequestedOutputCopy) {
   for (const DType copy_dtype : {DType::kBF16, DType::kF16}) {
     const AttentionShape shape{8, 2, 128, 0.088f, DType::kBF16, 16};
     SKIP_UNLESS_SUPPORTED("cuda_flash", shape);
-    RandomBatch batch = make_random_batch(shape, {{1, 0}, {1, 3000}, {1, 40}, {1, 700}}, 21, true);
-    StagedBatch staged(batch, Device::kCuda);
-    LayerKvCache cache = staged.layer_cache();
-    auto backend = create_attention_backend("cuda_flash", shape, {});
-    const int64_t n = batch.step.num_tokens() * shape.num_heads * shape.head_dim;
-    const std::vector<uint16_t> sentinel(static_cast<size_t>(n), 0xabcd);
-    kcu::DeviceBuffer copy(sentinel.size() * sizeof(uint16_t));
-    kcu::copy_to_device(copy.data(), sentinel.data(), sentinel.size() * sizeof(uint16_t));
-    backend->prepare(batch.step);
-    backend->bind_kv_caches({&cache, 1});
-    // A forward without a request writes nothing there.
-    backend->forward(0, staged.q(), staged.k(), staged.v(), staged.out());
-    staged.synchronize();
-    std::vector<uint16_t> got(sentinel.size());
-    kcu::copy_to_host(got.data(), copy.data(), got.size() * sizeof(uint16_t));
-    ASSERT_EQ(got, sentinel);
-    ASSERT_TRUE(backend->request_output_copy({copy.data(), copy_dtype}));
-    backend->forward(0, staged.q(), staged.k(), staged.v(), staged.out(), /*kv_written=*/true);
-    staged.synchronize();
-    const std::vector<float> out = staged.read_out();
-    kcu::copy_to_host(got.data(), copy.data(), got.size() * sizeof(uint16_t));
-    for (size_t i = 0; i < out.size(); ++i) {
-      const uint16_t want = copy_dtype == DType::kBF16 ? float_to_bf16_bits(out[i]) : float_to_fp16_bits(out[i]);
-      ASSERT_EQ(got[i], want) << dtype_name(copy_dtype) << " element " << i << " of out " << out[i];
+    // A decode step, and a verify-shaped one (served row by row by the decode kernel).
+    for (const std::vector<SequenceSpec>& specs : {std::vector<SequenceSpec>{{1, 0}, {1, 3000}, {1, 40}, {1, 700}},
+                                                   std::vector<SequenceSpec>{{5, 0}, {5, 3000}, {5, 40}}}) {
+      RandomBatch batch = make_random_batch(shape, specs, 21, true);
+      StagedBatch staged(batch, Device::kCuda);
+      LayerKvCache cache = staged.layer_cache();
+      auto step_backend = create_attention_backend("cuda_flash", shape, {});
+      const int64_t n = batch.step.num_tokens() * shape.num_heads * shape.head_dim;
+      const std::vector<uint16_t> sentinel(static_cast<size_t>(n), 0xabcd);
+      kcu::DeviceBuffer copy(sentinel.size() * sizeof(uint16_t));
+      kcu::copy_to_device(copy.data(), sentinel.data(), sentinel.size() * sizeof(uint16_t));
+      step_backend->prepare(batch.step);
+      step_backend->bind_kv_caches({&cache, 1});
+      // A forward without a request writes nothing there.
+      step_backend->forward(0, staged.q(), staged.k(), staged.v(), staged.out());
+      staged.synchronize();
+      std::vector<uint16_t> got(sentinel.size());
+      kcu::copy_to_host(got.data(), copy.data(), got.size() * sizeof(uint16_t));
+      ASSERT_EQ(got, sentinel);
+      ASSERT_TRUE(step_backend->request_output_copy({copy.data(), copy_dtype}))
+          << specs.size() << " sequences of " << specs[0].num_new_tokens << " new tokens";
+      step_backend->forward(0, staged.q(), staged.k(), staged.v(), staged.out(), /*kv_written=*/true);
+      staged.synchronize();
+      const std::vector<float> out = staged.read_out();
+      kcu::copy_to_host(got.data(), copy.data(), got.size() * sizeof(uint16_t));
+      for (size_t i = 0; i < out.size(); ++i) {
+        const uint16_t want = copy_dtype == DType::kBF16 ? float_to_bf16_bits(out[i]) : float_to_fp16_bits(out[i]);
+        ASSERT_EQ(got[i], want) << dtype_name(copy_dtype) << " element " << i << " of out " << out[i] << ", "
+                                << specs[0].num_new_tokens << " new tokens per sequence";
+      }
     }
-    // A prefill step: refused.
-    RandomBatch prefill = make_random_batch(shape, {{5, 0}, {1, 10}}, 22, true);
+    auto backend = create_attention_backend("cuda_flash", shape, {});
+    kcu::DeviceBuffer copy(64);
+    // A prefill step (past kRowSequencesMaxNewTokens new tokens): refused.
+    RandomBatch prefill = make_random_batch(shape, {{17, 0}, {1, 10}}, 22, true);
     backend->prepare(prefill.step);
     EXPECT_FALSE(backend->request_output_copy({copy.data(), copy_dtype}));
   }

@@ -24,7 +24,9 @@
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
 #   early.jsonl/.md  bench_spec_verify decode/verify under the decode step's A/B knobs (early triggers, gemv16 rows, flash_decode splits)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
-#   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py)
+#   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py),
+#                    and the median verify forward against it
+#   ncu_gemv_*.txt   ncu sections (speed of light, memory, warp stalls, occupancy) of chosen bench_gemv16 launches
 #   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
 #   dp.txt, dp_check_dp{1,2}.log   tools/gpu/dp_check.py: serve --dp-size 2 with both ranks on GPU 0
 #                    (each rank's KV plan half of one rank's, dp 1 greedy outputs, both ranks serve)
@@ -138,6 +140,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # mma = SPINDLE_CUDA_GEMV_MMA=1 (gemv_mma for 3-16 rows), mma1 = that and SPINDLE_CUDA_GEMV16=0 (from 1 row),
   # gN = SPINDLE_CUDA_GEMV16_MAX_ROWS=N (gemv16 for products of 1..N rows, cuBLAS above),
   # fN = SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (gemv16's fused q/k/v + RoPE and gate/up + SwiGLU up to N rows),
+  # norows = SPINDLE_FLASH_DECODE_ROWS=0 (verify steps' attention on cuda_flash's prefill kernel, not row by row on decode),
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -156,6 +159,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             mma) envs=(SPINDLE_CUDA_GEMV_MMA=1) ;;
             mma1) envs=(SPINDLE_CUDA_GEMV_MMA=1 SPINDLE_CUDA_GEMV16=0) ;;
             g[1-8]) envs=(SPINDLE_CUDA_GEMV16_MAX_ROWS=${config#g}) ;;
+            norows) envs=(SPINDLE_FLASH_DECODE_ROWS=0) ;;
             f[1-8]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
@@ -197,6 +201,17 @@ if has spec_verify; then  # bench/spec: a verify step (1 + k tokens) against a d
     grep "^{" "$out/spec_verify_eagerverify_b${b}.txt" | tail -1 >>"$out/spec_verify.jsonl"
   done
   cat "$out/spec_verify.jsonl"
+fi
+if has ncu_gemv; then  # ncu sections of chosen gemv16 launches in bench_gemv16 (NCU_GEMV_SKIPS: launch indices
+  # among gemv16_kernel launches; bench order: shapes qkv, o, gate_up, down, lm_head; rows 1 2 3 4 5 6 8; outs 1 2 4;
+  # 22 launches each, so shape s, row index r, outs index k starts at s*462 + r*66 + k*22)
+  for skip in ${NCU_GEMV_SKIPS:-310 1696}; do
+    run ncu_gemv_$skip 200 ncu --kernel-name regex:gemv16_kernel --launch-skip $skip --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section Occupancy --section LaunchStats $bin/bench_gemv16 --reps 20
+    grep -E "gemv16_kernel|Throughput|Stall|Warp Cycles|Issued|Eligible|Occupancy|Registers|Duration|Bandwidth|Busy" \
+      "$out/ncu_gemv_$skip.txt" | head -60
+  done
 fi
 if has profile; then  # one decode forward of the 8B shape, kernel by kernel (ncu), for each decode backend
   work=${WORK:-/tmp/e2e-work}

@@ -9,6 +9,9 @@
 //   one new token: the keys of each (sequence, KV head) are split into chunks processed by
 //   separate blocks (each serving all the query heads of its GQA group, so K/V are read once),
 //   then a second kernel merges the chunks' partial softmax results. Memory-bound by design.
+//   cuda_flash also runs steps of 2..kRowSequencesMaxNewTokens new tokens per sequence (a
+//   speculative verify) on it, each query row as a one-token sequence over its causal prefix
+//   (PagedBatchView::row_sequences).
 //
 // q is f32 and is rounded to the KV type (bf16/fp16) for the tensor-core products, as are the
 // probabilities P; accumulation is f32 throughout (validation tolerance: attn/validation.h).

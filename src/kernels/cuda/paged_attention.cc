@@ -37,7 +37,7 @@ namespace {
 
 // The upload's arrays in buffer order; the page tables, whose size varies from step to step at
 // equal counts, last.
-enum Part { kTokens, kPositions, kSequences, kLogitRows, kSlots, kRows, kPageTables, kNumParts };
+enum Part { kTokens, kPositions, kSequences, kLogitRows, kSlots, kRows, kRowSequences, kPageTables, kNumParts };
 
 struct Layout {
   size_t offset[kNumParts] = {};
@@ -53,6 +53,7 @@ Layout layout_for(int64_t rows, int64_t sequences, int64_t logit_rows, int64_t p
   l.bytes[kLogitRows] = static_cast<size_t>(logit_rows) * sizeof(int64_t);
   l.bytes[kSlots] = static_cast<size_t>(rows) * sizeof(int64_t);
   l.bytes[kRows] = static_cast<size_t>(rows) * sizeof(detail::RowInfo);
+  l.bytes[kRowSequences] = static_cast<size_t>(rows) * sizeof(StepSequence);  // copied only when used
   l.bytes[kPageTables] = static_cast<size_t>(page_entries) * sizeof(int32_t);
   for (int i = 0; i < kNumParts; ++i) {
     l.offset[i] = l.total;
@@ -89,6 +90,9 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size, cudaStream_t str
                 "{} padding sequences in a batch of {}", batch.num_padding_sequences, batch.num_sequences());
   slots_host_.clear();
   rows_host_.clear();
+  row_sequences_host_.clear();
+  const bool row_sequences =
+      batch.causal && batch.max_new_tokens > 1 && batch.max_new_tokens <= detail::kRowSequencesMaxNewTokens;
   const size_t first_padding = static_cast<size_t>(batch.num_real_sequences());
   int64_t next_row = 0;
   for (size_t si = 0; si < batch.sequences.size(); ++si) {
@@ -105,6 +109,15 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size, cudaStream_t str
       const int64_t pos = int64_t{s.num_cached_tokens} + i;
       slots_host_.push_back(padding ? -1 : int64_t{table[pos / page_size]} * page_size + pos % page_size);
       rows_host_.push_back({static_cast<int32_t>(batch.causal ? pos + 1 : total), s.page_table_offset});
+      if (row_sequences) {
+        StepSequence row;
+        row.query_offset = s.query_offset + i;
+        row.num_new_tokens = 1;
+        row.num_cached_tokens = static_cast<int32_t>(pos);
+        row.page_table_offset = s.page_table_offset;
+        row.num_pages = s.num_pages;
+        row_sequences_host_.push_back(row);
+      }
     }
     next_row += s.num_new_tokens;
   }
@@ -117,6 +130,7 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size, cudaStream_t str
   host[kLogitRows] = batch.logit_rows.data();
   host[kSlots] = slots_host_.data();
   host[kRows] = rows_host_.data();
+  host[kRowSequences] = row_sequences_host_.data();
   host[kPageTables] = batch.page_tables.data();
   const Layout l = layout_for(batch.num_tokens(), batch.num_sequences(), batch.num_logit_rows(),
                               static_cast<int64_t>(batch.page_tables.size()));
@@ -128,6 +142,7 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size, cudaStream_t str
     buffer_.reserve(std::max(l.total, buffer_.size() * 2));
   }
   for (int i = 0; i < kNumParts; ++i) {
+    if (i == kRowSequences && !row_sequences) continue;  // its space stays (stale): offsets depend on counts only
     if (l.bytes[i] > 0) std::memcpy(staging_ + l.offset[i], host[i], l.bytes[i]);
   }
   stream_ = stream;
@@ -146,6 +161,7 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size, cudaStream_t str
   rows_ = at(kRows);
 
   view_.sequences = step_.sequences;
+  view_.row_sequences = row_sequences ? static_cast<const StepSequence*>(at(kRowSequences)) : nullptr;
   view_.page_tables = step_.page_tables;
   view_.num_sequences = step_.num_sequences;
   view_.num_rows = static_cast<int>(next_row);

@@ -30,7 +30,9 @@ detail::KvType kv_type_of(DType dtype);
 // One step's StepBatch on the device, uploaded with one host-to-device copy: its own arrays
 // (token ids, positions, sequences, page tables, logit rows: step()) plus what the attention
 // kernels derive from it, per query row its page slot (for the K/V writer) and RowInfo (for the
-// reference kernel). The transformer and every CUDA backend of the step read this one copy.
+// reference kernel), and in steps of 2..kRowSequencesMaxNewTokens new tokens per sequence each row
+// as a one-token sequence (view().row_sequences, for cuda_flash's decode kernel). The transformer
+// and every CUDA backend of the step read this one copy.
 class DeviceBatch {
  public:
   // Uploads the batch (queued on `stream` from pinned staging; the staging is reused only after
@@ -76,6 +78,7 @@ class DeviceBatch {
   cudaEvent_t copied_ = nullptr;  // the last upload's copy finished
   std::vector<int64_t> slots_host_;
   std::vector<detail::RowInfo> rows_host_;
+  std::vector<StepSequence> row_sequences_host_;
 };
 
 // The common launch of one layer over this rank's pages (p's pointers are device memory).

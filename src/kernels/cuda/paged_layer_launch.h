@@ -29,9 +29,16 @@ enum class KvType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 // uploaded as it is once per step and shared by all layers.
 using DeviceSequence = ::spindle::StepSequence;
 
+// Steps whose sequences all have 2..kRowSequencesMaxNewTokens new tokens (a speculative verify, a
+// short chunk), causal: DeviceBatch also uploads each query row as a one-token sequence, so the
+// decode kernel can serve them (row r of sequence s: query_offset r, num_new_tokens 1,
+// num_cached_tokens = its position, s's page table; logit fields 0).
+inline constexpr int kRowSequencesMaxNewTokens = 8;
+
 // The step's batch: device arrays plus host-known maxima for sizing grids.
 struct PagedBatchView {
   const DeviceSequence* sequences = nullptr;  // [num_sequences]
+  const DeviceSequence* row_sequences = nullptr;  // [num_rows] as above, or null (not such a step)
   const int32_t* page_tables = nullptr;       // every sequence's table, concatenated
   int num_sequences = 0;
   int num_rows = 0;                           // sum of num_new_tokens
