@@ -314,10 +314,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kRows, int kOuts>
-void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
-                  cudaStream_t stream) {
-  constexpr int kUnroll = kOuts == 1 ? kUnroll1 : 8 / kOuts;  // 16-byte W loads in flight per lane: 4, 8, 8
+// SPINDLE_GEMV16_UNROLL=8: one-output launches of 1-4 rows keep 8 W loads in flight per lane, not
+// kUnroll1 (A/B benchmarks: more bytes in flight per warp for the short o / down rows).
+bool unroll8_requested() {
+  static const bool requested = [] {
+    const char* v = std::getenv("SPINDLE_GEMV16_UNROLL");
+    return v != nullptr && std::strtol(v, nullptr, 10) == 8;
+  }();
+  return requested;
+}
+
+template <int kRows, int kOuts, int kUnroll>
+void launch_kernel(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
+                   cudaStream_t stream) {
   const int64_t per_block = int64_t{kWarps} * kOuts;
   const auto blocks = static_cast<unsigned>((out + per_block - 1) / per_block);
   const auto* w16 = static_cast<const uint16_t*>(w);
@@ -327,6 +336,16 @@ void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf
   } else {
     launch_pdl(gemv16_kernel<kRows, kOuts, kUnroll, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   }
+}
+
+template <int kRows, int kOuts>
+void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
+                  cudaStream_t stream) {
+  if constexpr (kOuts == 1 && kRows <= 4) {
+    if (unroll8_requested()) return launch_kernel<kRows, 1, 8>(w, x, in, out, bf16, bias, y, stream);
+  }
+  constexpr int kUnroll = kOuts == 1 ? kUnroll1 : 8 / kOuts;  // 16-byte W loads in flight per lane: 4, 8, 8
+  launch_kernel<kRows, kOuts, kUnroll>(w, x, in, out, bf16, bias, y, stream);
 }
 
 template <int kRows>
