@@ -130,6 +130,7 @@ class CudaFlashBackend final : public CudaPagedBackend {
       a.batch.sequences = a.batch.row_sequences;
       a.batch.num_sequences = a.batch.num_rows;
       a.batch.max_new_tokens = 1;
+      a.new_keys_before_last = true;  // row i's keys include rows 0..i-1's, written this step too
     }
     const bool decode = a.batch.max_new_tokens == 1;
     if (decode && copy) {

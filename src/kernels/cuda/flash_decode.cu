@@ -769,7 +769,7 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   p.rule = plan.rule;
   p.num_splits = plan.num_splits;
   p.scale_log2 = a.scale * kLog2e;
-  p.early = pdl_early_enabled();
+  p.early = pdl_early_enabled() && !a.new_keys_before_last;  // early reads assume only the last key is new
 
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
                   static_cast<unsigned>(a.batch.num_sequences));

@@ -68,6 +68,9 @@ struct PagedLayerLaunch {
   // num_heads, head_dim], bf16 when out16_bf16 else f16 (round16.cuh round_16bit).
   void* out16 = nullptr;
   bool out16_bf16 = true;
+  // Decode only: true when a sequence's keys before its last may also be this step's (the row
+  // sequences of a verify step): then no key is read before the programmatic wait.
+  bool new_keys_before_last = false;
 };
 
 }  // namespace spindle::kernels::cuda::detail
