@@ -60,7 +60,7 @@ class SpindleServer {
   // Still running (not exited).
   bool alive();
   // SIGTERM, wait up to 10 s, then SIGKILL. Returns the exit code (or -signal); true in *graceful
-  // when it exited by itself after SIGTERM.
+  // when it exited by itself (after this SIGTERM, or before the call), i.e. was not killed.
   int stop(bool* graceful = nullptr);
   std::string log() const;
 
