@@ -29,7 +29,10 @@ namespace {
 constexpr std::array<std::string_view, 8> kNames = {"reference", "avx2",       "avx512",      "amx",
                                                     "amx_bf16",  "onednn_f32", "onednn_bf16", "auto"};
 // A task of the direct kernel reads at least this many bytes of W (pool overhead ~ microseconds).
-constexpr int64_t kMinTaskBytes = int64_t{256} << 10;
+// 128 KiB, not 256: the 1-row 384x384 products of kjv-tiny and kjv-draft (288 KiB) then run on
+// two threads; on the 2-core Xeon VM kjv-tiny decode 0.87-0.88 -> 0.78-0.80 ms, kjv-draft
+// 5983-6166 -> 6443-6798 tok/s (64 KiB: no better; bench/results/2026-12-04-spec-cpu2).
+constexpr int64_t kMinTaskBytes = int64_t{128} << 10;
 // Tasks per thread when W is large enough (dynamic scheduling evens out slow cores).
 constexpr int64_t kTasksPerThread = 4;
 
