@@ -11,8 +11,10 @@
 
 #include <span>
 
+#include "attn/attention_backend.h"
 #include "engine/spec_harness.h"
 #include "model/golden_fixtures.h"
+#include "support/fake_machines.h"
 
 namespace spindle {
 namespace {
@@ -422,6 +424,42 @@ TEST(SpecEngineTest, PerRequestOff) {
   EXPECT_EQ(r.metrics.spec_num_drafts, 0u);
   EXPECT_TRUE(r.integrity_ok);
   for (const auto& t : r.tokens) EXPECT_EQ(t.size(), 30u);
+}
+
+// Greedy speculation is plain decoding on every optimized CPU attention backend usable here, with
+// bf16 KV (the path cpu_amx runs with AMX tiles), not only on the reference: a verify's rows must be
+// computed as a decode step's. cpu_amx rounded Q and P to bf16 for sequences of 3 or more new tokens
+// while decode rows ran the avx512 path, and 2 of bench/spec's 8 repeating prompts (the first one
+// below) then continued differently after a verify (bench/results/2026-12-04-spec-cpu2).
+TEST(SpecEngineTest, GreedyIsIdenticalOnEveryCpuAttentionBackend) {
+  const auto dir = model_dir("kjv-tiny");
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
+  std::vector<std::vector<TokenId>> prompts = kjv_prompts(tok);
+  prompts.push_back(tok.encode(
+      "In the beginning God created the heaven and the earth. And the earth was without form, and void; and "
+      "darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God "
+      "said, Let there be light: and there was light.\n\nIn the beginning God created the heaven and the earth. "
+      "And the earth was without form,"));
+  const DeviceInfo device = testing::this_cpu();
+  const attn::AttentionShape shape{6, 2, 64, 0.125f, DType::kBF16, 16};
+  int checked = 0;
+  for (const char* backend : {"cpu_avx2", "cpu_avx512", "cpu_amx"}) {
+    if (!attn::attention_registry().get(backend).unsupported_reasons(device, shape).empty()) continue;
+    SpecRun plain;
+    plain.backend = backend;
+    plain.kv_dtype = DType::kBF16;
+    const SpecResult base = serve_speculative(dir, plain, prompts, {greedy(128)});
+    for (const std::string proposer : {"ngram", "draft"}) {
+      SpecRun run = plain;
+      run.proposer = proposer;
+      run.draft_dir = kKjvDraft;
+      const SpecResult spec = serve_speculative(dir, run, prompts, {greedy(128)});
+      EXPECT_EQ(spec.tokens, base.tokens) << backend << " " << proposer;
+      EXPECT_TRUE(spec.integrity_ok) << backend << " " << proposer;
+    }
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no optimized CPU attention backend runs here";
 }
 
 }  // namespace

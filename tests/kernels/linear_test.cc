@@ -179,6 +179,57 @@ void check_rows_independent(const std::string& name) {
   }
 }
 
+// The avx512 kernel's sum, spelled out in scalar code: 16 f32 lanes, lane l accumulating
+// fma(x[t], w[t], acc) for t = l, l + 16, ... in order (the k tail as zeros), then GCC's
+// _mm512_reduce_add_ps tree (lanes i + (i + 8), + (i + 4), + (i + 2), + (i + 1)), then + bias.
+// The kernel must give exactly this for every m, whatever its tiling, row groups, widening or
+// reduction code: its outputs stay those of the kernel before those were changed.
+float avx512_sum_order(const float* x, const Data& d, int64_t j, int64_t k, const float* bias) {
+  float lane[16] = {};
+  for (int64_t t0 = 0; t0 < k; t0 += 16) {
+    for (int l = 0; l < 16; ++l) {
+      const int64_t t = t0 + l;
+      const float w =
+          t >= k ? 0.0f : (d.weight.dtype == DType::kBF16 ? bf16_bits_to_float(d.w16[j * k + t]) : d.w32[j * k + t]);
+      lane[l] = std::fma(t >= k ? 0.0f : x[t], w, lane[l]);
+    }
+  }
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i) t3[i] = lane[i + 8] + lane[i];
+  for (int i = 0; i < 4; ++i) t6[i] = t3[i + 4] + t3[i];
+  const float s = (t6[0] + t6[2]) + (t6[1] + t6[3]);
+  return bias ? s + bias[j] : s;
+}
+
+TEST(LinearTest, Avx512IsTheSumInItsStatedOrder) {
+  std::vector<uint16_t> probe(64 * 64);
+  const std::string reason = linear_kernel_unsupported_reason("avx512", {probe.data(), DType::kBF16, 64, 64});
+  if (!reason.empty()) GTEST_SKIP() << "avx512: " << reason;
+  ThreadPool pool(3);
+  std::mt19937 rng(11);
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (const auto [in, out] : {std::pair<int64_t, int64_t>{384, 640}, {136, 257}, {13, 15}, {1024, 131}}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 9, 11, 17}) {
+        const Case c{m, in, out, dtype, m % 2 == 1};
+        const Data d = make_data(c, rng);
+        auto kernel = make_named_linear_kernel("avx512", d.weight);
+        std::vector<float> y(m * out, std::numeric_limits<float>::quiet_NaN());
+        const float* bias = c.with_bias ? d.bias.data() : nullptr;
+        kernel->forward(d.x.data(), m, y.data(), &pool, bias);
+        int bad = 0;
+        for (int64_t e = 0; e < m * out && bad < 3; ++e) {
+          const float want = avx512_sum_order(d.x.data() + (e / out) * in, d, e % out, in, bias);
+          if (std::memcmp(&y[e], &want, sizeof(float)) != 0) {
+            ++bad;
+            ADD_FAILURE() << dtype_name(dtype) << " m=" << m << " in=" << in << " out=" << out << " y[" << e / out
+                          << "," << e % out << "] = " << y[e] << ", the stated order gives " << want;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(LinearTest, Avx2RowsMatchOneRowCallsBitwise) { check_rows_independent("avx2"); }
 TEST(LinearTest, Avx512RowsMatchOneRowCallsBitwise) { check_rows_independent("avx512"); }
 // amx_bf16 too: each output is one tile row's accumulation over K in a fixed order (and the n % 16

@@ -351,28 +351,30 @@ TEST_F(ServerApiTest, HeldBackTextIsDeliveredWhenAStopTokenEnds) {
 }
 
 // A non-streaming client that gives up is noticed (the body is sent chunked, with a space about
-// every 200 ms) and its request aborted rather than run to max_tokens. Four streams run beside it
-// so that its 480 tokens take seconds, not one.
+// every 200 ms) and its request aborted rather than run to max_tokens. Eight streams of 400 tokens
+// run beside it so that its 480 tokens take longer than noticing the hang-up (four of 200 did not
+// on the 2-core AVX-512 Xeon VM: it finished first in 4 of 4 runs, main's binary included).
 TEST_F(ServerApiTest, NonStreamingClientThatHangsUpIsAborted) {
   const auto before = server_metrics(*client_);
   std::vector<std::thread> load;
   std::atomic<int> num_load_ok{0};
-  for (int i = 0; i < 4; ++i) {
+  constexpr int kLoad = 8;
+  for (int i = 0; i < kLoad; ++i) {
     load.emplace_back([&] {
       auto c = server_->client(120);
       const StreamSummary s = summarise(
           post_stream(*c, "/v1/completions",
-                      {{"prompt", "In the beginning"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}}),
+                      {{"prompt", "In the beginning"}, {"max_tokens", 400}, {"ignore_eos", true}, {"stream", true}}),
           false);
       if (s.finish_reason == "length") ++num_load_ok;
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   {
-    // A raw client: sends the request, waits 0.15 s, hangs up (an HTTP client's read timeout would
-    // never fire: the server's keep-alive spaces arrive every 200 ms). Not longer: 480 tokens of
-    // kjv-tiny can finish in ~0.7 s on a fast core, and a request that ends before the server
-    // writes to the closed socket is not an abort (seen: 0 aborts with a 0.5 s wait).
+    // A raw client: sends the request, waits until it runs, hangs up (an HTTP client's read timeout
+    // would never fire: the server's keep-alive spaces arrive every 200 ms). Not a fixed wait: on a
+    // fast machine (a 2-core AVX-512 Xeon, ~1 ms per step of 5) its 480 tokens took about as long
+    // as the 0.5 s this waited before, and it finished before its hang-up was noticed.
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     ASSERT_GE(fd, 0);
     sockaddr_in addr{};
@@ -384,11 +386,15 @@ TEST_F(ServerApiTest, NonStreamingClientThatHangsUpIsAborted) {
     const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                                 "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    const auto running_by = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < running_by &&
+           metric(server_metrics(*client_), "spindle_num_requests_running") < kLoad + 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
     ::close(fd);
   }
   for (auto& t : load) t.join();
-  EXPECT_EQ(num_load_ok.load(), 4);
+  EXPECT_EQ(num_load_ok.load(), kLoad);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::map<std::string, double> m;
   do {

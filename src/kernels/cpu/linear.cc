@@ -29,7 +29,10 @@ namespace {
 constexpr std::array<std::string_view, 8> kNames = {"reference", "avx2",       "avx512",      "amx",
                                                     "amx_bf16",  "onednn_f32", "onednn_bf16", "auto"};
 // A task of the direct kernel reads at least this many bytes of W (pool overhead ~ microseconds).
-constexpr int64_t kMinTaskBytes = int64_t{256} << 10;
+// 128 KiB, not 256: the 1-row 384x384 products of kjv-tiny and kjv-draft (288 KiB) then run on
+// two threads; on the 2-core Xeon VM kjv-tiny decode 0.87-0.88 -> 0.78-0.80 ms, kjv-draft
+// 5983-6166 -> 6443-6798 tok/s (64 KiB: no better; bench/results/2026-12-04-spec-cpu2).
+constexpr int64_t kMinTaskBytes = int64_t{128} << 10;
 // Tasks per thread when W is large enough (dynamic scheduling evens out slow cores).
 constexpr int64_t kTasksPerThread = 4;
 
@@ -53,16 +56,22 @@ LinearSliceParams slice_params(const LinearWeight& w, const float* x, int64_t m,
   return p;
 }
 
-// Runs fn(col_begin, col_end) over W's rows (output columns) in slices of a multiple of
-// kLinearSliceAlign columns, each reading at least kMinTaskBytes of W, on the pool.
+// Runs fn(col_begin, col_end) over W's rows (output columns) in slices of a multiple of `align`
+// columns, each reading at least kMinTaskBytes / min(rows, kMaxTaskRowsScale) of W, on the pool.
+// A task's work is its W bytes times the rows of x (from 2-3 rows the direct kernels are bound by
+// arithmetic, not by reading W), so with more rows smaller slices are worth a hand-off: a 5-row
+// verify's 384x384 products (288 KiB) run on both threads instead of one. Only the split changes:
+// every column is computed by the same code whichever slice it lands in.
+constexpr int64_t kMaxTaskRowsScale = 8;
 template <class Fn>
-void for_column_slices(const LinearWeight& w, ThreadPool* pool, Fn&& fn) {
+void for_column_slices(const LinearWeight& w, ThreadPool* pool, int64_t rows, int64_t align, Fn&& fn) {
   const int64_t n = w.out_features;
   const int64_t threads = pool ? pool->num_threads() : 1;
   const int64_t col_bytes = w.in_features * int64_t(dtype_size(w.dtype));
-  int64_t cols = std::max((kMinTaskBytes + col_bytes - 1) / col_bytes,
+  const int64_t min_bytes = kMinTaskBytes / std::clamp<int64_t>(rows, 1, kMaxTaskRowsScale);
+  int64_t cols = std::max((min_bytes + col_bytes - 1) / col_bytes,
                           (n + threads * kTasksPerThread - 1) / (threads * kTasksPerThread));
-  cols = (cols + kLinearSliceAlign - 1) / kLinearSliceAlign * kLinearSliceAlign;
+  cols = (cols + align - 1) / align * align;
   const int64_t num_tasks = (n + cols - 1) / cols;
   if (threads == 1 || num_tasks == 1) {
     fn(int64_t{0}, n);
@@ -80,7 +89,8 @@ class DirectLinear final : public LinearKernel {
     if (m <= 0) return;
     SPINDLE_CHECK(x != nullptr && y != nullptr, "linear {}: null x or y", name_);
     const LinearSliceParams p = slice_params(w_, x, m, y, bias);
-    for_column_slices(w_, pool, [&](int64_t c0, int64_t c1) { fn_(p, c0, c1); });
+    // (Slices of whole sub-blocks: the avx2/avx512 kernels take any column range.)
+    for_column_slices(w_, pool, m, kLinearSubBlockCols, [&](int64_t c0, int64_t c1) { fn_(p, c0, c1); });
   }
 
  private:
@@ -134,7 +144,9 @@ class AmxLinear final : public LinearKernel {
       }
       const LinearSliceParams p = slice_params(w_, xg, rows, y + i0 * n, bias);
       const uint16_t* tiles = buf;
-      for_column_slices(w_, pool, [&](int64_t c0, int64_t c1) { linear_slice_amx(p, parts_, tiles, c0, c1); });
+      // (The split of before: 1 row's bytes per task, whole 16-column tiles.)
+      for_column_slices(w_, pool, 1, kLinearSliceAlign,
+                        [&](int64_t c0, int64_t c1) { linear_slice_amx(p, parts_, tiles, c0, c1); });
     }
   }
 

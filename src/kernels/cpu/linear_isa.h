@@ -20,8 +20,8 @@ struct LinearSliceParams {
 };
 
 // Register-tiled dot products (f32 accumulation): every group of up to 4 rows (avx2: ceil(m / 4)
-// groups of near-equal size) passes over each sub-block of W, which stays in L2 between groups,
-// so W is read from memory once per call. Each output element is the same sum in the same order
+// groups of near-equal size; avx512: up to 5 rows, ceil(m / 5) groups) passes over each sub-block of W, which stays in
+// L2 between groups, so W is read from memory once per call. Each output element is the same sum in the same order
 // whatever m (a row's outputs equal those of a 1-row call, bit for bit). col_begin is a multiple
 // of kLinearSliceAlign (except for the last slice's tail, which the kernels handle).
 void linear_slice_avx2(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);

@@ -22,7 +22,8 @@
 // The process must already hold AMX permission (arch_prctl ARCH_REQ_XCOMP_PERM; the backend
 // requests it through platform/cpu_info). Decode-sized tasks (<= 8 rows per KV head), query
 // blocks over 16 rows (GQA groups above 16) and f32 KV run the avx512 path (bf16 dot products
-// for bf16 KV), where AMX would not win or does not apply.
+// for bf16 KV), where AMX would not win or does not apply; so do sequences of fewer than
+// kAmxMinSequenceTokens new tokens (speculative verifies: their rows must be the decode step's).
 #include <immintrin.h>
 
 #include "kernels/cpu/avx512_transpose.h"
@@ -34,6 +35,10 @@ namespace spindle::kernels::cpu {
 namespace {
 
 constexpr int kAmxRows = 16;  // query rows per task (M), tile rows
+// Sequences of fewer new tokens (a speculative verify: at most 16 drafts + 1) run the avx512
+// path a decode step runs, so that their rows are computed as the decode step's (AMX rounds Q
+// and P to bf16): greedy speculation then gives plain decoding's tokens.
+constexpr int kAmxMinSequenceTokens = 18;
 constexpr int kAmxKeys = 32;  // keys per tile (two 16-key S^T tiles, one 32-key P.V step)
 
 struct alignas(64) TileConfig {
@@ -242,7 +247,8 @@ void paged_attention_amx(const PagedAttentionParams& p) {
   const Plan plan = make_plan(p, kAmxRows);
   run_plan(p, plan, [&](const Task& t, float* partials) {
     const int rows = (t.q_end - t.q_begin) * group;
-    if (t.num_heads == 1 && rows > kAllHeadsMaxRows && rows <= kAmxRows) {
+    const bool verify_sized = p.sequences[static_cast<size_t>(t.seq)].num_new_tokens <= kAmxMinSequenceTokens - 1;
+    if (t.num_heads == 1 && rows > kAllHeadsMaxRows && rows <= kAmxRows && !verify_sized) {
       amx_task(p, t, partials);
     } else {
       vector_task<Avx512>(p, t, partials, true);
