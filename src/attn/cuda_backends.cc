@@ -112,14 +112,15 @@ class CudaFlashBackend final : public CudaPagedBackend {
     return true;
   }
 
-  // A step of a few new tokens per sequence (a speculative verify: K + 1): each query row runs as
-  // a one-token sequence of the decode kernel, attending to its causal prefix (DeviceBatch's
-  // row_sequences). On the 8B shape's 5-token verify the prefill kernel took 23.7 us per layer
-  // against the decode kernel's 11.1 for one token (ncu, bench/results/2026-12-04-h200-verify-attn).
-  // Each row reads its keys itself (shared through L2); SPINDLE_FLASH_DECODE_ROWS=0 turns it off.
+  // A step of a few query rows, not all decode rows (a batch-1 speculative verify: K + 1): each
+  // row runs as a one-token sequence of the decode kernel, attending to its causal prefix
+  // (DeviceBatch's row_sequences; paged_layer_launch.h has the measured bound). On the 8B shape's
+  // 5-token verify the prefill kernel took 23.7 us per layer against ~11 for the decode kernel's
+  // split and merge (ncu, bench/results/2026-12-04-h200-verify-attn). SPINDLE_FLASH_DECODE_ROWS=0
+  // turns it off (A/B runs).
   static bool decodes_rows(const kd::PagedBatchView& view) {
     static const bool enabled = ab_switch_on("SPINDLE_FLASH_DECODE_ROWS");
-    return enabled && view.row_sequences != nullptr && view.max_new_tokens <= kd::kRowSequencesMaxNewTokens;
+    return enabled && view.row_sequences != nullptr;
   }
 
   void attend(const kc::PagedAttentionParams& p) override {

@@ -206,17 +206,21 @@ TEST_P(CudaBackendTest, LongDecodeSplitsOfDifferentLengths) {
             tolerance(backend, shape.kv_dtype));
 }
 
-// Steps of 2-8 new tokens per sequence (a speculative verify: K + 1), long enough to be split:
-// cuda_flash runs them row by row on its decode kernel (DeviceBatch's row_sequences), each row
-// attending to its causal prefix; 17 new tokens is past that and takes the prefill kernel.
+// Steps of 2-8 query rows, not all decode rows (a batch-1 speculative verify: K + 1), long enough
+// to be split: cuda_flash runs them row by row on its decode kernel (DeviceBatch's row_sequences),
+// each row attending to its causal prefix; past 8 rows (the last case) they take the prefill kernel.
 TEST_P(CudaBackendTest, VerifyShapedStepsOfDifferentLengths) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::string backend = GetParam();
   const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
   SKIP_UNLESS_SUPPORTED(backend, shape);
-  EXPECT_LE(max_error(backend, shape, {{5, 0}, {5, 20000}, {5, 4095}, {8, 16}, {2, 3}}, 10),
-            tolerance(backend, shape.kv_dtype));
-  EXPECT_LE(max_error(backend, shape, {{5, 700}, {17, 40}}, 11), tolerance(backend, shape.kv_dtype));
+  const std::vector<std::vector<SequenceSpec>> steps = {
+      {{5, 20000}}, {{5, 0}}, {{2, 4095}, {3, 16}, {1, 3}, {2, 0}}, {{8, 700}}, {{5, 700}, {5, 40}}};
+  uint64_t seed = 10;
+  for (const auto& specs : steps) {
+    EXPECT_LE(max_error(backend, shape, specs, seed++), tolerance(backend, shape.kv_dtype))
+        << specs.size() << " sequences, the first of " << specs[0].num_new_tokens << " new tokens";
+  }
 }
 
 TEST_P(CudaBackendTest, DataParallelRankUsesItsOwnPages) {
@@ -345,7 +349,7 @@ TEST(CudaAttentionTest, FlashDecodeWritesTheRequestedOutputCopy) {
     SKIP_UNLESS_SUPPORTED("cuda_flash", shape);
     // A decode step, and a verify-shaped one (served row by row by the decode kernel).
     for (const std::vector<SequenceSpec>& specs : {std::vector<SequenceSpec>{{1, 0}, {1, 3000}, {1, 40}, {1, 700}},
-                                                   std::vector<SequenceSpec>{{5, 0}, {5, 3000}, {5, 40}}}) {
+                                                   std::vector<SequenceSpec>{{4, 3000}, {4, 40}}}) {
       RandomBatch batch = make_random_batch(shape, specs, 21, true);
       StagedBatch staged(batch, Device::kCuda);
       LayerKvCache cache = staged.layer_cache();
@@ -376,8 +380,8 @@ TEST(CudaAttentionTest, FlashDecodeWritesTheRequestedOutputCopy) {
     }
     auto backend = create_attention_backend("cuda_flash", shape, {});
     kcu::DeviceBuffer copy(64);
-    // A prefill step (past kRowSequencesMaxNewTokens new tokens): refused.
-    RandomBatch prefill = make_random_batch(shape, {{17, 0}, {1, 10}}, 22, true);
+    // A prefill step (past kRowSequencesMaxRows rows): refused.
+    RandomBatch prefill = make_random_batch(shape, {{5, 0}, {5, 10}}, 22, true);
     backend->prepare(prefill.step);
     EXPECT_FALSE(backend->request_output_copy({copy.data(), copy_dtype}));
   }

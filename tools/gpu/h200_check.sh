@@ -134,7 +134,7 @@ fi
 if has early; then  # the decode step's A/B knobs, alternating, graphs planned as served (--max-model-len 8448)
   work=${WORK:-/tmp/e2e-work}
   [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/early_model.txt" 2>&1
-  # A config is env settings: off = SPINDLE_CUDA_PDL_EARLY=0 (pdl.cuh), u8 = SPINDLE_GEMV16_UNROLL=8,
+  # A config is env settings: off = SPINDLE_CUDA_PDL_EARLY=0 (pdl.cuh),
   # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), nocopy =
   # SPINDLE_CUDA_ATTN_OUT16=0 (the attention output converted to 16 bits by its own launch), neither = both,
   # mma = SPINDLE_CUDA_GEMV_MMA=1 (gemv_mma for 3-16 rows), mma1 = that and SPINDLE_CUDA_GEMV16=0 (from 1 row),
@@ -152,7 +152,6 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
           envs=()
           case $config in
             off) envs=(SPINDLE_CUDA_PDL_EARLY=0) ;;
-            u8) envs=(SPINDLE_GEMV16_UNROLL=8) ;;
             noqkv) envs=(SPINDLE_CUDA_QKV_ROPE=0) ;;
             nocopy) envs=(SPINDLE_CUDA_ATTN_OUT16=0) ;;
             neither) envs=(SPINDLE_CUDA_QKV_ROPE=0 SPINDLE_CUDA_ATTN_OUT16=0) ;;

@@ -9,7 +9,7 @@
 //   one new token: the keys of each (sequence, KV head) are split into chunks processed by
 //   separate blocks (each serving all the query heads of its GQA group, so K/V are read once),
 //   then a second kernel merges the chunks' partial softmax results. Memory-bound by design.
-//   cuda_flash also runs steps of 2..kRowSequencesMaxNewTokens new tokens per sequence (a
+//   cuda_flash also runs causal steps of 2..kRowSequencesMaxRows query rows (a batch-1
 //   speculative verify) on it, each query row as a one-token sequence over its causal prefix
 //   (PagedBatchView::row_sequences).
 //

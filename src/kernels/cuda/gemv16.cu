@@ -314,16 +314,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// SPINDLE_GEMV16_UNROLL=8: one-output launches of 1-4 rows keep 8 W loads in flight per lane, not
-// kUnroll1 (A/B benchmarks: more bytes in flight per warp for the short o / down rows).
-bool unroll8_requested() {
-  static const bool requested = [] {
-    const char* v = std::getenv("SPINDLE_GEMV16_UNROLL");
-    return v != nullptr && std::strtol(v, nullptr, 10) == 8;
-  }();
-  return requested;
-}
-
 template <int kRows, int kOuts, int kUnroll>
 void launch_kernel(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
                    cudaStream_t stream) {
@@ -341,9 +331,6 @@ void launch_kernel(const void* w, const void* x, int64_t in, int64_t out, bool b
 template <int kRows, int kOuts>
 void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
                   cudaStream_t stream) {
-  if constexpr (kOuts == 1 && kRows <= 4) {
-    if (unroll8_requested()) return launch_kernel<kRows, 1, 8>(w, x, in, out, bf16, bias, y, stream);
-  }
   constexpr int kUnroll = kOuts == 1 ? kUnroll1 : 8 / kOuts;  // 16-byte W loads in flight per lane: 4, 8, 8
   launch_kernel<kRows, kOuts, kUnroll>(w, x, in, out, bf16, bias, y, stream);
 }

@@ -92,7 +92,7 @@ void DeviceBatch::upload(const StepBatch& batch, int page_size, cudaStream_t str
   rows_host_.clear();
   row_sequences_host_.clear();
   const bool row_sequences =
-      batch.causal && batch.max_new_tokens > 1 && batch.max_new_tokens <= detail::kRowSequencesMaxNewTokens;
+      batch.causal && batch.max_new_tokens > 1 && batch.num_tokens() <= detail::kRowSequencesMaxRows;
   const size_t first_padding = static_cast<size_t>(batch.num_real_sequences());
   int64_t next_row = 0;
   for (size_t si = 0; si < batch.sequences.size(); ++si) {

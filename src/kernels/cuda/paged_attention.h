@@ -30,7 +30,7 @@ detail::KvType kv_type_of(DType dtype);
 // One step's StepBatch on the device, uploaded with one host-to-device copy: its own arrays
 // (token ids, positions, sequences, page tables, logit rows: step()) plus what the attention
 // kernels derive from it, per query row its page slot (for the K/V writer) and RowInfo (for the
-// reference kernel), and in steps of 2..kRowSequencesMaxNewTokens new tokens per sequence each row
+// reference kernel), and in steps of 2..kRowSequencesMaxRows rows (not all decode rows) each row
 // as a one-token sequence (view().row_sequences, for cuda_flash's decode kernel). The transformer
 // and every CUDA backend of the step read this one copy.
 class DeviceBatch {

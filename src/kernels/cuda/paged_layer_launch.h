@@ -29,11 +29,14 @@ enum class KvType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 // uploaded as it is once per step and shared by all layers.
 using DeviceSequence = ::spindle::StepSequence;
 
-// Steps whose sequences all have 2..kRowSequencesMaxNewTokens new tokens (a speculative verify, a
-// short chunk), causal: DeviceBatch also uploads each query row as a one-token sequence, so the
-// decode kernel can serve them (row r of sequence s: query_offset r, num_new_tokens 1,
-// num_cached_tokens = its position, s's page table; logit fields 0).
-inline constexpr int kRowSequencesMaxNewTokens = 8;
+// Causal steps of 2..kRowSequencesMaxRows query rows in all, some sequence with more than one (a
+// batch-1 speculative verify, a short chunk): DeviceBatch also uploads each query row as a
+// one-token sequence, so the decode kernel can serve them (row r of sequence s: query_offset r,
+// num_new_tokens 1, num_cached_tokens = its position, s's page table; logit fields 0). Measured on
+// the H200 (bench/results/2026-12-04-h200-verify-attn, 8B shape): a 5-row verify 4.92 vs 5.33 ms
+// at 512 keys and 6.37 vs 13.55 ms at 8000; 40 rows (batch 8) 6.27 vs 5.84, slower: each row
+// reads its keys itself. 6-39 rows are not measured; the bound stays at what was.
+inline constexpr int kRowSequencesMaxRows = 8;
 
 // The step's batch: device arrays plus host-known maxima for sizing grids.
 struct PagedBatchView {
