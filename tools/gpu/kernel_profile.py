@@ -36,6 +36,23 @@ def short(name):
     return name.split("(")[0][:90]
 
 
+def median_forward(forwards):
+    """The forward of median total device time, and that total (ns)."""
+    totals = [sum(ns for _, ns in f) for f in forwards]
+    pick = forwards[totals.index(sorted(totals)[len(totals) // 2])]
+    return pick, sum(ns for _, ns in pick)
+
+
+def by_kernel(forward):
+    """Kernel name (shortened) -> [count, ns] in order of first launch."""
+    groups = OrderedDict()
+    for name, ns in forward:
+        g = groups.setdefault(short(name), [0, 0.0])
+        g[0] += 1
+        g[1] += ns
+    return groups
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("csv")
@@ -53,13 +70,8 @@ def main():
         sys.exit(f"kernel_profile: {len(forwards)} forwards found in {len(kernels)} kernels")
     decodes = forwards[1::2]
     totals = [sum(ns for _, ns in f) for f in decodes]
-    pick = decodes[totals.index(sorted(totals)[len(totals) // 2])]  # the median decode forward
-    groups = OrderedDict()
-    for name, ns in pick:
-        g = groups.setdefault(short(name), [0, 0.0])
-        g[0] += 1
-        g[1] += ns
-    total = sum(ns for _, ns in pick)
+    pick, total = median_forward(decodes)
+    groups = by_kernel(pick)
     print(f"# One decode forward (median of {len(decodes)}): {len(pick)} kernels, {total / 1e3:.1f} us of device time")
     if a.bytes_per_step:
         print(f"# bytes read at least: {a.bytes_per_step / 1e9:.3f} GB")
@@ -77,14 +89,8 @@ def main():
     verifies = forwards[2::2]
     if verifies:
         print("## Verify forwards (us):", ", ".join(f"{sum(ns for _, ns in f) / 1e3:.0f}" for f in verifies))
-        vtotals = [sum(ns for _, ns in f) for f in verifies]
-        vpick = verifies[vtotals.index(sorted(vtotals)[len(vtotals) // 2])]  # the median verify forward
-        vgroups = OrderedDict()
-        for name, ns in vpick:
-            g = vgroups.setdefault(short(name), [0, 0.0])
-            g[0] += 1
-            g[1] += ns
-        vtotal = sum(ns for _, ns in vpick)
+        vpick, vtotal = median_forward(verifies)
+        vgroups = by_kernel(vpick)
         print()
         print(f"## Median decode forward against the median verify forward: {total / 1e3:.1f} vs {vtotal / 1e3:.1f} us")
         print()
