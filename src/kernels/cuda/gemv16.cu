@@ -95,8 +95,8 @@ __device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], cons
 
 // Warp w of block b owns the kOuts output rows o0 = (b * kWarps + w) * kOuts ... o0 + kOuts - 1
 // (rows past `out` read row out - 1 again and store nothing) for every batch row. Each 16-byte x
-// vector is loaded once per kOuts weight vectors, which is what keeps 3-8 batch rows off the
-// L1 load limit. Every (batch row, output row) sum is dot8's sum over v = lane, lane + 32, ...
+// vector is loaded once per kOuts weight vectors (fewer x loads per weight byte from 3 rows on;
+// at 5-8 rows it is still latency-bound, ncu: bench/results/2026-12-04-h200-verify-attn). Every (batch row, output row) sum is dot8's sum over v = lane, lane + 32, ...
 // in that order, then the same 5 shuffles: the bits do not depend on kOuts, kUnroll or kRows.
 template <int kRows, int kOuts, int kUnroll, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
