@@ -18,7 +18,7 @@
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
 #   memcheck_overlap compute-sanitizer memcheck over the overlap schedule's engine test (queued samplings, pending tokens)
-#   memcheck_decode  compute-sanitizer memcheck over flash decode's 16-bit output copy and its long split test
+#   memcheck_decode  compute-sanitizer memcheck over flash decode's 16-bit output copy, its long split test and verify rows
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
@@ -99,7 +99,7 @@ if has memcheck_overlap; then  # the overlap schedule: queued samplings, pending
 fi
 if has memcheck_decode; then  # flash decode's split/merge kernels with the 16-bit output copy
   run memcheck_decode 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 \
-    "--gtest_filter=*FlashDecodeWritesTheRequestedOutputCopy*:*LongDecodeSplitsOfDifferentLengths/cuda_flash*"
+    "--gtest_filter=*FlashDecodeWritesTheRequestedOutputCopy*:*LongDecodeSplitsOfDifferentLengths/cuda_flash*:*VerifyShapedStepsOfDifferentLengths/cuda_flash*"
 fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
