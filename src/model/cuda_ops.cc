@@ -385,8 +385,8 @@ void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product&
   const kcu::DeviceWeight& w = placed(qkv_product.weight).weight;
   const int d = config_.head_dim;
   if (!fused_qkv_rope_enabled() || q_norm != kNoWeight || k_norm != kNoWeight ||
-      rows > std::min(kcu::kGemv16QkvRopeMaxRows, kcu::gemv16_fused_use_max_rows()) ||
-      w.out_features != int64_t{num_heads + 2 * num_kv_heads} * d || !linear_->gemv16_takes(w, rows)) {
+      rows > kcu::gemv16_fused_use_max_rows() || w.out_features != int64_t{num_heads + 2 * num_kv_heads} * d ||
+      !linear_->gemv16_takes(w, rows)) {
     DeviceOps::linear_split_qkv_rope(x, rows, qkv_product, q, k, v, num_heads, num_kv_heads, q_norm, k_norm, positions,
                                      kv);
     return;

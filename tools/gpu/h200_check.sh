@@ -159,7 +159,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             mma1) envs=(SPINDLE_CUDA_GEMV_MMA=1 SPINDLE_CUDA_GEMV16=0) ;;
             g[1-8]) envs=(SPINDLE_CUDA_GEMV16_MAX_ROWS=${config#g}) ;;
             norows) envs=(SPINDLE_FLASH_DECODE_ROWS=0) ;;
-            f[1-8]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
+            f[1-4]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
           name=early_c${ctx}_r${round}_b${b}_${config}

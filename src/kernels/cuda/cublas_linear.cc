@@ -185,8 +185,8 @@ void CublasLinear::forward(const DeviceWeight& w, const float* x, int64_t rows, 
 
 bool CublasLinear::forward_swiglu(const DeviceWeight& gate_up, const Input& x, float* act, Out16 act16) {
   if (x.split || gate_up.dtype == DType::kF32 || x.dtype != gate_up.dtype || x.cols != gate_up.in_features ||
-      gate_up.out_features % 2 != 0 || x.rows > std::min(kGemv16SwigluMaxRows, gemv16_fused_use_max_rows()) ||
-      !use_gemv16(gate_up, x) || !gemv16_swiglu_supports(x.rows, x.cols, gate_up.data, x.converted)) {
+      gate_up.out_features % 2 != 0 || x.rows > gemv16_fused_use_max_rows() || !use_gemv16(gate_up, x) ||
+      !gemv16_swiglu_supports(x.rows, x.cols, gate_up.data, x.converted)) {
     return false;
   }
   if (act16.out != nullptr) {  // written while x.converted is read: the two must not overlap

@@ -23,8 +23,7 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kUnroll = 4;   // 16-byte loads of W in flight per lane (the fused kernels)
-constexpr int kUnroll1 = 4;  // the same for gemv16_kernel with one output row per warp
+constexpr int kUnroll = 4;  // 16-byte loads of W in flight per lane (one output row per warp, the fused kernels)
 
 using detail::load_stream;
 
@@ -314,25 +313,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kRows, int kOuts, int kUnroll>
-void launch_kernel(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
-                   cudaStream_t stream) {
+template <int kRows, int kOuts>
+void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
+                  cudaStream_t stream) {
+  constexpr int kLoads = kOuts == 1 ? kUnroll : 8 / kOuts;  // groups in flight: 16-byte W loads per lane 4, 8, 8
   const int64_t per_block = int64_t{kWarps} * kOuts;
   const auto blocks = static_cast<unsigned>((out + per_block - 1) / per_block);
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
   if (bf16) {
-    launch_pdl(gemv16_kernel<kRows, kOuts, kUnroll, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   } else {
-    launch_pdl(gemv16_kernel<kRows, kOuts, kUnroll, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   }
-}
-
-template <int kRows, int kOuts>
-void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
-                  cudaStream_t stream) {
-  constexpr int kUnroll = kOuts == 1 ? kUnroll1 : 8 / kOuts;  // 16-byte W loads in flight per lane: 4, 8, 8
-  launch_kernel<kRows, kOuts, kUnroll>(w, x, in, out, bf16, bias, y, stream);
 }
 
 template <int kRows>
@@ -353,34 +346,15 @@ void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf1
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// f(std::integral_constant<int, rows>{}) for rows in 1..8 (the callers checked the range).
-template <typename F>
+// f(std::integral_constant<int, rows>{}) for rows in 1..kMax (the callers checked the range;
+// only those row counts are instantiated).
+template <int kMax, int kRows = 1, typename F>
 void with_rows(int64_t rows, F f) {
-  switch (rows) {
-    case 1:
-      f(std::integral_constant<int, 1>{});
-      break;
-    case 2:
-      f(std::integral_constant<int, 2>{});
-      break;
-    case 3:
-      f(std::integral_constant<int, 3>{});
-      break;
-    case 4:
-      f(std::integral_constant<int, 4>{});
-      break;
-    case 5:
-      f(std::integral_constant<int, 5>{});
-      break;
-    case 6:
-      f(std::integral_constant<int, 6>{});
-      break;
-    case 7:
-      f(std::integral_constant<int, 7>{});
-      break;
-    default:
-      f(std::integral_constant<int, 8>{});
-      break;
+  if constexpr (kRows == kMax) {
+    f(std::integral_constant<int, kRows>{});
+  } else {
+    if (rows == kRows) return f(std::integral_constant<int, kRows>{});
+    with_rows<kMax, kRows + 1>(rows, f);
   }
 }
 
@@ -394,7 +368,7 @@ int64_t gemv16_fused_use_max_rows() {
   static const int64_t max_rows = [] {
     const char* v = std::getenv("SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS");
     const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
-    return n >= 1 && n <= kGemv16SwigluMaxRows ? int64_t{n} : kGemv16FusedUseMaxRows;
+    return n >= 1 && n <= kGemv16FusedMaxRows ? int64_t{n} : kGemv16FusedMaxRows;
   }();
   return max_rows;
 }
@@ -413,8 +387,8 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
     throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16: unsupported shape, alignment or outputs per warp", __FILE__,
                      __LINE__);
   }
-  with_rows(rows,
-            [&](auto r) { launch_rows<decltype(r)::value>(w, x, in, out, bf16, bias, y, outs_per_warp, stream); });
+  with_rows<kGemv16MaxRows>(
+      rows, [&](auto r) { launch_rows<decltype(r)::value>(w, x, in, out, bf16, bias, y, outs_per_warp, stream); });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -434,7 +408,7 @@ void launch_gemv16_qkv_rope(const void* w, const void* x, int64_t rows, int64_t 
   const auto blocks = static_cast<unsigned>((pairs + kWarps - 1) / kWarps);
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
-  with_rows(rows, [&](auto r) {
+  with_rows<kGemv16QkvRopeMaxRows>(rows, [&](auto r) {
     constexpr int kRows = decltype(r)::value;
     launch_pdl(bf16 ? gemv16_qkv_rope_kernel<kRows, true> : gemv16_qkv_rope_kernel<kRows, false>, blocks, kThreads, 0,
                stream, w16, x16, in, bias, p);
@@ -455,7 +429,7 @@ void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
   auto* a16 = static_cast<uint16_t*>(act16);
-  with_rows(rows, [&](auto r) {
+  with_rows<kGemv16SwigluMaxRows>(rows, [&](auto r) {
     constexpr int kRows = decltype(r)::value;
     launch_pdl(bf16 ? gemv16_swiglu_kernel<kRows, true> : gemv16_swiglu_kernel<kRows, false>, blocks, kThreads, 0,
                stream, w16, x16, in, im, act, a16, act16_bf16);

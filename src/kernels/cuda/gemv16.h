@@ -40,12 +40,12 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
 // slower than cuBLAS on most shapes, so CublasLinear does not send those rows here).
 int gemv16_outs_per_warp(int64_t rows, int64_t out, int64_t in);
 
-// The callers (CublasLinear::forward_swiglu, CudaOps' q/k/v) use the two fused forms below for
-// products of at most gemv16_fused_use_max_rows() rows: kGemv16FusedUseMaxRows, or
-// SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (1..8) from the environment (A/B benchmarks). Each fused
-// kernel reads its two weight rows per warp, so from 3 rows on it does the x loads of gemv16
-// with 2 outputs per warp (bench_gemv16 has those): at 5 rows and more cuBLAS is faster there.
-inline constexpr int64_t kGemv16FusedUseMaxRows = 4;
+// The two fused forms below take 1 to kGemv16FusedMaxRows rows; each reads its two weight rows per
+// warp, so from 3 rows on it does the x loads of gemv16 with 2 outputs per warp (bench_gemv16: at
+// 5 rows and more cuBLAS is faster, so they stop at 4). Their callers (CublasLinear::forward_swiglu,
+// CudaOps' q/k/v) use them up to gemv16_fused_use_max_rows() rows: kGemv16FusedMaxRows, or
+// SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (1..4) from the environment (A/B benchmarks).
+inline constexpr int64_t kGemv16FusedMaxRows = 4;
 int64_t gemv16_fused_use_max_rows();
 
 // The gate/up product of a SwiGLU MLP and its activation in one launch, for 1 to
@@ -54,7 +54,7 @@ int64_t gemv16_fused_use_max_rows();
 // with the bits of launch_gemv16 over w followed by launch_silu_mul (model_ops.h) over its two
 // halves; act16 (not null): act [rows, im] also rounded to 16 bits (bf16 when act16_bf16, else
 // f16) as Out16 rounds it. Saves the [rows, 2 im] f32 round trip and the activation's launch.
-inline constexpr int64_t kGemv16SwigluMaxRows = 8;
+inline constexpr int64_t kGemv16SwigluMaxRows = kGemv16FusedMaxRows;
 bool gemv16_swiglu_supports(int64_t rows, int64_t in, const void* w, const void* x);
 void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in, int64_t im, bool bf16, float* act,
                           void* act16, bool act16_bf16, cudaStream_t stream);
@@ -77,7 +77,7 @@ struct QkvRopeParams {
   const float* inv_freq = nullptr;  // [head_dim / 2]
   KvPagesOut kv;
 };
-inline constexpr int64_t kGemv16QkvRopeMaxRows = 8;
+inline constexpr int64_t kGemv16QkvRopeMaxRows = kGemv16FusedMaxRows;
 bool gemv16_qkv_rope_supports(int64_t rows, int64_t in, const void* w, const void* x, int head_dim);
 void launch_gemv16_qkv_rope(const void* w, const void* x, int64_t rows, int64_t in, bool bf16, const float* bias,
                             const QkvRopeParams& p, cudaStream_t stream);
