@@ -156,6 +156,11 @@ class DeviceOps {
     WeightId bias = kNoWeight;
   };
   virtual void linear(const float* x, int64_t rows, std::span<const Product> products) = 0;
+  // The product p (y = x W^T + bias, [rows, cols]) and then add_rms_norm(hidden, p.y, out, rows,
+  // cols, w): the output projections of a layer and the residual add + norm after them. Default:
+  // linear then add_rms_norm; a device may do both in one pass with the same result.
+  virtual void linear_add_rms_norm(const float* x, int64_t rows, const Product& p, float* hidden, float* out,
+                                   int64_t cols, WeightId w);
   // Qwen3's per-head q/k RMSNorm (when q_norm and k_norm are not kNoWeight), then RoPE at
   // `positions` (device memory, [rows]): q [rows, num_heads, D], k [rows, num_kv_heads, D].
   virtual void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,

@@ -117,6 +117,12 @@ void DeviceOps::linear_split_qkv_rope(const float* x, int64_t rows, const Produc
   split_qkv_rope(qkv_product.y, q, k, v, rows, num_heads, num_kv_heads, q_norm, k_norm, positions, kv);
 }
 
+void DeviceOps::linear_add_rms_norm(const float* x, int64_t rows, const Product& p, float* hidden, float* out,
+                                    int64_t cols, WeightId w) {
+  linear(x, rows, {&p, 1});
+  add_rms_norm(hidden, p.y, out, rows, cols, w);
+}
+
 void DeviceOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
                               int64_t im) {
   const Product fused{gate_up_weight, gate_up, kNoWeight};
@@ -263,11 +269,11 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
   const bool copied = copy && attention.request_output_copy(copy);
   attention.forward(index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs}, kv_written);
   if (copied) ops.attention_output_copied(attn_out, t, qs, copy);
+  // The output projection, the residual add and the MLP's norm.
   const DeviceOps::Product o{l.o, proj, kNoWeight};
-  ops.linear(attn_out, t, {&o, 1});
+  ops.linear_add_rms_norm(attn_out, t, o, hidden, normed, h, l.post_norm);
 
-  // MLP block (the attention block's residual add fused into the norm).
-  ops.add_rms_norm(hidden, proj, normed, t, h, l.post_norm);
+  // MLP block.
   if (l.gate_up != kNoWeight) {
     ops.linear_swiglu(normed, t, l.gate_up, gate_up, act, im);
   } else {  // [gate rows; up rows]
@@ -276,10 +282,10 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
     ops.silu_mul(gate_up, gate_up + t * im, im, act, t, im);
   }
   const DeviceOps::Product down{l.down, proj, kNoWeight};
-  ops.linear(act, t, {&down, 1});
-  if (index + 1 < c.num_hidden_layers) {
-    ops.add_rms_norm(hidden, proj, normed, t, h, layers_[static_cast<size_t>(index) + 1].input_norm);
+  if (index + 1 < c.num_hidden_layers) {  // the residual add and the next layer's input norm
+    ops.linear_add_rms_norm(act, t, down, hidden, normed, h, layers_[static_cast<size_t>(index) + 1].input_norm);
   } else {
+    ops.linear(act, t, {&down, 1});
     ops.add(hidden, proj, t, h);
   }
 }

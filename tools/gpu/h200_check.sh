@@ -24,6 +24,7 @@
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
 #   early.jsonl/.md  bench_spec_verify decode/verify under the decode step's A/B knobs (early triggers, gemv16 rows, flash_decode splits)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
+#   profile_prefill.md  one 8000-token prefill forward of the 8B shape kernel by kernel (ncu; step profile_prefill)
 #   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py),
 #                    and the median verify forward against it
 #   ncu_gemv_*.txt   ncu sections (speed of light, memory, warp stalls, occupancy) of chosen bench_gemv16 launches
@@ -141,6 +142,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # gN = SPINDLE_CUDA_GEMV16_MAX_ROWS=N (gemv16 for products of 1..N rows, cuBLAS above),
   # fN = SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (gemv16's fused q/k/v + RoPE and gate/up + SwiGLU up to N rows),
   # norows = SPINDLE_FLASH_DECODE_ROWS=0 (verify steps' attention on cuda_flash's prefill kernel, not row by row on decode),
+  # norm = SPINDLE_CUDA_GEMV16_NORM=1 (the o/down products and the residual add + norm after them in one launch),
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -159,6 +161,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             mma1) envs=(SPINDLE_CUDA_GEMV_MMA=1 SPINDLE_CUDA_GEMV16=0) ;;
             g[1-8]) envs=(SPINDLE_CUDA_GEMV16_MAX_ROWS=${config#g}) ;;
             norows) envs=(SPINDLE_FLASH_DECODE_ROWS=0) ;;
+            norm) envs=(SPINDLE_CUDA_GEMV16_NORM=1) ;;
             f[1-4]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
@@ -223,6 +226,15 @@ if has profile; then  # one decode forward of the 8B shape, kernel by kernel (nc
     python3 tools/gpu/kernel_profile.py "$out/ncu_$backend.txt" >"$out/profile_$backend.md" 2>&1
     head -40 "$out/profile_$backend.md"
   done
+fi
+if has profile_prefill; then  # one prefill forward of PREFILL_TOKENS (8000) tokens, 8B shape, kernel by kernel (ncu)
+  work=${WORK:-/tmp/e2e-work}
+  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/profile_model.txt" 2>&1
+  run ncu_prefill ${PROFILE_TIMEOUT:-240} ncu --clock-control none --cache-control none --print-units base --csv --page raw \
+    --metrics gpu__time_duration.sum $bin/bench_spec_verify --model "$work/model" --device cuda --context ${PREFILL_TOKENS:-8000} \
+    --k 4 --batch 1 --steps 1 --eager --decode-backend cuda_flash --max-model-len 8448
+  python3 tools/gpu/kernel_profile.py --prefill "$out/ncu_prefill.txt" >"$out/profile_prefill.md" 2>&1
+  head -30 "$out/profile_prefill.md"
 fi
 if has spec_cpu; then  # bench/spec on this host's CPU (kjv-tiny + kjv-draft; n-gram on repeating prompts)
   SPINDLE=$PWD/$bin/spindle ROUNDS=${SPEC_ROUNDS:-2} timeout ${SPEC_TIMEOUT:-300} bash bench/spec/run.sh "$out/spec-cpu" >"$out/spec_cpu.txt" 2>&1

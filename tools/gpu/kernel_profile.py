@@ -4,7 +4,7 @@ forwards) into the kernels of one decode forward: count and device time per kern
 the sum against the measured step. Each forward begins with the embedding gather, which splits
 the run into forwards: #0 the prefill, then decode, verify, decode, ... (the bench's order).
 
-usage: kernel_profile.py NCU_CSV [--bytes-per-step B]
+usage: kernel_profile.py NCU_CSV [--bytes-per-step B] [--prefill]
   NCU_CSV: the stdout of `ncu --csv --page raw --metrics gpu__time_duration.sum ...`
 """
 import argparse
@@ -57,6 +57,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("csv")
     p.add_argument("--bytes-per-step", type=float, default=0.0)
+    p.add_argument("--prefill", action="store_true", help="summarise forward #0 (the prefill) instead")
     a = p.parse_args()
     kernels = read_kernels(a.csv)
     forwards, current = [], None
@@ -66,6 +67,16 @@ def main():
             forwards.append(current)
         if current is not None:
             current.append((name, ns))
+    if a.prefill and forwards:
+        f = forwards[0]
+        total = sum(ns for _, ns in f)
+        print(f"# The prefill forward: {len(f)} kernels, {total / 1e3:.1f} us of device time")
+        print()
+        print("| kernel | count | total us | share | mean us |")
+        print("|---|---|---|---|---|")
+        for name, (n, ns) in sorted(by_kernel(f).items(), key=lambda kv: -kv[1][1]):
+            print(f"| {name} | {n} | {ns / 1e3:.1f} | {100 * ns / total:.1f}% | {ns / n / 1e3:.2f} |")
+        return
     if len(forwards) < 2:
         sys.exit(f"kernel_profile: {len(forwards)} forwards found in {len(kernels)} kernels")
     decodes = forwards[1::2]

@@ -16,6 +16,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/qkv_rope.cuh"
 #include "kernels/cuda/round16.cuh"
+#include "kernels/cuda/row_norm.cuh"
 #include "kernels/cuda/stream_load.cuh"
 
 namespace spindle::kernels::cuda {
@@ -98,10 +99,8 @@ __device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], cons
 // at 5-8 rows it is still latency-bound, ncu: bench/results/2026-12-04-h200-verify-attn). Every (batch row, output row) sum is dot8's sum over v = lane, lane + 32, ...
 // in that order, then the same 5 shuffles: the bits do not depend on kOuts, kUnroll or kRows.
 template <int kRows, int kOuts, int kUnroll, bool kBf16>
-__global__ void __launch_bounds__(kThreads)
-    gemv16_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
-                  const float* __restrict__ bias, float* __restrict__ y) {
-  pdl_begin();
+__device__ __forceinline__ void gemv16_block(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in,
+                                             int64_t out, const float* __restrict__ bias, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kOuts;
   if (o0 >= out) return;  // whole warps leave together
@@ -140,6 +139,45 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+}
+
+template <int kRows, int kOuts, int kUnroll, bool kBf16>
+__global__ void __launch_bounds__(kThreads)
+    gemv16_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
+                  const float* __restrict__ bias, float* __restrict__ y) {
+  pdl_begin();
+  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y);
+}
+
+// gemv16_kernel, then the residual add and RMSNorm of its output rows (launch_add_rms_norm's
+// work) by the block that finishes last: each block makes its y visible (__threadfence) and
+// counts itself in p.arrivals; the one that brings the count to gridDim.x does the norm of every
+// row (row_norm.cuh, row_norm_vec_kernel's bits) and sets the count back to 0 for the next launch.
+// That block runs after every other block's last read of x, so p.out16 may be x's buffer.
+// The norm's registers (24 float4 per thread, to have every load in flight) would otherwise set
+// the whole kernel's (147 against the product's 36), and the product's occupancy with them: the
+// bound keeps the kernel at the product's occupancy; the last block's values spill to L1.
+constexpr int kAddRmsNormMinBlocks = 8;
+template <int kRows, int kOuts, int kUnroll, bool kBf16>
+__global__ void __launch_bounds__(kThreads, kAddRmsNormMinBlocks)
+    gemv16_add_rms_norm_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
+                               const float* __restrict__ bias, float* __restrict__ y, AddRmsNormParams p) {
+  pdl_begin();
+  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y);
+  __shared__ bool last;
+  __shared__ double partial[kRowMaxThreads / 32];
+  __threadfence();  // this block's y before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(p.arrivals, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every other block's y after their arrivals
+  for (int r = 0; r < kRows; ++r) {
+    uint16_t* o16 = p.out16 != nullptr ? static_cast<uint16_t*>(p.out16) + r * out : nullptr;
+    block_add_rms_norm_row(p.hidden + r * out, y + r * out, p.out + r * out, o16, p.out16_bf16, out, p.weight,
+                           p.weight_type, p.eps, p.norm_threads, partial);
+  }
+  if (threadIdx.x == 0) *p.arrivals = 0;
 }
 
 // gemv16_kernel over rows o (gate) and im + o (up) of a joined [gate; up] weight at once, each
@@ -313,18 +351,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kRows, int kOuts>
-void launch_shape(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
-                  cudaStream_t stream) {
+// gemv16_kernel, or gemv16_add_rms_norm_kernel when norm is not null.
+template <int kRows, int kOuts, bool kBf16>
+void launch_shape(const void* w, const void* x, int64_t in, int64_t out, const float* bias, float* y,
+                  const AddRmsNormParams* norm, cudaStream_t stream) {
   constexpr int kLoads = kOuts == 1 ? kUnroll : 8 / kOuts;  // groups in flight: 16-byte W loads per lane 4, 8, 8
   const int64_t per_block = int64_t{kWarps} * kOuts;
   const auto blocks = static_cast<unsigned>((out + per_block - 1) / per_block);
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
-  if (bf16) {
-    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, true>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+  if (norm == nullptr) {
+    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
   } else {
-    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, false>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_add_rms_norm_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out,
+               bias, y, *norm);
+  }
+}
+
+template <int kRows, int kOuts>
+void launch_outs(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
+                 const AddRmsNormParams* norm, cudaStream_t stream) {
+  if (bf16) {
+    launch_shape<kRows, kOuts, true>(w, x, in, out, bias, y, norm, stream);
+  } else {
+    launch_shape<kRows, kOuts, false>(w, x, in, out, bias, y, norm, stream);
   }
 }
 
@@ -333,13 +383,13 @@ void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf1
                  int outs_per_warp, cudaStream_t stream) {
   switch (outs_per_warp) {
     case 1:
-      launch_shape<kRows, 1>(w, x, in, out, bf16, bias, y, stream);
+      launch_outs<kRows, 1>(w, x, in, out, bf16, bias, y, nullptr, stream);
       break;
     case 2:
-      launch_shape<kRows, 2>(w, x, in, out, bf16, bias, y, stream);
+      launch_outs<kRows, 2>(w, x, in, out, bf16, bias, y, nullptr, stream);
       break;
     default:
-      launch_shape<kRows, 4>(w, x, in, out, bf16, bias, y, stream);
+      launch_outs<kRows, 4>(w, x, in, out, bf16, bias, y, nullptr, stream);
       break;
   }
 }
@@ -389,6 +439,33 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
   }
   with_rows<kGemv16MaxRows>(
       rows, [&](auto r) { launch_rows<decltype(r)::value>(w, x, in, out, bf16, bias, y, outs_per_warp, stream); });
+  CUDA_CHECK_LAUNCH();
+}
+
+bool gemv16_add_rms_norm_supports(int64_t rows, int64_t in, int64_t out, const void* w, const void* x,
+                                  const AddRmsNormParams& p) {
+  return rows <= kGemv16AddRmsNormMaxRows && gemv16_supports(rows, in, w, x) && p.arrivals != nullptr &&
+         p.norm_threads > 0 && p.norm_threads % 32 == 0 && p.norm_threads <= kNormWarpsPerWarp * kThreads &&
+         out % 4 == 0 && out / 4 <= p.norm_threads;
+}
+
+void launch_gemv16_add_rms_norm(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16,
+                                const float* bias, float* y, const AddRmsNormParams& p, cudaStream_t stream) {
+  if (!gemv16_add_rms_norm_supports(rows, in, out, w, x, p) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff) {
+    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16_add_rms_norm: unsupported shape, alignment or norm",
+                     __FILE__, __LINE__);
+  }
+  // One output row per warp: the plain launch's choice for every shape it takes (out <= in, or
+  // at most 2 rows); 2 per warp where that one would take them.
+  const int outs = gemv16_outs_per_warp(rows, out, in);
+  with_rows<kGemv16AddRmsNormMaxRows>(rows, [&](auto r) {
+    constexpr int kRows = decltype(r)::value;
+    if (outs == 1) {
+      launch_outs<kRows, 1>(w, x, in, out, bf16, bias, y, &p, stream);
+    } else {
+      launch_outs<kRows, 2>(w, x, in, out, bf16, bias, y, &p, stream);
+    }
+  });
   CUDA_CHECK_LAUNCH();
 }
 

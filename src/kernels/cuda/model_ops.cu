@@ -17,6 +17,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/qkv_rope.cuh"
 #include "kernels/cuda/round16.cuh"
+#include "kernels/cuda/row_norm.cuh"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -53,17 +54,6 @@ __global__ void embedding_gather_kernel(const void* table, WeightType type, int6
     const int64_t col = e - row * hidden;
     out[e] = load_weight(table, type, static_cast<int64_t>(ids[row]) * hidden + col);
   }
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// 1 / sqrt(mean of squares + eps), as kernels::cpu::rms_norm computes it.
-__device__ __forceinline__ float inverse_rms(double sum, int64_t cols, float eps) {
-  const float mean = static_cast<float>(sum / static_cast<double>(cols));
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 }
 
 // Writes row `r` given its sum of squares; `first`/`step` walk this thread's columns. o16 (when
@@ -124,35 +114,12 @@ __global__ void rms_norm_block_kernel(const float* x, int64_t x_stride, const in
                  row_of(out16, r, cols), out16.bf16);
 }
 
-// Four consecutive weights as f32 (i a multiple of 4; the weight slot is 8-byte aligned).
-__device__ __forceinline__ float4 load_weight4(const void* w, WeightType type, int64_t i) {
-  if (type == WeightType::kF32) return reinterpret_cast<const float4*>(w)[i / 4];
-  const uint2 bits = reinterpret_cast<const uint2*>(w)[i / 4];
-  if (type == WeightType::kBF16) {
-    return make_float4(__uint_as_float(bits.x << 16), __uint_as_float(bits.x & 0xffff0000u),
-                       __uint_as_float(bits.y << 16), __uint_as_float(bits.y & 0xffff0000u));
-  }
-  return make_float4(__half2float(__ushort_as_half(static_cast<uint16_t>(bits.x & 0xffffu))),
-                     __half2float(__ushort_as_half(static_cast<uint16_t>(bits.x >> 16))),
-                     __half2float(__ushort_as_half(static_cast<uint16_t>(bits.y & 0xffffu))),
-                     __half2float(__ushort_as_half(static_cast<uint16_t>(bits.y >> 16))));
-}
-
-__device__ __forceinline__ double sum_squares4(double sum, float4 a) {
-  sum += static_cast<double>(a.x) * static_cast<double>(a.x);
-  sum += static_cast<double>(a.y) * static_cast<double>(a.y);
-  sum += static_cast<double>(a.z) * static_cast<double>(a.z);
-  return sum + static_cast<double>(a.w) * static_cast<double>(a.w);
-}
-
 // RMSNorm of one row per block with the row held in registers: every load of the row is issued
 // before the first sum, so a row costs one round trip to memory instead of one per element a
 // thread walks (rms_norm_block_kernel's loop, ~14 us for 4096 columns at batch 1 on an H200).
 // Float4 accesses: cols % 4 == 0, strides % 4 == 0, 16-byte aligned rows (row_norm_vec_threads checks).
 // With delta, the row is x + delta and written back to x (add_rms_norm; then row_index is null).
 // blockDim.x is a multiple of 32 and cols / 4 <= kRowVecs * blockDim.x.
-constexpr int kRowVecs = 4;
-constexpr int kRowMaxThreads = 1024;
 __global__ void row_norm_vec_kernel(float* x, int64_t x_stride, const int64_t* row_index, const float* delta,
                                     float* out, int64_t out_stride, int64_t cols, const void* weight, WeightType type,
                                     float eps, Out16 out16) {
@@ -175,9 +142,7 @@ __global__ void row_norm_vec_kernel(float* x, int64_t x_stride, const int64_t* r
     for (int j = 0; j < kRowVecs; ++j) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
       if (i < vecs) {
-        const float4 d = dr[i];
-        v[j] = make_float4(__fadd_rn(v[j].x, d.x), __fadd_rn(v[j].y, d.y), __fadd_rn(v[j].z, d.z),
-                           __fadd_rn(v[j].w, d.w));
+        v[j] = add4(v[j], dr[i]);
         xr[i] = v[j];
       }
     }
@@ -198,17 +163,7 @@ __global__ void row_norm_vec_kernel(float* x, int64_t x_stride, const int64_t* r
 #pragma unroll
   for (int j = 0; j < kRowVecs; ++j) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
-    if (i >= vecs) continue;
-    const float4 w = load_weight4(weight, type, 4 * i);
-    const float4 y = make_float4(__fmul_rn(__fmul_rn(v[j].x, inv_rms), w.x), __fmul_rn(__fmul_rn(v[j].y, inv_rms), w.y),
-                                 __fmul_rn(__fmul_rn(v[j].z, inv_rms), w.z), __fmul_rn(__fmul_rn(v[j].w, inv_rms), w.w));
-    o[i] = y;
-    if (o16 != nullptr) {
-      float unused;
-      const uint32_t a = round_16bit(y.x, out16.bf16, &unused), b = round_16bit(y.y, out16.bf16, &unused);
-      const uint32_t c = round_16bit(y.z, out16.bf16, &unused), d = round_16bit(y.w, out16.bf16, &unused);
-      o16[i] = make_uint2(a | (b << 16), c | (d << 16));
-    }
+    if (i < vecs) store_normed4(v[j], load_weight4(weight, type, 4 * i), inv_rms, i, o, o16, out16.bf16);
   }
 }
 
@@ -365,6 +320,30 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t in_s
   }
 }
 
+// silu_mul_kernel four columns per thread, one row per blockIdx.y (no division per element):
+// float4 loads and stores, the 16-bit copy as one 8-byte store. cols % 4 == 0, in_stride % 4 ==
+// 0, 16-byte aligned gate, up and out, 8-byte aligned out16 (silu_mul_vec_applies checks).
+// An 8000-token prefill's silu_mul (8B shape) took 747 us per layer with the scalar kernel
+// (2.1 TB/s; bench/results/2026-12-05-h200-norm-epilogue).
+__global__ void silu_mul_vec_kernel(const float* __restrict__ gate, const float* __restrict__ up, int64_t in_stride,
+                                    float* __restrict__ out, int64_t cols, Out16 out16) {
+  pdl_begin();
+  const int64_t r = blockIdx.y;
+  const int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (4 * v >= cols) return;
+  const float4 g = reinterpret_cast<const float4*>(gate + r * in_stride)[v];
+  const float4 u = reinterpret_cast<const float4*>(up + r * in_stride)[v];
+  const float4 y = make_float4(swiglu(g.x, u.x), swiglu(g.y, u.y), swiglu(g.z, u.z), swiglu(g.w, u.w));
+  reinterpret_cast<float4*>(out + r * cols)[v] = y;
+  if (out16.out != nullptr) {
+    float unused;
+    const uint32_t a = round_16bit(y.x, out16.bf16, &unused), b = round_16bit(y.y, out16.bf16, &unused);
+    const uint32_t c = round_16bit(y.z, out16.bf16, &unused), d = round_16bit(y.w, out16.bf16, &unused);
+    reinterpret_cast<uint2*>(static_cast<uint16_t*>(out16.out) + r * cols)[v] =
+        make_uint2(a | (b << 16), c | (d << 16));
+  }
+}
+
 __global__ void add_inplace_kernel(float* y, const float* x, int64_t n) {
   pdl_begin();
   for (int64_t e = global_index(); e < n; e += grid_stride()) y[e] = __fadd_rn(y[e], x[e]);
@@ -435,6 +414,12 @@ int row_norm_vec_threads(const void* x, int64_t x_stride, const void* delta, con
 
 }  // namespace
 
+int add_rms_norm_row_threads(const float* hidden, const float* delta, const float* out, int64_t cols,
+                             const void* weight, WeightType weight_type, Out16 out16) {
+  if (cols <= kWarpRowMaxCols) return 0;
+  return row_norm_vec_threads(hidden, cols, delta, out, cols, cols, weight, weight_type, out16);
+}
+
 void launch_rms_norm(const float* x, int64_t x_stride, const int64_t* row_index, float* out, int64_t out_stride,
                      int64_t rows, int64_t cols, const void* weight, WeightType weight_type, float eps,
                      cudaStream_t stream, Out16 out16) {
@@ -500,7 +485,14 @@ void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, floa
                      cudaStream_t stream, Out16 out16) {
   const int64_t n = rows * cols;
   if (n <= 0) return;
-  launch_pdl(silu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, in_stride, out, rows, cols, out16);
+  const bool vec = cols % 4 == 0 && in_stride % 4 == 0 && rows <= 65535 && aligned16(gate) && aligned16(up) &&
+                   aligned16(out) && reinterpret_cast<uintptr_t>(out16.out) % 8 == 0;
+  if (vec) {
+    const dim3 grid(static_cast<unsigned>((cols / 4 + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+    launch_pdl(silu_mul_vec_kernel, grid, kThreads, 0, stream, gate, up, in_stride, out, cols, out16);
+  } else {
+    launch_pdl(silu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, in_stride, out, rows, cols, out16);
+  }
   CUDA_CHECK_LAUNCH();
 }
 
