@@ -24,6 +24,7 @@
 #   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
 #   early.jsonl/.md  bench_spec_verify decode/verify under the decode step's A/B knobs (early triggers, gemv16 rows, flash_decode splits)
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
+#   ncu_norm_{0,1}.txt  ncu sections of decode-step o/down products without / with the fused norm (SPINDLE_CUDA_GEMV16_NORM)
 #   profile_prefill.md  one 8000-token prefill forward of the 8B shape kernel by kernel (ncu; step profile_prefill)
 #   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py),
 #                    and the median verify forward against it
@@ -225,6 +226,18 @@ if has profile; then  # one decode forward of the 8B shape, kernel by kernel (nc
       --batch 1 --steps 1 --eager --decode-backend $backend
     python3 tools/gpu/kernel_profile.py "$out/ncu_$backend.txt" >"$out/profile_$backend.md" 2>&1
     head -40 "$out/profile_$backend.md"
+  done
+fi
+if has ncu_norm; then  # ncu of o/down products in decode steps, with (SPINDLE_CUDA_GEMV16_NORM=1) and without the fused norm
+  work=${WORK:-/tmp/e2e-work}
+  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/profile_model.txt" 2>&1
+  for norm in 1 0; do
+    SPINDLE_CUDA_GEMV16_NORM=$norm run ncu_norm_$norm 240 ncu --kernel-name regex:"gemv16_(add_rms_norm_)?kernel|row_norm_vec" \
+      --launch-skip 300 --launch-count 6 --section SpeedOfLight --section WarpStateStats --section LaunchStats \
+      --section Occupancy --section SchedulerStats $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 \
+      --k 4 --batch 1 --steps 3 --eager --decode-backend cuda_flash
+    grep -E "gemv16|row_norm|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Stall|Warp Cycles Per Issued" \
+      "$out/ncu_norm_$norm.txt" | head -70
   done
 fi
 if has profile_prefill; then  # one prefill forward of PREFILL_TOKENS (8000) tokens, 8B shape, kernel by kernel (ncu)
