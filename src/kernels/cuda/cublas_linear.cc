@@ -206,12 +206,11 @@ bool CublasLinear::forward_swiglu(const DeviceWeight& gate_up, const Input& x, f
 
 bool CublasLinear::forward_add_rms_norm(const DeviceWeight& w, const Input& x, float* y, const float* bias,
                                         AddRmsNormParams norm) {
-  if (x.split || w.dtype == DType::kF32 || x.dtype != w.dtype || x.cols != w.in_features ||
-      x.rows > kGemv16AddRmsNormMaxRows || !use_gemv16(w, x)) {
-    return false;
-  }
   norm.arrivals = arrivals_.as<unsigned>();
-  if (!gemv16_add_rms_norm_supports(x.rows, x.cols, w.out_features, w.data, x.converted, norm)) return false;
+  if (x.split || w.dtype == DType::kF32 || x.dtype != w.dtype || x.cols != w.in_features || !use_gemv16(w, x) ||
+      !gemv16_add_rms_norm_supports(x.rows, x.cols, w.out_features, w.data, x.converted, norm)) {
+    return false;  // (the rows bound is gemv16_add_rms_norm_supports')
+  }
   launch_gemv16_add_rms_norm(w.data, x.converted, x.rows, x.cols, w.out_features, w.dtype == DType::kBF16, bias, y,
                              norm, stream_);
   return true;

@@ -155,8 +155,10 @@ __global__ void __launch_bounds__(kThreads)
 // row (row_norm.cuh, row_norm_vec_kernel's bits) and sets the count back to 0 for the next launch.
 // That block runs after every other block's last read of x, so p.out16 may be x's buffer.
 // The norm's registers (24 float4 per thread, to have every load in flight) would otherwise set
-// the whole kernel's (147 against the product's 36), and the product's occupancy with them: the
-// bound keeps the kernel at the product's occupancy; the last block's values spill to L1.
+// the whole kernel's (147 against the product's 36: 3 blocks per SM, a 1024-block product in 3
+// waves): block_add_rms_norm_row is not inlined and the bound holds the kernel at 64 registers
+// (8 blocks per SM, one wave), so only the norm's values spill. Still slower than two launches
+// (bench/results/2026-12-05-h200-norm-epilogue), hence opt-in (CudaOps::linear_add_rms_norm).
 constexpr int kAddRmsNormMinBlocks = 8;
 template <int kRows, int kOuts, int kUnroll, bool kBf16>
 __global__ void __launch_bounds__(kThreads, kAddRmsNormMinBlocks)
