@@ -8,6 +8,7 @@
 // new K/V are written into the pages by one kernel, then the backend's attention kernel runs.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "attn/paged_backend.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cuda/cudnn_sdpa.h"
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/paged_attention.h"
 #include "platform/device_info.h"
@@ -142,6 +144,15 @@ class CudaFlashBackend final : public CudaPagedBackend {
     if (bytes > 0) workspace_.reserve(bytes);
     a.workspace = bytes > 0 ? workspace_.data() : nullptr;
     a.workspace_bytes = bytes;
+    if (decode && fused_merge_enabled()) {
+      const size_t count = kd::flash_decode_arrival_count(a);
+      if (arrivals_.size() < count * sizeof(unsigned)) {  // first use: room for 64k (sequence, KV head tile)s
+        arrivals_.reserve(std::max<size_t>(count, size_t{1} << 16) * sizeof(unsigned));
+        kcu::fill_zero(arrivals_.data(), arrivals_.size());
+      }
+      a.split_arrivals = arrivals_.as<unsigned>();
+      a.split_arrivals_count = arrivals_.size() / sizeof(unsigned);
+    }
     if (decode) {
       kd::launch_flash_decode(a, device_batch().stream());
     } else {
@@ -149,7 +160,13 @@ class CudaFlashBackend final : public CudaPagedBackend {
     }
   }
 
+  // The decode kernel merges its splits in the block that finishes last (no merge launch);
+  // SPINDLE_FLASH_DECODE_FUSED_MERGE=0 launches the merge kernel instead (A/B runs, and the test
+  // comparing the two: read at every eager launch, a getenv per layer; graph replays launch nothing).
+  static bool fused_merge_enabled() { return ab_switch_on("SPINDLE_FLASH_DECODE_FUSED_MERGE"); }
+
   kcu::DeviceBuffer workspace_;
+  kcu::DeviceBuffer arrivals_;  // decode's split counters, zero between launches
   OutputCopy copy_;  // request_output_copy's, for the next attend()
 };
 

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -204,6 +206,55 @@ TEST_P(CudaBackendTest, LongDecodeSplitsOfDifferentLengths) {
   // One sequence long enough to be split many ways next to tiny ones.
   EXPECT_LE(max_error(backend, shape, {{1, 0}, {1, 20000}, {1, 4095}, {1, 16}, {1, 3}}, 9),
             tolerance(backend, shape.kv_dtype));
+}
+
+// cuda_flash decode merges its splits in the split kernel's last block (default) or in a merge
+// kernel (SPINDLE_FLASH_DECODE_FUSED_MERGE=0): the same arithmetic, so the same bits, for one and
+// two head tiles per KV head (group 4 and 12), f16 and bf16, sequences of one split and of many,
+// verify-shaped rows; and the arrival counters are back at zero for the next launch (three runs).
+TEST(CudaFlashDecodeTest, MergeInTheSplitKernelEqualsTheMergeKernelBitForBit) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    AttentionShape shape;
+    std::vector<SequenceSpec> specs;
+  };
+  const std::vector<Case> cases = {
+      {{32, 8, 128, 0.088f, DType::kBF16, 16}, {{1, 0}, {1, 20000}, {1, 4095}, {1, 16}, {1, 700}}},
+      {{24, 2, 64, 0.125f, DType::kF16, 5}, {{1, 3000}, {1, 64}, {1, 1}, {1, 999}}},
+      {{32, 8, 128, 0.088f, DType::kBF16, 16}, {{5, 2000}}},
+      {{16, 4, 256, 0.0625f, DType::kBF16, 16}, {{1, 5000}, {1, 300}}},
+  };
+  uint64_t seed = 40;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.shape.to_string());
+    SKIP_UNLESS_SUPPORTED("cuda_flash", c.shape);
+    const RandomBatch batch = make_random_batch(c.shape, c.specs, seed++);
+    auto run = [&](const char* fused) {
+      ::setenv("SPINDLE_FLASH_DECODE_FUSED_MERGE", fused, 1);
+      auto backend = create_attention_backend("cuda_flash", c.shape, {});
+      std::vector<std::vector<float>> outs;
+      for (int i = 0; i < 3; ++i) {
+        RandomBatch copy = batch;
+        outs.push_back(run_backend_once(*backend, copy));
+      }
+      return outs;
+    };
+    const auto fused = run("1");
+    const auto separate = run("0");
+    ::unsetenv("SPINDLE_FLASH_DECODE_FUSED_MERGE");
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(fused[i].size(), separate[0].size());
+      EXPECT_EQ(0, std::memcmp(fused[i].data(), separate[0].data(), fused[i].size() * sizeof(float))) << "run " << i;
+      EXPECT_EQ(0, std::memcmp(separate[i].data(), separate[0].data(), separate[i].size() * sizeof(float)))
+          << "run " << i;
+    }
+    RandomBatch for_reference = batch;
+    auto reference = create_attention_backend("reference", c.shape, {});
+    const auto want = run_backend_once(*reference, for_reference);
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double{fused[0][i]} - want[i]));
+    EXPECT_LE(worst, tolerance("cuda_flash", c.shape.kv_dtype));
+  }
 }
 
 // Steps of 2-8 query rows, not all decode rows (a batch-1 speculative verify: K + 1), long enough

@@ -130,6 +130,10 @@ struct SplitParams {
   int num_splits;                 // splits of the grid: of the longest sequence planned for
   float scale_log2;               // scale * log2(e)
   bool early;                     // copy K/V before the wait and let the merge launch first
+  // Not null: the merge runs in the split kernel. Counter [sequence * gridDim.x + blockIdx.x]
+  // (zero before and after every launch) counts the finished splits of that (sequence, KV head
+  // tile); the block that finishes last merges them (blockDim.x == kMergeThreads then).
+  unsigned* split_arrivals;
 };
 
 // ---- device helpers ---------------------------------------------------------------------------
@@ -432,6 +436,86 @@ __device__ __forceinline__ void load_q(WarpState<kMaxHeadDim>& st, const SplitPa
   }
 }
 
+// Every thread gets the block-wide max (is_max) or sum; `scratch` holds kMergeThreads / 32 floats.
+__device__ __forceinline__ float merge_block_reduce(float v, float* scratch, bool is_max) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = is_max ? fmaxf(v, other) : v + other;
+  }
+  __syncthreads();  // earlier readers of scratch are done
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kMergeThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  return v;
+}
+
+// One (sequence, head)'s output from its splits' normalised partial outputs o_s [num_splits,
+// head_dim] and log2-sum-exps lse_s: out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max).
+// blockDim.x == kMergeThreads; `weights` (num_splits floats) and `scratch` (kMergeThreads / 32) are
+// shared memory. The partials are read through L2 (ld.global.cg): in the split kernel's own merge
+// other blocks wrote them during this launch. The merge kernel and the split kernel's merge give
+// the same bits.
+__device__ __forceinline__ void merge_head_splits(const float* lse, const float* partial, int num_splits, int head_dim,
+                                                  float* out, uint16_t* out16, bool out16_bf16, float* weights,
+                                                  float* scratch) {
+  float max_lse = -INFINITY;
+  for (int i = threadIdx.x; i < num_splits; i += kMergeThreads) max_lse = fmaxf(max_lse, __ldcg(lse + i));
+  max_lse = merge_block_reduce(max_lse, scratch, true);
+  float total = 0.0f;
+  for (int i = threadIdx.x; i < num_splits; i += kMergeThreads) {
+    const float w = exp2f(__ldcg(lse + i) - max_lse);
+    weights[i] = w;
+    total += w;
+  }
+  total = merge_block_reduce(total, scratch, false);  // its barriers also publish weights
+  const float inv_total = 1.0f / total;
+  for (int d = threadIdx.x; d < head_dim; d += kMergeThreads) {
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int i = 0; i < num_splits; ++i) acc += weights[i] * __ldcg(partial + int64_t{i} * head_dim + d);
+    const float value = acc * inv_total;
+    out[d] = value;
+    if (out16 != nullptr) {
+      float unused;
+      out16[d] = round_16bit(value, out16_bf16, &unused);
+    }
+  }
+}
+
+// Splits a sequence of kv_len keys takes (the grid has p_num_splits).
+__device__ __forceinline__ int sequence_splits(int kv_len, ChunkRule rule, int grid_splits) {
+  const int chunk_keys = chunk_keys_for(kv_len, rule);
+  return min((kv_len + chunk_keys - 1) / chunk_keys, grid_splits);
+}
+
+// The split kernel's merge: the block that finishes a (sequence, KV head tile) last merges the
+// tile's heads (after finish_block wrote this block's partials). `merge` is shared memory of at
+// least num_splits + kMergeThreads / 32 floats, free for use.
+__device__ __forceinline__ void merge_if_last(const SplitParams& p, int seq_index, int row, int head0,
+                                              int heads_in_tile, int num_splits, float* merge) {
+  __shared__ int is_last;
+  __threadfence();  // this block's partials reach L2 before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned* counter = p.split_arrivals + int64_t{seq_index} * gridDim.x + blockIdx.x;
+    is_last = atomicAdd(counter, 1u) == static_cast<unsigned>(num_splits - 1);
+    if (is_last) atomicExch(counter, 0u);  // every split has arrived: ready for the next launch
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  float* weights = merge;
+  float* scratch = merge + num_splits;
+  for (int h = 0; h < heads_in_tile; ++h) {
+    const int head = head0 + h;
+    const int64_t base = (int64_t{seq_index} * p.num_heads + head) * p.num_splits;
+    const int64_t at = (int64_t{row} * p.num_heads + head) * p.head_dim;
+    merge_head_splits(p.partial_lse + base, p.partial_out + base * p.head_dim, num_splits, p.head_dim, p.out + at,
+                      p.out16 != nullptr ? p.out16 + at : nullptr, p.out16_bf16, weights, scratch);
+  }
+}
+
 // Grid (num_kv_heads * num_head_tiles, num_splits, num_sequences); blockDim.x = 32 * num_warps.
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
 template <int kMaxHeadDim, bool kBf16>
@@ -536,6 +620,10 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
 
   finish_block<kMaxHeadDim>(p, st, reinterpret_cast<float*>(rings), num_warps, heads_in_tile, head0, split,
                             seq_index, row, single_split);
+  if (p.split_arrivals != nullptr && !single_split) {
+    merge_if_last(p, seq_index, row, head0, heads_in_tile, sequence_splits(kv_len, p.rule, p.num_splits),
+                  reinterpret_cast<float*>(rings));
+  }
 }
 
 // ---- merge kernel -----------------------------------------------------------------------------
@@ -552,20 +640,6 @@ struct MergeParams {
   bool early;  // pdl_begin(true): the product after the attention may launch at once
 };
 
-// Every thread gets the block-wide max (is_max) or sum; `scratch` holds kMergeThreads / 32 floats.
-__device__ __forceinline__ float merge_block_reduce(float v, float* scratch, bool is_max) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffffu, v, offset);
-    v = is_max ? fmaxf(v, other) : v + other;
-  }
-  __syncthreads();  // earlier readers of scratch are done
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int w = 1; w < kMergeThreads / 32; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
-  return v;
-}
-
 // Grid (num_heads, num_sequences), kMergeThreads threads, num_splits floats of dynamic shared
 // memory. out = sum_s 2^(lse_s - max) o_s / sum_s 2^(lse_s - max) over the sequence's splits;
 // sequences with one split were written by the split kernel.
@@ -577,36 +651,13 @@ __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const
   const int seq_index = blockIdx.y;
   const DeviceSequence seq = p.sequences[seq_index];
   const int kv_len = seq.num_cached_tokens + seq.num_new_tokens;
-  const int chunk_keys = chunk_keys_for(kv_len, p.rule);
-  const int num_splits = min((kv_len + chunk_keys - 1) / chunk_keys, p.num_splits);
+  const int num_splits = sequence_splits(kv_len, p.rule, p.num_splits);
   if (seq.num_new_tokens < 1 || num_splits <= 1) return;  // block-uniform
 
   const int64_t base = (int64_t{seq_index} * p.num_heads + head) * p.num_splits;
-  float max_lse = -INFINITY;
-  for (int i = threadIdx.x; i < num_splits; i += kMergeThreads) max_lse = fmaxf(max_lse, p.partial_lse[base + i]);
-  max_lse = merge_block_reduce(max_lse, scratch, true);
-  float total = 0.0f;
-  for (int i = threadIdx.x; i < num_splits; i += kMergeThreads) {
-    const float w = exp2f(p.partial_lse[base + i] - max_lse);
-    weights[i] = w;
-    total += w;
-  }
-  total = merge_block_reduce(total, scratch, false);  // its barriers also publish weights
-  const float inv_total = 1.0f / total;
-
-  const float* partial = p.partial_out + base * p.head_dim;
   const int64_t at = (int64_t{seq.query_offset} * p.num_heads + head) * p.head_dim;
-  for (int d = threadIdx.x; d < p.head_dim; d += kMergeThreads) {
-    float acc = 0.0f;
-#pragma unroll 4
-    for (int i = 0; i < num_splits; ++i) acc += weights[i] * partial[int64_t{i} * p.head_dim + d];
-    const float value = acc * inv_total;
-    p.out[at + d] = value;
-    if (p.out16 != nullptr) {
-      float unused;
-      p.out16[at + d] = round_16bit(value, p.out16_bf16, &unused);
-    }
-  }
+  merge_head_splits(p.partial_lse + base, p.partial_out + base * p.head_dim, num_splits, p.head_dim, p.out + at,
+                    p.out16 != nullptr ? p.out16 + at : nullptr, p.out16_bf16, weights, scratch);
 }
 
 // ---- host side --------------------------------------------------------------------------------
@@ -689,29 +740,31 @@ size_t split_kernel_smem_bytes(int head_dim, int num_warps) {
   return kSlotBytes + std::max(rings, merge);
 }
 
+// Launches the split kernel; returns whether it merges the splits itself (p.split_arrivals kept:
+// the block is kMergeThreads wide and its shared memory holds the merge's weights), else the merge
+// kernel must follow.
 template <int kMaxHeadDim, bool kBf16>
-void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
+bool launch_split_kernel(SplitParams p, dim3 grid, cudaStream_t stream) {
   const int limit = max_block_smem_bytes();
   int num_warps = kMaxWarps;
   while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps) > size_t(limit)) --num_warps;
   const size_t smem = split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps);
   if (smem > size_t(limit)) fail("flash_decode: not enough shared memory per block on this device");
+  const size_t merge_bytes = sizeof(float) * (size_t(p.num_splits) + kMergeThreads / 32);
+  if (32 * num_warps != kMergeThreads || smem - kSlotBytes < merge_bytes) p.split_arrivals = nullptr;
   auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   launch_pdl(kernel, grid, 32 * num_warps, smem, stream, p);
   CUDA_CHECK_LAUNCH();
+  return p.split_arrivals != nullptr;
 }
 
 template <bool kBf16>
-void launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
-  if (p.head_dim <= 64) {
-    launch_split_kernel<64, kBf16>(p, grid, stream);
-  } else if (p.head_dim <= 128) {
-    launch_split_kernel<128, kBf16>(p, grid, stream);
-  } else {
-    launch_split_kernel<256, kBf16>(p, grid, stream);
-  }
+bool launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
+  if (p.head_dim <= 64) return launch_split_kernel<64, kBf16>(p, grid, stream);
+  if (p.head_dim <= 128) return launch_split_kernel<128, kBf16>(p, grid, stream);
+  return launch_split_kernel<256, kBf16>(p, grid, stream);
 }
 
 }  // namespace
@@ -719,6 +772,12 @@ void launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStrea
 bool flash_decode_supports(int head_dim, KvType kv_type) {
   const bool kv_ok = kv_type == KvType::kBF16 || kv_type == KvType::kF16;
   return kv_ok && head_dim >= 8 && head_dim <= 256 && head_dim % 8 == 0;
+}
+
+size_t flash_decode_arrival_count(const PagedLayerLaunch& a) {
+  const int group_size = a.num_heads / std::max(1, a.num_kv_heads);
+  const int tiles = (group_size + kHeadsPerTile - 1) / kHeadsPerTile;
+  return size_t(std::max(0, a.batch.num_sequences)) * size_t(std::max(0, a.num_kv_heads)) * size_t(tiles);
 }
 
 size_t flash_decode_workspace_bytes(const PagedLayerLaunch& a) {
@@ -773,12 +832,12 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
 
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
                   static_cast<unsigned>(a.batch.num_sequences));
-  if (a.kv_type == KvType::kBF16) {
-    launch_split_kernel_for_head_dim<true>(p, grid, stream);
-  } else {
-    launch_split_kernel_for_head_dim<false>(p, grid, stream);
-  }
-  if (plan.num_splits <= 1) return;
+  const bool arrivals_fit =
+      a.split_arrivals != nullptr && a.split_arrivals_count >= size_t(a.batch.num_sequences) * size_t(grid.x);
+  p.split_arrivals = plan.num_splits > 1 && arrivals_fit ? a.split_arrivals : nullptr;
+  const bool merged = a.kv_type == KvType::kBF16 ? launch_split_kernel_for_head_dim<true>(p, grid, stream)
+                                                 : launch_split_kernel_for_head_dim<false>(p, grid, stream);
+  if (plan.num_splits <= 1 || merged) return;
 
   MergeParams m;
   m.sequences = a.batch.sequences;
