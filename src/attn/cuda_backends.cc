@@ -160,10 +160,11 @@ class CudaFlashBackend final : public CudaPagedBackend {
     }
   }
 
-  // The decode kernel merges its splits in the block that finishes last (no merge launch);
-  // SPINDLE_FLASH_DECODE_FUSED_MERGE=0 launches the merge kernel instead (A/B runs, and the test
-  // comparing the two: read at every eager launch, a getenv per layer; graph replays launch nothing).
-  static bool fused_merge_enabled() { return ab_switch_on("SPINDLE_FLASH_DECODE_FUSED_MERGE"); }
+  // SPINDLE_FLASH_DECODE_FUSED_MERGE=1: the decode kernel merges its splits in the block that
+  // finishes last (no merge launch). Opt-in until it has run on a GPU (written in a session whose
+  // device calls were all refused); read at every eager launch (a getenv per layer; graph replays
+  // launch nothing) so the test can compare the two.
+  static bool fused_merge_enabled() { return ab_switch_opted_in("SPINDLE_FLASH_DECODE_FUSED_MERGE"); }
 
   kcu::DeviceBuffer workspace_;
   kcu::DeviceBuffer arrivals_;  // decode's split counters, zero between launches

@@ -208,8 +208,8 @@ TEST_P(CudaBackendTest, LongDecodeSplitsOfDifferentLengths) {
             tolerance(backend, shape.kv_dtype));
 }
 
-// cuda_flash decode merges its splits in the split kernel's last block (default) or in a merge
-// kernel (SPINDLE_FLASH_DECODE_FUSED_MERGE=0): the same arithmetic, so the same bits, for one and
+// cuda_flash decode merges its splits in the split kernel's last block (SPINDLE_FLASH_DECODE_FUSED_MERGE=1)
+// or in a merge kernel (the default): the same arithmetic, so the same bits, for one and
 // two head tiles per KV head (group 4 and 12), f16 and bf16, sequences of one split and of many,
 // verify-shaped rows; and the arrival counters are back at zero for the next launch (three runs).
 TEST(CudaFlashDecodeTest, MergeInTheSplitKernelEqualsTheMergeKernelBitForBit) {

@@ -144,9 +144,9 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # fN = SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (gemv16's fused q/k/v + RoPE and gate/up + SwiGLU up to N rows),
   # norows = SPINDLE_FLASH_DECODE_ROWS=0 (verify steps' attention on cuda_flash's prefill kernel, not row by row on decode),
   # norm = SPINDLE_CUDA_GEMV16_NORM=1 (the o/down products and the residual add + norm after them in one launch),
-  # nofm = SPINDLE_FLASH_DECODE_FUSED_MERGE=0 (flash decode's splits merged by a kernel of their own),
+  # fm = SPINDLE_FLASH_DECODE_FUSED_MERGE=1 (flash decode's splits merged in the split kernel, opt-in),
   # nosb = SPINDLE_CUDA_SAMPLER_BATCHED=0 (the sampler reads a row one load at a time),
-  # nonw = SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0 (row_norm_vec loads its weights after the sum), old = all three,
+  # nonw = SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0 (row_norm_vec loads its weights after the sum), old = nosb + nonw,
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -166,10 +166,10 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             g[1-8]) envs=(SPINDLE_CUDA_GEMV16_MAX_ROWS=${config#g}) ;;
             norows) envs=(SPINDLE_FLASH_DECODE_ROWS=0) ;;
             norm) envs=(SPINDLE_CUDA_GEMV16_NORM=1) ;;
-            nofm) envs=(SPINDLE_FLASH_DECODE_FUSED_MERGE=0) ;;
+            fm) envs=(SPINDLE_FLASH_DECODE_FUSED_MERGE=1) ;;
             nosb) envs=(SPINDLE_CUDA_SAMPLER_BATCHED=0) ;;
             nonw) envs=(SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0) ;;
-            old) envs=(SPINDLE_FLASH_DECODE_FUSED_MERGE=0 SPINDLE_CUDA_SAMPLER_BATCHED=0 SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0) ;;
+            old) envs=(SPINDLE_CUDA_SAMPLER_BATCHED=0 SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0) ;;
             f[1-4]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
           esac
