@@ -46,27 +46,21 @@ __device__ __forceinline__ void for_each_logit(const float* row, int64_t n, bool
   if ((reinterpret_cast<uintptr_t>(row) & 15u) == 0) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
     const int64_t n4 = n / 4;
+    auto visit4 = [&](int64_t j, float4 v) {  // elements 4 j .. 4 j + 3
+      f(4 * j, v.x);
+      f(4 * j + 1, v.y);
+      f(4 * j + 2, v.z);
+      f(4 * j + 3, v.w);
+    };
     int64_t j = threadIdx.x;
     for (; j + (kBatch - 1) * step < n4; j += kBatch * step) {
       float4 v[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) v[u] = row4[j + u * step];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int64_t i = 4 * (j + u * step);
-        f(i, v[u].x);
-        f(i + 1, v[u].y);
-        f(i + 2, v[u].z);
-        f(i + 3, v[u].w);
-      }
+      for (int u = 0; u < kBatch; ++u) visit4(j + u * step, v[u]);
     }
-    for (; j < n4; j += step) {
-      const float4 v = row4[j];
-      f(4 * j, v.x);
-      f(4 * j + 1, v.y);
-      f(4 * j + 2, v.z);
-      f(4 * j + 3, v.w);
-    }
+    for (; j < n4; j += step) visit4(j, row4[j]);
     for (int64_t i = 4 * n4 + threadIdx.x; i < n; i += step) f(i, row[i]);
     return;
   }

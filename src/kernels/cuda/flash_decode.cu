@@ -483,7 +483,7 @@ __device__ __forceinline__ void merge_head_splits(const float* lse, const float*
   }
 }
 
-// Splits a sequence of kv_len keys takes (the grid has p_num_splits).
+// Splits a sequence of kv_len keys takes (the grid has grid_splits).
 __device__ __forceinline__ int sequence_splits(int kv_len, ChunkRule rule, int grid_splits) {
   const int chunk_keys = chunk_keys_for(kv_len, rule);
   return min((kv_len + chunk_keys - 1) / chunk_keys, grid_splits);
