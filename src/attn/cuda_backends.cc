@@ -161,9 +161,9 @@ class CudaFlashBackend final : public CudaPagedBackend {
   }
 
   // SPINDLE_FLASH_DECODE_FUSED_MERGE=1: the decode kernel merges its splits in the block that
-  // finishes last (no merge launch). Opt-in until it has run on a GPU (written in a session whose
-  // device calls were all refused); read at every eager launch (a getenv per layer; graph replays
-  // launch nothing) so the test can compare the two.
+  // finishes last (no merge launch). Opt-in: bit-identical to the merge kernel on the H200 but
+  // 100-150 us slower per 8B decode step (bench/results/2026-12-03-h200-sampler-norm-merge); read at every eager launch
+  // (a getenv per layer; graph replays launch nothing) so the test can compare the two.
   static bool fused_merge_enabled() { return ab_switch_opted_in("SPINDLE_FLASH_DECODE_FUSED_MERGE"); }
 
   kcu::DeviceBuffer workspace_;

@@ -316,6 +316,66 @@ TEST_P(PagedAttentionKernel, SplitKvLongContext) {
   expect_matches(GetParam(), prefill, prefill.reference(), &pool);
 }
 
+// Each row of a verify block (verify_tokens new after `cached`, next to 7 decode sequences) against
+// the same row as a one-token decode step, alone and among the 7: bit for bit.
+void check_verify_rows_are_decode_rows(Kernel kernel, int heads, int kv_heads, int dim, int verify_tokens, int cached,
+                                       ThreadPool* pool) {
+  std::vector<SeqSpec> specs = {{verify_tokens, cached}};
+  for (int i = 0; i < 7; ++i) specs.push_back({1, 100 + 60 * i});
+  {
+    Problem pr(heads, kv_heads, dim, 16, DType::kBF16, specs, 21);
+    const size_t row_floats = size_t(heads) * dim;
+    std::vector<float> verify(pr.num_rows() * row_floats);
+    run_kernel(kernel, pr.params(verify.data(), pool));
+    const std::vector<StepSequence> step = pr.seqs;
+    const std::vector<float> step_q = pr.q;
+    for (int i = 0; i < verify_tokens; ++i) {
+      // Row i of the verify block as a one-token decode (rows are contiguous in batch order: its q
+      // row first, then the other sequences' rows).
+      StepSequence decode_row = step[0];
+      decode_row.query_offset = 0;
+      decode_row.num_new_tokens = 1;
+      decode_row.num_cached_tokens = cached + i;
+      for (const bool with_others : {false, true}) {
+        pr.seqs = {decode_row};
+        pr.q.assign(step_q.begin() + i * row_floats, step_q.begin() + (i + 1) * row_floats);
+        if (with_others) {
+          for (size_t k = 1; k < step.size(); ++k) {
+            pr.seqs.push_back(step[k]);
+            pr.seqs.back().query_offset = static_cast<int32_t>(k);
+          }
+          pr.q.insert(pr.q.end(), step_q.begin() + verify_tokens * row_floats, step_q.end());
+        }
+        std::vector<float> decode(pr.num_rows() * row_floats, std::numeric_limits<float>::quiet_NaN());
+        run_kernel(kernel, pr.params(decode.data(), pool));
+        const size_t at = size_t(i) * row_floats;
+        EXPECT_TRUE(std::equal(verify.begin() + at, verify.begin() + at + row_floats, decode.begin()))
+            << kernel_name(kernel) << " heads " << heads << "/" << kv_heads << " head_dim " << dim << ", verify row "
+            << i << " of " << verify_tokens << " after " << cached << (with_others ? " among 7 decodes" : " alone")
+            << (pool ? " pool" : " serial");
+      }
+    }
+    pr.q = step_q;
+    pr.seqs = step;
+  }
+}
+
+// A speculative verify's rows are the rows of one-token decode steps, bit for bit, whatever the
+// step holds: greedy speculation gives plain decoding's tokens only then. The verify block (5 new
+// tokens after 700 cached, GQA 4) runs in a step with 7 decode sequences; each of its rows again as
+// a decode step alone and as a decode step among the 7. Before the decode-sized sequences' fixed
+// key splits (paged_attention_tiled.h), the step's other sequences changed how many splits a row's
+// keys got, and so its bits (SpecEngineTest.GreedyIsIdenticalOnEveryCpuAttentionBackend flipped a
+// near-tie).
+TEST_P(PagedAttentionKernel, VerifyRowsAreDecodeRowsBitForBit) {
+  struct Case {
+    int heads, kv_heads, dim, verify_tokens, cached;
+  };
+  for (const Case c : {Case{8, 2, 64, 5, 700}, Case{6, 2, 64, 5, 90}, Case{6, 2, 64, 17, 300}, Case{8, 8, 32, 3, 40}})
+    for (ThreadPool* pool : {&test_pool(), static_cast<ThreadPool*>(nullptr)})
+      check_verify_rows_are_decode_rows(GetParam(), c.heads, c.kv_heads, c.dim, c.verify_tokens, c.cached, pool);
+}
+
 TEST_P(PagedAttentionKernel, SerialAndHeadDim136) {
   Problem pr(6, 2, 136, 16, DType::kBF16, {{33, 20}, {1, 40}}, 13);
   const auto want = pr.reference();

@@ -12,6 +12,9 @@
 // O lives in thread-local memory and is rescaled there (corr per row) before each tile's P.V.
 // Q and P are rounded to bf16; K and V are read exactly; accumulation is f32.
 //
+// Key tiles that every real row sees in full (the causal mask's interior) skip the per-key
+// visibility masks; padding rows (Q = 0) then hold finite scores that finish_task never writes.
+//
 // Tile configuration: loaded at the start of every AMX task and released (_tile_release) at its
 // end. A per-thread "already configured" flag is not safe here: other AMX users on the same pool
 // threads (oneDNN matmuls between attention calls) load their own configuration or release the
@@ -23,7 +26,8 @@
 // requests it through platform/cpu_info). Decode-sized tasks (<= 8 rows per KV head), query
 // blocks over 16 rows (GQA groups above 16) and f32 KV run the avx512 path (bf16 dot products
 // for bf16 KV), where AMX would not win or does not apply; so do sequences of fewer than
-// kAmxMinSequenceTokens new tokens (speculative verifies: their rows must be the decode step's).
+// kDecodeSizedMaxNewTokens + 1 new tokens (speculative verifies: their rows must be the decode
+// step's, and AMX rounds Q and P to bf16; paged_attention_tiled.h).
 #include <immintrin.h>
 
 #include "kernels/cpu/avx512_transpose.h"
@@ -35,10 +39,6 @@ namespace spindle::kernels::cpu {
 namespace {
 
 constexpr int kAmxRows = 16;  // query rows per task (M), tile rows
-// Sequences of fewer new tokens (a speculative verify: at most 16 drafts + 1) run the avx512
-// path a decode step runs, so that their rows are computed as the decode step's (AMX rounds Q
-// and P to bf16): greedy speculation then gives plain decoding's tokens.
-constexpr int kAmxMinSequenceTokens = 18;
 constexpr int kAmxKeys = 32;  // keys per tile (two 16-key S^T tiles, one 32-key P.V step)
 
 struct alignas(64) TileConfig {
@@ -106,6 +106,7 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
 
   // Q^T pairs: qp[(i * 16 + m) * 2 + e] = bf16(scale * q[m][2i + e]); zero past M rows or D dims.
   alignas(64) int limit[kAmxRows];
+  int all_rows_see = std::numeric_limits<int>::max();  // keys [0, all_rows_see) are visible to every real row
   for (int m = 0; m < kAmxRows; ++m) {
     const float* src = nullptr;
     limit[m] = 0;  // padding rows see nothing
@@ -113,6 +114,7 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
       const RowCoord c = row_coord(group, t.kv_head, t.q_begin, M, m);
       src = q_row(p, s, c.token, c.head);
       limit[m] = visible_keys(p, s, c.token);
+      all_rows_see = imin(all_rows_see, limit[m]);
     }
     for (int d = 0; d < Dp; ++d) {
       const float x = (src && d < D) ? src[d] * p.scale : 0.0f;
@@ -175,10 +177,17 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
     // Online softmax, lane = query row.
     __m512 sv[kAmxKeys];
     __m512 tile_max = _mm512_set1_ps(kNegInf);
-    for (int j = 0; j < kAmxKeys; ++j) {
-      const __mmask16 visible = j < n ? _mm512_cmpgt_epi32_mask(limits, _mm512_set1_epi32(k0 + j)) : __mmask16(0);
-      sv[j] = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible, _mm512_load_ps(st + j * kAmxRows));
-      tile_max = _mm512_max_ps(tile_max, sv[j]);
+    if (n == kAmxKeys && k0 + kAmxKeys <= all_rows_see) {  // every real row sees every key of the tile
+      for (int j = 0; j < kAmxKeys; ++j) {
+        sv[j] = _mm512_load_ps(st + j * kAmxRows);
+        tile_max = _mm512_max_ps(tile_max, sv[j]);
+      }
+    } else {
+      for (int j = 0; j < kAmxKeys; ++j) {
+        const __mmask16 visible = j < n ? _mm512_cmpgt_epi32_mask(limits, _mm512_set1_epi32(k0 + j)) : __mmask16(0);
+        sv[j] = _mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), visible, _mm512_load_ps(st + j * kAmxRows));
+        tile_max = _mm512_max_ps(tile_max, sv[j]);
+      }
     }
     const __m512 m_new = _mm512_max_ps(m_run, tile_max);
     const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
@@ -247,7 +256,7 @@ void paged_attention_amx(const PagedAttentionParams& p) {
   const Plan plan = make_plan(p, kAmxRows);
   run_plan(p, plan, [&](const Task& t, float* partials) {
     const int rows = (t.q_end - t.q_begin) * group;
-    const bool verify_sized = p.sequences[static_cast<size_t>(t.seq)].num_new_tokens <= kAmxMinSequenceTokens - 1;
+    const bool verify_sized = p.sequences[static_cast<size_t>(t.seq)].num_new_tokens <= kDecodeSizedMaxNewTokens;
     if (t.num_heads == 1 && rows > kAllHeadsMaxRows && rows <= kAmxRows && !verify_sized) {
       amx_task(p, t, partials);
     } else {

@@ -478,9 +478,9 @@ void small_decode(const PagedAttentionParams& p, const Task& t, float* partials)
 
 void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path) {
   check_optimized_attention_params(p, count_query_rows(p.sequences), "avx2");
-  const Plan plan = make_plan(p, 32);
   const bool small = path != Avx2DecodePath::kGeneric && p.head_dim % 16 == 0 &&
                      (path == Avx2DecodePath::kSmallHeadDim || p.head_dim <= kAvx2SmallDecodeMaxHeadDim);
+  const Plan plan = make_plan(p, 32, /*decode_sized_token_tasks=*/small);
   const bool kv_bf16 = p.kv_dtype == DType::kBF16;
   run_plan(p, plan, [&](const Task& t, float* partials) {
     if (small && t.q_end - t.q_begin == 1) {

@@ -47,6 +47,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kKeyTile = 64;
 // Split-KV pieces are at least this many keys (and a multiple of kKeyTile).
 constexpr int kMinSplitKeys = 128;
+// Sequences of at most this many new tokens are decode- or verify-sized (a speculative verify is at
+// most 16 drafts + 1): each of their rows must get the bits it would get in a one-token decode step,
+// whatever else the step holds, so that greedy speculation gives plain decoding's tokens. Their keys
+// are split at fixed multiples of fixed_split_keys() (a row's partials and their merge then depend
+// only on its own position), not by the batch-dependent rule the longer sequences use.
+constexpr int kDecodeSizedMaxNewTokens = 17;
 
 // fp32 -> bf16 bits, round to nearest even (inputs here are finite). Local copy of
 // util/half.h's so no shared inline symbol is compiled with this file's flags.
@@ -60,6 +66,12 @@ inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) 
 inline int round_up(int a, int b) { return (a + b - 1) / b * b; }
 inline int imin(int a, int b) { return a < b ? a : b; }
 inline int imax(int a, int b) { return a > b ? a : b; }
+
+// The split length of decode-sized sequences: a constant of the process (the thread count only),
+// chosen so that one sequence of ~1000 keys alone gives each thread two tasks or more.
+inline int fixed_split_keys(int num_threads) {
+  return imax(kMinSplitKeys, round_up(ceil_div(1024, 2 * imax(1, num_threads)), kKeyTile));
+}
 
 // A 64-byte aligned, grow-only scratch array (per thread via thread_local owners).
 template <class T>
@@ -129,13 +141,20 @@ inline RowCoord row_coord(int group, int kv_head, int q_begin, int rows_per_head
 }
 
 // rows_target: rows per task the ISA likes (block tokens = ceil(rows_target / group)).
-inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
+// decode_sized_token_tasks: decode-sized sequences (kDecodeSizedMaxNewTokens) get one task per new
+// token, for kernels whose one-token tasks run another path than their blocks (avx2's small decode),
+// so that a verify's rows are its decode steps'.
+inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decode_sized_token_tasks = false) {
   Plan plan;
   const int group = p.num_heads / p.num_kv_heads;
-  const int block_tokens = imax(1, rows_target / group);
+  const int rows_block_tokens = imax(1, rows_target / group);
+  auto tokens_per_block = [&](const StepSequence& s) {
+    return decode_sized_token_tasks && s.num_new_tokens <= kDecodeSizedMaxNewTokens ? 1 : rows_block_tokens;
+  };
   const int num_threads = p.pool ? p.pool->num_threads() : 1;
   int64_t base_tasks = 0;
   for (const auto& s : p.sequences) {
+    const int block_tokens = tokens_per_block(s);
     for (int q0 = 0; q0 < s.num_new_tokens; q0 += block_tokens) {
       const int rph = (imin(s.num_new_tokens, q0 + block_tokens) - q0) * group;
       base_tasks += p.num_kv_heads / heads_per_task(p, rph);
@@ -147,14 +166,22 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target) {
   const int D = p.head_dim;
   for (int si = 0; si < static_cast<int>(p.sequences.size()); ++si) {
     const auto& s = p.sequences[si];
+    const int block_tokens = tokens_per_block(s);
     for (int q0 = 0; q0 < s.num_new_tokens; q0 += block_tokens) {
       const int q1 = imin(s.num_new_tokens, q0 + block_tokens);
       const int heads = heads_per_task(p, (q1 - q0) * group);
       const int rows = (q1 - q0) * group * heads;
       const int keys = visible_keys(p, s, q1 - 1);
-      int splits = imin(want_splits, ceil_div(keys, kMinSplitKeys));
+      int splits = 1;
       int chunk = keys;
-      if (splits > 1) {
+      if (s.num_new_tokens <= kDecodeSizedMaxNewTokens) {
+        const int fixed = fixed_split_keys(num_threads);
+        if (keys > fixed) {
+          chunk = fixed;
+          splits = ceil_div(keys, chunk);
+        }
+      } else if (want_splits > 1 && keys > kMinSplitKeys) {
+        splits = imin(want_splits, ceil_div(keys, kMinSplitKeys));
         chunk = round_up(ceil_div(keys, splits), kKeyTile);
         splits = ceil_div(keys, chunk);
       }
