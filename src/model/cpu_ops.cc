@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/paged_attention.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
 #include "util/error.h"
@@ -166,10 +167,21 @@ void CpuOps::add(float* y, const float* x, int64_t rows, int64_t cols) {
   parallel_rows(rows, cols, [&](int64_t b, int64_t e) { kc::add_inplace(y + b * cols, x + b * cols, (e - b) * cols); });
 }
 
+// In a step of decode-sized sequences only (decodes and speculative verifies) the linear kernel is
+// the one for as many rows as the step has sequences (LinearKernel::forward_choosing_for): a verify
+// of B sequences then computes each row as a B-row decode step does, bit for bit (on AMX CPUs "auto"
+// switches from avx512 to amx at 9 rows, so by row count a 2-sequence verify of 5 tokens each
+// would take amx where the decode step takes avx512). Other steps: by the product's rows.
+int64_t CpuOps::linear_choose_rows(int64_t rows) const {
+  if (step_.num_sequences <= 0 || step_.max_new_tokens > kc::kDecodeSizedMaxNewTokens) return rows;
+  return std::min<int64_t>(rows, step_.num_sequences);
+}
+
 void CpuOps::linear(const float* x, int64_t rows, std::span<const Product> products) {
+  const int64_t choose_rows = linear_choose_rows(rows);
   for (const Product& p : products) {
     const float* bias = p.bias == kNoWeight ? nullptr : placed(p.bias).bias.data();
-    placed(p.weight).linear->forward(x, rows, p.y, pool_, bias);
+    placed(p.weight).linear->forward_choosing_for(x, rows, choose_rows, p.y, pool_, bias);
   }
 }
 

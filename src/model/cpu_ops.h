@@ -51,6 +51,7 @@ class CpuOps final : public DeviceOps {
   void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) override;
 
  private:
+  int64_t linear_choose_rows(int64_t rows) const;  // see cpu_ops.cc
   struct Placed {
     kernels::cpu::TypedWeight vector;                     // kVector
     std::unique_ptr<kernels::cpu::LinearKernel> linear;   // kLinear

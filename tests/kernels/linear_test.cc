@@ -235,6 +235,34 @@ TEST(LinearTest, Avx512RowsMatchOneRowCallsBitwise) { check_rows_independent("av
 // amx_bf16 too: each output is one tile row's accumulation over K in a fixed order (and the n % 16
 // tail columns the avx512 kernel's), whatever the other rows of the call.
 TEST(LinearTest, AmxBf16RowsMatchOneRowCallsBitwise) { check_rows_independent("amx_bf16"); }
+TEST(LinearTest, AmxRowsMatchOneRowCallsBitwise) { check_rows_independent("amx"); }
+
+// "auto" called for m rows but choosing its kernel for fewer (LinearKernel::forward_choosing_for, a
+// speculative verify of B sequences choosing for B): each row has the bits of the same rows in a
+// call of choose_rows rows, exact and with bf16 activations. On AMX CPUs 20 rows choosing for 2 run
+// avx512 where a plain 20-row call runs amx, so the test fails if the choice is ignored there.
+TEST(LinearTest, AutoChoosingForFewerRowsGivesTheirBits) {
+  ThreadPool pool(3);
+  std::mt19937 rng(11);
+  for (const bool bf16_activations : {false, true}) {
+    const Case c{20, 384, 640, DType::kBF16, true};
+    const Data d = make_data(c, rng);
+    LinearOptions options;
+    options.allow_bf16_activations = bf16_activations;
+    auto kernel = make_linear_kernel(d.weight, options);
+    for (const int64_t choose : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{12}}) {
+      std::vector<float> chosen(c.m * c.out), plain(choose * c.out);
+      kernel->forward_choosing_for(d.x.data(), c.m, choose, chosen.data(), &pool, d.bias.data());
+      for (int64_t r0 = 0; r0 < c.m; r0 += choose) {  // the same rows in calls of `choose` rows
+        const int64_t rows = std::min(choose, c.m - r0);
+        kernel->forward(d.x.data() + r0 * c.in, rows, plain.data(), &pool, d.bias.data());
+        if (rows < choose) continue;  // a shorter tail call may pick another kernel
+        EXPECT_EQ(0, std::memcmp(chosen.data() + r0 * c.out, plain.data(), sizeof(float) * rows * c.out))
+            << kernel->name() << " bf16_activations " << bf16_activations << " choose " << choose << " rows " << r0;
+      }
+    }
+  }
+}
 
 TEST(LinearTest, BothBiasCasesAreCovered) {
   // check_variant picks the bias from the parity of m + in + out: make sure both occur for every dtype.

@@ -164,7 +164,11 @@ class RowSplitLinear final : public LinearKernel {
   }
   const char* name() const override { return name_.c_str(); }
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
-    (m < min_rows_ ? small_ : large_)->forward(x, m, y, pool, bias);
+    forward_choosing_for(x, m, m, y, pool, bias);
+  }
+  void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
+                            const float* bias) override {
+    (choose_rows < min_rows_ ? small_ : large_)->forward(x, m, y, pool, bias);
   }
 
  private:
@@ -181,8 +185,13 @@ class AutoLinear final : public LinearKernel {
   }
   const char* name() const override { return name_.c_str(); }
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
+    forward_choosing_for(x, m, m, y, pool, bias);
+  }
+  // Direct (<= kLinearDirectMaxRows rows) or large by m; within the direct kernel by choose_rows.
+  void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
+                            const float* bias) override {
     if (direct_ && m <= kLinearDirectMaxRows) {
-      direct_->forward(x, m, y, pool, bias);
+      direct_->forward_choosing_for(x, m, choose_rows, y, pool, bias);
     } else {
       large_->forward(x, m, y, pool, bias);
     }

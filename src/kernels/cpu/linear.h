@@ -101,6 +101,15 @@ class LinearKernel {
   // pool: workers for the direct kernels (null: the calling thread only); oneDNN paths use
   // oneDNN's own threads and must not be called from inside pool->parallel_for.
   virtual void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias = nullptr) = 0;
+  // forward(), with the kernel that a call of `choose_rows` rows would take where a kernel picks one
+  // by the row count ("auto": avx512 below kLinearAmxMinRows / kLinearAmxBf16MinRows, amx from
+  // there; each of them computes a row alike whatever m, tested). A speculative verify of B
+  // sequences passes B, so that its rows get the bits of a B-row decode step's. Default: forward().
+  virtual void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
+                                    const float* bias = nullptr) {
+    (void)choose_rows;
+    forward(x, m, y, pool, bias);
+  }
   virtual const char* name() const = 0;
 };
 

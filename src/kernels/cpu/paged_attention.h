@@ -98,6 +98,13 @@ void paged_attention_reference(const PagedAttentionParams& p);
 // elements at a time in a paired layout).
 void paged_attention_avx2(const PagedAttentionParams& p);
 inline constexpr int kAvx2SmallDecodeMaxHeadDim = 64;
+
+// Sequences of at most this many new tokens are decode- or verify-sized (a speculative verify is at
+// most 16 drafts + 1). Each of their rows must get the bits it would get in a one-token decode step,
+// whatever else the step holds, so that greedy speculation gives plain decoding's tokens: the CPU
+// attention kernels split such a sequence's keys at fixed multiples (paged_attention_tiled.h), and
+// CpuOps picks the linear kernels of steps made only of them by the step's sequence count.
+inline constexpr int kDecodeSizedMaxNewTokens = 17;
 // The same kernel with the decode path forced (tests, benchmarks): kAuto as above, kGeneric never
 // the small-head_dim path, kSmallHeadDim wherever it applies (one new token; bf16 KV needs head_dim
 // % 16 == 0), at any head_dim.

@@ -12,8 +12,12 @@
 // O lives in thread-local memory and is rescaled there (corr per row) before each tile's P.V.
 // Q and P are rounded to bf16; K and V are read exactly; accumulation is f32.
 //
-// Key tiles that every real row sees in full (the causal mask's interior) skip the per-key
-// visibility masks; padding rows (Q = 0) then hold finite scores that finish_task never writes.
+// The softmax runs in base 2: Q is pre-scaled by scale * log2(e), so S^T holds log2-domain scores
+// and every exponential is exp2_nonpositive (no multiply by log2 e, one range reduction, a shorter
+// polynomial). The running max is converted back to natural units for finish_task, so split
+// partials merge with the other kernels' convention. Key tiles that every real row sees in full
+// (the causal mask's interior) skip the per-key visibility masks; padding rows (Q = 0) then hold
+// finite scores that finish_task never writes.
 //
 // Tile configuration: loaded at the start of every AMX task and released (_tile_release) at its
 // end. A per-thread "already configured" flag is not safe here: other AMX users on the same pool
@@ -40,6 +44,8 @@ namespace {
 
 constexpr int kAmxRows = 16;  // query rows per task (M), tile rows
 constexpr int kAmxKeys = 32;  // keys per tile (two 16-key S^T tiles, one 32-key P.V step)
+constexpr float kLog2E = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
@@ -83,6 +89,24 @@ AmxScratch& amx_scratch() {
   return scratch;
 }
 
+// 2^x for x <= 0 (log2-domain scores minus the running max; -inf allowed): one range reduction and a
+// degree-5 polynomial on [-1/2, 1/2], ~2.4e-6 relative error (P is rounded to bf16 next, 2^-9).
+// Results under 2^-126 (and -inf) are exactly 0. Eleven vector instructions; exp16 takes sixteen.
+inline __m512 exp2_nonpositive(__m512 x) {
+  const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);  // [-1/2, 1/2]
+  // 2^f = e^(f ln 2): Taylor terms (ln 2)^k / k!, k = 5..0.
+  __m512 y = _mm512_set1_ps(1.33335581e-03f);
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(9.61812911e-03f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(5.55041087e-02f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(2.40226507e-01f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(6.93147181e-01f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.00000000e+00f));
+  return _mm512_maskz_scalef_ps(normal, y, n);
+}
+
 inline __mmask32 word_mask(int count) {  // the first min(count, 32) 16-bit lanes
   return count >= 32 ? __mmask32(0xffffffffu) : count <= 0 ? __mmask32(0) : __mmask32((1u << count) - 1);
 }
@@ -104,7 +128,8 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
   uint32_t* pr = sc.p_rows.get(size_t(kAmxRows) * 16);
   float* o = sc.o.get(size_t(kAmxRows) * Dv);
 
-  // Q^T pairs: qp[(i * 16 + m) * 2 + e] = bf16(scale * q[m][2i + e]); zero past M rows or D dims.
+  // Q^T pairs: qp[(i * 16 + m) * 2 + e] = bf16(scale * log2(e) * q[m][2i + e]); zero past M rows or D dims.
+  const float q_scale = p.scale * kLog2E;
   alignas(64) int limit[kAmxRows];
   int all_rows_see = std::numeric_limits<int>::max();  // keys [0, all_rows_see) are visible to every real row
   for (int m = 0; m < kAmxRows; ++m) {
@@ -117,7 +142,7 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
       all_rows_see = imin(all_rows_see, limit[m]);
     }
     for (int d = 0; d < Dp; ++d) {
-      const float x = (src && d < D) ? src[d] * p.scale : 0.0f;
+      const float x = (src && d < D) ? src[d] * q_scale : 0.0f;
       qp[(size_t(d / 2) * kAmxRows + m) * 2 + (d & 1)] = to_bf16_bits(x);
     }
   }
@@ -192,12 +217,12 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
     const __m512 m_new = _mm512_max_ps(m_run, tile_max);
     const __mmask16 none = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(kNegInf), _CMP_EQ_OQ);
     const __m512 m_use = _mm512_mask_mov_ps(m_new, none, _mm512_setzero_ps());
-    const __m512 corr = exp16(_mm512_sub_ps(m_run, m_use));
+    const __m512 corr = exp2_nonpositive(_mm512_sub_ps(m_run, m_use));
     __m512 sum = _mm512_setzero_ps();
     __m512i w[16];
     for (int i = 0; i < 16; ++i) {
-      const __m512 pe = exp16(_mm512_sub_ps(sv[2 * i], m_use));
-      const __m512 po = exp16(_mm512_sub_ps(sv[2 * i + 1], m_use));
+      const __m512 pe = exp2_nonpositive(_mm512_sub_ps(sv[2 * i], m_use));
+      const __m512 po = exp2_nonpositive(_mm512_sub_ps(sv[2 * i + 1], m_use));
       sum = _mm512_add_ps(sum, _mm512_add_ps(pe, po));
       const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(po, pe);  // [bf16(pe) | bf16(po)]
       w[i] = _mm512_permutexvar_epi16(pair_perm, both);           // dword m = (pe[m], po[m])
@@ -239,7 +264,7 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
   _tile_release();
 
   alignas(64) float m_out[kAmxRows], l_out[kAmxRows];
-  _mm512_store_ps(m_out, m_run);
+  _mm512_store_ps(m_out, _mm512_mul_ps(m_run, _mm512_set1_ps(kLn2)));  // back to natural units (-inf stays)
   _mm512_store_ps(l_out, l_run);
   finish_task(p, t, M, m_out, l_out, o, partials, Dv);
 }

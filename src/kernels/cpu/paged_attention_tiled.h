@@ -47,12 +47,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kKeyTile = 64;
 // Split-KV pieces are at least this many keys (and a multiple of kKeyTile).
 constexpr int kMinSplitKeys = 128;
-// Sequences of at most this many new tokens are decode- or verify-sized (a speculative verify is at
-// most 16 drafts + 1): each of their rows must get the bits it would get in a one-token decode step,
-// whatever else the step holds, so that greedy speculation gives plain decoding's tokens. Their keys
-// are split at fixed multiples of fixed_split_keys() (a row's partials and their merge then depend
-// only on its own position), not by the batch-dependent rule the longer sequences use.
-constexpr int kDecodeSizedMaxNewTokens = 17;
+// Decode-sized sequences (kDecodeSizedMaxNewTokens, paged_attention.h) split their keys at fixed
+// multiples of fixed_split_keys() (a row's partials and their merge then depend only on its own
+// position), not by the batch-dependent rule the longer sequences use.
 
 // fp32 -> bf16 bits, round to nearest even (inputs here are finite). Local copy of
 // util/half.h's so no shared inline symbol is compiled with this file's flags.
@@ -68,9 +65,11 @@ inline int imin(int a, int b) { return a < b ? a : b; }
 inline int imax(int a, int b) { return a > b ? a : b; }
 
 // The split length of decode-sized sequences: a constant of the process (the thread count only),
-// chosen so that one sequence of ~1000 keys alone gives each thread two tasks or more.
+// chosen so that one sequence of ~1000 keys alone gives each thread a task: 512 keys on 2 threads,
+// 256 on 4, 128 (kMinSplitKeys) from 8. (256 on 2 threads made a batch-16 decode at 981 keys split
+// every sequence in 4, ~8% slower attention on the dev VM; bench/results/2026-12-03-cpu-amx-softmax.)
 inline int fixed_split_keys(int num_threads) {
-  return imax(kMinSplitKeys, round_up(ceil_div(1024, 2 * imax(1, num_threads)), kKeyTile));
+  return imax(kMinSplitKeys, round_up(ceil_div(1024, imax(1, num_threads)), kKeyTile));
 }
 
 // A 64-byte aligned, grow-only scratch array (per thread via thread_local owners).
