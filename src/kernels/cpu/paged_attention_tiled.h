@@ -66,8 +66,9 @@ inline int imax(int a, int b) { return a > b ? a : b; }
 
 // The split length of decode-sized sequences: a constant of the process (the thread count only),
 // chosen so that one sequence of ~1000 keys alone gives each thread a task: 512 keys on 2 threads,
-// 256 on 4, 128 (kMinSplitKeys) from 8. (256 on 2 threads made a batch-16 decode at 981 keys split
-// every sequence in 4, ~8% slower attention on the dev VM; bench/results/2026-12-03-cpu-amx-softmax.)
+// 256 on 4, 128 (kMinSplitKeys) from 8. Larger steps split more than the batch rule did (a batch-16
+// decode at 981 keys: 2 splits per sequence, none before); the cost was within the dev VM's noise
+// (bench/results/2026-12-03-cpu-amx-softmax).
 inline int fixed_split_keys(int num_threads) {
   return imax(kMinSplitKeys, round_up(ceil_div(1024, imax(1, num_threads)), kKeyTile));
 }
