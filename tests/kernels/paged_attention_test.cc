@@ -10,10 +10,13 @@
 //                     (relative 2^-9): scores |s| <= ~3 move by up to ~6e-3, softmax weights by as
 //                     much relatively, and the output, a weighted mean of values in [-1, 1], by about
 //                     1e-3. Observed max (Xeon with AMX, 2026-11-29): 1.2e-3 bf16 dot, 1.8e-3 amx.
+#include "kernels/cpu/paged_attention.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -22,7 +25,6 @@
 #include <tuple>
 #include <vector>
 
-#include "kernels/cpu/paged_attention.h"
 #include "platform/cpu_info.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -322,48 +324,44 @@ void check_verify_rows_are_decode_rows(Kernel kernel, int heads, int kv_heads, i
                                        ThreadPool* pool) {
   std::vector<SeqSpec> specs = {{verify_tokens, cached}};
   for (int i = 0; i < 7; ++i) specs.push_back({1, 100 + 60 * i});
-  {
-    Problem pr(heads, kv_heads, dim, 16, DType::kBF16, specs, 21);
-    const size_t row_floats = size_t(heads) * dim;
-    std::vector<float> verify(pr.num_rows() * row_floats);
-    run_kernel(kernel, pr.params(verify.data(), pool));
-    const std::vector<StepSequence> step = pr.seqs;
-    const std::vector<float> step_q = pr.q;
-    for (int i = 0; i < verify_tokens; ++i) {
-      // Row i of the verify block as a one-token decode (rows are contiguous in batch order: its q
-      // row first, then the other sequences' rows).
-      StepSequence decode_row = step[0];
-      decode_row.query_offset = 0;
-      decode_row.num_new_tokens = 1;
-      decode_row.num_cached_tokens = cached + i;
-      for (const bool with_others : {false, true}) {
-        pr.seqs = {decode_row};
-        pr.q.assign(step_q.begin() + i * row_floats, step_q.begin() + (i + 1) * row_floats);
-        if (with_others) {
-          for (size_t k = 1; k < step.size(); ++k) {
-            pr.seqs.push_back(step[k]);
-            pr.seqs.back().query_offset = static_cast<int32_t>(k);
-          }
-          pr.q.insert(pr.q.end(), step_q.begin() + verify_tokens * row_floats, step_q.end());
+  Problem pr(heads, kv_heads, dim, 16, DType::kBF16, specs, 21);
+  const size_t row_floats = size_t(heads) * dim;
+  std::vector<float> verify(pr.num_rows() * row_floats);
+  run_kernel(kernel, pr.params(verify.data(), pool));
+  const std::vector<StepSequence> step = pr.seqs;
+  const std::vector<float> step_q = pr.q;
+  for (int i = 0; i < verify_tokens; ++i) {
+    // Row i of the verify block as a one-token decode (rows are contiguous in batch order: its q
+    // row first, then the other sequences' rows).
+    StepSequence decode_row = step[0];
+    decode_row.query_offset = 0;
+    decode_row.num_new_tokens = 1;
+    decode_row.num_cached_tokens = cached + i;
+    for (const bool with_others : {false, true}) {
+      pr.seqs = {decode_row};
+      pr.q.assign(step_q.begin() + i * row_floats, step_q.begin() + (i + 1) * row_floats);
+      if (with_others) {
+        for (size_t k = 1; k < step.size(); ++k) {
+          pr.seqs.push_back(step[k]);
+          pr.seqs.back().query_offset = static_cast<int32_t>(k);
         }
-        std::vector<float> decode(pr.num_rows() * row_floats, std::numeric_limits<float>::quiet_NaN());
-        run_kernel(kernel, pr.params(decode.data(), pool));
-        const size_t at = size_t(i) * row_floats;
-        EXPECT_TRUE(std::equal(verify.begin() + at, verify.begin() + at + row_floats, decode.begin()))
-            << kernel_name(kernel) << " heads " << heads << "/" << kv_heads << " head_dim " << dim << ", verify row "
-            << i << " of " << verify_tokens << " after " << cached << (with_others ? " among 7 decodes" : " alone")
-            << (pool ? " pool" : " serial");
+        pr.q.insert(pr.q.end(), step_q.begin() + verify_tokens * row_floats, step_q.end());
       }
+      std::vector<float> decode(pr.num_rows() * row_floats, std::numeric_limits<float>::quiet_NaN());
+      run_kernel(kernel, pr.params(decode.data(), pool));
+      const size_t at = size_t(i) * row_floats;
+      EXPECT_EQ(0, std::memcmp(verify.data() + at, decode.data(), sizeof(float) * row_floats))
+          << kernel_name(kernel) << " heads " << heads << "/" << kv_heads << " head_dim " << dim << ", verify row " << i
+          << " of " << verify_tokens << " after " << cached << (with_others ? " among 7 decodes" : " alone")
+          << (pool ? " pool" : " serial");
     }
-    pr.q = step_q;
-    pr.seqs = step;
   }
 }
 
 // A speculative verify's rows are the rows of one-token decode steps, bit for bit, whatever the
-// step holds: greedy speculation gives plain decoding's tokens only then. The verify block (5 new
-// tokens after 700 cached, GQA 4) runs in a step with 7 decode sequences; each of its rows again as
-// a decode step alone and as a decode step among the 7. Before the decode-sized sequences' fixed
+// step holds: greedy speculation gives plain decoding's tokens only then. Verify blocks of 3-17 new
+// tokens (GQA 1, 3 and 4; 40-700 cached) run in a step with 7 decode sequences; each of their rows
+// again as a decode step alone and as a decode step among the 7. Before the decode-sized sequences' fixed
 // key splits (paged_attention_tiled.h), the step's other sequences changed how many splits a row's
 // keys got, and so its bits (SpecEngineTest.GreedyIsIdenticalOnEveryCpuAttentionBackend flipped a
 // near-tie).

@@ -90,6 +90,13 @@ inline bool cpu_backend_head_dim_supported(int head_dim) {
          head_dim % kCpuBackendHeadDimStep == 0;
 }
 
+// Sequences of at most this many new tokens are decode- or verify-sized (a speculative verify is at
+// most 16 drafts + 1). Each of their rows must get the bits it would get in a one-token decode step,
+// whatever else the step holds, so that greedy speculation gives plain decoding's tokens: the CPU
+// attention kernels split such a sequence's keys at fixed multiples (paged_attention_tiled.h), and
+// CpuOps picks the linear kernels of steps made only of them by the step's sequence count.
+inline constexpr int kDecodeSizedMaxNewTokens = 17;
+
 // The ground truth: plain loops, float64 accumulation. Slow.
 void paged_attention_reference(const PagedAttentionParams& p);
 // Tiled online softmax (flash-style) with AVX2 + FMA + F16C. Caller ensures the CPU has them.
@@ -99,12 +106,6 @@ void paged_attention_reference(const PagedAttentionParams& p);
 void paged_attention_avx2(const PagedAttentionParams& p);
 inline constexpr int kAvx2SmallDecodeMaxHeadDim = 64;
 
-// Sequences of at most this many new tokens are decode- or verify-sized (a speculative verify is at
-// most 16 drafts + 1). Each of their rows must get the bits it would get in a one-token decode step,
-// whatever else the step holds, so that greedy speculation gives plain decoding's tokens: the CPU
-// attention kernels split such a sequence's keys at fixed multiples (paged_attention_tiled.h), and
-// CpuOps picks the linear kernels of steps made only of them by the step's sequence count.
-inline constexpr int kDecodeSizedMaxNewTokens = 17;
 // The same kernel with the decode path forced (tests, benchmarks): kAuto as above, kGeneric never
 // the small-head_dim path, kSmallHeadDim wherever it applies (one new token; bf16 KV needs head_dim
 // % 16 == 0), at any head_dim.

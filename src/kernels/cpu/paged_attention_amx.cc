@@ -29,9 +29,9 @@
 // The process must already hold AMX permission (arch_prctl ARCH_REQ_XCOMP_PERM; the backend
 // requests it through platform/cpu_info). Decode-sized tasks (<= 8 rows per KV head), query
 // blocks over 16 rows (GQA groups above 16) and f32 KV run the avx512 path (bf16 dot products
-// for bf16 KV), where AMX would not win or does not apply; so do sequences of fewer than
-// kDecodeSizedMaxNewTokens + 1 new tokens (speculative verifies: their rows must be the decode
-// step's, and AMX rounds Q and P to bf16; paged_attention_tiled.h).
+// for bf16 KV), where AMX would not win or does not apply; so do sequences of at most
+// kDecodeSizedMaxNewTokens new tokens (speculative verifies: their rows must be the decode step's,
+// and AMX rounds Q and P to bf16; paged_attention.h).
 #include <immintrin.h>
 
 #include "kernels/cpu/avx512_transpose.h"
