@@ -7,6 +7,9 @@
 //   each kernel vs the float64 reference (run on a reduced size, rate-normalized)
 //   head_dim sweep: every head_dim of --head-dims (default 32, 48, ..., 256) at one model width
 //            (KV heads x head_dim ~= 1024), decode GB/s and prefill GFLOP/s with the same yardsticks
+//   --prefill-shapes H/KV/D,...: only one causal prefill of --prefill-tokens (981) per shape and
+//            kernel (--kernels NAME,... filters them), best of --reps (20), ms and the ratio to the
+//            first shape: the head_dim-32 vs head_dim-64 comparison of issue 15 without the model
 // Every kernel the CPU supports runs on ThreadPool::global() (all usable cores).
 #include <dnnl.hpp>
 
@@ -178,7 +181,19 @@ void run_headline(const std::vector<KernelEntry>& kernels, ThreadPool& pool, dou
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // usage: bench_attention [--head-dims 32,48,...] [--sweep-context 2048] [--sweep-prompt 1024] [--headline 0|1]
+  //        bench_attention --prefill-shapes 8/4/32,4/2/64 [--prefill-tokens 981] [--reps 20] [--kernels amx,...]
   std::vector<int> head_dims;
+  std::vector<std::string> prefill_shapes, kernel_filter;
+  int prefill_tokens = 981, reps = 20;
+  const auto split_commas = [](const std::string& value) {
+    std::vector<std::string> parts;
+    for (size_t pos = 0; pos < value.size();) {
+      const size_t comma = std::min(value.find(',', pos), value.size());
+      parts.push_back(value.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+    return parts;
+  };
   for (int d = 32; d <= 256; d += 16) head_dims.push_back(d);
   int sweep_context = 2048, sweep_prompt = 1024;
   bool headline = true;
@@ -197,6 +212,14 @@ int main(int argc, char** argv) {
       sweep_prompt = std::stoi(value);
     } else if (flag == "--headline") {
       headline = value != "0";
+    } else if (flag == "--prefill-shapes") {
+      prefill_shapes = split_commas(value);
+    } else if (flag == "--prefill-tokens") {
+      prefill_tokens = std::stoi(value);
+    } else if (flag == "--reps") {
+      reps = std::stoi(value);
+    } else if (flag == "--kernels") {
+      kernel_filter = split_commas(value);
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -216,6 +239,30 @@ int main(int argc, char** argv) {
   if (avx512 && cpu.has("avx512_bf16") && cpu.has("amx_tile") && cpu.has("amx_bf16"))
     kernels.push_back({"amx", [](const PagedAttentionParams& p) { paged_attention_amx(p); }});
 
+  if (!kernel_filter.empty()) {
+    std::erase_if(kernels, [&](const KernelEntry& k) {
+      return std::find(kernel_filter.begin(), kernel_filter.end(), k.name) == kernel_filter.end();
+    });
+  }
+  if (!prefill_shapes.empty()) {
+    std::printf("prefill 1 x %d causal tokens, bf16 KV, page 16, best of %d:\n", prefill_tokens, reps);
+    for (const auto& k : kernels) {
+      double first = 0;
+      for (const std::string& shape : prefill_shapes) {
+        int heads = 0, kv_heads = 0, dim = 0;
+        if (std::sscanf(shape.c_str(), "%d/%d/%d", &heads, &kv_heads, &dim) != 3) {
+          std::fprintf(stderr, "--prefill-shapes: '%s' is not HEADS/KV_HEADS/HEAD_DIM\n", shape.c_str());
+          return 2;
+        }
+        Batch pf(1, prefill_tokens, 0, heads, kv_heads, dim);
+        const double t = best_time(reps, [&] { k.run(pf.params(&pool)); });
+        if (first == 0) first = t;
+        std::printf("  %-16s %10s %9.3f ms %8.1f GFLOP/s %6.2fx the first shape\n", k.name.c_str(), shape.c_str(),
+                    t * 1e3, pf.causal_flops / t / 1e9, t / first);
+      }
+    }
+    return 0;
+  }
   const double mem_gbps = memory_read_gbps(pool);
   std::printf("memory read bandwidth (1 GiB streaming sum, all threads): %.1f GB/s\n", mem_gbps);
   // The prefill yardstick: bf16 matmul; oneDNN has none on CPUs without AVX-512 (it then says

@@ -94,9 +94,12 @@ struct Problem {
   mutable std::vector<int32_t> flat_tables;  // tables concatenated, refreshed by params()
   int num_pages = 0;
 
-  Problem(int heads, int kv_heads, int dim, int page, DType dtype, std::vector<SeqSpec> s, uint32_t seed)
-      : num_heads(heads), num_kv_heads(kv_heads), head_dim(dim), page_size(page), kv_dtype(dtype),
-        specs(std::move(s)) {
+  // score_ramp > 0: q is shifted to [-0.5, 1.5] and every key row gets a_t = 2 score_ramp t /
+  // ((total - 1) sqrt(head_dim)) added to each element, so that a query's scores grow by about
+  // score_ramp (natural units) from the first key to the last (a running max that keeps rising).
+  Problem(int heads, int kv_heads, int dim, int page, DType dtype, std::vector<SeqSpec> s, uint32_t seed,
+          float score_ramp = 0.0f)
+      : num_heads(heads), num_kv_heads(kv_heads), head_dim(dim), page_size(page), kv_dtype(dtype), specs(std::move(s)) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
     int64_t rows = 0;
@@ -124,6 +127,12 @@ struct Problem {
       std::vector<float> k(total * row), v(total * row);
       for (auto& x : k) x = uni(rng);
       for (auto& x : v) x = uni(rng);
+      if (score_ramp > 0.0f && total > 1) {
+        for (int t = 0; t < total; ++t) {
+          const float a = 2.0f * score_ramp * float(t) / (float(total - 1) * std::sqrt(float(head_dim)));
+          for (int64_t e = 0; e < row; ++e) k[t * row + e] += a;
+        }
+      }
       StepSequence all;
       all.num_new_tokens = total;
       all.num_pages = static_cast<int32_t>(tables[i].size());
@@ -141,7 +150,7 @@ struct Problem {
       table_offset += s.num_pages;
     }
     q.resize(rows * num_heads * head_dim);
-    for (auto& x : q) x = uni(rng);
+    for (auto& x : q) x = uni(rng) + (score_ramp > 0.0f ? 0.5f : 0.0f);
   }
 
   int64_t num_rows() const { return count_query_rows(seqs); }
@@ -372,6 +381,22 @@ TEST_P(PagedAttentionKernel, VerifyRowsAreDecodeRowsBitForBit) {
   for (const Case c : {Case{8, 2, 64, 5, 700}, Case{6, 2, 64, 5, 90}, Case{6, 2, 64, 17, 300}, Case{8, 8, 32, 3, 40}})
     for (ThreadPool* pool : {&test_pool(), static_cast<ThreadPool*>(nullptr)})
       check_verify_rows_are_decode_rows(GetParam(), c.heads, c.kv_heads, c.dim, c.verify_tokens, c.cached, pool);
+}
+
+// Scores that rise by ~12 along the keys: the running max keeps growing, so the online softmax
+// rescales O and l well after a task's first key tile (cpu_amx rebases only when a score exceeds
+// its reference max by 2^8, so this is where its rebase path runs: head_dim 32 and 64 keep O in
+// tiles, 128 in memory; page 16 reads K in place, page 1 copies it). Same tolerance: q's bf16
+// rounding moves a score of ~12 by ~2e-3 at most, the weights by as much.
+TEST_P(PagedAttentionKernel, RisingScores) {
+  struct Case {
+    int heads, kv_heads, dim, page, num_new, cached;
+  };
+  for (const Case c : {Case{4, 2, 32, 16, 200, 100}, Case{4, 2, 64, 16, 150, 0}, Case{8, 2, 128, 16, 100, 200},
+                       Case{4, 2, 32, 1, 120, 40}}) {
+    Problem pr(c.heads, c.kv_heads, c.dim, c.page, DType::kBF16, {{c.num_new, c.cached}, {1, 300}}, 31, 12.0f);
+    expect_matches(GetParam(), pr, pr.reference(), &test_pool());
+  }
 }
 
 TEST_P(PagedAttentionKernel, SerialAndHeadDim136) {
