@@ -9,7 +9,9 @@
 //            (KV heads x head_dim ~= 1024), decode GB/s and prefill GFLOP/s with the same yardsticks
 //   --prefill-shapes H/KV/D,...: only one causal prefill of --prefill-tokens (981) per shape and
 //            kernel (--kernels NAME,... filters them), best of --reps (20), ms and the ratio to the
-//            first shape: the head_dim-32 vs head_dim-64 comparison of issue 15 without the model
+//            first shape: the head_dim-32 vs head_dim-64 comparison of issue 15 without the model;
+//            with --decode-batch B: B decode rows after --prefill-tokens cached keys instead, over
+//            --copies N separate KV pools in turn (N x the KV bytes: from memory, as a model's layers)
 // Every kernel the CPU supports runs on ThreadPool::global() (all usable cores).
 #include <dnnl.hpp>
 
@@ -184,7 +186,7 @@ int main(int argc, char** argv) {
   //        bench_attention --prefill-shapes 8/4/32,4/2/64 [--prefill-tokens 981] [--reps 20] [--kernels amx,...]
   std::vector<int> head_dims;
   std::vector<std::string> prefill_shapes, kernel_filter;
-  int prefill_tokens = 981, reps = 20;
+  int prefill_tokens = 981, reps = 20, decode_batch = 0, copies = 1;
   const auto split_commas = [](const std::string& value) {
     std::vector<std::string> parts;
     for (size_t pos = 0; pos < value.size();) {
@@ -216,6 +218,10 @@ int main(int argc, char** argv) {
       prefill_shapes = split_commas(value);
     } else if (flag == "--prefill-tokens") {
       prefill_tokens = std::stoi(value);
+    } else if (flag == "--copies") {
+      copies = std::max(1, std::stoi(value));
+    } else if (flag == "--decode-batch") {
+      decode_batch = std::stoi(value);
     } else if (flag == "--reps") {
       reps = std::stoi(value);
     } else if (flag == "--kernels") {
@@ -245,7 +251,12 @@ int main(int argc, char** argv) {
     });
   }
   if (!prefill_shapes.empty()) {
-    std::printf("prefill 1 x %d causal tokens, bf16 KV, page 16, best of %d:\n", prefill_tokens, reps);
+    if (decode_batch > 0) {
+      std::printf("decode %d x (%d cached + 1 new), bf16 KV, page 16, best of %d:\n", decode_batch, prefill_tokens,
+                  reps);
+    } else {
+      std::printf("prefill 1 x %d causal tokens, bf16 KV, page 16, best of %d:\n", prefill_tokens, reps);
+    }
     for (const auto& k : kernels) {
       double first = 0;
       for (const std::string& shape : prefill_shapes) {
@@ -254,11 +265,24 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "--prefill-shapes: '%s' is not HEADS/KV_HEADS/HEAD_DIM\n", shape.c_str());
           return 2;
         }
-        Batch pf(1, prefill_tokens, 0, heads, kv_heads, dim);
-        const double t = best_time(reps, [&] { k.run(pf.params(&pool)); });
+        std::vector<Batch> pools;
+        for (int c = 0; c < (decode_batch > 0 ? copies : 1); ++c) {
+          pools.push_back(decode_batch > 0 ? Batch(decode_batch, 1, prefill_tokens, heads, kv_heads, dim)
+                                           : Batch(1, prefill_tokens, 0, heads, kv_heads, dim));
+        }
+        const Batch& pf = pools.front();
+        const double t = best_time(reps, [&] {
+                           for (Batch& b : pools) k.run(b.params(&pool));
+                         }) /
+                         double(pools.size());
         if (first == 0) first = t;
-        std::printf("  %-16s %10s %9.3f ms %8.1f GFLOP/s %6.2fx the first shape\n", k.name.c_str(), shape.c_str(),
-                    t * 1e3, pf.causal_flops / t / 1e9, t / first);
+        if (decode_batch > 0) {
+          std::printf("  %-16s %10s %9.3f ms %8.1f GB/s of KV %6.2fx the first shape\n", k.name.c_str(),
+                      shape.c_str(), t * 1e3, pf.kv_bytes_read / t / 1e9, t / first);
+        } else {
+          std::printf("  %-16s %10s %9.3f ms %8.1f GFLOP/s %6.2fx the first shape\n", k.name.c_str(), shape.c_str(),
+                      t * 1e3, pf.causal_flops / t / 1e9, t / first);
+        }
       }
     }
     return 0;
