@@ -203,11 +203,7 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--head-dims") {
       head_dims.clear();
-      for (size_t pos = 0; pos < value.size();) {
-        const size_t comma = std::min(value.find(',', pos), value.size());
-        head_dims.push_back(std::stoi(value.substr(pos, comma - pos)));
-        pos = comma + 1;
-      }
+      for (const std::string& part : split_commas(value)) head_dims.push_back(std::stoi(part));
     } else if (flag == "--sweep-context") {
       sweep_context = std::stoi(value);
     } else if (flag == "--sweep-prompt") {

@@ -47,9 +47,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kKeyTile = 64;
 // Split-KV pieces are at least this many keys (and a multiple of kKeyTile).
 constexpr int kMinSplitKeys = 128;
-// Decode-sized sequences (kDecodeSizedMaxNewTokens, paged_attention.h) split their keys at fixed
-// multiples of fixed_split_keys() (a row's partials and their merge then depend only on its own
-// position), not by the batch-dependent rule the longer sequences use.
 
 // fp32 -> bf16 bits, round to nearest even (inputs here are finite). Local copy of
 // util/half.h's so no shared inline symbol is compiled with this file's flags.
@@ -64,6 +61,9 @@ inline int round_up(int a, int b) { return (a + b - 1) / b * b; }
 inline int imin(int a, int b) { return a < b ? a : b; }
 inline int imax(int a, int b) { return a > b ? a : b; }
 
+// Decode-sized sequences (kDecodeSizedMaxNewTokens, paged_attention.h) split their keys at fixed
+// multiples of fixed_split_keys() (a row's partials and their merge then depend only on its own
+// position), not by the batch-dependent rule the longer sequences use (make_plan).
 // The split length of decode-sized sequences: a constant of the process (the thread count only),
 // chosen so that one sequence of ~1000 keys alone gives each thread a task: 512 keys on 2 threads,
 // 256 on 4, 128 (kMinSplitKeys) from 8. Larger steps split more than the batch rule did (a batch-16
