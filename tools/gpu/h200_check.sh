@@ -84,6 +84,14 @@ has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attent
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
 has sampler && run sampler 100 $bin/cuda_sampler_test --gtest_brief=1
 has ops && run ops 60 $bin/cuda_ops_test --gtest_brief=1
+# The same tests with EARLY_W_MODE's gemv16 early-weight mode (default 3: every gemv16 product loads its first weights
+# before the PDL wait): ops_ew, memcheck_ew (compute-sanitizer), model_ew (greedy vs HF, eager and graphs).
+ew=${EARLY_W_MODE:-3}
+has ops_ew && run ops_ew 60 env SPINDLE_CUDA_GEMV16_EARLY_W=$ew $bin/cuda_ops_test --gtest_brief=1
+has memcheck_ew && run memcheck_ew 120 env SPINDLE_CUDA_GEMV16_EARLY_W=$ew compute-sanitizer --tool memcheck \
+  --error-exitcode 1 $bin/cuda_ops_test --gtest_brief=1
+has model_ew && run model_ew 100 env SPINDLE_CUDA_GEMV16_EARLY_W=$ew $bin/cuda_model_test --gtest_brief=1 \
+  "--gtest_filter=${MODEL_FILTER:-*}"
 has server_cuda && run server_cuda 150 $bin/server_cuda_test --gtest_brief=1  # greedy over HTTP on the GPU vs HF and the CPU
 has gemv && run gemv 150 $bin/bench_gemv16 --reps 20  # gemv16, gemv_mma vs cuBLAS, 8B projection shapes, 1-16 rows
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
@@ -147,6 +155,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
   # fm = SPINDLE_FLASH_DECODE_FUSED_MERGE=1 (flash decode's splits merged in the split kernel, opt-in),
   # nosb = SPINDLE_CUDA_SAMPLER_BATCHED=0 (the sampler reads a row one load at a time),
   # nonw = SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0 (row_norm_vec loads its weights after the sum), old = nosb + nonw,
+  # ewN = SPINDLE_CUDA_GEMV16_EARLY_W=N (gemv16's first weight loads before the PDL wait: 0 none, 1 down, 2 + o, 3 + fused = default),
   # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
   IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
@@ -169,6 +178,7 @@ if has early; then  # the decode step's A/B knobs, alternating, graphs planned a
             fm) envs=(SPINDLE_FLASH_DECODE_FUSED_MERGE=1) ;;
             nosb) envs=(SPINDLE_CUDA_SAMPLER_BATCHED=0) ;;
             nonw) envs=(SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0) ;;
+            ew[0-3]) envs=(SPINDLE_CUDA_GEMV16_EARLY_W=${config#ew}) ;;
             old) envs=(SPINDLE_CUDA_SAMPLER_BATCHED=0 SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0) ;;
             f[1-4]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
             c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;

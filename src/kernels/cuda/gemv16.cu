@@ -65,16 +65,20 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
 }
 
 // One group of gemv16_kernel's loop: the vectors v, v + 32, ..., v + 32 (kU - 1) of kOuts rows
-// of W (all kU * kOuts loads issued before the first use) against the same vectors of kRows x rows.
-template <int kRows, int kOuts, int kU, bool kBf16>
-__device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], const uint4* __restrict__ xr, int64_t vecs,
-                                           int64_t v, float (&acc)[kRows][kOuts]) {
-  uint4 wv[kU][kOuts];
+// of W (all kU * kOuts loads issued before the first use, load_group) against the same vectors of
+// kRows x rows (fma_group).
+template <int kOuts, int kU>
+__device__ __forceinline__ void load_group(const uint4* const (&wr)[kOuts], int64_t v, uint4 (&wv)[kU][kOuts]) {
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
 #pragma unroll
     for (int j = 0; j < kOuts; ++j) wv[u][j] = load_stream(wr[j] + v + 32 * u);
   }
+}
+
+template <int kRows, int kOuts, int kU, bool kBf16>
+__device__ __forceinline__ void fma_group(const uint4 (&wv)[kU][kOuts], const uint4* __restrict__ xr, int64_t vecs,
+                                          int64_t v, float (&acc)[kRows][kOuts]) {
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
     float wf[kOuts][8];
@@ -93,6 +97,14 @@ __device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], cons
   }
 }
 
+template <int kRows, int kOuts, int kU, bool kBf16>
+__device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], const uint4* __restrict__ xr, int64_t vecs,
+                                           int64_t v, float (&acc)[kRows][kOuts]) {
+  uint4 wv[kU][kOuts];
+  load_group<kOuts, kU>(wr, v, wv);
+  fma_group<kRows, kOuts, kU, kBf16>(wv, xr, vecs, v, acc);
+}
+
 // Warp w of block b owns the kOuts output rows o0 = (b * kWarps + w) * kOuts ... o0 + kOuts - 1
 // (rows past `out` read row out - 1 again and store nothing) for every batch row. Each 16-byte x
 // vector is loaded once per kOuts weight vectors (fewer x loads per weight byte from 3 rows on;
@@ -100,10 +112,14 @@ __device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], cons
 // in that order, then the same 5 shuffles: the bits do not depend on kOuts, kUnroll or kRows.
 template <int kRows, int kOuts, int kUnroll, bool kBf16>
 __device__ __forceinline__ void gemv16_block(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in,
-                                             int64_t out, const float* __restrict__ bias, float* __restrict__ y) {
+                                             int64_t out, const float* __restrict__ bias, float* __restrict__ y,
+                                             bool early_weights) {
   const int lane = threadIdx.x & 31;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kOuts;
-  if (o0 >= out) return;  // whole warps leave together
+  if (o0 >= out) {  // whole warps leave together
+    if (early_weights) pdl_begin();
+    return;
+  }
   const uint4* wr[kOuts];
 #pragma unroll
   for (int j = 0; j < kOuts; ++j) wr[j] = reinterpret_cast<const uint4*>(w + min(o0 + j, out - 1) * in);
@@ -116,6 +132,16 @@ __device__ __forceinline__ void gemv16_block(const uint16_t* __restrict__ w, con
     for (int j = 0; j < kOuts; ++j) acc[r][j] = 0.0f;
   }
   int64_t v = lane;
+  if (early_weights) {  // the first group's W before the wait (see EarlyWeights)
+    uint4 wv[kUnroll][kOuts];
+    const bool full = v + 32 * (kUnroll - 1) < vecs;
+    if (full) load_group<kOuts, kUnroll>(wr, v, wv);
+    pdl_begin();
+    if (full) {
+      fma_group<kRows, kOuts, kUnroll, kBf16>(wv, xr, vecs, v, acc);
+      v += 32 * kUnroll;
+    }
+  }
   for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll)
     gemv_group<kRows, kOuts, kUnroll, kBf16>(wr, xr, vecs, v, acc);
   for (; v < vecs; v += 32) gemv_group<kRows, kOuts, 1, kBf16>(wr, xr, vecs, v, acc);
@@ -144,9 +170,9 @@ __device__ __forceinline__ void gemv16_block(const uint16_t* __restrict__ w, con
 template <int kRows, int kOuts, int kUnroll, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     gemv16_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
-                  const float* __restrict__ bias, float* __restrict__ y) {
-  pdl_begin();
-  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y);
+                  const float* __restrict__ bias, float* __restrict__ y, bool early_weights) {
+  if (!early_weights) pdl_begin();
+  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y, early_weights);
 }
 
 // gemv16_kernel, then the residual add and RMSNorm of its output rows (launch_add_rms_norm's
@@ -165,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, kAddRmsNormMinBlocks)
     gemv16_add_rms_norm_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
                                const float* __restrict__ bias, float* __restrict__ y, AddRmsNormParams p) {
   pdl_begin();
-  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y);
+  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y, /*early_weights=*/false);
   __shared__ bool last;
   __shared__ double partial[kRowMaxThreads / 32];
   __threadfence();  // this block's y before its arrival
@@ -188,11 +214,14 @@ __global__ void __launch_bounds__(kThreads, kAddRmsNormMinBlocks)
 template <int kRows, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     gemv16_swiglu_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t im,
-                         float* __restrict__ act, uint16_t* __restrict__ act16, bool act16_bf16) {
-  pdl_begin();
+                         float* __restrict__ act, uint16_t* __restrict__ act16, bool act16_bf16, bool early_weights) {
+  if (!early_weights) pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (o >= im) return;  // whole warps leave together
+  if (o >= im) {  // whole warps leave together
+    if (early_weights) pdl_begin();
+    return;
+  }
   const uint4* wg = reinterpret_cast<const uint4*>(w + o * in);
   const uint4* wu = reinterpret_cast<const uint4*>(w + (o + im) * in);
   const uint4* xr = reinterpret_cast<const uint4*>(x);
@@ -201,13 +230,23 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) g[r] = u[r] = 0.0f;
   int64_t v = lane;
-  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
-    uint4 gv[kUnroll], uv[kUnroll];
+  uint4 gv[kUnroll], uv[kUnroll];
+  auto load = [&] {
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       gv[k] = load_stream(wg + v + 32 * k);
       uv[k] = load_stream(wu + v + 32 * k);
     }
+  };
+  bool loaded = false;
+  if (early_weights) {  // the first group's W before the wait (see EarlyWeights)
+    loaded = v + 32 * (kUnroll - 1) < vecs;
+    if (loaded) load();
+    pdl_begin();
+  }
+  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
+    if (!loaded) load();
+    loaded = false;
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
 #pragma unroll
@@ -255,13 +294,16 @@ __global__ void __launch_bounds__(kThreads)
 template <int kRows, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     gemv16_qkv_rope_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in,
-                           const float* __restrict__ bias, QkvRopeParams p) {
-  pdl_begin();
+                           const float* __restrict__ bias, QkvRopeParams p, bool early_weights) {
+  if (!early_weights) pdl_begin();
   const int lane = threadIdx.x & 31;
   const int half = p.head_dim / 2;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (pair >= int64_t{heads} * half) return;  // whole warps leave together
+  if (pair >= int64_t{heads} * half) {  // whole warps leave together
+    if (early_weights) pdl_begin();
+    return;
+  }
   const int head = static_cast<int>(pair / half);
   const int i = static_cast<int>(pair % half);
   const int64_t o = int64_t{head} * p.head_dim + i;  // rows o and o + half of W
@@ -273,13 +315,23 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) a[r] = b[r] = 0.0f;
   int64_t v = lane;
-  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
-    uint4 av[kUnroll], bv[kUnroll];
+  uint4 av[kUnroll], bv[kUnroll];
+  auto load = [&] {
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       av[k] = load_stream(wa + v + 32 * k);
       bv[k] = load_stream(wb + v + 32 * k);
     }
+  };
+  bool loaded = false;
+  if (early_weights) {  // the first group's W before the wait (see EarlyWeights)
+    loaded = v + 32 * (kUnroll - 1) < vecs;
+    if (loaded) load();
+    pdl_begin();
+  }
+  for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
+    if (!loaded) load();
+    loaded = false;
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
 #pragma unroll
@@ -354,16 +406,38 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // gemv16_kernel, or gemv16_add_rms_norm_kernel when norm is not null.
+// Early weights: a product's blocks may be resident before the kernel ahead of it on the stream
+// ends (pdl.cuh). With early weights each warp issues its first group of W loads (W: no kernel of
+// the step writes it) before pdl_begin waits, so the weight stream starts during the other
+// kernel's tail instead of after it: 2 KiB per warp (kUnroll 16-byte loads per lane and weight
+// row), not the whole weight, so the latency-bound kernels before a product (norm, attention
+// merge) do not queue behind it as an L2 prefetch of the weights did (pdl.cuh). On the H200, 8B
+// shape, 512 keys: the batch-1 decode step 4.27 -> 4.16 ms, 8 rows 5.04 -> 5.01 ms
+// (bench/results/2026-12-03-h200-early-weights). SPINDLE_CUDA_GEMV16_EARLY_W (A/B knob; default
+// 3): 0 none, 1 only the plain products with more inputs than outputs (the down projection,
+// right after the gate/up product), 2 every plain product, 3 those and the fused gate/up +
+// SwiGLU and q/k/v + RoPE products.
+enum class EarlyWeights { kWide = 1, kProduct = 2, kFused = 3 };
+bool early_weights(EarlyWeights kind) {
+  static const int mode = [] {
+    const char* v = std::getenv("SPINDLE_CUDA_GEMV16_EARLY_W");
+    return v != nullptr ? static_cast<int>(std::strtol(v, nullptr, 10)) : static_cast<int>(EarlyWeights::kFused);
+  }();
+  return mode >= static_cast<int>(kind);
+}
+
 template <int kRows, int kOuts, bool kBf16>
 void launch_shape(const void* w, const void* x, int64_t in, int64_t out, const float* bias, float* y,
                   const AddRmsNormParams* norm, cudaStream_t stream) {
+  const bool early = early_weights(in > out ? EarlyWeights::kWide : EarlyWeights::kProduct);
   constexpr int kLoads = kOuts == 1 ? kUnroll : 8 / kOuts;  // groups in flight: 16-byte W loads per lane 4, 8, 8
   const int64_t per_block = int64_t{kWarps} * kOuts;
   const auto blocks = static_cast<unsigned>((out + per_block - 1) / per_block);
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
   if (norm == nullptr) {
-    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
+    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y,
+               early);
   } else {
     launch_pdl(gemv16_add_rms_norm_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out,
                bias, y, *norm);
@@ -490,7 +564,7 @@ void launch_gemv16_qkv_rope(const void* w, const void* x, int64_t rows, int64_t 
   with_rows<kGemv16QkvRopeMaxRows>(rows, [&](auto r) {
     constexpr int kRows = decltype(r)::value;
     launch_pdl(bf16 ? gemv16_qkv_rope_kernel<kRows, true> : gemv16_qkv_rope_kernel<kRows, false>, blocks, kThreads, 0,
-               stream, w16, x16, in, bias, p);
+               stream, w16, x16, in, bias, p, early_weights(EarlyWeights::kFused));
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -511,7 +585,7 @@ void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in
   with_rows<kGemv16SwigluMaxRows>(rows, [&](auto r) {
     constexpr int kRows = decltype(r)::value;
     launch_pdl(bf16 ? gemv16_swiglu_kernel<kRows, true> : gemv16_swiglu_kernel<kRows, false>, blocks, kThreads, 0,
-               stream, w16, x16, in, im, act, a16, act16_bf16);
+               stream, w16, x16, in, im, act, a16, act16_bf16, early_weights(EarlyWeights::kFused));
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -48,8 +48,10 @@ __device__ __forceinline__ void pdl_begin() {
 // trigger_first = false is pdl_begin.
 //
 // Tried and dropped (bench/results/2026-12-01-h200-checks-10, -11): the products after such a chain
-// asking L2 for their weights before they wait. The decode step got 0.03-0.2 ms slower: the weight
-// stream queued the latency-bound kernels' own reads (norm, attention) behind it.
+// asking L2 for their whole weights before they wait. The decode step got 0.03-0.2 ms slower: the
+// weight stream queued the latency-bound kernels' own reads (norm, attention) behind it. What does
+// pay is smaller: gemv16's warps load only their first group of weights (2 KiB per warp, into
+// registers) before they wait, -0.11 ms per batch-1 step (gemv16.cu, EarlyWeights).
 __device__ __forceinline__ void pdl_begin(bool trigger_first) {
   if (trigger_first) pdl_trigger();
   pdl_wait();
