@@ -77,7 +77,8 @@ struct ResolvedConfig {
   // Launch the next step while the device runs this one (engine.h's overlap schedule): CUDA, with
   // --enable-overlap-schedule (the engine also runs one step at a time where it must). Off by
   // default: on the H200 it gained 0.5% at batch 1 and 2.3% at C=8/32 but raised TTFT p50 at C=32
-  // from ~128 to ~177 ms in every run (bench/results/2026-12-02-h200-session8.md).
+  // from ~128 to ~177 ms in every run (bench/results/2026-12-02-h200-session8.md); with only decode
+  // steps run ahead still +0.3% / +0.9% and 118 -> 169 ms (bench/results/2026-12-03-h200-e2e-18).
   bool overlap_schedule = false;
   ResolvedKvConfig kv;  // only from the ModelConfig overload of resolve()
   ResolvedSpecConfig spec;
