@@ -405,7 +405,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// gemv16_kernel, or gemv16_add_rms_norm_kernel when norm is not null.
 // Early weights: a product's blocks may be resident before the kernel ahead of it on the stream
 // ends (pdl.cuh). With early weights each warp issues its first group of W loads (W: no kernel of
 // the step writes it) before pdl_begin waits, so the weight stream starts during the other
@@ -426,6 +425,7 @@ bool early_weights(EarlyWeights kind) {
   return mode >= static_cast<int>(kind);
 }
 
+// gemv16_kernel, or gemv16_add_rms_norm_kernel when norm is not null.
 template <int kRows, int kOuts, bool kBf16>
 void launch_shape(const void* w, const void* x, int64_t in, int64_t out, const float* bias, float* y,
                   const AddRmsNormParams* norm, cudaStream_t stream) {
