@@ -208,6 +208,29 @@ __global__ void __launch_bounds__(kThreads, kAddRmsNormMinBlocks)
   if (threadIdx.x == 0) *p.arrivals = 0;
 }
 
+// The two-row kernels' (gate/up, a RoPE pair) group of W loads: vectors v, v + 32, ... of rows wa and wb.
+template <int kU>
+__device__ __forceinline__ void load_pair(const uint4* wa, const uint4* wb, int64_t v, uint4 (&av)[kU],
+                                          uint4 (&bv)[kU]) {
+#pragma unroll
+  for (int k = 0; k < kU; ++k) {
+    av[k] = load_stream(wa + v + 32 * k);
+    bv[k] = load_stream(wb + v + 32 * k);
+  }
+}
+
+// With early weights (see EarlyWeights): the first group's loads, then pdl_begin; true when av and bv
+// hold the group at v. Without: nothing (the kernel began with pdl_begin), false.
+template <int kU>
+__device__ __forceinline__ bool begin_pair(bool early_weights, const uint4* wa, const uint4* wb, int64_t v,
+                                           int64_t vecs, uint4 (&av)[kU], uint4 (&bv)[kU]) {
+  if (!early_weights) return false;
+  const bool full = v + 32 * (kU - 1) < vecs;
+  if (full) load_pair<kU>(wa, wb, v, av, bv);
+  pdl_begin();
+  return full;
+}
+
 // gemv16_kernel over rows o (gate) and im + o (up) of a joined [gate; up] weight at once, each
 // accumulated exactly as gemv16_kernel accumulates it, then SwiGLU of the two (silu_mul_kernel's
 // arithmetic) written as f32 and, when act16 is not null, rounded to 16 bits.
@@ -231,21 +254,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < kRows; ++r) g[r] = u[r] = 0.0f;
   int64_t v = lane;
   uint4 gv[kUnroll], uv[kUnroll];
-  auto load = [&] {
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      gv[k] = load_stream(wg + v + 32 * k);
-      uv[k] = load_stream(wu + v + 32 * k);
-    }
-  };
-  bool loaded = false;
-  if (early_weights) {  // the first group's W before the wait (see EarlyWeights)
-    loaded = v + 32 * (kUnroll - 1) < vecs;
-    if (loaded) load();
-    pdl_begin();
-  }
+  bool loaded = begin_pair<kUnroll>(early_weights, wg, wu, v, vecs, gv, uv);
   for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
-    if (!loaded) load();
+    if (!loaded) load_pair<kUnroll>(wg, wu, v, gv, uv);
     loaded = false;
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
@@ -316,21 +327,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < kRows; ++r) a[r] = b[r] = 0.0f;
   int64_t v = lane;
   uint4 av[kUnroll], bv[kUnroll];
-  auto load = [&] {
-#pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
-      av[k] = load_stream(wa + v + 32 * k);
-      bv[k] = load_stream(wb + v + 32 * k);
-    }
-  };
-  bool loaded = false;
-  if (early_weights) {  // the first group's W before the wait (see EarlyWeights)
-    loaded = v + 32 * (kUnroll - 1) < vecs;
-    if (loaded) load();
-    pdl_begin();
-  }
+  bool loaded = begin_pair<kUnroll>(early_weights, wa, wb, v, vecs, av, bv);
   for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
-    if (!loaded) load();
+    if (!loaded) load_pair<kUnroll>(wa, wb, v, av, bv);
     loaded = false;
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
