@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> direct;
-  for (const char* name : {"avx2", "avx512", "amx", "amx_bf16"}) {
+  for (const char* name : {"avx2", "avx512", "avx512_bf16", "amx", "amx_bf16"}) {
     std::vector<uint16_t> probe(64);
     if (linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 8, 8}).empty()) direct.push_back(name);
   }
@@ -244,10 +244,13 @@ int main(int argc, char** argv) {
             const size_t open = full.find('('), comma = full.find(','), plus = full.find('+');
             if (m > kLinearDirectMaxRows)
               ran = full.substr(comma + 1, full.size() - comma - 2);
-            else if (plus != std::string::npos && plus < comma)
-              ran = m < kLinearAmxMinRows ? full.substr(open + 1, plus - open - 1)
-                                          : full.substr(plus + 1, comma - plus - 1);
-            else
+            else if (plus != std::string::npos && plus < comma) {
+              const std::string large = full.substr(plus + 1, comma - plus - 1);
+              const int64_t min_rows = large == "avx512_bf16" ? linear_bf16_dot_min_rows()
+                                       : large == "amx_bf16"  ? linear_amx_bf16_min_rows()
+                                                              : kLinearAmxMinRows;
+              ran = m < min_rows ? full.substr(open + 1, plus - open - 1) : large;
+            } else
               ran = full.substr(open + 1, comma - open - 1);
           }
           std::printf(" m=%-2lld %6.1f GB/s (%3.0f%%) %7.1f GF%s", (long long)m, gbps, 100 * gbps / mem_gbps, gflops,
@@ -312,7 +315,7 @@ int main(int argc, char** argv) {
     for (int64_t m : ms) std::printf(" %5s%-3lld", "m=", (long long)m);
     std::printf("\n");
     std::vector<std::string> names;
-    for (const char* name : {"avx2", "avx512", "amx", "amx_bf16", "onednn_f32"}) {
+    for (const char* name : {"avx2", "avx512", "avx512_bf16", "amx", "amx_bf16", "onednn_f32"}) {
       if (linear_kernel_unsupported_reason(name, {weights[0].data(), DType::kBF16, s.out, s.in}).empty())
         names.push_back(name);
       else

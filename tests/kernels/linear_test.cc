@@ -132,6 +132,10 @@ TEST(LinearTest, Avx2MatchesReference) { check_variant("avx2", kF32Tolerance); }
 TEST(LinearTest, Avx512MatchesReference) { check_variant("avx512", kF32Tolerance); }
 // AMX splits x into three bf16 parts (exact to 2^-27 relative), so it meets the f32 tolerance;
 // bf16 weights only (f32 cases are skipped by its unsupported reason).
+TEST(LinearTest, Avx512Bf16IsTheProductOfBf16RoundedX) {
+  check_variant("avx512_bf16", kF32Tolerance, {}, /*reference_of_bf16_x=*/true);
+}
+TEST(LinearTest, Avx512Bf16MatchesReferenceLoosely) { check_variant("avx512_bf16", kBf16ActivationTolerance); }
 TEST(LinearTest, AmxMatchesReference) { check_variant("amx", kF32Tolerance); }
 TEST(LinearTest, AmxBf16IsTheProductOfBf16RoundedX) {
   check_variant("amx_bf16", kF32Tolerance, {}, /*reference_of_bf16_x=*/true);
@@ -236,6 +240,7 @@ TEST(LinearTest, Avx512RowsMatchOneRowCallsBitwise) { check_rows_independent("av
 // tail columns the avx512 kernel's), whatever the other rows of the call.
 TEST(LinearTest, AmxBf16RowsMatchOneRowCallsBitwise) { check_rows_independent("amx_bf16"); }
 TEST(LinearTest, AmxRowsMatchOneRowCallsBitwise) { check_rows_independent("amx"); }
+TEST(LinearTest, Avx512Bf16RowsMatchOneRowCallsBitwise) { check_rows_independent("avx512_bf16"); }
 
 // "auto" called for m rows but choosing its kernel for fewer (LinearKernel::forward_choosing_for, a
 // speculative verify of B sequences choosing for B): each row has the bits of the same rows in a
@@ -319,6 +324,32 @@ TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512BelowNineRowsAndAmxBf16From) {
     (exact ? avx512 : amx_bf16)->forward(d.x.data(), m, want.data(), &pool, d.bias.data());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
         << "m=" << m << ": auto with bf16 activations is not " << (exact ? "avx512" : "amx_bf16");
+  }
+}
+
+// The bf16-activation policy on a CPU with AVX512-BF16 but no AMX (Zen 4), by its outputs: every
+// row count up to kLinearDirectMaxRows is avx512_bf16's product, bit for bit (linear.h:
+// kLinearBf16DotMinRows = 1), and the exact default does not use it. Run with
+// SPINDLE_LINEAR_BF16_DOT_MIN_ROWS unset.
+TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512Bf16WithoutAmx) {
+  std::vector<uint16_t> probe(64 * 64);
+  const LinearWeight probe_weight{probe.data(), DType::kBF16, 64, 64};
+  const std::string reason = linear_kernel_unsupported_reason("avx512_bf16", probe_weight);
+  if (!reason.empty()) GTEST_SKIP() << "avx512_bf16: " << reason;
+  if (linear_kernel_unsupported_reason("amx_bf16", probe_weight).empty()) GTEST_SKIP() << "this CPU has AMX";
+  EXPECT_EQ(make_linear_kernel(probe_weight)->name(), std::string("auto(avx512,onednn_f32)"));
+  ThreadPool pool(3);
+  std::mt19937 rng(5);
+  const Case c{kLinearDirectMaxRows, 384, 257, DType::kBF16, true};
+  const Data d = make_data(c, rng);
+  auto automatic = make_linear_kernel(d.weight, LinearOptions{.allow_bf16_activations = true});
+  auto dot = make_named_linear_kernel("avx512_bf16", d.weight);
+  for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{9}, int64_t{16}, kLinearDirectMaxRows}) {
+    std::vector<float> got(m * c.out), want(m * c.out);
+    automatic->forward(d.x.data(), m, got.data(), &pool, d.bias.data());
+    dot->forward(d.x.data(), m, want.data(), &pool, d.bias.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * m * c.out))
+        << "m=" << m << ": " << automatic->name() << " is not avx512_bf16";
   }
 }
 

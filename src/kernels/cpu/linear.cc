@@ -26,7 +26,7 @@
 namespace spindle::kernels::cpu {
 namespace {
 
-constexpr std::array<std::string_view, 8> kNames = {"reference", "avx2",       "avx512",      "amx",
+constexpr std::array<std::string_view, 9> kNames = {"reference", "avx2",       "avx512",      "avx512_bf16", "amx",
                                                     "amx_bf16",  "onednn_f32", "onednn_bf16", "auto"};
 // A task of the direct kernel reads at least this many bytes of W (pool overhead ~ microseconds).
 // 128 KiB, not 256: the 1-row 384x384 products of kjv-tiny and kjv-draft (288 KiB) then run on
@@ -97,6 +97,30 @@ class DirectLinear final : public LinearKernel {
   LinearWeight w_;
   SliceFn fn_;
   const char* name_;
+};
+
+// AVX512-BF16 dot products (linear_avx512_bf16.cc), bf16 weights: x rounded to bf16 once per call
+// (on the calling thread, into a per-thread buffer), then the same column slices as DirectLinear.
+class Bf16DotLinear final : public LinearKernel {
+ public:
+  explicit Bf16DotLinear(const LinearWeight& w) : w_(w) {}
+  const char* name() const override { return "avx512_bf16"; }
+
+  void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
+    if (m <= 0) return;
+    SPINDLE_CHECK(x != nullptr && y != nullptr, "linear avx512_bf16: null x or y");
+    thread_local std::vector<uint16_t> rounded;
+    rounded.resize(size_t(m * w_.in_features));
+    linear_round_to_bf16_avx512(x, m * w_.in_features, rounded.data());
+    // (A pointer, not the thread_local itself, goes into the pool's lambda.)
+    const uint16_t* xb = rounded.data();
+    const LinearSliceParams p = slice_params(w_, x, m, y, bias);
+    for_column_slices(w_, pool, m, kLinearSubBlockCols,
+                      [&](int64_t c0, int64_t c1) { linear_slice_avx512_bf16(p, xb, c0, c1); });
+  }
+
+ private:
+  LinearWeight w_;
 };
 
 // AMX tiles (linear_amx.cc), bf16 weights: x split into three bf16 parts, so the products are
@@ -224,6 +248,15 @@ std::string amx_unsupported_reason(const LinearWeight& w) {
   return {};
 }
 
+std::string avx512_bf16_unsupported_reason(const LinearWeight& w) {
+  if (!has_avx512()) return "CPU lacks usable AVX-512F/BW/VL";
+  const CpuFeature* feature = cpu().find("avx512_bf16");
+  if (feature == nullptr || !feature->present) return "CPU lacks avx512_bf16";
+  if (!feature->usable) return "avx512_bf16 present but unusable: " + feature->reason;
+  if (w.dtype != DType::kBF16) return "avx512_bf16 serves bf16 weights only";
+  return {};
+}
+
 // bf16_activations: the amx rows (linear_amx_bf16_min_rows() and up) round x to bf16 (amx_bf16);
 // otherwise the exact amx kernel from kLinearAmxMinRows.
 std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activations) {
@@ -234,6 +267,13 @@ std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activ
       const int64_t min_rows = bf16_activations ? linear_amx_bf16_min_rows() : kLinearAmxMinRows;
       if (min_rows <= 1) return amx;
       return std::make_unique<RowSplitLinear>(std::move(avx512), std::move(amx), min_rows);
+    }
+    // AVX512-BF16 without AMX (Zen 4): bf16 dot products for every row count (see linear.h).
+    if (bf16_activations && avx512_bf16_unsupported_reason(w).empty()) {
+      auto dot = std::make_unique<Bf16DotLinear>(w);
+      const int64_t min_rows = linear_bf16_dot_min_rows();
+      if (min_rows <= 1) return dot;
+      return std::make_unique<RowSplitLinear>(std::move(avx512), std::move(dot), min_rows);
     }
     return avx512;
   }
@@ -255,6 +295,18 @@ int64_t linear_amx_bf16_min_rows() {
   return rows;
 }
 
+int64_t linear_bf16_dot_min_rows() {
+  static const int64_t rows = [] {
+    const char* env = std::getenv("SPINDLE_LINEAR_BF16_DOT_MIN_ROWS");
+    if (env == nullptr || *env == '\0') return kLinearBf16DotMinRows;
+    const long v = std::strtol(env, nullptr, 10);
+    SPINDLE_CHECK(v >= 1 && v <= kLinearDirectMaxRows + 1, "SPINDLE_LINEAR_BF16_DOT_MIN_ROWS={}: 1 to {}", env,
+                  kLinearDirectMaxRows + 1);
+    return int64_t{v};
+  }();
+  return rows;
+}
+
 std::vector<std::string> linear_kernel_names() { return {kNames.begin(), kNames.end()}; }
 
 std::string linear_kernel_unsupported_reason(std::string_view name, const LinearWeight& weight,
@@ -262,6 +314,7 @@ std::string linear_kernel_unsupported_reason(std::string_view name, const Linear
   if (name == "reference" || name == "auto" || name == "onednn_f32") return {};
   if (name == "avx2") return has_avx2() ? "" : "CPU lacks usable AVX2+FMA";
   if (name == "avx512") return has_avx512() ? "" : "CPU lacks usable AVX-512F/BW/VL";
+  if (name == "avx512_bf16") return avx512_bf16_unsupported_reason(weight);
   if (name == "amx" || name == "amx_bf16") return amx_unsupported_reason(weight);
   if (name == "onednn_bf16") return onednn_linear_unsupported_reason(weight, true);
   std::string known;
@@ -277,6 +330,7 @@ std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, co
   if (name == "reference") return make_reference_linear_kernel(weight);
   if (name == "avx2") return std::make_unique<DirectLinear>(weight, &linear_slice_avx2, "avx2");
   if (name == "avx512") return std::make_unique<DirectLinear>(weight, &linear_slice_avx512, "avx512");
+  if (name == "avx512_bf16") return std::make_unique<Bf16DotLinear>(weight);
   if (name == "amx") return std::make_unique<AmxLinear>(weight, kLinearAmxParts);
   if (name == "amx_bf16") return std::make_unique<AmxLinear>(weight, 1);
   if (name == "onednn_f32") return make_onednn_linear(weight, false);

@@ -15,6 +15,10 @@
 //                widened to f32 in registers), f32 accumulation; rows of W split over the
 //                ThreadPool. Memory-bound decode path (small m).
 //   avx512       the same with AVX-512F/BW/VL.
+//   avx512_bf16  bf16 weights only: x ROUNDED TO BF16 (as amx_bf16), AVX512-BF16 dot products
+//                (vdpbf16ps: 32 bf16 pairs per instruction, W used as stored), f32 accumulation;
+//                the avx512 kernel's tiling and thread split. The direct kernel of bf16
+//                activations on CPUs with AVX512-BF16 but no AMX (Zen 4).
 //   amx          bf16 weights only: AMX-BF16 tiles with W as the A operand read in place and x
 //                split into three bf16 parts (hi + mid + lo, exact to 2^-27 relative), so the
 //                products are f32-accurate like avx2/avx512 while the tile unit keeps up with
@@ -29,9 +33,10 @@
 //   auto         what make_linear_kernel returns: the direct kernel for m <= kLinearDirectMaxRows
 //                (bf16 weights with AMX: avx512 for m < kLinearAmxMinRows, amx from there; with
 //                LinearOptions::allow_bf16_activations avx512 for m < kLinearAmxBf16MinRows and
-//                amx_bf16 from there; else avx512 > avx2), above that amx_bf16 (bf16 activations
-//                on an AMX CPU) or oneDNN (onednn_bf16 with allow_bf16_activations on a CPU that
-//                has AVX512-BF16 but no AMX, else onednn_f32).
+//                amx_bf16 from there; with allow_bf16_activations on a CPU with AVX512-BF16 and
+//                no AMX avx512_bf16 from kLinearBf16DotMinRows rows; else avx512 > avx2), above that amx_bf16 (bf16
+//                activations on an AMX CPU) or oneDNN (onednn_bf16 with allow_bf16_activations on a CPU that has
+//                AVX512-BF16 but no AMX, else onednn_f32).
 #pragma once
 
 #include <cstdint>
@@ -70,6 +75,16 @@ struct LinearOptions {
 // direct kernel beats widening + oneDNN f32 up to m = 256 (912 vs 445 GFLOP/s at m = 64); on a
 // 2-core AVX2 EPYC it is slightly ahead at m = 64 (153 vs 146) and even from m = 128.
 inline constexpr int64_t kLinearDirectMaxRows = 64;
+// With bf16 activations allowed on a CPU with AVX512-BF16 but no AMX (Zen 4), "auto" runs
+// avx512_bf16 from this many rows (up to kLinearDirectMaxRows) and the exact avx512 below it.
+// 1: every row count, so a decode step and a speculative verify compute each row alike. Measured
+// on 2 Zen 4 cores (Llama-3.2-1B shape, bench/results/2026-12-04-devvm-zen4): a 16-row decode step
+// 291-340 ms with avx512 (f32 FMAs, compute-bound) -> 200-228 ms; at 1 row within the noise of the
+// shared VM (the kernel's own prefetch rule took its 1-row step from a median 112 to 94 ms).
+// linear_bf16_dot_min_rows() is this, or SPINDLE_LINEAR_BF16_DOT_MIN_ROWS (1 .. kLinearDirectMaxRows
+// + 1; an A/B knob, read once).
+inline constexpr int64_t kLinearBf16DotMinRows = 1;
+int64_t linear_bf16_dot_min_rows();
 // With AMX and bf16 weights, "auto" runs the amx kernel from this many rows (up to
 // kLinearDirectMaxRows) and avx512 below it. Measured (bench_linear's rows sweep, 16-core
 // Sapphire Rapids, bench/results/2026-12-01-cpu-linear.md): avx512 reads W at 100-120 GB/s up

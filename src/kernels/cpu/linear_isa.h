@@ -27,6 +27,13 @@ struct LinearSliceParams {
 void linear_slice_avx2(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);
 void linear_slice_avx512(const LinearSliceParams& p, int64_t col_begin, int64_t col_end);
 
+// AVX512-BF16 dot products (linear_avx512_bf16.cc), bf16 weights only: the same slices and row
+// groups as linear_slice_avx512, with x given as x_bf16 ([m, k], x rounded to bf16; p.x unused)
+// and f32 accumulation. Also row-independent: a row's outputs equal those of a 1-row call.
+// linear_round_to_bf16_avx512 rounds count floats to bf16 (nearest even, denormals to zero).
+void linear_round_to_bf16_avx512(const float* x, int64_t count, uint16_t* out);
+void linear_slice_avx512_bf16(const LinearSliceParams& p, const uint16_t* x_bf16, int64_t col_begin, int64_t col_end);
+
 // AMX-BF16 (linear_amx.cc), bf16 weights only. x (at most kLinearAmxMaxBlocks * kLinearAmxRows
 // rows) is first split into `parts` bf16 parts (kLinearAmxParts = 3: x = hi + mid + lo, the
 // f32-accurate "amx"; 1: x rounded to bf16, the "amx_bf16" of bf16 activations) and packed into B
