@@ -283,27 +283,27 @@ std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activ
 
 }  // namespace
 
+namespace {
+
+// A row-count threshold of the policy: `fallback`, or the environment's `name` (1 ..
+// kLinearDirectMaxRows + 1), read once by the caller's static.
+int64_t min_rows_knob(const char* name, int64_t fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  const long v = std::strtol(env, nullptr, 10);
+  SPINDLE_CHECK(v >= 1 && v <= kLinearDirectMaxRows + 1, "{}={}: 1 to {}", name, env, kLinearDirectMaxRows + 1);
+  return int64_t{v};
+}
+
+}  // namespace
+
 int64_t linear_amx_bf16_min_rows() {
-  static const int64_t rows = [] {
-    const char* env = std::getenv("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS");
-    if (env == nullptr || *env == '\0') return kLinearAmxBf16MinRows;
-    const long v = std::strtol(env, nullptr, 10);
-    SPINDLE_CHECK(v >= 1 && v <= kLinearDirectMaxRows + 1, "SPINDLE_LINEAR_AMX_BF16_MIN_ROWS={}: 1 to {}", env,
-                  kLinearDirectMaxRows + 1);
-    return int64_t{v};
-  }();
+  static const int64_t rows = min_rows_knob("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", kLinearAmxBf16MinRows);
   return rows;
 }
 
 int64_t linear_bf16_dot_min_rows() {
-  static const int64_t rows = [] {
-    const char* env = std::getenv("SPINDLE_LINEAR_BF16_DOT_MIN_ROWS");
-    if (env == nullptr || *env == '\0') return kLinearBf16DotMinRows;
-    const long v = std::strtol(env, nullptr, 10);
-    SPINDLE_CHECK(v >= 1 && v <= kLinearDirectMaxRows + 1, "SPINDLE_LINEAR_BF16_DOT_MIN_ROWS={}: 1 to {}", env,
-                  kLinearDirectMaxRows + 1);
-    return int64_t{v};
-  }();
+  static const int64_t rows = min_rows_knob("SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", kLinearBf16DotMinRows);
   return rows;
 }
 

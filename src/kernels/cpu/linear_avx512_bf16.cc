@@ -18,35 +18,13 @@
 // results (as the hardware defines it); x's rounding (VCVTNEPS2BF16) is round-to-nearest-even with
 // denormal inputs as zero.
 
-// GCC 12's AVX-512 headers trip these on their own _mm512_undefined_* (GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#include <immintrin.h>
-
-#include "kernels/cpu/linear_isa.h"
+#include "kernels/cpu/linear_avx512_isa.h"
 
 namespace spindle::kernels::cpu {
 namespace {
 
-// (No std:: templates in ISA files: a non-inlined copy could be linked into non-AVX-512 callers.)
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 inline __m512bh load32(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
 inline __m512bh load32(const uint16_t* p, __mmask32 m) { return (__m512bh)_mm512_maskz_loadu_epi16(m, p); }
-
-// The horizontal sums of 4 accumulators, [a, b, c, d], each by the tree of GCC's
-// _mm512_reduce_add_ps (linear_avx512.cc's reduce4; the same code, so the same bits).
-inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  const __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 w = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m512 u = _mm512_add_ps(w, _mm512_permute_ps(w, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm512_castps512_ps128(
-      _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), u));
-}
 
 // y[i, j0 + r] for i < MR, r < NR. x: [MR, k] bf16 (row stride k); w: NR rows of W from column j0;
 // next: the W the caller runs next, prefetched while this tile runs, or null; ahead: prefetch this
@@ -83,18 +61,7 @@ void tile(const uint16_t* x, const uint16_t* w, int64_t k, float* y, int64_t ldy
       for (int i = 0; i < MR; ++i) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], xv[i], wv);
     }
   }
-  const __m512 zero = _mm512_setzero_ps();
-  for (int i = 0; i < MR; ++i) {
-    for (int r = 0; r < NR; r += 4) {
-      const __m128 s = reduce4(acc[i][r], r + 1 < NR ? acc[i][r + 1] : zero, r + 2 < NR ? acc[i][r + 2] : zero,
-                               r + 3 < NR ? acc[i][r + 3] : zero);
-      const int n = NR - r < 4 ? NR - r : 4;
-      const __mmask8 keep = static_cast<__mmask8>((1u << n) - 1);
-      __m128 out = s;
-      if (bias) out = _mm_add_ps(s, _mm_maskz_loadu_ps(keep, bias + r));
-      _mm_mask_storeu_ps(y + i * ldy + r, keep, out);
-    }
-  }
+  store_sums<MR, NR>(acc, y, ldy, bias);
 }
 
 // Columns [c0, c1) for MR rows of x from row i0 (linear_avx512.cc's columns(), bf16 x).
@@ -103,7 +70,6 @@ void columns(const LinearSliceParams& p, const uint16_t* xb, int64_t i0, int64_t
   const uint16_t* w = static_cast<const uint16_t*>(p.w);
   const uint16_t* x = xb + i0 * p.k;
   float* y = p.y + i0 * p.n;
-  int64_t j = c0;
   // Passes of up to 4 rows prefetch the next tile (NR contiguous rows of W) into L2 whatever its
   // size; 5-row passes prefetch their own rows ahead. Unlike linear_avx512.cc's rule (next tile into
   // L1 only when it is <= kLinearTileAheadMaxBytes), measured on 2 Zen 4 cores (1B shape, 4 rounds
@@ -111,19 +77,15 @@ void columns(const LinearSliceParams& p, const uint16_t* xb, int64_t i0, int64_t
   // batch 16 249.8 -> 225.4 ms. (Each 1B W row is one 4 KiB page, so the hardware prefetcher
   // restarts on every row of a tile.)
   const bool tile_ahead = MR < 5;
-  const bool ahead = rows_ahead && !tile_ahead;
-  for (; j + NR <= c1; j += NR) {
-    const uint16_t* next = tile_ahead ? w + (j + NR) * p.k : nullptr;
-    tile<MR, NR>(x, w + j * p.k, p.k, y + j, p.n, p.bias ? p.bias + j : nullptr, next, ahead);
-  }
-  if constexpr (NR > 4) {
-    for (; j + 4 <= c1; j += 4)
-      tile<MR, 4>(x, w + j * p.k, p.k, y + j, p.n, p.bias ? p.bias + j : nullptr, nullptr, rows_ahead);
-  }
-  for (; j < c1; ++j) tile<MR, 1>(x, w + j * p.k, p.k, y + j, p.n, p.bias ? p.bias + j : nullptr, nullptr, rows_ahead);
+  for_each_tile<NR>(c0, c1, tile_ahead, rows_ahead && !tile_ahead, rows_ahead,
+                    [&](auto cols, int64_t j, bool next_ahead, bool ahead) {
+                      constexpr int kCols = decltype(cols)::value;
+                      tile<MR, kCols>(x, w + j * p.k, p.k, y + j, p.n, p.bias ? p.bias + j : nullptr,
+                                      next_ahead ? w + (j + kCols) * p.k : nullptr, ahead);
+                    });
 }
 
-// Rows [i0, i0 + rows) over columns [c0, c1), rows <= kMaxPassRows. Registers: MR * NR
+// Rows [i0, i0 + rows) over columns [c0, c1), rows <= kLinearAvx512PassRows. Registers: MR * NR
 // accumulators + MR x vectors + one W vector <= 29.
 void pass(const LinearSliceParams& p, const uint16_t* xb, int64_t i0, int64_t rows, int64_t c0, int64_t c1) {
   switch (rows) {
@@ -145,8 +107,6 @@ void pass(const LinearSliceParams& p, const uint16_t* xb, int64_t i0, int64_t ro
   }
 }
 
-constexpr int64_t kMaxPassRows = 5;
-
 }  // namespace
 
 void linear_round_to_bf16_avx512(const float* x, int64_t count, uint16_t* out) {
@@ -165,15 +125,8 @@ void linear_round_to_bf16_avx512(const float* x, int64_t count, uint16_t* out) {
 
 void linear_slice_avx512_bf16(const LinearSliceParams& p, const uint16_t* x_bf16, int64_t col_begin,
                               int64_t col_end) {
-  const int64_t groups = (p.m + kMaxPassRows - 1) / kMaxPassRows;
-  for (int64_t c0 = col_begin; c0 < col_end; c0 += kLinearSubBlockCols) {
-    const int64_t c1 = min64(col_end, c0 + kLinearSubBlockCols);
-    for (int64_t g = 0, i0 = 0; g < groups; ++g) {
-      const int64_t rows = p.m / groups + (g < p.m % groups ? 1 : 0);
-      pass(p, x_bf16, i0, rows, c0, c1);
-      i0 += rows;
-    }
-  }
+  for_each_pass(p.m, col_begin, col_end,
+                [&](int64_t i0, int64_t rows, int64_t c0, int64_t c1) { pass(p, x_bf16, i0, rows, c0, c1); });
 }
 
 }  // namespace spindle::kernels::cpu
