@@ -92,9 +92,12 @@ void columns(const LinearSliceParams& p, int64_t i0, int64_t c0, int64_t c1, boo
   const T* w = static_cast<const T*>(p.w);
   const float* x = p.x + i0 * p.k;
   float* y = p.y + i0 * p.n;
-  // (5-row tiles prefetch rows ahead: with the next tile's W prefetched, 1B-shaped products from
-  // memory ran 5 rows in 38.8 instead of 31.3 ms, bench/results/2026-12-04-spec-cpu2.)
-  const bool tile_ahead = NR * p.k * int64_t(sizeof(T)) <= kLinearTileAheadMaxBytes && MR < 5;
+  // (5-row tiles prefetch rows ahead when W rows are long: with the next tile's W prefetched,
+  // 1B-shaped products from memory ran 5 rows in 38.8 instead of 31.3 ms,
+  // bench/results/2026-12-04-spec-cpu2. Rows shorter than 2 * kLinearAheadBytes prefetch the next
+  // tile instead: "ahead" of a 768-byte kjv-tiny row lands in the tile's own next row.)
+  const bool long_rows = p.k * int64_t(sizeof(T)) >= 2 * kLinearAheadBytes;
+  const bool tile_ahead = NR * p.k * int64_t(sizeof(T)) <= kLinearTileAheadMaxBytes && (MR < 5 || !long_rows);
   for_each_tile<NR>(c0, c1, tile_ahead, rows_ahead && !tile_ahead, rows_ahead,
                     [&](auto cols, int64_t j, bool next_ahead, bool ahead) {
                       constexpr int kCols = decltype(cols)::value;

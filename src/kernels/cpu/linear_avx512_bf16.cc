@@ -75,8 +75,11 @@ void columns(const LinearSliceParams& p, const uint16_t* xb, int64_t i0, int64_t
   // L1 only when it is <= kLinearTileAheadMaxBytes), measured on 2 Zen 4 cores (1B shape, 4 rounds
   // alternating, bench/results/2026-12-04-devvm-zen4): decode batch 1 median 111.8 -> 93.5 ms,
   // batch 16 249.8 -> 225.4 ms. (Each 1B W row is one 4 KiB page, so the hardware prefetcher
-  // restarts on every row of a tile.)
-  const bool tile_ahead = MR < 5;
+  // restarts on every row of a tile.) 5-row passes over rows shorter than 2 * kLinearAheadBytes
+  // (kjv-tiny's 768 bytes, where "ahead" lands in the tile's own next row) prefetch the next tile
+  // too: a kjv-tiny 5-row verify 2.37-2.49x -> 1.70-1.79x a 1-row step
+  // (bench/results/2026-12-04-zen4-spec).
+  const bool tile_ahead = MR < 5 || p.k * 2 < 2 * kLinearAheadBytes;
   for_each_tile<NR>(c0, c1, tile_ahead, rows_ahead && !tile_ahead, rows_ahead,
                     [&](auto cols, int64_t j, bool next_ahead, bool ahead) {
                       constexpr int kCols = decltype(cols)::value;
