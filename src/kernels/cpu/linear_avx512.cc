@@ -3,9 +3,9 @@
 //
 // Same tiling as linear_avx2.cc with 32 registers (up to 24 accumulators), plus 5-row passes
 // (a speculative verify of 4 drafts in one pass over W); the k tail is read with masked loads, so
-// there is no scalar remainder loop. W is prefetched in software as linear_avx2.cc does it (the
-// same rule and byte limits; 5-row tiles prefetch their rows ahead): without it a 1-row kjv-tiny
-// forward, whose weights come from L3, ran at 2.9 ms instead of avx2's 1.35 ms on a 2-core EPYC
+// there is no scalar remainder loop. W is prefetched in software (columns() has the rule; it
+// started as linear_avx2.cc's, and the next tile now goes to L2 when it is too large for L1): without it a 1-row
+// kjv-tiny forward, whose weights come from L3, ran at 2.9 ms instead of avx2's 1.35 ms on a 2-core EPYC
 // (bench/results/2026-12-03-spec-cpu).
 //
 // The sum of every output element is fixed: 16 f32 lanes, lane l accumulating x[t] * w[t] by FMA
@@ -39,15 +39,16 @@ inline __m512 load16(const uint16_t* p, __mmask16 m, __m512i index) {
   return widen(_mm256_maskz_loadu_epi16(m, p), index);
 }
 
-// W is prefetched in software (a prefetch never faults) by the rule of linear_isa.h's
-// kLinearTileAheadMaxBytes / kLinearAheadBytes, shared with the other ISA's kernel.
+// W is prefetched in software (a prefetch never faults) with linear_isa.h's
+// kLinearTileAheadMaxBytes / kLinearAheadBytes, by the rule of columns() below.
 
 // y[i, j0 + r] for i < MR, r < NR. x: [MR, k] (row stride k); w: NR rows from column j0; next:
 // the W the caller runs next, prefetched while this tile runs, or null; ahead: prefetch this
 // tile's rows ahead instead (next null). Prefetching changes no arithmetic: each y element is the
 // same sum in the same order whatever MR and NR.
 template <typename T, int MR, int NR>
-void tile(const float* x, const T* w, int64_t k, float* y, int64_t ldy, const float* bias, const T* next, bool ahead) {
+void tile(const float* x, const T* w, int64_t k, float* y, int64_t ldy, const float* bias, const T* next,
+          bool next_to_l2, bool ahead) {
   constexpr int64_t kLineMask = 64 / int64_t(sizeof(T)) - 1;
   const __m512i index = widen_index();
   __m512 acc[MR][NR];
@@ -60,7 +61,12 @@ void tile(const float* x, const T* w, int64_t k, float* y, int64_t ldy, const fl
       // 16 * NR elements of the next tile per step (one prefetch per 64-byte line): all of it by
       // the end of this one.
       constexpr int kStepBytes = 16 * NR * int(sizeof(T));
-      for (int b = 0; b < kStepBytes; b += 64) _mm_prefetch(pf + t * NR * int64_t(sizeof(T)) + b, _MM_HINT_T0);
+      const char* line = pf + t * NR * int64_t(sizeof(T));
+      if (next_to_l2) {
+        for (int b = 0; b < kStepBytes; b += 64) _mm_prefetch(line + b, _MM_HINT_T1);
+      } else {
+        for (int b = 0; b < kStepBytes; b += 64) _mm_prefetch(line + b, _MM_HINT_T0);
+      }
     } else if (ahead && (t & kLineMask) == 0) {
       // One line per W row every 64 bytes of it, kLinearAheadBytes ahead.
       for (int r = 0; r < NR; ++r)
@@ -85,24 +91,29 @@ void tile(const float* x, const T* w, int64_t k, float* y, int64_t ldy, const fl
   store_sums<MR, NR>(acc, y, ldy, bias);
 }
 
-// Columns [c0, c1) for MR rows of x starting at row i0. Small tiles prefetch the next tile's W;
-// larger ones prefetch their own rows ahead when rows_ahead.
+// Columns [c0, c1) for MR rows of x starting at row i0. Full tiles prefetch the next tile's W or
+// their own rows ahead (below); the narrower tail tiles their own rows when rows_ahead.
 template <typename T, int MR, int NR>
 void columns(const LinearSliceParams& p, int64_t i0, int64_t c0, int64_t c1, bool rows_ahead) {
   const T* w = static_cast<const T*>(p.w);
   const float* x = p.x + i0 * p.k;
   float* y = p.y + i0 * p.n;
-  // (5-row tiles prefetch rows ahead when W rows are long: with the next tile's W prefetched,
-  // 1B-shaped products from memory ran 5 rows in 38.8 instead of 31.3 ms,
-  // bench/results/2026-12-04-spec-cpu2. Rows shorter than 2 * kLinearAheadBytes prefetch the next
-  // tile instead: "ahead" of a 768-byte kjv-tiny row lands in the tile's own next row.)
+  // Passes of up to 4 rows prefetch the next tile as they run: into L1 when it is at most
+  // kLinearTileAheadMaxBytes, else into L2 (larger tiles would not stay in L1; the L2 rule of
+  // linear_avx512_bf16.cc: 1B shape, exact, 8 rounds alternating on 2 Zen 4 cores, decode batch 1
+  // median 103.1 -> 94.0 ms, batch 16 307.7 -> 266.3 ms, bench/results/2026-12-04-zen4-spec).
+  // 5-row passes prefetch their own rows ahead when W rows are long (with the next tile's W
+  // prefetched, 1B-shaped products from memory ran 5 rows in 38.8 instead of 31.3 ms,
+  // bench/results/2026-12-04-spec-cpu2), the next tile when rows are shorter than
+  // 2 * kLinearAheadBytes ("ahead" of a 768-byte kjv-tiny row lands in the tile's own next row).
   const bool long_rows = p.k * int64_t(sizeof(T)) >= 2 * kLinearAheadBytes;
-  const bool tile_ahead = NR * p.k * int64_t(sizeof(T)) <= kLinearTileAheadMaxBytes && (MR < 5 || !long_rows);
+  const bool tile_ahead = MR < 5 || !long_rows;
+  const bool next_to_l2 = NR * p.k * int64_t(sizeof(T)) > kLinearTileAheadMaxBytes;
   for_each_tile<NR>(c0, c1, tile_ahead, rows_ahead && !tile_ahead, rows_ahead,
                     [&](auto cols, int64_t j, bool next_ahead, bool ahead) {
                       constexpr int kCols = decltype(cols)::value;
                       tile<T, MR, kCols>(x, w + j * p.k, p.k, y + j, p.n, p.bias ? p.bias + j : nullptr,
-                                         next_ahead ? w + (j + kCols) * p.k : nullptr, ahead);
+                                         next_ahead ? w + (j + kCols) * p.k : nullptr, next_to_l2, ahead);
                     });
 }
 

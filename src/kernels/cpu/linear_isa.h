@@ -56,10 +56,12 @@ void linear_slice_amx(const LinearSliceParams& p, int64_t parts, const uint16_t*
 // The avx2/avx512 kernels walk a slice in sub-blocks of this many columns, whose W rows stay in
 // L2 while every group of 4 rows of x passes over them (24 x 8192 bf16 = 384 KiB).
 inline constexpr int64_t kLinearSubBlockCols = 24;
-// Software prefetch of W in the avx2/avx512 tiles (one rule for both): a tile of at most
-// kLinearTileAheadMaxBytes of W prefetches the next tile's W as it runs; a larger one prefetches
-// each of its rows kLinearAheadBytes ahead when asked (a whole tile ahead would be farther than L1
-// holds). Measured in bench/results/2026-12-02-cpu-smallm and 2026-12-03-spec-cpu.
+// Software prefetch of W in the avx2 tiles: a tile of at most kLinearTileAheadMaxBytes of W
+// prefetches the next tile's W into L1 as it runs; a larger one prefetches each of its rows
+// kLinearAheadBytes ahead when asked (a whole tile ahead would be farther than L1 holds). Measured
+// in bench/results/2026-12-02-cpu-smallm and 2026-12-03-spec-cpu. The avx512 and avx512_bf16
+// tiles of up to 4 rows prefetch the next tile whatever its size (larger ones into L2), see their
+// columns() and bench/results/2026-12-04-devvm-zen4, 2026-12-04-zen4-spec.
 inline constexpr int64_t kLinearTileAheadMaxBytes = 16 << 10;
 inline constexpr int64_t kLinearAheadBytes = 1024;
 // Slices handed to the thread pool are multiples of this many output columns (a multiple of the
