@@ -287,11 +287,11 @@ int decide_and_record(CostModel& m, int n, const std::vector<double>& expected, 
 
 TEST(CostModelTest, SpeculatesWhileExpectedTokensPerSecondAreHigher) {
   CostModel m;
-  // 32 sequences, one draft each at most: explores speculation first, then the plain way; 10 ms
+  // 32 sequences, one draft each at most: measures the plain way first, then speculation; 10 ms
   // with it, 4 ms without.
   const std::vector<double> seconds = {0.004, 0.010};
-  for (int i = 0; i < CostModel::kMinSamples; ++i) ASSERT_EQ(decide_and_record(m, 32, {32.0, 64.0}, seconds), 1);
   for (int i = 0; i < CostModel::kMinSamples; ++i) ASSERT_EQ(decide_and_record(m, 32, {32.0, 64.0}, seconds), 0);
+  for (int i = 0; i < CostModel::kMinSamples; ++i) ASSERT_EQ(decide_and_record(m, 32, {32.0, 64.0}, seconds), 1);
   // 64 tokens in 10 ms (6400/s) vs 32 in 4 ms (8000/s): off.
   EXPECT_EQ(m.choose_drafts(32, std::vector<double>{32.0, 64.0}), 0);
   const auto change = m.take_change();
@@ -308,8 +308,9 @@ TEST(CostModelTest, SpeculatesWhileExpectedTokensPerSecondAreHigher) {
   // One outlier step does not move the cost (the median of the recent steps is used).
   m.record(1, 32, 0.001);
   EXPECT_DOUBLE_EQ(m.step_seconds(CostModel::bucket_of(32), 1), 0.010);
-  // Another bucket is independent: batch 1 still explores with speculation.
-  EXPECT_EQ(m.choose_drafts(1, std::vector<double>{1.0, 1.5}), 1);
+  // Another bucket is independent: batch 1 starts measuring again, plain decoding first.
+  EXPECT_EQ(m.choose_drafts(1, std::vector<double>{1.0, 1.5}), 0);
+  EXPECT_DOUBLE_EQ(m.step_seconds(CostModel::bucket_of(1), 1), 0.0);
   EXPECT_EQ(CostModel::bucket_of(1), 0);
   EXPECT_EQ(CostModel::bucket_of(3), 1);
   EXPECT_EQ(CostModel::bucket_of(4), 2);
@@ -332,7 +333,8 @@ TEST(CostModelTest, ChoosesTheDraftCountWithTheMostTokensPerSecond) {
   for (int k = 0; k <= 4; ++k) {
     EXPECT_EQ(std::count(explored.begin(), explored.end(), k), CostModel::kMinSamples) << "k " << k;
   }
-  EXPECT_EQ(explored.front(), 4) << "the most drafts first";
+  EXPECT_EQ(explored.front(), 0) << "plain decoding first, then more drafts";
+  EXPECT_EQ(explored.back(), 4);
   EXPECT_EQ(m.choose_drafts(1, expected), 3);
   // At acceptance 0.5 one draft is best (1.5 / 1.07 = 1.40 against 1.75 / 1.3 = 1.35).
   std::vector<double> low;
@@ -350,6 +352,33 @@ TEST(CostModelTest, ChoosesTheDraftCountWithTheMostTokensPerSecond) {
     const int k = fast4.choose_drafts(1, two);
     ASSERT_LE(k, 2) << "decision " << i;
   }
+}
+
+TEST(CostModelTest, StopsMeasuringMoreDraftsOnceTheyLose) {
+  // Batch 8 at acceptance 0.5 with step costs as measured for kjv-tiny + kjv-draft on 2 Zen 4
+  // cores (bench/results/2026-12-04-zen4-spec: 2.9, 5.0, 8.5, 10.8, 19.5 ms for 0-4 drafts):
+  // tokens per ms 2.76, 2.40, 2.06, 1.74, 0.80. One draft is 13% slower than plain decoding, so 2-4
+  // drafts are never run, and one draft only now and then to re-measure it.
+  std::vector<double> expected;
+  for (int k = 0; k <= 4; ++k) expected.push_back(8 * expected_tokens(0.5, k));
+  const std::vector<double> seconds = {0.0029, 0.0050, 0.0085, 0.0108, 0.0195};
+  CostModel m;
+  std::vector<int> runs(5, 0);
+  for (int i = 0; i < 300; ++i) ++runs.at(static_cast<size_t>(decide_and_record(m, 8, expected, seconds)));
+  EXPECT_EQ(runs[2] + runs[3] + runs[4], 0);
+  EXPECT_GE(runs[1], CostModel::kMinSamples);
+  EXPECT_LE(runs[1], CostModel::kMinSamples + 4) << "re-measured after 20, 40, 80, 160 decisions at most";
+  EXPECT_EQ(m.choose_drafts(8, expected), 0);
+  // Cheaper verify steps: 1 and 2 drafts win (3.75 and 3.78 tokens per ms), 3 drafts lose (1.39):
+  // measured up to 3, never 4.
+  const std::vector<double> cheaper = {0.0029, 0.0032, 0.0037, 0.0108, 0.0195};
+  CostModel c;
+  std::vector<int> climb(5, 0);
+  for (int i = 0; i < 300; ++i) ++climb.at(static_cast<size_t>(decide_and_record(c, 8, expected, cheaper)));
+  EXPECT_EQ(c.choose_drafts(8, expected), 2);
+  EXPECT_GE(climb[3], CostModel::kMinSamples);
+  EXPECT_LE(climb[3], CostModel::kMinSamples + 4);
+  EXPECT_EQ(climb[4], 0);
 }
 
 TEST(CostModelTest, KeepsItsChoiceUnlessAnotherIsClearlyFaster) {

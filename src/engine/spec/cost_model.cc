@@ -56,14 +56,18 @@ int CostModel::choose_drafts(int num_decoding, std::span<const double> expected)
     b.way[static_cast<size_t>(k)].last_decision = decision;
     return k;
   };
-  // Unmeasured ways first: the most drafts down to one, then plain decoding.
-  for (int k = largest; k >= 0; --k) {
-    if (useful[static_cast<size_t>(k)] && b.way[static_cast<size_t>(k)].samples < kMinSamples) return run(k);
-  }
   auto rate = [&](int k) { return expected[static_cast<size_t>(k)] / b.way[static_cast<size_t>(k)].median(); };
+  // Ways are measured in increasing k, plain decoding first, each kMinSamples times; the climb stops
+  // at the first k that is kHysteresis slower than the best below it: more drafts cost more rows
+  // (and proposal) per step for ever fewer expected tokens, so they are not measured at all (at a
+  // large batch a 4-draft verify step can cost 6x a plain one: bench/results/2026-12-04-zen4-spec).
+  // The best of the ways measured is chosen.
   int best = 0;
-  for (int k = 1; k <= largest; ++k) {
-    if (useful[static_cast<size_t>(k)] && rate(k) > rate(best)) best = k;
+  for (int k = 0; k <= largest; ++k) {
+    if (!useful[static_cast<size_t>(k)]) continue;
+    if (b.way[static_cast<size_t>(k)].samples < kMinSamples) return run(k);
+    if (k > 0 && rate(k) * kHysteresis < rate(best)) break;
+    if (rate(k) > rate(best)) best = k;
   }
   // A way once chosen is left only for one kHysteresis faster (no flapping on noise).
   int chosen = best;
@@ -84,17 +88,25 @@ int CostModel::choose_drafts(int num_decoding, std::span<const double> expected)
     b.chosen = chosen;
   }
   if (decision >= b.next_reexplore) {
-    // Re-measure the least recently run other way once; if the choice then stands, wait twice as
-    // long next time.
+    // Re-measure a neighbour of the choice once (one draft fewer or one more, the less recently
+    // run): the choice can move a step at a time as costs and
+    // acceptance drift, and no far, expensive way is paid for. If the choice then stands, wait
+    // twice as long next time.
     b.next_reexplore = decision + b.reexplore_every;
     b.reexplore_every = std::min(2 * b.reexplore_every, kMaxReexploreEvery);
     int other = -1;
-    for (int k = 0; k <= largest; ++k) {
-      if (k == chosen || !useful[static_cast<size_t>(k)]) continue;
+    auto consider = [&](int k) {
+      if (k < 0 || k > largest || k == chosen || !useful[static_cast<size_t>(k)]) return;
       if (other < 0 || b.way[static_cast<size_t>(k)].last_decision < b.way[static_cast<size_t>(other)].last_decision) {
         other = k;
       }
-    }
+    };
+    int below = chosen - 1;
+    while (below > 0 && !useful[static_cast<size_t>(below)]) --below;
+    int above = chosen + 1;
+    while (above <= largest && !useful[static_cast<size_t>(above)]) ++above;
+    consider(below);
+    consider(above);
     if (other >= 0) return run(other);
   }
   return run(chosen);

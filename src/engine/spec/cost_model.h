@@ -15,10 +15,12 @@
 //     requests of E[tokens] = (1 - a^(k'+1)) / (1 - a) with k' = min(k, its drafts); 1 for each
 //     request that does not speculate).
 // It picks the k with the most expected tokens per second (the way it chose before is kept unless
-// another is kHysteresis faster). A bucket first measures each k that adds tokens kMinSamples
-// times; then it runs another k once after kReexploreEvery decisions (the least recently
-// measured), and again after twice as many each time the choice stands (up to
-// kMaxReexploreEvery), so all costs stay current without paying for a losing way often.
+// another is kHysteresis faster). A bucket measures its ways in increasing k, plain decoding first,
+// kMinSamples times each, and stops climbing at the first k that is kHysteresis slower than the best
+// below it (a large batch never pays for a 4-draft step that costs 6x a plain one); then it runs a
+// neighbour of its choice (one draft fewer or more, the less recently measured) once after
+// kReexploreEvery decisions, and again after twice as many each time the choice stands (up to
+// kMaxReexploreEvery), so the choice can move a step at a time as costs and acceptance drift.
 #pragma once
 
 #include <algorithm>
