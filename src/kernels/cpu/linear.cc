@@ -281,10 +281,6 @@ std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activ
   return nullptr;
 }
 
-}  // namespace
-
-namespace {
-
 // A row-count threshold of the policy: `fallback`, or the environment's `name` (1 ..
 // kLinearDirectMaxRows + 1), read once by the caller's static.
 int64_t min_rows_knob(const char* name, int64_t fallback) {
