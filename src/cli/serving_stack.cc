@@ -267,6 +267,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
     engine_options.max_queued_requests = r.resolved.max_queued_requests;
     engine_options.enable_prefix_cache = r.resolved.kv.enable_prefix_cache;
     engine_options.scheduler.max_num_batched_tokens = r.resolved.kv.max_num_batched_tokens;
+    engine_options.scheduler.max_mixed_prefill_tokens = r.resolved.kv.max_mixed_prefill_tokens;
     engine_options.scheduler.max_running_requests = r.resolved.max_running_requests;
     engine_options.scheduler.max_model_len = r.resolved.kv.max_model_len;
     engine_options.cuda_device = on_cuda ? r.resolved.cuda_device : -1;

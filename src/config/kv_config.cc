@@ -42,6 +42,13 @@ ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model) {
                 flags.max_num_batched_tokens);
   r.max_num_batched_tokens =
       flags.max_num_batched_tokens > 0 ? flags.max_num_batched_tokens : kDefaultMaxNumBatchedTokens;
+  SPINDLE_CHECK(flags.max_mixed_prefill_tokens >= 0, "--max-mixed-prefill-tokens {} must be positive (or 0: no cap)",
+                flags.max_mixed_prefill_tokens);
+  SPINDLE_CHECK(flags.max_mixed_prefill_tokens <= r.max_num_batched_tokens,
+                "--max-mixed-prefill-tokens {} exceeds --max-num-batched-tokens {}: it caps the prompt tokens "
+                "of a step that also decodes, within that budget",
+                flags.max_mixed_prefill_tokens, r.max_num_batched_tokens);
+  r.max_mixed_prefill_tokens = flags.max_mixed_prefill_tokens;
   SPINDLE_CHECK(flags.max_model_len >= 0, "--max-model-len {} must be positive", flags.max_model_len);
   SPINDLE_CHECK(flags.max_model_len <= model.max_position_embeddings,
                 "--max-model-len {} exceeds the model's max_position_embeddings {}", flags.max_model_len,
@@ -64,6 +71,9 @@ void add_kv_flags(CLI::App& app, KvFlags& f) {
                  "Fraction of the budget left after weights, workspace and reserve given to the KV cache (0.90)");
   app.add_option("--max-num-batched-tokens", f.max_num_batched_tokens,
                  "Largest number of tokens in one forward; sizes the workspace (2048)");
+  app.add_option("--max-mixed-prefill-tokens", f.max_mixed_prefill_tokens,
+                 "Prompt tokens a step computes at most while some running request decodes, so prompts "
+                 "are spread over the decode steps (0: no cap beyond --max-num-batched-tokens)");
   app.add_option("--max-model-len", f.max_model_len, "Longest sequence served (the model's max_position_embeddings)");
   app.add_option("--dp-size", f.dp_size, "Data-parallel ranks, each with its own KV pool (1)");
   app.add_flag("--disable-prefix-cache", f.disable_prefix_cache, "Do not share KV pages between common prefixes");

@@ -27,6 +27,7 @@ struct KvFlags {
   std::string max_total_tokens = "auto";  // "auto" or a positive integer: tokens per DP rank
   double mem_fraction = 0;                // 0: kDefaultMemFraction
   int max_num_batched_tokens = 0;         // 0: kDefaultMaxNumBatchedTokens
+  int max_mixed_prefill_tokens = 0;       // 0: no cap beyond max_num_batched_tokens
   int max_model_len = 0;                  // 0: the model's max_position_embeddings
   int dp_size = 0;                        // 0: 1
   bool disable_prefix_cache = false;
@@ -37,6 +38,9 @@ struct ResolvedKvConfig {
   std::optional<int64_t> max_total_tokens;  // per DP rank; nullopt: auto
   double mem_fraction = kDefaultMemFraction;
   int max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
+  // Prompt tokens in a step that also decodes (engine/scheduler.h); 0: no cap of its own. Off by
+  // default until the GPU A/B of bench/results/2026-12-04-mixed-prefill-plan.md is measured.
+  int max_mixed_prefill_tokens = 0;
   int max_model_len = 0;
   int dp_size = 1;
   bool enable_prefix_cache = true;
@@ -44,11 +48,13 @@ struct ResolvedKvConfig {
 };
 
 // Throws spindle::Error on a bad value: max_total_tokens neither auto nor a positive integer,
-// mem_fraction outside (0, 1], a negative count, max_model_len above max_position_embeddings,
+// mem_fraction outside (0, 1], a negative count, max_mixed_prefill_tokens above
+// max_num_batched_tokens, max_model_len above max_position_embeddings,
 // prefix_cache_tokens neither auto nor a number >= 0, or given with disable_prefix_cache.
 ResolvedKvConfig resolve_kv(const KvFlags& flags, const ModelConfig& model);
 
-// Registers --max-total-tokens, --mem-fraction, --max-num-batched-tokens, --max-model-len,
+// Registers --max-total-tokens, --mem-fraction, --max-num-batched-tokens,
+// --max-mixed-prefill-tokens, --max-model-len,
 // --dp-size, --disable-prefix-cache and --prefix-cache-tokens.
 void add_kv_flags(CLI::App& app, KvFlags& flags);
 

@@ -28,17 +28,17 @@ void Scheduler::add_to_plan(Request& r, int n, StepPlan& plan, int num_draft_tok
   plan.sequences.push_back(s);
 }
 
-bool Scheduler::try_schedule_with_draft(Request& r, int& budget, StepPlan& plan) {
+bool Scheduler::try_schedule_with_draft(Request& r, StepBudget& budget, StepPlan& plan) {
   // The last token and as many drafts as the budget, the model length and the free pages allow
   // (never preempting anyone for a draft).
-  const int room = std::min(budget - 1, options_.max_model_len - r.num_tokens());
+  const int room = std::min(budget.tokens - 1, options_.max_model_len - r.num_tokens());
   const int k = std::min(static_cast<int>(r.draft.size()), std::max(0, room));
   if (k <= 0) return false;
   const int n = 1 + k;
   if (!r.table.extend(std::max(0, r.num_computed_tokens + n - r.table.num_tokens()))) return false;
   r.draft.resize(static_cast<size_t>(k));
   add_to_plan(r, n, plan, k);
-  budget -= n;
+  budget.tokens -= n;
   return true;
 }
 
@@ -57,11 +57,12 @@ void Scheduler::preempt(Request& r) {
   r.prompt_published = false;
 }
 
-bool Scheduler::try_schedule_running(Request& r, int& budget, StepPlan& plan) {
+bool Scheduler::try_schedule_running(Request& r, StepBudget& budget, StepPlan& plan) {
   const int remaining = r.num_tokens() - r.num_computed_tokens;
   if (remaining == 1 && !r.draft.empty() && try_schedule_with_draft(r, budget, plan)) return true;
   r.draft.clear();
-  const int n = std::min(remaining, budget);
+  const bool decoding = remaining == 1;
+  const int n = std::min(remaining, decoding ? budget.tokens : budget.prompt_room());
   if (n <= 0) return true;  // no budget this step; stays running
   // Pages for the new tokens; preempt the newest others while short.
   while (!r.table.extend(std::max(0, r.num_computed_tokens + n - r.table.num_tokens()))) {
@@ -81,11 +82,12 @@ bool Scheduler::try_schedule_running(Request& r, int& budget, StepPlan& plan) {
     ++plan.num_preempted;
   }
   add_to_plan(r, n, plan);
-  budget -= n;
+  budget.tokens -= n;
+  if (!decoding) budget.prompt_tokens -= n;
   return true;
 }
 
-bool Scheduler::try_admit(Request& r, int& budget, StepPlan& plan) {
+bool Scheduler::try_admit(Request& r, StepBudget& budget, StepPlan& plan) {
   if (r.table.num_pages() == 0 && r.num_computed_tokens == 0) {
     // Reuse the longest cached prefix; at least the last token is always computed.
     const auto all = r.all_tokens();
@@ -96,14 +98,15 @@ bool Scheduler::try_admit(Request& r, int& budget, StepPlan& plan) {
       if (r.num_preemptions == 0) r.num_cached_prompt_tokens = r.num_computed_tokens;
     }
   }
-  const int n = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+  const int n = std::min(r.num_tokens() - r.num_computed_tokens, budget.prompt_room());
   if (n <= 0 || !r.table.extend(std::max(0, r.num_computed_tokens + n - r.table.num_tokens()))) {
     r.table.free();  // give the prefix pages back to the cache; retry next step
     r.num_computed_tokens = 0;
     return false;
   }
   add_to_plan(r, n, plan);
-  budget -= n;
+  budget.tokens -= n;
+  budget.prompt_tokens -= n;
   return true;
 }
 
@@ -152,9 +155,21 @@ std::vector<Request*> Scheduler::running_requests_in_order() const {
   return out;
 }
 
+StepBudget Scheduler::step_budget() const {
+  StepBudget budget{options_.max_num_batched_tokens, options_.max_num_batched_tokens};
+  if (options_.max_mixed_prefill_tokens <= 0) return budget;
+  // A running request with one token left to compute decodes this step (schedule() skips the
+  // finished and the held ones).
+  const bool decodes = std::any_of(running_.begin(), running_.end(), [](const auto& r) {
+    return !r->finished && !r->hold && !r->preempted && r->num_tokens() - r->num_computed_tokens == 1;
+  });
+  if (decodes) budget.prompt_tokens = options_.max_mixed_prefill_tokens;
+  return budget;
+}
+
 StepPlan Scheduler::schedule() {
   StepPlan plan;
-  int budget = options_.max_num_batched_tokens;
+  StepBudget budget = step_budget();
 
   // 1. Running requests, oldest first. One that cannot get pages even after preempting every
   //    newer one gives way itself.
@@ -193,7 +208,8 @@ StepPlan Scheduler::schedule() {
   if (num_just_preempted > 0) return plan;  // pages are short: let this step's work finish first
   //    One waiting for a running request's prompt is passed over (it keeps its place).
   size_t next = 0;
-  while (next < waiting_.size() && budget > 0 && static_cast<int>(running_.size()) < options_.max_running_requests) {
+  while (next < waiting_.size() && budget.prompt_room() > 0 &&
+         static_cast<int>(running_.size()) < options_.max_running_requests) {
     const auto it = waiting_.begin() + static_cast<std::ptrdiff_t>(next);
     Request& r = **it;
     if (!fits_pool(r)) {

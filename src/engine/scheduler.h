@@ -8,6 +8,10 @@
 //     request's context counts its pending tokens (request.h): a decoding request whose last
 //     token is still on the device is scheduled over it. A decoding request needs one token; one still in
 //     its prompt gets a chunk of what remains of the token budget (--max-num-batched-tokens).
+//     While some running request decodes, prompt tokens (chunks, recomputations, admissions)
+//     also share a smaller budget when --max-mixed-prefill-tokens is set: prompts are spread
+//     over the steps that decode, so the decode rows ride in steps of a few hundred rows
+//     instead of a few steps of thousands of prompt tokens followed by many decode-only steps.
 //     When the pool cannot provide a page, the newest running request is preempted: its full
 //     pages go to the prefix cache, the rest back to the pool, and it waits (at the front) to be
 //     recomputed from its prompt and output so far. Nothing is lost.
@@ -44,6 +48,17 @@ struct SchedulerOptions {
   int max_num_batched_tokens = 0;
   int max_running_requests = 0;
   int max_model_len = 0;
+  // Prompt tokens a step computes at most while some running request decodes (0: no cap beyond
+  // max_num_batched_tokens).
+  int max_mixed_prefill_tokens = 0;
+};
+
+// What is left of one step's budget: `tokens` for every token, `prompt_tokens` for prompt tokens
+// (chunks of prompts, recomputations after preemption, admissions) on top of that.
+struct StepBudget {
+  int tokens = 0;
+  int prompt_tokens = 0;
+  int prompt_room() const { return tokens < prompt_tokens ? tokens : prompt_tokens; }
 };
 
 // One request's share of a step: tokens [num_cached_tokens, num_cached_tokens + num_new_tokens)
@@ -108,11 +123,14 @@ class Scheduler {
 
  private:
   std::vector<Request*> running_requests_in_order() const;  // oldest first
-  bool try_schedule_running(Request& r, int& budget, StepPlan& plan);
-  bool try_admit(Request& r, int& budget, StepPlan& plan);
+  bool try_schedule_running(Request& r, StepBudget& budget, StepPlan& plan);
+  bool try_admit(Request& r, StepBudget& budget, StepPlan& plan);
+  // The step's budget: max_num_batched_tokens, and the mixed-step prompt cap when a running
+  // request that will be scheduled decodes.
+  StepBudget step_budget() const;
   void preempt(Request& r);
   void add_to_plan(Request& r, int num_new_tokens, StepPlan& plan, int num_draft_tokens = 0);
-  bool try_schedule_with_draft(Request& r, int& budget, StepPlan& plan);
+  bool try_schedule_with_draft(Request& r, StepBudget& budget, StepPlan& plan);
   bool fits_pool(const Request& r) const;
   bool waits_for_shared_prompt(const Request& r) const;
 

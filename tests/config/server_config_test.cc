@@ -159,6 +159,30 @@ TEST(ServerConfigTest, OverlapScheduleIsOptIn) {
                CLI::ExcludesError);
 }
 
+// --max-mixed-prefill-tokens: 0 (no cap of its own) unless given; it must fit in
+// --max-num-batched-tokens, and a negative one is an error naming the flag.
+TEST(ServerConfigTest, MixedPrefillTokens) {
+  ModelConfig m;
+  m.num_attention_heads = 6;
+  m.num_key_value_heads = 2;
+  m.head_dim = 64;
+  m.vocab_size = 4096;
+  m.max_position_embeddings = 512;
+  ServerConfig f;
+  EXPECT_EQ(resolve(f, testing::avx2_machine(8), m).kv.max_mixed_prefill_tokens, 0);
+  f.kv.max_mixed_prefill_tokens = 256;
+  EXPECT_EQ(resolve(f, testing::avx2_machine(8), m).kv.max_mixed_prefill_tokens, 256);
+  f.kv.max_mixed_prefill_tokens = 4096;
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(8), m); },
+              ::testing::ThrowsMessage<Error>(
+                  ::testing::HasSubstr("--max-mixed-prefill-tokens 4096 exceeds --max-num-batched-tokens 2048")));
+  f.kv.max_num_batched_tokens = 8192;
+  EXPECT_EQ(resolve(f, testing::avx2_machine(8), m).kv.max_mixed_prefill_tokens, 4096);
+  f.kv.max_mixed_prefill_tokens = -1;
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(8), m); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--max-mixed-prefill-tokens -1 must be positive")));
+}
+
 // --speculative-draft-vocab-size: auto is 37.5% of the vocabulary, at least 1024 ids (all of a
 // smaller one), on the CPU; the whole vocabulary on CUDA; an explicit value is kept; a bad one
 // names the flag.

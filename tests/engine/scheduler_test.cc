@@ -35,10 +35,11 @@ void PrintTo(const Scheduled& s, std::ostream* os) {
 
 class Harness {
  public:
-  Harness(int num_pages, int page_size, int budget, int max_running = 64, bool prefix_cache = true)
+  Harness(int num_pages, int page_size, int budget, int max_running = 64, bool prefix_cache = true,
+          int max_mixed_prefill_tokens = 0)
       : allocator_(num_pages, page_size),
         cache_(allocator_, prefix_cache),
-        scheduler_(allocator_, cache_, SchedulerOptions{budget, max_running, 1 << 20}) {}
+        scheduler_(allocator_, cache_, SchedulerOptions{budget, max_running, 1 << 20, max_mixed_prefill_tokens}) {}
 
   // A request with `prompt` that finishes after `max_tokens` output tokens; returns its id.
   uint64_t add(std::vector<TokenId> prompt, int max_tokens) {
@@ -146,6 +147,54 @@ TEST(SchedulerTest, BudgetIsSharedRunningFirst) {
   EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 6, 0, true}, {b, 4, 0, false}}));
   EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 6, true}, {b, 8, 4, true}}));
   EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 7, true}, {b, 1, 12, true}}));
+  h.drain();
+}
+
+// --max-mixed-prefill-tokens: while a running request decodes, prompt tokens (a running prompt's
+// chunks and admissions alike) share the smaller cap; decode rows do not count against it. A step
+// with nothing decoding keeps the whole budget. Without the cap (0) the same arrivals take the
+// whole budget at once.
+TEST(SchedulerTest, MixedPrefillCapWhileDecoding) {
+  // cap 6, budget 32: a (8) and b (6) arrive together, nothing decodes yet -> both in step 1.
+  // Then c (20) and d (4) arrive while a and b decode: 6 prompt tokens per step.
+  Harness h(64, 4, /*budget=*/32, 64, true, /*max_mixed_prefill_tokens=*/6);
+  const uint64_t a = h.add(Harness::tokens(8, 1), 100);
+  const uint64_t b = h.add(Harness::tokens(6, 100), 100);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 8, 0, true}, {b, 6, 0, true}}));
+  const uint64_t c = h.add(Harness::tokens(20, 200), 100);
+  const uint64_t d = h.add(Harness::tokens(4, 300), 100);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 8, true}, {b, 1, 6, true}, {c, 6, 0, false}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 9, true}, {b, 1, 7, true}, {c, 6, 6, false}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 10, true}, {b, 1, 8, true}, {c, 6, 12, false}}));
+  // c's last 2 prompt tokens, then d's 4 within the same 6.
+  EXPECT_EQ(h.step(),
+            (std::vector<Scheduled>{{a, 1, 11, true}, {b, 1, 9, true}, {c, 2, 18, true}, {d, 4, 0, true}}));
+  EXPECT_EQ(h.step(),
+            (std::vector<Scheduled>{{a, 1, 12, true}, {b, 1, 10, true}, {c, 1, 20, true}, {d, 1, 4, true}}));
+  h.drain();
+
+  Harness uncapped(64, 4, /*budget=*/32);
+  const uint64_t a2 = uncapped.add(Harness::tokens(8, 1), 100);
+  EXPECT_EQ(uncapped.step(), (std::vector<Scheduled>{{a2, 8, 0, true}}));
+  const uint64_t c2 = uncapped.add(Harness::tokens(20, 200), 100);
+  const uint64_t d2 = uncapped.add(Harness::tokens(4, 300), 100);
+  EXPECT_EQ(uncapped.step(), (std::vector<Scheduled>{{a2, 1, 8, true}, {c2, 20, 0, true}, {d2, 4, 0, true}}));
+  uncapped.drain();
+}
+
+// A step whose only running request is still in its prompt (nothing decodes) is not capped; the
+// first step with a decode row is.
+TEST(SchedulerTest, MixedPrefillCapOnlyWhenSomethingDecodes) {
+  Harness h(64, 4, /*budget=*/16, 64, true, /*max_mixed_prefill_tokens=*/4);
+  const uint64_t a = h.add(Harness::tokens(40, 1), 100);
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 16, 0, false}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 16, 16, false}}));
+  const uint64_t b = h.add(Harness::tokens(14, 100), 100);
+  // a is still in its prompt: no decode row, so the step has the whole budget.
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 8, 32, true}, {b, 8, 0, false}}));
+  // Now a decodes: b's remaining 6 prompt tokens go 4 (the cap), then 2.
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 40, true}, {b, 4, 8, false}}));
+  EXPECT_EQ(h.step(), (std::vector<Scheduled>{{a, 1, 41, true}, {b, 2, 12, true}}));
   h.drain();
 }
 
