@@ -40,6 +40,7 @@ struct SpecRun {
   int num_pages = 256;        // the target's pool (and the draft's)
   int page_size = 16;
   int max_num_batched_tokens = 512;
+  int max_mixed_prefill_tokens = 0;  // SchedulerOptions' (0: no cap)
   int max_model_len = 256;
   int max_graph_batch = 0;    // CUDA step graphs for the target and the draft (0: off)
   // Cancel request `cancel_index` after it produced `cancel_after` tokens (-1: none).
@@ -60,6 +61,7 @@ struct SpecResult {
   std::vector<engine::FinishReason> finish_reasons;
   std::vector<std::vector<float>> logprobs;  // per prompt: each token's (when asked for)
   engine::MetricsSnapshot metrics;
+  uint64_t num_prefill_or_mixed_steps = 0;  // Metrics::step_totals(false)
   std::string rendered_metrics;
   bool integrity_ok = false;
   int draft_states_left = 0;  // DraftModelProposer states after every request finished
@@ -151,6 +153,7 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
   engine::Metrics metrics;
   engine::EngineOptions options;
   options.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;
+  options.scheduler.max_mixed_prefill_tokens = run.max_mixed_prefill_tokens;
   options.scheduler.max_running_requests = run.max_running_requests;
   options.overlap_schedule = run.overlap_schedule;
   options.scheduler.max_model_len = run.max_model_len;
@@ -207,6 +210,7 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
     engine.stop();
   }
   out.metrics = metrics.snapshot();
+  out.num_prefill_or_mixed_steps = metrics.step_totals(false).num_steps;
   out.rendered_metrics = metrics.render();
   out.draft_states_left = draft_proposer ? draft_proposer->num_states() : 0;
   return out;
