@@ -14,10 +14,16 @@
 // usage: bench_model_forward [--model DIR] [--layers N] [--context 512] [--prompt 512] [--steps 8]
 //                            [--attention-backend NAME] [--matmul-precision auto|exact|bf16]
 //                            [--profile 1] [--decode 0] [--linear NAME]
+//                            [--weights-memory auto|mapped|huge-pages]
 // --profile 1: after each phase, where its time went: every linear product by shape and row count
 //   (wall time of LinearKernel::forward), the attention backend's forward (wall time, all layers)
 //   and the rest (norms, RoPE, SiLU, residual adds, embedding, the runner's host work, pool
 //   hand-offs), each as ms per step and % of the step. The timers add two clock reads per call.
+// --weights-memory: as `spindle serve` has it (auto: huge-pages where the kernel grants transparent
+//   huge pages on advice, else mapped). ab: the model loaded twice, mapped (A, which also runs the
+//   prefill) and in huge pages (B), and each decode phase alternates steps between the two (A B,
+//   then B A, ...) over the same KV pages: per-step medians and how many pairs B won, so a shared
+//   machine's drift hits both alike.
 // --decode 0: the prefill only. --linear NAME: every weight on make_named_linear_kernel(NAME)
 //   instead of the auto policy (for A/B of a kernel at model level).
 #include <algorithm>
@@ -56,6 +62,7 @@ struct Args {
   bool profile = false;
   bool decode = true;
   std::string linear;  // empty: make_linear_kernel's policy
+  std::string weights_memory = "auto";
 };
 
 Args parse_args(int argc, char** argv) {
@@ -75,6 +82,8 @@ Args parse_args(int argc, char** argv) {
       a.decode = std::atoi(argv[i + 1]) != 0;
     else if (k == "--linear")
       a.linear = argv[i + 1];
+    else if (k == "--weights-memory")
+      a.weights_memory = argv[i + 1];
     else SPINDLE_FAIL("unknown flag {}", k);
   }
   return a;
@@ -246,6 +255,13 @@ int main(int argc, char** argv) {
         args.matmul_precision == "bf16" ||
         (args.matmul_precision == "auto" && load_model_config(dir).torch_dtype == DType::kBF16);
     ModelOptions options;
+    SPINDLE_CHECK(args.weights_memory == "auto" || args.weights_memory == "mapped" ||
+                      args.weights_memory == "huge-pages" || args.weights_memory == "ab",
+                  "--weights-memory '{}' is not one of: auto, mapped, huge-pages, ab", args.weights_memory);
+    const bool ab = args.weights_memory == "ab";
+    const bool huge_pages = args.weights_memory == "huge-pages" ||
+                            (args.weights_memory == "auto" && read_memory_info().huge_pages_on_advice());
+    options.weights_memory = huge_pages ? FileMemory::kHugePageCopy : FileMemory::kMapped;
     g_profile.on = args.profile;
     options.make_linear = [&args, bf16_activations](const kernels::cpu::LinearWeight& w) {
       kernels::cpu::LinearOptions o;
@@ -259,11 +275,21 @@ int main(int argc, char** argv) {
     double t0 = bench::now_s();
     auto model = load_cpu_model(dir, options);
     const ModelConfig& c = model->config();
-    std::printf("loaded %s in %.2f s: weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers; "
+    std::printf("loaded %s in %.2f s (%s): weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers; "
                 "--matmul-precision %s (bf16 activations allowed: %s)\n",
-                dir.string().c_str(), bench::now_s() - t0, model->weight_bytes() / 1e9,
+                dir.string().c_str(), bench::now_s() - t0,
+                huge_pages ? "weights copied into transparent huge pages" : "weights mapped", model->weight_bytes() / 1e9,
                 model->linear_kernel_name(), model->num_fused_gate_up(), c.num_hidden_layers,
                 args.matmul_precision.c_str(), bf16_activations ? "yes" : "no");
+    std::unique_ptr<Transformer> model_b;
+    if (ab) {
+      ModelOptions b_options = options;
+      b_options.weights_memory = FileMemory::kHugePageCopy;
+      t0 = bench::now_s();
+      model_b = load_cpu_model(dir, b_options);
+      std::printf("A/B: A = the weights mapped (above), B = loaded again into transparent huge pages in %.2f s\n",
+                  bench::now_s() - t0);
+    }
 
     // Bytes a decode step reads: every projection and the LM head once (bf16 or f32 as stored).
     const double elem = double(dtype_size(c.torch_dtype));
@@ -293,10 +319,17 @@ int main(int argc, char** argv) {
     TimedBackend timed_backend(*inner_backend);
     attn::AttentionBackend* backend = args.profile ? &timed_backend : inner_backend.get();
     spindle::engine::Runner runner(*model, *backend, *backend);
+    std::unique_ptr<attn::AttentionBackend> backend_b;
+    std::unique_ptr<spindle::engine::Runner> runner_b;
+    if (model_b) {
+      backend_b = attn::create_attention_backend(backend_name, shape, {});
+      runner_b = std::make_unique<spindle::engine::Runner>(*model_b, *backend_b, *backend_b);
+    }
     const int max_batch = 16;
     const int per_seq = args.context + args.steps + 2;
     KvPool kv(c, max_batch * ((per_seq + 15) / 16) + (args.prompt + 15) / 16);
     runner.bind_kv_caches(kv.caches);
+    if (runner_b) runner_b->bind_kv_caches(kv.caches);
     std::printf("attention backend %s, bf16 KV, page 16; %.2f GB of KV pages\n", backend_name.c_str(),
                 kv.num_pages * 16 * kv_token_bytes / 1e9);
     std::mt19937 rng(1);
@@ -341,16 +374,47 @@ int main(int argc, char** argv) {
       kv.next = (args.prompt + 15) / 16;  // reuse the decode region
       for (int s = 0; s < b; ++s) tables.push_back(kv.take(per_seq));
       StepBatch batch;
-      auto step = [&](int i) {
+      auto step_on = [&](spindle::engine::Runner& r, int i) {
         batch.clear();
         for (int s = 0; s < b; ++s) {
           const int cached = args.context + i;
           const TokenId id = token(rng);
           batch.add_sequence(&id, 1, cached, tables[s].data(), (cached + 1 + 15) / 16, 1);
         }
-        runner.run(batch);
+        r.run(batch);
       };
+      auto step = [&](int i) { step_on(runner, i); };
       step(0);  // warm-up
+      if (runner_b) {
+        step_on(*runner_b, 0);
+        std::vector<double> ta, tb;
+        int b_won = 0;
+        for (int i = 1; i <= args.steps; ++i) {
+          double t[2];
+          for (int k = 0; k < 2; ++k) {
+            const bool on_b = (k == 1) != (i % 2 == 0);  // A B, then B A
+            const double t0s = bench::now_s();
+            step_on(on_b ? *runner_b : runner, i);
+            t[on_b ? 1 : 0] = bench::now_s() - t0s;
+          }
+          ta.push_back(t[0]);
+          tb.push_back(t[1]);
+          b_won += t[1] < t[0];
+        }
+        auto median = [](std::vector<double> v) {
+          std::sort(v.begin(), v.end());
+          return v[v.size() / 2];
+        };
+        const double ma = median(ta), mb = median(tb);
+        const double bw_ab = bench::memory_read_gbps(pool);
+        std::printf("\nA/B decode batch %d, %d cached tokens, %d pairs: A (mapped) median %.1f ms/step, B (huge pages) "
+                    "median %.1f ms/step, B/A %.3f, B faster in %d of %d pairs; vs the bandwidth bound at %.1f GB/s "
+                    "(measured after): A %.1f%%, B %.1f%%\n",
+                    b, args.context, args.steps, ma * 1e3, mb * 1e3, mb / ma, b_won, args.steps, std::max(bw, bw_ab),
+                    100 * step_weight_bytes / (std::max(bw, bw_ab) * 1e9) / ma,
+                    100 * step_weight_bytes / (std::max(bw, bw_ab) * 1e9) / mb);
+        continue;
+      }
       // The bound uses the higher of the start-of-run and a fresh bandwidth measurement (on a
       // shared machine other load moves it; the higher one is the stricter bound).
       const double bw_now = bench::memory_read_gbps(pool);

@@ -79,6 +79,7 @@ class AffinityGuard {
 ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPool* pool) {
   ModelOptions model_options;
   model_options.pool = pool;
+  model_options.weights_memory = resolved.weights_memory;
   if (resolved.bf16_activations) {
     model_options.make_linear = [](const kernels::cpu::LinearWeight& w) {
       kernels::cpu::LinearOptions o;
@@ -153,8 +154,9 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
                                                          s.model_config, resolved));
     probe = workspace_cache->wrap(std::move(probe), &workspace_from_cache);
   }
-  // CPU ranks map the same weight files (one copy in the page cache); ranks sharing a GPU each
-  // uploaded theirs, already out of the free memory read above.
+  // CPU ranks map the same weight files (one copy in the page cache) unless each copied them into
+  // huge pages (below); ranks sharing a GPU each uploaded theirs, already out of the free memory
+  // read above.
   uint64_t weight_bytes = first.model->weight_bytes();
   uint64_t draft_kv_bytes_per_token = 0;
   if (first.draft) {
@@ -167,6 +169,8 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
       return (inner ? inner(tokens) : startup::estimate_workspace_bytes(s.model_config, tokens)) + draft_workspace;
     };
   }
+  // CPU ranks with their weights in huge pages each hold a private copy (util/mapped_file.h).
+  if (!on_cuda && resolved.weights_memory == FileMemory::kHugePageCopy) weight_bytes *= members.size();
   kv::KvPlan plan = startup::plan_kv_cache(kv, layout, s.model_config, usable, weight_bytes, probe,
                                            /*usable_after_weights=*/on_cuda,
                                            /*max_running_requests=*/on_cuda ? 0 : resolved.max_running_requests,
@@ -313,8 +317,12 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
 
 void log_serving_stack(const ServingStack& s) {
   const ServingRank& front = *s.ranks.front();
-  spdlog::info("model {} ({}, {}), weights {}, linear kernel {}", s.model_name, s.model_dir.string(),
+  const bool cpu = s.resolved.device == attn::Device::kCpu;
+  spdlog::info("model {} ({}, {}), weights {}{}, linear kernel {}", s.model_name, s.model_dir.string(),
                architecture_name(s.model_config.architecture), format_bytes(front.model->weight_bytes()),
+               !cpu ? "" : s.resolved.weights_memory == FileMemory::kHugePageCopy
+                               ? " (a copy in transparent huge pages)"
+                               : " (the checkpoint mapped)",
                front.model->linear_kernel_name());
   const int dp_size = static_cast<int>(s.ranks.size());
   if (dp_size > 1) {

@@ -213,7 +213,7 @@ void CpuOps::silu_mul(const float* gate, const float* up, int64_t stride, float*
 }
 
 std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& dir, const ModelOptions& options) {
-  ModelFiles files = open_model_files(dir);
+  ModelFiles files = open_model_files(dir, options.weights_memory);
   auto ops = std::make_unique<CpuOps>(files.config, options, std::move(files.checkpoint));
   const Checkpoint& checkpoint = ops->checkpoint();
   return std::make_unique<Transformer>(std::move(files.config), std::move(ops), checkpoint);

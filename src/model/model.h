@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "model/transformer.h"
+#include "util/mapped_file.h"
 
 namespace spindle {
 
@@ -27,6 +28,9 @@ struct ModelOptions {
   // RoPE cos/sin positions precomputed at load; 0: max_position_embeddings (capped at 1 << 20).
   // Later positions are computed on the fly with the same arithmetic.
   int64_t rope_table_positions = 0;
+  // Where the checkpoint's bytes (which the CPU kernels read in place) live: the file mapped, or a
+  // copy in transparent huge pages (util/mapped_file.h; config::resolve decides, --weights-memory).
+  FileMemory weights_memory = FileMemory::kMapped;
 };
 
 // Reads dir/config.json, maps the checkpoint, checks every weight's name, shape and dtype

@@ -6,10 +6,10 @@
 
 namespace spindle {
 
-ModelFiles open_model_files(const std::filesystem::path& dir) {
+ModelFiles open_model_files(const std::filesystem::path& dir, FileMemory memory) {
   ModelFiles files;
   files.config = load_model_config(dir);
-  files.checkpoint = std::make_unique<Checkpoint>(dir);
+  files.checkpoint = std::make_unique<Checkpoint>(dir, memory);
   check_weights(files.config, *files.checkpoint);
   return files;
 }

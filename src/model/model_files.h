@@ -18,9 +18,9 @@ struct ModelFiles {
   std::unique_ptr<Checkpoint> checkpoint;
 };
 
-// Reads dir/config.json, maps the checkpoint and checks every weight's name, shape and dtype
-// (check_weights). Throws spindle::Error naming the folder.
-ModelFiles open_model_files(const std::filesystem::path& dir);
+// Reads dir/config.json, maps (or, with FileMemory::kHugePageCopy, reads) the checkpoint and checks
+// every weight's name, shape and dtype (check_weights). Throws spindle::Error naming the folder.
+ModelFiles open_model_files(const std::filesystem::path& dir, FileMemory memory = FileMemory::kMapped);
 
 // True when the LM head reads model.embed_tokens.weight: tie_word_embeddings, or a checkpoint
 // without lm_head.weight.

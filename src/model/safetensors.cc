@@ -197,7 +197,8 @@ std::vector<TensorInfo> parse_safetensors_header(std::span<const std::byte> file
   return tensors;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, int shard) : file_(path) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path, int shard, FileMemory memory)
+    : file_(path, memory) {
   tensors_ = parse_safetensors_header(file_.bytes(), path.string(), &metadata_);
   data_offset_ = kHeaderLengthBytes + read_u64_le(file_.bytes());
   for (auto& t : tensors_) t.shard = shard;
@@ -221,7 +222,7 @@ std::span<const std::byte> SafetensorsFile::bytes(const TensorInfo& info) const 
   return file_.bytes().subspan(data_offset_ + info.begin, info.num_bytes());
 }
 
-Checkpoint::Checkpoint(const std::filesystem::path& model_dir) : dir_(model_dir) {
+Checkpoint::Checkpoint(const std::filesystem::path& model_dir, FileMemory memory) : dir_(model_dir), memory_(memory) {
   const auto index_file = model_dir / kIndexFile;
   const auto single_file = model_dir / kSingleFile;
   if (std::filesystem::exists(index_file)) {
@@ -236,7 +237,7 @@ Checkpoint::Checkpoint(const std::filesystem::path& model_dir) : dir_(model_dir)
 }
 
 void Checkpoint::open_single(const std::filesystem::path& file) {
-  shards_.push_back(std::make_unique<SafetensorsFile>(file, 0));
+  shards_.push_back(std::make_unique<SafetensorsFile>(file, 0, memory_));
 }
 
 void Checkpoint::open_sharded(const std::filesystem::path& index_file) {
@@ -267,7 +268,7 @@ void Checkpoint::open_sharded(const std::filesystem::path& index_file) {
                   "{}: shard file '{}' named by the index (for tensor '{}') is missing from {}",
                   index_name, file_name, tensor, dir_.string());
     const int shard = static_cast<int>(shards_.size());
-    shards_.push_back(std::make_unique<SafetensorsFile>(shard_path, shard));
+    shards_.push_back(std::make_unique<SafetensorsFile>(shard_path, shard, memory_));
     shard_of_file[file_name] = shard;
   }
   for (const auto& [tensor, file] : weight_map.items()) {

@@ -63,7 +63,8 @@ class SafetensorsFile {
  public:
   // shard is stored in every TensorInfo. Throws as parse_safetensors_header, or when the file
   // cannot be opened.
-  explicit SafetensorsFile(const std::filesystem::path& path, int shard = 0);
+  explicit SafetensorsFile(const std::filesystem::path& path, int shard = 0,
+                           FileMemory memory = FileMemory::kMapped);
 
   const std::filesystem::path& path() const { return file_.path(); }
   // Sorted by name.
@@ -88,13 +89,15 @@ class SafetensorsFile {
 // tensor the index names is in the shard it names (errors name the tensor and the files).
 class Checkpoint {
  public:
-  explicit Checkpoint(const std::filesystem::path& model_dir);
+  // memory: where every shard's bytes live (util/mapped_file.h).
+  explicit Checkpoint(const std::filesystem::path& model_dir, FileMemory memory = FileMemory::kMapped);
 
   const std::filesystem::path& dir() const { return dir_; }
   // Every tensor of every shard, sorted by name.
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   int num_shards() const { return static_cast<int>(shards_.size()); }
   const SafetensorsFile& shard(int index) const { return *shards_.at(static_cast<size_t>(index)); }
+  FileMemory memory() const { return memory_; }
   // nullptr when absent.
   const TensorInfo* find(std::string_view name) const;
   // Throws naming the folder and the tensor when absent.
@@ -108,6 +111,7 @@ class Checkpoint {
   void index_tensors();
 
   std::filesystem::path dir_;
+  FileMemory memory_ = FileMemory::kMapped;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string_view, size_t> by_name_;  // keys view tensors_[i].name

@@ -91,7 +91,8 @@ nlohmann::json to_json(const MemoryInfo& memory) {
           {"cgroup_limit_bytes", optional_json(memory.cgroup_limit_bytes)},
           {"cgroup_usage_bytes", optional_json(memory.cgroup_usage_bytes)},
           {"usable_bytes", memory.usable_bytes},
-          {"bound", memory.bound}};
+          {"bound", memory.bound},
+          {"transparent_hugepage", memory.transparent_hugepage}};
 }
 
 nlohmann::json to_json(const CudaDeviceInfo& device) {

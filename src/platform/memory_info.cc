@@ -195,11 +195,26 @@ std::optional<CgroupReading> read_cgroup_v1(const fs::path& mount, const std::st
   return std::nullopt;
 }
 
+// "always [madvise] never" -> "madvise"; "unavailable" when the file is absent. Throws naming the
+// file when it has no bracketed word.
+std::string read_transparent_hugepage(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in.good()) return "unavailable";
+  std::string line;
+  std::getline(in, line);
+  const size_t open = line.find('[');
+  const size_t close = line.find(']', open == std::string::npos ? 0 : open);
+  SPINDLE_CHECK(open != std::string::npos && close != std::string::npos && close > open + 1,
+                "{}: expected the mode in brackets (e.g. 'always [madvise] never'), got '{}'", path.string(), line);
+  return line.substr(open + 1, close - open - 1);
+}
+
 }  // namespace
 
 MemoryInfo read_memory_info(const fs::path& root) {
   MemoryInfo info;
   read_meminfo(root / "proc/meminfo", info);
+  info.transparent_hugepage = read_transparent_hugepage(root / "sys/kernel/mm/transparent_hugepage/enabled");
   info.usable_bytes = info.mem_available_bytes;
   info.bound = "MemAvailable";
 

@@ -23,9 +23,15 @@ struct MemoryInfo {
   // What sets usable_bytes: "MemAvailable", "cgroup v1 limit minus usage" or
   // "cgroup v2 limit minus usage".
   std::string bound;
+  // The kernel's transparent huge page mode (root/sys/kernel/mm/transparent_hugepage/enabled, the
+  // bracketed word): "always", "madvise" or "never"; "unavailable" when the file is absent.
+  std::string transparent_hugepage = "unavailable";
+  // Whether memory advised with MADV_HUGEPAGE gets huge pages: mode "always" or "madvise".
+  bool huge_pages_on_advice() const { return transparent_hugepage == "always" || transparent_hugepage == "madvise"; }
 };
 
-// Reads root/proc/meminfo, root/proc/self/cgroup and the memory controller files under
+// Reads root/proc/meminfo, root/sys/kernel/mm/transparent_hugepage/enabled, root/proc/self/cgroup and
+// the memory controller files under
 // root/sys/fs/cgroup: v2 <path>/memory.max and memory.current (every ancestor of <path> with a
 // limit is considered, the smallest headroom binds); v1 memory/<path>/memory.limit_in_bytes and
 // memory.usage_in_bytes. When the process's own cgroup directory is missing (a container with a

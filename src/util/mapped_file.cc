@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -15,51 +17,94 @@
 
 namespace spindle {
 
-MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
+namespace {
+constexpr size_t kHugePageBytes = size_t{2} << 20;
+constexpr size_t kReadChunkBytes = size_t{64} << 20;
+}  // namespace
+
+MappedFile::MappedFile(const std::filesystem::path& path, FileMemory memory) : path_(path), memory_(memory) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SPINDLE_CHECK(fd >= 0, "cannot open {}: {}", path.string(), std::strerror(errno));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
+  try {
+    struct stat st{};
+    SPINDLE_CHECK(::fstat(fd, &st) == 0, "cannot stat {}: {}", path.string(), std::strerror(errno));
+    SPINDLE_CHECK(S_ISREG(st.st_mode), "{} is not a regular file", path.string());
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      if (memory == FileMemory::kMapped) {
+        map_file(fd);
+      } else {
+        copy_to_huge_pages(fd);
+      }
+    }
+  } catch (...) {
     ::close(fd);
-    SPINDLE_FAIL("cannot stat {}: {}", path.string(), std::strerror(err));
+    release();
+    throw;
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    SPINDLE_FAIL("{} is not a regular file", path.string());
+  ::close(fd);
+}
+
+void MappedFile::map_file(int fd) {
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  SPINDLE_CHECK(p != MAP_FAILED, "cannot mmap {} ({} bytes): {}", path_.string(), size_, std::strerror(errno));
+  region_ = p;
+  region_size_ = size_;
+  data_ = static_cast<const std::byte*>(p);
+}
+
+void MappedFile::copy_to_huge_pages(int fd) {
+  // One huge page of slack, so the copy can start on a 2 MiB boundary.
+  const size_t rounded = (size_ + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  region_size_ = rounded + kHugePageBytes;
+  void* p = ::mmap(nullptr, region_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  SPINDLE_CHECK(p != MAP_FAILED, "cannot allocate {} bytes for a copy of {}: {}", region_size_, path_.string(),
+                std::strerror(errno));
+  region_ = p;
+  const auto base = reinterpret_cast<uintptr_t>(p);
+  auto* dest = reinterpret_cast<std::byte*>((base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
+  // Advice only: a kernel without transparent huge pages keeps 4 KiB pages (still correct).
+  (void)::madvise(dest, rounded, MADV_HUGEPAGE);
+  for (size_t done = 0; done < size_;) {
+    const size_t want = std::min(kReadChunkBytes, size_ - done);
+    const ssize_t got = ::pread(fd, dest + done, want, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    SPINDLE_CHECK(got > 0, "cannot read {} at byte {} of {}: {}", path_.string(), done, size_,
+                  got == 0 ? "unexpected end of file" : std::strerror(errno));
+    done += static_cast<size_t>(got);
   }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    SPINDLE_CHECK(p != MAP_FAILED, "cannot mmap {} ({} bytes): {}", path.string(), size_,
-                  std::strerror(err));
-    data_ = static_cast<const std::byte*>(p);
-  } else {
-    ::close(fd);
-  }
+  SPINDLE_CHECK(::mprotect(dest, rounded, PROT_READ) == 0, "cannot protect the copy of {}: {}", path_.string(),
+                std::strerror(errno));
+  data_ = dest;
 }
 
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
+      memory_(other.memory_),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      region_(std::exchange(other.region_, nullptr)),
+      region_size_(std::exchange(other.region_size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     release();
     path_ = std::move(other.path_);
+    memory_ = other.memory_;
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    region_ = std::exchange(other.region_, nullptr);
+    region_size_ = std::exchange(other.region_size_, 0);
   }
   return *this;
 }
 
 void MappedFile::release() {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  if (region_ != nullptr) ::munmap(region_, region_size_);
+  region_ = nullptr;
+  region_size_ = 0;
   data_ = nullptr;
   size_ = 0;
 }

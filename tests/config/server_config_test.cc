@@ -159,6 +159,40 @@ TEST(ServerConfigTest, OverlapScheduleIsOptIn) {
                CLI::ExcludesError);
 }
 
+// --weights-memory: auto copies the weights into huge pages on the CPU where the kernel grants
+// them on advice (THP always or madvise), maps the file where it does not (never, or no THP) and
+// on CUDA; mapped and huge-pages are taken as given on the CPU; huge-pages on CUDA, or another
+// word, is an error naming the flag.
+TEST(ServerConfigTest, WeightsMemory) {
+  DeviceInfo machine = testing::avx2_machine(8);
+  machine.memory.transparent_hugepage = "madvise";
+  ServerConfig f;
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kHugePageCopy);
+  machine.memory.transparent_hugepage = "always";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kHugePageCopy);
+  machine.memory.transparent_hugepage = "never";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kMapped);
+  machine.memory.transparent_hugepage = "unavailable";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kMapped);
+  f.weights_memory = "huge-pages";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kHugePageCopy);
+  machine.memory.transparent_hugepage = "madvise";
+  f.weights_memory = "mapped";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kMapped);
+
+  machine.cuda_devices.push_back({0, "NVIDIA H200", 9, 0, 132, 141ull << 30, 140ull << 30});
+  f.device = "cuda:0";
+  f.weights_memory = "auto";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kMapped);
+  f.weights_memory = "huge-pages";
+  EXPECT_THAT([&] { resolve(f, machine, kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--weights-memory huge-pages is for the CPU")));
+  f.device = "cpu";
+  f.weights_memory = "hugetlb";
+  EXPECT_THAT([&] { resolve(f, machine, kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--weights-memory 'hugetlb' is not one of")));
+}
+
 // --max-mixed-prefill-tokens: 0 (no cap of its own) unless given; it must fit in
 // --max-num-batched-tokens, and a negative one is an error naming the flag.
 TEST(ServerConfigTest, MixedPrefillTokens) {

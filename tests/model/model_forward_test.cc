@@ -166,6 +166,17 @@ TEST(ModelLoadTest, UnfusedGateUpMatchesHuggingFace) {
   testing::expect_two_prompts_in_one_step(*model, read_golden("llama-gqa-f32"), 8, kF32Tolerance);
 }
 
+// The weights copied into transparent huge pages (--weights-memory huge-pages) compute what HF
+// computes, as the mapped checkpoint does (kF32Tolerance, greedy exact).
+TEST(ModelLoadTest, HugePageWeightsMatchHuggingFace) {
+  ModelOptions options;
+  options.weights_memory = FileMemory::kHugePageCopy;
+  auto model = std::make_unique<testing::ModelStepper>(load_cpu_model(model_dir("llama-gqa-f32"), options));
+  auto backend = attn::create_attention_backend("reference", model->attention_shape(DType::kF32, kPageSize), {});
+  model->set_attention_backends(backend.get(), backend.get());
+  testing::expect_two_prompts_in_one_step(*model, read_golden("llama-gqa-f32"), 8, kF32Tolerance);
+}
+
 // Projections must be F32 or BF16 (the linear kernels' dtypes); the error names the tensor.
 TEST(ModelLoadTest, F16ProjectionIsRejectedWithItsName) {
   testing::TempDir dir;

@@ -3,6 +3,7 @@
 //   every meminfo: MemTotal 16384000 kB = 16777216000 B, MemAvailable 12000000 kB = 12288000000 B.
 #include "platform/memory_info.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "util/error.h"
@@ -98,6 +99,21 @@ void expect_error_naming(const std::filesystem::path& root, const std::string& f
     EXPECT_NE(e.message().find(file), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("malformed"), std::string::npos) << e.message();
   }
+}
+
+// The transparent huge page mode: the bracketed word of sys/kernel/mm/transparent_hugepage/enabled
+// (v1: "always [madvise] never"; v2: "[always] madvise never"; none has no such file; thp_malformed
+// has no bracketed word).
+TEST(MemoryInfoTest, TransparentHugePageMode) {
+  EXPECT_EQ(read_memory_info(fixture("v1")).transparent_hugepage, "madvise");
+  EXPECT_TRUE(read_memory_info(fixture("v1")).huge_pages_on_advice());
+  EXPECT_EQ(read_memory_info(fixture("v2")).transparent_hugepage, "always");
+  EXPECT_EQ(read_memory_info(fixture("v2_max")).transparent_hugepage, "never");
+  EXPECT_FALSE(read_memory_info(fixture("v2_max")).huge_pages_on_advice());
+  EXPECT_EQ(read_memory_info(fixture("none")).transparent_hugepage, "unavailable");
+  EXPECT_FALSE(read_memory_info(fixture("none")).huge_pages_on_advice());
+  EXPECT_THAT([] { read_memory_info(fixture("thp_malformed")); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("transparent_hugepage/enabled: expected the mode")));
 }
 
 TEST(MemoryInfoTest, MalformedCgroupFileNamesTheFile) {

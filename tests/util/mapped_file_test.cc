@@ -51,6 +51,33 @@ TEST(MappedFileTest, DirectoryIsRejected) {
   EXPECT_THROW(MappedFile(fs::temp_directory_path()), Error);
 }
 
+// A copy in huge pages holds the file's bytes exactly, starts on a 2 MiB boundary (so the kernel
+// can back it with huge pages), reports its memory, moves like a mapping, and is empty for an
+// empty file. The content is a pattern no run of the same bytes can fake: byte i = (i * 131 +
+// i / 4099) mod 251, over 3 MiB and 123 bytes (a partial last page).
+TEST(MappedFileTest, HugePageCopyHoldsTheFile) {
+  std::string contents((size_t{3} << 20) + 123, '\0');
+  for (size_t i = 0; i < contents.size(); ++i) contents[i] = static_cast<char>((i * 131 + i / 4099) % 251);
+  const auto path = temp_file("huge", contents);
+  MappedFile file(path, FileMemory::kHugePageCopy);
+  EXPECT_EQ(file.memory(), FileMemory::kHugePageCopy);
+  ASSERT_EQ(file.size(), contents.size());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(file.data()) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(file.data()), file.size()), contents);
+  MappedFile moved = std::move(file);
+  EXPECT_EQ(moved.size(), contents.size());
+  EXPECT_EQ(moved.memory(), FileMemory::kHugePageCopy);
+  EXPECT_EQ(static_cast<char>(moved.bytes()[contents.size() - 1]), contents.back());
+  EXPECT_EQ(file.size(), 0u);
+  EXPECT_EQ(MappedFile(path).memory(), FileMemory::kMapped);
+  fs::remove(path);
+
+  const auto empty = temp_file("huge_empty", "");
+  EXPECT_TRUE(MappedFile(empty, FileMemory::kHugePageCopy).bytes().empty());
+  fs::remove(empty);
+  EXPECT_THROW(MappedFile("/nonexistent/spindle/model.safetensors", FileMemory::kHugePageCopy), Error);
+}
+
 TEST(MappedFileTest, ReadTextFile) {
   const auto path = temp_file("text", "{\"a\": 1}");
   EXPECT_EQ(read_text_file(path), "{\"a\": 1}");
