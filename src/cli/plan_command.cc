@@ -110,7 +110,8 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
              dtype_name(layout.dtype), p.page_size, p.dp_size);
   fmt::print("  usable memory       {:>12}  bound: {}\n", format_bytes(p.usable_bytes), p.usable_bound);
   if (p.weights_subtracted) {
-    fmt::print("  - weights           {:>12}  tensor bytes as loaded (mmap)\n", format_bytes(p.weight_bytes));
+    fmt::print("  - weights           {:>12}  tensor bytes as loaded (mapped once, or copied into huge pages per rank)\n",
+               format_bytes(p.weight_bytes));
   } else {
     fmt::print("    weights           {:>12}  resident on the device: already out of usable\n",
                format_bytes(p.weight_bytes));
@@ -207,6 +208,9 @@ void run_plan(const PlanArgs& args) {
     return memory;
   };
   const uint64_t cpu_draft_weights = on_cuda ? 0 : draft_weight_bytes;
+  // As serve counts them: CPU ranks that copy their weights into huge pages hold one copy each.
+  const uint64_t weight_copies =
+      !on_cuda && resolved.weights_memory == FileMemory::kHugePageCopy ? uint64_t(resolved.kv.dp_size) : 1;
 
   kv::KvPlan plan;
   if (args.estimate_workspace) {
@@ -217,7 +221,8 @@ void run_plan(const PlanArgs& args) {
     const startup::WorkspaceProbe estimate = [&](int tokens) {
       return startup::estimate_workspace_bytes(model, tokens) + draft_workspace;
     };
-    plan = startup::plan_kv_cache(resolved.kv, layout, model, with_draft(memory), weight_bytes + cpu_draft_weights,
+    plan = startup::plan_kv_cache(resolved.kv, layout, model, with_draft(memory),
+                                  (weight_bytes + cpu_draft_weights) * weight_copies,
                                   estimate, false, on_cuda ? 0 : resolved.max_running_requests,
                                   draft_kv_bytes_per_token);
     plan.workspace_source = "estimated";
@@ -235,7 +240,7 @@ void run_plan(const PlanArgs& args) {
     const startup::WorkspaceProbe measured =
         startup::make_workspace_probe(runner, resolved.kv_dtype, resolved.page_size, resolved.kv.max_model_len);
     plan = startup::plan_kv_cache(
-        resolved.kv, layout, model, with_draft(memory), loaded->weight_bytes() + cpu_draft_weights,
+        resolved.kv, layout, model, with_draft(memory), (loaded->weight_bytes() + cpu_draft_weights) * weight_copies,
         [&](int tokens) { return measured(tokens) + draft_workspace; },
         /*usable_after_weights=*/on_cuda, on_cuda ? 0 : resolved.max_running_requests, draft_kv_bytes_per_token);
   }
@@ -256,6 +261,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
   config::add_kv_flags(*cmd, args->flags.kv);
   config::add_scheduler_flags(*cmd, args->flags);
+  config::add_weights_memory_flag(*cmd, args->flags);
   config::add_spec_flags(*cmd, args->flags.spec);
   cmd->add_option("--device", args->flags.device,
                   "Plan for cpu (default) or cuda / cuda:N (weights loaded onto that GPU, its free memory read)");

@@ -46,6 +46,7 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   app.add_option("--chat-template", f.server.chat_template, "chatml, llama3 or llama2 (default: recognise the model's)");
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
+  config::add_weights_memory_flag(app, f.server);
   config::add_kv_flags(app, f.server.kv);
   config::add_spec_flags(app, f.server.spec);
   config::add_dp_flags(app, f.server.dp);

@@ -169,11 +169,6 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
                  "activations to bf16 (oneDNN's AMX/AVX512-BF16 matmul on large CPU batches, cuBLAS bf16 GEMMs "
                  "on CUDA; ~1e-2 relative logit error)")
       ->check(CLI::IsMember({"auto", "exact", "bf16"}));
-  app.add_option("--weights-memory", f.weights_memory,
-                 "CPU: where the weights live: auto (serve's default: huge-pages where the kernel grants transparent "
-                 "huge pages, else mapped; generate's default is mapped), mapped (the checkpoint's file pages, no copy) or huge-pages (a copy in 2 MiB "
-                 "pages: faster decode, read at start, its own memory)")
-      ->check(CLI::IsMember({"auto", "mapped", "huge-pages"}));
 }
 
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {
@@ -182,6 +177,14 @@ std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {
                 flags.max_running_requests, flags.max_queued_requests);
   return {flags.max_running_requests > 0 ? flags.max_running_requests : kDefaultMaxRunningRequests,
           flags.max_queued_requests > 0 ? flags.max_queued_requests : kDefaultMaxQueuedRequests};
+}
+
+void add_weights_memory_flag(CLI::App& app, ServerConfig& f) {
+  app.add_option("--weights-memory", f.weights_memory,
+                 "CPU: where the weights live: auto (serve's default: huge-pages where the kernel grants transparent "
+                 "huge pages, else mapped; generate's default is mapped), mapped (the checkpoint's file pages, no copy) or huge-pages (a copy in 2 MiB "
+                 "pages: faster decode, read at start, its own memory)")
+      ->check(CLI::IsMember({"auto", "mapped", "huge-pages"}));
 }
 
 void add_scheduler_flags(CLI::App& app, ServerConfig& f) {

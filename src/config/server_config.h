@@ -120,5 +120,7 @@ void add_attention_flags(CLI::App& app, ServerConfig& flags);
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags);
 // --max-running-requests, --max-queued-requests.
 void add_scheduler_flags(CLI::App& app, ServerConfig& flags);
+// --weights-memory (serve, generate and plan).
+void add_weights_memory_flag(CLI::App& app, ServerConfig& flags);
 
 }  // namespace spindle::config

@@ -17,6 +17,17 @@ namespace {
 const ModelAttentionDims kLlama8B{32, 8, 128};
 const ModelAttentionDims kQwen05B{14, 2, 64};
 
+// kjv-tiny's attention shape, vocabulary and context (models/kjv-tiny/config.json).
+ModelConfig kjv_tiny_shape() {
+  ModelConfig m;
+  m.num_attention_heads = 6;
+  m.num_key_value_heads = 2;
+  m.head_dim = 64;
+  m.vocab_size = 4096;
+  m.max_position_embeddings = 512;
+  return m;
+}
+
 TEST(ServerConfigTest, DefaultsOnAnAvx2Desktop) {
   const ResolvedConfig r = resolve({}, testing::avx2_machine(8), kLlama8B);
   EXPECT_EQ(r.kv_dtype, DType::kBF16);
@@ -196,12 +207,7 @@ TEST(ServerConfigTest, WeightsMemory) {
 // --max-mixed-prefill-tokens: 0 (no cap of its own) unless given; it must fit in
 // --max-num-batched-tokens, and a negative one is an error naming the flag.
 TEST(ServerConfigTest, MixedPrefillTokens) {
-  ModelConfig m;
-  m.num_attention_heads = 6;
-  m.num_key_value_heads = 2;
-  m.head_dim = 64;
-  m.vocab_size = 4096;
-  m.max_position_embeddings = 512;
+  const ModelConfig m = kjv_tiny_shape();
   ServerConfig f;
   EXPECT_EQ(resolve(f, testing::avx2_machine(8), m).kv.max_mixed_prefill_tokens, 0);
   f.kv.max_mixed_prefill_tokens = 256;
@@ -225,12 +231,7 @@ TEST(ServerConfigTest, DraftVocabSize) {
   EXPECT_EQ(default_draft_vocab_size(128256), 48096);
   EXPECT_EQ(default_draft_vocab_size(2000), 1024);
   EXPECT_EQ(default_draft_vocab_size(600), 600);
-  ModelConfig m;
-  m.num_attention_heads = 6;
-  m.num_key_value_heads = 2;
-  m.head_dim = 64;
-  m.vocab_size = 4096;
-  m.max_position_embeddings = 512;
+  const ModelConfig m = kjv_tiny_shape();
   ServerConfig f;
   f.spec.algorithm = "draft";
   f.spec.draft_model_path = std::string(SPINDLE_FIXTURES_DIR) + "/../../models/kjv-draft";

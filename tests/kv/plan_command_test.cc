@@ -76,9 +76,10 @@ constexpr uint64_t kReserve = 134217728;  // max(128 MiB, 3221225472 / 50)
 constexpr uint64_t kBytesPerPage = 8192;
 
 // The planner's relations (capacity_planner.h) between the fields of one plan's JSON.
-void expect_consistent_plan(const nlohmann::json& j, int dp_size) {
+// weights: the weight bytes subtracted (one copy, or one per rank with huge pages).
+void expect_consistent_plan(const nlohmann::json& j, int dp_size, uint64_t weights = kWeights) {
   const uint64_t ws = j["workspace_bytes_per_rank"];
-  EXPECT_EQ(j["budget_bytes"].get<uint64_t>(), kUsable - kWeights - uint64_t(dp_size) * ws - kReserve);
+  EXPECT_EQ(j["budget_bytes"].get<uint64_t>(), kUsable - weights - uint64_t(dp_size) * ws - kReserve);
   const uint64_t budget = j["budget_bytes"];
   const uint64_t kv_per_rank = j["kv_budget_bytes_per_rank"];
   EXPECT_EQ(kv_per_rank, budget * 9 / 10 / uint64_t(dp_size));  // mem fraction 0.9, floor
@@ -185,6 +186,19 @@ TEST(PlanCommandTest, DataParallelPerRank) {
   EXPECT_EQ(j["ranks"][1]["first_page"], 167133);
   EXPECT_EQ(j["ranks"][1]["max_total_tokens"], 2674128);
   expect_consistent_plan(j, 2);
+
+  // --weights-memory huge-pages: each CPU rank holds its own copy of the weights, so they count twice
+  // too: budget = 3221225472 - 2 * 2492928 - 2 * 20971520 - 134217728 = 3040078848,
+  // kv/rank = floor(3040078848 * 0.9 / 2) = floor(1368035481.6) = 1368035481. (The v2 fixture has no
+  // transparent_hugepage file, so auto above mapped the weights.)
+  r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
+                  " --dp-size 2 --estimate-workspace --max-running-requests 100000 --weights-memory huge-pages --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["weight_bytes"], 2u * 2492928u);
+  EXPECT_EQ(j["budget_bytes"], 3040078848u);
+  EXPECT_EQ(j["kv_budget_bytes_per_rank"], 1368035481u);
+  expect_consistent_plan(j, 2, 2 * kWeights);
 
   // Measured: each rank runs its own forward, so the workspace counts twice.
   r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --dp-size 2 --json");

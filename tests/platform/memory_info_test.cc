@@ -102,12 +102,13 @@ void expect_error_naming(const std::filesystem::path& root, const std::string& f
 }
 
 // The transparent huge page mode: the bracketed word of sys/kernel/mm/transparent_hugepage/enabled
-// (v1: "always [madvise] never"; v2: "[always] madvise never"; none has no such file; thp_malformed
-// has no bracketed word).
+// (v1: "always [madvise] never"; v2_nested: "[always] madvise never"; v2_max: "always madvise [never]";
+// none and v2 have no such file; thp_malformed has no bracketed word).
 TEST(MemoryInfoTest, TransparentHugePageMode) {
   EXPECT_EQ(read_memory_info(fixture("v1")).transparent_hugepage, "madvise");
   EXPECT_TRUE(read_memory_info(fixture("v1")).huge_pages_on_advice());
-  EXPECT_EQ(read_memory_info(fixture("v2")).transparent_hugepage, "always");
+  EXPECT_EQ(read_memory_info(fixture("v2_nested")).transparent_hugepage, "always");
+  EXPECT_EQ(read_memory_info(fixture("v2")).transparent_hugepage, "unavailable");
   EXPECT_EQ(read_memory_info(fixture("v2_max")).transparent_hugepage, "never");
   EXPECT_FALSE(read_memory_info(fixture("v2_max")).huge_pages_on_advice());
   EXPECT_EQ(read_memory_info(fixture("none")).transparent_hugepage, "unavailable");
