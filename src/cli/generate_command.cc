@@ -77,7 +77,7 @@ void run_generate(GenerateArgs& a) {
 void add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   a->sampling.max_tokens = 64;
-  // One prompt and gone: the copy into huge pages (0.5-3.6 s for 2.5 GB) would cost more than its
+  // One prompt and gone: the copy into huge pages (0.5-0.9 s for 2.5 GB) would cost more than its
   // ~5% faster decode saves, and generate's start is the one users time.
   a->serving.server.weights_memory = "mapped";
   auto* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");

@@ -41,6 +41,7 @@ class MappedFile {
  private:
   void map_file(int fd);
   void copy_to_huge_pages(int fd);
+  void read_range(int fd, std::byte* dest, size_t begin, size_t end) const;  // [begin, end) of the file
   void release();
 
   std::filesystem::path path_;
