@@ -15,6 +15,8 @@
 #include <thread>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "util/error.h"
 
 namespace spindle {
@@ -71,8 +73,16 @@ void MappedFile::copy_to_huge_pages(int fd) {
   const size_t rounded = (size_ + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   region_size_ = rounded + kHugePageBytes;
   void* p = ::mmap(nullptr, region_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  SPINDLE_CHECK(p != MAP_FAILED, "cannot allocate {} bytes for a copy of {}: {}", region_size_, path_.string(),
-                std::strerror(errno));
+  if (p == MAP_FAILED) {
+    // Strict overcommit (vm.overcommit_memory = 2) charges a private writable copy but not a
+    // read-only file mapping: serve from the file's pages rather than not at all.
+    spdlog::warn("cannot allocate {} bytes to copy {} into huge pages ({}); mapping the file instead", region_size_,
+                 path_.string(), std::strerror(errno));
+    region_size_ = 0;
+    memory_ = FileMemory::kMapped;
+    map_file(fd);
+    return;
+  }
   region_ = p;
   const auto base = reinterpret_cast<uintptr_t>(p);
   auto* dest = reinterpret_cast<std::byte*>((base + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);

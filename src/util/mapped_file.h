@@ -17,7 +17,8 @@ enum class FileMemory {
                   // (MADV_HUGEPAGE, 2 MiB aligned), read-only once filled. The CPU's decode streams
                   // its weights faster from 2 MiB pages (bench/results/2026-12-04-zen3-hugepage-weights)
                   // at the price of a read at start and memory of its own (the page cache's copy
-                  // stays reclaimable).
+                  // stays reclaimable). Where that memory cannot be had (mmap fails, e.g. under
+                  // strict overcommit) the file is mapped instead, with a warning; memory() says which.
 };
 
 class MappedFile {

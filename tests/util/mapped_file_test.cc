@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "util/error.h"
@@ -76,6 +78,41 @@ TEST(MappedFileTest, HugePageCopyHoldsTheFile) {
   EXPECT_TRUE(MappedFile(empty, FileMemory::kHugePageCopy).bytes().empty());
   fs::remove(empty);
   EXPECT_THROW(MappedFile("/nonexistent/spindle/model.safetensors", FileMemory::kHugePageCopy), Error);
+}
+
+// Where the copy's memory cannot be had, the file is mapped instead (and says so). Forced here with an
+// address-space limit that leaves room for the 64 MiB file mapping but not for the copy's 66 MiB
+// (the file rounded to 2 MiB pages plus one page of alignment slack); the limit is restored after.
+TEST(MappedFileTest, HugePageCopyFallsBackToMappingWhenMemoryIsRefused) {
+  std::string contents(size_t{64} << 20, '\0');
+  for (size_t i = 0; i < contents.size(); i += 4096) contents[i] = static_cast<char>(i / 4096 % 251);
+  const auto path = temp_file("huge_refused", contents);
+  std::ifstream status("/proc/self/status");
+  uint64_t vm_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSize:", 0) == 0) vm_kib = std::stoull(line.substr(7));
+  }
+  ASSERT_GT(vm_kib, 0u);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = vm_kib * 1024 + (size_t{65} << 20);
+  if (old.rlim_cur != RLIM_INFINITY && old.rlim_cur < tight.rlim_cur) GTEST_SKIP() << "address space already limited";
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &tight), 0);
+  std::optional<MappedFile> file;
+  std::string error;
+  try {
+    file.emplace(path, FileMemory::kHugePageCopy);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old), 0);
+  ASSERT_TRUE(error.empty()) << error;
+  EXPECT_EQ(file->memory(), FileMemory::kMapped);
+  ASSERT_EQ(file->size(), contents.size());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(file->data()), file->size()), contents);
+  file.reset();
+  fs::remove(path);
 }
 
 TEST(MappedFileTest, ReadTextFile) {
