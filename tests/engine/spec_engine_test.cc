@@ -298,7 +298,7 @@ TEST(SpecEngineTest, RejectedDraftsDoNotStopReexploring) {
   // on an idle 2-core Zen 3, fewer under a parallel ctest). Then, with plain decoding chosen, a neighbour is re-measured after
   // 20, 40 and 80 decisions more: at least 3 more verifies in ~219 decode steps. Stuck at an acceptance of
   // 0 it would stop at the climb's 5. (Was > 20, which held only when the climb reached 4 drafts: it
-  // failed 1 of 6 parallel runs on the Zen 3.)
+  // failed once in 8 full parallel ctest runs on the Zen 3.)
   EXPECT_GE(spec.metrics.spec_num_drafts, uint64_t{engine::spec::CostModel::kMinSamples} + 3);
 }
 
