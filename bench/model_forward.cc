@@ -40,6 +40,7 @@
 #include "attn/attention_backend.h"
 #include "bench_model_writer.h"
 #include "bench_util.h"
+#include "config/server_config.h"
 #include "engine/runner.h"
 #include "kernels/cpu/linear.h"
 #include "model/model.h"
@@ -255,13 +256,10 @@ int main(int argc, char** argv) {
         args.matmul_precision == "bf16" ||
         (args.matmul_precision == "auto" && load_model_config(dir).torch_dtype == DType::kBF16);
     ModelOptions options;
-    SPINDLE_CHECK(args.weights_memory == "auto" || args.weights_memory == "mapped" ||
-                      args.weights_memory == "huge-pages" || args.weights_memory == "ab",
-                  "--weights-memory '{}' is not one of: auto, mapped, huge-pages, ab", args.weights_memory);
-    const bool ab = args.weights_memory == "ab";
-    const bool huge_pages = args.weights_memory == "huge-pages" ||
-                            (args.weights_memory == "auto" && read_memory_info().huge_pages_on_advice());
-    options.weights_memory = huge_pages ? FileMemory::kHugePageCopy : FileMemory::kMapped;
+    const bool ab = args.weights_memory == "ab";  // A mapped, B in huge pages
+    options.weights_memory =
+        config::resolve_weights_memory(ab ? "mapped" : args.weights_memory, attn::Device::kCpu, read_memory_info());
+    const bool huge_pages = options.weights_memory == FileMemory::kHugePageCopy;
     g_profile.on = args.profile;
     options.make_linear = [&args, bf16_activations](const kernels::cpu::LinearWeight& w) {
       kernels::cpu::LinearOptions o;

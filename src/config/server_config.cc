@@ -78,16 +78,7 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
                     flags.matmul_precision == "bf16",
                 "--matmul-precision '{}' is not one of: auto, exact, bf16", flags.matmul_precision);
   r.bf16_activations = flags.matmul_precision == "bf16";  // auto: decided from the checkpoint (below)
-  SPINDLE_CHECK(flags.weights_memory == "auto" || flags.weights_memory == "mapped" ||
-                    flags.weights_memory == "huge-pages",
-                "--weights-memory '{}' is not one of: auto, mapped, huge-pages", flags.weights_memory);
-  SPINDLE_CHECK(flags.weights_memory != "huge-pages" || r.device == attn::Device::kCpu,
-                "--weights-memory huge-pages is for the CPU device (--device {} uploads the weights to the GPU)",
-                flags.device);
-  const bool huge_pages = flags.weights_memory == "huge-pages" ||
-                          (flags.weights_memory == "auto" && r.device == attn::Device::kCpu &&
-                           device.memory.huge_pages_on_advice());
-  r.weights_memory = huge_pages ? FileMemory::kHugePageCopy : FileMemory::kMapped;
+  r.weights_memory = resolve_weights_memory(flags.weights_memory, r.device, device.memory);
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
@@ -169,6 +160,17 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
                  "activations to bf16 (oneDNN's AMX/AVX512-BF16 matmul on large CPU batches, cuBLAS bf16 GEMMs "
                  "on CUDA; ~1e-2 relative logit error)")
       ->check(CLI::IsMember({"auto", "exact", "bf16"}));
+}
+
+FileMemory resolve_weights_memory(const std::string& flag, attn::Device device, const MemoryInfo& memory) {
+  SPINDLE_CHECK(flag == "auto" || flag == "mapped" || flag == "huge-pages",
+                "--weights-memory '{}' is not one of: auto, mapped, huge-pages", flag);
+  SPINDLE_CHECK(flag != "huge-pages" || device == attn::Device::kCpu,
+                "--weights-memory huge-pages is for the CPU device ({} uploads the weights to its memory)",
+                attn::device_name(device));
+  const bool huge_pages =
+      flag == "huge-pages" || (flag == "auto" && device == attn::Device::kCpu && memory.huge_pages_on_advice());
+  return huge_pages ? FileMemory::kHugePageCopy : FileMemory::kMapped;
 }
 
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {

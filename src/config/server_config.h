@@ -120,6 +120,10 @@ void add_attention_flags(CLI::App& app, ServerConfig& flags);
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags);
 // --max-running-requests, --max-queued-requests.
 void add_scheduler_flags(CLI::App& app, ServerConfig& flags);
+// --weights-memory's rule (resolve() applies it; benchmarks call it too): huge-pages or, for auto, a
+// CPU device whose kernel grants transparent huge pages on advice -> kHugePageCopy; else kMapped.
+// Throws on another word, or huge-pages on a CUDA device.
+FileMemory resolve_weights_memory(const std::string& flag, attn::Device device, const MemoryInfo& memory);
 // --weights-memory (serve, generate and plan).
 void add_weights_memory_flag(CLI::App& app, ServerConfig& flags);
 

@@ -97,7 +97,6 @@ class Checkpoint {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   int num_shards() const { return static_cast<int>(shards_.size()); }
   const SafetensorsFile& shard(int index) const { return *shards_.at(static_cast<size_t>(index)); }
-  FileMemory memory() const { return memory_; }
   // nullptr when absent.
   const TensorInfo* find(std::string_view name) const;
   // Throws naming the folder and the tensor when absent.
