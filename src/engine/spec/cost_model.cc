@@ -25,9 +25,12 @@ int CostModel::bucket_of(int n) {
 }
 
 double CostModel::Times::median() const {
-  const int n = std::min(samples, kWindow);
+  int first = std::max(0, samples - kWindow);
+  if (samples - fresh_from >= kMinSamples) first = std::max(first, fresh_from);
+  const int n = samples - first;
   if (n == 0) return 0.0;
-  std::array<double, kWindow> sorted = recent;
+  std::array<double, kWindow> sorted{};
+  for (int i = 0; i < n; ++i) sorted[static_cast<size_t>(i)] = recent[static_cast<size_t>((first + i) % kWindow)];
   std::sort(sorted.begin(), sorted.begin() + n);
   return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
@@ -57,6 +60,16 @@ int CostModel::choose_drafts(int num_decoding, std::span<const double> expected)
     return k;
   };
   auto rate = [&](int k) { return expected[static_cast<size_t>(k)] / b.way[static_cast<size_t>(k)].median(); };
+  // A re-measurement in progress runs its way until it has kMinSamples fresh steps (or for
+  // 2 * kMinSamples decisions, should steps with that many drafts not come).
+  if (b.remeasuring >= 0) {
+    const int k = b.remeasuring;
+    if (decision < b.remeasure_until && k <= largest && useful[static_cast<size_t>(k)] &&
+        b.way[static_cast<size_t>(k)].samples - b.way[static_cast<size_t>(k)].fresh_from < kMinSamples) {
+      return run(k);
+    }
+    b.remeasuring = -1;
+  }
   // Ways are measured in increasing k, plain decoding first, each kMinSamples times; the climb stops
   // at the first k that is kHysteresis slower than the best below it: more drafts cost more rows
   // (and proposal) per step for ever fewer expected tokens, so they are not measured at all (at a
@@ -88,10 +101,10 @@ int CostModel::choose_drafts(int num_decoding, std::span<const double> expected)
     b.chosen = chosen;
   }
   if (decision >= b.next_reexplore) {
-    // Re-measure a neighbour of the choice once (one draft fewer or one more, the less recently
-    // run): the choice can move a step at a time as costs and
-    // acceptance drift, and no far, expensive way is paid for. If the choice then stands, wait
-    // twice as long next time.
+    // Re-measure a neighbour of the choice (one draft fewer or one more, the less recently run)
+    // afresh, kMinSamples steps: the choice can move a step at a time as costs and acceptance
+    // drift, and no far, expensive way is paid for. If the choice then stands, wait twice as long
+    // next time.
     b.next_reexplore = decision + b.reexplore_every;
     b.reexplore_every = std::min(2 * b.reexplore_every, kMaxReexploreEvery);
     int other = -1;
@@ -107,7 +120,13 @@ int CostModel::choose_drafts(int num_decoding, std::span<const double> expected)
     while (above <= largest && !useful[static_cast<size_t>(above)]) ++above;
     consider(below);
     consider(above);
-    if (other >= 0) return run(other);
+    if (other >= 0) {
+      Times& t = b.way[static_cast<size_t>(other)];
+      t.fresh_from = t.samples;  // its old steps stop counting once the fresh ones are in
+      b.remeasuring = other;
+      b.remeasure_until = decision + 2 * kMinSamples;
+      return run(other);
+    }
   }
   return run(chosen);
 }

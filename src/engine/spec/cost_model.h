@@ -20,7 +20,12 @@
 // below it (a large batch never pays for a 4-draft step that costs 6x a plain one); then it runs a
 // neighbour of its choice (one draft fewer or more, the less recently measured) once after
 // kReexploreEvery decisions, and again after twice as many each time the choice stands (up to
-// kMaxReexploreEvery), so the choice can move a step at a time as costs and acceptance drift.
+// kMaxReexploreEvery), so the choice can move a step at a time as costs and acceptance drift. A
+// re-measurement drops the neighbour's old samples and runs it kMinSamples steps in a row: its cost
+// is then what it is now, next to the choice's own recent steps. (One step added to a window of old
+// ones moved no median: on a shared 2-core VM a way measured during another process's burst stayed
+// "slower" for the whole run, plain decoding chosen for 2010 of 2048 tokens; bench/results/
+// 2026-12-05-zen3-spec-remeasure.)
 #pragma once
 
 #include <algorithm>
@@ -69,6 +74,9 @@ class CostModel {
   struct Times {
     std::array<double, kWindow> recent{};  // the last min(samples, kWindow) steps (a ring)
     int samples = 0;
+    // Samples from this index on are a re-measurement's: once kMinSamples of them exist, the
+    // older ones no longer count in the median.
+    int fresh_from = 0;
     int last_decision = -1;  // the bucket's decision count when this way last ran
     double median() const;
   };
@@ -79,6 +87,8 @@ class CostModel {
     int logged_at = -kLogEvery;  // the decision count of the last logged change
     int reexplore_every = kReexploreEvery;
     int next_reexplore = kReexploreEvery;  // the decision count of the next re-measurement
+    int remeasuring = -1;                  // the way being re-measured (-1: none)
+    int remeasure_until = 0;               // ... at most until this decision count
   };
   static constexpr int kNumBuckets = 12;
   static int way_of(int drafts) { return std::clamp(drafts, 0, kMaxDrafts); }
