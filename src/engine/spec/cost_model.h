@@ -17,8 +17,8 @@
 // It picks the k with the most expected tokens per second (the way it chose before is kept unless
 // another is kHysteresis faster). A bucket measures its ways in increasing k, plain decoding first,
 // kMinSamples times each, and stops climbing at the first k that is kHysteresis slower than the best
-// below it (a large batch never pays for a 4-draft step that costs 6x a plain one); then it runs a
-// neighbour of its choice (one draft fewer or more, the less recently measured) once after
+// below it (a large batch never pays for a 4-draft step that costs 6x a plain one); then it re-measures a
+// neighbour of its choice (one draft fewer or more, the less recently measured) after
 // kReexploreEvery decisions, and again after twice as many each time the choice stands (up to
 // kMaxReexploreEvery), so the choice can move a step at a time as costs and acceptance drift. A
 // re-measurement drops the neighbour's old samples and runs it kMinSamples steps in a row: its cost
