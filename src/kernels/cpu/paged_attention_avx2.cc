@@ -119,9 +119,90 @@ inline void pv_rows(const float* pm, int p_stride, const VT* const* v, int n, in
   for (; d < D; d += 8) pv_block<R, 1>(pm, p_stride, v, n, d, o, D, corr);
 }
 
+// The 8 x 8 transpose of v (v[i][c] -> v[c][i]): unpacks, shuffles and 128-bit permutes.
+inline void transpose8(__m256 v[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {  // h = 0: rows 0-3, h = 4: rows 4-7
+    u[h + 0] = _mm256_shuffle_ps(t[h + 0], t[h + 2], 0x44);
+    u[h + 1] = _mm256_shuffle_ps(t[h + 0], t[h + 2], 0xee);
+    u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+    u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xee);
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x20);
+    v[c + 4] = _mm256_permute2f128_ps(u[c], u[c + 4], 0x31);
+  }
+}
+
+// s[r][j .. j + 8 J) = q_r . k_j for R rows, K transposed (kt[d * ld + j]): per d, the 8 J keys'
+// element d as J vectors times q_r[d] broadcast. Each score is its D products summed in order
+// (an FMA chain from 0), whatever R and J.
+template <int R, int J>
+inline void tdot_block(const float* q, int q_stride, const float* kt, int ld, int D, float* s, int s_stride) {
+  __m256 acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < J; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int d = 0; d < D; ++d) {
+    __m256 kv[J];
+    for (int c = 0; c < J; ++c) kv[c] = _mm256_loadu_ps(kt + int64_t{d} * ld + 8 * c);
+    for (int r = 0; r < R; ++r) {
+      const __m256 qb = _mm256_broadcast_ss(q + r * q_stride + d);
+      for (int c = 0; c < J; ++c) acc[r][c] = _mm256_fmadd_ps(qb, kv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < J; ++c) _mm256_storeu_ps(s + r * s_stride + 8 * c, acc[r][c]);
+}
+
+template <int R>
+inline void tdot_rows(const float* q, int q_stride, const float* kt, int ld, int n_pad, int D, float* s,
+                      int s_stride) {
+  int j = 0;
+  for (; j + 16 <= n_pad; j += 16) tdot_block<R, 2>(q, q_stride, kt + j, ld, D, s + j, s_stride);
+  for (; j < n_pad; j += 8) tdot_block<R, 1>(q, q_stride, kt + j, ld, D, s + j, s_stride);
+}
+
 struct Avx2 {
   static constexpr int kWidth = 8;
   static constexpr int kRowBlock = 4;
+  // Prefill tasks take scores_transposed (see vector_task).
+  static constexpr bool kTransposedScores = true;
+
+  // dst[d * ld + j] = element d of K row j as f32, for j < n_pad (rows from n on read as zeros; n_pad
+  // a multiple of 8) and d < D (a multiple of 8).
+  template <class KT>
+  static void transpose_rows(const KT* const* src, int n, int n_pad, int D, float* dst, int ld) {
+    static const KT zeros[kCpuBackendMaxHeadDim] = {};
+    for (int j0 = 0; j0 < n_pad; j0 += 8) {
+      const KT* rows[8];
+      for (int i = 0; i < 8; ++i) rows[i] = j0 + i < n ? src[j0 + i] : zeros;
+      for (int d = 0; d < D; d += 8) {
+        __m256 v[8];
+        for (int i = 0; i < 8; ++i) v[i] = load8(rows[i] + d);
+        transpose8(v);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + int64_t{d + i} * ld + j0, v[i]);
+      }
+    }
+  }
+
+  // s[r][j] = q_r . k_j for r < rows, j < n_pad, K as transpose_rows wrote it.
+  static void scores_transposed(const float* q, int q_stride, int rows, const float* kt, int ld, int n_pad, int D,
+                                float* s, int s_stride) {
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) tdot_rows<4>(q + r * q_stride, q_stride, kt, ld, n_pad, D, s + r * s_stride, s_stride);
+    const float* qr = q + r * q_stride;
+    float* sr = s + r * s_stride;
+    switch (rows - r) {
+      case 3: tdot_rows<3>(qr, q_stride, kt, ld, n_pad, D, sr, s_stride); break;
+      case 2: tdot_rows<2>(qr, q_stride, kt, ld, n_pad, D, sr, s_stride); break;
+      case 1: tdot_rows<1>(qr, q_stride, kt, ld, n_pad, D, sr, s_stride); break;
+      default: break;
+    }
+  }
 
   template <class KT>
   static void scores(const float* q, int q_stride, int rows, const KT* const* k, int n, int D, float* s,

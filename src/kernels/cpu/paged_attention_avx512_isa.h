@@ -175,6 +175,7 @@ inline void pv_rows512(const float* pm, int p_stride, const VT* const* v, int n,
 struct Avx512 {
   static constexpr int kWidth = 16;
   static constexpr int kRowBlock = 4;
+  static constexpr bool kTransposedScores = false;  // see vector_task
 
   template <class KT>
   static void scores(const float* q, int q_stride, int rows, const KT* const* k, int n, int D, float* s,

@@ -332,7 +332,7 @@ void run_plan(const PagedAttentionParams& p, const Plan& plan, Fn&& fn) {
 
 // Per-thread buffers of the vector (non-AMX) task.
 struct VectorScratch {
-  Scratch<float> q, o, s, m, l, corr, k_conv, v_conv;
+  Scratch<float> q, o, s, m, l, corr, k_conv, v_conv, k_t;
   Scratch<uint16_t> q_bf16;
   Scratch<int> limit;
   Scratch<const void*> k_rows, v_rows;
@@ -352,6 +352,13 @@ inline VectorScratch& vector_scratch() {
 //   softmax_rows(s, s_stride, rows, n_pad, m, l, corr)  online softmax update, s -> p in place
 //   pv<VT>(p, p_stride, rows, v_rows, n, D, o, corr)    o_r = o_r * corr_r + sum_j p_rj v_j
 //   convert_rows(src_rows, n, D, dst)                   bf16 rows -> f32 [n][D]
+//   kTransposedScores                                   true: also (prefill sequences, below)
+//   transpose_rows(src_rows, n, n_pad, D, dst, ld)      rows -> f32 dst[d * ld + j], zero past n
+//   scores_transposed(q, q_stride, rows, kt, ld, n_pad, D, s, s_stride)  scores from that layout
+// A sequence of more than kDecodeSizedMaxNewTokens new tokens (a prefill) whose K tiles are
+// converted anyway takes the transposed scores where the ISA has them: no horizontal sum per score
+// (at head_dim 32 those sums and the score scatter cost as much as the dot products). Decode and
+// verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.head_dim;
@@ -392,7 +399,9 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
     }
   }
   const bool convert = kv_bf16 && rph > Isa::kRowBlock;
-  float* k_conv = convert && !use_dot ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
+  const bool transposed = Isa::kTransposedScores && convert && !use_dot && s.num_new_tokens > kDecodeSizedMaxNewTokens;
+  float* k_conv = convert && !use_dot && !transposed ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
+  float* k_t = transposed ? sc.k_t.get(size_t(kKeyTile) * D) : nullptr;
   float* v_conv = convert ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
 
   for (int k0 = t.k_begin; k0 < t.k_end; k0 += kKeyTile) {
@@ -413,6 +422,11 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         gather_rows(p, s, p.v_pages, h, k0, n, vr);
         if (use_dot) {
           Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
+        } else if (transposed) {
+          if constexpr (Isa::kTransposedScores) {
+            Isa::transpose_rows(kr, n, n_pad, D, k_t, kKeyTile);
+            Isa::scores_transposed(qh, D, rph, k_t, kKeyTile, n_pad, D, sh, kKeyTile);
+          }
         } else if (convert) {
           Isa::convert_rows(kr, n, D, k_conv);
           const float* kf[kKeyTile];
