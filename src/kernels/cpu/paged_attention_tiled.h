@@ -144,7 +144,12 @@ inline RowCoord row_coord(int group, int kv_head, int q_begin, int rows_per_head
 // decode_sized_token_tasks: decode-sized sequences (kDecodeSizedMaxNewTokens) get one task per new
 // token, for kernels whose one-token tasks run another path than their blocks (avx2's small decode),
 // so that a verify's rows are its decode steps'.
-inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decode_sized_token_tasks = false) {
+// split_decode_heads: where the decode-sized sequences' tasks (all KV heads each) are fewer than
+// 2 per thread, their KV heads go in groups, enough for 2 tasks per thread where the heads allow (a
+// batch-1 decode of 513 keys on 2 threads was one 512-key task and one 1-key task: one thread did
+// the step's attention). Heads are independent, so a row's result does not depend on its group.
+inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decode_sized_token_tasks = false,
+                      bool split_decode_heads = false) {
   Plan plan;
   const int group = p.num_heads / p.num_kv_heads;
   const int rows_block_tokens = imax(1, rows_target / group);
@@ -163,19 +168,34 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
   int want_splits = 1;
   if (num_threads > 1 && base_tasks > 0 && base_tasks < 2 * num_threads)
     want_splits = ceil_div(4 * num_threads, base_tasks);
+  const int fixed = fixed_split_keys(num_threads);
+  int decode_heads = p.num_kv_heads;  // KV heads per task of a decode-sized sequence's rows
+  if (split_decode_heads && num_threads > 1) {
+    int64_t decode_tasks = 0;  // with all heads per task
+    for (const auto& s : p.sequences) {
+      if (s.num_new_tokens > kDecodeSizedMaxNewTokens) continue;
+      const int blocks = ceil_div(s.num_new_tokens, tokens_per_block(s));
+      const int keys = s.num_cached_tokens + s.num_new_tokens;
+      decode_tasks += int64_t{blocks} * (keys > fixed ? ceil_div(keys, fixed) : 1);
+    }
+    if (decode_tasks > 0 && decode_tasks < 2 * num_threads) {
+      const int groups = imin(p.num_kv_heads, static_cast<int>(ceil_div(2 * num_threads, decode_tasks)));
+      decode_heads = ceil_div(p.num_kv_heads, groups);
+    }
+  }
   const int D = p.head_dim;
   for (int si = 0; si < static_cast<int>(p.sequences.size()); ++si) {
     const auto& s = p.sequences[si];
     const int block_tokens = tokens_per_block(s);
     for (int q0 = 0; q0 < s.num_new_tokens; q0 += block_tokens) {
       const int q1 = imin(s.num_new_tokens, q0 + block_tokens);
-      const int heads = heads_per_task(p, (q1 - q0) * group);
-      const int rows = (q1 - q0) * group * heads;
+      const bool decode_sized = s.num_new_tokens <= kDecodeSizedMaxNewTokens;
+      int heads = heads_per_task(p, (q1 - q0) * group);
+      if (decode_sized && heads == p.num_kv_heads) heads = decode_heads;
       const int keys = visible_keys(p, s, q1 - 1);
       int splits = 1;
       int chunk = keys;
-      if (s.num_new_tokens <= kDecodeSizedMaxNewTokens) {
-        const int fixed = fixed_split_keys(num_threads);
+      if (decode_sized) {
         if (keys > fixed) {
           chunk = fixed;
           splits = ceil_div(keys, chunk);
@@ -186,12 +206,14 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
         splits = ceil_div(keys, chunk);
       }
       for (int h = 0; h < p.num_kv_heads; h += heads) {
-        MergeItem merge{si, h, heads, q0, q1, splits, plan.num_partial_floats};
+        const int task_heads = imin(heads, p.num_kv_heads - h);
+        const int rows = (q1 - q0) * group * task_heads;
+        MergeItem merge{si, h, task_heads, q0, q1, splits, plan.num_partial_floats};
         for (int sp = 0; sp < splits; ++sp) {
           Task t;
           t.seq = si;
           t.kv_head = h;
-          t.num_heads = heads;
+          t.num_heads = task_heads;
           t.q_begin = q0;
           t.q_end = q1;
           t.k_begin = sp * chunk;
