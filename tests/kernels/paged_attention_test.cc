@@ -367,6 +367,21 @@ void check_verify_rows_are_decode_rows(Kernel kernel, int heads, int kv_heads, i
   }
 }
 
+// A step of few decode sequences gives each thread a task by putting the KV heads in groups
+// (make_plan): 5 KV heads on 3 threads, one sequence of 600 keys (2 key splits of 384, so 2 tasks
+// with all heads) become groups of 2, 2 and 1 heads; on 2 threads (splits of 512) groups of 3 and 2.
+// Every head of every row against the float64 reference. (VerifyRowsAreDecodeRowsBitForBit checks
+// that a row's bits do not depend on its group: its decode steps alone are grouped, among 7 not.)
+TEST_P(PagedAttentionKernel, DecodeHeadGroupsCoverEveryHead) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    Problem one(10, 5, 64, 16, DType::kBF16, {{1, 600}}, 31);
+    expect_matches(GetParam(), one, one.reference(), &pool);
+    Problem two(15, 5, 32, 16, DType::kBF16, {{1, 200}, {1, 900}}, 32);
+    expect_matches(GetParam(), two, two.reference(), &pool);
+  }
+}
+
 // A speculative verify's rows are the rows of one-token decode steps, bit for bit, whatever the
 // step holds: greedy speculation gives plain decoding's tokens only then. Verify blocks of 3-17 new
 // tokens (GQA 1, 3 and 4; 40-700 cached) run in a step with 7 decode sequences; each of their rows
@@ -378,7 +393,8 @@ TEST_P(PagedAttentionKernel, VerifyRowsAreDecodeRowsBitForBit) {
   struct Case {
     int heads, kv_heads, dim, verify_tokens, cached;
   };
-  for (const Case c : {Case{8, 2, 64, 5, 700}, Case{6, 2, 64, 5, 90}, Case{6, 2, 64, 17, 300}, Case{8, 8, 32, 3, 40}})
+  for (const Case c : {Case{8, 2, 64, 5, 700}, Case{6, 2, 64, 5, 90}, Case{6, 2, 64, 17, 300}, Case{8, 8, 32, 3, 40},
+                       Case{10, 5, 64, 4, 200}})
     for (ThreadPool* pool : {&test_pool(), static_cast<ThreadPool*>(nullptr)})
       check_verify_rows_are_decode_rows(GetParam(), c.heads, c.kv_heads, c.dim, c.verify_tokens, c.cached, pool);
 }

@@ -577,7 +577,7 @@ void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath pat
   check_optimized_attention_params(p, count_query_rows(p.sequences), "avx2");
   const bool small = path != Avx2DecodePath::kGeneric && p.head_dim % 16 == 0 &&
                      (path == Avx2DecodePath::kSmallHeadDim || p.head_dim <= kAvx2SmallDecodeMaxHeadDim);
-  const Plan plan = make_plan(p, 32, /*decode_sized_token_tasks=*/small, /*split_decode_heads=*/true);
+  const Plan plan = make_plan(p, 32, /*decode_sized_token_tasks=*/small);
   const bool kv_bf16 = p.kv_dtype == DType::kBF16;
   run_plan(p, plan, [&](const Task& t, float* partials) {
     if (small && t.q_end - t.q_begin == 1) {

@@ -144,12 +144,11 @@ inline RowCoord row_coord(int group, int kv_head, int q_begin, int rows_per_head
 // decode_sized_token_tasks: decode-sized sequences (kDecodeSizedMaxNewTokens) get one task per new
 // token, for kernels whose one-token tasks run another path than their blocks (avx2's small decode),
 // so that a verify's rows are its decode steps'.
-// split_decode_heads: where the decode-sized sequences' tasks (all KV heads each) are fewer than
-// 2 per thread, their KV heads go in groups, enough for 2 tasks per thread where the heads allow (a
-// batch-1 decode of 513 keys on 2 threads was one 512-key task and one 1-key task: one thread did
-// the step's attention). Heads are independent, so a row's result does not depend on its group.
-inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decode_sized_token_tasks = false,
-                      bool split_decode_heads = false) {
+// Where the decode-sized sequences' tasks (all KV heads each) are fewer than 2 per thread, their KV
+// heads go in groups, enough for 2 tasks per thread where the heads allow (a batch-1 decode of 513
+// keys on 2 threads was one 512-key task and one 1-key task: one thread did the step's attention).
+// Heads are independent in every kernel's task, so a row's result does not depend on its group.
+inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decode_sized_token_tasks = false) {
   Plan plan;
   const int group = p.num_heads / p.num_kv_heads;
   const int rows_block_tokens = imax(1, rows_target / group);
@@ -170,7 +169,7 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
     want_splits = ceil_div(4 * num_threads, base_tasks);
   const int fixed = fixed_split_keys(num_threads);
   int decode_heads = p.num_kv_heads;  // KV heads per task of a decode-sized sequence's rows
-  if (split_decode_heads && num_threads > 1) {
+  if (num_threads > 1) {
     int64_t decode_tasks = 0;  // with all heads per task
     for (const auto& s : p.sequences) {
       if (s.num_new_tokens > kDecodeSizedMaxNewTokens) continue;
