@@ -39,7 +39,8 @@ struct ResolvedKvConfig {
   double mem_fraction = kDefaultMemFraction;
   int max_num_batched_tokens = kDefaultMaxNumBatchedTokens;
   // Prompt tokens in a step that also decodes (engine/scheduler.h); 0: no cap of its own. Off by
-  // default until the GPU A/B of bench/results/2026-12-04-mixed-prefill-plan.md is measured.
+  // default: on the H200 (8B shape, C=32/128) a cap of 256/512 cut output tok/s by 3-28% while it cut
+  // C=32 TTFT p50 4x (bench/results/2026-12-05-h200-mixed-prefill-ab); on a 2-core CPU by 8.5%.
   int max_mixed_prefill_tokens = 0;
   int max_model_len = 0;
   int dp_size = 1;
