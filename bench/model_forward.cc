@@ -46,6 +46,7 @@
 #include "model/model.h"
 #include "model/model_config.h"
 #include "platform/device_info.h"
+#include "platform/openmp_policy.h"
 #include "util/thread_pool.h"
 
 using namespace spindle;
@@ -228,12 +229,14 @@ class TimedBackend final : public attn::AttentionBackend {
 }  // namespace
 
 int main(int argc, char** argv) {
+  default_openmp_wait_policy(argv);  // as `spindle` does (GOMP_SPINCOUNT=300000: libgomp's default, for an A/B)
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   try {
     const Args args = parse_args(argc, argv);
     ThreadPool& pool = ThreadPool::global();
     const DeviceInfo device = detect_device_info();
-    std::printf("cpu: %s, %d threads in ThreadPool::global()\n", device.cpu.model_name.c_str(), pool.num_threads());
+    std::printf("cpu: %s, %d threads in ThreadPool::global(); OpenMP: %s\n", device.cpu.model_name.c_str(),
+                pool.num_threads(), openmp_wait_policy_summary().c_str());
     const double bw = bench::memory_read_gbps(pool);
     std::printf("memory read bandwidth (1 GiB streaming sum, all threads): %.1f GB/s\n", bw);
 

@@ -14,6 +14,7 @@
 #include "model/safetensors.h"
 #include "model/weight_map.h"
 #include "platform/device_info.h"
+#include "platform/openmp_policy.h"
 #include "util/build_info.h"
 
 namespace spindle::cli {
@@ -86,6 +87,7 @@ void print_machine(const DeviceInfo& d) {
     fmt::print("  CUDA {}      {} (sm_{}{}), {} SMs, {} total, {} free\n", g.index, g.name, g.cc_major, g.cc_minor,
                g.num_sms, format_bytes(g.total_bytes), format_bytes(g.free_bytes));
   }
+  fmt::print("  OpenMP      {}\n", openmp_wait_policy_summary());
   fmt::print("  Fingerprint {}\n", device_fingerprint(d.cpu));
 }
 
@@ -109,7 +111,8 @@ void run_info(const InfoArgs& args) {
   if (!args.model_dir.empty()) model = std::make_unique<ModelFacts>(read_model_facts(args.model_dir));
   if (args.json) {
     nlohmann::json j = {{"build_id", build_id()}, {"machine", to_json(device)},
-                        {"device_fingerprint", device_fingerprint(device.cpu)}};
+                        {"device_fingerprint", device_fingerprint(device.cpu)},
+                        {"openmp_wait_policy", openmp_wait_policy_summary()}};
     if (model) j["model"] = model_json(*model);
     std::cout << j.dump(2) << std::endl;
     return;

@@ -7,11 +7,13 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "platform/openmp_policy.h"
 #include "util/build_info.h"
 #include "util/error.h"
 #include "util/log.h"
 
 int main(int argc, char** argv) {
+  spindle::default_openmp_wait_policy(argv);  // may re-execute this binary (platform/openmp_policy.h)
   spindle::init_logging();
   CLI::App app{"Spindle: an LLM inference server that configures itself", "spindle"};
   app.set_version_flag("--version", std::string(spindle::build_id()));

@@ -112,6 +112,36 @@ TEST(CliTest, InfoWithoutModelPrintsMachineFacts) {
   EXPECT_THAT(r.out, HasSubstr("Fingerprint"));
 }
 
+// platform/openmp_policy.h: libgomp's workers sleep after each parallel region unless the user
+// chose otherwise. OMP_DISPLAY_ENV=VERBOSE makes libgomp print its settings when it starts, before
+// main: once in the process the shell started (its defaults) and again in the re-executed one, whose
+// GOMP_SPINCOUNT must be 0 (libgomp's value for PASSIVE; its default is 300000).
+std::string last_gomp_spincount(const std::string& err) {
+  const std::string key = "GOMP_SPINCOUNT = '";
+  const size_t at = err.rfind(key);
+  if (at == std::string::npos) return "(not printed)";
+  const size_t begin = at + key.size();
+  return err.substr(begin, err.find('\'', begin) - begin);
+}
+
+TEST(CliTest, OpenMpWorkersSleepUnlessTheUserChoseAPolicy) {
+  const std::string clean = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u SPINDLE_OMP_WAIT_POLICY_DEFAULTED OMP_DISPLAY_ENV=VERBOSE";
+  const RunResult defaulted = run_spindle("info", clean);
+  ASSERT_EQ(defaulted.exit_code, 0) << defaulted.err;
+  EXPECT_THAT(defaulted.out, HasSubstr("OpenMP      OMP_WAIT_POLICY=PASSIVE (Spindle's default)"));
+  EXPECT_EQ(last_gomp_spincount(defaulted.err), "0") << defaulted.err;
+
+  const RunResult active = run_spindle("info", clean + " OMP_WAIT_POLICY=active");
+  ASSERT_EQ(active.exit_code, 0) << active.err;
+  EXPECT_THAT(active.out, HasSubstr("OpenMP      OMP_WAIT_POLICY=active (from the environment)"));
+  EXPECT_NE(last_gomp_spincount(active.err), "0") << active.err;
+
+  const RunResult spin = run_spindle("info --json", clean + " GOMP_SPINCOUNT=1000");
+  ASSERT_EQ(spin.exit_code, 0) << spin.err;
+  EXPECT_EQ(nlohmann::json::parse(spin.out).at("openmp_wait_policy"), "GOMP_SPINCOUNT=1000 (from the environment)");
+  EXPECT_EQ(last_gomp_spincount(spin.err), "1000") << spin.err;
+}
+
 struct MalformedCase {
   std::string name;
   std::function<fs::path()> make;
