@@ -8,8 +8,10 @@
 // primitive per exact M is created (a few ms of JIT) and cached (up to kMaxExactPrimitives).
 //
 // The element-wise loops around the products (widening, x to bf16, bias) run on oneDNN's own
-// OpenMP threads (this file is compiled with -fopenmp; Debian's oneDNN uses libgomp too): those
-// threads are awake and spinning right after each product, and a second pool would fight them.
+// OpenMP threads (this file is compiled with -fopenmp; Debian's oneDNN uses libgomp too), not on
+// the ThreadPool: one team per phase of the call. Between calls the OpenMP workers sleep where
+// `spindle` set OMP_WAIT_POLICY=PASSIVE (platform/openmp_policy.h); under libgomp's default they
+// poll for milliseconds on the cores the ThreadPool's next kernel needs.
 #include <dnnl.hpp>
 #include <omp.h>
 
