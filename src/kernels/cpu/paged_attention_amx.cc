@@ -51,8 +51,7 @@ namespace {
 
 constexpr int kAmxRows = 16;  // query rows per task (M), tile rows
 constexpr int kAmxKeys = 32;  // keys per tile (two 16-key S^T tiles, one 32-key P.V step)
-constexpr float kLog2E = 1.44269504088896341f;
-constexpr float kLn2 = 0.693147180559945309f;
+// kLog2E, kLn2: paged_attention_tiled.h.
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1;

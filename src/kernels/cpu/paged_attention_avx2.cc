@@ -59,6 +59,24 @@ inline __m256 exp8(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), valid);
 }
 
+// 2^x per lane for x <= 0 (a score minus its row's max, in log2 units): n = round(x), a degree-5
+// polynomial in x - n (fitted at Chebyshev nodes on [-0.5, 0.5]: relative error 1.6e-7, as exp8's),
+// times 2^n made in the exponent bits. x below -126 (masked keys: -inf) gives exactly 0.
+inline __m256 exp2_nonpositive(__m256 x) {
+  const __m256 valid = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+  const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 r = _mm256_sub_ps(x, n);
+  __m256 y = _mm256_set1_ps(1.339086331e-03f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(9.676031768e-03f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.550356954e-02f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(2.402210683e-01f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(6.931471825e-01f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.000000119e+00f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), valid);
+}
+
 // s[r][j] = q_r . k_j for R rows x J keys (R * J <= 8).
 template <int R, int J, class KT>
 inline void dot_block(const float* q, int q_stride, const KT* const* k, int D, float* s, int s_stride) {
@@ -169,7 +187,7 @@ inline void tdot_rows(const float* q, int q_stride, const float* kt, int ld, int
 struct Avx2 {
   static constexpr int kWidth = 8;
   static constexpr int kRowBlock = 4;
-  // Prefill tasks take scores_transposed (see vector_task).
+  // Prefill tasks take scores_transposed and softmax_rows_base2 (see vector_task).
   static constexpr bool kTransposedScores = true;
 
   // dst[d * ld + j] = element d of K row j as f32, for j < n_pad (rows from n on read as zeros; n_pad
@@ -239,6 +257,49 @@ struct Avx2 {
       }
       l[r] = l[r] * corr[r] + hsum(sum);
       m[r] = m_new;
+    }
+  }
+
+  // softmax_rows for scores in log2 units (the transposed prefill tasks pre-scale q by log2 e; m in
+  // log2 units too): rows in groups of 8, whose corrections are one exp2 vector and whose sums one
+  // hsum8 and one l update, instead of a libm exp and a horizontal sum per row.
+  static void softmax_rows_base2(float* s, int s_stride, int rows, int n_pad, float* m, float* l, float* corr) {
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+      const int nr = imin(8, rows - r0);
+      alignas(32) float m_old[8], m_use[8], l_old[8], out[8];
+      __m256 sums[8];
+      for (int i = 0; i < 8; ++i) {
+        sums[i] = _mm256_setzero_ps();
+        m_old[i] = i < nr ? m[r0 + i] : 0.0f;
+        l_old[i] = i < nr ? l[r0 + i] : 0.0f;
+        m_use[i] = 0.0f;
+        if (i >= nr) continue;
+        const float* row = s + (r0 + i) * s_stride;
+        __m256 mx = _mm256_set1_ps(kNegInf);
+        for (int j = 0; j < n_pad; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(row + j));
+        const float tile_max = hmax(mx);
+        const float m_new = tile_max > m_old[i] ? tile_max : m_old[i];
+        m_use[i] = m_new == kNegInf ? 0.0f : m_new;  // a row with nothing visible yet
+        m[r0 + i] = m_new;
+      }
+      // m_old - m_use <= 0, or -inf (nothing seen before): a correction of 0, as l and o are 0 then.
+      const __m256 c = exp2_nonpositive(_mm256_sub_ps(_mm256_load_ps(m_old), _mm256_load_ps(m_use)));
+      for (int i = 0; i < nr; ++i) {
+        float* row = s + (r0 + i) * s_stride;
+        const __m256 mu = _mm256_set1_ps(m_use[i]);
+        for (int j = 0; j < n_pad; j += 8) {
+          const __m256 e = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(row + j), mu));
+          _mm256_storeu_ps(row + j, e);
+          sums[i] = _mm256_add_ps(sums[i], e);
+        }
+      }
+      _mm256_store_ps(out, _mm256_fmadd_ps(_mm256_load_ps(l_old), c, hsum8(sums)));
+      alignas(32) float cs[8];
+      _mm256_store_ps(cs, c);
+      for (int i = 0; i < nr; ++i) {
+        l[r0 + i] = out[i];
+        corr[r0 + i] = cs[i];
+      }
     }
   }
 

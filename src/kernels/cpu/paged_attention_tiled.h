@@ -42,6 +42,8 @@ void check_optimized_attention_params(const PagedAttentionParams& p, int64_t num
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2E = 1.44269504088896341f;
+constexpr float kLn2 = 0.693147180559945309f;
 
 // Keys per tile (a multiple of 32 so every ISA's vectors tile it).
 constexpr int kKeyTile = 64;
@@ -376,10 +378,12 @@ inline VectorScratch& vector_scratch() {
 //   kTransposedScores                                   true: also (prefill sequences, below)
 //   transpose_rows(src_rows, n, n_pad, D, dst, ld)      rows -> f32 dst[d * ld + j], zero past n
 //   scores_transposed(q, q_stride, rows, kt, ld, n_pad, D, s, s_stride)  scores from that layout
+//   softmax_rows_base2(s, s_stride, rows, n_pad, m, l, corr)             softmax_rows for log2 scores
 // A sequence of more than kDecodeSizedMaxNewTokens new tokens (a prefill) whose K tiles are
 // converted anyway takes the transposed scores where the ISA has them: no horizontal sum per score
-// (at head_dim 32 those sums and the score scatter cost as much as the dot products). Decode and
-// verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
+// (at head_dim 32 those sums and the score scatter cost as much as the dot products), and the ISA's
+// softmax_rows_base2 (scores in log2 units: q pre-scaled by log2 e; m back in natural units for
+// finish_task). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.head_dim;
@@ -402,16 +406,20 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const void** v_rows = sc.v_rows.get(kKeyTile);
   uint16_t* qb = nullptr;
 
+  const bool use_dot = bf16_dot && kv_bf16;
+  const bool convert = kv_bf16 && rph > Isa::kRowBlock;
+  const bool transposed = Isa::kTransposedScores && convert && !use_dot && s.num_new_tokens > kDecodeSizedMaxNewTokens;
+  // Transposed tasks run the softmax in base 2: q pre-scaled by log2 e, m in log2 units until the end.
+  const float q_scale = transposed ? p.scale * kLog2E : p.scale;
   for (int r = 0; r < rows; ++r) {
     const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
     const float* src = q_row(p, s, c.token, c.head);
-    for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * p.scale;
+    for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * q_scale;
     limit[r] = visible_keys(p, s, c.token);
     m[r] = kNegInf;
     l[r] = 0.0f;
   }
   std::memset(o, 0, sizeof(float) * rows * D);
-  const bool use_dot = bf16_dot && kv_bf16;
   if (use_dot) {
     qb = sc.q_bf16.get(size_t(rows) * dq);
     for (int r = 0; r < rows; ++r) {
@@ -419,8 +427,6 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       for (int d = D; d < dq; ++d) qb[int64_t{r} * dq + d] = 0;
     }
   }
-  const bool convert = kv_bf16 && rph > Isa::kRowBlock;
-  const bool transposed = Isa::kTransposedScores && convert && !use_dot && s.num_new_tokens > kDecodeSizedMaxNewTokens;
   float* k_conv = convert && !use_dot && !transposed ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
   float* k_t = transposed ? sc.k_t.get(size_t(kKeyTile) * D) : nullptr;
   float* v_conv = convert ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
@@ -467,7 +473,15 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         float* srow = sh + int64_t{r} * kKeyTile;
         for (int j = visible; j < n_pad; ++j) srow[j] = kNegInf;
       }
-      Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
+      if constexpr (Isa::kTransposedScores) {
+        if (transposed) {
+          Isa::softmax_rows_base2(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
+        } else {
+          Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
+        }
+      } else {
+        Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
+      }
       if (kv_bf16) {
         const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
         if (convert) {
@@ -482,6 +496,9 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         Isa::pv(sh, kKeyTile, rph, reinterpret_cast<const float**>(v_rows), n, D, oh, corr + r0);
       }
     }
+  }
+  if (transposed) {  // split partials are merged in natural units (-inf stays -inf)
+    for (int r = 0; r < rows; ++r) m[r] *= kLn2;
   }
   finish_task(p, t, rows, m, l, o, partials);
 }
