@@ -325,6 +325,10 @@ TEST_P(PagedAttentionKernel, SplitKvLongContext) {
   expect_matches(GetParam(), decode, decode.reference(), &pool);
   Problem prefill(2, 1, 64, 1, DType::kF32, {{5, 700}}, 12);
   expect_matches(GetParam(), prefill, prefill.reference(), &pool);
+  // A prefill of more than 17 tokens over bf16 KV (avx2: transposed scores, softmax in base 2,
+  // whose m must be back in natural units when the splits merge): 3 query blocks, so split too.
+  Problem long_prefill(2, 1, 32, 16, DType::kBF16, {{40, 700}}, 13);
+  expect_matches(GetParam(), long_prefill, long_prefill.reference(), &pool);
 }
 
 // Each row of a verify block (verify_tokens new after `cached`, next to 7 decode sequences) against
