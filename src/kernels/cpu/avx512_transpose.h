@@ -4,6 +4,10 @@
 // baseline code.
 #pragma once
 
+// GCC 12's AVX-512 headers trip these on their own _mm512_undefined_* (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 namespace spindle::kernels::cpu {

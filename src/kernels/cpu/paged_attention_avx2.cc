@@ -189,6 +189,7 @@ struct Avx2 {
   static constexpr int kRowBlock = 4;
   // Prefill tasks take scores_transposed and softmax_rows_base2 (see vector_task).
   static constexpr bool kTransposedScores = true;
+  static constexpr bool kTransposedBf16Dot = false;  // no bf16 dot products on AVX2
 
   // dst[d * ld + j] = element d of K row j as f32, for j < n_pad (rows from n on read as zeros; n_pad
   // a multiple of 8) and d < D (a multiple of 8).

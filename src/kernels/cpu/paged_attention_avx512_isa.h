@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/paged_attention_tiled.h"
 
 namespace spindle::kernels::cpu {
@@ -172,10 +173,104 @@ inline void pv_rows512(const float* pm, int p_stride, const VT* const* v, int n,
   for (; c < chunks; ++c) pv_block512<R, 1>(pm, p_stride, v, n, c, o, D, corr);
 }
 
+// s[r][j .. j + 16 J) = q_r . k_j for R rows, K as Avx512::transpose_pairs wrote it (kt[i * ld + j]:
+// the bf16 pair (2i, 2i + 1) of key j as 32 bits), q bf16 (stride qs, zero padded): per pair, the
+// 16 J keys' pairs times q_r's pair broadcast, one vdpbf16ps per 16 keys. Each score is its pair
+// products summed in pair order (an accumulation chain from 0), whatever R and J: no horizontal sum.
+template <int R, int J>
+inline void tdot_block_bf16(const uint16_t* q, int qs, const uint32_t* kt, int ld, int pairs, float* s,
+                            int s_stride) {
+  __m512 acc[R][J];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < J; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int i = 0; i < pairs; ++i) {
+    __m512bh kv[J];
+    for (int c = 0; c < J; ++c) kv[c] = (__m512bh)_mm512_loadu_si512(kt + int64_t{i} * ld + 16 * c);
+    for (int r = 0; r < R; ++r) {
+      uint32_t qp;
+      std::memcpy(&qp, q + r * qs + 2 * i, sizeof(qp));
+      const __m512bh qb = (__m512bh)_mm512_set1_epi32(static_cast<int>(qp));
+      for (int c = 0; c < J; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], qb, kv[c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < J; ++c) _mm512_storeu_ps(s + r * s_stride + 16 * c, acc[r][c]);
+}
+
+template <int R>
+inline void tdot_rows_bf16(const uint16_t* q, int qs, const uint32_t* kt, int ld, int n_pad, int pairs, float* s,
+                           int s_stride) {
+  int j = 0;
+  for (; j + 64 <= n_pad; j += 64) tdot_block_bf16<R, 4>(q, qs, kt + j, ld, pairs, s + j, s_stride);
+  for (; j + 32 <= n_pad; j += 32) tdot_block_bf16<R, 2>(q, qs, kt + j, ld, pairs, s + j, s_stride);
+  for (; j < n_pad; j += 16) tdot_block_bf16<R, 1>(q, qs, kt + j, ld, pairs, s + j, s_stride);
+}
+
 struct Avx512 {
   static constexpr int kWidth = 16;
   static constexpr int kRowBlock = 4;
   static constexpr bool kTransposedScores = false;  // see vector_task
+  // Prefill tasks with bf16 dot products take transpose_pairs, scores_transposed_bf16 and
+  // softmax_rows_base2 (see vector_task).
+  static constexpr bool kTransposedBf16Dot = true;
+
+  // dst[i * ld + j] = the bf16 pair (2i, 2i + 1) of K row j as 32 bits, for j < n_pad (rows from n
+  // on read as zeros; n_pad a multiple of 16) and i < D / 2: 16 x 16 transposes of 32-bit elements.
+  static void transpose_pairs(const uint16_t* const* src, int n, int n_pad, int D, uint32_t* dst, int ld) {
+    static const uint16_t zeros[kCpuBackendMaxHeadDim] = {};
+    for (int j0 = 0; j0 < n_pad; j0 += 16) {
+      const uint16_t* rows[16];
+      for (int i = 0; i < 16; ++i) rows[i] = j0 + i < n ? src[j0 + i] : zeros;
+      for (int d = 0; d < D; d += 32) {
+        const int left = D - d;
+        const __mmask32 m = left >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << left) - 1);
+        __m512i v[16];
+        for (int i = 0; i < 16; ++i) v[i] = _mm512_maskz_loadu_epi16(m, rows[i] + d);
+        transpose16x16(v);
+        const int np = imin(16, left / 2);
+        for (int i = 0; i < np; ++i) _mm512_storeu_si512(dst + int64_t{d / 2 + i} * ld + j0, v[i]);
+      }
+    }
+  }
+
+  // s[r][j] = q_r . k_j for r < rows, j < n_pad, K as transpose_pairs wrote it, q bf16 (stride qs).
+  static void scores_transposed_bf16(const uint16_t* q, int qs, int rows, const uint32_t* kt, int ld, int n_pad,
+                                     int D, float* s, int s_stride) {
+    const int pairs = D / 2;
+    int r = 0;
+    for (; r + 4 <= rows; r += 4) tdot_rows_bf16<4>(q + r * qs, qs, kt, ld, n_pad, pairs, s + r * s_stride, s_stride);
+    const uint16_t* qr = q + r * qs;
+    float* sr = s + r * s_stride;
+    switch (rows - r) {
+      case 3: tdot_rows_bf16<3>(qr, qs, kt, ld, n_pad, pairs, sr, s_stride); break;
+      case 2: tdot_rows_bf16<2>(qr, qs, kt, ld, n_pad, pairs, sr, s_stride); break;
+      case 1: tdot_rows_bf16<1>(qr, qs, kt, ld, n_pad, pairs, sr, s_stride); break;
+      default: break;
+    }
+  }
+
+  // softmax_rows for scores in log2 units (q pre-scaled by log2 e; m in log2 units too): p = 2^(s - m).
+  static void softmax_rows_base2(float* s, int s_stride, int rows, int n_pad, float* m, float* l, float* corr) {
+    const __m512 ln2 = _mm512_set1_ps(kLn2);
+    for (int r = 0; r < rows; ++r) {
+      float* row = s + r * s_stride;
+      __m512 mx = _mm512_set1_ps(kNegInf);
+      for (int j = 0; j < n_pad; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
+      const float tile_max = _mm512_reduce_max_ps(mx);
+      const float m_new = tile_max > m[r] ? tile_max : m[r];
+      const float m_use = m_new == kNegInf ? 0.0f : m_new;  // a row with nothing visible yet
+      corr[r] = std::exp2(m[r] - m_use);
+      const __m512 mu = _mm512_set1_ps(m_use);
+      __m512 sum = _mm512_setzero_ps();
+      for (int j = 0; j < n_pad; j += 16) {
+        const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row + j), mu), ln2));
+        _mm512_storeu_ps(row + j, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      l[r] = l[r] * corr[r] + _mm512_reduce_add_ps(sum);
+      m[r] = m_new;
+    }
+  }
 
   template <class KT>
   static void scores(const float* q, int q_stride, int rows, const KT* const* k, int n, int D, float* s,

@@ -379,11 +379,16 @@ inline VectorScratch& vector_scratch() {
 //   transpose_rows(src_rows, n, n_pad, D, dst, ld)      rows -> f32 dst[d * ld + j], zero past n
 //   scores_transposed(q, q_stride, rows, kt, ld, n_pad, D, s, s_stride)  scores from that layout
 //   softmax_rows_base2(s, s_stride, rows, n_pad, m, l, corr)             softmax_rows for log2 scores
+//   kTransposedBf16Dot                                  true: prefill sequences with bf16 dot products
+//   transpose_pairs(src_rows, n, n_pad, D, dst, ld)     bf16 rows -> 32-bit pairs dst[i * ld + j]
+//   scores_transposed_bf16(qb, qb_stride, rows, kt, ld, n_pad, D, s, s_stride)  scores from that layout
 // A sequence of more than kDecodeSizedMaxNewTokens new tokens (a prefill) whose K tiles are
 // converted anyway takes the transposed scores where the ISA has them: no horizontal sum per score
 // (at head_dim 32 those sums and the score scatter cost as much as the dot products), and the ISA's
 // softmax_rows_base2 (scores in log2 units: q pre-scaled by log2 e; m back in natural units for
-// finish_task). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
+// finish_task). With bf16 dot products (avx512_bf16) a prefill's K tiles go into 32-bit bf16 pairs
+// transposed (transpose_pairs) instead: 16 keys per vdpbf16ps with q's pair broadcast, no horizontal
+// sum either, and the same base-2 softmax. Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.head_dim;
@@ -408,9 +413,12 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
 
   const bool use_dot = bf16_dot && kv_bf16;
   const bool convert = kv_bf16 && rph > Isa::kRowBlock;
-  const bool transposed = Isa::kTransposedScores && convert && !use_dot && s.num_new_tokens > kDecodeSizedMaxNewTokens;
+  const bool prefill = s.num_new_tokens > kDecodeSizedMaxNewTokens;
+  const bool transposed = Isa::kTransposedScores && convert && !use_dot && prefill;
+  const bool transposed_dot = Isa::kTransposedBf16Dot && use_dot && prefill;
+  const bool base2 = transposed || transposed_dot;
   // Transposed tasks run the softmax in base 2: q pre-scaled by log2 e, m in log2 units until the end.
-  const float q_scale = transposed ? p.scale * kLog2E : p.scale;
+  const float q_scale = base2 ? p.scale * kLog2E : p.scale;
   for (int r = 0; r < rows; ++r) {
     const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
     const float* src = q_row(p, s, c.token, c.head);
@@ -429,6 +437,8 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   }
   float* k_conv = convert && !use_dot && !transposed ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
   float* k_t = transposed ? sc.k_t.get(size_t(kKeyTile) * D) : nullptr;
+  // (uint32 pairs, through intrinsics only, in the float scratch: kKeyTile * dq / 2 of them)
+  uint32_t* k_pairs = transposed_dot ? reinterpret_cast<uint32_t*>(sc.k_t.get(size_t(kKeyTile) * dq / 2)) : nullptr;
   float* v_conv = convert ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
 
   for (int k0 = t.k_begin; k0 < t.k_end; k0 += kKeyTile) {
@@ -448,7 +458,16 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         gather_rows(p, s, p.k_pages, h, k0, n, kr);
         gather_rows(p, s, p.v_pages, h, k0, n, vr);
         if (use_dot) {
-          Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
+          if constexpr (Isa::kTransposedBf16Dot) {
+            if (transposed_dot) {
+              Isa::transpose_pairs(kr, n, n_pad, D, k_pairs, kKeyTile);
+              Isa::scores_transposed_bf16(qb + r0 * dq, dq, rph, k_pairs, kKeyTile, n_pad, D, sh, kKeyTile);
+            } else {
+              Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
+            }
+          } else {
+            Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
+          }
         } else if (transposed) {
           if constexpr (Isa::kTransposedScores) {
             Isa::transpose_rows(kr, n, n_pad, D, k_t, kKeyTile);
@@ -473,8 +492,8 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         float* srow = sh + int64_t{r} * kKeyTile;
         for (int j = visible; j < n_pad; ++j) srow[j] = kNegInf;
       }
-      if constexpr (Isa::kTransposedScores) {
-        if (transposed) {
+      if constexpr (Isa::kTransposedScores || Isa::kTransposedBf16Dot) {
+        if (base2) {
           Isa::softmax_rows_base2(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
         } else {
           Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
@@ -497,7 +516,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       }
     }
   }
-  if (transposed) {  // split partials are merged in natural units (-inf stays -inf)
+  if (base2) {  // split partials are merged in natural units (-inf stays -inf)
     for (int r = 0; r < rows; ++r) m[r] *= kLn2;
   }
   finish_task(p, t, rows, m, l, o, partials);
