@@ -20,7 +20,8 @@
 //       alone). Per m: time per forward (best and median of the reps), ratio to m = 1, GB/s of W,
 //       % of the read bandwidth, GFLOP/s. --small-m-cpu: the same timed by the calling thread's
 //       CPU time (with SPINDLE_NUM_THREADS=1 the whole product: robust to other processes' turns
-//       on a shared machine, not to their use of the memory bus).
+//       on a shared machine, not to their use of the memory bus). A second argument names the
+//       kernel instead of "auto" (e.g. `--small-m-cpu avx512_bf16`).
 // Direct kernels and "auto" use ThreadPool::global(); oneDNN uses its own OpenMP threads.
 #include <dnnl.hpp>
 
@@ -108,7 +109,7 @@ struct ModelSet {
   std::vector<Shape> tail;
 };
 
-void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time) {
+void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time, const std::string& kernel) {
   const auto clock = [cpu_time] { return cpu_time ? spindle::bench::thread_cpu_s() : spindle::bench::now_s(); };
   const ModelSet sets[] = {
       {"kjv-tiny (8 layers + head, L3-sized)",
@@ -135,7 +136,7 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time) {
     for (size_t i = 0; i < shapes.size(); ++i) {
       const Shape& s = shapes[i];
       weights.push_back(bf16_weights(size_t(s.out) * s.in, unsigned(i + 1)));
-      kernels.push_back(make_named_linear_kernel("auto", {weights.back().data(), DType::kBF16, s.out, s.in}));
+      kernels.push_back(make_named_linear_kernel(kernel, {weights.back().data(), DType::kBF16, s.out, s.in}));
       bytes += size_t(s.out) * s.in * 2;
       macs_per_row += double(s.out) * s.in;
     }
@@ -190,7 +191,7 @@ int main(int argc, char** argv) {
   const double mem_gbps = std::max(memory_read_gbps(pool), memory_read_gbps(pool));
   std::printf("memory read bandwidth (1 GiB streaming sum, all threads, best of 2x5): %.1f GB/s\n", mem_gbps);
   if (small_m) {
-    small_m_sweep(pool, mem_gbps, small_m_cpu);
+    small_m_sweep(pool, mem_gbps, small_m_cpu, argc > 2 ? argv[2] : "auto");
     return 0;
   }
 
