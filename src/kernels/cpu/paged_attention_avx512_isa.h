@@ -210,8 +210,8 @@ struct Avx512 {
   static constexpr int kWidth = 16;
   static constexpr int kRowBlock = 4;
   static constexpr bool kTransposedScores = false;  // see vector_task
-  // Prefill tasks with bf16 dot products take transpose_pairs, scores_transposed_bf16 and
-  // softmax_rows_base2 (see vector_task).
+  // Prefill tasks with bf16 dot products take transpose_pairs and scores_transposed_bf16 (see
+  // vector_task).
   static constexpr bool kTransposedBf16Dot = true;
 
   // dst[i * ld + j] = the bf16 pair (2i, 2i + 1) of K row j as 32 bits, for j < n_pad (rows from n
@@ -246,29 +246,6 @@ struct Avx512 {
       case 2: tdot_rows_bf16<2>(qr, qs, kt, ld, n_pad, pairs, sr, s_stride); break;
       case 1: tdot_rows_bf16<1>(qr, qs, kt, ld, n_pad, pairs, sr, s_stride); break;
       default: break;
-    }
-  }
-
-  // softmax_rows for scores in log2 units (q pre-scaled by log2 e; m in log2 units too): p = 2^(s - m).
-  static void softmax_rows_base2(float* s, int s_stride, int rows, int n_pad, float* m, float* l, float* corr) {
-    const __m512 ln2 = _mm512_set1_ps(kLn2);
-    for (int r = 0; r < rows; ++r) {
-      float* row = s + r * s_stride;
-      __m512 mx = _mm512_set1_ps(kNegInf);
-      for (int j = 0; j < n_pad; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(row + j));
-      const float tile_max = _mm512_reduce_max_ps(mx);
-      const float m_new = tile_max > m[r] ? tile_max : m[r];
-      const float m_use = m_new == kNegInf ? 0.0f : m_new;  // a row with nothing visible yet
-      corr[r] = std::exp2(m[r] - m_use);
-      const __m512 mu = _mm512_set1_ps(m_use);
-      __m512 sum = _mm512_setzero_ps();
-      for (int j = 0; j < n_pad; j += 16) {
-        const __m512 e = exp16(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row + j), mu), ln2));
-        _mm512_storeu_ps(row + j, e);
-        sum = _mm512_add_ps(sum, e);
-      }
-      l[r] = l[r] * corr[r] + _mm512_reduce_add_ps(sum);
-      m[r] = m_new;
     }
   }
 

@@ -388,7 +388,7 @@ inline VectorScratch& vector_scratch() {
 // softmax_rows_base2 (scores in log2 units: q pre-scaled by log2 e; m back in natural units for
 // finish_task). With bf16 dot products (avx512_bf16) a prefill's K tiles go into 32-bit bf16 pairs
 // transposed (transpose_pairs) instead: 16 keys per vdpbf16ps with q's pair broadcast, no horizontal
-// sum either, and the same base-2 softmax. Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
+// sum either, and the natural-base softmax (q rounded to bf16 as the decode rows round it). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.head_dim;
@@ -416,7 +416,10 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const bool prefill = s.num_new_tokens > kDecodeSizedMaxNewTokens;
   const bool transposed = Isa::kTransposedScores && convert && !use_dot && prefill;
   const bool transposed_dot = Isa::kTransposedBf16Dot && use_dot && prefill;
-  const bool base2 = transposed || transposed_dot;
+  // (Not the bf16 pairs: their q is rounded to bf16, and q * scale * log2 e rounds differently from
+  // the q * scale of the decode rows, a far larger change than the order of the sums; see
+  // ServerApiTest.ChoicesShareThePromptsPages, whose prompt is a prefill once and a short tail once.)
+  const bool base2 = transposed;
   // Transposed tasks run the softmax in base 2: q pre-scaled by log2 e, m in log2 units until the end.
   const float q_scale = base2 ? p.scale * kLog2E : p.scale;
   for (int r = 0; r < rows; ++r) {
@@ -492,7 +495,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         float* srow = sh + int64_t{r} * kKeyTile;
         for (int j = visible; j < n_pad; ++j) srow[j] = kNegInf;
       }
-      if constexpr (Isa::kTransposedScores || Isa::kTransposedBf16Dot) {
+      if constexpr (Isa::kTransposedScores) {
         if (base2) {
           Isa::softmax_rows_base2(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
         } else {
