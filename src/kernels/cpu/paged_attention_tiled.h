@@ -416,11 +416,12 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const bool prefill = s.num_new_tokens > kDecodeSizedMaxNewTokens;
   const bool transposed = Isa::kTransposedScores && convert && !use_dot && prefill;
   const bool transposed_dot = Isa::kTransposedBf16Dot && use_dot && prefill;
-  // (Not the bf16 pairs: their q is rounded to bf16, and q * scale * log2 e rounds differently from
-  // the q * scale of the decode rows, a far larger change than the order of the sums; see
-  // ServerApiTest.ChoicesShareThePromptsPages, whose prompt is a prefill once and a short tail once.)
+  // The f32 transposed tasks run the softmax in base 2: q pre-scaled by log2 e, m in log2 units until
+  // the end. The bf16 pairs do not: their q is rounded to bf16, and q * scale * log2 e rounds
+  // differently from the decode rows' q * scale, a far larger change than the order of the sums
+  // (ServerApiTest.ChoicesShareThePromptsPages computes its prompt as a prefill once and as a short
+  // tail once, and got two greedy texts).
   const bool base2 = transposed;
-  // Transposed tasks run the softmax in base 2: q pre-scaled by log2 e, m in log2 units until the end.
   const float q_scale = base2 ? p.scale * kLog2E : p.scale;
   for (int r = 0; r < rows; ++r) {
     const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
