@@ -421,8 +421,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   // differently from the decode rows' q * scale, a far larger change than the order of the sums
   // (ServerApiTest.ChoicesShareThePromptsPages computes its prompt as a prefill once and as a short
   // tail once, and got two greedy texts).
-  const bool base2 = transposed;
-  const float q_scale = base2 ? p.scale * kLog2E : p.scale;
+  const float q_scale = transposed ? p.scale * kLog2E : p.scale;
   for (int r = 0; r < rows; ++r) {
     const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
     const float* src = q_row(p, s, c.token, c.head);
@@ -461,17 +460,13 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
         gather_rows(p, s, p.k_pages, h, k0, n, kr);
         gather_rows(p, s, p.v_pages, h, k0, n, vr);
-        if (use_dot) {
+        if (transposed_dot) {
           if constexpr (Isa::kTransposedBf16Dot) {
-            if (transposed_dot) {
-              Isa::transpose_pairs(kr, n, n_pad, D, k_pairs, kKeyTile);
-              Isa::scores_transposed_bf16(qb + r0 * dq, dq, rph, k_pairs, kKeyTile, n_pad, D, sh, kKeyTile);
-            } else {
-              Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
-            }
-          } else {
-            Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
+            Isa::transpose_pairs(kr, n, n_pad, D, k_pairs, kKeyTile);
+            Isa::scores_transposed_bf16(qb + r0 * dq, dq, rph, k_pairs, kKeyTile, n_pad, D, sh, kKeyTile);
           }
+        } else if (use_dot) {
+          Isa::scores_bf16dot(qb + r0 * dq, dq, rph, kr, n, D, sh, kKeyTile);
         } else if (transposed) {
           if constexpr (Isa::kTransposedScores) {
             Isa::transpose_rows(kr, n, n_pad, D, k_t, kKeyTile);
@@ -497,7 +492,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         for (int j = visible; j < n_pad; ++j) srow[j] = kNegInf;
       }
       if constexpr (Isa::kTransposedScores) {
-        if (base2) {
+        if (transposed) {
           Isa::softmax_rows_base2(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
         } else {
           Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
@@ -520,7 +515,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       }
     }
   }
-  if (base2) {  // split partials are merged in natural units (-inf stays -inf)
+  if (transposed) {  // split partials are merged in natural units (-inf stays -inf)
     for (int r = 0; r < rows; ++r) m[r] *= kLn2;
   }
   finish_task(p, t, rows, m, l, o, partials);
