@@ -1,5 +1,6 @@
-// spindle generate [MODEL_DIR] --prompt "..." [--chat] [sampling flags]: streams the continuation
-// to stdout through the same engine the server uses, then prints prefill and decode tokens/s.
+// spindle generate [MODEL_DIR] --prompt "..." [--prompt ...] [--chat] [sampling flags]: streams the
+// continuation of one prompt (or prints those of several, submitted at once) to stdout through the
+// same engine the server uses, then prints prefill and decode tokens/s.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -15,7 +16,7 @@ namespace {
 
 struct GenerateArgs {
   ServingFlags serving;
-  std::string prompt;
+  std::vector<std::string> prompts;  // one: streamed; several: submitted at once, printed in order
   bool chat = false;
   std::string system;
   engine::SamplingParams sampling;
@@ -23,53 +24,91 @@ struct GenerateArgs {
   bool print_stats = true;
 };
 
+// The prompt's token ids (wrapped in the chat template with --chat), checked against the context.
+std::vector<TokenId> encode_prompt(const ServingStack& stack, const GenerateArgs& a, const std::string& prompt) {
+  const auto& tok = *stack.tokenizer;
+  std::vector<TokenId> ids;
+  if (a.chat) {
+    SPINDLE_CHECK(stack.chat_template.has_value(), "--chat: this model has no recognised chat template (use --chat-template)");
+    std::vector<tokenizer::ChatMessage> messages;
+    if (!a.system.empty()) messages.push_back({"system", a.system});
+    messages.push_back({"user", prompt});
+    ids = tok.encode(stack.chat_template->render(messages, true), /*add_special_tokens=*/false);
+  } else {
+    ids = tok.encode(prompt, /*add_special_tokens=*/true);
+  }
+  SPINDLE_CHECK(!ids.empty(), "the prompt is empty");
+  const int max_len = stack.group->max_model_len();
+  SPINDLE_CHECK(static_cast<int>(ids.size()) < max_len, "the prompt has {} tokens; the context is {}", ids.size(), max_len);
+  return ids;
+}
+
+using Clock = std::chrono::steady_clock;
+
+struct GenerateTiming {
+  Clock::time_point start;
+  std::optional<Clock::time_point> first;  // the first generated token of any prompt
+  int num_prompt_tokens = 0;
+  int num_output_tokens = 0;
+};
+
+// Pops one stream to its end; streams its text to stdout when `echo`, else returns it.
+std::string drain(engine::RequestStream& stream, bool echo, GenerateTiming& t, engine::FinishReason& finish) {
+  std::string text;
+  engine::RequestOutput out;
+  do {
+    out = stream.pop();
+    if (out.finish_reason == engine::FinishReason::kError) SPINDLE_FAIL("generation failed: {}", out.error);
+    if (!t.first && !out.tokens.empty()) t.first = Clock::now();
+    if (echo) {
+      fmt::print("{}", out.text);
+      std::fflush(stdout);
+    } else {
+      text += out.text;
+    }
+  } while (!out.finished);
+  t.num_output_tokens += out.num_output_tokens;
+  finish = out.finish_reason;
+  return text;
+}
+
+void print_stats(const GenerateTiming& t, size_t num_prompts, engine::FinishReason finish) {
+  const auto end = Clock::now();
+  const double prefill_s = std::chrono::duration<double>(*t.first - t.start).count();
+  const double decode_s = std::chrono::duration<double>(end - *t.first).count();
+  const int decoded = t.num_output_tokens - static_cast<int>(num_prompts);
+  fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tokens/s); decode: {} tokens in {:.3f} s ({:.1f} tokens/s); "
+             "finish: {}\n",
+             t.num_prompt_tokens, prefill_s, t.num_prompt_tokens / prefill_s, decoded, decode_s,
+             decoded > 0 ? decoded / decode_s : 0.0, engine::finish_reason_name(finish));
+}
+
 void run_generate(GenerateArgs& a) {
   auto stack = build_serving_stack(a.serving);
   log_serving_stack(*stack);
-  const auto& tok = *stack->tokenizer;
-  std::vector<TokenId> ids;
-  if (a.chat) {
-    SPINDLE_CHECK(stack->chat_template.has_value(), "--chat: this model has no recognised chat template (use --chat-template)");
-    std::vector<tokenizer::ChatMessage> messages;
-    if (!a.system.empty()) messages.push_back({"system", a.system});
-    messages.push_back({"user", a.prompt});
-    ids = tok.encode(stack->chat_template->render(messages, true), /*add_special_tokens=*/false);
-  } else {
-    ids = tok.encode(a.prompt, /*add_special_tokens=*/true);
-  }
-  SPINDLE_CHECK(!ids.empty(), "the prompt is empty");
-  const int max_len = stack->group->max_model_len();
-  SPINDLE_CHECK(static_cast<int>(ids.size()) < max_len, "the prompt has {} tokens; the context is {}", ids.size(), max_len);
+  std::vector<std::vector<TokenId>> prompts;
+  for (const auto& p : a.prompts) prompts.push_back(encode_prompt(*stack, a, p));
   if (a.seed >= 0) a.sampling.seed = static_cast<uint64_t>(a.seed);
-  a.sampling.max_tokens = std::min(a.sampling.max_tokens, max_len - static_cast<int>(ids.size()));
-  engine::validate_sampling_params(a.sampling, tok.vocab_size());
-
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const int num_prompt = static_cast<int>(ids.size());
-  auto stream = stack->group->submit(std::move(ids), a.sampling);
-  std::optional<Clock::time_point> first;
-  engine::RequestOutput out;
-  if (!a.chat) fmt::print("{}", a.prompt);
-  do {
-    out = stream->pop();
-    if (out.finish_reason == engine::FinishReason::kError) SPINDLE_FAIL("generation failed: {}", out.error);
-    if (!first && !out.tokens.empty()) first = Clock::now();
-    fmt::print("{}", out.text);
-    std::fflush(stdout);
-  } while (!out.finished);
-  const auto end = Clock::now();
-  fmt::print("\n");
-  std::fflush(stdout);
-  if (a.print_stats && first) {
-    const double prefill_s = std::chrono::duration<double>(*first - start).count();
-    const double decode_s = std::chrono::duration<double>(end - *first).count();
-    const int decoded = out.num_output_tokens - 1;
-    fmt::print(stderr, "prefill: {} tokens in {:.3f} s ({:.1f} tokens/s); decode: {} tokens in {:.3f} s ({:.1f} tokens/s); "
-               "finish: {}\n",
-               num_prompt, prefill_s, num_prompt / prefill_s, decoded, decode_s, decoded > 0 ? decoded / decode_s : 0.0,
-               engine::finish_reason_name(out.finish_reason));
+  const int max_len = stack->group->max_model_len();
+  GenerateTiming t{.start = Clock::now()};
+  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  for (auto& ids : prompts) {
+    engine::SamplingParams sampling = a.sampling;
+    sampling.max_tokens = std::min(sampling.max_tokens, max_len - static_cast<int>(ids.size()));
+    engine::validate_sampling_params(sampling, stack->tokenizer->vocab_size());
+    t.num_prompt_tokens += static_cast<int>(ids.size());
+    streams.push_back(stack->group->submit(std::move(ids), sampling));
   }
+  const bool one = streams.size() == 1;
+  engine::FinishReason finish = engine::FinishReason::kNone;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    if (one && !a.chat) fmt::print("{}", a.prompts[i]);
+    if (!one) fmt::print("[{}] {}", i, a.chat ? "" : a.prompts[i]);
+    const std::string text = drain(*streams[i], one, t, finish);
+    fmt::print("{}\n", text);
+    std::fflush(stdout);
+  }
+  if (a.print_stats && t.first) print_stats(t, streams.size(), finish);
 }
 
 }  // namespace
@@ -82,7 +121,7 @@ void add_generate_command(CLI::App& app) {
   a->serving.server.weights_memory = "mapped";
   auto* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
   add_serving_flags(*cmd, a->serving);
-  cmd->add_option("--prompt,-p", a->prompt, "The prompt")->required();
+  cmd->add_option("--prompt,-p", a->prompts, "The prompt (repeatable: several are submitted at once and printed in order)")->required();
   cmd->add_flag("--chat", a->chat, "Wrap the prompt as a user message in the model's chat template");
   cmd->add_option("--system", a->system, "System message (with --chat)");
   cmd->add_option("--max-tokens,-n", a->sampling.max_tokens, "Tokens to generate at most (64)");

@@ -264,6 +264,20 @@ TEST(CliTest, SecondGenerateTakesTheWorkspaceFromTheCache) {
   fs::remove_all(cache);
 }
 
+// Several --prompt flags are submitted at once (one batch) and printed in order, "[i] prompt" then
+// the continuation; greedy, each equals that prompt's continuation generated alone.
+TEST(CliTest, GenerateSubmitsSeveralPromptsAtOnce) {
+  const std::string flags = " -n 6 --temperature 0 --threads 1 --no-stats";
+  const RunResult both = run_spindle("generate -p 'And God said' -p 'In the beginning'" + flags);
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const RunResult first = run_spindle("generate -p 'And God said'" + flags);
+  const RunResult second = run_spindle("generate -p 'In the beginning'" + flags);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(both.out, "[0] " + first.out + "[1] " + second.out);
+  EXPECT_GT(first.out.size(), std::string("And God said\n").size());
+}
+
 // Where no GPU is usable (this test's usual machine), --device cuda stops with the probe's reason;
 // on a GPU host the same command validates the CUDA backends (tools/gpu/h200_check.sh runs it).
 TEST(CliTest, DoctorOnCudaWithoutAGpuSaysWhy) {
