@@ -247,6 +247,7 @@ void read_vocab(const GgufFile& file, HyperParams& hp) {
   hp.tied_embeddings = embedding != nullptr && file.find_tensor("output.weight") == nullptr;
   hp.bos_token_id = metadata.find_int("tokenizer.ggml.bos_token_id");
   hp.eos_token_id = metadata.find_int("tokenizer.ggml.eos_token_id");
+  hp.file_type = metadata.find_int("general.file_type");
 }
 
 }  // namespace

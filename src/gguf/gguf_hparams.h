@@ -67,6 +67,9 @@ struct HyperParams {
   bool tied_embeddings = false;  // no output.weight: the output projection is token_embd.weight
   std::optional<int64_t> bos_token_id;  // tokenizer.ggml.bos_token_id
   std::optional<int64_t> eos_token_id;  // tokenizer.ggml.eos_token_id
+  // general.file_type: llama.cpp's summary of the weights' types (0 all F32, 1 mostly F16,
+  // 32 mostly BF16, other values quantized types).
+  std::optional<int64_t> file_type;
 };
 
 // Every supported general.architecture value, comma separated.

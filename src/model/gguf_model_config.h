@@ -1,0 +1,34 @@
+// A GGUF file's hyper-parameters (gguf::HyperParams) as the ModelConfig the rest of Spindle uses.
+//
+//   general.architecture llama / qwen2 / qwen3 -> kLlama / kQwen2 / kQwen3 (Mistral checkpoints
+//   convert to "llama"); model_type = the GGUF architecture name.
+//   torch_dtype: BF16 for general.file_type 32 (mostly BF16), F16 for 1, else F32 (quantized and
+//   F32 files compute in f32).
+//   RoPE: linear scaling as given; rope_freqs.weight (Llama-3 per-frequency divisors) becomes
+//   RopeScaling::kLlama3 with parameters recovered from the factors: with wavelength
+//   w_i = 2*pi*theta^(2i/d), the factors are 1 where w < L/hi, F where w > L/lo and
+//   1 / ((1 - s)/F + s), s = (L/w - lo)/(hi - lo), in between; F is the largest factor and
+//   (L/(hi-lo), lo/(hi-lo)) follow from a least-squares line through the in-between points (at
+//   least two needed). Only those two ratios matter, so L is chosen as an integer and lo, hi
+//   follow; the recovered parameters must reproduce every factor within 1e-4 relative, else the
+//   tensor is an error naming it. The RoPE layout (the llama permutation of q/k rows) is the
+//   loader's business: see gguf::HyperParams::rope_layout.
+#pragma once
+
+#include <string_view>
+
+#include "gguf/gguf_hparams.h"
+#include "model/model_config.h"
+
+namespace spindle {
+
+// Throws spindle::Error naming `source_name` (the GGUF file) and the key or tensor at fault.
+ModelConfig model_config_from_gguf(const gguf::HyperParams& hp, std::string_view source_name);
+
+// The Llama-3 RoPE scaling whose per-frequency divisors are `factors` (rope_freqs.weight) for
+// head size 2 * factors.size() and base theta; kNone when every factor is 1. Throws naming
+// rope_freqs.weight when the factors are not of that form.
+RopeScaling llama3_scaling_from_factors(const std::vector<float>& factors, double theta,
+                                        std::string_view source_name);
+
+}  // namespace spindle
