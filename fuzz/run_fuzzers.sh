@@ -14,9 +14,10 @@ for pkg in clang libclang-rt-14-dev; do
 done
 CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "${root}" -B "${build}" -G Ninja \
   -DSPINDLE_FUZZ=ON -DSPINDLE_CUDA=OFF -DSPINDLE_TESTS=OFF >/dev/null
-ninja -C "${build}" fuzz_safetensors_header fuzz_model_config fuzz_request_json fuzz_tokenizer_json
+ninja -C "${build}" fuzz_safetensors_header fuzz_model_config fuzz_request_json fuzz_tokenizer_json \
+  fuzz_gguf_header
 mkdir -p "${build}/artifacts"
-targets="${SPINDLE_FUZZ_TARGETS:-fuzz_safetensors_header:safetensors fuzz_model_config:config fuzz_request_json:request fuzz_tokenizer_json:tokenizer}"
+targets="${SPINDLE_FUZZ_TARGETS:-fuzz_safetensors_header:safetensors fuzz_model_config:config fuzz_request_json:request fuzz_tokenizer_json:tokenizer fuzz_gguf_header:gguf}"
 for pair in ${targets}; do
   target="${pair%%:*}"
   corpus="${pair##*:}"
