@@ -256,6 +256,15 @@ std::string_view rope_layout_name(RopeLayout layout) {
   return layout == RopeLayout::kInterleaved ? "interleaved" : "neox";
 }
 
+int64_t interleaved_rope_row(int64_t hf_row, int64_t head_dim) {
+  SPINDLE_CHECK(head_dim > 0 && head_dim % 2 == 0 && hf_row >= 0,
+                "interleaved_rope_row: row {} with head_dim {}", hf_row, head_dim);
+  const int64_t head = hf_row / head_dim;
+  const int64_t within = hf_row % head_dim;
+  const int64_t half = head_dim / 2;
+  return head * head_dim + 2 * (within % half) + within / half;
+}
+
 std::string supported_gguf_architectures() {
   std::string out;
   for (const ArchitectureTable& table : kArchitectures) {

@@ -40,6 +40,13 @@ enum class RopeLayout {
 };
 std::string_view rope_layout_name(RopeLayout layout);
 
+// For RopeLayout::kInterleaved: the row of a GGUF q or k projection (or its bias) holding row
+// `hf_row` of the Hugging Face checkpoint. llama.cpp's converter reorders each head's head_dim
+// rows (reshape [heads, 2, head_dim / 2], swap the last two axes), so HF row
+// h * head_dim + j * head_dim / 2 + i (j in {0, 1}) is GGUF row h * head_dim + 2 i + j. Rows are
+// whole rows of any ggml type, so a loader un-permutes quantized weights by moving rows.
+int64_t interleaved_rope_row(int64_t hf_row, int64_t head_dim);
+
 enum class RopeScalingType { kNone, kLinear };
 
 struct HyperParams {

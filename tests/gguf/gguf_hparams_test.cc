@@ -230,6 +230,31 @@ TEST_F(GgufHparams, KvHeadsMustDivideHeads) {
                           "'llama.attention.head_count' = 4"), std::string::npos) << error(w);
 }
 
+// llama.cpp's converter (conversion/llama.py, LlamaModel.permute) reorders q/k rows by
+// reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols); here that numpy
+// recipe is spelled out as index arithmetic over a [n_head, 2, half] array viewed as
+// [n_head, half, 2] after the swap, and interleaved_rope_row must find each HF row in the result.
+TEST(GgufRopeLayout, InterleavedRowUndoesTheConverterPermutation) {
+  for (const int64_t head_dim : {2, 8, 64, 128}) {
+    const int64_t heads = 3;
+    const int64_t half = head_dim / 2;
+    std::vector<int64_t> permuted(heads * head_dim);  // permuted[new row] = HF row it holds
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t a = 0; a < half; ++a) {    // axis 1 after the swap (was axis 2)
+        for (int64_t b = 0; b < 2; ++b) {     // axis 2 after the swap (was axis 1)
+          const int64_t new_row = (h * half + a) * 2 + b;
+          const int64_t old_row = (h * 2 + b) * half + a;
+          permuted[new_row] = old_row;
+        }
+      }
+    }
+    for (int64_t hf = 0; hf < heads * head_dim; ++hf) {
+      EXPECT_EQ(permuted[interleaved_rope_row(hf, head_dim)], hf) << head_dim << " " << hf;
+    }
+  }
+  EXPECT_THROW(interleaved_rope_row(0, 3), Error);
+}
+
 // The llama.cpp snapshot's llama-spm vocabulary file carries a llama model's hyper-parameters;
 // the expected values are the Python reader's (tests/golden/gguf/*.expected.json).
 TEST(GgufHparamsVocab, LlamaSpmMatchesTheIndependentReader) {
