@@ -27,6 +27,7 @@ enum class Key {
   kRopeScalingFactor,
   kRopeScaleLinear,
   kRopeScalingAttnFactor,
+  kExpertCount,
 };
 
 struct KeyName {
@@ -58,6 +59,7 @@ constexpr KeyName kLlamaKeys[] = {
     {Key::kRopeScalingFactor, "llama.rope.scaling.factor"},
     {Key::kRopeScaleLinear, "llama.rope.scale_linear"},
     {Key::kRopeScalingAttnFactor, "llama.rope.scaling.attn_factor"},
+    {Key::kExpertCount, "llama.expert_count"},
 };
 
 constexpr KeyName kQwen2Keys[] = {
@@ -76,6 +78,7 @@ constexpr KeyName kQwen2Keys[] = {
     {Key::kRopeScalingFactor, "qwen2.rope.scaling.factor"},
     {Key::kRopeScaleLinear, "qwen2.rope.scale_linear"},
     {Key::kRopeScalingAttnFactor, "qwen2.rope.scaling.attn_factor"},
+    {Key::kExpertCount, "qwen2.expert_count"},
 };
 
 constexpr KeyName kQwen3Keys[] = {
@@ -94,6 +97,7 @@ constexpr KeyName kQwen3Keys[] = {
     {Key::kRopeScalingFactor, "qwen3.rope.scaling.factor"},
     {Key::kRopeScaleLinear, "qwen3.rope.scale_linear"},
     {Key::kRopeScalingAttnFactor, "qwen3.rope.scaling.attn_factor"},
+    {Key::kExpertCount, "qwen3.expert_count"},
 };
 
 // One table per architecture. llama.cpp's converter permutes llama's q/k rows for its
@@ -150,6 +154,9 @@ class KeyReader {
 };
 
 void read_shape(const KeyReader& keys, HyperParams& hp) {
+  const int64_t experts = keys.find_int(Key::kExpertCount).value_or(0);
+  SPINDLE_CHECK(experts == 0, "{}: metadata key '{}' is {}: mixture-of-experts models are not "
+                "supported yet", keys.source(), keys.name(Key::kExpertCount), experts);
   hp.context_length = keys.positive(Key::kContextLength);
   hp.embedding_length = keys.positive(Key::kEmbeddingLength);
   hp.block_count = keys.positive(Key::kBlockCount);

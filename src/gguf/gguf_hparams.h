@@ -17,6 +17,7 @@
 //   .rope.scaling.factor / .rope.scale_linear   the linear factor
 //   .rope.scaling.attn_factor                   must be 1 when present
 //   tensor rope_freqs.weight                    F32 [rope dims / 2]: Llama-3 per-frequency divisors
+//   .expert_count                               absent or 0 (mixture-of-experts is refused)
 //   tokenizer.ggml.tokens (length)              the vocabulary size (else token_embd.weight's rows)
 // The RoPE layout is the architecture's: llama.cpp's converter permutes the q/k projection rows of
 // "llama" models so that RoPE rotates adjacent pairs (2i, 2i+1) (kInterleaved), which a loader

@@ -186,6 +186,8 @@ TEST_F(GgufHparams, ErrorsNameTheKey) {
          }
          w = m;
        }, "missing metadata key 'llama.attention.layer_norm_rms_epsilon'"},
+      {"mixtral", [](GgufWriter& w) { w.kv<uint32_t>("llama.expert_count", t::kTU32, 8); },
+       "metadata key 'llama.expert_count' is 8: mixture-of-experts"},
       {"control_unedited_is_valid", [](GgufWriter&) {}, "no error"},
       {"rope_freqs_shape", [](GgufWriter& w) {
          w.tensor({"rope_freqs.weight", 0, {8}, std::vector<uint8_t>(32)});
