@@ -1,8 +1,8 @@
 // libFuzzer target: gguf::parse_header on arbitrary bytes, then every metadata value through the
-// typed getters.
+// typed getters, then the hyper-parameter tables (read_hyper_params).
 // Contract under test: parse_header either throws spindle::Error or returns a header whose tensors
 // lie inside the file, after the header, aligned, without overlap, with sizes that match their
-// shape and type; the getters either return or throw spindle::Error.
+// shape and type; the getters and read_hyper_params either return or throw spindle::Error.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <span>
 
 #include "gguf/gguf_file.h"
+#include "gguf/gguf_hparams.h"
 #include "util/error.h"
 
 namespace {
@@ -71,6 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const Header header = spindle::gguf::parse_header(bytes, "fuzz.gguf");
     check_invariants(header, size);
     read_every_value(header.metadata);
+    tolerate([&] { spindle::gguf::read_hyper_params(header, bytes); });
   } catch (const spindle::Error&) {
     // Rejected input: the expected outcome for most mutations.
   }

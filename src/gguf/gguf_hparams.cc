@@ -207,7 +207,7 @@ void read_rope_scaling(const KeyReader& keys, HyperParams& hp) {
                 keys.source(), keys.name(Key::kRopeScalingAttnFactor), *attn_factor);
 }
 
-void read_rope(const GgufFile& file, const KeyReader& keys, HyperParams& hp) {
+void read_rope(const TensorSource& file, const KeyReader& keys, HyperParams& hp) {
   hp.rope_freq_base = keys.find_float(Key::kRopeFreqBase).value_or(10000.0);
   SPINDLE_CHECK(hp.rope_freq_base > 1, "{}: metadata key '{}' is {}", keys.source(),
                 keys.name(Key::kRopeFreqBase), hp.rope_freq_base);
@@ -222,7 +222,7 @@ void read_rope(const GgufFile& file, const KeyReader& keys, HyperParams& hp) {
   SPINDLE_CHECK(freqs->type == GgmlType::kF32 && freqs->n_dims == 1 &&
                     freqs->ne[0] == static_cast<uint64_t>(hp.rope_dimension_count / 2),
                 "{}: tensor 'rope_freqs.weight' is {} with {} elements, expected F32 [{}] (half of "
-                "the RoPE dimensions)", file.path().string(), ggml_type_name(freqs->type),
+                "the RoPE dimensions)", file.metadata.source_name(), ggml_type_name(freqs->type),
                 freqs->num_elements(), hp.rope_dimension_count / 2);
   const auto bytes = file.tensor_data(*freqs);
   hp.rope_freq_factors.resize(freqs->ne[0]);
@@ -230,26 +230,26 @@ void read_rope(const GgufFile& file, const KeyReader& keys, HyperParams& hp) {
   for (size_t i = 0; i < hp.rope_freq_factors.size(); ++i) {
     const float f = hp.rope_freq_factors[i];
     SPINDLE_CHECK(f >= 1.0f && f < 1e6f, "{}: tensor 'rope_freqs.weight': factor {} is {} (Llama-3 "
-                  "factors lie in [1, 1e6))", file.path().string(), i, f);
+                  "factors lie in [1, 1e6))", file.metadata.source_name(), i, f);
   }
 }
 
-void read_vocab(const GgufFile& file, HyperParams& hp) {
-  const Metadata& metadata = file.metadata();
+void read_vocab(const TensorSource& file, HyperParams& hp) {
+  const Metadata& metadata = file.metadata;
   const TensorInfo* embedding = file.find_tensor("token_embd.weight");
   if (const auto tokens = metadata.find_string_array("tokenizer.ggml.tokens")) {
     hp.vocab_size = static_cast<int64_t>(tokens->size());
   } else {
     SPINDLE_CHECK(embedding != nullptr, "{}: neither 'tokenizer.ggml.tokens' nor tensor "
-                  "'token_embd.weight' gives the vocabulary size", file.path().string());
+                  "'token_embd.weight' gives the vocabulary size", file.metadata.source_name());
     hp.vocab_size = static_cast<int64_t>(embedding->ne[1]);
   }
   SPINDLE_CHECK(hp.vocab_size > 0 && hp.vocab_size <= INT32_MAX, "{}: vocabulary size {}",
-                file.path().string(), hp.vocab_size);
+                file.metadata.source_name(), hp.vocab_size);
   if (embedding != nullptr) {
     SPINDLE_CHECK(embedding->ne[0] == static_cast<uint64_t>(hp.embedding_length),
                   "{}: tensor 'token_embd.weight' has ne[0] = {}, but embedding_length is {}",
-                  file.path().string(), embedding->ne[0], hp.embedding_length);
+                  file.metadata.source_name(), embedding->ne[0], hp.embedding_length);
   }
   hp.tied_embeddings = embedding != nullptr && file.find_tensor("output.weight") == nullptr;
   hp.bos_token_id = metadata.find_int("tokenizer.ggml.bos_token_id");
@@ -281,9 +281,9 @@ std::string supported_gguf_architectures() {
   return out;
 }
 
-HyperParams read_hyper_params(const GgufFile& file) {
-  const ArchitectureTable& table = find_architecture(file.metadata());
-  const KeyReader keys(file.metadata(), table);
+HyperParams read_hyper_params(const TensorSource& file) {
+  const ArchitectureTable& table = find_architecture(file.metadata);
+  const KeyReader keys(file.metadata, table);
   HyperParams hp;
   hp.architecture = std::string(table.name);
   hp.rope_layout = table.rope_layout;
@@ -293,6 +293,23 @@ HyperParams read_hyper_params(const GgufFile& file) {
   read_rope(file, keys, hp);
   read_vocab(file, hp);
   return hp;
+}
+
+HyperParams read_hyper_params(const GgufFile& file) {
+  return read_hyper_params(TensorSource{
+      file.metadata(), [&](std::string_view name) { return file.find_tensor(name); },
+      [&](const TensorInfo& info) { return file.tensor_data(info); }});
+}
+
+HyperParams read_hyper_params(const Header& header, std::span<const std::byte> file_bytes) {
+  auto find = [&](std::string_view name) -> const TensorInfo* {
+    for (const TensorInfo& t : header.tensors) {
+      if (t.name == name) return &t;
+    }
+    return nullptr;
+  };
+  auto data = [&](const TensorInfo& info) { return file_bytes.subspan(info.offset, info.size); };
+  return read_hyper_params(TensorSource{header.metadata, find, data});
 }
 
 }  // namespace spindle::gguf

@@ -26,7 +26,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,7 +85,18 @@ struct HyperParams {
 // Every supported general.architecture value, comma separated.
 std::string supported_gguf_architectures();
 
+// What read_hyper_params reads of a model: its metadata (whose source_name names it in errors)
+// and its tensors by name, with their bytes.
+struct TensorSource {
+  const Metadata& metadata;
+  std::function<const TensorInfo*(std::string_view)> find_tensor;
+  std::function<std::span<const std::byte>(const TensorInfo&)> tensor_data;
+};
+
 // Reads and validates the hyper-parameters; errors name the file and the key (or tensor).
+HyperParams read_hyper_params(const TensorSource& model);
 HyperParams read_hyper_params(const GgufFile& file);
+// One parsed file held in memory (tests, the fuzzer): tensors resolved in `file_bytes`.
+HyperParams read_hyper_params(const Header& header, std::span<const std::byte> file_bytes);
 
 }  // namespace spindle::gguf
