@@ -491,6 +491,19 @@ TEST_P(GgufVocabFile, MatchesTheIndependentReader) {
   EXPECT_EQ(file.tensors().size(), expected["tensors"].size());
 }
 
+// The same reading from a copy in transparent huge pages (FileMemory::kHugePageCopy).
+TEST(GgufFile, HugePageCopyReadsTheSame) {
+  const auto path = std::filesystem::path(SPINDLE_SOURCE_DIR) /
+                    "tests/golden/gguf/ggml-vocab-llama-spm.gguf";
+  const GgufFile mapped(path);
+  const GgufFile copied(path, FileMemory::kHugePageCopy);
+  ASSERT_EQ(copied.metadata().size(), mapped.metadata().size());
+  EXPECT_EQ(copied.metadata().find_string_array("tokenizer.ggml.tokens"),
+            mapped.metadata().find_string_array("tokenizer.ggml.tokens"));
+  EXPECT_EQ(copied.metadata().find_float_array("tokenizer.ggml.scores"),
+            mapped.metadata().find_float_array("tokenizer.ggml.scores"));
+}
+
 INSTANTIATE_TEST_SUITE_P(Snapshot, GgufVocabFile,
                          ::testing::Values("ggml-vocab-llama-spm", "ggml-vocab-gpt-2"),
                          [](const auto& info) {
