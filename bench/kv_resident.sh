@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Resident memory of the real `spindle serve` (embedded model unless MODEL is set) over N requests
-# with distinct prompts (bench/serving/loadgen.mjs: random token ids, so every request inserts new
+# with distinct prompts (bench/loadgen.py: random token ids, so every request inserts new
 # pages into the prefix cache), against the bound the KV plan states ("resident at most N bytes" in
 # serve's KV plan log line: weights + workspace + reserve + KV pool).
 #
@@ -57,7 +57,7 @@ printf 'seconds\tvm_rss_kib\tvm_hwm_kib\tkv_pages_used\tkv_pages_in_use\n' >"$ou
 start_rss=$(sed -n 's/^VmRSS:[^0-9]*\([0-9]*\).*/\1/p' "/proc/$pid/status")
 sample &
 sampler=$!
-node bench/serving/loadgen.mjs --url "http://127.0.0.1:$port" --model "$model" --concurrency "$c" \
+python3 bench/loadgen.py --url "http://127.0.0.1:$port" --model "$model" --concurrency "$c" \
   --requests "$n" --prompt-tokens "$prompt" --output-tokens "$output" --vocab "$vocab" --seed 7 \
   --json "$out/loadgen.json" | tee -a "$summary"
 sleep 3  # one more sample after the last request

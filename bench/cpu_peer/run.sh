@@ -17,8 +17,8 @@
 # llama-server; nothing of it is in this repository), MODELS (default /work/peer/models),
 # PEER_COMMIT (the llama.cpp commit the tree was taken from), THREADS (default 2), REPS (default 3),
 # ROWS (default "1b small-hd32 small-hd64 served": the rows `bench` runs), BUILD (default build: the
-# Spindle build folder). Where node is missing (the GPU host), the served row's client is
-# bench/serving/loadgen.py (the same prompts and measures) and the health check uses python3.
+# Spindle build folder). The served row's client is bench/loadgen.py (python3 only, so the same
+# script runs on the GPU host, which has no Node) and the health check uses python3.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp tree}"
@@ -31,7 +31,7 @@ BUILD=${BUILD:-build}
 ROWS=${ROWS:-1b small-hd32 small-hd64 served}
 SPINDLE=$BUILD/bin/spindle
 FORWARD=$BUILD/bench/bench_model_forward
-if command -v node >/dev/null; then LOADGEN=(node bench/serving/loadgen.mjs); else LOADGEN=("$PY" bench/serving/loadgen.py); fi
+LOADGEN=("$PY" bench/loadgen.py)
 export SPINDLE_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
 
 header() {

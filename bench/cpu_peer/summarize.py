@@ -41,6 +41,7 @@ def llama_bench(path):
 
 def served(path):
     j = json.load(open(path))
+    j = j[0] if isinstance(j, list) else j  # bench/loadgen.py writes one object per level
     return {"tok_s": j["output_tok_s"], "tpot": j["tpot_ms"]["p50"], "ttft": j["ttft_ms"]["p50"]}
 
 
@@ -51,6 +52,8 @@ def stat(values, fmt="{:.1f}"):
 
 
 def main():
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: summarize.py OUT_DIR (the folder bench/cpu_peer/run.sh bench wrote, with rep*/)")
     out = sys.argv[1]
     reps = sorted(glob.glob(os.path.join(out, "rep*")))
     cols = {}

@@ -2,7 +2,7 @@
 # bench/e2e_gpu: the real server on the GPU host against the bandwidth bound and HF transformers,
 # in one command. Writes a random-weight HF folder (make_model.py, the Llama-3.1-8B shape by
 # default), measures the GPU's ceilings (ceilings.py), serves the folder with `spindle serve
-# --device cuda:0` and drives it with loadgen.py (streaming completions, 512-token random prompts,
+# --device cuda:0` and drives it with bench/loadgen.py (streaming completions, 512-token random prompts,
 # 128 output tokens, ignore_eos, C = 1 8 32 64 128; then 8000-token prompts, 1 output token, at
 # C = 1 and 16 for prefill; then C = 128 with 128-token prompts and 256 output tokens, the load of
 # issue 14's C=128 row), then runs hf_peer.py (generate() with a static cache, batch 1 and 32)
@@ -50,14 +50,14 @@ serve_and_load() {  # serve_and_load LABEL EXTRA_FLAGS... (NAME=VALUE words: the
   local pid=$!
   for _ in $(seq 1 400); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 1; done
   grep -E "KV plan|attention:|CUDA graphs|linear kernel|error" "$results/serve-$label.txt" | head -8
-  timeout 400 python3 "$here/loadgen.py" --port "$port" --levels "${run_levels:-$levels}" --vocab "$vocab" \
-    --label "$label" --json "$results/spindle-$label.json"
+  timeout 400 python3 "$here/../loadgen.py" --port "$port" --levels "${run_levels:-$levels}" --vocab "$vocab" --warmup \
+    --prompt-tokens 512 --output-tokens 128 --label "$label" --json "$results/spindle-$label.json"
   if [[ -z ${SKIP_PREFILL:-} && -z ${run_levels:-} ]]; then
-    timeout 200 python3 "$here/loadgen.py" --port "$port" --levels 1,16 --prompt-tokens 8000 --output-tokens 1 \
-      --requests-per-level 1 --no-warmup --vocab "$vocab" --label "$label-prefill8k" --json "$results/prefill-$label.json"
+    timeout 200 python3 "$here/../loadgen.py" --port "$port" --levels 1,16 --prompt-tokens 8000 --output-tokens 1 \
+      --requests-per-level 1 --vocab "$vocab" --label "$label-prefill8k" --json "$results/prefill-$label.json"
   fi
   if [[ -z ${SKIP_SHORT:-} && -z ${run_levels:-} ]]; then  # the issue's C=128 row: 128-token prompts, 256 output tokens
-    timeout 200 python3 "$here/loadgen.py" --port "$port" --levels 128 --prompt-tokens 128 --output-tokens 256 \
+    timeout 200 python3 "$here/../loadgen.py" --port "$port" --levels 128 --prompt-tokens 128 --output-tokens 256 --warmup \
       --vocab "$vocab" --label "$label-short" --json "$results/short-$label.json"
   fi
   curl -s "localhost:$port/metrics" >"$results/metrics-$label.txt"

@@ -5,7 +5,10 @@ import json
 import os
 import sys
 
+if len(sys.argv) != 2 or not os.path.isfile(os.path.join(sys.argv[1], "ceilings.json")):
+    sys.exit("usage: summary.py RESULTS_DIR (a bench/e2e_gpu/run.sh result folder, with ceilings.json)")
 d = sys.argv[1]
+pct = lambda m, q: m.get(f"p{q}", m.get(str(q)))  # bench/loadgen.py: "p50"; older runs: "50"
 load = lambda f: json.load(open(os.path.join(d, f))) if os.path.exists(os.path.join(d, f)) else None
 ceil, model = load("ceilings.json"), load("model.json")
 hf = {}
@@ -34,15 +37,15 @@ for f in sorted(glob.glob(os.path.join(d, "spindle-*.json"))) + sorted(glob.glob
             note = f"{r['output_tok_s'] / (bw / wb) * 100:.0f}% of bound"
         if r["concurrency"] in hf:
             note += f" {r['output_tok_s'] / hf[r['concurrency']]:.2f}x HF b{r['concurrency']}"
-        print(f"| {r['label']} | {r['concurrency']} | {r['output_tok_s']:.1f} | {r['ttft_ms']['50']:.0f} / {r['ttft_ms']['99']:.0f} | "
-              f"{r['tpot_ms']['50']:.2f} / {r['tpot_ms']['99']:.2f} | "
+        print(f"| {r['label']} | {r['concurrency']} | {r['output_tok_s']:.1f} | {pct(r['ttft_ms'], 50):.0f} / {pct(r['ttft_ms'], 99):.0f} | "
+              f"{pct(r['tpot_ms'], 50):.2f} / {pct(r['tpot_ms'], 99):.2f} | "
               f"{s.get('forward', 0):.2f}, {s.get('device', 0):.2f}, {s.get('sample', 0):.2f}, {s.get('output', 0):.2f}, "
               f"{s.get('schedule', 0) + s.get('build', 0):.2f} | {note} |")
 for f in sorted(glob.glob(os.path.join(d, "prefill-*.json"))):
     for r in json.load(open(f)):
         rate = ceil["bf16_gemm_flop_s"] / wb if wb else float("nan")
         print(f"| {r['label']} | {r['concurrency']} | prompt {r['prompt_tok_s']:.0f} tok/s ({r['prompt_tok_s'] / rate * 100:.0f}% of GEMM bound) "
-              f"| {r['ttft_ms']['50']:.0f} / {r['ttft_ms']['99']:.0f} | | | |")
+              f"| {pct(r['ttft_ms'], 50):.0f} / {pct(r['ttft_ms'], 99):.0f} | | | |")
 for b, v in sorted(hf.items()):
     print(f"| HF transformers static cache | b{b} | {v:.1f} | | | | |")
 for f in sorted(glob.glob(os.path.join(d, "metrics-*.txt"))):

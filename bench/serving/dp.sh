@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel serving benchmark on the embedded model (issue 17): the real `spindle serve` on
-# loopback, the load generator (loadgen.mjs), closed loop at C=16.
+# loopback, the load generator (bench/loadgen.py), closed loop at C=16.
 #   1. dp 1 with 2 kernel threads against dp 2 with 1 thread each (pinned to its own core):
 #      distinct random prompts (no prefix-cache help).
 #   2. dp 2, round_robin against prefix_cache_aware, on groups of requests sharing long prefixes
@@ -46,7 +46,7 @@ start() {  # start NAME ARGS...: a fresh server
 }
 gen() {  # gen JSON ARGS...
   local json=$1; shift
-  timeout 900 node bench/serving/loadgen.mjs --url "http://127.0.0.1:$port" --model kjv-tiny --concurrency 16 \
+  timeout 900 python3 bench/loadgen.py --url "http://127.0.0.1:$port" --model kjv-tiny --concurrency 16 \
     --requests "$n" --vocab "$vocab" --json "$json" "$@"
 }
 run() {  # run NAME REPEAT WORKLOAD SERVE_ARGS...
@@ -70,21 +70,22 @@ for rep in $(seq 1 "$repeats"); do
   # shellcheck disable=SC2086
   want dp2-pca && run dp2-pca "$rep" prefix --dp-size 2 --load-balance-method prefix_cache_aware ${PCA_ARGS:-}
 done
-node -e "
-const fs = require('fs'), dir = process.argv[1], reps = Number(process.argv[2]);
-const med = (a) => { const s = [...a].sort((x, y) => x - y); return s[Math.floor(s.length / 2)]; };
-const row = (name) => {
-  const runs = Array.from({ length: reps }, (_, i) => JSON.parse(fs.readFileSync(dir + '/' + name + '-' + (i + 1) + '.json')));
-  const tok = runs.map((r) => r.output_tok_s), ttft = runs.map((r) => r.ttft_ms.p50), hit = runs.map((r) => r.cache ? 100 * r.cache.prefix_hit_ratio : 0);
-  console.log('| ' + name + ' | ' + tok.map((x) => x.toFixed(1)).join(', ') + ' | ' + med(tok).toFixed(1) + ' | ' +
-              ttft.map((x) => x.toFixed(0)).join(', ') + ' | ' + med(ttft).toFixed(0) + ' | ' + hit.map((x) => x.toFixed(1)).join(', ') + ' |');
-  return med(tok);
-};
-console.log('| config | output tok/s | median | TTFT p50 ms | median | prefix hit % |');
-console.log('| --- | --- | --- | --- | --- | --- |');
-const have = (n) => fs.existsSync(dir + '/' + n + '-1.json');
-const m = {};
-for (const n of ['dp1-t2', 'dp2-t1', 'dp2-rr', 'dp2-pca']) if (have(n)) m[n] = row(n);
-if (m['dp1-t2'] && m['dp2-t1']) console.log('dp2 over dp1 output tok/s (medians): ' + (m['dp2-t1'] / m['dp1-t2']).toFixed(2) + 'x');
-if (m['dp2-rr'] && m['dp2-pca']) console.log('prefix_cache_aware over round_robin output tok/s (medians): ' + (m['dp2-pca'] / m['dp2-rr']).toFixed(2) + 'x');
-" "$out" "$repeats" | tee -a "$log"
+python3 - "$out" "$repeats" <<'PY' | tee -a "$log"
+import json, os, statistics, sys
+out, reps = sys.argv[1], int(sys.argv[2])
+def row(name):
+    runs = [json.load(open(f"{out}/{name}-{i + 1}.json"))[0] for i in range(reps)]
+    tok = [r["output_tok_s"] for r in runs]
+    ttft = [r["ttft_ms"]["p50"] for r in runs]
+    hit = [100 * r["cache"]["prefix_hit_ratio"] if r["cache"] else 0 for r in runs]
+    print(f"| {name} | {', '.join(f'{x:.1f}' for x in tok)} | {statistics.median_high(tok):.1f} | "
+          f"{', '.join(f'{x:.0f}' for x in ttft)} | {statistics.median_high(ttft):.0f} | {', '.join(f'{x:.1f}' for x in hit)} |")
+    return statistics.median_high(tok)
+print("| config | output tok/s | median | TTFT p50 ms | median | prefix hit % |")
+print("| --- | --- | --- | --- | --- | --- |")
+m = {n: row(n) for n in ("dp1-t2", "dp2-t1", "dp2-rr", "dp2-pca") if os.path.exists(f"{out}/{n}-1.json")}
+if "dp1-t2" in m and "dp2-t1" in m:
+    print(f"dp2 over dp1 output tok/s (medians): {m['dp2-t1'] / m['dp1-t2']:.2f}x")
+if "dp2-rr" in m and "dp2-pca" in m:
+    print(f"prefix_cache_aware over round_robin output tok/s (medians): {m['dp2-pca'] / m['dp2-rr']:.2f}x")
+PY

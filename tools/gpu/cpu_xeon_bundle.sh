@@ -20,7 +20,7 @@ cd "$(dirname "$0")/../.."
 stage=${STAGE:-/tmp/xeon-stage}
 b=$stage/.bundle_s
 rm -rf "$stage" && mkdir -p "$b/build" "$b/build-xeon/bin" "$b/build-xeon/bench" "$b/build-xeon/tests" "$b/lib" \
-  "$b/llama/build/bin" "$b/overlay/bench/cpu_peer" "$b/overlay/bench/serving"
+  "$b/llama/build/bin" "$b/overlay/bench/cpu_peer"
 
 # The main build's ctest files and CPU binaries.
 (cd "$MAIN_BUILD" && find . \( -name CTestTestfile.cmake -o -name "*_include.cmake" -o -name "*_tests.cmake" \) \
@@ -68,7 +68,7 @@ rm -rf "$b/llama/gguf-py/tests" "$b/llama/gguf-py/examples"
 
 # This branch's scripts, laid over the tree there.
 cp bench/cpu_peer/run.sh "$b/overlay/bench/cpu_peer/"
-cp bench/serving/loadgen.py "$b/overlay/bench/serving/"
+cp bench/loadgen.py "$b/overlay/bench/"
 
 find "$b" -type f \( -executable -o -name "*.so*" \) -exec strip --strip-unneeded {} + 2>/dev/null || true
 du -sh "$b"/*

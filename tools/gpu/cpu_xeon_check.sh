@@ -13,7 +13,7 @@
 #   lib/          the shared libraries ldd lists outside the base system (oneDNN, ICU, spdlog, ...)
 #   llama/        llama.cpp 34af94cd: build/bin (llama-bench, llama-server, libggml-cpu-*.so of
 #                 GGML_CPU_ALL_VARIANTS, loaded at run time by GGML_BACKEND_DL) and gguf-py
-#   overlay/      this branch's scripts, copied over the tree (bench/cpu_peer/run.sh, loadgen.py)
+#   overlay/      this branch's scripts, copied over the tree (bench/cpu_peer/run.sh, bench/loadgen.py)
 #
 # STEPS (default "env tests bench linear threads16"):
 #   stash      copy .device/xeon/* to /tmp/xeon-parts (the calls before the last)

@@ -15,6 +15,8 @@ import sys
 
 
 def main():
+    if len(sys.argv) != 3 or not os.path.isfile(sys.argv[1]) or not os.path.isdir(sys.argv[2]):
+        sys.exit("usage: ctest_per_binary.py CTEST_LOG BUILD_DIR (a ctest log file and a build folder)")
     log, build = sys.argv[1], sys.argv[2]
     owner = {}
     for path in glob.glob(os.path.join(build, "**", "*_tests.cmake"), recursive=True):
