@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "bench_util.h"
 #include "kernels/cpu/paged_attention.h"
 #include "platform/cpu_info.h"
@@ -182,51 +184,59 @@ void run_headline(const std::vector<KernelEntry>& kernels, ThreadPool& pool, dou
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // usage: bench_attention [--head-dims 32,48,...] [--sweep-context 2048] [--sweep-prompt 1024] [--headline 0|1]
+  // usage (--help lists every flag): bench_attention [--head-dims 32,48,...] [--sweep-context 2048] [--sweep-prompt 1024] [--headline 0|1]
   //        bench_attention --prefill-shapes 8/4/32,4/2/64 [--prefill-tokens 981] [--reps 20] [--kernels amx,...]
   std::vector<int> head_dims;
   std::vector<std::string> prefill_shapes, kernel_filter;
   int prefill_tokens = 981, reps = 20, decode_batch = 0, copies = 1;
-  const auto split_commas = [](const std::string& value) {
-    std::vector<std::string> parts;
-    for (size_t pos = 0; pos < value.size();) {
-      const size_t comma = std::min(value.find(',', pos), value.size());
-      parts.push_back(value.substr(pos, comma - pos));
-      pos = comma + 1;
-    }
-    return parts;
-  };
   for (int d = 32; d <= 256; d += 16) head_dims.push_back(d);
   int sweep_context = 2048, sweep_prompt = 1024;
   bool headline = true;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--head-dims") {
-      head_dims.clear();
-      for (const std::string& part : split_commas(value)) head_dims.push_back(std::stoi(part));
-    } else if (flag == "--sweep-context") {
-      sweep_context = std::stoi(value);
-    } else if (flag == "--sweep-prompt") {
-      sweep_prompt = std::stoi(value);
-    } else if (flag == "--headline") {
-      headline = value != "0";
-    } else if (flag == "--prefill-shapes") {
-      prefill_shapes = split_commas(value);
-    } else if (flag == "--prefill-tokens") {
-      prefill_tokens = std::stoi(value);
-    } else if (flag == "--copies") {
-      copies = std::max(1, std::stoi(value));
-    } else if (flag == "--decode-batch") {
-      decode_batch = std::stoi(value);
-    } else if (flag == "--reps") {
-      reps = std::stoi(value);
-    } else if (flag == "--kernels") {
-      kernel_filter = split_commas(value);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  // The kernels read head_dim in steps of 16 from 32 to 256 (the registry's grid).
+  const auto check_head_dim = [](int dim) {
+    return dim >= 32 && dim <= 256 && dim % 16 == 0 ? std::string()
+                                                     : "head_dim " + std::to_string(dim) +
+                                                           " is not a multiple of 16 in [32, 256]";
+  };
+  CLI::App app{"CPU paged attention: decode bandwidth and prefill rate per kernel", "bench_attention"};
+  app.add_option("--head-dims", head_dims, "Sweep's head_dims, comma-separated (32,48,...,256)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [&](const std::string& text) -> std::string {
+            char* end = nullptr;
+            const long dim = std::strtol(text.c_str(), &end, 10);
+            if (end == text.c_str() || *end != '\0') return "'" + text + "' is not an integer";
+            if (dim < 32 || dim > 256) return "head_dim " + text + " is not a multiple of 16 in [32, 256]";
+            return check_head_dim(static_cast<int>(dim));
+          },
+          "HEAD_DIM"));
+  app.add_option("--sweep-context", sweep_context, "Cached tokens of the sweep's decode (2048)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--sweep-prompt", sweep_prompt, "Tokens of the sweep's prefill (1024)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--headline", headline, "0: skip the headline tables (1)");
+  app.add_option("--prefill-shapes", prefill_shapes, "HEADS/KV_HEADS/HEAD_DIM,... (instead of the sweep)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [&](const std::string& shape) -> std::string {
+            int heads = 0, kv_heads = 0, dim = 0;
+            char tail = 0;
+            if (std::sscanf(shape.c_str(), "%d/%d/%d%c", &heads, &kv_heads, &dim, &tail) != 3)
+              return "'" + shape + "' is not HEADS/KV_HEADS/HEAD_DIM";
+            if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0)
+              return "'" + shape + "': HEADS must be a positive multiple of KV_HEADS";
+            return check_head_dim(dim);
+          },
+          "SHAPE"));
+  app.add_option("--prefill-tokens", prefill_tokens, "Prefill tokens (decode: cached tokens) of --prefill-shapes (981)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--copies", copies, "KV pools cycled through in --decode-batch runs (1)")->check(CLI::Range(1, 64));
+  app.add_option("--decode-batch", decode_batch, "With --prefill-shapes: decode this many sequences instead (0)")
+      ->check(CLI::Range(0, 4096));
+  app.add_option("--reps", reps, "Timed repetitions, best reported (20)")->check(CLI::Range(1, 100000));
+  app.add_option("--kernels", kernel_filter, "Only these kernels: avx2, avx512, avx512+bf16dot, amx")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"avx2", "avx512", "avx512+bf16dot", "amx"}));
+  bench::parse_or_exit(app, argc, argv);
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
@@ -257,10 +267,7 @@ int main(int argc, char** argv) {
       double first = 0;
       for (const std::string& shape : prefill_shapes) {
         int heads = 0, kv_heads = 0, dim = 0;
-        if (std::sscanf(shape.c_str(), "%d/%d/%d", &heads, &kv_heads, &dim) != 3) {
-          std::fprintf(stderr, "--prefill-shapes: '%s' is not HEADS/KV_HEADS/HEAD_DIM\n", shape.c_str());
-          return 2;
-        }
+        std::sscanf(shape.c_str(), "%d/%d/%d", &heads, &kv_heads, &dim);  // checked by the parser
         std::vector<Batch> pools;
         for (int c = 0; c < (decode_batch > 0 ? copies : 1); ++c) {
           pools.push_back(decode_batch > 0 ? Batch(decode_batch, 1, prefill_tokens, heads, kv_heads, dim)

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "bench_util.h"
 #include "kernels/cpu/paged_attention.h"
 #include "platform/cpu_info.h"
@@ -118,42 +119,38 @@ int main(int argc, char** argv) {
   int rounds = 15, calls = 200, cached = 981, num_layers = 6;
   DType dtype = DType::kBF16;
   std::vector<Shape> shapes = {{32, 8, 4}, {64, 4, 2}};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--rounds") {
-      rounds = std::atoi(next());
-    } else if (a == "--calls") {
-      calls = std::atoi(next());
-    } else if (a == "--cached") {
-      cached = std::atoi(next());
-    } else if (a == "--layers") {
-      num_layers = std::atoi(next());
-    } else if (a == "--f32") {
-      dtype = DType::kF32;
-    } else if (a == "--shapes") {
-      shapes.clear();
-      std::string list = next();
-      size_t pos = 0;
-      while (pos < list.size()) {
-        const size_t end = std::min(list.find(',', pos), list.size());
-        Shape sh{};
-        if (std::sscanf(list.substr(pos, end - pos).c_str(), "%d:%d:%d", &sh.head_dim, &sh.heads, &sh.kv_heads) != 3) {
-          std::fprintf(stderr, "bad shape list %s\n", list.c_str());
-          return 2;
-        }
-        shapes.push_back(sh);
-        pos = end + 1;
-      }
-    } else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return 2;
+  bool f32 = false;
+  std::vector<std::string> shape_list;
+  CLI::App app{"Single-thread AVX2 decode attention: the generic path against the small-head_dim path",
+               "bench_attention_decode_ab"};
+  app.add_option("--rounds", rounds, "Alternated rounds (15)")->check(CLI::Range(1, 100000));
+  app.add_option("--calls", calls, "Layer calls timed per cell (200)")->check(CLI::Range(1, 1000000));
+  app.add_option("--cached", cached, "Cached keys per sequence (981)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--layers", num_layers, "Layers' KV cycled through (6)")->check(CLI::Range(1, 1024));
+  app.add_flag("--f32", f32, "f32 KV instead of bf16");
+  app.add_option("--shapes", shape_list, "HEAD_DIM:HEADS:KV_HEADS,... (32:8:4,64:4:2)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](const std::string& item) -> std::string {
+            Shape sh{};
+            char tail = 0;
+            if (std::sscanf(item.c_str(), "%d:%d:%d%c", &sh.head_dim, &sh.heads, &sh.kv_heads, &tail) != 3)
+              return "'" + item + "' is not HEAD_DIM:HEADS:KV_HEADS";
+            if (sh.head_dim < 32 || sh.head_dim > 256 || sh.head_dim % 16 != 0)
+              return "'" + item + "': HEAD_DIM must be a multiple of 16 in [32, 256]";
+            if (sh.heads < 1 || sh.kv_heads < 1 || sh.heads % sh.kv_heads != 0)
+              return "'" + item + "': HEADS must be a positive multiple of KV_HEADS";
+            return {};
+          },
+          "SHAPE"));
+  bench::parse_or_exit(app, argc, argv);
+  if (f32) dtype = DType::kF32;
+  if (!shape_list.empty()) {
+    shapes.clear();
+    for (const std::string& item : shape_list) {
+      Shape sh{};
+      std::sscanf(item.c_str(), "%d:%d:%d", &sh.head_dim, &sh.heads, &sh.kv_heads);  // checked by the parser
+      shapes.push_back(sh);
     }
   }
   const CpuInfo cpu = detect_cpu_info();

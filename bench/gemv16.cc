@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
@@ -92,18 +93,16 @@ double copy_bandwidth(cudaStream_t stream) {
 int main(int argc, char** argv) try {
   int64_t hidden = 4096, intermediate = 14336, heads = 32, kv_heads = 8, head_dim = 128, vocab = 128256;
   int reps = 20;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const int64_t v = std::atoll(argv[i + 1]);
-    if (k == "--hidden") hidden = v;
-    else if (k == "--intermediate") intermediate = v;
-    else if (k == "--heads") heads = v;
-    else if (k == "--kv-heads") kv_heads = v;
-    else if (k == "--head-dim") head_dim = v;
-    else if (k == "--vocab") vocab = v;
-    else if (k == "--reps") reps = static_cast<int>(v);
-    else SPINDLE_FAIL("unknown flag {}", k);
-  }
+  CLI::App app{"Small-batch bf16 products: gemv16 against cuBLAS on a model's projection shapes", "bench_gemv16"};
+  app.add_option("--hidden", hidden, "Hidden size (4096)")->check(CLI::Range(int64_t{8}, int64_t{1} << 16));
+  app.add_option("--intermediate", intermediate, "MLP intermediate size (14336)")
+      ->check(CLI::Range(int64_t{8}, int64_t{1} << 18));
+  app.add_option("--heads", heads, "Attention heads (32)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  app.add_option("--kv-heads", kv_heads, "KV heads (8)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  app.add_option("--head-dim", head_dim, "Head dimension (128)")->check(CLI::Range(int64_t{8}, int64_t{1024}));
+  app.add_option("--vocab", vocab, "Vocabulary size (128256)")->check(CLI::Range(int64_t{8}, int64_t{1} << 24));
+  app.add_option("--reps", reps, "Timed repetitions, median reported (20)")->check(CLI::Range(1, 100000));
+  bench::parse_or_exit(app, argc, argv);
   const std::vector<Shape> shapes = {
       {"qkv", (heads + 2 * kv_heads) * head_dim, hidden}, {"o", hidden, heads * head_dim},
       {"gate_up", 2 * intermediate, hidden},              {"down", hidden, intermediate},

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "bench_util.h"
 #include "kernels/cpu/linear.h"
 #include "platform/cpu_info.h"
@@ -175,14 +176,31 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time, const std::
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // usage: bench_linear [--sweep-only | --shapes-only | --prefill-only | --small-m | --small-m-cpu]
+  // usage: bench_linear [--sweep-only | --shapes-only | --prefill-only | --small-m [KERNEL] | --small-m-cpu [KERNEL]]
   //   (--sweep-only: the rows sweep alone; --shapes-only: the shapes sweep alone; --prefill-only:
-  //   the m = 512 table alone)
-  const bool sweep_only = argc > 1 && std::string(argv[1]) == "--sweep-only";
-  const bool shapes_only = argc > 1 && std::string(argv[1]) == "--shapes-only";
-  const bool prefill_only = argc > 1 && std::string(argv[1]) == "--prefill-only";
-  const bool small_m_cpu = argc > 1 && std::string(argv[1]) == "--small-m-cpu";
-  const bool small_m = small_m_cpu || (argc > 1 && std::string(argv[1]) == "--small-m");
+  //   the m = 512 table alone; KERNEL: a linear_kernel_names() entry instead of "auto")
+  bool sweep_only = false, shapes_only = false, prefill_only = false, small_m_wall = false, small_m_cpu = false;
+  std::string small_m_kernel = "auto";
+  CLI::App app{"CPU linear layers: decode bandwidth, rows and shapes sweeps, prefill rate", "bench_linear"};
+  CLI::Option* modes[] = {
+      app.add_flag("--sweep-only", sweep_only, "The rows sweep alone"),
+      app.add_flag("--shapes-only", shapes_only, "The shapes sweep alone"),
+      app.add_flag("--prefill-only", prefill_only, "The m = 512 table alone"),
+      app.add_flag("--small-m", small_m_wall, "Rows 1..8 and 16 over whole models' layers, wall time"),
+      app.add_flag("--small-m-cpu", small_m_cpu, "As --small-m, timed by the calling thread's CPU time"),
+  };
+  for (CLI::Option* a : modes)
+    for (CLI::Option* b : modes)
+      if (a != b) a->excludes(b);
+  app.add_option("kernel", small_m_kernel, "With --small-m(-cpu): the kernel instead of auto")
+      ->check(CLI::IsMember(linear_kernel_names()));  // "auto" among them
+  bench::parse_or_exit(app, argc, argv);
+  const bool small_m = small_m_cpu || small_m_wall;
+  if (small_m_kernel != "auto" && !small_m) {
+    std::fprintf(stderr, "bench_linear: a KERNEL argument ('%s') needs --small-m or --small-m-cpu\n",
+                 small_m_kernel.c_str());
+    return 2;
+  }
   const CpuInfo cpu = detect_cpu_info();
   ThreadPool& pool = ThreadPool::global();
   std::printf("cpu: %s, %d threads in ThreadPool::global()\n", cpu.model_name.c_str(), pool.num_threads());
@@ -191,7 +209,7 @@ int main(int argc, char** argv) {
   const double mem_gbps = std::max(memory_read_gbps(pool), memory_read_gbps(pool));
   std::printf("memory read bandwidth (1 GiB streaming sum, all threads, best of 2x5): %.1f GB/s\n", mem_gbps);
   if (small_m) {
-    small_m_sweep(pool, mem_gbps, small_m_cpu, argc > 2 ? argv[2] : "auto");
+    small_m_sweep(pool, mem_gbps, small_m_cpu, small_m_kernel);
     return 0;
   }
 

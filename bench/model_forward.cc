@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "attn/attention_backend.h"
+#include "bench_cli.h"
 #include "bench_model_writer.h"
 #include "bench_util.h"
 #include "config/server_config.h"
@@ -69,25 +70,23 @@ struct Args {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--model") a.model_dir = argv[i + 1];
-    else if (k == "--layers") a.layers = std::atoi(argv[i + 1]);
-    else if (k == "--context") a.context = std::atoi(argv[i + 1]);
-    else if (k == "--prompt") a.prompt = std::atoi(argv[i + 1]);
-    else if (k == "--steps") a.steps = std::atoi(argv[i + 1]);
-    else if (k == "--attention-backend") a.attention_backend = argv[i + 1];
-    else if (k == "--matmul-precision") a.matmul_precision = argv[i + 1];
-    else if (k == "--profile")
-      a.profile = std::atoi(argv[i + 1]) != 0;
-    else if (k == "--decode")
-      a.decode = std::atoi(argv[i + 1]) != 0;
-    else if (k == "--linear")
-      a.linear = argv[i + 1];
-    else if (k == "--weights-memory")
-      a.weights_memory = argv[i + 1];
-    else SPINDLE_FAIL("unknown flag {}", k);
-  }
+  CLI::App app{"Whole-model CPU forward: decode and prefill throughput against this machine's rates",
+               "bench_model_forward"};
+  app.add_option("--model", a.model_dir, "Hugging Face model folder (default: a random Llama-3.2-1B-shaped one)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--layers", a.layers, "Layers of the written model (16)")->check(CLI::Range(1, 1024));
+  app.add_option("--context", a.context, "Cached tokens per decode sequence (512)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--prompt", a.prompt, "Prefill tokens (512)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", a.steps, "Decode steps per batch size (8)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--attention-backend", a.attention_backend, "CPU attention backend (highest priority usable)");
+  app.add_option("--matmul-precision", a.matmul_precision, "auto, exact or bf16 (auto)")
+      ->check(CLI::IsMember({"auto", "exact", "bf16"}));
+  app.add_option("--profile", a.profile, "1: where each phase's time went (0)");
+  app.add_option("--decode", a.decode, "0: the prefill only (1)");
+  app.add_option("--linear", a.linear, "Every weight on this named linear kernel (auto policy)");
+  app.add_option("--weights-memory", a.weights_memory, "auto, mapped, huge-pages or ab (auto)")
+      ->check(CLI::IsMember({"auto", "mapped", "huge-pages", "ab"}));
+  bench::parse_or_exit(app, argc, argv);
   return a;
 }
 

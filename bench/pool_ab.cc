@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_cli.h"
 #include "bench_util.h"
 #include "kernels/cpu/linear.h"
 #include "util/half.h"
@@ -23,8 +24,11 @@ using namespace spindle::kernels::cpu;
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
-  const int spin = argc > 2 ? std::atoi(argv[2]) : 200;
+  int rounds = 15, spin = 200;
+  CLI::App app{"The thread pool's hand-off on m = 1 products: 1 thread, 2 sleeping, 2 polling", "bench_pool_ab"};
+  app.add_option("rounds", rounds, "Alternated rounds (15)")->check(CLI::Range(1, 100000));
+  app.add_option("spin", spin, "Microseconds the polling workers spin (200)")->check(CLI::Range(1, 1000000));
+  bench::parse_or_exit(app, argc, argv);
   struct Shape {
     const char* name;
     int64_t out, in;

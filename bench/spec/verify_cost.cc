@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "attn/attention_backend.h"
+#include "bench_cli.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/linear.h"
@@ -64,29 +65,24 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto value = [&] {
-      SPINDLE_CHECK(i + 1 < argc, "{} needs a value", f);
-      return std::string(argv[++i]);
-    };
-    if (f == "--model") a.model_dir = value();
-    else if (f == "--device") a.device = value();
-    else if (f == "--backend") a.backend = value();
-    else if (f == "--decode-backend") a.decode_backend = value();
-    else if (f == "--context") a.context = std::stoi(value());
-    else if (f == "--k") a.k = std::stoi(value());
-    else if (f == "--batch") a.batch = std::stoi(value());
-    else if (f == "--steps") a.steps = std::stoi(value());
-    else if (f == "--eager") a.eager = true;
-    else if (f == "--eager-verify") a.eager_verify = true;
-    else if (f == "--max-model-len") a.max_model_len = std::stoi(value());
-    else if (f == "--logit-ids") a.logit_ids = std::stoi(value());
-    else if (f == "--matmul-precision")
-      a.matmul_precision = value();
-    else SPINDLE_FAIL("unknown flag {}", f);
-  }
-  SPINDLE_CHECK(!a.model_dir.empty(), "--model DIR is required");
+  CLI::App app{"Speculative decoding: a verify step (1 + k tokens per sequence) against a plain decode step",
+               "bench_spec_verify"};
+  app.add_option("--model", a.model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
+  app.add_option("--device", a.device, "cpu or cuda (cpu)")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--backend", a.backend, "Prefill (verify) attention backend (cpu_avx2 / cuda_flash)");
+  app.add_option("--decode-backend", a.decode_backend, "Decode attention backend (--backend)");
+  app.add_option("--context", a.context, "Cached tokens per sequence (512)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--k", a.k, "Draft tokens per sequence (4)")->check(CLI::Range(1, 64));
+  app.add_option("--batch", a.batch, "Sequences (1)")->check(CLI::Range(1, 4096));
+  app.add_option("--steps", a.steps, "Timed steps (50)")->check(CLI::Range(1, 1000000));
+  app.add_flag("--eager", a.eager, "No CUDA graphs at all");
+  app.add_flag("--eager-verify", a.eager_verify, "CUDA graphs for the decode steps only");
+  app.add_option("--max-model-len", a.max_model_len, "0: context + k + 16 (0)")->check(CLI::Range(0, 1 << 22));
+  app.add_option("--logit-ids", a.logit_ids, "Logit columns sampled, 0: the whole vocabulary (0)")
+      ->check(CLI::Range(0, 1 << 24));
+  app.add_option("--matmul-precision", a.matmul_precision, "auto or exact (auto)")
+      ->check(CLI::IsMember({"auto", "exact"}));
+  bench::parse_or_exit(app, argc, argv);
   return a;
 }
 
