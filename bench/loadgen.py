@@ -10,6 +10,8 @@ request so the prefix cache does not help; ignore_eos makes every request produc
   python3 bench/loadgen.py --url http://127.0.0.1:8080 --levels 1,16 --requests 64 \
       --prompt-tokens 128 --output-tokens 64 --vocab 4096 [--json FILE]
   python3 bench/loadgen.py --port 8000 --levels 1,8,32 --requests-per-level 2 --warmup --label graphs
+  python3 bench/loadgen.py --port 8311 --prompts bench/spec/prompts.json --set kjv --repeats 2 \
+      --levels 8 --output-tokens 128 --warmup --label draft --jsonl OUT/spec.jsonl
 
 Requests per level: --requests N, or else max(4, --requests-per-level x C). --model defaults to
 the first id of GET /v1/models. --warmup: before the levels, one short request per client at each
@@ -17,14 +19,19 @@ level (first-use costs: CUDA graph captures, cuDNN plans). Shared prefixes (--pr
 --groups G): every prompt starts with one of G random P-token prefixes (chosen per request), then
 its own --prompt-tokens; each level then also reports the prefix-cache hit ratio
 (spindle_prefix_cache_hits_total over spindle_prefix_cache_queries_total) and the router's
-decisions by reason and requests per DP rank.
+decisions by reason and requests per DP rank. Text prompts (--prompts FILE --set NAME): the
+JSON file's list NAME, each sent --repeats times, instead of token ids (the speculative-decoding
+bench: bench/spec/run.sh). --temperature (default 0) and --seed go into every request.
 
 Per level: output tok/s and prompt tok/s over the level's wall time; TTFT and TPOT percentiles
 (p50/p90/p99, linear interpolation; TPOT of a request = (last token event - first token event) /
 (tokens - 1)); and, where the server exports spindle_step_seconds_total{phase,part} and
 spindle_steps_total{phase}, ms per step of each part over the level and the host fraction (every
-part but forward and device). --json writes a list with one object per level (keys as printed:
-label, concurrency, requests, ok, output_tok_s, ttft_ms.p50, tpot_ms.p99, steps, cache, ...).
+part but forward and device); where the server speculates, the level's verifies, accepted tokens
+(bonus included), accept length (accepted / verifies), accept rate (accepted drafts / drafts) and
+skipped steps from SGLang's and vLLM's counters. --json writes a list with one object per level
+(keys as printed: label, concurrency, requests, ok, output_tok_s, ttft_ms.p50, tpot_ms.mean,
+steps, cache, spec, ...); --jsonl appends the same objects to a file, one line each.
 Exit status 1 when any request failed (after printing and writing what was measured), 2 on bad
 arguments.
 """
@@ -39,6 +46,9 @@ import time
 import urllib.parse
 
 PARTS = ("schedule", "build", "forward", "device", "sample", "output")
+SPEC_COUNTERS = ("spec_total_num_accepted_tokens", "spec_total_num_forward_ct",
+                 "spindle_spec_decode_num_draft_tokens_total", "spindle_spec_decode_num_accepted_tokens_total",
+                 "spindle_spec_skipped_steps_total")
 
 
 def mulberry32(seed):
@@ -109,12 +119,17 @@ class Server:
         for name in ("hits", "queries"):
             m = re.search(rf"^spindle_prefix_cache_{name}_total (\S+)$", text, re.M)
             out[name] = float(m.group(1)) if m else math.nan
+        for name in SPEC_COUNTERS:
+            m = re.search(rf"^{name} (\S+)$", text, re.M)
+            if m:
+                out[name] = float(m.group(1))
         return out
 
-    def complete(self, model, prompt, output_tokens):
+    def complete(self, model, prompt, output_tokens, temperature=0.0, seed=1):
         """One streaming request: {t0, first, last, tokens} (times from perf_counter) or raises."""
-        body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_tokens, "temperature": 0,
-                           "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
+        body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_tokens, "temperature": temperature,
+                           "seed": seed, "ignore_eos": True, "stream": True,
+                           "stream_options": {"include_usage": True}})
         c = http.client.HTTPConnection(self.host, self.port, timeout=600)
         t0 = time.perf_counter()
         first = last = 0.0
@@ -175,7 +190,20 @@ def cache_delta(before, after):
             "router_decisions": diff("router"), "requests_per_rank": diff("per_rank")}
 
 
-def run_level(server, model, prompts, conc, output_tokens):
+def spec_delta(before, after):
+    """The level's speculative counters, or None where the server does not speculate."""
+    if not all(name in after for name in SPEC_COUNTERS):
+        return None
+    d = {name: after[name] - before.get(name, 0.0) for name in SPEC_COUNTERS}
+    verifies, accepted = d["spec_total_num_forward_ct"], d["spec_total_num_accepted_tokens"]
+    drafts = d["spindle_spec_decode_num_draft_tokens_total"]
+    return {"verifies": verifies, "accepted_tokens": accepted,
+            "accept_length": round(accepted / verifies, 3) if verifies else None,
+            "accept_rate": round(d["spindle_spec_decode_num_accepted_tokens_total"] / drafts, 3) if drafts else None,
+            "skipped_steps": d["spindle_spec_skipped_steps_total"]}
+
+
+def run_level(server, model, prompts, conc, output_tokens, temperature=0.0, seed=1):
     """Closed loop of `conc` clients over `prompts`: (results, errors, wall seconds)."""
     results, errors = [], []
     lock = threading.Lock()
@@ -189,7 +217,7 @@ def run_level(server, model, prompts, conc, output_tokens):
                 prompt = prompts[nxt[0]]
                 nxt[0] += 1
             try:
-                r = server.complete(model, prompt, output_tokens)
+                r = server.complete(model, prompt, output_tokens, temperature, seed)
             except Exception as e:  # counted; the level goes on
                 with lock:
                     errors.append(str(e))
@@ -221,7 +249,12 @@ def parse_args(argv):
     p.add_argument("--prefix-tokens", type=lambda s: _int_at_least(s, 0), default=0)
     p.add_argument("--groups", type=positive, default=1)
     p.add_argument("--vocab", type=lambda s: _int_at_least(s, 2), default=4096, help="token ids drawn from [0, vocab)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="prompt generator and request seed (1)")
+    p.add_argument("--prompts", help="JSON file of text prompt lists, instead of random token ids")
+    p.add_argument("--set", help="with --prompts: which list")
+    p.add_argument("--repeats", type=positive, default=1, help="with --prompts: times each prompt is sent (1)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--jsonl", default="", help="append one JSON line per level to this file")
     p.add_argument("--warmup", action="store_true")
     p.add_argument("--label", default="")
     p.add_argument("--json", default="")
@@ -232,6 +265,18 @@ def parse_args(argv):
         p.error(f"--levels: {e}")
     if a.requests_per_level <= 0:
         p.error("--requests-per-level must be positive")
+    if a.temperature < 0:
+        p.error("--temperature must not be negative")
+    if bool(a.prompts) != bool(a.set):
+        p.error("--prompts FILE and --set NAME go together")
+    if a.prompts:
+        try:
+            sets = json.load(open(a.prompts))
+        except (OSError, ValueError) as e:
+            p.error(f"--prompts {a.prompts}: {e}")
+        if not isinstance(sets, dict) or not isinstance(sets.get(a.set), list) or not sets[a.set]:
+            p.error(f"--prompts {a.prompts}: no non-empty list '{a.set}' (lists: {', '.join(sets) if isinstance(sets, dict) else 'none'})")
+        a.text_prompts = [str(x) for x in sets[a.set]]
     if a.port:
         a.url = f"http://127.0.0.1:{a.port}"
     return a
@@ -256,6 +301,8 @@ def main(argv):
     prefixes = [[token() for _ in range(a.prefix_tokens)] for _ in range(a.groups if a.prefix_tokens else 0)]
 
     def make_prompts(n, length):
+        if getattr(a, "text_prompts", None):
+            return list(a.text_prompts) * a.repeats
         out = []
         for _ in range(n):
             own = [token() for _ in range(length)]
@@ -264,31 +311,38 @@ def main(argv):
 
     if a.warmup:
         for conc in a.levels:
-            run_level(server, model, make_prompts(conc, min(a.prompt_tokens, 64)), conc, min(a.output_tokens, 16))
+            warm = make_prompts(conc, min(a.prompt_tokens, 64))[:conc]
+            run_level(server, model, warm, conc, min(a.output_tokens, 16), a.temperature, a.seed)
     rows, failed = [], 0
     for conc in a.levels:
-        n = a.requests or max(4, int(a.requests_per_level * conc))
-        prompts = make_prompts(n, a.prompt_tokens)
+        prompts = make_prompts(a.requests or max(4, int(a.requests_per_level * conc)), a.prompt_tokens)
+        n = len(prompts)
         before = server.metrics()
-        results, errors, wall = run_level(server, model, prompts, conc, a.output_tokens)
+        results, errors, wall = run_level(server, model, prompts, conc, a.output_tokens, a.temperature, a.seed)
         after = server.metrics()
         failed += len(errors)
         ttft = [r["first"] - r["t0"] for r in results]
         tpot = [(r["last"] - r["first"]) / (r["tokens"] - 1) for r in results if r["tokens"] > 1]
-        pct = lambda xs: {f"p{q}": 1e3 * percentile(xs, q) for q in (50, 90, 99)}
+        pct = lambda xs: {"mean": 1e3 * sum(xs) / len(xs) if xs else math.nan,
+                          **{f"p{q}": 1e3 * percentile(xs, q) for q in (50, 90, 99)}}
         row = {"label": a.label, "concurrency": conc, "requests": n, "ok": len(results), "errors": errors[:5],
-               "prompt_tokens": a.prompt_tokens, "prefix_tokens": a.prefix_tokens, "groups": len(prefixes),
+               "prompts": f"{a.prompts}:{a.set}" if a.prompts else "token ids",
+               "prompt_tokens": None if a.prompts else a.prompt_tokens, "prefix_tokens": a.prefix_tokens,
+               "groups": len(prefixes),
                "output_tokens": a.output_tokens, "wall_s": wall,
                "output_tok_s": sum(r["tokens"] for r in results) / wall,
-               "prompt_tok_s": len(results) * (a.prompt_tokens + a.prefix_tokens) / wall,
+               "prompt_tok_s": None if a.prompts else len(results) * (a.prompt_tokens + a.prefix_tokens) / wall,
                "ttft_ms": pct(ttft), "tpot_ms": pct(tpot),
                "steps": step_breakdown(before, after) if before and after else {},
-               "cache": cache_delta(before, after) if prefixes and before else None}
+               "cache": cache_delta(before, after) if prefixes and before else None,
+               "spec": spec_delta(before, after) if before else None}
         rows.append(row)
         t, s = row["ttft_ms"], row["tpot_ms"]
-        print(f"{a.label + ' ' if a.label else ''}C={conc} ok {row['ok']}/{n} prompt "
-              f"{f'{a.prefix_tokens}+' if prefixes else ''}{a.prompt_tokens} output {a.output_tokens}: "
-              f"{row['output_tok_s']:.2f} output tok/s, prompt {row['prompt_tok_s']:.0f} tok/s in {wall:.2f} s; "
+        shape = (f"prompts {a.set} x{a.repeats}" if a.prompts else
+                 f"prompt {f'{a.prefix_tokens}+' if prefixes else ''}{a.prompt_tokens}")
+        prompt_rate = "" if a.prompts else f", prompt {row['prompt_tok_s']:.0f} tok/s"
+        print(f"{a.label + ' ' if a.label else ''}C={conc} ok {row['ok']}/{n} {shape} output {a.output_tokens}: "
+              f"{row['output_tok_s']:.2f} output tok/s{prompt_rate} in {wall:.2f} s; "
               f"TTFT p50/p90/p99 {t['p50']:.2f}/{t['p90']:.2f}/{t['p99']:.2f} ms; "
               f"TPOT p50/p90/p99 {s['p50']:.2f}/{s['p90']:.2f}/{s['p99']:.2f} ms", flush=True)
         for phase, d in row["steps"].items():
@@ -299,6 +353,14 @@ def main(argv):
             print(f"  prefix cache: {100 * c['prefix_hit_ratio']:.2f}% of prompt tokens hit ({c['prefix_hit_tokens']:.0f} "
                   f"of {c['prefix_query_tokens']:.0f}); router {json.dumps(c['router_decisions'])}; per rank "
                   f"{json.dumps(c['requests_per_rank'])}", flush=True)
+        if row["spec"] and row["spec"]["verifies"]:
+            sp = row["spec"]
+            print(f"  speculation: {sp['verifies']:.0f} verifies, accept length {sp['accept_length']:.3f}, accept rate "
+                  f"{sp['accept_rate'] if sp['accept_rate'] is None else round(sp['accept_rate'], 3)}, "
+                  f"{sp['skipped_steps']:.0f} steps skipped", flush=True)
+        if a.jsonl:
+            with open(a.jsonl, "a") as f:
+                f.write(json.dumps(row) + "\n")
         for e in errors[:3]:
             print(f"  failed: {e}", file=sys.stderr)
     if a.json:

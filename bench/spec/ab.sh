@@ -19,12 +19,18 @@ done
 python3 - "$out" "$turns" <<'PY' | tee "$out/summary.md"
 import json, statistics, sys
 out, turns = sys.argv[1], int(sys.argv[2])
+def flat(r):  # a bench/loadgen.py level; spec.jsonl lines of bench/spec/spec_load.py (before 12-07) are flat
+    if "tpot_ms" not in r:
+        return r
+    sp, ms = r.get("spec") or {}, ((r.get("steps") or {}).get("decode") or {}).get("ms_per_step", {})
+    return dict(r, mean_tpot_ms=r["tpot_ms"]["mean"], accept_length=sp.get("accept_length"),
+                accept_rate=sp.get("accept_rate"), step_schedule_ms=ms.get("schedule"), step_forward_ms=ms.get("forward"))
 rows = {}
 for side in ("before", "after"):
     for t in range(1, turns + 1):
         for line in open(f"{out}/{side}-t{t}/spec.jsonl"):
             if line.strip():
-                r = json.loads(line)
+                r = flat(json.loads(line))
                 rows.setdefault((side, r["label"], r["concurrency"]), []).append(r)
 def med(side, label, c, key):
     v = [r[key] for r in rows.get((side, label, c), []) if r.get(key) is not None]

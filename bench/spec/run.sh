@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/spec: speculative decoding against plain decoding, same prompts, same run, the real
 # server. For each pair (plain server, speculating server) and each concurrency (1 and 8), ROUNDS
-# alternating rounds; spec_load.py prints output tok/s, TPOT and the run's accept length/rate.
+# alternating rounds; bench/loadgen.py (text prompts of prompts.json) measures output tok/s, TPOT and the
+# run's accept length/rate.
 #   kjv:       kjv-tiny alone vs kjv-tiny + kjv-draft (--speculative-algorithm draft) on KJV verses
 #   repeating: kjv-tiny alone vs kjv-tiny + n-gram (--speculative-algorithm ngram) on prompts whose
 #              continuation repeats earlier context (a passage given twice, a list continued)
@@ -40,8 +41,9 @@ run_server() {  # run_server LABEL FLAGS... ; runs every level once against it
   local pid=$!
   wait_healthy "$port" "$pid" 60 "$out/serve-$label.log" || { kill "$pid" 2>/dev/null; return 1; }
   for c in $levels; do
-    python3 bench/spec/spec_load.py --port "$port" --prompts bench/spec/prompts.json --set "$set" --concurrency "$c" \
-      --repeats "$(( c > 1 ? 2 : 1 ))" --max-tokens "$max_tokens" --label "$label" | tee -a "$jsonl"
+    python3 bench/loadgen.py --port "$port" --prompts bench/spec/prompts.json --set "$set" --levels "$c" \
+      --repeats "$(( c > 1 ? 2 : 1 ))" --output-tokens "$max_tokens" --warmup --label "$label" --jsonl "$jsonl" \
+      | tee -a "$out/spec.log"
   done
   curl -s "localhost:$port/metrics" >"$out/metrics-$label-r$round.txt"
   kill $pid; wait $pid 2>/dev/null || true
@@ -66,7 +68,13 @@ done
 
 python3 - "$jsonl" <<'PY' | tee "$out/summary.md"
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def flat(r):  # a bench/loadgen.py level; spec.jsonl lines of bench/spec/spec_load.py (before 12-07) are flat
+    if "tpot_ms" not in r:
+        return r
+    sp, ms = r.get("spec") or {}, ((r.get("steps") or {}).get("decode") or {}).get("ms_per_step", {})
+    return dict(r, mean_tpot_ms=r["tpot_ms"]["mean"], accept_length=sp.get("accept_length"),
+                accept_rate=sp.get("accept_rate"), step_schedule_ms=ms.get("schedule"), step_forward_ms=ms.get("forward"))
+rows = [flat(json.loads(l)) for l in open(sys.argv[1]) if l.strip()]
 # The k-th run of a label at a concurrency is round k (run.sh runs every server once per round).
 seen = {}
 for r in rows:
