@@ -292,81 +292,97 @@ def _int_at_least(text, low):
     return v
 
 
+class Prompts:
+    """Each level's prompts: random token ids (mulberry32 from --seed, shared prefixes first drawn) or
+    the text prompt set repeated."""
+
+    def __init__(self, a):
+        self.a = a
+        self.rand = mulberry32(a.seed)
+        self.prefixes = [[self.token() for _ in range(a.prefix_tokens)] for _ in range(a.groups if a.prefix_tokens else 0)]
+
+    def token(self):
+        return math.floor(self.rand() * self.a.vocab)
+
+    def make(self, n, length):
+        if getattr(self.a, "text_prompts", None):
+            return list(self.a.text_prompts) * self.a.repeats
+        out = []
+        for _ in range(n):
+            own = [self.token() for _ in range(length)]
+            out.append(self.prefixes[math.floor(self.rand() * len(self.prefixes))] + own if self.prefixes else own)
+        return out
+
+
+def measure_level(a, server, model, prompts, conc, num_groups):
+    """One level, closed loop: the row that --json writes (errors: up to 5 messages)."""
+    before = server.metrics()
+    results, errors, wall = run_level(server, model, prompts, conc, a.output_tokens, a.temperature, a.seed)
+    after = server.metrics()
+    ttft = [r["first"] - r["t0"] for r in results]
+    tpot = [(r["last"] - r["first"]) / (r["tokens"] - 1) for r in results if r["tokens"] > 1]
+    pct = lambda xs: {"mean": 1e3 * sum(xs) / len(xs) if xs else math.nan,
+                      **{f"p{q}": 1e3 * percentile(xs, q) for q in (50, 90, 99)}}
+    return {"label": a.label, "concurrency": conc, "requests": len(prompts), "ok": len(results),
+            "failed": len(errors), "errors": errors[:5],
+            "prompts": f"{a.prompts}:{a.set}" if a.prompts else "token ids",
+            "prompt_tokens": None if a.prompts else a.prompt_tokens, "prefix_tokens": a.prefix_tokens,
+            "groups": num_groups, "output_tokens": a.output_tokens, "wall_s": wall,
+            "output_tok_s": sum(r["tokens"] for r in results) / wall,
+            "prompt_tok_s": None if a.prompts else len(results) * (a.prompt_tokens + a.prefix_tokens) / wall,
+            "ttft_ms": pct(ttft), "tpot_ms": pct(tpot),
+            "steps": step_breakdown(before, after) if before and after else {},
+            "cache": cache_delta(before, after) if num_groups and before else None,
+            "spec": spec_delta(before, after) if before else None}
+
+
+def print_row(a, row):
+    t, s = row["ttft_ms"], row["tpot_ms"]
+    shape = (f"prompts {a.set} x{a.repeats}" if a.prompts else
+             f"prompt {f'{a.prefix_tokens}+' if row['groups'] else ''}{a.prompt_tokens}")
+    prompt_rate = "" if a.prompts else f", prompt {row['prompt_tok_s']:.0f} tok/s"
+    print(f"{a.label + ' ' if a.label else ''}C={row['concurrency']} ok {row['ok']}/{row['requests']} {shape} output "
+          f"{a.output_tokens}: {row['output_tok_s']:.2f} output tok/s{prompt_rate} in {row['wall_s']:.2f} s; "
+          f"TTFT p50/p90/p99 {t['p50']:.2f}/{t['p90']:.2f}/{t['p99']:.2f} ms; "
+          f"TPOT p50/p90/p99 {s['p50']:.2f}/{s['p90']:.2f}/{s['p99']:.2f} ms", flush=True)
+    for phase, d in row["steps"].items():
+        print(f"  {phase} steps {d['steps']:.0f}: host {100 * d['host_fraction']:.2f}%; ms/step "
+              + " ".join(f"{k} {v:.3f}" for k, v in d["ms_per_step"].items()), flush=True)
+    if row["cache"]:
+        c = row["cache"]
+        print(f"  prefix cache: {100 * c['prefix_hit_ratio']:.2f}% of prompt tokens hit ({c['prefix_hit_tokens']:.0f} "
+              f"of {c['prefix_query_tokens']:.0f}); router {json.dumps(c['router_decisions'])}; per rank "
+              f"{json.dumps(c['requests_per_rank'])}", flush=True)
+    if row["spec"] and row["spec"]["verifies"]:
+        sp = row["spec"]
+        print(f"  speculation: {sp['verifies']:.0f} verifies, accept length {sp['accept_length']}, accept rate "
+              f"{sp['accept_rate']}, {sp['skipped_steps']:.0f} steps skipped", flush=True)
+    for e in row["errors"][:3]:
+        print(f"  failed: {e}", file=sys.stderr)
+
+
 def main(argv):
     a = parse_args(argv)
     server = Server(a.url)
     model = a.model or server.model_id()
-    rand = mulberry32(a.seed)
-    token = lambda: math.floor(rand() * a.vocab)
-    prefixes = [[token() for _ in range(a.prefix_tokens)] for _ in range(a.groups if a.prefix_tokens else 0)]
-
-    def make_prompts(n, length):
-        if getattr(a, "text_prompts", None):
-            return list(a.text_prompts) * a.repeats
-        out = []
-        for _ in range(n):
-            own = [token() for _ in range(length)]
-            out.append(prefixes[math.floor(rand() * len(prefixes))] + own if prefixes else own)
-        return out
-
+    prompts = Prompts(a)
     if a.warmup:
         for conc in a.levels:
-            warm = make_prompts(conc, min(a.prompt_tokens, 64))[:conc]
+            warm = prompts.make(conc, min(a.prompt_tokens, 64))[:conc]
             run_level(server, model, warm, conc, min(a.output_tokens, 16), a.temperature, a.seed)
-    rows, failed = [], 0
+    rows = []
     for conc in a.levels:
-        prompts = make_prompts(a.requests or max(4, int(a.requests_per_level * conc)), a.prompt_tokens)
-        n = len(prompts)
-        before = server.metrics()
-        results, errors, wall = run_level(server, model, prompts, conc, a.output_tokens, a.temperature, a.seed)
-        after = server.metrics()
-        failed += len(errors)
-        ttft = [r["first"] - r["t0"] for r in results]
-        tpot = [(r["last"] - r["first"]) / (r["tokens"] - 1) for r in results if r["tokens"] > 1]
-        pct = lambda xs: {"mean": 1e3 * sum(xs) / len(xs) if xs else math.nan,
-                          **{f"p{q}": 1e3 * percentile(xs, q) for q in (50, 90, 99)}}
-        row = {"label": a.label, "concurrency": conc, "requests": n, "ok": len(results), "errors": errors[:5],
-               "prompts": f"{a.prompts}:{a.set}" if a.prompts else "token ids",
-               "prompt_tokens": None if a.prompts else a.prompt_tokens, "prefix_tokens": a.prefix_tokens,
-               "groups": len(prefixes),
-               "output_tokens": a.output_tokens, "wall_s": wall,
-               "output_tok_s": sum(r["tokens"] for r in results) / wall,
-               "prompt_tok_s": None if a.prompts else len(results) * (a.prompt_tokens + a.prefix_tokens) / wall,
-               "ttft_ms": pct(ttft), "tpot_ms": pct(tpot),
-               "steps": step_breakdown(before, after) if before and after else {},
-               "cache": cache_delta(before, after) if prefixes and before else None,
-               "spec": spec_delta(before, after) if before else None}
+        level_prompts = prompts.make(a.requests or max(4, int(a.requests_per_level * conc)), a.prompt_tokens)
+        row = measure_level(a, server, model, level_prompts, conc, len(prompts.prefixes))
         rows.append(row)
-        t, s = row["ttft_ms"], row["tpot_ms"]
-        shape = (f"prompts {a.set} x{a.repeats}" if a.prompts else
-                 f"prompt {f'{a.prefix_tokens}+' if prefixes else ''}{a.prompt_tokens}")
-        prompt_rate = "" if a.prompts else f", prompt {row['prompt_tok_s']:.0f} tok/s"
-        print(f"{a.label + ' ' if a.label else ''}C={conc} ok {row['ok']}/{n} {shape} output {a.output_tokens}: "
-              f"{row['output_tok_s']:.2f} output tok/s{prompt_rate} in {wall:.2f} s; "
-              f"TTFT p50/p90/p99 {t['p50']:.2f}/{t['p90']:.2f}/{t['p99']:.2f} ms; "
-              f"TPOT p50/p90/p99 {s['p50']:.2f}/{s['p90']:.2f}/{s['p99']:.2f} ms", flush=True)
-        for phase, d in row["steps"].items():
-            print(f"  {phase} steps {d['steps']:.0f}: host {100 * d['host_fraction']:.2f}%; ms/step "
-                  + " ".join(f"{k} {v:.3f}" for k, v in d["ms_per_step"].items()), flush=True)
-        if row["cache"]:
-            c = row["cache"]
-            print(f"  prefix cache: {100 * c['prefix_hit_ratio']:.2f}% of prompt tokens hit ({c['prefix_hit_tokens']:.0f} "
-                  f"of {c['prefix_query_tokens']:.0f}); router {json.dumps(c['router_decisions'])}; per rank "
-                  f"{json.dumps(c['requests_per_rank'])}", flush=True)
-        if row["spec"] and row["spec"]["verifies"]:
-            sp = row["spec"]
-            print(f"  speculation: {sp['verifies']:.0f} verifies, accept length {sp['accept_length']:.3f}, accept rate "
-                  f"{sp['accept_rate'] if sp['accept_rate'] is None else round(sp['accept_rate'], 3)}, "
-                  f"{sp['skipped_steps']:.0f} steps skipped", flush=True)
+        print_row(a, row)
         if a.jsonl:
             with open(a.jsonl, "a") as f:
                 f.write(json.dumps(row) + "\n")
-        for e in errors[:3]:
-            print(f"  failed: {e}", file=sys.stderr)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
-    return 1 if failed else 0
+    return 1 if any(row["failed"] for row in rows) else 0
 
 
 if __name__ == "__main__":
