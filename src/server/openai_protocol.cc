@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "server/request_fields.h"
+
 namespace spindle::server {
 
 using nlohmann::json;
@@ -124,8 +126,38 @@ std::vector<std::string> parse_stop(const json* v) {
   return out;
 }
 
-// The fields shared by completions and chat.
-void parse_common(const json& j, GenerationRequest& r) {
+// stream, and stream_options (only with stream: true, as OpenAI and vLLM require).
+void parse_stream(const Fields& f, GenerationRequest& r) {
+  if (auto v = f.boolean("stream")) r.stream = *v;
+  const json* so = f.get("stream_options");
+  if (!so) return;
+  if (!so->is_object()) bad_request("stream_options", "'stream_options' must be an object");
+  if (!r.stream) bad_request("stream_options", "'stream_options' is only allowed when 'stream' is true");
+  check_request_fields(kStreamOptions, *so, "stream_options.");
+  try {
+    if (auto v = Fields(*so).boolean("include_usage")) r.include_usage = *v;
+  } catch (const ApiError& e) {
+    bad_request("stream_options.include_usage", e.what());
+  }
+}
+
+// The no-op fields (request_fields.cc) are checked for their type only.
+void check_no_op_fields(const json& j) {
+  const Fields f(j);
+  f.string("user");
+  f.string("service_tier");
+  if (const json* m = f.get("metadata")) {
+    if (!m->is_object()) bad_request("metadata", fmt::format("'metadata' must be an object, got {}", type_name(*m)));
+    for (const auto& [key, value] : m->items()) {
+      if (!value.is_string()) bad_request("metadata", fmt::format("'metadata' value of '{}' must be a string", key));
+    }
+  }
+}
+
+// The fields shared by completions and chat; first every key is checked against the lists.
+void parse_common(const json& j, FieldScope scope, GenerationRequest& r) {
+  check_request_fields(scope, j, "");
+  check_no_op_fields(j);
   const Fields f(j);
   r.model = f.string("model").value_or("");
   auto& s = r.sampling;
@@ -170,11 +202,7 @@ void parse_common(const json& j, GenerationRequest& r) {
   if (auto v = f.boolean("ignore_eos")) s.ignore_eos = *v;
   // Spindle extension: false keeps this request out of speculative decoding.
   if (auto v = f.boolean("speculative")) s.speculative = *v;
-  if (auto v = f.boolean("stream")) r.stream = *v;
-  if (const json* so = f.get("stream_options")) {
-    if (!so->is_object()) bad_request("stream_options", "'stream_options' must be an object");
-    if (auto v = Fields(*so).boolean("include_usage")) r.include_usage = *v;
-  }
+  parse_stream(f, r);
 }
 
 std::string message_content(const json& m, size_t index) {
@@ -182,12 +210,14 @@ std::string message_content(const json& m, size_t index) {
   if (c.is_string()) return c.get<std::string>();
   if (c.is_array()) {  // [{"type": "text", "text": "..."}]
     std::string text;
-    for (const auto& part : c) {
+    for (size_t k = 0; k < c.size(); ++k) {
+      const json& part = c[k];
       const bool text_part = part.is_object() && part.contains("type") && part["type"].is_string() &&
                              part["type"].get<std::string>() == "text" && part.contains("text") && part["text"].is_string();
       if (!text_part) {
         bad_request(fmt::format("messages[{}].content", index), "only text content parts are supported");
       }
+      check_request_fields(kContentPart, part, fmt::format("messages[{}].content[{}].", index, k));
       text += part["text"].get<std::string>();
     }
     return text;
@@ -195,12 +225,34 @@ std::string message_content(const json& m, size_t index) {
   bad_request(fmt::format("messages[{}].content", index), "message content must be a string or text parts");
 }
 
+// messages[i]: its role first (tool and function turns are refused by it), then its fields.
+ChatMessage parse_message(const json& m, size_t i) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+    bad_request(fmt::format("messages[{}]", i), "each message needs a string 'role' and a 'content'");
+  }
+  const std::string role = m["role"].get<std::string>();
+  if (role != "system" && role != "user" && role != "assistant" && role != "developer") {
+    bad_request(fmt::format("messages[{}].role", i),
+                fmt::format("role '{}' is not supported (system, developer, user, assistant){}", role,
+                            role == "tool" || role == "function" ? "; tool calling is not built yet" : ""));
+  }
+  const std::string path = fmt::format("messages[{}].", i);
+  check_request_fields(kMessage, m, path);
+  if (m.contains("name") && !m["name"].is_string() && !m["name"].is_null()) {
+    bad_request(path + "name", fmt::format("'{}name' must be a string, got {}", path, type_name(m["name"])));
+  }
+  if (!m.contains("content")) {
+    bad_request(fmt::format("messages[{}]", i), "each message needs a string 'role' and a 'content'");
+  }
+  return {role == "developer" ? "system" : role, message_content(m, i)};
+}
+
 }  // namespace
 
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes) {
   const json j = parse_body(body, max_body_bytes);
   GenerationRequest r;
-  parse_common(j, r);
+  parse_common(j, kCompletionBody, r);
   const Fields f(j);
   const json* prompt = f.get("prompt");
   if (!prompt) bad_request("prompt", "'prompt' is required");
@@ -219,6 +271,12 @@ GenerationRequest parse_completion_request(const std::string& body, size_t max_b
     r.sampling.top_logprobs = static_cast<int>(*v);
   }
   if (auto v = f.boolean("echo")) r.echo = *v;
+  if (r.echo && r.sampling.logprobs) {
+    bad_request("echo", "'echo' with 'logprobs' would need the prompt's logprobs, which are not built yet; "
+                        "send one of them");
+  }
+  // best_of is refused unless 1 (request_fields.cc); OpenAI's rule best_of >= n still holds.
+  if (f.integer("best_of", 1, 1) && r.n > 1) bad_request("best_of", "'best_of' must be at least 'n'");
   return r;
 }
 
@@ -226,24 +284,13 @@ GenerationRequest parse_chat_request(const std::string& body, size_t max_body_by
   const json j = parse_body(body, max_body_bytes);
   GenerationRequest r;
   r.chat = true;
-  parse_common(j, r);
+  parse_common(j, kChatBody, r);
   const Fields f(j);
   const json* messages = f.get("messages");
   if (!messages || !messages->is_array() || messages->empty()) {
     bad_request("messages", "'messages' must be a non-empty array");
   }
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const json& m = (*messages)[i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content")) {
-      bad_request(fmt::format("messages[{}]", i), "each message needs a string 'role' and a 'content'");
-    }
-    const std::string role = m["role"].get<std::string>();
-    if (role != "system" && role != "user" && role != "assistant" && role != "developer") {
-      bad_request(fmt::format("messages[{}].role", i),
-                  fmt::format("role '{}' is not supported (system, developer, user, assistant)", role));
-    }
-    r.messages.push_back({role == "developer" ? "system" : role, message_content(m, i)});
-  }
+  for (size_t i = 0; i < messages->size(); ++i) r.messages.push_back(parse_message((*messages)[i], i));
   auto max_tokens = f.integer("max_completion_tokens", 1, kMaxTokensLimit);
   if (!max_tokens) max_tokens = f.integer("max_tokens", 1, kMaxTokensLimit);
   r.sampling.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : -1;  // -1: up to the context

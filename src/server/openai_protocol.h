@@ -2,7 +2,9 @@
 //
 // Parsing never trusts the client: every field is type-checked and range-checked, and a problem
 // becomes an ApiError (HTTP status, OpenAI error type, the offending parameter, a message that
-// says what was wrong). The server turns it into {"error": {...}} with that status.
+// says what was wrong). The server turns it into {"error": {...}} with that status. Every key of the
+// body, of each message and text part and of stream_options is first checked against the field
+// lists (request_fields.h): a refused or unknown field is a 400 naming it, never ignored.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -35,7 +37,7 @@ class ApiError : public std::runtime_error {
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);
 
 struct ChatMessage {
-  std::string role;     // system | user | assistant
+  std::string role;     // system | user | assistant (developer is read as system)
   std::string content;
 };
 

@@ -1,7 +1,8 @@
 // The official OpenAI Node client against a running `spindle serve`:
 //   node tests/node/openai_client_test.mjs http://127.0.0.1:PORT/v1 [API_KEY]
 // Runs chat (whole), chat (streamed deltas, with a usage chunk), completions (whole and streamed)
-// and models.list, asserts what comes back, and exits non-zero on the first failure.
+// and models.list, the no-op fields and the refused ones (a 400 naming the field), asserts what
+// comes back, and exits non-zero on the first failure.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
@@ -111,6 +112,48 @@ const tests = {
     assert.ok(text.length > 0, 'no text streamed');
     assert.ok(finish === 'stop' || finish === 'length', `finish_reason ${finish}`);
     checkUsage(usage, 'completion stream');
+  },
+
+  // Fields documented as no-ops: the same greedy text and usage as without them.
+  async noOpFieldsChangeNothing() {
+    const base = {
+      model: 'kjv-tiny',
+      messages: [{ role: 'user', content: 'Who made the heaven?' }],
+      max_tokens: kMaxTokens,
+      temperature: 0,
+    };
+    const plain = await client.chat.completions.create(base);
+    const noop = await client.chat.completions.create({
+      ...base, user: 'user-1', metadata: { project: 'spindle' }, store: false, service_tier: 'auto',
+      messages: [{ role: 'user', content: 'Who made the heaven?', name: 'alice' }],
+    });
+    assert.equal(noop.choices[0].message.content, plain.choices[0].message.content);
+    assert.deepEqual(noop.usage, plain.usage);
+  },
+
+  // Refused and unknown fields: a 400 whose param names the field, as the client reads it.
+  async refusedFieldsNameTheirParam() {
+    const messages = [{ role: 'user', content: 'Amen.' }];
+    const cases = [
+      [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } }, 'response_format'],
+      [{ response_format: { type: 'json_object' } }, 'response_format'],
+      [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }] }, 'tools'],
+      [{ tool_choice: 'required' }, 'tool_choice'],
+      [{ store: true }, 'store'],
+      [{ foo_unknown: 1 }, 'foo_unknown'],
+    ];
+    for (const [extra, param] of cases) {
+      await assert.rejects(
+        client.chat.completions.create({ model: 'kjv-tiny', messages, max_tokens: 2, ...extra }),
+        (e) => e instanceof OpenAI.BadRequestError && e.param === param,
+        `${JSON.stringify(extra)} should be a 400 naming ${param}`);
+    }
+    await assert.rejects(
+      client.completions.create({ model: 'kjv-tiny', prompt: 'x', max_tokens: 2, best_of: 3 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'best_of');
+    await assert.rejects(
+      client.completions.create({ model: 'kjv-tiny', prompt: 'x', max_tokens: 2, echo: true, logprobs: 1 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'echo');
   },
 
   async badRequestIsAnApiError() {

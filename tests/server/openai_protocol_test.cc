@@ -2,11 +2,13 @@
 #include <gtest/gtest.h>
 
 #include "server/openai_protocol.h"
+#include "server/request_fields.h"
 
 namespace spindle::server {
 namespace {
 
 using ::testing::HasSubstr;
+using nlohmann::json;
 constexpr size_t kLimit = 1 << 20;
 
 // The status, param and message of the ApiError that parsing `body` throws.
@@ -82,6 +84,117 @@ TEST(OpenAiProtocolTest, BadInputsAre400sNamingTheParameter) {
     EXPECT_EQ(param, c.param) << c.body;
     EXPECT_THAT(message, HasSubstr(c.message)) << c.body;
   }
+}
+
+// A body for `scope` with `key: value` put where that scope lives.
+std::pair<std::string, bool> body_with(FieldScope scope, const std::string& key, const json& value) {
+  json message = {{"role", "user"}, {"content", "Hi"}};
+  json chat = {{"messages", json::array()}};
+  switch (scope) {
+    case kCompletionBody: return {json{{"prompt", "Hi"}, {key, value}}.dump(), false};
+    case kChatBody: chat[key] = value; chat["messages"].push_back(message); return {chat.dump(), true};
+    case kMessage: message[key] = value; chat["messages"].push_back(message); return {chat.dump(), true};
+    case kContentPart:
+      message["content"] = json::array({{{"type", "text"}, {"text", "Hi"}, {key, value}}});
+      chat["messages"].push_back(message);
+      return {chat.dump(), true};
+    default: chat["messages"].push_back(message); chat["stream"] = true; chat["stream_options"] = {{key, value}};
+      return {chat.dump(), true};
+  }
+}
+
+std::string param_at(FieldScope scope, const std::string& key) {
+  switch (scope) {
+    case kMessage: return "messages[0]." + key;
+    case kContentPart: return "messages[0].content[0]." + key;
+    case kStreamOptions: return "stream_options." + key;
+    default: return key;
+  }
+}
+
+// Every refused field, wherever it sits: a 400 naming it for a value that asks for something, and
+// accepted when null or its "off" value.
+TEST(OpenAiProtocolTest, EveryRefusedFieldIsA400NamingIt) {
+  int num_refused = 0;
+  for (const auto& f : request_fields()) {
+    if (f.use != FieldUse::kRefused) continue;
+    for (FieldScope scope : {kCompletionBody, kChatBody, kMessage, kContentPart, kStreamOptions}) {
+      if (!(f.scopes & scope)) continue;
+      ++num_refused;
+      const std::string key(f.name);
+      SCOPED_TRACE(param_at(scope, key));
+      const auto [body, chat] = body_with(scope, key, json{{"asks_for", "something"}});
+      const auto [status, param, message] = error_of(body, chat);
+      EXPECT_EQ(status, 400) << body;
+      EXPECT_EQ(param, param_at(scope, key));
+      EXPECT_THAT(message, HasSubstr(std::string(f.note)));
+      const auto [null_body, null_chat] = body_with(scope, key, nullptr);
+      EXPECT_EQ(std::get<0>(error_of(null_body, null_chat)), 0) << "null is absent: " << null_body;
+      if (!f.accepted.empty()) {
+        const auto [off_body, off_chat] = body_with(scope, key, json::parse(f.accepted));
+        EXPECT_EQ(std::get<0>(error_of(off_body, off_chat)), 0) << "the off value is accepted: " << off_body;
+      }
+    }
+  }
+  EXPECT_GE(num_refused, 40);
+}
+
+TEST(OpenAiProtocolTest, UnknownFieldsAre400sNamingThem) {
+  for (FieldScope scope : {kCompletionBody, kChatBody, kMessage, kContentPart, kStreamOptions}) {
+    for (const json& value : {json(1), json(nullptr), json::object()}) {
+      const auto [body, chat] = body_with(scope, "foo", value);
+      const auto [status, param, message] = error_of(body, chat);
+      EXPECT_EQ(status, 400) << body;
+      EXPECT_EQ(param, param_at(scope, "foo")) << body;
+      EXPECT_EQ(message, "Unrecognized request argument supplied: " + param_at(scope, "foo")) << body;
+    }
+  }
+  // A field of the other endpoint is unknown here.
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","max_completion_tokens":4})")), "max_completion_tokens");
+  EXPECT_EQ(std::get<1>(error_of(R"({"messages":[{"role":"user","content":"x"}],"echo":true})", true)), "echo");
+  EXPECT_EQ(std::get<1>(error_of(R"({"messages":[{"role":"user","content":"x"}],"prompt":"x"})", true)), "prompt");
+}
+
+TEST(OpenAiProtocolTest, NoOpFieldsAreAcceptedAndTypeChecked) {
+  const auto r = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"Hi","name":"alice"}],"user":"u1","metadata":{"k":"v"},
+          "store":false,"service_tier":"auto"})",
+      kLimit);
+  EXPECT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(std::get<0>(error_of(R"({"prompt":"x","user":"u1"})")), 0);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"({"messages":[{"role":"user","content":"x"}],"store":true})", "store"},
+      {R"({"messages":[{"role":"user","content":"x"}],"user":5})", "user"},
+      {R"({"messages":[{"role":"user","content":"x"}],"metadata":"x"})", "metadata"},
+      {R"({"messages":[{"role":"user","content":"x"}],"metadata":{"k":1}})", "metadata"},
+      {R"({"messages":[{"role":"user","content":"x"}],"service_tier":1})", "service_tier"},
+      {R"({"messages":[{"role":"user","content":"x","name":1}]})", "messages[0].name"},
+  };
+  for (const auto& [body, param] : bad) {
+    const auto [status, p, message] = error_of(body, true);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_EQ(p, param) << body;
+  }
+}
+
+TEST(OpenAiProtocolTest, RulesBetweenFields) {
+  // echo + logprobs would need prompt logprobs; best_of (1 only) must be >= n; stream_options
+  // only with stream.
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","echo":true,"logprobs":0})")), "echo");
+  EXPECT_EQ(std::get<0>(error_of(R"({"prompt":"x","echo":true})")), 0);
+  EXPECT_EQ(std::get<0>(error_of(R"({"prompt":"x","echo":false,"logprobs":1})")), 0);
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","best_of":1,"n":2})")), "best_of");
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","best_of":2,"n":2})")), "best_of");
+  EXPECT_EQ(std::get<0>(error_of(R"({"prompt":"x","best_of":1})")), 0);
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","stream_options":{"include_usage":true}})")), "stream_options");
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})")),
+            "stream_options.include_usage");
+  // A tool message is refused by its role, before its fields.
+  EXPECT_EQ(std::get<1>(error_of(R"({"messages":[{"role":"tool","content":"x","tool_call_id":"c"}]})", true)),
+            "messages[0].role");
+  // An assistant turn with tool calls is refused by them, not by its null content.
+  EXPECT_EQ(std::get<1>(error_of(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c"}]}]})", true)),
+            "messages[0].tool_calls");
 }
 
 TEST(OpenAiProtocolTest, OversizedBodyIs413) {

@@ -4,7 +4,7 @@
 // spec_num_forward_ct, spec_total_num_accepted_tokens, spec_total_num_forward_ct) and vLLM's
 // counters with values that agree with each other (accepted tokens = accepted drafts + one per
 // verify, accept length within [1, k + 1]), usage carries the accepted draft tokens, and a
-// request with "speculative": false verifies nothing.
+// request with "speculative": false (completion or chat) verifies nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -100,6 +100,13 @@ TEST(ServerSpecTest, SameTextAndTheMetricsUnderTheirNames) {
                                     {"speculative", false}});
     ASSERT_EQ(off.status, 200) << off.body;
     EXPECT_EQ(off.json["choices"][0].value("text", "").substr(0, 20), plain_texts[0].substr(0, 20));
+    // The same for a chat request.
+    const JsonReply chat_off = post(*client, "/v1/chat/completions",
+                                    json{{"messages", {{{"role", "user"}, {"content", kPrompts[1]}}}},
+                                         {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true},
+                                         {"speculative", false}});
+    ASSERT_EQ(chat_off.status, 200) << chat_off.body;
+    EXPECT_EQ(chat_off.json["usage"].value("completion_tokens", 0), 24);
     const auto after = parse_metrics(get(*client, "/metrics").body);
     EXPECT_EQ(metric(after, "spec_total_num_forward_ct"), forwards);
     EXPECT_THAT(server->log(), ::testing::HasSubstr("spec accept length")) << "the periodic log line";

@@ -1,0 +1,143 @@
+#include "server/request_fields.h"
+
+#include <fmt/format.h>
+
+#include <array>
+
+#include "server/openai_protocol.h"
+
+namespace spindle::server {
+
+namespace {
+
+using U = FieldUse;
+constexpr uint8_t kC = kCompletionBody, kCh = kChatBody, kB = kBothBodies, kM = kMessage, kP = kContentPart,
+                  kSo = kStreamOptions;
+
+constexpr std::string_view kNoConstraints =
+    "constrained decoding (JSON schema, regex, grammar, choice) is not built yet; the output would be unconstrained";
+constexpr std::string_view kNoTools = "tool calling is not built yet";
+
+// The three lists. Order: honoured, no-op, refused; within each, the pinned client's fields
+// first, then the extensions.
+constexpr std::array kFields = std::to_array<RequestField>({
+    // ---- honoured ----
+    {kB, "model", U::kHonoured, "", "must name the served model (404 otherwise); may be absent"},
+    {kC, "prompt", U::kHonoured, "", "a string, a one-string array or token ids"},
+    {kCh, "messages", U::kHonoured, "", "rendered with the model's chat template"},
+    {kB, "max_tokens", U::kHonoured, "", "most tokens to generate (chat: max_completion_tokens wins)"},
+    {kCh, "max_completion_tokens", U::kHonoured, "", "most tokens to generate"},
+    {kB, "n", U::kHonoured, "", "choices, 1-8, the prompt computed once"},
+    {kB, "temperature", U::kHonoured, "", "0-2; 0 is greedy"},
+    {kB, "top_p", U::kHonoured, "", "nucleus sampling, (0, 1]"},
+    {kB, "presence_penalty", U::kHonoured, "", "OpenAI's, over output tokens"},
+    {kB, "frequency_penalty", U::kHonoured, "", "OpenAI's, over output tokens"},
+    {kB, "logit_bias", U::kHonoured, "", "token id -> bias added to its logit"},
+    {kB, "seed", U::kHonoured, "", "same seed, same tokens (choice i: seed + i)"},
+    {kB, "stop", U::kHonoured, "", "up to 16 stop strings, not included in the output"},
+    {kB, "stream", U::kHonoured, "", "server-sent events"},
+    {kB, "stream_options", U::kHonoured, "", "only with stream: true; see its own fields"},
+    {kSo, "include_usage", U::kHonoured, "", "a last chunk with usage"},
+    {kC, "logprobs", U::kHonoured, "", "0-20: the sampled token's logprob and that many alternatives"},
+    {kCh, "logprobs", U::kHonoured, "", "the sampled token's logprob"},
+    {kCh, "top_logprobs", U::kHonoured, "", "0-20 alternatives per token (needs logprobs)"},
+    {kC, "echo", U::kHonoured, "", "prepends the prompt (with logprobs: refused, prompt logprobs are not built)"},
+    {kB, "top_k", U::kHonoured, "", "vLLM/SGLang: keep the k most likely tokens (0 or -1: off)"},
+    {kB, "min_p", U::kHonoured, "", "vLLM/SGLang: drop tokens below min_p * p(max)"},
+    {kB, "repetition_penalty", U::kHonoured, "", "vLLM/SGLang: HF style, over prompt and output"},
+    {kB, "ignore_eos", U::kHonoured, "", "vLLM/SGLang: generate past end-of-sequence tokens"},
+    {kB, "stop_token_ids", U::kHonoured, "", "vLLM/SGLang: token ids that end the output"},
+    {kB, "speculative", U::kHonoured, "", "Spindle: false keeps the request out of speculative decoding"},
+    {kM, "role", U::kHonoured, "", "system, developer (as system), user, assistant; tool and function are refused"},
+    {kM, "content", U::kHonoured, "", "a string or text parts"},
+    {kP, "type", U::kHonoured, "", "\"text\" only; image, audio, file and refusal parts are refused"},
+    {kP, "text", U::kHonoured, "", "the part's text"},
+
+    // ---- accepted, change nothing ----
+    {kB, "user", U::kNoOp, "", "an end-user id for the caller's abuse monitoring; Spindle keeps no per-user state"},
+    {kCh, "metadata", U::kNoOp, "", "tags for stored completions; Spindle stores none"},
+    {kCh, "store", U::kNoOp, "false", "Spindle stores no completions, so true is refused"},
+    {kCh, "service_tier", U::kNoOp, "", "Spindle has one tier"},
+    {kM, "name", U::kNoOp, "", "a participant's name; the chat formats Spindle renders (ChatML, Llama-3, Llama-2) do "
+                               "not print it, as their Hugging Face templates do not"},
+
+    // ---- refused until built ----
+    {kCh, "tools", U::kRefused, "[]", kNoTools},
+    {kCh, "tool_choice", U::kRefused, "\"none\"", kNoTools},
+    {kCh, "parallel_tool_calls", U::kRefused, "", kNoTools},
+    {kCh, "functions", U::kRefused, "[]", kNoTools},
+    {kCh, "function_call", U::kRefused, "\"none\"", kNoTools},
+    {kCh, "audio", U::kRefused, "", "audio output is not supported"},
+    {kCh, "modalities", U::kRefused, "[\"text\"]", "only text output is supported"},
+    {kCh, "prediction", U::kRefused, "", "predicted outputs are not built yet"},
+    {kCh, "reasoning_effort", U::kRefused, "", "the chat template is not given reasoning_effort yet"},
+    {kCh, "web_search_options", U::kRefused, "", "Spindle does not search the web"},
+    {kB, "response_format", U::kRefused, "{\"type\":\"text\"}", kNoConstraints},
+    {kC, "best_of", U::kRefused, "1", "choosing the best of several candidates is not built (as in vLLM V1)"},
+    {kC, "suffix", U::kRefused, "", "fill-in-the-middle is not built yet"},
+    // vLLM
+    {kB, "structured_outputs", U::kRefused, "", kNoConstraints},
+    {kB, "guided_json", U::kRefused, "", kNoConstraints},
+    {kB, "guided_regex", U::kRefused, "", kNoConstraints},
+    {kB, "guided_choice", U::kRefused, "", kNoConstraints},
+    {kB, "guided_grammar", U::kRefused, "", kNoConstraints},
+    {kB, "guided_decoding_backend", U::kRefused, "", kNoConstraints},
+    {kB, "guided_whitespace_pattern", U::kRefused, "", kNoConstraints},
+    {kB, "skip_special_tokens", U::kRefused, "true", "special tokens are always left out of the text"},
+    {kB, "include_stop_str_in_output", U::kRefused, "false", "stop strings are always left out of the text"},
+    {kB, "min_tokens", U::kRefused, "0", "a minimum output length is not built yet"},
+    {kCh, "add_generation_prompt", U::kRefused, "true", "the assistant's turn is always opened"},
+    {kCh, "continue_final_message", U::kRefused, "false", "continuing the last message is not built yet"},
+    {kCh, "chat_template_kwargs", U::kRefused, "", "the chat template takes no arguments yet"},
+    // SGLang (and llama.cpp: grammar, json_schema)
+    {kB, "regex", U::kRefused, "", kNoConstraints},
+    {kB, "ebnf", U::kRefused, "", kNoConstraints},
+    {kB, "json_schema", U::kRefused, "", kNoConstraints},
+    {kB, "grammar", U::kRefused, "", kNoConstraints},
+    // message fields
+    {kM, "tool_calls", U::kRefused, "[]", kNoTools},
+    {kM, "tool_call_id", U::kRefused, "", kNoTools},
+    {kM, "function_call", U::kRefused, "", kNoTools},
+    {kM, "refusal", U::kRefused, "", "chat templates do not render a refusal; send it as content"},
+    {kM, "audio", U::kRefused, "", "audio is not supported"},
+});
+
+}  // namespace
+
+std::span<const RequestField> request_fields() { return kFields; }
+
+const RequestField* find_request_field(FieldScope scope, std::string_view name) {
+  for (const auto& f : kFields) {
+    if ((f.scopes & scope) != 0 && f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string_view field_use_name(FieldUse use) {
+  switch (use) {
+    case FieldUse::kHonoured: return "honoured";
+    case FieldUse::kNoOp: return "no-op";
+    case FieldUse::kRefused: return "refused";
+  }
+  return "?";
+}
+
+void check_request_fields(FieldScope scope, const nlohmann::json& object, const std::string& path) {
+  for (const auto& [key, value] : object.items()) {
+    const std::string param = path + key;
+    const RequestField* f = find_request_field(scope, key);
+    if (f == nullptr) bad_request(param, fmt::format("Unrecognized request argument supplied: {}", param));
+    if (f->use == FieldUse::kHonoured || value.is_null() || f->accepted.empty()) {
+      if (f->use == FieldUse::kRefused && !value.is_null()) {
+        bad_request(param, fmt::format("'{}' is not supported: {}", param, f->note));
+      }
+      continue;
+    }
+    if (value != nlohmann::json::parse(f->accepted)) {
+      bad_request(param, fmt::format("'{}' is not supported{}: {} (only {} is accepted)", param,
+                                     f->use == FieldUse::kRefused ? "" : " with this value", f->note, f->accepted));
+    }
+  }
+}
+
+}  // namespace spindle::server
