@@ -64,6 +64,9 @@ void run_serve(ServeArgs& a) {
                  a.http.host, kApiKeyEnv);
   }
   SPINDLE_CHECK(a.http.max_connections >= 1, "--max-connections must be at least 1");
+  SPINDLE_CHECK(a.http.max_connections_per_client >= 0, "--max-connections-per-client must be 0 (no cap) or more");
+  SPINDLE_CHECK(a.http.min_request_rate >= 0, "--min-request-rate must be 0 (off) or more bytes/s");
+  SPINDLE_CHECK(a.http.health_port >= -1 && a.http.health_port <= 65535, "--health-port must be a port number (0: any)");
   SPINDLE_CHECK(a.http.max_body_bytes >= 1 && a.http.max_header_bytes >= 256,
                 "--max-body-bytes must be at least 1 and --max-header-bytes at least 256");
   SPINDLE_CHECK(a.http.request_timeout_s > 0 && a.http.keep_alive_timeout_s > 0 && a.http.write_timeout_s > 0 &&
@@ -102,6 +105,7 @@ void run_serve(ServeArgs& a) {
   http.start();
   spdlog::info("listening on http://{}:{} (loading the model; /health answers 503 until ready; open files {})",
                a.http.host, port, files);
+  if (http.health_port() >= 0) spdlog::info("health port: http://{}:{}/health and /metrics", a.http.host, http.health_port());
 
   std::unique_ptr<ServingStack> stack;
   try {
@@ -142,7 +146,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--keep-alive-timeout", h.keep_alive_timeout_s, "Seconds an idle connection stays open (15)");
   cmd->add_option("--write-timeout", h.write_timeout_s, "Seconds one write to a client may block before it is cut off (30)");
   cmd->add_option("--max-connections", h.max_connections,
-                  "Open connections; past it the least recently idle is closed, else 503 (/health still answers) (4096)");
+                  "Open connections; past it the one idle or stalled mid-request the longest is closed, never one being "
+                  "answered; /health and /metrics always answer (4096)");
+  cmd->add_option("--max-connections-per-client", h.max_connections_per_client,
+                  "Open connections one client address may hold, loopback included; 0 = no cap (0; behind a proxy keep 0)");
+  cmd->add_option("--min-request-rate", h.min_request_rate,
+                  "Bytes/s a request's head and body must keep up with after the first 5 s, else it is closed; 0 = off (500)");
+  cmd->add_option("--health-port", h.health_port,
+                  "Also serve /health and /metrics (only) on this port, for probes clients never reach; 0 = any free port");
   cmd->add_option("--shutdown-timeout", h.shutdown_timeout_s,
                   "Seconds SIGTERM/SIGINT lets running requests finish before ending them (30)");
   cmd->add_option("--http-threads", h.num_io_threads, "Threads for connection I/O (2)");

@@ -20,6 +20,8 @@ using nlohmann::json;
 namespace {
 
 constexpr int kSocketSendBufferBytes = 256 << 10;
+constexpr int kMaxProbeSessions = 64;  // open connections on the --health-port listener
+constexpr int kAcceptsInFlight = 2;
 
 // How many connections past max_connections are still read (to answer /health, or 503).
 int overflow_slack(const HttpServerOptions& o) { return std::max(64, o.max_connections / 16); }
@@ -82,6 +84,10 @@ const char* reject_label(Reject r) {
     case Reject::kWriteTimeout: return "write_timeout";
     case Reject::kOverConnectionLimit: return "over_connection_limit";
     case Reject::kIdleEvicted: return "idle_evicted";
+    case Reject::kStalledEvicted: return "stalled_evicted";
+    case Reject::kMinRate: return "min_request_rate";
+    case Reject::kPerClientLimit: return "per_client_limit";
+    case Reject::kProbeLimit: return "health_port_limit";
     case Reject::kAuth: return "auth";
     case Reject::kHost: return "host";
     case Reject::kOrigin: return "origin";
@@ -127,8 +133,12 @@ HttpServer::Impl::Impl(HttpServerOptions o)
     : options(std::move(o)),
       check_host(!listed(options.allowed_hosts, "*") &&
                  (is_loopback_bind(options.host) || !options.allowed_hosts.empty())),
+      registry(ConnectionRegistry::Limits{.max_connections = options.max_connections,
+                                          .overflow_slack = overflow_slack(options),
+                                          .max_per_client = options.max_connections_per_client,
+                                          .grace_s = options.stall_grace_s}),
       acceptor(ioc),
-      accept_retry(ioc),
+      probe_acceptor(ioc),
       drain_timer(ioc) {}
 
 Route HttpServer::Impl::route(const HttpRequest& req, std::string* model_id) const {
@@ -221,7 +231,7 @@ std::string HttpServer::Impl::render_http_metrics() const {
   {
     std::lock_guard lock(const_cast<std::mutex&>(mutex));
     open = static_cast<int>(sessions.size());
-    idle_now = static_cast<int>(idle.size());
+    idle_now = registry.num_idle();
   }
   out += "# HELP spindle_http_connections_open Open HTTP connections.\n# TYPE spindle_http_connections_open gauge\n";
   out += fmt::format("spindle_http_connections_open {}\n", open);
@@ -247,95 +257,104 @@ HttpResponse HttpServer::Impl::metrics(unsigned version) const {
                        "text/plain; version=0.0.4");
 }
 
-void HttpServer::Impl::accept() {
-  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+void HttpServer::Impl::accept(tcp::acceptor& from, bool probe) {
+  from.async_accept(asio::make_strand(ioc), [this, &from, probe](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !from.is_open()) return;
     if (ec) {
       // Out of file descriptors (or another transient failure): back off instead of spinning.
       static std::atomic<int64_t> last_log{0};
       const int64_t now = std::time(nullptr);
       if (last_log.exchange(now) != now) spdlog::warn("accept failed: {} (retrying)", ec.message());
-      accept_retry.expires_after(std::chrono::milliseconds(50));
-      accept_retry.async_wait([this](beast::error_code e) {
-        if (!e) accept();
+      // A timer per waiting accept (several are in flight); a closed acceptor ends the retry.
+      auto retry = std::make_shared<asio::steady_timer>(ioc, std::chrono::milliseconds(50));
+      retry->async_wait([this, &from, probe, retry](beast::error_code e) {
+        if (!e && from.is_open()) accept(from, probe);
       });
       return;
     }
-    on_accepted(std::move(socket));
-    accept();
+    on_accepted(std::move(socket), probe);
+    accept(from, probe);
   });
 }
 
-void HttpServer::Impl::on_accepted(tcp::socket socket) {
+void HttpServer::Impl::on_accepted(tcp::socket socket, bool probe) {
   num_accepted.fetch_add(1, std::memory_order_relaxed);
   if (draining.load()) return;  // closed by the socket's destructor
-  bool overflow = false;
-  std::shared_ptr<Session> evict;
-  {
-    std::lock_guard lock(mutex);
-    if (admitted >= options.max_connections) {
-      // Make room by closing the least recently idle connection; without one, this connection
-      // only gets to ask for /health.
-      while (!idle.empty() && !evict) {
-        Session* s = idle.front();
-        idle.pop_front();
-        s->in_idle_list = false;
-        if (s->counted) {
-          s->counted = false;
-          --admitted;
-        }
-        evict = sessions[s].lock();
-      }
-      if (!evict) {
-        if (static_cast<int>(sessions.size()) >= options.max_connections + overflow_slack(options)) {
-          count(Reject::kOverConnectionLimit);
-          return;  // too many even to answer: closed at once
-        }
-        overflow = true;
-      }
-    }
-  }
-  if (evict) {
-    count(Reject::kIdleEvicted);
-    evict->close_if_idle();
-  }
+  beast::error_code ec;
+  const auto peer = socket.remote_endpoint(ec);
+  const std::string client = ec ? std::string() : peer.address().to_string();
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
   // A fixed send buffer: the kernel's autotuning would let each connection queue up to
   // tcp_wmem's maximum (4 MiB) for a client that does not read; this bounds it per connection,
   // so such a client reaches the write timeout.
   socket.set_option(asio::socket_base::send_buffer_size(kSocketSendBufferBytes), ignored);
-  auto session = std::make_shared<Session>(std::move(socket), *this, overflow);
+  auto session = std::make_shared<Session>(std::move(socket), *this);
+  std::optional<ConnectionRegistry::Victim> victim;
   {
     std::lock_guard lock(mutex);
-    sessions[session.get()] = session;
-    if (!overflow) {
-      session->counted = true;
-      ++admitted;
+    Session::Mode mode = Session::Mode::kProbe;
+    if (probe) {
+      if (num_probe_sessions >= kMaxProbeSessions) {
+        count(Reject::kProbeLimit);
+        return;  // closed at once
+      }
+      ++num_probe_sessions;
+    } else {
+      const auto a = registry.admit(next_id, client, std::chrono::steady_clock::now());
+      if (a.kind == ConnectionRegistry::Kind::kRefusedFull || a.kind == ConnectionRegistry::Kind::kRefusedPerClient) {
+        count(a.kind == ConnectionRegistry::Kind::kRefusedFull ? Reject::kOverConnectionLimit : Reject::kPerClientLimit);
+        return;  // closed at once
+      }
+      mode = a.kind == ConnectionRegistry::Kind::kOverflow ? Session::Mode::kOverflow : Session::Mode::kNormal;
+      victim = a.victim;
     }
+    session->assign(next_id, mode);  // before start(): no other thread sees it yet
+    sessions[next_id++] = session;
   }
+  if (victim) close_victim(*victim);
   session->start();
 }
 
-void HttpServer::Impl::set_idle(Session* s, bool is_idle) {
-  std::lock_guard lock(mutex);
-  if (is_idle && !s->in_idle_list) {
-    s->idle_it = idle.insert(idle.end(), s);
-    s->in_idle_list = true;
-  } else if (!is_idle && s->in_idle_list) {
-    idle.erase(s->idle_it);
-    s->in_idle_list = false;
-  }
-}
-
-void HttpServer::Impl::unregister(Session* s) {
+void HttpServer::Impl::close_victim(const ConnectionRegistry::Victim& v) {
+  std::shared_ptr<Session> s;
   {
     std::lock_guard lock(mutex);
-    if (s->in_idle_list) idle.erase(s->idle_it);
-    s->in_idle_list = false;
-    if (s->counted) --admitted;
-    s->counted = false;
-    sessions.erase(s);
+    if (auto it = sessions.find(v.id); it != sessions.end()) s = it->second.lock();
+  }
+  if (s) s->close_to_make_room(v.activity == ConnectionRegistry::Activity::kIdle ? Reject::kIdleEvicted : Reject::kStalledEvicted);
+}
+
+void HttpServer::Impl::set_activity(uint64_t id, ConnectionRegistry::Activity activity) {
+  std::lock_guard lock(mutex);
+  registry.set_activity(id, activity, std::chrono::steady_clock::now());
+}
+
+bool HttpServer::Impl::promote(uint64_t id) {
+  std::optional<ConnectionRegistry::Victim> victim;
+  bool promoted = false;
+  {
+    std::lock_guard lock(mutex);
+    promoted = registry.promote(id, &victim);
+  }
+  if (victim) close_victim(*victim);
+  return promoted;
+}
+
+void HttpServer::Impl::release(uint64_t id) {
+  std::lock_guard lock(mutex);
+  registry.remove(id);
+}
+
+void HttpServer::Impl::unregister(uint64_t id, bool probe) {
+  {
+    std::lock_guard lock(mutex);
+    if (probe) {
+      --num_probe_sessions;
+    } else {
+      registry.remove(id);
+    }
+    sessions.erase(id);
   }
   if (draining.load() && !stopped.load()) asio::post(ioc, [this] { finish_if_drained(); });
 }
@@ -354,7 +373,7 @@ void HttpServer::Impl::begin_shutdown() {
   asio::post(ioc, [this] {
     beast::error_code ignored;
     acceptor.close(ignored);
-    accept_retry.cancel();
+    probe_acceptor.close(ignored);
     const auto live = live_sessions();
     spdlog::info("shutting down: {} open connections, {:.0f} s to finish (--shutdown-timeout)", live.size(),
                  options.shutdown_timeout_s);
@@ -388,6 +407,7 @@ void HttpServer::Impl::finish_if_drained() {
 void HttpServer::Impl::stop_now() {
   beast::error_code ignored;
   acceptor.close(ignored);
+  probe_acceptor.close(ignored);
   drain_timer.cancel();
   if (signals) signals->cancel(ignored);
   work_guard.reset();
@@ -400,24 +420,39 @@ HttpServer::~HttpServer() { stop(); }
 
 void HttpServer::set_engine(engine::DpGroup* engine) { impl_->engine.store(engine); }
 
-int HttpServer::bind() {
-  auto& a = impl_->acceptor;
-  const auto& o = impl_->options;
+namespace {
+
+// Opens `a` on host:port (SO_REUSEADDR only: a restart may bind over TIME_WAIT; never
+// SO_REUSEPORT, which would let a second server share the port) and returns the bound port.
+int listen_on(asio::io_context& ioc, tcp::acceptor& a, const std::string& host, int port, const char* what) {
   try {
-    tcp::resolver resolver(impl_->ioc);
-    const auto endpoints = resolver.resolve(o.host, std::to_string(o.port), tcp::resolver::passive);
-    SPINDLE_CHECK(!endpoints.empty(), "no address for {}", o.host);
+    tcp::resolver resolver(ioc);
+    const auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive);
+    SPINDLE_CHECK(!endpoints.empty(), "no address for {}", host);
     const tcp::endpoint endpoint = *endpoints.begin();
     a.open(endpoint.protocol());
-    // SO_REUSEADDR only (a restart may bind over TIME_WAIT); never SO_REUSEPORT, which would let a
-    // second server share the port.
     a.set_option(asio::socket_base::reuse_address(true));
     a.bind(endpoint);
     a.listen(asio::socket_base::max_listen_connections);
   } catch (const boost::system::system_error& e) {
-    SPINDLE_CHECK(false, "cannot listen on {}:{} ({})", o.host, o.port, e.code().message());
+    SPINDLE_CHECK(false, "cannot listen on {}:{}{} ({})", host, port, what, e.code().message());
   }
   return a.local_endpoint().port();
+}
+
+}  // namespace
+
+int HttpServer::bind() {
+  auto& impl = *impl_;
+  const auto& o = impl.options;
+  const int port = listen_on(impl.ioc, impl.acceptor, o.host, o.port, "");
+  if (o.health_port >= 0) listen_on(impl.ioc, impl.probe_acceptor, o.host, o.health_port, " (--health-port)");
+  return port;
+}
+
+int HttpServer::health_port() const {
+  if (!impl_->probe_acceptor.is_open()) return -1;
+  return impl_->probe_acceptor.local_endpoint().port();
 }
 
 void HttpServer::handle_signals(std::function<void(int)> on_signal) {
@@ -447,7 +482,10 @@ void HttpServer::start() {
   SPINDLE_CHECK(impl.io_threads.empty(), "the HTTP server is already started");
   impl.work_guard.emplace(impl.ioc.get_executor());
   impl.work = std::make_unique<asio::thread_pool>(std::max(1, impl.options.num_work_threads));
-  impl.accept();
+  // Two accepts in flight: a flood's connections queue in the kernel's listen backlog ahead of
+  // a probe's, so the time a probe waits there is the backlog over the accept rate.
+  for (int i = 0; i < kAcceptsInFlight; ++i) impl.accept(impl.acceptor, /*probe=*/false);
+  if (impl.probe_acceptor.is_open()) impl.accept(impl.probe_acceptor, /*probe=*/true);
   for (int i = 0; i < std::max(1, impl.options.num_io_threads); ++i) {
     impl.io_threads.emplace_back([&impl] {
       for (;;) {

@@ -36,7 +36,19 @@ struct HttpServerOptions {
   double request_timeout_s = 30;            // a request's first byte to its last body byte
   double keep_alive_timeout_s = 15;         // idle before a request (the first one included)
   double write_timeout_s = 30;              // one response write or SSE event may block this long
-  int max_connections = 4096;               // past it the least recently idle one is closed, else 503
+  // Open connections. Past it the connection idle or stalled mid-request the longest (beyond
+  // stall_grace_s) is closed to make room; connections being answered never are (see
+  // connection_registry.h). With none to close, up to max(64, max_connections / 16) more answer
+  // one /health or /metrics request (anything else 503).
+  int max_connections = 4096;
+  int max_connections_per_client = 0;       // open connections per client address; 0: no cap
+  double stall_grace_s = 1.0;               // inactivity before a connection may be closed to make room
+  // A request's head and body must arrive at this rate once min_rate_grace_s has passed (bytes
+  // received >= (elapsed - grace) x rate), else it is closed: a trickling client holds a place
+  // for seconds, not for the whole request_timeout. 0: no minimum.
+  double min_request_rate = 500;            // bytes/s
+  double min_rate_grace_s = 5;
+  int health_port = -1;                     // a second listener for /health and /metrics only; -1: none, 0: any
   double shutdown_timeout_s = 30;           // drain: in-flight requests get this long, then are aborted
   int num_io_threads = 2;
   int num_work_threads = 2;
@@ -64,8 +76,10 @@ class HttpServer {
   // server's serving (wait() returned, or stop()).
   void set_engine(engine::DpGroup* engine);
   // Binds and listens; returns the bound port (useful with port 0). Throws spindle::Error naming
-  // host:port when the address is taken or unusable.
+  // host:port when the address is taken or unusable. Binds the health port too, if asked for.
   int bind();
+  // The bound --health-port listener's port, or -1.
+  int health_port() const;
   // Starts the I/O and work threads; returns at once.
   void start();
   // SIGINT/SIGTERM: `on_signal(signo)` runs on an I/O thread (it may exit the process), then the

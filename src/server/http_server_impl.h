@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "server/connection_registry.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
 
@@ -41,7 +42,8 @@ enum class Route {
 // Why a connection or request was refused or cut: the label of spindle_http_rejected_total.
 enum class Reject {
   kBodyTooLarge, kHeadersTooLarge, kTooManyHeaders, kEncoding, kMalformed, kRequestTimeout, kIdleTimeout,
-  kWriteTimeout, kOverConnectionLimit, kIdleEvicted, kAuth, kHost, kOrigin, kShutdown, kCount
+  kWriteTimeout, kOverConnectionLimit, kIdleEvicted, kStalledEvicted, kMinRate, kPerClientLimit, kProbeLimit, kAuth,
+  kHost, kOrigin, kShutdown, kCount
 };
 const char* reject_label(Reject r);
 
@@ -62,17 +64,18 @@ struct HttpServer::Impl {
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Reject::kCount)> num_rejected{};
   void count(Reject r) { num_rejected[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed); }
 
-  // The connection registry (guarded by mutex). `admitted` counts the connections inside
-  // max_connections: an evicted one leaves it at once, before its socket is closed.
+  // Open connections (guarded by mutex): every session by id, and the admission bookkeeping of
+  // the main listener's (ConnectionRegistry: idle and reading connections by last activity).
   std::mutex mutex;
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
-  std::list<Session*> idle;  // least recently idle first
-  int admitted = 0;
+  std::unordered_map<uint64_t, std::weak_ptr<Session>> sessions;
+  ConnectionRegistry registry;
+  uint64_t next_id = 1;
+  int num_probe_sessions = 0;  // on the --health-port listener
 
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_guard;
   tcp::acceptor acceptor;
-  asio::steady_timer accept_retry;
+  tcp::acceptor probe_acceptor;  // --health-port: /health and /metrics only
   asio::steady_timer drain_timer;
   std::optional<asio::signal_set> signals;
   std::shared_ptr<std::function<void()>> signal_wait;
@@ -80,10 +83,16 @@ struct HttpServer::Impl {
   std::vector<std::thread> io_threads;
 
   // Accepting, the registry, shutdown.
-  void accept();
-  void on_accepted(tcp::socket socket);
-  void set_idle(Session* s, bool idle);  // not for overflow sessions
-  void unregister(Session* s);
+  void accept(tcp::acceptor& from, bool probe);
+  void on_accepted(tcp::socket socket, bool probe);
+  // Closes a connection the registry took to make room, if it is still idle or reading.
+  void close_victim(const ConnectionRegistry::Victim& victim);
+  // The session became idle, read request bytes, or has a complete request (ConnectionRegistry).
+  void set_activity(uint64_t id, ConnectionRegistry::Activity activity);
+  // An overflow session's request is complete: admit it (closing a victim if one must leave).
+  bool promote(uint64_t id);
+  void release(uint64_t id);  // closed: out of the registry (the session may live on a little)
+  void unregister(uint64_t id, bool probe);
   std::vector<std::shared_ptr<Session>> live_sessions();
   void begin_shutdown();
   void finish_if_drained();

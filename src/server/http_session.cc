@@ -31,21 +31,34 @@ bool is_disconnect(const beast::error_code& ec) {
 
 }  // namespace
 
-Session::Session(tcp::socket socket, HttpServer::Impl& server, bool overflow)
-    : server_(server),
-      stream_(std::move(socket)),
-      buffer_(server.options.max_header_bytes + kBufferSlack),
-      overflow_(overflow) {}
+Session::Session(tcp::socket socket, HttpServer::Impl& server)
+    : server_(server), stream_(std::move(socket)), buffer_(server.options.max_header_bytes + kBufferSlack) {}
 
-Session::~Session() { server_.unregister(this); }
+Session::~Session() {
+  if (id_ != 0) server_.unregister(id_, mode_ == Mode::kProbe);
+}
+
+void Session::assign(uint64_t id, Mode mode) {
+  id_ = id;
+  mode_ = mode;
+}
+
+void Session::set_activity(ConnectionRegistry::Activity activity) {
+  if (mode_ != Mode::kProbe) server_.set_activity(id_, activity);
+}
 
 void Session::start() {
   asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->await_request(); });
 }
 
-void Session::close_if_idle() {
-  asio::post(stream_.get_executor(), [self = shared_from_this()] {
-    if (self->state_ == State::kIdle) self->close();
+void Session::close_to_make_room(Reject why) {
+  asio::post(stream_.get_executor(), [self = shared_from_this(), why] {
+    if (self->state_ == State::kIdle || self->state_ == State::kReading) {
+      self->server_.count(why);
+      self->close();
+    } else {
+      self->keep_alive_ = false;  // its place is taken: answer, then close
+    }
   });
 }
 
@@ -99,11 +112,10 @@ void Session::await_request() {
     return;
   }
   state_ = State::kIdle;
-  if (!overflow_) server_.set_idle(this, true);
+  set_activity(ConnectionRegistry::Activity::kIdle);
   stream_.expires_after(seconds(server_.options.keep_alive_timeout_s));
   stream_.async_read_some(buffer_.prepare(kFirstReadBytes),
                           [self = shared_from_this()](beast::error_code ec, size_t n) {
-                            if (!self->overflow_) self->server_.set_idle(self.get(), false);
                             if (self->state_ == State::kClosed) return;
                             if (ec) {
                               if (ec == beast::error::timeout) self->server_.count(Reject::kIdleTimeout);
@@ -115,18 +127,87 @@ void Session::await_request() {
                           });
 }
 
-// From the request's first byte: one deadline for its head and its whole body.
+// From the request's first byte: the head and the body under one deadline (see arm_read_deadline).
 void Session::begin_request() {
   state_ = State::kReading;
-  stream_.expires_after(seconds(server_.options.request_timeout_s));
-  http::async_read_header(stream_, buffer_, *parser_,
-                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  request_start_ = std::chrono::steady_clock::now();
+  request_bytes_ = buffer_.size();
+  set_activity(ConnectionRegistry::Activity::kReading);
+  parse_buffered();
+}
+
+// request_timeout from the first byte, or earlier: once min_rate_grace_s has passed, the bytes
+// so far must keep up with min_request_rate.
+void Session::arm_read_deadline() {
+  const auto& o = server_.options;
+  const auto hard = request_start_ + seconds(o.request_timeout_s);
+  rate_deadline_ = false;
+  if (o.min_request_rate > 0) {
+    const auto soft = request_start_ + seconds(o.min_rate_grace_s + static_cast<double>(request_bytes_) / o.min_request_rate);
+    rate_deadline_ = soft < hard;
+    stream_.expires_at(std::min(soft, hard));
+    return;
+  }
+  stream_.expires_at(hard);
+}
+
+// One read from the socket into the buffer: each one that brings bytes is progress.
+void Session::read_more() {
+  const size_t room = buffer_.max_size() - buffer_.size();
+  if (room == 0) {
+    on_read_error(http::error::buffer_overflow);
+    return;
+  }
+  arm_read_deadline();
+  stream_.async_read_some(buffer_.prepare(std::min<size_t>(room, 16 << 10)),
+                          [self = shared_from_this()](beast::error_code ec, size_t n) { self->on_read(ec, n); });
+}
+
+void Session::on_read(beast::error_code ec, size_t n) {
+  if (state_ == State::kClosed) return;
+  if (n > 0) {
+    buffer_.commit(n);
+    request_bytes_ += n;
+    set_activity(ConnectionRegistry::Activity::kReading);
+  }
+  if (ec) {
+    on_read_error(ec);
+    return;
+  }
+  parse_buffered();
+}
+
+// Feeds the buffered bytes to the parser: the head once whole (then on_header's checks, before
+// any body byte is parsed), then the body; reads more while the message is incomplete.
+void Session::parse_buffered() {
+  while (buffer_.size() > 0 && !parser_->is_done()) {
+    const bool had_header = parser_->is_header_done();
+    beast::error_code ec;
+    const size_t used = parser_->put(buffer_.data(), ec);
+    buffer_.consume(used);
+    if (ec == http::error::need_more) break;
+    if (ec) {
+      on_read_error(ec);
+      return;
+    }
+    if (!had_header && parser_->is_header_done()) {
+      on_header();
+      return;
+    }
+    if (used == 0) break;
+  }
+  if (parser_->is_done()) {
+    on_body();
+    return;
+  }
+  read_more();
 }
 
 void Session::on_read_error(beast::error_code ec) {
   const auto& o = server_.options;
   if (ec == beast::error::timeout) {
-    server_.count(Reject::kRequestTimeout);  // the stream closed the socket: nobody to answer
+    // The stream closed the socket: nobody to answer.
+    server_.count(rate_deadline_ ? Reject::kMinRate : Reject::kRequestTimeout);
     close();
   } else if (ec == http::error::body_limit) {
     reject(Reject::kBodyTooLarge, ApiError(413, "invalid_request_error", "",
@@ -143,16 +224,11 @@ void Session::on_read_error(beast::error_code ec) {
   }
 }
 
-void Session::on_header(beast::error_code ec) {
-  if (state_ == State::kClosed) return;
-  if (ec) {
-    on_read_error(ec);
-    return;
-  }
+void Session::on_header() {
   const auto& o = server_.options;
   const HttpRequest& req = parser_->get();
   version_ = req.version();
-  keep_alive_ = keep_alive_ && req.keep_alive() && !overflow_;
+  keep_alive_ = keep_alive_ && req.keep_alive() && mode_ != Mode::kOverflow;
   const auto num_fields = std::distance(req.begin(), req.end());
   if (num_fields > o.max_header_count) {
     reject(Reject::kTooManyHeaders,
@@ -187,6 +263,12 @@ void Session::on_header(beast::error_code ec) {
     reject(why, *refused);
     return;
   }
+  if (mode_ == Mode::kProbe && route_ != Route::kHealth && route_ != Route::kMetrics) {
+    reject(Reject::kCount, ApiError(404, "invalid_request_error", "",
+                                    fmt::format("no route for {} on the health port: it serves /health and /metrics only",
+                                                std::string(req.target()))));
+    return;
+  }
   if (route_ == Route::kNotFound || route_ == Route::kWrongMethod) {
     const int status = route_ == Route::kNotFound ? 404 : 405;
     reject(Reject::kCount, ApiError(status, "invalid_request_error", "",
@@ -198,35 +280,31 @@ void Session::on_header(beast::error_code ec) {
     head_ = std::make_unique<http::response<http::empty_body>>(http::status::continue_, version_);
     http::async_write(stream_, *head_, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->head_.reset();
+      if (self->state_ == State::kClosed) return;
       if (ec) {
         self->close();
         return;
       }
-      self->read_body();
+      self->parse_buffered();
     });
     return;
   }
-  read_body();
+  parse_buffered();
 }
 
-void Session::read_body() {
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
-}
-
-void Session::on_body(beast::error_code ec) {
-  if (state_ == State::kClosed) return;
-  if (ec) {
-    on_read_error(ec);
-    return;
-  }
+void Session::on_body() {
   stream_.expires_never();
   dispatch();
 }
 
 void Session::dispatch() {
   state_ = State::kWorking;
-  if (overflow_ && route_ != Route::kHealth) {
+  set_activity(ConnectionRegistry::Activity::kBusy);
+  if (mode_ == Mode::kOverflow && route_ != Route::kHealth && route_ != Route::kMetrics &&
+      server_.promote(id_)) {
+    mode_ = Mode::kNormal;  // it made progress: a stalled connection left for it
+  }
+  if (mode_ == Mode::kOverflow && route_ != Route::kHealth && route_ != Route::kMetrics) {
     reject(Reject::kOverConnectionLimit,
            ApiError(503, "server_overloaded", "",
                     fmt::format("too many open connections (--max-connections {}); retry later",
@@ -539,7 +617,7 @@ void Session::close() {
     relay_->cancel();
     relay_.reset();
   }
-  if (!overflow_) server_.set_idle(this, false);
+  if (mode_ != Mode::kProbe) server_.release(id_);  // its place is free before the socket is gone
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();

@@ -2,7 +2,9 @@
 // socket's executor); the public entry points below may be called from any thread and post there.
 //
 // States: idle (keep-alive, waiting for a request's first byte; keep_alive_timeout) -> reading
-// (head then body, one deadline of request_timeout for the whole request) -> working (on the work
+// (head then body, read by hand so each read is progress the registry sees; one deadline of
+// request_timeout for the whole request, earlier when the bytes fall behind min_request_rate)
+// -> working (on the work
 // pool: parse, tokenize, submit) -> generating (woken by the engine; the socket is watched so a
 // client that hangs up cancels its request) -> writing -> idle again or closed.
 #pragma once
@@ -19,32 +21,39 @@ namespace spindle::server {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  // overflow: accepted past max_connections with no idle connection to close: it answers one
-  // request (/health normally, anything else 503) and closes.
-  Session(tcp::socket socket, HttpServer::Impl& server, bool overflow);
-  ~Session();
+  enum class Mode {
+    kNormal,    // admitted inside max_connections
+    kOverflow,  // past it with none to close: answers one request (/health, /metrics; else 503)
+    kProbe,     // on the --health-port listener: /health and /metrics only
+  };
 
-  bool overflow() const { return overflow_; }
+  Session(tcp::socket socket, HttpServer::Impl& server);
+  ~Session();
+  // Once, before start(): its registry id and kind.
+  void assign(uint64_t id, Mode mode);
+
+  uint64_t id() const { return id_; }
   // Thread-safe entry points.
   void start();
-  void close_if_idle();            // eviction: only while idle (between requests)
+  // The registry took this connection's place: close it if it is still idle or reading (counted
+  // as `why`); a request already complete is answered, then the connection closes.
+  void close_to_make_room(Reject why);
   void drain();                    // shutdown begun: idle closes now, busy ones after this response
   void abort(std::string reason);  // shutdown timeout: end whatever runs with an answer, then close
-
-  // Registry fields, guarded by HttpServer::Impl::mutex.
-  std::list<Session*>::iterator idle_it;
-  bool in_idle_list = false;
-  bool counted = false;  // inside Impl::admitted
 
  private:
   enum class State { kIdle, kReading, kWorking, kGenerating, kWriting, kClosed };
 
   void await_request();
   void begin_request();
-  void on_header(beast::error_code ec);
-  void read_body();
-  void on_body(beast::error_code ec);
+  void read_more();
+  void on_read(beast::error_code ec, size_t n);
+  void parse_buffered();
+  void arm_read_deadline();
+  void on_header();
+  void on_body();
   void on_read_error(beast::error_code ec);
+  void set_activity(ConnectionRegistry::Activity activity);
   void dispatch();
   void run_generation(bool chat);
   void start_generation(std::shared_ptr<GenerationRequest> request, Submitted submitted);
@@ -64,7 +73,13 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   State state_ = State::kIdle;
-  const bool overflow_;
+  uint64_t id_ = 0;  // 0 until assigned
+  Mode mode_ = Mode::kNormal;
+  // The request being read: its first byte's time, bytes so far, and whether the read deadline
+  // armed last is the minimum rate's (earlier than request_timeout's).
+  std::chrono::steady_clock::time_point request_start_;
+  uint64_t request_bytes_ = 0;
+  bool rate_deadline_ = false;
   // The request being served.
   Route route_ = Route::kNotFound;
   std::string model_id_;        // GET /v1/models/{id}

@@ -248,36 +248,31 @@ TEST(ServerHostileTest, TenThousandIdleConnectionsThenANormalRequest) {
   RecordProperty("request_ms", std::to_string(std::chrono::duration<double, std::milli>(Clock::now() - t0).count()));
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(get(*client, "/health").status, 200);
-  EXPECT_GE(rejected(*server, "idle_evicted"), num_idle - 4096 - 64);
+  // Connections idle for less than a second take one of the max(64, 4096 / 16) = 256 overflow
+  // places instead of closing an older one (admission by progress, issue 49).
+  EXPECT_GE(rejected(*server, "idle_evicted"), num_idle - 4096 - 256);
   const std::string m = metrics_text(*server);
-  EXPECT_LE(labelled_metric(m, "spindle_http_connections_open"), 4096 + 64 + 2);
+  EXPECT_LE(labelled_metric(m, "spindle_http_connections_open"), 4096 + 256 + 2);
   for (int fd : fds) ::close(fd);
   EXPECT_TRUE(kv_settled(*client));
 }
 
-// Past --max-connections with no idle connection to close: 503 JSON, while /health answers.
+// Past --max-connections with every connection being answered (none idle or stalled to close):
+// a completion is 503 JSON, while /health answers. One request runs at a time, so the other
+// 19 complete requests wait in the queue, busy, for seconds.
 TEST(ServerHostileTest, PastTheConnectionLimitIs503AndHealthAnswers) {
-  auto server = start_server({"--max-connections", "20", "--request-timeout", "20"});
+  auto server = start_server({"--max-connections", "20", "--max-running-requests", "1"});
   ASSERT_NE(server, nullptr);
+  const std::string body = json{{"prompt", "And God said"}, {"max_tokens", 400}, {"ignore_eos", true}}.dump();
   std::vector<int> busy;
-  auto open_busy = [&] {
+  for (int i = 0; i < 20; ++i) {
     const int fd = connect_loopback(server->port());
     ASSERT_GE(fd, 0);
-    send_all(fd, head("POST", "/v1/completions", "Content-Length: 100\r\n") + "{");  // a request in progress
+    send_all(fd, head("POST", "/v1/completions",
+                      "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n") +
+                     body);
     busy.push_back(fd);
-  };
-  // A connection whose header the server has not read yet counts as idle, and past the limit the
-  // first idle one is closed to make room: wait until the server counts none of the first 19 as
-  // idle (asked on a 20th connection, busy itself while it is answered), so a slow, loaded machine
-  // cannot turn this into an eviction test.
-  for (int i = 0; i < 19; ++i) open_busy();
-  for (int tries = 0; tries < 100; ++tries) {
-    const std::string m = metrics_text(*server);
-    if (labelled_metric(m, "spindle_http_connections_open") >= 20 && labelled_metric(m, "spindle_http_connections_idle") == 0) break;
-    std::this_thread::sleep_for(milliseconds(50));
   }
-  std::this_thread::sleep_for(milliseconds(100));  // the /metrics connection closes
-  open_busy();
   std::this_thread::sleep_for(milliseconds(300));
   const RawRead over = raw_exchange(server->port(), head("POST", "/v1/completions", "Content-Length: 2\r\n") + "{}");
   EXPECT_EQ(http_status(over.data), 503) << over.data.substr(0, 300);
@@ -289,6 +284,7 @@ TEST(ServerHostileTest, PastTheConnectionLimitIs503AndHealthAnswers) {
   auto client = server->client();
   EXPECT_EQ(post(*client, "/v1/completions", json{{"prompt", "And God said"}, {"max_tokens", 2}}).status, 200);
   EXPECT_GE(rejected(*server, "over_connection_limit"), 1);
+  EXPECT_TRUE(kv_settled(*client));
 }
 
 // 1,000 concurrent streaming requests on the embedded model all complete with exact usage.
