@@ -25,6 +25,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   patchelf               # scripts/bundle.sh: RPATH $ORIGIN/../lib on the bundled binaries
   python3-yaml           # tests/deploy/manifests_test.py parses deploy/kubernetes
+  python3-jinja2         # tests/jinja/check_corpus.py: jinja2 is the reference renderer of chat templates
 )
 
 missing=()
