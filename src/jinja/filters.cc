@@ -59,7 +59,7 @@ Value f_title(Renderer&, Value& v, CallArgs& a) {
       word_start = true;
       continue;
     }
-    const char32_t mapped = word_start ? (c >= 'a' && c <= 'z' ? c - 32 : c) : (c >= 'A' && c <= 'Z' ? c + 32 : c);
+    const char32_t mapped = word_start ? py::upper_char(c) : py::lower_char(c);
     py::append_code_point(out, mapped);
     word_start = false;
   }
@@ -432,10 +432,13 @@ Value f_format(Renderer& r, Value& v, CallArgs& a) {
   return percent_format(r, soft_str(v), a.args.size() == 1 ? a.args[0] : Value::list(a.args, true));
 }
 
+// Python's getattr only: a dict's keys are not its attributes.
 Value f_attr(Renderer& r, Value& v, CallArgs& a) {
   ArgReader args("attr", a, {"name"});
   JINJA_CHECK(args.get(0) && args.get(0)->is_string(), "attr() needs a name");
-  return r.get_attr(v, args.get(0)->as_string());
+  const std::string& name = args.get(0)->as_string();
+  if (v.is_namespace() || has_method(v, name)) return r.get_attr(v, name);
+  return Value::undefined(fmt::format("'{}' object has no attribute '{}'", type_name(v), name));
 }
 
 Value f_center(Renderer& r, Value& v, CallArgs& a) {

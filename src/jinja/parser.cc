@@ -90,7 +90,9 @@ class Parser {
       const Token& t = cur();
       if (t.type == TokenType::kEof) {
         if (ends.size() == 0) return body;
-        fail(fmt::format("unexpected end of template, expected '{}'", *ends.begin()));
+        std::string expected;
+        for (const char* e : ends) expected += fmt::format("{}'{}'", expected.empty() ? "" : " or ", e);
+        fail("unexpected end of template, expected " + expected);
       }
       if (t.type == TokenType::kText) {
         auto s = make_stmt(StmtKind::kText, t.line);

@@ -8,8 +8,46 @@ namespace spindle::jinja::py {
 namespace {
 
 bool is_ascii_letter(char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-char32_t to_upper(char32_t c) { return c >= 'a' && c <= 'z' ? c - 32 : c; }
-char32_t to_lower(char32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+// Simple case mappings of ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (the letters
+// templates' text meets); other code points map to themselves.
+char32_t to_upper(char32_t c) {
+  if (c >= 'a' && c <= 'z') return c - 32;
+  if (c < 0x80) return c;
+  if ((c >= 0xe0 && c <= 0xfe && c != 0xf7)) return c - 0x20;
+  if (c == 0xff) return 0x178;
+  if (c == 0xb5) return 0x39c;
+  if ((c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) return c & ~char32_t{1};
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c % 2 == 0) ? c - 1 : c;
+  if (c >= 0x3b1 && c <= 0x3c9 && c != 0x3c2) return c - 0x20;
+  if (c == 0x3c2) return 0x3a3;
+  if (c >= 0x430 && c <= 0x44f) return c - 0x20;
+  if (c >= 0x450 && c <= 0x45f) return c - 0x50;
+  return c;
+}
+char32_t to_lower(char32_t c) {
+  if (c >= 'A' && c <= 'Z') return c + 32;
+  if (c < 0x80) return c;
+  if (c >= 0xc0 && c <= 0xde && c != 0xd7) return c + 0x20;
+  if (c == 0x178) return 0xff;
+  if ((c >= 0x100 && c <= 0x137) || (c >= 0x14a && c <= 0x177)) return c | 1;
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17e)) return (c % 2 == 1) ? c + 1 : c;
+  if (c >= 0x391 && c <= 0x3a9 && c != 0x3a2) return c + 0x20;
+  if (c >= 0x410 && c <= 0x42f) return c + 0x20;
+  if (c >= 0x400 && c <= 0x40f) return c + 0x50;
+  return c;
+}
+bool is_cased(char32_t c) { return to_upper(c) != c || to_lower(c) != c || c == 0xdf; }
+
+std::string map_case(std::string_view text, bool upper_case) {
+  std::string out;
+  out.reserve(text.size());
+  for (char32_t c : decode(text)) {
+    if (upper_case && c == 0xdf) out += "SS";  // Python: "ß".upper() == "SS"
+    else append_code_point(out, upper_case ? to_upper(c) : to_lower(c));
+  }
+  return out;
+}
 
 // Python's str.isprintable() for one code point, for the categories templates meet: controls,
 // the C1 range, the non-space separators and the common format characters are not printable.
@@ -230,33 +268,24 @@ int64_t find(std::string_view text, std::string_view sub, bool from_right) {
   return static_cast<int64_t>(length(text.substr(0, pos)));
 }
 
-std::string upper(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(to_upper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(to_lower(static_cast<unsigned char>(c)));
-  return out;
-}
+std::string upper(std::string_view text) { return map_case(text, true); }
+std::string lower(std::string_view text) { return map_case(text, false); }
+char32_t upper_char(char32_t c) { return to_upper(c); }
+char32_t lower_char(char32_t c) { return to_lower(c); }
 
 std::string capitalize(std::string_view text) {
-  std::string out = lower(text);
-  if (!out.empty()) out[0] = static_cast<char>(to_upper(static_cast<unsigned char>(out[0])));
-  return out;
+  std::u32string s = decode(text);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = i == 0 ? to_upper(s[i]) : to_lower(s[i]);
+  return encode(s);
 }
 
 std::string title(std::string_view text) {
-  std::string out(text);
-  bool prev_letter = false;
-  for (char& ch : out) {
-    const auto c = static_cast<unsigned char>(ch);
-    const bool letter = is_ascii_letter(c);
-    if (letter) ch = static_cast<char>(prev_letter ? to_lower(c) : to_upper(c));
-    // A UTF-8 byte of a non-ASCII letter counts as a letter (Python's cased characters).
-    prev_letter = letter || c >= 0x80;
+  std::string out;
+  bool prev_cased = false;
+  for (char32_t c : decode(text)) {
+    const bool cased = is_cased(c) || is_ascii_letter(c);
+    append_code_point(out, cased ? (prev_cased ? to_lower(c) : to_upper(c)) : c);
+    prev_cased = cased;
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // Python's str operations over UTF-8 text, as templates see them: a string is a sequence of code
 // points. Bytes that are not valid UTF-8 decode to U+DC80..U+DCFF (Python's surrogateescape) and
 // encode back to the same byte, so no operation changes bytes it does not touch.
-// Case mappings (upper, lower, title, capitalize) change ASCII letters only.
+// Case mappings (upper, lower, title, capitalize) cover ASCII, Latin-1, Latin Extended-A, Greek
+// and Cyrillic; other scripts are left as they are.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,8 @@ std::string replace(std::string_view text, std::string_view old_text, std::strin
 int64_t count(std::string_view text, std::string_view sub);
 int64_t find(std::string_view text, std::string_view sub, bool from_right);
 std::string upper(std::string_view text);
+char32_t upper_char(char32_t c);
+char32_t lower_char(char32_t c);
 std::string lower(std::string_view text);
 std::string capitalize(std::string_view text);
 // Python's str.title(): a letter after a non-letter is upper-cased, other letters lower-cased.

@@ -50,6 +50,7 @@ void repr_into(std::string& out, const Value& v, int depth) {
   check_depth(depth);
   switch (v.kind()) {
     case Kind::kString: out += py::repr(v.as_string()); return;
+    case Kind::kUndefined: out += "Undefined"; return;
     case Kind::kList: repr_sequence(out, v.list_data(), depth); return;
     case Kind::kDict:
       if (v.is_namespace()) out += "<Namespace ";
@@ -206,7 +207,30 @@ int compare_at(const Value& a, const Value& b, int depth) {
   JINJA_FAIL("'<' not supported between instances of '{}' and '{}'", type_name(a), type_name(b));
 }
 
+int value_depth(const Value& v) {
+  if (v.is_list()) return v.list_data().depth;
+  if (v.is_dict()) return v.dict_data().depth;
+  return 0;
+}
+
 }  // namespace
+
+Value::Value(std::shared_ptr<ListData> l) {
+  int depth = 0;
+  for (const Value& item : l->items) depth = std::max(depth, value_depth(item));
+  l->depth = depth + 1;
+  check_depth(l->depth);
+  data_ = std::move(l);
+}
+
+Value::Value(std::shared_ptr<DictData> d) {
+  int depth = 0;
+  if (!d->is_namespace)
+    for (const auto& kv : d->items) depth = std::max(depth, value_depth(kv.second));
+  d->depth = depth + 1;
+  check_depth(d->depth);
+  data_ = std::move(d);
+}
 
 const Value* DictData::find(std::string_view key) const {
   for (const auto& kv : items)

@@ -31,11 +31,13 @@ enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kLi
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  int depth = 1;  // nesting (set when it becomes a Value): 1 + the deepest item's
 };
 
 struct DictData {
   std::vector<std::pair<std::string, Value>> items;
   bool is_namespace = false;
+  int depth = 1;  // as ListData's; a namespace counts 1 (its attributes change)
   // nullptr when absent.
   const Value* find(std::string_view key) const;
   void set(std::string key, Value value);
@@ -67,8 +69,10 @@ class Value {
   Value(double f) : data_(f) {}
   Value(std::string s) : data_(std::move(s)) {}
   Value(const char* s) : data_(std::string(s)) {}
-  Value(std::shared_ptr<ListData> l) : data_(std::move(l)) {}
-  Value(std::shared_ptr<DictData> d) : data_(std::move(d)) {}
+  // A list or dict becomes a Value once filled: its depth is computed here, and nesting deeper
+  // than kMaxValueDepth is an error (so no recursive operation, destruction included, runs deep).
+  Value(std::shared_ptr<ListData> l);
+  Value(std::shared_ptr<DictData> d);
   Value(std::shared_ptr<CallableData> c) : data_(std::move(c)) {}
   static Value list(std::vector<Value> items, bool is_tuple = false);
   static Value dict(std::vector<std::pair<std::string, Value>> items = {});
