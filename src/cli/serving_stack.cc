@@ -43,7 +43,8 @@ std::filesystem::path default_model_dir() {
 void add_serving_flags(CLI::App& app, ServingFlags& f) {
   app.add_option("model_dir", f.model_dir, "Hugging Face model folder (default: the embedded models/kjv-tiny)");
   app.add_option("--served-model-name", f.served_model_name, "Model name in the API (default: the folder name)");
-  app.add_option("--chat-template", f.server.chat_template, "chatml, llama3 or llama2 (default: recognise the model's)");
+  app.add_option("--chat-template", f.server.chat_template,
+                 "a built-in template (chatml, llama3, llama2) or a path to a Jinja file (default: the model's own Jinja template)");
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_weights_memory_flag(app, f.server);
@@ -216,15 +217,17 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   const bool on_cuda = s->resolved.device == attn::Device::kCuda;
 
   s->tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(s->model_dir));
+  // The model's Jinja template (a syntax error stops start-up, naming the file and line), unless
+  // --chat-template names a built-in or a Jinja file; no template: chat completions are 400s.
   if (!flags.server.chat_template.empty()) {
-    s->chat_template = tokenizer::ChatTemplate::for_tokenizer(*s->tokenizer,
-                                                              tokenizer::parse_chat_format(flags.server.chat_template));
+    s->chat_template = tokenizer::ChatTemplate::from_choice(*s->tokenizer, flags.server.chat_template);
   } else if (!s->tokenizer->chat_template().empty()) {
-    try {
-      s->chat_template = tokenizer::ChatTemplate::for_tokenizer(*s->tokenizer);
-    } catch (const Error& e) {
-      spdlog::warn("chat completions disabled: {} (choose one with --chat-template)", e.message());
-    }
+    s->chat_template = tokenizer::ChatTemplate::from_model(*s->tokenizer);
+  }
+  if (s->chat_template) {
+    spdlog::info("chat template: {}", s->chat_template->format() == tokenizer::ChatFormat::kJinja
+                                          ? s->chat_template->source() + " (Jinja)"
+                                          : std::string(tokenizer::to_string(s->chat_template->format())) + " (built in)");
   }
 
   // The rank layout: CUDA rank r on GPU base + r / ranks_per_gpu (ranks on one GPU share its pool);

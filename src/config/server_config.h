@@ -35,7 +35,7 @@ struct ServerConfig {
   std::string kv_cache_dtype = "auto";
   int page_size = 0;
   int num_threads = 0;
-  std::string chat_template;  // "": recognise from the model; or chatml | llama3 | llama2
+  std::string chat_template;  // "": the model's Jinja template; or chatml | llama3 | llama2 | a Jinja file
   std::string matmul_precision = "auto";  // auto | exact | bf16
   std::string weights_memory = "auto";    // auto | mapped | huge-pages
   int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests

@@ -22,16 +22,17 @@ std::string token_text(const nlohmann::json& config, const char* key) {
   return "";
 }
 
-// "chat_template" is a string, or a list of {"name", "template"} (the "default" one wins).
-std::string config_chat_template(const nlohmann::json& config) {
+// "chat_template" is a string, or a list of {"name", "template"} (the "default" one wins; with
+// `name` = "tool_use", the named template of that name, or "").
+std::string config_chat_template(const nlohmann::json& config, std::string_view name = "default") {
   if (!config.contains("chat_template")) return "";
   const auto& v = config.at("chat_template");
-  if (v.is_string()) return v.get<std::string>();
+  if (v.is_string()) return name == "default" ? v.get<std::string>() : "";
   if (v.is_array()) {
     for (const auto& entry : v) {
-      if (entry.value("name", "") == "default") return entry.value("template", "");
+      if (entry.is_object() && entry.value("name", "") == name) return entry.value("template", "");
     }
-    if (!v.empty()) return v.front().value("template", "");
+    if (!v.empty() && name == "default" && v.front().is_object()) return v.front().value("template", "");
   }
   return "";
 }
@@ -74,6 +75,8 @@ Tokenizer Tokenizer::from_files(const TokenizerFiles& files, std::string_view so
   }
   try {
     t.parse_config(files);
+    if (!t.chat_template_source_.empty() && !source.empty())
+      t.chat_template_source_ = fmt::format("{}/{}", source, t.chat_template_source_);
   } catch (const nlohmann::json::exception& e) {
     SPINDLE_FAIL("tokenizer_config.json or generation_config.json in {} is malformed: {}", source, e.what());
   }
@@ -159,11 +162,16 @@ void Tokenizer::parse_post_processor(const nlohmann::json& j) {
 
 void Tokenizer::parse_config(const TokenizerFiles& files) {
   chat_template_ = files.chat_template;
+  if (!chat_template_.empty()) chat_template_source_ = "chat_template.jinja";
   if (!files.tokenizer_config_json.empty()) {
     const nlohmann::json config = nlohmann::json::parse(files.tokenizer_config_json);
     bos_token_ = token_text(config, "bos_token");
     eos_token_ = token_text(config, "eos_token");
-    if (chat_template_.empty()) chat_template_ = config_chat_template(config);
+    if (chat_template_.empty()) {
+      chat_template_ = config_chat_template(config);
+      if (!chat_template_.empty()) chat_template_source_ = "tokenizer_config.json chat_template";
+    }
+    tool_use_chat_template_ = config_chat_template(config, "tool_use");
   }
   if (!bos_token_.empty()) bos_id_ = token_to_id(bos_token_);
   if (!eos_token_.empty()) {

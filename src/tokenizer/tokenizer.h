@@ -66,6 +66,11 @@ class Tokenizer {
   const std::string& eos_token() const { return eos_token_; }  // "" when none
   // The model's chat template text (chat_template.jinja or tokenizer_config.json), or "".
   const std::string& chat_template() const { return chat_template_; }
+  // Where chat_template() came from ("<dir>/chat_template.jinja", "tokenizer_config.json
+  // chat_template"...), for error messages.
+  const std::string& chat_template_source() const { return chat_template_source_; }
+  // tokenizer_config.json's named template `tool_use`, or "".
+  const std::string& tool_use_chat_template() const { return tool_use_chat_template_; }
   const std::vector<AddedToken>& added_tokens() const { return added_.tokens(); }
 
   // Streaming support: appends the raw bytes id contributes to the decoded text (before
@@ -97,6 +102,8 @@ class Tokenizer {
   std::string bos_token_;
   std::string eos_token_;
   std::string chat_template_;
+  std::string chat_template_source_;
+  std::string tool_use_chat_template_;
 };
 
 }  // namespace spindle::tokenizer
