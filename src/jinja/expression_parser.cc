@@ -337,7 +337,7 @@ std::string ExpressionParser::parse_dotted_name() {
   std::string n = expect_name();
   while (is_op(".") && peek().type == TokenType::kName) {
     next();
-    n += "." + expect_name();
+    n.append(1, '.').append(expect_name());
   }
   return n;
 }

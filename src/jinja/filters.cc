@@ -326,10 +326,16 @@ Value f_indent(Renderer& r, Value& v, CallArgs& a) {
   const std::vector<std::string> lines = py::splitlines(soft_str(v) + "\n", false);
   std::string out;
   if (args.flag(2, false)) {
-    for (size_t i = 0; i < lines.size(); ++i) out += (i ? "\n" + indention : "") + lines[i];
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (i > 0) out.append(1, '\n').append(indention);
+      out.append(lines[i]);
+    }
   } else {
     out = lines.empty() ? "" : lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) out += "\n" + (lines[i].empty() ? "" : indention) + lines[i];
+    for (size_t i = 1; i < lines.size(); ++i) {
+      out.append(1, '\n');
+      if (!lines[i].empty()) out.append(indention).append(lines[i]);
+    }
   }
   if (args.flag(1, false)) out = indention + out;
   r.charge(out.size());
