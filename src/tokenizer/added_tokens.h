@@ -32,21 +32,34 @@ struct Segment {
   size_t offset = 0;  // byte offset of text in the input
 };
 
+// How overlapping candidates are resolved.
+//   kLeftmostLongest: HF tokenizers — scan left to right, at each position the longest token.
+//   kLongestFirst: llama.cpp (tokenizer_st_partition) — the longest token (ties: lower id) is
+//     cut out of every plain-text piece first, then the next longest from what remains.
+enum class MatchOrder : uint8_t { kLeftmostLongest, kLongestFirst };
+
 class AddedTokenMatcher {
  public:
   AddedTokenMatcher() = default;
-  explicit AddedTokenMatcher(std::vector<AddedToken> tokens);
+  explicit AddedTokenMatcher(std::vector<AddedToken> tokens,
+                             MatchOrder order = MatchOrder::kLeftmostLongest);
 
   // Cuts text into plain-text segments (never empty) and added-token segments.
-  std::vector<Segment> split(std::string_view text) const;
+  // match_special = false leaves tokens marked special in the text (llama.cpp's
+  // parse_special = false; non-special added tokens still match).
+  std::vector<Segment> split(std::string_view text, bool match_special = true) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:
   // Length of the token matched at text[pos] (its index in `index`), or 0.
-  size_t match_at(std::string_view text, size_t pos, size_t& index) const;
+  size_t match_at(std::string_view text, size_t pos, bool match_special, size_t& index) const;
+  std::vector<Segment> split_longest_first(std::string_view text, bool match_special) const;
+
 
   std::vector<AddedToken> tokens_;
+  MatchOrder order_ = MatchOrder::kLeftmostLongest;
+  std::vector<uint32_t> by_length_;  // indices, longest content first, then lower id
   std::array<std::vector<uint32_t>, 256> by_first_byte_;  // indices, longest content first
 };
 

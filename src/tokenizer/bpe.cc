@@ -38,7 +38,8 @@ BpeModel::BpeModel(BpeModel&& other) noexcept
       fuse_unk_(other.fuse_unk_),
       byte_fallback_(other.byte_fallback_),
       ignore_merges_(other.ignore_merges_),
-      has_all_bytes_(other.has_all_bytes_) {
+      has_all_bytes_(other.has_all_bytes_),
+      skipped_merges_(other.skipped_merges_) {
   std::copy(std::begin(other.byte_ids_), std::end(other.byte_ids_), std::begin(byte_ids_));
 }
 
@@ -90,6 +91,42 @@ BpeModel BpeModel::from_json(const nlohmann::json& j) {
       m.byte_ids_[b] = id.value_or(-1);
     }
   }
+  return m;
+}
+
+BpeModel BpeModel::from_vocab(std::span<const std::string_view> tokens,
+                              std::span<const std::string_view> merges, bool ignore_merges,
+                              std::string_view source) {
+  BpeModel m;
+  m.id_to_token_.reserve(tokens.size());
+  m.vocab_.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    m.id_to_token_.emplace_back(tokens[i]);
+    m.vocab_.insert_or_assign(std::string(tokens[i]), static_cast<TokenId>(i));
+  }
+  m.merges_.reserve(merges.size());
+  std::string joined;
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const std::string_view merge = merges[i];
+    // llama.cpp splits at the first space after the first byte (a side may begin with ' ').
+    const size_t space = merge.size() > 1 ? merge.find(' ', 1) : std::string_view::npos;
+    SPINDLE_CHECK(space != std::string_view::npos,
+                  "{}: tokenizer.ggml.merges[{}] '{}' is not two tokens separated by a space", source, i,
+                  merge);
+    const std::string_view a = merge.substr(0, space);
+    const std::string_view b = merge.substr(space + 1);
+    joined.assign(a);
+    joined.append(b);
+    const auto ia = m.token_to_id(a);
+    const auto ib = m.token_to_id(b);
+    const auto merged = m.token_to_id(joined);
+    if (!ia || !ib || !merged) {
+      ++m.skipped_merges_;
+      continue;
+    }
+    m.merges_.try_emplace(pair_key(*ia, *ib), Merge{static_cast<int32_t>(i), *merged});
+  }
+  m.ignore_merges_ = ignore_merges;
   return m;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -34,6 +35,16 @@ class BpeModel {
   // type is not BPE, an option is unsupported, or a merge names unknown tokens.
   static BpeModel from_json(const nlohmann::json& j);
 
+  // A byte-level BPE from a GGUF vocabulary (tokenizer.ggml.tokens / merges): tokens[i] has id
+  // i (a text listed twice maps to its last id, as llama.cpp's token_to_id does); merges[r] is
+  // "left right" of rank r. Merges whose sides or result are not tokens can never produce a
+  // token and are skipped (llama.cpp would merge them and then emit their bytes; no vocabulary
+  // tested holds one). ignore_merges: a whole word found in the vocabulary is one token.
+  // source names the file in errors.
+  static BpeModel from_vocab(std::span<const std::string_view> tokens,
+                             std::span<const std::string_view> merges, bool ignore_merges,
+                             std::string_view source);
+
   BpeModel(BpeModel&& other) noexcept;
   BpeModel& operator=(BpeModel&&) = delete;
 
@@ -46,6 +57,8 @@ class BpeModel {
   // Tokens by id; ids without a model token are empty strings. Size is max id + 1.
   const std::vector<std::string>& tokens() const { return id_to_token_; }
   bool byte_fallback() const { return byte_fallback_; }
+  // Merges skipped by from_vocab (see there).
+  size_t skipped_merges() const { return skipped_merges_; }
 
  private:
   BpeModel() = default;
@@ -68,6 +81,7 @@ class BpeModel {
   bool ignore_merges_ = false;
   TokenId byte_ids_[256] = {};  // valid when byte_fallback_ and has_all_bytes_
   bool has_all_bytes_ = false;
+  size_t skipped_merges_ = 0;
 
   // Word -> ids cache for short words (long words, e.g. SentencePiece text without a
   // pre-tokenizer, are not cached). Cleared when it grows past kMaxCacheEntries.

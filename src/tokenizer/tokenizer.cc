@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "gguf/gguf_file.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/json_ids.h"
 #include "tokenizer/utf8.h"
@@ -51,8 +52,11 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
-  const std::filesystem::path json_path = model_dir / "tokenizer.json";
   std::error_code ec;
+  if (model_dir.extension() == ".gguf" && std::filesystem::is_regular_file(model_dir, ec)) {
+    return from_gguf(gguf::GgufFile(model_dir));
+  }
+  const std::filesystem::path json_path = model_dir / "tokenizer.json";
   SPINDLE_CHECK(std::filesystem::is_regular_file(json_path, ec),
                 "{} not found: Spindle needs a Hugging Face tokenizer.json in the model folder",
                 json_path.string());
@@ -191,13 +195,20 @@ void Tokenizer::parse_config(const TokenizerFiles& files) {
   }
 }
 
-std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_tokens,
+                                      bool parse_special) const {
   check_utf8(text, "prompt");
   std::vector<TokenId> ids;
   ids.reserve(text.size() / 3 + prefix_ids_.size() + suffix_ids_.size() + 1);
   if (add_special_tokens) ids.insert(ids.end(), prefix_ids_.begin(), prefix_ids_.end());
+  const std::vector<Segment> segments = added_.split(text, parse_special);
+  if (spm_) {
+    encode_spm(segments, ids);
+    if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+    return ids;
+  }
   std::vector<std::string> words;
-  for (const Segment& segment : added_.split(text)) {
+  for (const Segment& segment : segments) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
       continue;
@@ -225,7 +236,7 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special_to
 std::optional<TokenId> Tokenizer::token_to_id(std::string_view token) const {
   const auto it = added_ids_.find(token);
   if (it != added_ids_.end()) return it->second;
-  return model_->token_to_id(token);
+  return spm_ ? spm_->token_to_id(token) : model_->token_to_id(token);
 }
 
 const std::string& Tokenizer::id_to_token(TokenId id) const {

@@ -1,4 +1,5 @@
-// A Hugging Face tokenizer (tokenizer.json, BPE models only) read from a model folder.
+// A Hugging Face tokenizer (tokenizer.json, BPE models only) read from a model folder, or the
+// tokenizer a GGUF file's metadata describes (from_gguf; see gguf_tokenizer.cc).
 //
 // Byte-level BPE (GPT-2, Llama-3, Qwen2) and SentencePiece-style BPE (Llama-2, Mistral:
 // Prepend/Replace normalizer or Metaspace pre-tokenizer, byte fallback) are supported.
@@ -22,6 +23,12 @@
 #include "tokenizer/decoder.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/spm.h"
+
+namespace spindle::gguf {
+class Metadata;
+class GgufFile;
+}
 
 namespace spindle::tokenizer {
 
@@ -36,10 +43,18 @@ struct TokenizerFiles {
 class Tokenizer {
  public:
   // Reads model_dir/tokenizer.json (required), tokenizer_config.json, chat_template.jinja
-  // and generation_config.json (optional). Errors name the file.
+  // and generation_config.json (optional). Errors name the file. A path to a .gguf file
+  // (rather than a folder) reads that file's tokenizer instead (from_gguf).
   static Tokenizer load(const std::filesystem::path& model_dir);
   // source names the folder in error messages.
   static Tokenizer from_files(const TokenizerFiles& files, std::string_view source = "tokenizer.json");
+  // The tokenizer of a GGUF file (tokenizer.ggml.* and tokenizer.chat_template), encoding as
+  // llama.cpp does: model "gpt2" (byte-level BPE, split regexes and ignore_merges chosen by
+  // tokenizer.ggml.pre) or "llama" (SentencePiece scores, byte fallback, add_space_prefix).
+  // An unknown or missing tokenizer.ggml.model / .pre, or malformed arrays, is a spindle::Error
+  // naming the file and the key. Supported pre-tokenizer names: gguf_pre_tokenizer_names().
+  static Tokenizer from_gguf(const gguf::Metadata& metadata);
+  static Tokenizer from_gguf(const gguf::GgufFile& file);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -48,7 +63,10 @@ class Tokenizer {
   // text must be valid UTF-8 (else spindle::Error "prompt is not valid UTF-8 at byte N").
   // add_special_tokens applies the post-processor (e.g. a BOS for Llama). A rendered chat
   // template already holds its BOS text, so encode it with add_special_tokens = false.
-  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true) const;
+  // parse_special = false leaves the text of special (control) tokens as plain text
+  // (llama.cpp's parse_special; non-special added / user-defined tokens still match).
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true,
+                              bool parse_special = true) const;
   // Unknown ids are skipped; invalid UTF-8 (e.g. a cut byte sequence) becomes U+FFFD.
   std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = true) const;
 
@@ -61,7 +79,16 @@ class Tokenizer {
 
   std::optional<TokenId> bos_id() const { return bos_id_; }
   // Ids that end generation: tokenizer_config eos_token plus generation_config eos_token_id.
+  // For a GGUF file: tokenizer.ggml.eos_token_id, eot_token_id and eom_token_id, plus the
+  // end-of-generation tokens llama.cpp recognises by their text (see gguf_tokenizer.cc).
   const std::vector<TokenId>& eos_ids() const { return eos_ids_; }
+  // tokenizer.ggml.eot_token_id / eom_token_id of a GGUF file (nullopt when absent or out of
+  // range, and for tokenizer.json folders).
+  std::optional<TokenId> eot_id() const { return eot_id_; }
+  std::optional<TokenId> eom_id() const { return eom_id_; }
+  // Whether encode(..., add_special_tokens = true) prepends BOS / appends EOS.
+  bool adds_bos() const { return !prefix_ids_.empty(); }
+  bool adds_eos() const { return !suffix_ids_.empty(); }
   const std::string& bos_token() const { return bos_token_; }  // "" when none
   const std::string& eos_token() const { return eos_token_; }  // "" when none
   // The model's chat template text (chat_template.jinja or tokenizer_config.json), or "".
@@ -83,10 +110,16 @@ class Tokenizer {
   void parse_tokenizer_json(std::string_view text);
   void parse_post_processor(const nlohmann::json& j);
   void parse_config(const TokenizerFiles& files);
+  void load_gguf(const gguf::Metadata& metadata);
+  void set_gguf_token_types(const gguf::Metadata& metadata);
+  void set_gguf_special_ids(const gguf::Metadata& metadata, bool is_spm);
+  void encode_spm(std::span<const Segment> segments, std::vector<TokenId>& ids) const;
 
   enum class Kind : uint8_t { kNone, kModel, kAddedOnly };
 
-  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<BpeModel> model_;  // null for a SentencePiece GGUF vocabulary
+  std::unique_ptr<SpmModel> spm_;    // GGUF tokenizer.ggml.model = "llama"
+  bool spm_add_space_prefix_ = false;
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
   TokenDecoder decoder_;
@@ -99,11 +132,17 @@ class Tokenizer {
   StringMap<TokenId> added_ids_;
   std::optional<TokenId> bos_id_;
   std::vector<TokenId> eos_ids_;
+  std::optional<TokenId> eos_id_;  // GGUF tokenizer.ggml.eos_token_id
+  std::optional<TokenId> eot_id_;
+  std::optional<TokenId> eom_id_;
   std::string bos_token_;
   std::string eos_token_;
   std::string chat_template_;
   std::string chat_template_source_;
   std::string tool_use_chat_template_;
 };
+
+// The tokenizer.ggml.pre names from_gguf accepts, sorted.
+std::vector<std::string> gguf_pre_tokenizer_names();
 
 }  // namespace spindle::tokenizer

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf_test_writer.h"
+#include "support/gunzipped_file.h"
 #include "util/error.h"
 
 namespace spindle::gguf {
@@ -476,11 +477,12 @@ class GgufVocabFile : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufVocabFile, MatchesTheIndependentReader) {
   const std::filesystem::path dir = std::filesystem::path(SPINDLE_SOURCE_DIR) / "tests/golden/gguf";
-  const auto path = dir / (GetParam() + ".gguf");
+  const auto path = dir / (GetParam() + ".gguf.gz");  // stored gzip-compressed (SOURCE.md)
   std::ifstream in(dir / (GetParam() + ".gguf.expected.json"));
   ASSERT_TRUE(in) << "missing expectation for " << path;
   const auto expected = nlohmann::json::parse(in);
-  const GgufFile file(path);
+  const spindle::testing::GunzippedFile unpacked(path);
+  const GgufFile file(unpacked.path());
   EXPECT_EQ(file.version(), expected["version"].get<uint32_t>());
   const Metadata& m = file.metadata();
   ASSERT_EQ(m.size(), expected["metadata"].size());
@@ -493,10 +495,10 @@ TEST_P(GgufVocabFile, MatchesTheIndependentReader) {
 
 // The same reading from a copy in transparent huge pages (FileMemory::kHugePageCopy).
 TEST(GgufFile, HugePageCopyReadsTheSame) {
-  const auto path = std::filesystem::path(SPINDLE_SOURCE_DIR) /
-                    "tests/golden/gguf/ggml-vocab-llama-spm.gguf";
-  const GgufFile mapped(path);
-  const GgufFile copied(path, FileMemory::kHugePageCopy);
+  const spindle::testing::GunzippedFile unpacked(std::filesystem::path(SPINDLE_SOURCE_DIR) /
+                                                 "tests/golden/gguf/ggml-vocab-llama-spm.gguf.gz");
+  const GgufFile mapped(unpacked.path());
+  const GgufFile copied(unpacked.path(), FileMemory::kHugePageCopy);
   ASSERT_EQ(copied.metadata().size(), mapped.metadata().size());
   EXPECT_EQ(copied.metadata().find_string_array("tokenizer.ggml.tokens"),
             mapped.metadata().find_string_array("tokenizer.ggml.tokens"));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf_test_writer.h"
+#include "support/gunzipped_file.h"
 #include "util/error.h"
 
 namespace spindle::gguf {
@@ -270,7 +271,8 @@ TEST(GgufHparamsVocab, LlamaSpmMatchesTheIndependentReader) {
     }
     return nullptr;
   };
-  const HyperParams hp = read_hyper_params(GgufFile(dir / "ggml-vocab-llama-spm.gguf"));
+  const spindle::testing::GunzippedFile unpacked(dir / "ggml-vocab-llama-spm.gguf.gz");  // stored gzip-compressed
+  const HyperParams hp = read_hyper_params(GgufFile(unpacked.path()));
   EXPECT_EQ(hp.architecture, "llama");
   EXPECT_EQ(hp.block_count, value("llama.block_count").get<int64_t>());
   EXPECT_EQ(hp.context_length, value("llama.context_length").get<int64_t>());

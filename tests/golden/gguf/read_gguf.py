@@ -7,8 +7,11 @@ Arrays are summarised (count; the elements at indices 0, 1, 2, n // 2, n - 1; fo
 in index order as a float64; for strings the total UTF-8 byte length), so the expectation stays
 small for 50k-entry vocabularies.
 
-    python3 tests/golden/gguf/read_gguf.py FILE.gguf > FILE.gguf.expected.json
+    python3 tests/golden/gguf/read_gguf.py FILE.gguf.gz > FILE.gguf.expected.json
+
+A FILE ending in .gz (how tests/golden/gguf stores them) is read through Python's gzip module.
 """
+import gzip
 import json
 import struct
 import sys
@@ -59,7 +62,7 @@ def read_value(cur, vtype):
 
 
 def main(path):
-    with open(path, "rb") as f:
+    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
         data = f.read()
     cur = Cursor(data)
     assert data[:4] == b"GGUF", "bad magic"
