@@ -26,6 +26,7 @@ PACKAGES=(
   patchelf               # scripts/bundle.sh: RPATH $ORIGIN/../lib on the bundled binaries
   python3-yaml           # tests/deploy/manifests_test.py parses deploy/kubernetes
   python3-jinja2         # tests/jinja/check_corpus.py: jinja2 is the reference renderer of chat templates
+  python3-jsonschema     # tests/grammar: independent validator of generated JSON documents
 )
 
 missing=()

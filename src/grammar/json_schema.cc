@@ -127,7 +127,8 @@ class Converter {
   }
 
   bool only_annotations(const Json& s, std::initializer_list<const char*> also = {}) const {
-    for (const auto& [k, v] : s.items()) {
+    for (const auto& item : s.items()) {
+      const std::string& k = item.key();
       if (kAnnotations.count(k)) continue;
       if (std::find_if(also.begin(), also.end(), [&](const char* a) { return k == a; }) != also.end()) continue;
       return false;
