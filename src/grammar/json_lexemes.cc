@@ -1,5 +1,6 @@
 #include "grammar/json_lexemes.h"
 
+#include <map>
 #include <string>
 
 #include "grammar/regex_parser.h"
@@ -120,19 +121,26 @@ RegexPtr escape_value(const RegexPtr& v) {
         }
       }
       if (!literal.empty()) alts.push_back(re_chars(literal));
+      // Characters that must be escaped: '"', '\\', and the controls (short escapes where JSON
+      // has them, else \u00XX; all 32 controls as one \u00[01]X pattern).
+      bool all_controls = false;
+      for (const CodeRange& a : plain) all_controls = all_controls || (a.lo == 0 && a.hi >= 0x1F);
+      static const RegexPtr kControlEscape = rx(R"(\\(u00[01][0-9a-fA-F]|[bfnrt]))");
+      if (all_controls) alts.push_back(kControlEscape);
       for (const CodeRange& a : plain) {
         for (char32_t c = a.lo; c <= std::min<char32_t>(a.hi, 0x5C); ++c) {
           std::string esc;
-          switch (c) {
-            case '"': esc = "\\\""; break;
-            case '\\': esc = "\\\\"; break;
-            case '\n': esc = "\\n"; break;
-            case '\r': esc = "\\r"; break;
-            case '\t': esc = "\\t"; break;
-            case '\b': esc = "\\b"; break;
-            case '\f': esc = "\\f"; break;
-            default:
-              if (c < 0x20) esc = fmt::format("\\u{:04x}", static_cast<uint32_t>(c));
+          if (c == '"') esc = "\\\"";
+          else if (c == '\\') esc = "\\\\";
+          else if (c < 0x20 && !all_controls) {
+            switch (c) {
+              case '\n': esc = "\\n"; break;
+              case '\r': esc = "\\r"; break;
+              case '\t': esc = "\\t"; break;
+              case '\b': esc = "\\b"; break;
+              case '\f': esc = "\\f"; break;
+              default: esc = fmt::format("\\u{:04x}", static_cast<uint32_t>(c));
+            }
           }
           if (!esc.empty()) alts.push_back(re_literal(esc));
         }
@@ -153,6 +161,50 @@ RegexPtr escape_value(const RegexPtr& v) {
 }
 
 }  // namespace
+
+namespace {
+
+struct NameTrie {
+  bool terminal = false;
+  std::map<char32_t, NameTrie> children;
+};
+
+// Prefixes that leave the trie: a node's path followed by a code point none of its names has
+// next (any continuation may follow these).
+RegexPtr diverging(const NameTrie& n) {
+  std::vector<CodeRange> used;
+  for (const auto& [c, sub] : n.children) used.push_back({c, c});
+  std::vector<RegexPtr> alts = {re_chars(complement_ranges(used))};
+  for (const auto& [c, sub] : n.children) alts.push_back(re_concat({re_char(c), diverging(sub)}));
+  return re_alt(std::move(alts));
+}
+
+// Proper prefixes of the names that are not names themselves (paths to non-terminal nodes).
+RegexPtr unfinished(const NameTrie& n) {
+  std::vector<RegexPtr> alts;
+  if (!n.terminal) alts.push_back(re_empty());
+  for (const auto& [c, sub] : n.children) alts.push_back(re_concat({re_char(c), unfinished(sub)}));
+  if (alts.empty()) return re_chars({});
+  return re_alt(std::move(alts));
+}
+
+}  // namespace
+
+RegexPtr json_key_not_in(const std::vector<std::string>& names) {
+  NameTrie root;
+  for (const std::string& n : names) {
+    NameTrie* node = &root;
+    size_t pos = 0;
+    char32_t c = 0;
+    while (pos < n.size()) {
+      if (!next_utf8(n, pos, c)) SPINDLE_FAIL("property name is not valid UTF-8");
+      node = &node->children[c];
+    }
+    node->terminal = true;
+  }
+  // Not a name = leaves the trie somewhere (then anything), or stops before a name ends.
+  return json_quoted(re_alt({re_concat({diverging(root), re_repeat(re_any_char(), 0, -1)}), unfinished(root)}));
+}
 
 RegexPtr json_quoted(const RegexPtr& value) { return re_concat({re_char('"'), escape_value(value), re_char('"')}); }
 

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "grammar/regex_ast.h"
 
@@ -17,6 +19,11 @@ RegexPtr json_string(int min_length, int max_length);
 // The JSON string texts whose decoded value matches `value` (a regex over code points):
 // '"', '\' and control characters appear as their escapes; the quotes included.
 RegexPtr json_quoted(const RegexPtr& value);
+// The canonical JSON texts (literal characters, short escapes, \u00XX only for other control
+// characters; quotes included) of every string NOT in `names`: object keys that must differ from
+// the declared property names. One encoding per string, so no declared name slips through as
+// an escaped spelling.
+RegexPtr json_key_not_in(const std::vector<std::string>& names);
 // Decoded-value regex for a JSON Schema format; nullopt for formats not known here.
 std::optional<RegexPtr> json_format_regex(std::string_view format);
 

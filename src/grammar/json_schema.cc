@@ -21,6 +21,12 @@ constexpr int64_t kMaxExpansion = 4096;  // explicit array positions / string le
 const std::set<std::string, std::less<>> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
     "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding", "$anchor"};
+// JSON Schema keywords (any draft) this converter does not implement: an error naming them.
+// Keywords outside the vocabulary (vendor extensions, draft-4 "id", ...) are annotations.
+const std::set<std::string, std::less<>> kUnsupported = {
+    "not", "patternProperties", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames",
+    "if", "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
+    "unevaluatedItems", "multipleOf", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"};
 const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
     "minItems", "maxItems", "uniqueItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern",
@@ -129,7 +135,7 @@ class Converter {
   bool only_annotations(const Json& s, std::initializer_list<const char*> also = {}) const {
     for (const auto& item : s.items()) {
       const std::string& k = item.key();
-      if (kAnnotations.count(k)) continue;
+      if (kAnnotations.count(k) || (!kKeywords.count(k) && !kUnsupported.count(k))) continue;
       if (std::find_if(also.begin(), also.end(), [&](const char* a) { return k == a; }) != also.end()) continue;
       return false;
     }
@@ -163,7 +169,7 @@ class Converter {
         continue;
       }
       Json& cur = out[k];
-      if (cur == v || kAnnotations.count(k)) continue;
+      if (cur == v || kAnnotations.count(k) || (!kKeywords.count(k) && !kUnsupported.count(k))) continue;
       if (k == "type") {
         auto as_list = [](const Json& t) { return t.is_array() ? t : Json::array({t}); };
         Json both = Json::array();
@@ -206,9 +212,7 @@ class Converter {
 
   void check_keywords(const Json& s, const std::string& ptr) const {
     for (const auto& [k, v] : s.items()) {
-      if (!kKeywords.count(k) && !kAnnotations.count(k)) {
-        fail(ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
-      }
+      if (kUnsupported.count(k)) fail(ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
     }
   }
 
@@ -369,7 +373,9 @@ class Converter {
     int32_t rest_after = g_.add_nonterminal("rest");   // something emitted before
     int32_t rest_first = g_.add_nonterminal("first");  // nothing emitted yet
     if (additional) {
-      const int32_t extra = seq({{key_lexeme(json_string(0, -1)), value(*additional, ptr + "/additionalProperties", depth + 1)}}, "extra");
+      std::vector<std::string> names(declared.begin(), declared.end());
+      for (const std::string& r : required) names.push_back(r);
+      const int32_t extra = seq({{key_lexeme(json_key_not_in(names)), value(*additional, ptr + "/additionalProperties", depth + 1)}}, "extra");
       const int32_t more = g_.repeat(seq({{comma_, extra}}, "comma-extra"), 0, -1, "extras");
       g_.add_production(rest_after, {more});
       g_.add_production(rest_first, {});

@@ -63,8 +63,6 @@ uint32_t Nfa::new_state() {
   SPINDLE_CHECK(accept_.size() < max_states_,
                 "grammar too large: its lexer needs more than {} automaton states (simplify the "
                 "schema, pattern or repetition counts)", max_states_);
-  build_edges_.emplace_back();
-  build_eps_.emplace_back();
   accept_.push_back(-1);
   return static_cast<uint32_t>(accept_.size() - 1);
 }
@@ -73,7 +71,7 @@ void Nfa::add_lexeme(const RegexNode& re, int lexeme) {
   const Fragment f = build(re);
   const uint32_t done = new_state();
   accept_[done] = lexeme;
-  build_eps_[f.end].push_back(done);
+  eps(f.end, done);
   if (starts_.size() <= static_cast<size_t>(lexeme)) starts_.resize(static_cast<size_t>(lexeme) + 1);
   starts_[static_cast<size_t>(lexeme)] = f.start;
 }
@@ -82,7 +80,7 @@ void Nfa::add_byte_path(uint32_t from, uint32_t to, const uint8_t* lo, const uin
   uint32_t cur = from;
   for (int i = 0; i < len; ++i) {
     const uint32_t nxt = i + 1 == len ? to : new_state();
-    build_edges_[cur].push_back({lo[i], hi[i], nxt});
+    edge(cur, lo[i], hi[i], nxt);
     cur = nxt;
   }
 }
@@ -116,25 +114,25 @@ Nfa::Fragment Nfa::build_repeat(const RegexNode& re) {
   uint32_t cur = s;
   for (int i = 0; i < re.min; ++i) {
     const Fragment f = build(child);
-    build_eps_[cur].push_back(f.start);
+    eps(cur, f.start);
     cur = f.end;
   }
   if (re.max < 0) {
     const uint32_t loop = new_state();
-    build_eps_[cur].push_back(loop);
+    eps(cur, loop);
     const Fragment f = build(child);
-    build_eps_[loop].push_back(f.start);
-    build_eps_[f.end].push_back(loop);
+    eps(loop, f.start);
+    eps(f.end, loop);
     return {s, loop};
   }
   const uint32_t e = new_state();
   for (int i = re.min; i < re.max; ++i) {
-    build_eps_[cur].push_back(e);
+    eps(cur, e);
     const Fragment f = build(child);
-    build_eps_[cur].push_back(f.start);
+    eps(cur, f.start);
     cur = f.end;
   }
-  build_eps_[cur].push_back(e);
+  eps(cur, e);
   return {s, e};
 }
 
@@ -150,7 +148,7 @@ Nfa::Fragment Nfa::build(const RegexNode& re) {
       const uint32_t s = new_state();
       const uint32_t e = new_state();
       for (const CodeRange& r : re.ranges) {
-        build_edges_[s].push_back({static_cast<uint8_t>(r.lo), static_cast<uint8_t>(r.hi), e});
+        edge(s, static_cast<uint8_t>(r.lo), static_cast<uint8_t>(r.hi), e);
       }
       return {s, e};
     }
@@ -158,7 +156,7 @@ Nfa::Fragment Nfa::build(const RegexNode& re) {
       Fragment f = build(*re.children[0]);
       for (size_t i = 1; i < re.children.size(); ++i) {
         const Fragment g = build(*re.children[i]);
-        build_eps_[f.end].push_back(g.start);
+        eps(f.end, g.start);
         f.end = g.end;
       }
       return f;
@@ -168,8 +166,8 @@ Nfa::Fragment Nfa::build(const RegexNode& re) {
       const uint32_t e = new_state();
       for (const RegexPtr& c : re.children) {
         const Fragment g = build(*c);
-        build_eps_[s].push_back(g.start);
-        build_eps_[g.end].push_back(e);
+        eps(s, g.start);
+        eps(g.end, e);
       }
       return {s, e};
     }
@@ -181,11 +179,16 @@ Nfa::Fragment Nfa::build(const RegexNode& re) {
 
 void Nfa::finalize() {
   const size_t n = accept_.size();
-  // Reverse reachability from the accepting states.
-  std::vector<std::vector<uint32_t>> rev(n);
-  for (uint32_t s = 0; s < n; ++s) {
-    for (const Edge& e : build_edges_[s]) rev[e.to].push_back(s);
-    for (uint32_t t : build_eps_[s]) rev[t].push_back(s);
+  // Reverse reachability from the accepting states (reverse adjacency in CSR form).
+  std::vector<uint32_t> rev_begin(n + 1, 0);
+  for (const auto& [from, e] : build_edges_) ++rev_begin[e.to + 1];
+  for (const auto& [from, to] : build_eps_) ++rev_begin[to + 1];
+  for (size_t i = 0; i < n; ++i) rev_begin[i + 1] += rev_begin[i];
+  std::vector<uint32_t> rev(rev_begin[n]);
+  {
+    std::vector<uint32_t> fill(rev_begin.begin(), rev_begin.end() - 1);
+    for (const auto& [from, e] : build_edges_) rev[fill[e.to]++] = from;
+    for (const auto& [from, to] : build_eps_) rev[fill[to]++] = from;
   }
   live_.assign(n, 0);
   std::vector<uint32_t> work;
@@ -195,25 +198,29 @@ void Nfa::finalize() {
   while (!work.empty()) {
     const uint32_t s = work.back();
     work.pop_back();
-    for (uint32_t p : rev[s]) {
-      if (!live_[p]) live_[p] = 1, work.push_back(p);
+    for (uint32_t i = rev_begin[s]; i < rev_begin[s + 1]; ++i) {
+      if (!live_[rev[i]]) live_[rev[i]] = 1, work.push_back(rev[i]);
     }
   }
+  // Forward CSR of the live part, each state's moves in insertion order.
   edge_begin_.assign(n + 1, 0);
   eps_begin_.assign(n + 1, 0);
-  for (uint32_t s = 0; s < n; ++s) {
-    edge_begin_[s] = static_cast<uint32_t>(edges_.size());
-    eps_begin_[s] = static_cast<uint32_t>(eps_.size());
-    if (!live_[s]) continue;
-    for (const Edge& e : build_edges_[s]) {
-      if (live_[e.to]) edges_.push_back(e);
-    }
-    for (uint32_t t : build_eps_[s]) {
-      if (live_[t]) eps_.push_back(t);
-    }
+  for (const auto& [from, e] : build_edges_) {
+    if (live_[from] && live_[e.to]) ++edge_begin_[from + 1];
   }
-  edge_begin_[n] = static_cast<uint32_t>(edges_.size());
-  eps_begin_[n] = static_cast<uint32_t>(eps_.size());
+  for (const auto& [from, to] : build_eps_) {
+    if (live_[from] && live_[to]) ++eps_begin_[from + 1];
+  }
+  for (size_t i = 0; i < n; ++i) edge_begin_[i + 1] += edge_begin_[i], eps_begin_[i + 1] += eps_begin_[i];
+  edges_.resize(edge_begin_[n]);
+  eps_.resize(eps_begin_[n]);
+  std::vector<uint32_t> fe(edge_begin_.begin(), edge_begin_.end() - 1), fp(eps_begin_.begin(), eps_begin_.end() - 1);
+  for (const auto& [from, e] : build_edges_) {
+    if (live_[from] && live_[e.to]) edges_[fe[from]++] = e;
+  }
+  for (const auto& [from, to] : build_eps_) {
+    if (live_[from] && live_[to]) eps_[fp[from]++] = to;
+  }
   build_edges_ = {};
   build_eps_ = {};
 }

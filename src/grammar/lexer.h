@@ -61,10 +61,13 @@ class Nfa {
   Fragment build_chars(const std::vector<CodeRange>& ranges);
   Fragment build_repeat(const RegexNode& re);
   void add_byte_path(uint32_t from, uint32_t to, const uint8_t* lo, const uint8_t* hi, int len);
+  void eps(uint32_t from, uint32_t to) { build_eps_.push_back({from, to}); }
+  void edge(uint32_t from, uint8_t lo, uint8_t hi, uint32_t to) { build_edges_.push_back({from, Edge{lo, hi, to}}); }
 
   size_t max_states_;
-  std::vector<std::vector<Edge>> build_edges_;
-  std::vector<std::vector<uint32_t>> build_eps_;
+  // While building: edges and epsilon moves as (from, ...) lists, packed by finalize().
+  std::vector<std::pair<uint32_t, Edge>> build_edges_;
+  std::vector<std::pair<uint32_t, uint32_t>> build_eps_;
   std::vector<int> accept_;
   std::vector<uint32_t> starts_;
   std::vector<uint8_t> live_;
