@@ -280,6 +280,21 @@ int32_t LexerDfa::start(std::span<const int> lexemes) {
   return id;
 }
 
+const std::array<uint64_t, 4>& LexerDfa::compute_loop_bytes(int32_t s) {
+  if (loops_.size() < sets_.size()) loops_.resize(sets_.size(), {0, 0, 0, 0}), loops_known_.resize(sets_.size(), 0);
+  const auto i = static_cast<size_t>(s);
+  if (!loops_known_[i]) {
+    std::array<uint64_t, 4> bits = {0, 0, 0, 0};
+    for (int b = 0; b < 256; ++b) {
+      if (next(s, static_cast<uint8_t>(b)) == s) bits[b >> 6] |= uint64_t{1} << (b & 63);
+    }
+    if (loops_.size() < sets_.size()) loops_.resize(sets_.size(), {0, 0, 0, 0}), loops_known_.resize(sets_.size(), 0);
+    loops_[i] = bits;
+    loops_known_[i] = 1;
+  }
+  return loops_[i];
+}
+
 int32_t LexerDfa::compute(int32_t s, uint8_t b) {
   std::vector<uint32_t> next;
   for (uint32_t st : sets_[static_cast<size_t>(s)]) {

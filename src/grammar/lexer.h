@@ -6,6 +6,7 @@
 // DFA serves every parser state: the parser only chooses the start state.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -93,9 +94,15 @@ class LexerDfa {
   std::span<const int> accepts(int32_t s) const { return accepts_[static_cast<size_t>(s)]; }
   bool accepting(int32_t s) const { return !accepts_[static_cast<size_t>(s)].empty(); }
   size_t num_states() const { return sets_.size(); }
+  // The bytes b with next(s, b) == s (256 bits), computed on first use.
+  const std::array<uint64_t, 4>& loop_bytes(int32_t s) {
+    const auto i = static_cast<size_t>(s);
+    return i < loops_known_.size() && loops_known_[i] ? loops_[i] : compute_loop_bytes(s);
+  }
 
  private:
   int32_t compute(int32_t s, uint8_t b);
+  const std::array<uint64_t, 4>& compute_loop_bytes(int32_t s);
   int32_t intern(std::vector<uint32_t>& states);  // states: closure, any order
   void closure(std::vector<uint32_t>& states);
 
@@ -107,6 +114,8 @@ class LexerDfa {
   std::unordered_map<std::string, int32_t> index_;
   std::unordered_map<std::string, int32_t> start_index_;
   std::vector<uint8_t> mark_;  // [nfa states] scratch for closure
+  std::vector<std::array<uint64_t, 4>> loops_;
+  std::vector<uint8_t> loops_known_;
 };
 
 }  // namespace spindle::grammar

@@ -225,6 +225,18 @@ void Matcher::fill_mask(std::span<uint32_t> mask) {
         continue;
       }
       lex[t.depth(i)] = s;
+      const auto& loop = dfa.loop_bytes(s);
+      if ((loop[0] | loop[1] | loop[2] | loop[3]) != 0) {
+        const auto& below = t.bytes_below(i);
+        if ((below[0] & ~loop[0]) == 0 && (below[1] & ~loop[1]) == 0 && (below[2] & ~loop[2]) == 0 &&
+            (below[3] & ~loop[3]) == 0) {
+          // Every token of this subtree stays in s: all within, no exits below.
+          const uint32_t end = t.next(i);
+          for (uint32_t k = t.token_begin(i); k < t.token_begin(end); ++k) set_bit(bits.data(), t.tokens()[k]), ++count;
+          i = end;
+          continue;
+        }
+      }
       for (TokenId id : t.tokens_at(i)) set_bit(bits.data(), id), ++count;
       ++i;
     }

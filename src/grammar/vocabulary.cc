@@ -66,6 +66,16 @@ TokenizerInfo::TokenizerInfo(Vocabulary vocab) : vocab_(std::move(vocab)) {
     }
     open.push_back(static_cast<uint32_t>(i));
   }
+  // bytes below each node, from the end (a node comes after its descendants in reverse order).
+  below_.assign(num, {0, 0, 0, 0});
+  std::vector<std::array<uint64_t, 4>> acc(static_cast<size_t>(max_depth_) + 2, {0, 0, 0, 0});
+  for (size_t i = num; i-- > 0;) {
+    const size_t d = depth_[i];
+    below_[i] = acc[d + 1];
+    acc[d + 1] = {0, 0, 0, 0};
+    for (int w = 0; w < 4; ++w) acc[d][w] |= below_[i][w];
+    if (i > 0) acc[d][byte_[i] >> 6] |= uint64_t{1} << (byte_[i] & 63);
+  }
 }
 
 bool TokenizerInfo::is_eos(TokenId id) const {

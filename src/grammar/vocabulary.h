@@ -3,6 +3,7 @@
 // tokenizer (with the trie the masks walk) and shared, read-only, by every matcher.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -45,6 +46,12 @@ class TokenizerInfo {
     return {tokens_.data() + token_begin_[i], tokens_.data() + token_begin_[i + 1]};
   }
   uint16_t max_depth() const { return max_depth_; }
+  // The bytes on every path strictly below node i (256 bits): a lexer state that loops on all of
+  // them keeps every token of the subtree inside the lexeme, so the walk can skip it whole.
+  const std::array<uint64_t, 4>& bytes_below(size_t i) const { return below_[i]; }
+  // Tokens of node i's whole subtree: tokens()[token_begin(i) .. token_begin(next(i))).
+  uint32_t token_begin(size_t i) const { return token_begin_[i]; }
+  const std::vector<TokenId>& tokens() const { return tokens_; }
 
  private:
   Vocabulary vocab_;
@@ -54,6 +61,7 @@ class TokenizerInfo {
   std::vector<uint32_t> next_;
   std::vector<uint32_t> token_begin_;
   std::vector<TokenId> tokens_;
+  std::vector<std::array<uint64_t, 4>> below_;
   uint16_t max_depth_ = 0;
 };
 
