@@ -370,25 +370,31 @@ class Converter {
     if (s.contains("maxProperties") && (additional || count(s, "maxProperties", 0, ptr) < static_cast<int64_t>(props.size()))) {
       fail(ptr + "/maxProperties", "maxProperties is supported only when it allows every declared property and no others");
     }
-    int32_t rest_after = g_.add_nonterminal("rest");   // something emitted before
-    int32_t rest_first = g_.add_nonterminal("first");  // nothing emitted yet
+    // after_i: something was emitted, declared properties i.. may follow; first_i: nothing yet.
+    // Declared properties keep their order; extra keys (when allowed) may come anywhere.
+    int32_t extra = -1;
     if (additional) {
       std::vector<std::string> names(declared.begin(), declared.end());
       for (const std::string& r : required) names.push_back(r);
-      const int32_t extra = seq({{key_lexeme(json_key_not_in(names)), value(*additional, ptr + "/additionalProperties", depth + 1)}}, "extra");
-      const int32_t more = g_.repeat(seq({{comma_, extra}}, "comma-extra"), 0, -1, "extras");
-      g_.add_production(rest_after, {more});
-      g_.add_production(rest_first, {});
-      g_.add_production(rest_first, {extra, more});
-    } else {
-      g_.add_production(rest_after, {});
-      g_.add_production(rest_first, {});
+      extra = seq({{key_lexeme(json_key_not_in(names)), value(*additional, ptr + "/additionalProperties", depth + 1)}}, "extra");
+    }
+    int32_t rest_after = g_.add_nonterminal("rest");
+    int32_t rest_first = g_.add_nonterminal("first");
+    g_.add_production(rest_after, {});
+    g_.add_production(rest_first, {});
+    if (extra >= 0) {
+      g_.add_production(rest_after, {comma_, extra, rest_after});
+      g_.add_production(rest_first, {extra, rest_after});
     }
     for (size_t i = props.size(); i-- > 0;) {
       const int32_t after = g_.add_nonterminal("rest");
       const int32_t first = g_.add_nonterminal("first");
       g_.add_production(after, {comma_, props[i].symbol, rest_after});
       g_.add_production(first, {props[i].symbol, rest_after});
+      if (extra >= 0 && o_.extra_keys_anywhere) {
+        g_.add_production(after, {comma_, extra, after});
+        g_.add_production(first, {extra, after});
+      }
       if (!props[i].required) {
         g_.add_production(after, {rest_after});
         g_.add_production(first, {rest_first});

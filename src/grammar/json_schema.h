@@ -7,8 +7,10 @@
 // pattern, minLength / maxLength, integer and number bounds (integral bounds for numbers),
 // formats date-time, date, time, duration, email, hostname, ipv4, ipv6, uri, uuid.
 // Annotations (title, description, examples, ...) are ignored; any other keyword is an error
-// naming it by JSON pointer. An unspecified additionalProperties allows extra keys (after the
-// declared ones) unless options.strict, where it means false (OpenAI's strict mode).
+// naming it by JSON pointer (keywords outside the vocabulary are annotations). Declared properties
+// come in the declared order; extra keys (additionalProperties; unspecified = allowed unless
+// options.strict, OpenAI's strict mode) may come anywhere between them and never spell a
+// declared name.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,6 +30,9 @@ struct JsonGrammarOptions {
   Whitespace whitespace = Whitespace::kCompact;
   std::string whitespace_pattern;  // a regex (vLLM's whitespace_pattern); overrides whitespace
   bool strict = false;
+  // Extra keys may come before and between the declared properties (MaskBench's valid instances
+  // put e.g. "$schema" first); false: only after the last declared property.
+  bool extra_keys_anywhere = true;
   size_t max_productions = 200'000;
   double max_seconds = 2.0;
 };
