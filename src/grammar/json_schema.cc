@@ -256,6 +256,7 @@ class Converter {
       if (s.contains("anyOf") && s.contains("oneOf")) fail(ptr, "anyOf together with oneOf is not supported");
       const Json base = without(s, {comb});
       const bool plain = only_annotations(base);
+      if (std::string(comb) == "oneOf") check_exclusive(base, alts, ptr + "/oneOf", depth);
       std::vector<std::vector<int32_t>> out;
       for (size_t i = 0; i < alts.size(); ++i) {
         const std::string p = ptr + "/" + comb + "/" + std::to_string(i);
@@ -281,6 +282,90 @@ class Converter {
     std::vector<std::vector<int32_t>> out;
     for (const std::string& t : types) out.push_back({typed(s, t, ptr, depth)});
     return out.size() == 1 ? out[0][0] : seq(std::move(out), "types");
+  }
+
+  // The JSON types a (ref-inlined) schema admits, as a bit set (object, array, string, number,
+  // boolean, null); all six when it does not say.
+  static unsigned types_of(const Json& s) {
+    static const char* const kNames[] = {"object", "array", "string", "number", "boolean", "null"};
+    auto bit = [](const std::string& t) -> unsigned {
+      if (t == "integer") return 1u << 3;
+      for (unsigned i = 0; i < 6; ++i) {
+        if (t == kNames[i]) return 1u << i;
+      }
+      return 0;
+    };
+    auto of_value = [](const Json& v) -> unsigned {
+      return v.is_object() ? 1u : v.is_array() ? 2u : v.is_string() ? 4u : v.is_number() ? 8u : v.is_boolean() ? 16u : 32u;
+    };
+    if (!s.is_object()) return 63;
+    unsigned out = 63;
+    if (s.contains("type")) {
+      unsigned t = 0;
+      for (const auto& x : s["type"].is_array() ? s["type"] : Json::array({s["type"]})) {
+        if (x.is_string()) t |= bit(x.get<std::string>());
+      }
+      out &= t;
+    }
+    if (s.contains("const")) out &= of_value(s["const"]);
+    if (s.contains("enum") && s["enum"].is_array()) {
+      unsigned t = 0;
+      for (const auto& v : s["enum"]) t |= of_value(v);
+      out &= t;
+    }
+    return out;
+  }
+
+  // The values a schema pins property `name` to (const or enum), or nullopt.
+  static std::optional<std::vector<Json>> pinned(const Json& s, const std::string& name) {
+    if (!s.is_object() || !s.contains("properties") || !s["properties"].contains(name)) return std::nullopt;
+    const Json& p = s["properties"][name];
+    if (!p.is_object()) return std::nullopt;
+    if (p.contains("const")) return std::vector<Json>{p["const"]};
+    if (p.contains("enum") && p["enum"].is_array()) return std::vector<Json>(p["enum"].begin(), p["enum"].end());
+    return std::nullopt;
+  }
+
+  static bool required_in(const Json& s, const std::string& name) {
+    if (!s.is_object() || !s.contains("required") || !s["required"].is_array()) return false;
+    for (const auto& r : s["required"]) {
+      if (r == name) return true;
+    }
+    return false;
+  }
+
+  // oneOf is matched as anyOf, which is exact only when no value can satisfy two branches: each
+  // pair must admit disjoint types, or pin a property both require to disjoint constants.
+  void check_exclusive(const Json& base, const Json& alts, const std::string& ptr, int depth) {
+    std::vector<Json> branches;
+    for (size_t i = 0; i < alts.size(); ++i) {
+      branches.push_back(merge(base, inline_ref(alts[i], ptr + "/" + std::to_string(i), depth), ptr + "/" + std::to_string(i)));
+    }
+    for (size_t i = 0; i < branches.size(); ++i) {
+      for (size_t j = i + 1; j < branches.size(); ++j) {
+        const Json& a = branches[i];
+        const Json& b = branches[j];
+        if ((types_of(a) & types_of(b)) == 0) continue;
+        bool disjoint = false;
+        if (a.is_object() && a.contains("properties") && a["properties"].is_object()) {
+          for (const auto& item : a["properties"].items()) {
+            const std::string& name = item.key();
+            const auto va = pinned(a, name), vb = pinned(b, name);
+            if (!va || !vb || !required_in(a, name) || !required_in(b, name)) continue;
+            bool overlap = false;
+            for (const Json& x : *va) overlap = overlap || std::find(vb->begin(), vb->end(), x) != vb->end();
+            if (!overlap) {
+              disjoint = true;
+              break;
+            }
+          }
+        }
+        if (!disjoint) {
+          fail(ptr, fmt::format("oneOf branches {} and {} may both match a value (only types or a required "
+                                "const/enum property that tell them apart are supported)", i, j));
+        }
+      }
+    }
   }
 
   int32_t literals(const Json& s, const std::string& ptr) {

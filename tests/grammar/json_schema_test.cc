@@ -206,6 +206,9 @@ TEST(JsonSchema, UnsupportedIsAnErrorWithPointer) {
   expect_error(R"({"type":"number","minimum":0.5})", "non-integral");
   expect_error(R"({"type":"object","properties":{"a":1}})", "#/properties/a");
   expect_error("{not json", "not valid JSON");
+  // oneOf is matched as anyOf only where the branches cannot overlap.
+  expect_error(R"({"oneOf":[{"type":"integer"},{"type":"number","maximum":3}]})", "#/oneOf");
+  expect_error(R"({"oneOf":[{"required":["a"]},{"required":["b"]}]})", "may both match");
 }
 
 TEST(JsonSchema, PathologicalSchemasFailFast) {
