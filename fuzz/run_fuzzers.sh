@@ -15,9 +15,9 @@ done
 CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "${root}" -B "${build}" -G Ninja \
   -DSPINDLE_FUZZ=ON -DSPINDLE_CUDA=OFF -DSPINDLE_TESTS=OFF >/dev/null
 ninja -C "${build}" fuzz_safetensors_header fuzz_model_config fuzz_request_json fuzz_tokenizer_json \
-  fuzz_gguf_header fuzz_jinja_template
+  fuzz_gguf_header fuzz_jinja_template fuzz_json_schema fuzz_regex fuzz_gbnf
 mkdir -p "${build}/artifacts"
-targets="${SPINDLE_FUZZ_TARGETS:-fuzz_safetensors_header:safetensors fuzz_model_config:config fuzz_request_json:request fuzz_tokenizer_json:tokenizer fuzz_gguf_header:gguf fuzz_jinja_template:jinja}"
+targets="${SPINDLE_FUZZ_TARGETS:-fuzz_safetensors_header:safetensors fuzz_model_config:config fuzz_request_json:request fuzz_tokenizer_json:tokenizer fuzz_gguf_header:gguf fuzz_jinja_template:jinja fuzz_json_schema:json_schema fuzz_regex:regex fuzz_gbnf:gbnf}"
 for pair in ${targets}; do
   target="${pair%%:*}"
   corpus="${pair##*:}"

@@ -27,6 +27,7 @@ PACKAGES=(
   python3-yaml           # tests/deploy/manifests_test.py parses deploy/kubernetes
   python3-jinja2         # tests/jinja/check_corpus.py: jinja2 is the reference renderer of chat templates
   zlib1g-dev             # tests/support/gunzipped_file: golden GGUF files are stored .gz (tests/golden/gguf)
+  python3-jsonschema     # tests/grammar: independent validator of generated JSON documents
 )
 
 missing=()

@@ -1,0 +1,121 @@
+// The lexer: every lexeme of a grammar compiled into one byte-level NFA (Thompson construction
+// over the UTF-8 encodings of the lexemes' code point sets), and a DFA over it built lazily, one
+// transition at a time, as matching and mask computation ask for it.
+//
+// A DFA state is a set of NFA states (of the lexemes the parser allows at that point), so one
+// DFA serves every parser state: the parser only chooses the start state.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/regex_ast.h"
+
+namespace spindle::grammar {
+
+// Bounds on what compiling one grammar may cost; past them compilation throws spindle::Error.
+struct CompileLimits {
+  size_t max_nfa_states = 1'000'000;
+  size_t max_dfa_states = 100'000;  // lazily built states per matcher cache (each 1 KiB)
+  size_t max_rules = 200'000;
+  double max_seconds = 5.0;         // wall time of one compilation
+};
+
+class Nfa {
+ public:
+  struct Edge {
+    uint8_t lo = 0;
+    uint8_t hi = 0;
+    uint32_t to = 0;
+  };
+
+  explicit Nfa(size_t max_states) : max_states_(max_states) {}
+
+  // Compiles re for lexeme `lexeme`; its start state is lexeme_start(lexeme).
+  void add_lexeme(const RegexNode& re, int lexeme);
+  // Drops every state that cannot reach an accepting state and packs the edges. Call once,
+  // after the last add_lexeme.
+  void finalize();
+
+  size_t num_states() const { return accept_.size(); }
+  uint32_t lexeme_start(int lexeme) const { return starts_[static_cast<size_t>(lexeme)]; }
+  int accept_lexeme(uint32_t state) const { return accept_[state]; }  // -1 when none
+  std::span<const Edge> edges(uint32_t s) const {
+    return {edges_.data() + edge_begin_[s], edges_.data() + edge_begin_[s + 1]};
+  }
+  std::span<const uint32_t> eps(uint32_t s) const {
+    return {eps_.data() + eps_begin_[s], eps_.data() + eps_begin_[s + 1]};
+  }
+  bool live(uint32_t s) const { return live_[s] != 0; }
+
+ private:
+  struct Fragment {
+    uint32_t start;
+    uint32_t end;
+  };
+  uint32_t new_state();
+  Fragment build(const RegexNode& re);
+  Fragment build_chars(const std::vector<CodeRange>& ranges);
+  Fragment build_repeat(const RegexNode& re);
+  void add_byte_path(uint32_t from, uint32_t to, const uint8_t* lo, const uint8_t* hi, int len);
+  void eps(uint32_t from, uint32_t to) { build_eps_.push_back({from, to}); }
+  void edge(uint32_t from, uint8_t lo, uint8_t hi, uint32_t to) { build_edges_.push_back({from, Edge{lo, hi, to}}); }
+
+  size_t max_states_;
+  // While building: edges and epsilon moves as (from, ...) lists, packed by finalize().
+  std::vector<std::pair<uint32_t, Edge>> build_edges_;
+  std::vector<std::pair<uint32_t, uint32_t>> build_eps_;
+  std::vector<int> accept_;
+  std::vector<uint32_t> starts_;
+  std::vector<uint8_t> live_;
+  std::vector<uint32_t> edge_begin_, eps_begin_;
+  std::vector<Edge> edges_;
+  std::vector<uint32_t> eps_;
+};
+
+// The lazily built DFA. Not thread-safe: one per matcher family (see Matcher).
+class LexerDfa {
+ public:
+  static constexpr int32_t kDead = 0;
+
+  LexerDfa(const Nfa& nfa, size_t max_states);
+
+  // The state where the given lexemes (sorted, unique) begin.
+  int32_t start(std::span<const int> lexemes);
+  int32_t next(int32_t s, uint8_t b) {
+    const int32_t t = trans_[static_cast<size_t>(s) * 256 + b];
+    return t >= 0 ? t : compute(s, b);
+  }
+  // The lexemes that end at s (sorted).
+  std::span<const int> accepts(int32_t s) const { return accepts_[static_cast<size_t>(s)]; }
+  bool accepting(int32_t s) const { return !accepts_[static_cast<size_t>(s)].empty(); }
+  size_t num_states() const { return sets_.size(); }
+  // The bytes b with next(s, b) == s (256 bits), computed on first use.
+  const std::array<uint64_t, 4>& loop_bytes(int32_t s) {
+    const auto i = static_cast<size_t>(s);
+    return i < loops_known_.size() && loops_known_[i] ? loops_[i] : compute_loop_bytes(s);
+  }
+
+ private:
+  int32_t compute(int32_t s, uint8_t b);
+  const std::array<uint64_t, 4>& compute_loop_bytes(int32_t s);
+  int32_t intern(std::vector<uint32_t>& states);  // states: closure, any order
+  void closure(std::vector<uint32_t>& states);
+
+  const Nfa& nfa_;
+  size_t max_states_;
+  std::vector<int32_t> trans_;  // [num_states, 256], -1 = not built yet
+  std::vector<std::vector<uint32_t>> sets_;
+  std::vector<std::vector<int>> accepts_;
+  std::unordered_map<std::string, int32_t> index_;
+  std::unordered_map<std::string, int32_t> start_index_;
+  std::vector<uint8_t> mark_;  // [nfa states] scratch for closure
+  std::vector<std::array<uint64_t, 4>> loops_;
+  std::vector<uint8_t> loops_known_;
+};
+
+}  // namespace spindle::grammar

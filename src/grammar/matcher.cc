@@ -1,0 +1,276 @@
+#include "grammar/matcher.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace spindle::grammar {
+
+// Per lexer state: tokens that stay inside the current lexeme(s), and the trie nodes where the
+// lexer dies after an accepting state (the parser decides there).
+struct StateMasks {
+  std::vector<uint32_t> within_bits;   // [mask words] or empty when within_ids is used
+  std::vector<TokenId> within_ids;     // when few tokens stay within
+  std::vector<std::pair<uint32_t, int32_t>> exits;  // (trie node, lexer state before its byte)
+};
+
+class MatcherCache {
+ public:
+  MatcherCache(const CompiledGrammar& g) : dfa(g.nfa(), g.limits().max_dfa_states) {}
+  LexerDfa dfa;
+  std::unordered_map<int32_t, std::unique_ptr<StateMasks>> masks;
+  size_t cached_bytes = 0;
+  static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
+};
+
+namespace {
+
+void set_bit(uint32_t* mask, TokenId id) { mask[id >> 5] |= uint32_t{1} << (id & 31); }
+
+}  // namespace
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const TokenizerInfo> tokenizer)
+    : g_(std::move(grammar)), tok_(std::move(tokenizer)), cache_(std::make_shared<MatcherCache>(*g_)),
+      chart_(g_.get()) {
+  lex_ = lexer_start(0);
+}
+
+Matcher::Matcher(const Matcher& o)
+    : g_(o.g_), tok_(o.tok_), cache_(o.cache_), chart_(o.chart_), set_start_(o.set_start_), set_(o.set_),
+      lex_(o.lex_), terminated_(o.terminated_), started_(o.started_), history_(o.history_) {}
+
+Matcher::~Matcher() = default;
+Matcher::Matcher(Matcher&&) noexcept = default;
+Matcher& Matcher::operator=(Matcher&&) noexcept = default;
+
+Matcher Matcher::fork() const { return Matcher(*this); }
+
+int32_t Matcher::lexer_start(uint32_t set) {
+  if (set_start_.size() < chart_.num_sets()) set_start_.resize(chart_.num_sets(), -1);
+  int32_t& s = set_start_[set];
+  if (s < 0) {
+    const std::vector<int> lexemes = chart_.expected_lexemes(set);
+    s = cache_->dfa.start(lexemes);
+  }
+  return s;
+}
+
+bool Matcher::step(uint32_t& set, int32_t& lex, uint8_t b, bool memo) {
+  LexerDfa& dfa = cache_->dfa;
+  int32_t t = dfa.next(lex, b);
+  if (t != LexerDfa::kDead) {
+    lex = t;
+    return true;
+  }
+  if (!dfa.accepting(lex)) return false;
+  int32_t j = -1;
+  const uint64_t key = (uint64_t{set} << 32) | static_cast<uint32_t>(lex);
+  auto it = memo ? scan_memo_.find(key) : scan_memo_.end();
+  if (it != scan_memo_.end()) {
+    j = it->second;
+  } else {
+    j = chart_.scan(set, dfa.accepts(lex));
+    if (memo) scan_memo_.emplace(key, j);
+  }
+  if (j < 0) return false;
+  t = dfa.next(lexer_start(static_cast<uint32_t>(j)), b);
+  if (t == LexerDfa::kDead) return false;
+  set = static_cast<uint32_t>(j);
+  lex = t;
+  return true;
+}
+
+bool Matcher::complete_at(uint32_t set, int32_t lex, bool started) {
+  if (!started && chart_.accepts(set)) return true;
+  LexerDfa& dfa = cache_->dfa;
+  if (!dfa.accepting(lex)) return false;
+  const size_t base = chart_.num_sets();
+  const int32_t j = chart_.scan(set, dfa.accepts(lex));
+  const bool ok = j >= 0 && chart_.accepts(static_cast<uint32_t>(j));
+  chart_.truncate(base);
+  return ok;
+}
+
+void Matcher::restore(const Snapshot& s) {
+  chart_.truncate(s.num_sets);
+  if (set_start_.size() > s.num_sets) set_start_.resize(s.num_sets);
+  set_ = s.set;
+  lex_ = s.lex;
+  terminated_ = s.terminated;
+  started_ = s.started;
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  if (terminated_) return false;
+  const Snapshot before{static_cast<uint32_t>(chart_.num_sets()), set_, lex_, terminated_, started_};
+  for (char c : bytes) {
+    if (!step(set_, lex_, static_cast<uint8_t>(c), false)) {
+      restore(before);
+      return false;
+    }
+    started_ = true;
+  }
+  history_.push_back(before);
+  return true;
+}
+
+bool Matcher::accept_token(TokenId id) {
+  if (terminated_) return false;
+  if (tok_->is_eos(id)) {
+    if (!is_complete()) return false;
+    history_.push_back({static_cast<uint32_t>(chart_.num_sets()), set_, lex_, terminated_, started_});
+    terminated_ = true;
+    return true;
+  }
+  const std::string* bytes = tok_->grammar_bytes(id);
+  return bytes != nullptr && accept_bytes(*bytes);
+}
+
+void Matcher::rollback(int n) {
+  SPINDLE_CHECK(n >= 0 && n <= num_tokens(), "cannot roll back {} tokens: the matcher has {}", n, num_tokens());
+  if (n == 0) return;
+  restore(history_[history_.size() - static_cast<size_t>(n)]);
+  history_.resize(history_.size() - static_cast<size_t>(n));
+}
+
+bool Matcher::is_complete() { return terminated_ || complete_at(set_, lex_, started_); }
+
+std::bitset<256> Matcher::allowed_bytes() {
+  std::bitset<256> out;
+  if (terminated_) return out;
+  const size_t base = chart_.num_sets();
+  for (int b = 0; b < 256; ++b) {
+    uint32_t set = set_;
+    int32_t lex = lex_;
+    if (step(set, lex, static_cast<uint8_t>(b), true)) out.set(static_cast<size_t>(b));
+  }
+  chart_.truncate(base);
+  scan_memo_.clear();
+  return out;
+}
+
+bool Matcher::can_only_end() { return is_complete() && allowed_bytes().none(); }
+
+std::string Matcher::forced_bytes(size_t max_bytes) {
+  std::string out;
+  if (terminated_) return out;
+  const size_t base = chart_.num_sets();
+  uint32_t set = set_;
+  int32_t lex = lex_;
+  while (out.size() < max_bytes && !complete_at(set, lex, started_ || !out.empty())) {
+    int only = -1;
+    for (int b = 0; b < 256 && only != -2; ++b) {
+      uint32_t s2 = set;
+      int32_t l2 = lex;
+      if (step(s2, l2, static_cast<uint8_t>(b), true)) only = only == -1 ? b : -2;
+    }
+    if (only < 0) break;
+    scan_memo_.clear();  // the next round scans from other sets
+    step(set, lex, static_cast<uint8_t>(only), false);
+    out += static_cast<char>(only);
+  }
+  chart_.truncate(base);
+  if (set_start_.size() > base) set_start_.resize(base);
+  scan_memo_.clear();
+  return out;
+}
+
+void Matcher::walk_subtree(uint32_t root, Frame parent, uint32_t* mask) {
+  const TokenizerInfo& t = *tok_;
+  const uint32_t end = t.next(root);
+  frames_.resize(static_cast<size_t>(t.max_depth()) + 1);
+  frames_[t.depth(root) - 1u] = parent;
+  for (uint32_t i = root; i < end;) {
+    const Frame& p = frames_[t.depth(i) - 1u];
+    Frame f = p;
+    if (!step(f.set, f.lex, t.byte(i), true)) {
+      i = t.next(i);
+      continue;
+    }
+    frames_[t.depth(i)] = f;
+    for (TokenId id : t.tokens_at(i)) set_bit(mask, id);
+    ++i;
+  }
+}
+
+void Matcher::fill_mask(std::span<uint32_t> mask) {
+  const TokenizerInfo& t = *tok_;
+  SPINDLE_CHECK(mask.size() >= t.mask_words(), "mask has {} words, the vocabulary needs {}", mask.size(),
+                t.mask_words());
+  std::memset(mask.data(), 0, mask.size() * sizeof(uint32_t));
+  if (terminated_) {
+    for (TokenId id : t.vocab().eos_ids) set_bit(mask.data(), id);
+    return;
+  }
+  const size_t base = chart_.num_sets();
+  MatcherCache& cache = *cache_;
+  auto it = cache.masks.find(lex_);
+  StateMasks* sm = it != cache.masks.end() ? it->second.get() : nullptr;
+  std::unique_ptr<StateMasks> fresh;
+  if (sm == nullptr) {
+    // One lexer-only walk from lex_: within tokens and exit nodes.
+    fresh = std::make_unique<StateMasks>();
+    std::vector<int32_t> lex(static_cast<size_t>(t.max_depth()) + 1);
+    lex[0] = lex_;
+    std::vector<uint32_t> bits(t.mask_words(), 0);
+    size_t count = 0;
+    LexerDfa& dfa = cache.dfa;
+    for (uint32_t i = 1; i < t.num_nodes();) {
+      const int32_t p = lex[t.depth(i) - 1u];
+      const int32_t s = dfa.next(p, t.byte(i));
+      if (s == LexerDfa::kDead) {
+        if (dfa.accepting(p)) fresh->exits.push_back({i, p});
+        i = t.next(i);
+        continue;
+      }
+      lex[t.depth(i)] = s;
+      const auto& loop = dfa.loop_bytes(s);
+      if ((loop[0] | loop[1] | loop[2] | loop[3]) != 0) {
+        const auto& below = t.bytes_below(i);
+        if ((below[0] & ~loop[0]) == 0 && (below[1] & ~loop[1]) == 0 && (below[2] & ~loop[2]) == 0 &&
+            (below[3] & ~loop[3]) == 0) {
+          // Every token of this subtree stays in s: all within, no exits below.
+          const uint32_t end = t.next(i);
+          for (uint32_t k = t.token_begin(i); k < t.token_begin(end); ++k) set_bit(bits.data(), t.tokens()[k]), ++count;
+          i = end;
+          continue;
+        }
+      }
+      for (TokenId id : t.tokens_at(i)) set_bit(bits.data(), id), ++count;
+      ++i;
+    }
+    if (count < t.mask_words()) {
+      for (size_t w = 0; w < bits.size(); ++w) {
+        for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
+          fresh->within_ids.push_back(static_cast<TokenId>(w * 32 + static_cast<size_t>(__builtin_ctz(x))));
+        }
+      }
+    } else {
+      fresh->within_bits = std::move(bits);
+    }
+    const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 + fresh->exits.size() * 8;
+    sm = fresh.get();
+    if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
+      cache.cached_bytes += bytes;
+      cache.masks.emplace(lex_, std::move(fresh));
+    }
+  }
+  if (!sm->within_bits.empty()) {
+    std::memcpy(mask.data(), sm->within_bits.data(), sm->within_bits.size() * sizeof(uint32_t));
+  } else {
+    for (TokenId id : sm->within_ids) set_bit(mask.data(), id);
+  }
+  for (const auto& [node, plex] : sm->exits) {
+    // Walks the exit node's subtree from the parent state (plex, set_).
+    walk_subtree(node, Frame{plex, set_}, mask.data());
+  }
+  chart_.truncate(base);
+  if (set_start_.size() > base) set_start_.resize(base);
+  scan_memo_.clear();
+  if (complete_at(set_, lex_, started_)) {
+    for (TokenId id : t.vocab().eos_ids) set_bit(mask.data(), id);
+  }
+}
+
+}  // namespace spindle::grammar

