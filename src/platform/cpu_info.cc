@@ -27,12 +27,15 @@ constexpr uint32_t kLeaf7EbxAvx2 = 1u << 5;
 constexpr uint32_t kLeaf7EbxAvx512f = 1u << 16;
 constexpr uint32_t kLeaf7EbxAvx512bw = 1u << 30;
 constexpr uint32_t kLeaf7EbxAvx512vl = 1u << 31;
+// CPUID.(EAX=7,ECX=0):ECX
+constexpr uint32_t kLeaf7EcxAvx512vnni = 1u << 11;
 // CPUID.(EAX=7,ECX=0):EDX
 constexpr uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
 constexpr uint32_t kLeaf7EdxAvx512fp16 = 1u << 23;
 constexpr uint32_t kLeaf7EdxAmxTile = 1u << 24;
 constexpr uint32_t kLeaf7EdxAmxInt8 = 1u << 25;
 // CPUID.(EAX=7,ECX=1):EAX
+constexpr uint32_t kLeaf71EaxAvxVnni = 1u << 4;
 constexpr uint32_t kLeaf71EaxAvx512bf16 = 1u << 5;
 // XCR0 state components.
 constexpr uint64_t kXcr0Ymm = (1ull << 1) | (1ull << 2);                  // SSE, AVX
@@ -143,6 +146,8 @@ std::vector<CpuFeature> decode_cpu_features(const CpuidRegisters& regs, const Am
       {"avx512vl", bit(regs.leaf7_ebx, kLeaf7EbxAvx512vl), StateClass::kAvx512},
       {"avx512_bf16", bit(regs.leaf7_1_eax, kLeaf71EaxAvx512bf16), StateClass::kAvx512},
       {"avx512_fp16", bit(regs.leaf7_edx, kLeaf7EdxAvx512fp16), StateClass::kAvx512},
+      {"avx512_vnni", bit(regs.leaf7_ecx, kLeaf7EcxAvx512vnni), StateClass::kAvx512},
+      {"avx_vnni", bit(regs.leaf7_1_eax, kLeaf71EaxAvxVnni), StateClass::kAvx},
       {"amx_tile", bit(regs.leaf7_edx, kLeaf7EdxAmxTile), StateClass::kAmx},
       {"amx_bf16", bit(regs.leaf7_edx, kLeaf7EdxAmxBf16), StateClass::kAmx},
       {"amx_int8", bit(regs.leaf7_edx, kLeaf7EdxAmxInt8), StateClass::kAmx},

@@ -36,6 +36,7 @@ struct CpuInfo {
 inline constexpr std::string_view kCpuFeatureNames[] = {
     "avx2",        "fma",         "f16c",                                  // AVX class
     "avx512f",     "avx512bw",    "avx512vl", "avx512_bf16", "avx512_fp16",  // AVX-512
+    "avx512_vnni", "avx_vnni",                                               // int8 dot products
     "amx_tile",    "amx_bf16",    "amx_int8",                              // AMX
 };
 

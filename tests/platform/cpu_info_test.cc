@@ -12,7 +12,8 @@ constexpr uint32_t kAvx2 = 1u << 5, kAvx512f = 1u << 16, kAvx512bw = 1u << 30,
                    kAvx512vl = 1u << 31;
 constexpr uint32_t kAmxBf16 = 1u << 22, kAvx512fp16 = 1u << 23, kAmxTile = 1u << 24,
                    kAmxInt8 = 1u << 25;
-constexpr uint32_t kAvx512bf16 = 1u << 5;
+constexpr uint32_t kAvx512bf16 = 1u << 5, kAvxVnni = 1u << 4;  // leaf 7.1 EAX
+constexpr uint32_t kAvx512vnni = 1u << 11;                       // leaf 7.0 ECX
 constexpr uint64_t kXcr0Ymm = 0x7;          // x87, SSE, AVX
 constexpr uint64_t kXcr0Zmm = 0xe0;         // opmask, ZMM_Hi256, Hi16_ZMM
 constexpr uint64_t kXcr0Tile = 0x60000;     // XTILECFG, XTILEDATA
@@ -31,7 +32,8 @@ CpuidRegisters sapphire_rapids() {
   regs.leaf1_ecx = kFma | kOsxsave | kAvx | kF16c;
   regs.leaf7_ebx = kAvx2 | kAvx512f | kAvx512bw | kAvx512vl;
   regs.leaf7_edx = kAmxBf16 | kAvx512fp16 | kAmxTile | kAmxInt8;
-  regs.leaf7_1_eax = kAvx512bf16;
+  regs.leaf7_ecx = kAvx512vnni;
+  regs.leaf7_1_eax = kAvx512bf16 | kAvxVnni;
   regs.xcr0 = kXcr0Ymm | kXcr0Zmm | kXcr0Tile;
   return regs;
 }
@@ -40,7 +42,8 @@ TEST(CpuInfoTest, ReportsEveryNameInOrder) {
   const std::vector<CpuFeature> features = decode_cpu_features(CpuidRegisters{}, kNoAmxCpu);
   const std::vector<std::string> expected = {"avx2",     "fma",         "f16c",
                                              "avx512f",  "avx512bw",    "avx512vl",
-                                             "avx512_bf16", "avx512_fp16", "amx_tile",
+                                             "avx512_bf16", "avx512_fp16", "avx512_vnni",
+                                             "avx_vnni",    "amx_tile",
                                              "amx_bf16", "amx_int8"};
   ASSERT_EQ(features.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -62,7 +65,7 @@ TEST(CpuInfoTest, Avx2MachineWithoutAvx512) {
     EXPECT_EQ(info.find(name)->reason, "") << name;
   }
   for (const char* name : {"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16",
-                           "amx_tile", "amx_bf16", "amx_int8"}) {
+                           "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}) {
     ASSERT_NE(info.find(name), nullptr) << name;
     EXPECT_FALSE(info.find(name)->present) << name;
     EXPECT_FALSE(info.has(name)) << name;
@@ -87,7 +90,8 @@ TEST(CpuInfoTest, Avx512WithoutZmmStateIsPresentButUnusable) {
   const CpuInfo info = info_from(regs, kNoAmxCpu);
   EXPECT_TRUE(info.has("avx2"));
   EXPECT_TRUE(info.has("fma"));
-  for (const char* name : {"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16"}) {
+  EXPECT_TRUE(info.has("avx_vnni"));  // VEX-encoded: needs YMM state only
+  for (const char* name : {"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16", "avx512_vnni"}) {
     const CpuFeature* feature = info.find(name);
     ASSERT_NE(feature, nullptr) << name;
     EXPECT_TRUE(feature->present) << name;

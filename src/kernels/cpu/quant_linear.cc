@@ -1,0 +1,349 @@
+// Quantized linear products: names, the repack from GGUF blocks, activation quantization, the
+// unsupported reasons and the dispatch to the per-ISA kernels (quant_linear_<isa>.cc).
+#include "kernels/cpu/quant_linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "kernels/cpu/quant_linear_isa.h"
+#include "platform/cpu_info.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace spindle::kernels::cpu {
+namespace {
+
+namespace ql = quant_layout;
+
+// One row's GGUF block unpacked: quants in their stored (unsigned; Q8_0 signed) form per element,
+// and the raw scale fields. Written from the block definitions of src/gguf/ggml_blocks.h.
+struct FileBlock {
+  uint8_t q[256];
+  uint16_t d = 0, dmin = 0;  // fp16 bits
+  uint8_t sc[16] = {}, mn[8] = {};  // Q4_K/Q5_K: 6-bit scale and min of sub-block s; Q6_K: int8 scale of s (16)
+};
+
+uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+
+// Element e of a 32-element 4-bit block's 16 packed bytes: low nibbles are 0..15, high 16..31.
+uint8_t nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
+
+// The 6-bit scale (which = 0) or min (1) of sub-block s of the 12 packed Q4_K/Q5_K scale bytes.
+uint8_t k_scale(const uint8_t* s12, int s, int which) {
+  if (s < 4) return s12[s + 4 * which] & 63;
+  const int low = which == 0 ? (s12[s + 4] & 15) : (s12[s + 4] >> 4);
+  const int high = s12[s - 4 * (1 - which)] >> 6;
+  return static_cast<uint8_t>(low | (high << 4));
+}
+
+void unpack_block(QuantType type, const uint8_t* b, FileBlock& out) {
+  switch (type) {
+    case QuantType::kQ8_0:
+      out.d = le16(b);
+      std::memcpy(out.q, b + 2, 32);
+      return;
+    case QuantType::kQ4_0:
+      out.d = le16(b);
+      for (int e = 0; e < 32; ++e) out.q[e] = nibble32(b + 2, e);
+      return;
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K: {
+      out.d = le16(b);
+      out.dmin = le16(b + 2);
+      for (int s = 0; s < 8; ++s) out.sc[s] = k_scale(b + 4, s, 0), out.mn[s] = k_scale(b + 4, s, 1);
+      const uint8_t* qs = b + (type == QuantType::kQ4_K ? 16 : 48);
+      for (int e = 0; e < 256; ++e) {
+        const int s = e / 32, l = e % 32;
+        const uint8_t byte = qs[32 * (s / 2) + l];
+        int q = (s % 2 == 0) ? (byte & 15) : (byte >> 4);
+        if (type == QuantType::kQ5_K) q |= ((b[16 + l] >> s) & 1) << 4;
+        out.q[e] = static_cast<uint8_t>(q);
+      }
+      return;
+    }
+    case QuantType::kQ6_K: {
+      out.d = le16(b + 208);
+      for (int s = 0; s < 16; ++s) out.sc[s] = b[192 + s];
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, kk = (e % 128) / 32, l = e % 32;
+        const uint8_t low_byte = b[64 * half + l + 32 * (kk % 2)];
+        const int low = kk < 2 ? (low_byte & 15) : (low_byte >> 4);
+        const int high = (b[128 + 32 * half + l] >> (2 * kk)) & 3;
+        out.q[e] = static_cast<uint8_t>(low | (high << 4));
+      }
+      return;
+    }
+  }
+}
+
+// q[r][0..31]: the 32 quants of row r (r < 16) of one block. Writes the interleaved vectors.
+using BlockQuants = uint8_t[16][32];
+
+void write_bytes8(const BlockQuants& q, uint8_t* out) {  // 8 vectors
+  for (int t = 0; t < 8; ++t)
+    for (int r = 0; r < 16; ++r)
+      for (int j = 0; j < 4; ++j) out[64 * t + 4 * r + j] = q[r][4 * t + j];
+}
+void write_nibbles(const BlockQuants& q, uint8_t* out) {  // 4 chunks
+  for (int c = 0; c < 4; ++c)
+    for (int r = 0; r < 16; ++r)
+      for (int j = 0; j < 4; ++j)
+        out[64 * c + 4 * r + j] = static_cast<uint8_t>((q[r][4 * c + j] & 15) | (q[r][16 + 4 * c + j] & 15) << 4);
+}
+void write_fifth_bits(const BlockQuants& q, uint8_t* out) {  // 8 little-endian 64-bit words
+  std::memset(out, 0, 64);
+  for (int t = 0; t < 8; ++t)
+    for (int r = 0; r < 16; ++r)
+      for (int j = 0; j < 4; ++j) {
+        const int e = 4 * r + j;
+        out[8 * t + e / 8] |= static_cast<uint8_t>(((q[r][4 * t + j] >> 4) & 1) << (e % 8));
+      }
+}
+void write_high2(const BlockQuants& q, uint8_t* out) {  // 2 chunks
+  std::memset(out, 0, 128);
+  for (int h = 0; h < 2; ++h)
+    for (int u = 0; u < 4; ++u)
+      for (int r = 0; r < 16; ++r)
+        for (int j = 0; j < 4; ++j)
+          out[64 * h + 4 * r + j] |= static_cast<uint8_t>(((q[r][4 * (4 * h + u) + j] >> 4) & 3) << (2 * u));
+}
+
+void write_fp16s(const FileBlock* rows, int num_rows, bool dmin, uint8_t* out) {
+  std::memset(out, 0, ql::kScaleBytes);
+  for (int r = 0; r < num_rows; ++r) {
+    const uint16_t v = dmin ? rows[r].dmin : rows[r].d;
+    std::memcpy(out + 2 * r, &v, 2);
+  }
+}
+
+int64_t unit_bytes(QuantType type) {  // repacked bytes of one file block (16 rows)
+  switch (type) {
+    case QuantType::kQ8_0: return ql::kQ8_0Block;
+    case QuantType::kQ4_0: return ql::kQ4_0Block;
+    case QuantType::kQ4_K: return ql::kQ4_KSuper;
+    case QuantType::kQ5_K: return ql::kQ5_KSuper;
+    case QuantType::kQ6_K: return ql::kQ6_KSuper;
+  }
+  return 0;
+}
+
+// One file block column (block index kb) of group g: rows [16 g, 16 g + num_rows) into `out`.
+void repack_unit(QuantType type, const FileBlock* rows, int num_rows, uint8_t* out) {
+  BlockQuants q{};
+  const auto gather = [&](int e0) {
+    std::memset(q, 0, sizeof(q));
+    for (int r = 0; r < num_rows; ++r) std::memcpy(q[r], rows[r].q + e0, 32);
+  };
+  write_fp16s(rows, num_rows, false, out);
+  if (type == QuantType::kQ8_0 || type == QuantType::kQ4_0) {
+    gather(0);
+    if (type == QuantType::kQ8_0) write_bytes8(q, out + ql::kScaleBytes);
+    else write_nibbles(q, out + ql::kScaleBytes);
+    return;
+  }
+  if (type == QuantType::kQ6_K) {
+    uint8_t* sc = out + ql::kScaleBytes;
+    std::memset(sc, 0, 256);
+    for (int s = 0; s < 16; ++s)
+      for (int r = 0; r < num_rows; ++r) sc[16 * s + r] = rows[r].sc[s];
+    for (int b = 0; b < 8; ++b) {
+      uint8_t* unit = out + ql::kQ6_KHeader + b * ql::kQ6_KSub;
+      gather(32 * b);
+      write_nibbles(q, unit);
+      write_high2(q, unit + ql::kNibbleBytes);
+    }
+    return;
+  }
+  write_fp16s(rows, num_rows, true, out + ql::kScaleBytes);
+  uint8_t* sc = out + 2 * ql::kScaleBytes;
+  uint8_t* mn = sc + 128;
+  std::memset(sc, 0, 256);
+  for (int s = 0; s < 8; ++s)
+    for (int r = 0; r < num_rows; ++r) sc[16 * s + r] = rows[r].sc[s], mn[16 * s + r] = rows[r].mn[s];
+  const int64_t sub = type == QuantType::kQ4_K ? ql::kQ4_KSub : ql::kQ5_KSub;
+  for (int b = 0; b < 8; ++b) {
+    uint8_t* unit = out + ql::kKHeader + b * sub;
+    gather(32 * b);
+    write_nibbles(q, unit);
+    if (type == QuantType::kQ5_K) write_fifth_bits(q, unit + ql::kNibbleBytes);
+  }
+}
+
+std::string feature_gap(const CpuInfo& cpu, std::string_view name) {
+  const CpuFeature* f = cpu.find(name);
+  if (f == nullptr || !f->present) return fmt::format("CPU lacks {}", name);
+  if (!f->usable) return fmt::format("{} unusable: {}", name, f->reason);
+  return "";
+}
+
+}  // namespace
+
+std::string_view quant_type_name(QuantType type) {
+  switch (type) {
+    case QuantType::kQ8_0: return "Q8_0";
+    case QuantType::kQ4_0: return "Q4_0";
+    case QuantType::kQ4_K: return "Q4_K";
+    case QuantType::kQ5_K: return "Q5_K";
+    case QuantType::kQ6_K: return "Q6_K";
+  }
+  return "?";
+}
+
+std::string_view quant_kernel_isa_name(QuantKernelIsa isa) {
+  switch (isa) {
+    case QuantKernelIsa::kAvx2: return "avx2";
+    case QuantKernelIsa::kAvxVnni: return "avx_vnni";
+    case QuantKernelIsa::kAvx512Vnni: return "avx512_vnni";
+    case QuantKernelIsa::kAmxInt8: return "amx_int8";
+  }
+  return "?";
+}
+
+std::vector<QuantType> quant_types() {
+  return {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+}
+std::vector<QuantKernelIsa> quant_kernel_isas() {
+  return {QuantKernelIsa::kAvx2, QuantKernelIsa::kAvxVnni, QuantKernelIsa::kAvx512Vnni, QuantKernelIsa::kAmxInt8};
+}
+
+int64_t quant_file_block_elements(QuantType type) {
+  return type == QuantType::kQ8_0 || type == QuantType::kQ4_0 ? 32 : 256;
+}
+int64_t quant_file_block_bytes(QuantType type) {
+  switch (type) {
+    case QuantType::kQ8_0: return 34;
+    case QuantType::kQ4_0: return 18;
+    case QuantType::kQ4_K: return 144;
+    case QuantType::kQ5_K: return 176;
+    case QuantType::kQ6_K: return 210;
+  }
+  return 0;
+}
+
+PackedQuantWeight repack_quant_weight(QuantType type, const void* file_bytes, int64_t file_num_bytes, int64_t n,
+                                      int64_t k, ThreadPool* pool) {
+  const int64_t be = quant_file_block_elements(type);
+  SPINDLE_CHECK(n > 0 && k > 0, "quantized weight {}: shape [{}, {}] must be positive", quant_type_name(type), n, k);
+  SPINDLE_CHECK(k % be == 0, "quantized weight {}: row length {} is not a multiple of the block size {}",
+                quant_type_name(type), k, be);
+  const int64_t blocks = k / be;
+  const int64_t row_bytes = blocks * quant_file_block_bytes(type);
+  SPINDLE_CHECK(file_bytes != nullptr && file_num_bytes == n * row_bytes,
+                "quantized weight {} [{}, {}]: {} bytes given, the tensor has {}", quant_type_name(type), n, k,
+                file_num_bytes, n * row_bytes);
+  PackedQuantWeight w;
+  w.type = type;
+  w.n = n;
+  w.k = k;
+  w.group_bytes = blocks * unit_bytes(type);
+  w.storage.assign(static_cast<size_t>(w.num_bytes() + 64), 0);
+  w.offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(w.storage.data()) % 64) % 64);
+  const auto* src = static_cast<const uint8_t*>(file_bytes);
+  uint8_t* dst = w.storage.data() + w.offset;
+  const auto repack_group = [&](int64_t g) {
+    FileBlock rows[kQuantGroupRows];
+    const int num_rows = static_cast<int>(std::min<int64_t>(kQuantGroupRows, n - g * kQuantGroupRows));
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      for (int r = 0; r < num_rows; ++r) {
+        const uint8_t* b = src + (g * kQuantGroupRows + r) * row_bytes + kb * quant_file_block_bytes(type);
+        unpack_block(type, b, rows[r]);
+      }
+      repack_unit(type, rows, num_rows, dst + g * w.group_bytes + kb * unit_bytes(type));
+    }
+  };
+  if (pool != nullptr) pool->parallel_for(w.num_groups(), repack_group);
+  else
+    for (int64_t g = 0; g < w.num_groups(); ++g) repack_group(g);
+  return w;
+}
+
+void quantize_activations(const float* x, int64_t m, int64_t k, QuantizedActivations& out, ThreadPool* pool) {
+  SPINDLE_CHECK(m > 0 && k > 0 && k % kQuantBlock == 0,
+                "quantize_activations: shape [{}, {}]: k must be a positive multiple of {}", m, k, kQuantBlock);
+  out.m = m;
+  out.k = k;
+  out.q.resize(static_cast<size_t>(m * k));
+  out.scale.resize(static_cast<size_t>(m * k / kQuantBlock));
+  out.sum16.resize(static_cast<size_t>(m * k / 16));
+  const auto row = [&](int64_t i) {
+    for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+      const float* xb = x + i * k + b * kQuantBlock;
+      float amax = 0.0f;
+      for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      const float d = amax / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      int8_t* q = out.q.data() + i * k + b * kQuantBlock;
+      int32_t s[2] = {0, 0};
+      for (int j = 0; j < kQuantBlock; ++j) {
+        const float v = std::nearbyint(xb[j] * inv);
+        q[j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
+        s[j / 16] += q[j];
+      }
+      out.scale[i * (k / kQuantBlock) + b] = d;
+      out.sum16[i * (k / 16) + 2 * b] = s[0];
+      out.sum16[i * (k / 16) + 2 * b + 1] = s[1];
+    }
+  };
+  if (pool != nullptr && m > 1) pool->parallel_for(m, row);
+  else
+    for (int64_t i = 0; i < m; ++i) row(i);
+}
+
+std::vector<std::string> quant_linear_unsupported_reasons(QuantKernelIsa isa, const CpuInfo& cpu) {
+  std::vector<std::string_view> needed;
+  switch (isa) {
+    case QuantKernelIsa::kAvx2: needed = {"avx2", "fma", "f16c"}; break;
+    case QuantKernelIsa::kAvxVnni: needed = {"avx2", "fma", "f16c", "avx_vnni"}; break;
+    case QuantKernelIsa::kAvx512Vnni:
+      needed = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"};
+      break;
+    case QuantKernelIsa::kAmxInt8:
+      needed = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "amx_tile", "amx_int8"};
+      break;
+  }
+  std::vector<std::string> reasons;
+  for (std::string_view name : needed) {
+    if (std::string gap = feature_gap(cpu, name); !gap.empty()) reasons.push_back(std::move(gap));
+  }
+  return reasons;
+}
+
+void quant_linear_forward(QuantKernelIsa isa, const PackedQuantWeight& w, const QuantizedActivations& x, float* y,
+                          ThreadPool* pool) {
+  static const CpuInfo cpu = detect_cpu_info();
+  if (const auto reasons = quant_linear_unsupported_reasons(isa, cpu); !reasons.empty()) {
+    SPINDLE_CHECK(false, "quantized linear kernel {} cannot run here: {}", quant_kernel_isa_name(isa),
+                  fmt::join(reasons, "; "));
+  }
+  SPINDLE_CHECK(x.k == w.k && x.m > 0, "quantized linear: activations [{}, {}] do not match weight [{}, {}]", x.m,
+                x.k, w.n, w.k);
+  void (*groups)(const QuantGroupsParams&, int64_t, int64_t) = nullptr;
+  switch (isa) {
+    case QuantKernelIsa::kAvx2: groups = quant_linear_groups_avx2; break;
+    case QuantKernelIsa::kAvxVnni: groups = quant_linear_groups_avx_vnni; break;
+    case QuantKernelIsa::kAvx512Vnni: groups = quant_linear_groups_avx512_vnni; break;
+    case QuantKernelIsa::kAmxInt8: groups = quant_linear_groups_amx; break;
+  }
+  const QuantGroupsParams params{&w, &x, y};
+  const int64_t num_groups = w.num_groups();
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  // A few tasks per thread (even shares when groups are many; balance when the machine is shared).
+  const int64_t num_tasks = std::min(num_groups, threads == 1 ? int64_t{1} : threads * 4);
+  const auto task = [&](int64_t t) {
+    groups(params, t * num_groups / num_tasks, (t + 1) * num_groups / num_tasks);
+  };
+  if (pool != nullptr && num_tasks > 1) pool->parallel_for(num_tasks, task);
+  else task(0);
+}
+
+void quant_linear_forward(QuantKernelIsa isa, const PackedQuantWeight& w, const float* x, int64_t m, float* y,
+                          ThreadPool* pool) {
+  thread_local QuantizedActivations scratch;
+  quantize_activations(x, m, w.k, scratch, pool);
+  quant_linear_forward(isa, w, scratch, y, pool);
+}
+
+}  // namespace spindle::kernels::cpu

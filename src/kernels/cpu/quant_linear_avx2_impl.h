@@ -1,0 +1,236 @@
+// The 8-rows-a-vector quantized linear kernel, included by exactly two files, each compiled with
+// its own flags: quant_linear_avx2.cc (kVnni = false: _mm256_maddubs_epi16 + _mm256_madd_epi16;
+// Q8_0 by the sign trick |w| . sign(x, w)) and quant_linear_avx_vnni.cc (kVnni = true: VEX
+// vpdpbusd; Q8_0 as q + 128 with the offset removed like Q4_0's). Everything is in an anonymous
+// namespace so the two inclusions never share code. The arithmetic per block is that of
+// quant_linear_avx512_vnni.cc on each half (rows 0-7, 8-15) of a group; see quant_linear.h.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/quant_linear_isa.h"
+
+namespace spindle::kernels::cpu {
+namespace {
+
+namespace ql = quant_layout;
+
+inline __m256i load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline __m256 fp16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 u8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline __m256 i8x8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline int32_t load32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+struct Block {
+  __m256i w[8];
+  __m256 scale_lo, scale_hi, min;
+};
+
+// h: which half of the group (rows 8h .. 8h + 7): byte offset 32 h in every 64-byte vector.
+inline void nibbles(const uint8_t* p, int h, __m256i* w) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int c = 0; c < 4; ++c) {
+    const __m256i v = load(p + 64 * c + 32 * h);
+    w[c] = _mm256_and_si256(v, low);
+    w[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+  }
+}
+
+// 16 where bit i of `bits` is set, else 0, for byte i of the result.
+inline __m256i bits_to_16s(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+template <QuantType T, bool kVnni>
+inline void decode(const uint8_t* gw, int64_t b, int h, Block& out) {
+  if constexpr (T == QuantType::kQ8_0) {
+    const uint8_t* u = gw + b * ql::kQ8_0Block;
+    out.scale_lo = out.scale_hi = fp16x8(u + 16 * h);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int t = 0; t < 8; ++t) {
+      const __m256i v = load(u + ql::kScaleBytes + 64 * t + 32 * h);
+      out.w[t] = kVnni ? _mm256_xor_si256(v, flip) : v;  // avx2: signed q, used as |q| and sign(x, q)
+    }
+  } else if constexpr (T == QuantType::kQ4_0) {
+    const uint8_t* u = gw + b * ql::kQ4_0Block;
+    out.scale_lo = out.scale_hi = fp16x8(u + 16 * h);
+    nibbles(u + ql::kScaleBytes, h, out.w);
+  } else if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
+    constexpr int64_t kSuper = T == QuantType::kQ4_K ? ql::kQ4_KSuper : ql::kQ5_KSuper;
+    constexpr int64_t kSub = T == QuantType::kQ4_K ? ql::kQ4_KSub : ql::kQ5_KSub;
+    const uint8_t* s = gw + (b / 8) * kSuper;
+    const int64_t sub = b % 8;
+    out.scale_lo = out.scale_hi = _mm256_mul_ps(fp16x8(s + 16 * h), u8x8(s + 2 * ql::kScaleBytes + 16 * sub + 8 * h));
+    out.min = _mm256_mul_ps(fp16x8(s + ql::kScaleBytes + 16 * h),
+                            u8x8(s + 2 * ql::kScaleBytes + 128 + 16 * sub + 8 * h));
+    const uint8_t* u = s + ql::kKHeader + sub * kSub;
+    nibbles(u, h, out.w);
+    if constexpr (T == QuantType::kQ5_K) {
+      for (int t = 0; t < 8; ++t) {
+        uint32_t bits;
+        std::memcpy(&bits, u + ql::kNibbleBytes + 8 * t + 4 * h, 4);
+        out.w[t] = _mm256_or_si256(out.w[t], bits_to_16s(bits));
+      }
+    }
+  } else {  // Q6_K
+    const uint8_t* s = gw + (b / 8) * ql::kQ6_KSuper;
+    const int64_t blk = b % 8;
+    const __m256 d = fp16x8(s + 16 * h);
+    out.scale_lo = _mm256_mul_ps(d, i8x8(s + ql::kScaleBytes + 16 * (2 * blk) + 8 * h));
+    out.scale_hi = _mm256_mul_ps(d, i8x8(s + ql::kScaleBytes + 16 * (2 * blk + 1) + 8 * h));
+    const uint8_t* u = s + ql::kQ6_KHeader + blk * ql::kQ6_KSub;
+    nibbles(u, h, out.w);
+    const __m256i two = _mm256_set1_epi8(0x30);
+    for (int c = 0; c < 2; ++c) {
+      const __m256i qh = load(u + ql::kNibbleBytes + 64 * c + 32 * h);
+      __m256i* w = out.w + 4 * c;
+      w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(qh, 4), two));
+      w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(qh, 2), two));
+      w[2] = _mm256_or_si256(w[2], _mm256_and_si256(qh, two));
+      w[3] = _mm256_or_si256(w[3], _mm256_and_si256(_mm256_srli_epi16(qh, 2), two));
+    }
+  }
+}
+
+template <QuantType T, bool kVnni>
+constexpr int32_t kOffset = T == QuantType::kQ8_0   ? (kVnni ? 128 : 0)
+                            : T == QuantType::kQ4_0 ? 8
+                            : T == QuantType::kQ6_K ? 32
+                                                    : 0;
+
+// int32 dot of 4 vectors (16 k) with the 16 activations at xq.
+template <QuantType T, bool kVnni>
+inline __m256i dot4(const __m256i* w, const int8_t* xq) {
+  if constexpr (kVnni) {
+    __m256i s = _mm256_setzero_si256();
+    for (int t = 0; t < 4; ++t) s = _mm256_dpbusd_avx_epi32(s, w[t], _mm256_set1_epi32(load32(xq + 4 * t)));
+    return s;
+  } else if constexpr (T == QuantType::kQ8_0) {
+    // |q| * sign(x, q): |q| <= 128, |x| <= 127, so a pair of products fits int16.
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+    for (int t = 0; t < 4; ++t) {
+      const __m256i xv = _mm256_set1_epi32(load32(xq + 4 * t));
+      const __m256i pr = _mm256_maddubs_epi16(_mm256_abs_epi8(w[t]), _mm256_sign_epi8(xv, w[t]));
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(pr, ones));
+    }
+    return s;
+  } else {
+    // q <= 63, |x| <= 127: a pair of products is at most 16002, two pairs 32004 < 32767.
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+    for (int t = 0; t < 4; t += 2) {
+      const __m256i p0 = _mm256_maddubs_epi16(w[t], _mm256_set1_epi32(load32(xq + 4 * t)));
+      const __m256i p1 = _mm256_maddubs_epi16(w[t + 1], _mm256_set1_epi32(load32(xq + 4 * t + 4)));
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+    }
+    return s;
+  }
+}
+
+template <QuantType T, bool kVnni, int MT>
+inline void rows_block(const Block& blk, const QuantizedActivations& x, int64_t i0, int64_t b, __m256* acc) {
+  const int64_t k = x.k, nb = k / kQuantBlock;
+  constexpr int32_t off = kOffset<T, kVnni>;
+  for (int i = 0; i < MT; ++i) {
+    const int8_t* xq = x.q.data() + (i0 + i) * k + b * kQuantBlock;
+    __m256i lo = dot4<T, kVnni>(blk.w, xq);
+    __m256i hi = dot4<T, kVnni>(blk.w + 4, xq + 16);
+    const float dx = x.scale[(i0 + i) * nb + b];
+    const int32_t* s16 = x.sum16.data() + (i0 + i) * (k / 16) + 2 * b;
+    const __m256 vdx = _mm256_set1_ps(dx);
+    if constexpr (T == QuantType::kQ6_K) {
+      lo = _mm256_sub_epi32(lo, _mm256_set1_epi32(off * s16[0]));
+      hi = _mm256_sub_epi32(hi, _mm256_set1_epi32(off * s16[1]));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(blk.scale_lo, vdx), acc[i]);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(blk.scale_hi, vdx), acc[i]);
+    } else {
+      __m256i sum = _mm256_add_epi32(lo, hi);
+      if constexpr (off != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(off * (s16[0] + s16[1])));
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(blk.scale_lo, vdx), acc[i]);
+      if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
+        acc[i] = _mm256_fnmadd_ps(blk.min, _mm256_set1_ps(dx * static_cast<float>(s16[0] + s16[1])), acc[i]);
+      }
+    }
+  }
+}
+
+template <QuantType T, bool kVnni, int MT>
+void tile(const QuantGroupsParams& p, int64_t g, int h, int64_t i0) {
+  const PackedQuantWeight& w = *p.w;
+  const int64_t col = g * kQuantGroupRows + 8 * h;
+  if (col >= w.n) return;
+  const uint8_t* gw = w.data() + g * w.group_bytes;
+  const int64_t nb = w.k / kQuantBlock;
+  __m256 acc[MT];
+  for (int i = 0; i < MT; ++i) acc[i] = _mm256_setzero_ps();
+  Block blk;
+  blk.min = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    decode<T, kVnni>(gw, b, h, blk);
+    rows_block<T, kVnni, MT>(blk, *p.x, i0, b, acc);
+  }
+  const int64_t valid = std::min<int64_t>(8, w.n - col);
+  for (int i = 0; i < MT; ++i) {
+    float* out = p.y + (i0 + i) * w.n + col;
+    if (valid == 8) {
+      _mm256_storeu_ps(out, acc[i]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[i]);
+      std::memcpy(out, tmp, sizeof(float) * valid);
+    }
+  }
+}
+
+constexpr int64_t kRowChunk = 64;
+
+template <QuantType T, bool kVnni>
+void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
+  const int64_t m = p.x->m;
+  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
+    const int64_t c1 = std::min(m, c0 + kRowChunk);
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int h = 0; h < 2; ++h) {
+        int64_t i = c0;
+        for (; i + 4 <= c1; i += 4) tile<T, kVnni, 4>(p, g, h, i);
+        switch (c1 - i) {
+          case 3: tile<T, kVnni, 3>(p, g, h, i); break;
+          case 2: tile<T, kVnni, 2>(p, g, h, i); break;
+          case 1: tile<T, kVnni, 1>(p, g, h, i); break;
+          default: break;
+        }
+      }
+    }
+  }
+}
+
+template <bool kVnni>
+void groups_any(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end) {
+  switch (p.w->type) {
+    case QuantType::kQ8_0: groups<QuantType::kQ8_0, kVnni>(p, group_begin, group_end); break;
+    case QuantType::kQ4_0: groups<QuantType::kQ4_0, kVnni>(p, group_begin, group_end); break;
+    case QuantType::kQ4_K: groups<QuantType::kQ4_K, kVnni>(p, group_begin, group_end); break;
+    case QuantType::kQ5_K: groups<QuantType::kQ5_K, kVnni>(p, group_begin, group_end); break;
+    case QuantType::kQ6_K: groups<QuantType::kQ6_K, kVnni>(p, group_begin, group_end); break;
+  }
+}
+
+}  // namespace
+}  // namespace spindle::kernels::cpu

@@ -1,0 +1,45 @@
+// Internal: the repacked layout's byte offsets (quant_linear.h describes it) and the per-ISA entry
+// points of the quantized linear kernels, called by quant_linear.cc after it has checked CpuInfo.
+// Plain data and out-of-line functions only: nothing here may be inline code compiled with ISA flags.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/quant_linear.h"
+
+namespace spindle::kernels::cpu::quant_layout {
+
+inline constexpr int64_t kVectorBytes = 64;  // one "vector": 16 rows x 4 quants
+inline constexpr int64_t kScaleBytes = 32;   // fp16[16]: one scale per row
+inline constexpr int64_t kNibbleBytes = 4 * kVectorBytes;  // 8 vectors of 4-bit quants
+// Q8_0 / Q4_0: one 32-element block per unit.
+inline constexpr int64_t kQ8_0Block = kScaleBytes + 8 * kVectorBytes;  // 544
+inline constexpr int64_t kQ4_0Block = kScaleBytes + kNibbleBytes;      // 288
+// Q4_K / Q5_K: one super-block of 256: d, dmin, sc[8][16], m[8][16], then 8 sub-blocks.
+inline constexpr int64_t kKHeader = 2 * kScaleBytes + 2 * 8 * 16;       // 320
+inline constexpr int64_t kQ4_KSub = kNibbleBytes;                       // 256
+inline constexpr int64_t kQ5_KSub = kNibbleBytes + kVectorBytes;        // 320 (nibbles, fifth bits)
+inline constexpr int64_t kQ4_KSuper = kKHeader + 8 * kQ4_KSub;          // 2368
+inline constexpr int64_t kQ5_KSuper = kKHeader + 8 * kQ5_KSub;          // 2880
+// Q6_K: d, sc[16][16] int8, then 8 blocks of 32 (nibbles, two chunks of high bits).
+inline constexpr int64_t kQ6_KHeader = kScaleBytes + 16 * 16;           // 288
+inline constexpr int64_t kQ6_KSub = kNibbleBytes + 2 * kVectorBytes;    // 384
+inline constexpr int64_t kQ6_KSuper = kQ6_KHeader + 8 * kQ6_KSub;       // 3360
+
+}  // namespace spindle::kernels::cpu::quant_layout
+
+namespace spindle::kernels::cpu {
+
+// Groups [group_begin, group_end) of w (16 output columns each) for every row of x, into y
+// ([x.m, w.n], row-major). Each kernel computes a row's outputs alike whatever x.m.
+struct QuantGroupsParams {
+  const PackedQuantWeight* w = nullptr;
+  const QuantizedActivations* x = nullptr;
+  float* y = nullptr;
+};
+void quant_linear_groups_avx2(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
+void quant_linear_groups_avx_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
+void quant_linear_groups_avx512_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
+void quant_linear_groups_amx(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
+
+}  // namespace spindle::kernels::cpu
