@@ -85,6 +85,7 @@ struct Options {
   int64_t min_mib = 384;
   bool lm_head = false;
   bool no_bf16 = false;
+  bool cpu_time = false;
 };
 
 // Times one sweep of fn over `copies` weights: best of reps (after one warm-up sweep).
@@ -92,6 +93,18 @@ double sweep_time(int reps, int64_t copies, const std::function<void(int64_t)>& 
   return bench::best_time(reps, [&] {
     for (int64_t c = 0; c < copies; ++c) fn(c);
   });
+}
+
+// Best thread CPU time of fn over reps runs (after one warm-up run).
+double cpu_time(int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = bench::thread_cpu_s();
+    fn();
+    best = std::min(best, bench::thread_cpu_s() - t0);
+  }
+  return best;
 }
 
 #if defined(SPINDLE_BENCH_QUANT_NO_ONEDNN)
@@ -171,16 +184,17 @@ void bench_type(QuantType type, const std::vector<QuantKernelIsa>& isas, const O
     const auto file = random_file(type, s.n, s.k, rng);
     const PackedQuantWeight first = repack_quant_weight(type, file.data(), int64_t(file.size()), s.n, s.k, &pool);
     const int64_t bytes = first.num_bytes();
-    const int64_t copies = std::max<int64_t>(1, (o.min_mib << 20) / bytes);
+    const int64_t copies = o.cpu_time ? 1 : std::max<int64_t>(1, (o.min_mib << 20) / bytes);
     std::vector<PackedQuantWeight> ws(static_cast<size_t>(copies), first);
+    ThreadPool* run_pool = o.cpu_time ? nullptr : &pool;
     for (QuantKernelIsa isa : isas) {
       const char* name = quant_kernel_isa_name(isa).data();
       for (int64_t m : o.rows) {
         const auto x = random_x(m, s.k, rng);
         std::vector<float> y(static_cast<size_t>(m * s.n));
-        const double t =
-            sweep_time(o.reps, copies, [&](int64_t c) { quant_linear_forward(isa, ws[c], x.data(), m, y.data(), &pool); }) /
-            copies;
+        const auto run = [&](int64_t c) { quant_linear_forward(isa, ws[c], x.data(), m, y.data(), run_pool); };
+        const double t = o.cpu_time ? cpu_time(o.reps * (m <= 16 ? 20 : 1), [&] { run(0); })
+                                    : sweep_time(o.reps, copies, run) / copies;
         std::printf("| %s | %ld | %ld | %ld | %s | %.3f | %.1f | %.0f%% | %.1f | %.1f |\n", s.name, long(s.n), long(s.k),
                     long(m), name, t * 1e3, bytes / t / 1e9, 100.0 * bytes / t / 1e9 / bound,
                     double(file.size()) / t / 1e9, 2.0 * m * s.n * s.k / t / 1e9);
@@ -189,8 +203,8 @@ void bench_type(QuantType type, const std::vector<QuantKernelIsa>& isas, const O
         const int64_t m = o.prefill_rows;
         const auto x = random_x(m, s.k, rng);
         std::vector<float> y(static_cast<size_t>(m * s.n));
-        const double t = bench::best_time(std::max(1, o.reps / 2),
-                                          [&] { quant_linear_forward(isa, ws[0], x.data(), m, y.data(), &pool); });
+        const auto run = [&] { quant_linear_forward(isa, ws[0], x.data(), m, y.data(), run_pool); };
+        const double t = o.cpu_time ? cpu_time(std::max(1, o.reps / 2), run) : bench::best_time(std::max(1, o.reps / 2), run);
         std::printf("| %s | %ld | %ld | %ld | %s | %.2f | | | | %.1f |\n", s.name, long(s.n), long(s.k), long(m), name,
                     t * 1e3, 2.0 * m * s.n * s.k / t / 1e9);
       }
@@ -211,6 +225,7 @@ int main(int argc, char** argv) {
   app.add_option("--min-mib", o.min_mib, "Weight copies per decode shape, MiB at least")->check(CLI::Range(1, 8192));
   app.add_flag("--lm-head", o.lm_head, "Also the LM head shape (n = 128256, k = 2048)");
   app.add_flag("--no-bf16", o.no_bf16, "Skip the bf16 yardstick");
+  app.add_flag("--cpu-time", o.cpu_time, "One thread, cache-hot weights, timed by its CPU time (per-core rate)");
   bench::parse_or_exit(app, argc, argv);
 
   const CpuInfo cpu = detect_cpu_info();
@@ -227,19 +242,26 @@ int main(int argc, char** argv) {
     if (reasons.empty()) isas.push_back(isa);
     else std::printf("- %s unavailable: %s\n", quant_kernel_isa_name(isa).data(), fmt::format("{}", fmt::join(reasons, "; ")).c_str());
   }
-  std::printf("\n## Read bandwidth (1 GiB, %d threads)\n\n| reader | GB/s |\n|---|---|\n", pool.num_threads());
   double bound = 0;
-  for (const auto& r : bench::memory_read_gbps_all(pool)) {
-    std::printf("| %s | %.1f |\n", r.reader, r.gbps);
-    bound = std::max(bound, r.gbps);
+  if (!o.cpu_time) {
+    std::printf("\n## Read bandwidth (1 GiB, %d threads)\n\n| reader | GB/s |\n|---|---|\n", pool.num_threads());
+    for (const auto& r : bench::memory_read_gbps_all(pool)) {
+      std::printf("| %s | %.1f |\n", r.reader, r.gbps);
+      bound = std::max(bound, r.gbps);
+    }
+    std::printf("\nread bound (fastest reader): %.1f GB/s\n", bound);
+  } else {
+    std::printf("--cpu-time: 1 thread, cache-hot weights, thread CPU time; %% of bound is meaningless (bound 1 GB/s)\n");
+    bound = 1.0;
   }
-  std::printf("\nread bound (fastest reader): %.1f GB/s\n", bound);
   std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
   if (o.lm_head) shapes.push_back(kLmHead);
-  if (!o.no_bf16) bench_bf16(o, shapes, bound, pool);
+  if (!o.no_bf16 && !o.cpu_time) bench_bf16(o, shapes, bound, pool);
   for (QuantType t : types) bench_type(t, isas, o, shapes, bound, pool);
-  double again = 0;
-  for (const auto& r : bench::memory_read_gbps_all(pool)) again = std::max(again, r.gbps);
-  std::printf("\nread bound at the end of the run: %.1f GB/s (start %.1f)\n", again, bound);
+  if (!o.cpu_time) {
+    double again = 0;
+    for (const auto& r : bench::memory_read_gbps_all(pool)) again = std::max(again, r.gbps);
+    std::printf("\nread bound at the end of the run: %.1f GB/s (start %.1f)\n", again, bound);
+  }
   return 0;
 }
