@@ -97,7 +97,9 @@ __attribute__((target("avx512f"))) inline uint64_t read_avx512(const uint64_t* p
   }
   __m512i total = _mm512_setzero_si512();
   for (int s = 0; s < S; ++s) total = _mm512_add_epi64(total, acc[s]);
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(total));
+  alignas(64) uint64_t lanes[8];
+  _mm512_store_si512(lanes, total);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
 }
 
 }  // namespace detail

@@ -215,6 +215,25 @@ INSTANTIATE_TEST_SUITE_P(Isas, QuantLinearKernel,
                                            QuantKernelIsa::kAvx512Vnni, QuantKernelIsa::kAmxInt8),
                          [](const auto& info) { return std::string(quant_kernel_isa_name(info.param)); });
 
+// amx_int8 computes the same integers and the same f32 epilogue as avx512_vnni (quant_linear_amx.cc).
+TEST(QuantLinear, AmxEqualsAvx512VnniBitForBit) {
+  for (QuantKernelIsa isa : {QuantKernelIsa::kAmxInt8, QuantKernelIsa::kAvx512Vnni}) {
+    if (auto reason = skip_reason(isa); !reason.empty()) GTEST_SKIP() << reason;
+  }
+  std::mt19937 rng(21);
+  const int64_t n = 40, k = 512, m = 35;
+  for (QuantType type : quant_types()) {
+    SCOPED_TRACE(std::string(quant_type_name(type)));
+    const auto file = random_weight(type, n, k, rng);
+    const auto x = random_x(m, k, rng);
+    const auto packed = repack_quant_weight(type, file.data(), int64_t(file.size()), n, k);
+    std::vector<float> a(m * n), b(m * n);
+    quant_linear_forward(QuantKernelIsa::kAmxInt8, packed, x.data(), m, a.data(), nullptr);
+    quant_linear_forward(QuantKernelIsa::kAvx512Vnni, packed, x.data(), m, b.data(), nullptr);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  }
+}
+
 // The check can fail: one flipped quant bit in the repacked weight moves an output far past it.
 TEST(QuantLinear, CorruptedWeightFails) {
   if (auto reason = skip_reason(QuantKernelIsa::kAvx2); !reason.empty()) GTEST_SKIP() << reason;
@@ -233,7 +252,9 @@ TEST(QuantLinear, CorruptedWeightFails) {
   const double tol = 4.0 * double(k / 32 + 2) * std::ldexp(1.0, -24) * mag;
   EXPECT_GT(std::fabs(bad[3] - good[3]), 100 * tol);
   for (int64_t c = 0; c < n; ++c) {
-    if (c != 3) EXPECT_EQ(bad[c], good[c]) << c;
+    if (c != 3) {
+      EXPECT_EQ(bad[c], good[c]) << c;
+    }
   }
 }
 

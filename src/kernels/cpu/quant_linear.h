@@ -19,7 +19,8 @@
 //                       8 blocks of 32: 4 nibble chunks, then 2 chunks of 64 B of high bits:
 //                       bits 2u, 2u+1 of byte e of chunk h = bits 4, 5 of vector 4h + u's byte e
 //                                                                               w = d sc (q - 32)
-// Each of these is the file's size per row (Q5_K: 180 instead of 176 bytes per 256).
+// Per row and block this is the file's size, except Q4_K / Q5_K: 148 / 180 bytes per 256 instead of
+// 144 / 176 (their 6-bit scales and mins kept one per byte).
 //
 // Activations: quantize_activations() rounds x per block of 32 to int8 with an f32 scale
 // dx = max|x| / 127 (q = nearest-even(x / dx), |q| <= 127; a zero block has dx = 0), and keeps the

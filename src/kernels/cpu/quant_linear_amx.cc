@@ -9,7 +9,10 @@
 //   C = A . B (int32 [M, 16]), then  isum = C - 128 * sum_k q  - offset * xsum  exactly, where
 //   sum_k q per weight row comes from vpdpbusd(1, q) on the decoded vectors, and per output
 //   acc += float(isum) * (scale * dx) - min * (dx * xsum)  in f32, in the same order as the
-//   AVX-512 kernel (so outputs match it bit for bit).
+//   AVX-512 kernel (the same integers, so its outputs should equal that kernel's bit for bit).
+// Status: compiled everywhere, run only where AMX-INT8 is usable; written and unit-tested for its
+// skip reason on a machine without AMX (no AMX machine could be started that day), so its first run
+// on an AMX CPU is tests/kernels/quant_linear_test.cc's amx_int8 cases.
 // The tile configuration is loaded per tile and released at the end of each task.
 #include <algorithm>
 
