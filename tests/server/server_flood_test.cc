@@ -2,7 +2,8 @@
 // default limits (4,096 connections): 8,000 connections from one loopback address that each send
 // a request head and 10 of 100 body bytes, or half a head, or nothing (idle keep-alive), then
 // stall. While the flood arrives and stays, a well-behaved client runs completions at C=16 and a
-// prober asks /health on fresh connections every 20 ms, and on the --health-port listener.
+// prober asks /health on fresh connections every 20 ms, and on the --health-port listener, and
+// one more client streams long completions (SSE), which must never be the connections closed.
 // Admission by progress: every probe answers, p99 <= 100 ms; the well-behaved client loses no
 // request; the counters name what was closed and why; afterwards every KV page is back.
 #include <gmock/gmock.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "raw_http.h"
@@ -130,6 +132,27 @@ void run_clients(const SpindleServer& server, const std::atomic<bool>& stop, Com
   for (auto& t : threads) t.join();
 }
 
+// One client streaming long completions (SSE) on fresh connections until `stop`: a stream in
+// progress is never closed to make room, so each must end with [DONE] and all its tokens.
+void run_streams(const SpindleServer& server, const std::atomic<bool>& stop, Completions* out) {
+  constexpr int kTokens = 200;
+  while (!stop.load()) {
+    auto client = server.client(60);
+    const SseReply r = post_stream(*client, "/v1/completions",
+                                   json{{"prompt", "And God said"}, {"max_tokens", kTokens}, {"ignore_eos", true},
+                                        {"stream", true}, {"stream_options", {{"include_usage", true}}}});
+    const bool whole = r.status == 200 && r.done && r.problems.empty() && !r.events.empty() &&
+                       r.events.back().contains("usage") && r.events.back()["usage"]["completion_tokens"] == kTokens;
+    if (whole) {
+      ++out->ok;
+    } else {
+      ++out->failed;
+      std::lock_guard lock(out->mutex);
+      if (out->first_failure.empty()) out->first_failure = "stream: " + std::to_string(r.status) + " " + r.raw.substr(0, 300);
+    }
+  }
+}
+
 double rejected(SpindleServer& server, const std::string& reason) {
   auto client = server.client(10);
   return labelled_metric(get(*client, "/metrics").body, "spindle_http_rejected_total{reason=\"" + reason + "\"}");
@@ -150,6 +173,8 @@ void run_flood(Flood kind, const std::string& expected_reason) {
   Completions completions;
   std::thread prober(probe_health, server->port(), health_port, std::cref(stop), &probes);
   std::thread clients(run_clients, std::cref(*server), std::cref(stop), &completions);
+  Completions streams;
+  std::thread streamer(run_streams, std::cref(*server), std::cref(stop), &streams);
   // The flood: kFlood connections opened and stalled as fast as this thread can, then held.
   std::vector<int> fds;
   const std::string bytes = flood_bytes(kind);
@@ -164,6 +189,7 @@ void run_flood(Flood kind, const std::string& expected_reason) {
   stop.store(true);
   prober.join();
   clients.join();
+  streamer.join();
 
   const double p99 = percentile(probes.main_ms, 0.99);
   ::testing::Test::RecordProperty("health_probes", std::to_string(probes.main_ms.size()));
@@ -184,6 +210,8 @@ void run_flood(Flood kind, const std::string& expected_reason) {
                                << flood_opened_s << " s; slowest:" << slowest;
   EXPECT_EQ(completions.failed.load(), 0) << completions.first_failure;
   EXPECT_GT(completions.ok.load(), kClients);
+  EXPECT_EQ(streams.failed.load(), 0) << streams.first_failure;
+  EXPECT_GE(streams.ok.load(), 1);
   EXPECT_GE(rejected(*server, expected_reason), kFlood - 4096 - 256 - 100) << expected_reason;
 
   for (int fd : fds) ::close(fd);
