@@ -121,12 +121,12 @@ struct Batch {
     p.out = out.data();
     p.k_pages = k_pages.data();
     p.v_pages = v_pages.data();
-    p.kv_dtype = DType::kBF16;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
+    p.kv.dtype = DType::kBF16;
+    p.kv.num_pages = num_pages;
+    p.kv.page_size = page_size;
     p.num_heads = num_heads;
-    p.num_kv_heads = num_kv_heads;
-    p.head_dim = head_dim;
+    p.kv.num_kv_heads = num_kv_heads;
+    p.kv.head_dim = head_dim;
     p.scale = 1.0f / std::sqrt(float(head_dim));
     p.causal = true;
     p.sequences = seqs;

@@ -63,8 +63,13 @@ struct Setup {
       StepSequence all;
       all.num_new_tokens = total;
       all.num_pages = num_pages;
-      KvWriteParams w{k.data(), v.data(),    layer.k.data(), layer.v.data(),     dt,          num_pages,
-                      page,     sh.kv_heads, sh.head_dim,    std::span(&all, 1), table.data()};
+      KvGeometry kv;
+      kv.num_kv_heads = sh.kv_heads;
+      kv.head_dim = sh.head_dim;
+      kv.page_size = page;
+      kv.dtype = dt;
+      kv.num_pages = num_pages;
+      KvWriteParams w{k.data(), v.data(), layer.k.data(), layer.v.data(), kv, std::span(&all, 1), table.data()};
       write_kv_pages(w);
       layers.push_back(std::move(layer));
     }
@@ -84,12 +89,12 @@ struct Setup {
     p.out = out.data();
     p.k_pages = layers[layer].k.data();
     p.v_pages = layers[layer].v.data();
-    p.kv_dtype = dtype;
-    p.num_pages = num_pages;
-    p.page_size = 16;
+    p.kv.dtype = dtype;
+    p.kv.num_pages = num_pages;
+    p.kv.page_size = 16;
     p.num_heads = shape.heads;
-    p.num_kv_heads = shape.kv_heads;
-    p.head_dim = shape.head_dim;
+    p.kv.num_kv_heads = shape.kv_heads;
+    p.kv.head_dim = shape.head_dim;
     p.scale = 1.0f / std::sqrt(float(shape.head_dim));
     p.sequences = std::span(&seq, 1);
     p.page_tables = table.data();

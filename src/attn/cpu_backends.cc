@@ -103,7 +103,7 @@ void register_cpu_attention_backends(AttentionRegistry& registry) {
       {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"}, false,
       [](const kc::PagedAttentionParams& p) {
         static const bool has_bf16_dot = detect_cpu_info().has("avx512_bf16");
-        kc::paged_attention_avx512(p, has_bf16_dot && p.kv_dtype == DType::kBF16);
+        kc::paged_attention_avx512(p, has_bf16_dot && p.kv.dtype == DType::kBF16);
       }));
   // AMX tiles need bf16 operands; with an f32 KV cache it runs the AVX-512 path.
   registry.register_backend(make_cpu_descriptor(
@@ -114,7 +114,7 @@ void register_cpu_attention_backends(AttentionRegistry& registry) {
         // ask before its first tile instruction, or the CPU raises SIGILL.
         static const AmxPermission permission = request_amx_permission();
         SPINDLE_CHECK(permission.granted, "cpu_amx: OS denied AMX tile state: {}", permission.reason);
-        if (p.kv_dtype == DType::kBF16) {
+        if (p.kv.dtype == DType::kBF16) {
           kc::paged_attention_amx(p);
         } else {
           kc::paged_attention_avx512(p, false);

@@ -64,12 +64,11 @@ class CudaPagedBackend : public PagedBackend {
   // The model's q/k/v split writes the K/V rows into the pages itself (model_ops.h KvPagesOut).
   KvWriteTarget kv_write_target(int layer) const final {
     if (device_batch_ == nullptr) return {};
-    const LayerKvCache& cache = layer_cache(layer);
-    const RankPages pages = rank_pages(cache);
+    const RankPages pages = rank_pages(layer_cache(layer));
     KvWriteTarget t;
     t.k_pages = pages.k;
     t.v_pages = pages.v;
-    t.dtype = cache.dtype;
+    t.dtype = kv_geometry().dtype;
     t.slots = device_batch_->slots();
     return t;
   }

@@ -12,13 +12,13 @@ PagedBackend::PagedBackend(std::string name, Device device, const AttentionShape
 void PagedBackend::prepare(const StepBatch& batch, const kernels::cuda::DeviceBatch* uploaded) {
   batch_ = &batch;
   num_tokens_ = batch.num_tokens();
-  checked_num_pages_ = -1;
+  checked_ = false;
   // Checked now against the bound pages (a step whose layers replay a CUDA graph calls no
-  // forward), and again at the first forward of a layer whose page count differs.
+  // forward), else at the step's first forward.
   if (!layers_.empty()) {
-    const RankPages pages = rank_pages(layers_.front());
-    kc::check_sequences(batch.sequences, batch.page_tables.data(), shape_.page_size, pages.num_pages, num_tokens_);
-    checked_num_pages_ = pages.num_pages;
+    kc::check_sequences(batch.sequences, batch.page_tables.data(), geometry_.page_size, geometry_.num_pages,
+                        num_tokens_);
+    checked_ = true;
   }
   on_prepare(uploaded);
 }
@@ -34,20 +34,23 @@ void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
                   name_, device_name(device_), device_name(l.device));
     SPINDLE_CHECK(l.num_pages >= dp_.dp_size, "layer {}: {} pages cannot be split over {} DP ranks", i, l.num_pages,
                   dp_.dp_size);
+    SPINDLE_CHECK(l.num_pages == layers.front().num_pages, "layer {} has {} KV pages, layer 0 has {}", i, l.num_pages,
+                  layers.front().num_pages);
   }
   layers_.assign(layers.begin(), layers.end());
-  checked_num_pages_ = -1;
+  const int pool_pages = layers.empty() ? 0 : layers.front().num_pages;
+  const PageRange range = rank_page_range(pool_pages, dp_.dp_size, dp_.dp_rank);  // (no pages: {0, 0})
+  geometry_ = {static_cast<int>(layers.size()), shape_.num_kv_heads, shape_.head_dim, shape_.page_size,
+               shape_.kv_dtype, range.count, range.first};
+  checked_ = false;
   on_bind();
 }
 
 PagedBackend::RankPages PagedBackend::rank_pages(const LayerKvCache& cache) const {
-  const int pages_per_rank = cache.num_pages / dp_.dp_size;
-  const size_t page_bytes =
-      static_cast<size_t>(cache.page_size) * cache.num_kv_heads * cache.head_dim * dtype_size(cache.dtype);
+  const uint64_t offset = geometry_.layer_page_bytes() * uint64_t(geometry_.first_page);
   RankPages r;
-  r.k = static_cast<std::byte*>(cache.k_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
-  r.v = static_cast<std::byte*>(cache.v_pages) + page_bytes * pages_per_rank * dp_.dp_rank;
-  r.num_pages = pages_per_rank;
+  r.k = static_cast<std::byte*>(cache.k_pages) + offset;
+  r.v = static_cast<std::byte*>(cache.v_pages) + offset;
   return r;
 }
 
@@ -81,21 +84,17 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   p.out = out.data;
   p.k_pages = pages.k;
   p.v_pages = pages.v;
-  p.kv_dtype = cache.dtype;
-  p.num_pages = pages.num_pages;
-  p.page_size = cache.page_size;
+  p.kv = geometry_;
   p.num_heads = shape_.num_heads;
-  p.num_kv_heads = shape_.num_kv_heads;
-  p.head_dim = shape_.head_dim;
   p.scale = shape_.scale;
   p.causal = batch_->causal;
   p.sequences = batch_->sequences;
   p.page_tables = batch_->page_tables.data();
-  // Every layer of a step shares the batch: its sequences and page tables are checked against the
-  // rank's page count once per step (again only if a layer's page count differs), not per layer.
-  if (pages.num_pages != checked_num_pages_) {
+  // Every layer of a step shares the batch and the geometry: its sequences and page tables are
+  // checked against the rank's pages once per step, not per layer.
+  if (!checked_) {
     kc::check_paged_attention_params(p, num_tokens_);
-    checked_num_pages_ = pages.num_pages;
+    checked_ = true;
   }
   if (num_tokens_ == 0) return;
 
@@ -104,11 +103,7 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   w.v = v.data;
   w.k_pages = pages.k;
   w.v_pages = pages.v;
-  w.kv_dtype = cache.dtype;
-  w.num_pages = pages.num_pages;
-  w.page_size = cache.page_size;
-  w.num_kv_heads = shape_.num_kv_heads;
-  w.head_dim = shape_.head_dim;
+  w.kv = geometry_;
   w.sequences = batch_->sequences;
   w.page_tables = batch_->page_tables.data();
 

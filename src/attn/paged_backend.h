@@ -2,8 +2,9 @@
 // backend only says how to run one layer.
 //
 // prepare() keeps the step's StepBatch (the kernels read its sequences and page tables as they
-// are); bind_kv_caches() checks each
-// layer's geometry against the shape; forward() checks the tensors, acts out injected faults
+// are); bind_kv_caches() checks each layer's pages against the shape and builds the rank's
+// KvGeometry (kernels/kv_geometry.h: its page range by rank_page_range), the one value every
+// layer's kernel parameters carry; forward() checks the tensors, acts out injected faults
 // (SPINDLE_ATTN_FAULT) and hands run_layer() the kernel parameters for this DP rank's contiguous
 // page range, already checked by kernels::cpu::check_paged_attention_params (once per step). Tensor and page
 // pointers are in the memory of device(); the sequences and their page tables are host memory.
@@ -47,11 +48,13 @@ class PagedBackend : public AttentionBackend {
   const StepBatch& batch() const { return *batch_; }
   bool prepared() const { return batch_ != nullptr; }
 
-  // This rank's contiguous share of a layer's pool: [dp_rank * n / dp_size, ...) of n / dp_size.
+  // The rank's KV geometry, built by bind_kv_caches (num_layers 0 before): its pages are
+  // [first_page, first_page + num_pages) of each layer's pool (rank_page_range).
+  const KvGeometry& kv_geometry() const { return geometry_; }
+  // This rank's first K and V page of a layer's pool.
   struct RankPages {
     std::byte* k = nullptr;
     std::byte* v = nullptr;
-    int num_pages = 0;
   };
   RankPages rank_pages(const LayerKvCache& cache) const;
   // The bound cache of `layer` (checked), for a subclass's kv_write_target.
@@ -66,7 +69,8 @@ class PagedBackend : public AttentionBackend {
   const StepBatch* batch_ = nullptr;
   int64_t num_tokens_ = 0;
   std::vector<LayerKvCache> layers_;
-  int checked_num_pages_ = -1;  // the page count the prepared batch was checked against; -1: none
+  KvGeometry geometry_;
+  bool checked_ = false;  // the prepared batch was checked against geometry_
 };
 
 }  // namespace spindle::attn

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kv_geometry.h"
 #include "util/error.h"
 
 namespace spindle::kv {
@@ -178,8 +179,9 @@ KvPlan plan_kv_capacity(const KvPlanInput& in) {
   p.prefix_cache_pages = prefix_pages == kNoLimit ? kNoLimit : std::min(prefix_pages, pages);
   p.resident_bound_bytes = (p.weights_subtracted ? in.weight_bytes : 0) + in.workspace_bytes * uint64_t(in.dp_size) +
                            p.reserve_bytes + (p.kv_bytes_per_rank + p.draft_kv_bytes_per_rank) * uint64_t(in.dp_size);
-  for (int r = 0; r < in.dp_size; ++r) {
-    p.ranks.push_back({r, r * p.num_pages_per_rank, p.num_pages_per_rank, p.max_total_tokens, p.kv_bytes_per_rank});
+  for (int r = 0; r < in.dp_size; ++r) {  // the pool's page ranges (PagePool, the attention backends)
+    const PageRange range = rank_page_range(p.num_pages_per_rank * in.dp_size, in.dp_size, r);
+    p.ranks.push_back({r, range.first, range.count, p.max_total_tokens, p.kv_bytes_per_rank});
   }
   return p;
 }

@@ -60,7 +60,8 @@ PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size, attn::Dev
     memory_ = memory;
   }
   for (int r = 0; r < dp_size; ++r) {
-    allocators_.push_back(std::make_unique<PageAllocator>(num_pages / dp_size, layout_.page_size));
+    allocators_.push_back(
+        std::make_unique<PageAllocator>(rank_page_range(num_pages, dp_size, r).count, layout_.page_size));
     if (device == attn::Device::kCpu) allocators_.back()->set_releaser(this, r);
   }
 }
@@ -100,7 +101,14 @@ PagePool::~PagePool() {
 
 int PagePool::first_page(int rank) const {
   SPINDLE_CHECK(rank >= 0 && rank < dp_size(), "DP rank {} is outside [0, {})", rank, dp_size());
-  return static_cast<int>(int64_t{rank} * num_pages_ / dp_size());
+  return rank_page_range(num_pages_, dp_size(), rank).first;
+}
+
+KvGeometry PagePool::geometry(int rank) const {
+  SPINDLE_CHECK(rank >= 0 && rank < dp_size(), "DP rank {} is outside [0, {})", rank, dp_size());
+  const PageRange range = rank_page_range(num_pages_, dp_size(), rank);
+  return {layout_.num_layers, layout_.num_kv_heads, layout_.head_dim, layout_.page_size, layout_.dtype, range.count,
+          range.first};
 }
 
 uint64_t PagePool::num_bytes() const {

@@ -18,8 +18,8 @@
 // OS pages it shares with a neighbour, stay resident); it reads as zeros when used again.
 //
 // Data parallelism: the pool holds every rank's pages; rank r owns the global pages
-// [r * num_pages / dp_size, (r + 1) * num_pages / dp_size) (attn/attention_types.h), so
-// num_pages must be a multiple of dp_size. allocator(r) hands out rank-local ids
+// rank_page_range(num_pages, dp_size, r) (kernels/kv_geometry.h, the formula the attention
+// backends use too), and num_pages must be a multiple of dp_size. allocator(r) hands out rank-local ids
 // [0, num_pages_per_rank()), the ids page tables hold; global = first_page(r) + local.
 #pragma once
 
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "attn/attention_types.h"
+#include "kernels/kv_geometry.h"
 #include "kv/kv_layout.h"
 #include "kv/page_allocator.h"
 
@@ -48,9 +49,11 @@ class PagePool final : public PageMemoryReleaser {
   attn::Device device() const { return device_; }
   int num_pages() const { return num_pages_; }
   int dp_size() const { return static_cast<int>(allocators_.size()); }
-  int num_pages_per_rank() const { return num_pages_ / dp_size(); }
+  int num_pages_per_rank() const { return rank_page_range(num_pages_, dp_size(), 0).count; }
   // The first global page of a rank's range.
   int first_page(int rank) const;
+  // The rank's KV geometry: the layout's, with the rank's page range.
+  KvGeometry geometry(int rank) const;
   // Bytes of K and V held: 2 * num_layers * num_pages * layout.bytes_per_layer_page() (before
   // alignment padding).
   uint64_t num_bytes() const;

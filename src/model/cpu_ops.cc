@@ -83,6 +83,15 @@ WeightId CpuOps::place(std::span<const TensorView> parts, WeightUse use) {
   return static_cast<WeightId>(placed_.size()) - 1;
 }
 
+LinearGroup CpuOps::place_group(LinearGroupKind kind, std::span<const TensorView> weights,
+                                std::span<const TensorView> biases) {
+  if (kind == LinearGroupKind::kGateUp) {
+    const LinearGroup joined = place_joined(weights, biases);
+    if (joined.joined != kNoWeight) return joined;
+  }
+  return place_each(weights, biases);
+}
+
 WeightId CpuOps::place_leading_rows(WeightId linear, int64_t rows) {
   const kc::LinearWeight full = placed(linear).linear_weight;
   SPINDLE_CHECK(full.data != nullptr, "place_leading_rows: weight {} is not a linear weight", linear);
@@ -119,6 +128,11 @@ void CpuOps::reserve(int64_t t, int64_t n) {
   grow(buffer(Scratch::kGateUp), t * 2 * int64_t{c.intermediate_size});
   grow(buffer(Scratch::kActivation), t * c.intermediate_size);
   grow(buffer(Scratch::kFinalRows), n * c.hidden_size);
+}
+
+float* CpuOps::logits_target(float* host) {
+  SPINDLE_CHECK(host != nullptr, "forward: cpu cannot keep the logits on the device; give a host buffer");
+  return host;
 }
 
 uint64_t CpuOps::workspace_bytes() const {

@@ -1,4 +1,5 @@
-// CpuOps: DeviceOps on the CPU (device_ops.h). Weights are views into the mmap'd checkpoint (which
+// CpuOps: DeviceOps on the CPU (device_ops.h), the plain ops plus a joined gate/up product; the
+// other fused entries run their defaults. Weights are views into the mmap'd checkpoint (which
 // CpuOps keeps mapped); projections run through kernels::cpu::LinearKernel, the small ops through
 // kernels/cpu/ops.h, row ranges spread over a ThreadPool when the work is large.
 #pragma once
@@ -27,6 +28,10 @@ class CpuOps final : public DeviceOps {
   const char* linear_kernel_name() const override;
 
   WeightId place(std::span<const TensorView> parts, WeightUse use) override;
+  // Joins gate_proj and up_proj where they lie back to back in one dtype (a view, no copy); q/k/v
+  // run as three products.
+  LinearGroup place_group(LinearGroupKind kind, std::span<const TensorView> weights,
+                          std::span<const TensorView> biases) override;
   WeightId place_leading_rows(WeightId linear, int64_t rows) override;
   void finish_loading() override {}
   // The mmap'd tensors the forward reads (each counted once) plus the f32 bias copies.
@@ -37,7 +42,8 @@ class CpuOps final : public DeviceOps {
   void reserve(int64_t num_tokens, int64_t num_logit_rows) override;
   float* scratch(Scratch slot) override { return scratch_[static_cast<int>(slot)].data(); }
   uint64_t workspace_bytes() const override;
-  float* logits_target(float* host) override { return host; }
+  // `host` itself (null: an error, the CPU does not sample on a device).
+  float* logits_target(float* host) override;
   void finish_step(float* /*host*/, int64_t /*count*/) override {}
 
   void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) override;

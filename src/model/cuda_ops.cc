@@ -117,6 +117,12 @@ WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
   return static_cast<WeightId>(placed_.size()) - 1;
 }
 
+LinearGroup CudaOps::place_group(LinearGroupKind /*kind*/, std::span<const TensorView> weights,
+                                 std::span<const TensorView> biases) {
+  const LinearGroup joined = place_joined(weights, biases);
+  return joined.joined != kNoWeight ? joined : place_each(weights, biases);
+}
+
 void CudaOps::finish_loading() {
   std::optional<DType> linear_dtype;
   bool one_dtype = true;
@@ -221,11 +227,6 @@ void CudaOps::finish_step(float* host, int64_t count) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaOps::sample(const SamplingBatch& batch, std::vector<SampledRow>& out) {
-  queue_sample(batch);
-  sampler_.collect(out);
-}
-
 void CudaOps::queue_sample(const SamplingBatch& batch) {
   const size_t have = scratch_[static_cast<int>(Scratch::kLogits)].size() / sizeof(float);
   SPINDLE_CHECK(batch.rows.size() * static_cast<size_t>(config_.vocab_size) <= have,
@@ -242,6 +243,24 @@ void CudaOps::take_pending_tokens(std::span<const PendingToken> tokens) {
                   "pending token: query row {} of {} from sampled row {} of {}", t.row, rows, t.source, sources);
   }
   kcu::copy_sampled_tokens(batch_.token_ids(), sampler_.last_results(), tokens.data(), tokens.size(), stream_);
+}
+
+void CudaOps::run_forward(int64_t graph_key, const std::function<void()>& work, std::string& capture_failure) {
+  if (graph_key < 0) {
+    work();
+    return;
+  }
+  if (replay_graph(graph_key)) return;  // the graph wrote the logits
+  work();
+  begin_capture();  // record the same work for the next step of this key
+  try {
+    work();
+  } catch (const std::exception& e) {
+    abort_capture();
+    capture_failure = e.what();
+    return;
+  }
+  if (end_capture(graph_key, &capture_failure)) capture_failure.clear();
 }
 
 bool CudaOps::replay_graph(int64_t key) {
@@ -387,8 +406,8 @@ void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product&
   if (!fused_qkv_rope_enabled() || q_norm != kNoWeight || k_norm != kNoWeight ||
       rows > kcu::gemv16_fused_use_max_rows() || w.out_features != int64_t{num_heads + 2 * num_kv_heads} * d ||
       !linear_->gemv16_takes(w, rows)) {
-    DeviceOps::linear_split_qkv_rope(x, rows, qkv_product, q, k, v, num_heads, num_kv_heads, q_norm, k_norm, positions,
-                                     kv);
+    linear(x, rows, {&qkv_product, 1});
+    split_qkv_rope(qkv_product.y, q, k, v, rows, num_heads, num_kv_heads, q_norm, k_norm, positions, kv);
     return;
   }
   const kcu::CublasLinear::Input in = input_for(x, rows, w);
@@ -413,6 +432,25 @@ void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product&
   p.inv_freq = inv_freq_.as<float>();
   p.kv = kv_pages_out(kv);
   kcu::launch_gemv16_qkv_rope(w.data, in.converted, rows, in.cols, w.dtype == DType::kBF16, bias, p, stream_);
+}
+
+bool CudaOps::attention_input(const AttentionInput& in, attn::AttentionBackend& attention, int layer) {
+  const LinearGroup& g = *in.qkv;
+  if (g.joined == kNoWeight) return LayerMath::attention_input(in, attention, layer);  // q/k/v dtypes differ
+  const Product qkv{g.joined, scratch(Scratch::kQKV), g.joined_bias};
+  const attn::KvWriteTarget kv = attention.kv_write_target(layer);
+  linear_split_qkv_rope(in.x, in.rows, qkv, in.q, in.k, in.v, in.num_heads, in.num_kv_heads, in.q_norm, in.k_norm,
+                        in.positions, kv);
+  return static_cast<bool>(kv);
+}
+
+void CudaOps::attend(attn::AttentionBackend& attention, int layer, attn::ConstTensor q, attn::ConstTensor k,
+                     attn::ConstTensor v, attn::Tensor out, bool kv_written) {
+  // The backend may round its output to 16 bits for the output projection as it writes it.
+  const attn::OutputCopy copy = attention_output_copy(out.data, out.rows, out.cols);
+  const bool copied = copy && attention.request_output_copy(copy);
+  attention.forward(layer, q, k, v, out, kv_written);
+  if (copied) attention_output_copied(out.data, out.rows, out.cols, copy);
 }
 
 attn::OutputCopy CudaOps::attention_output_copy(const float* /*out*/, int64_t rows, int64_t cols) {
@@ -458,7 +496,7 @@ void CudaOps::linear_add_rms_norm(const float* x, int64_t rows, const Product& p
   static const bool enabled = ab_switch_opted_in("SPINDLE_CUDA_GEMV16_NORM");
   const kcu::DeviceWeight& weight = placed(p.weight).weight;
   if (!enabled || weight.out_features != cols || !linear_->gemv16_takes(weight, rows)) {
-    DeviceOps::linear_add_rms_norm(x, rows, p, hidden, out, cols, w);
+    LayerMath::linear_add_rms_norm(x, rows, p, hidden, out, cols, w);
     return;
   }
   const kcu::CublasLinear::Input in = input_for(x, rows, weight);
@@ -477,6 +515,15 @@ void CudaOps::linear_add_rms_norm(const float* x, int64_t rows, const Product& p
   if (linear_->forward_add_rms_norm(weight, in, p.y, bias, params)) return;
   linear_->forward(weight, in, p.y, bias);
   add_rms_norm(hidden, p.y, out, rows, cols, w);
+}
+
+void CudaOps::swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, float* gate_up_scratch, float* act,
+                     int64_t im) {
+  if (gate_up.joined == kNoWeight) {  // gate and up of different dtypes
+    LayerMath::swiglu(x, rows, gate_up, gate_up_scratch, act, im);
+    return;
+  }
+  linear_swiglu(x, rows, gate_up.joined, gate_up_scratch, act, im);
 }
 
 void CudaOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,

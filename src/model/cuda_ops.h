@@ -46,6 +46,9 @@ class CudaOps final : public DeviceOps {
   const char* linear_kernel_name() const override { return linear_->name(); }
 
   WeightId place(std::span<const TensorView> parts, WeightUse use) override;
+  // Joined (q/k/v with their biases side by side; gate/up) where the parts share one dtype.
+  LinearGroup place_group(LinearGroupKind kind, std::span<const TensorView> weights,
+                          std::span<const TensorView> biases) override;
   void finish_loading() override;
   // Device bytes of the weights uploaded (tensors in their stored dtype, biases as f32; a tensor
   // placed twice counts once). Alignment padding between tensors (< 256 bytes each) is not counted.
@@ -60,16 +63,13 @@ class CudaOps final : public DeviceOps {
   void finish_step(float* host, int64_t count) override;
 
   bool samples_on_device() const override { return true; }
-  void sample(const SamplingBatch& batch, std::vector<SampledRow>& out) override;
   void queue_sample(const SamplingBatch& batch) override;
   void collect_sample(std::vector<SampledRow>& out) override { sampler_.collect(out); }
   void take_pending_tokens(std::span<const PendingToken> tokens) override;
 
   bool supports_graphs() const override { return true; }
-  bool replay_graph(int64_t key) override;
-  void begin_capture() override;
-  bool end_capture(int64_t key, std::string* why) override;
-  void abort_capture() override;
+  // The forward's work captured on the stream (thread-local capture mode) and instantiated per key.
+  void run_forward(int64_t graph_key, const std::function<void()>& work, std::string& capture_failure) override;
   void release_graphs() override;
   GraphStats graph_stats() const override { return graph_stats_; }
 
@@ -85,24 +85,43 @@ class CudaOps final : public DeviceOps {
   void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
                     WeightId k_norm, const int64_t* positions) override;
   void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) override;
-  // One gemv16 launch (gate_up product + SwiGLU) where CublasLinear::forward_swiglu takes it.
-  void linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
-                     int64_t im) override;
-  bool joins_qkv() const override { return true; }
-  bool writes_kv_in_split() const override { return true; }
-  void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads, int num_kv_heads,
-                      WeightId q_norm, WeightId k_norm, const int64_t* positions,
-                      const attn::KvWriteTarget& kv) override;
-  // The linear layers' 16-bit input scratch (slot 0), in the rounding mode.
-  attn::OutputCopy attention_output_copy(const float* out, int64_t rows, int64_t cols) override;
-  void attention_output_copied(const float* out, int64_t rows, int64_t cols, const attn::OutputCopy& copy) override;
-  // One gemv16 launch (product, split, RoPE, K/V page write) at 1-2 rows without q/k norms, where
-  // gemv16 takes the product; else the default.
-  void linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k, float* v,
-                             int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
-                             const int64_t* positions, const attn::KvWriteTarget& kv) override;
+  // A joined q/k/v group: its product into kQKV scratch, then one split + norm + RoPE pass that also
+  // writes k and v into the backend's KV write target when it offers one (true then); at 1-2 rows
+  // without q/k norms, where gemv16 takes the product, all of it in one gemv16 launch. Three
+  // products: the default.
+  bool attention_input(const AttentionInput& in, attn::AttentionBackend& attention, int layer) override;
+  // The backend asked to write a 16-bit copy of out into the linear layers' input scratch (slot 0,
+  // in the rounding mode), which the output projection then reads.
+  void attend(attn::AttentionBackend& attention, int layer, attn::ConstTensor q, attn::ConstTensor k,
+              attn::ConstTensor v, attn::Tensor out, bool kv_written) override;
+  // A joined gate/up group: one gemv16 launch (product + SwiGLU) where CublasLinear::forward_swiglu
+  // takes it. Two products: the default.
+  void swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, float* gate_up_scratch, float* act,
+              int64_t im) override;
 
  private:
+  // qkv [rows, Q + 2K] (q heads, k heads, v heads) -> q, k, v as qk_norm_rope leaves them; with a
+  // non-empty kv it also writes each row's k and v into the layer's KV pages there.
+  void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads, int num_kv_heads,
+                      WeightId q_norm, WeightId k_norm, const int64_t* positions, const attn::KvWriteTarget& kv);
+  // The joined q/k/v product into qkv_product.y, then split_qkv_rope of it (one gemv16 launch
+  // where it takes them).
+  void linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k, float* v,
+                             int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
+                             const int64_t* positions, const attn::KvWriteTarget& kv);
+  // The joined gate/up product and SwiGLU (gate_up [rows, 2 im] scratch).
+  void linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act, int64_t im);
+  // Where the attention backend may write a 16-bit copy of its output out [rows, cols]; empty
+  // where this device needs none. attention_output_copied: the backend wrote it.
+  attn::OutputCopy attention_output_copy(const float* out, int64_t rows, int64_t cols);
+  void attention_output_copied(const float* out, int64_t rows, int64_t cols, const attn::OutputCopy& copy);
+  // Graphs: replay_graph returns false when no valid graph is kept under key; end_capture keeps
+  // the captured graph under key, or returns false (keeping nothing) saying why.
+  bool replay_graph(int64_t key);
+  void begin_capture();
+  bool end_capture(int64_t key, std::string* why);
+  void abort_capture();
+
   // One placed weight: its host parts until finish_loading, then its device slot.
   struct Placed {
     WeightUse use = WeightUse::kVector;

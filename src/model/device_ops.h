@@ -1,22 +1,29 @@
-// DeviceOps: the seam between the one transformer forward (transformer.h) and a device. The
-// transformer owns the layer loop, the weight-name table and the architecture switches; a device
-// (CpuOps, cpu_ops.h; CudaOps, cuda_ops.h) owns where weights and activations live and how each
-// small op runs. Adding an architecture touches transformer.cc only; adding a device adds one
+// DeviceOps: the seam between the one transformer forward (transformer.h) and a device, in three
+// roles: WeightStore (weights, at load), StepContext (the step's batch, scratch and logits,
+// sampling on the device, step graphs) and LayerMath (the forward's ops). The transformer owns
+// the layer loop, the weight-name table and the architecture switches; a device (CpuOps,
+// cpu_ops.h; CudaOps, cuda_ops.h) owns where weights and activations live, how each op runs and
+// which ops it fuses: the transformer never asks what a device can do (a device that joins the
+// q/k/v products, writes the new K/V in its RoPE pass or records graphs does so behind these
+// entries). Adding an architecture touches transformer.cc only; adding a device adds one
 // DeviceOps.
 //
 // Memory: every float* an op takes or returns is in the device's memory (host memory for kCpu);
 // activations are f32, row-major, contiguous. Weights are placed once at load and named by
-// WeightId; an op resolves the id to its own copy or view.
+// WeightId (or LinearGroup); an op resolves the id to its own copy or view.
 //
 // Order: ops run in call order on the device (the CPU runs each one to completion; CUDA queues
 // them on the legacy default stream, where the attention backends run too). finish_step waits.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "attn/attention_backend.h"
 #include "attn/attention_types.h"
 #include "kernels/sampling_batch.h"
 #include "kernels/step_batch.h"
@@ -39,6 +46,21 @@ enum class WeightUse {
   kBias,    // a bias vector, widened to f32
 };
 
+// Linear weights that read the same input, placed as the device chooses: joined into one
+// product of their stacked rows (`joined`, its bias `joined_bias`) or one by one (`parts`,
+// `biases`, in the order given; the rest kNoWeight). The LayerMath entry that takes the group
+// (attention_input, swiglu) runs it either way with the same result.
+enum class LinearGroupKind {
+  kQkv,     // q_proj, k_proj, v_proj: [Q, H], [K, H], [K, H] (and their biases)
+  kGateUp,  // gate_proj, up_proj: [I, H] each, no bias
+};
+struct LinearGroup {
+  WeightId joined = kNoWeight;
+  WeightId joined_bias = kNoWeight;
+  std::array<WeightId, 3> parts{kNoWeight, kNoWeight, kNoWeight};
+  std::array<WeightId, 3> biases{kNoWeight, kNoWeight, kNoWeight};
+};
+
 // The per-step activation buffers the transformer asks for (f32, grown on demand).
 enum class Scratch : int {
   kHidden,     // [T, H] the residual stream
@@ -56,20 +78,23 @@ enum class Scratch : int {
   kCount
 };
 
-class DeviceOps {
+// Role 1: where the weights live.
+class WeightStore {
  public:
-  virtual ~DeviceOps() = default;
+  virtual ~WeightStore() = default;
 
-  virtual attn::Device device() const = 0;
   // The linear kernel of the projections ("avx512", "cublas_split", ...).
   virtual const char* linear_kernel_name() const = 0;
-
-  // --- Weights, at load ---------------------------------------------------------------------
   // Places one weight made of `parts` (views into the mapped checkpoint, which stays mapped until
-  // finish_loading). A kLinear of two parts is W = [part 0 rows; part 1 rows] (gate_proj and
-  // up_proj as one [2I, H] product); a device that cannot join them returns kNoWeight, and the
-  // caller places them one by one. Throws for a dtype the device cannot read, naming the tensor.
+  // finish_loading). A kLinear of several parts is W = [part 0 rows; part 1 rows; ...] (one
+  // product); a device that cannot join them returns kNoWeight. Throws for a dtype the device
+  // cannot read, naming the tensor.
   virtual WeightId place(std::span<const TensorView> parts, WeightUse use) = 0;
+  // The linear weights of a LinearGroup (weights, and biases: empty or one per weight), joined
+  // or one by one as this device runs them best. Places in the order: the joined weight and its
+  // bias; or every part, then every bias.
+  virtual LinearGroup place_group(LinearGroupKind kind, std::span<const TensorView> weights,
+                                  std::span<const TensorView> biases) = 0;
   // A linear weight made of the first `rows` output rows of the placed linear weight `linear`
   // (its product computes only those outputs; a view, nothing copied), or kNoWeight where the
   // device cannot make one. May be called after finish_loading.
@@ -79,7 +104,20 @@ class DeviceOps {
   // Bytes of the weights the forward reads, where they live (see each device).
   virtual uint64_t weight_bytes() const = 0;
 
-  // --- Per step -----------------------------------------------------------------------------
+ protected:
+  // place_group's one-by-one placement (the parts, then the biases), for every device.
+  LinearGroup place_each(std::span<const TensorView> weights, std::span<const TensorView> biases);
+  // place_group's joined placement: kNoWeight in `joined` where place() cannot join the parts.
+  LinearGroup place_joined(std::span<const TensorView> weights, std::span<const TensorView> biases);
+};
+
+// Role 2: one step's batch, scratch and logits on the device; sampling there; step graphs.
+class StepContext {
+ public:
+  virtual ~StepContext() = default;
+
+  virtual attn::Device device() const = 0;
+
   // Makes the step's batch readable on the device and returns its view there (token ids,
   // positions, logit rows in device memory). CUDA uploads it once (the returned DeviceBatch is
   // handed to the attention backend's prepare); the CPU reads the host batch (null).
@@ -92,16 +130,20 @@ class DeviceOps {
   // Scratch, RoPE tables and library workspaces allocated now.
   virtual uint64_t workspace_bytes() const = 0;
   // Where the LM head writes logits [n, V]: `host` itself on the CPU, device scratch on CUDA.
+  // Throws for a null `host` where the device cannot keep the logits (!samples_on_device()).
   virtual float* logits_target(float* host) = 0;
   // Waits for the step's work; copies logits_target's n * V floats to `host` when they differ.
   virtual void finish_step(float* host, int64_t count) = 0;
 
-  // --- Sampling on the device (CUDA) ----------------------------------------------------------
-  // True where sample() chooses tokens from the step's logits in device memory, so forward may
+  // --- Sampling on the device (CUDA) --------------------------------------------------------
+  // True where sampling chooses tokens from the step's logits in device memory, so forward may
   // leave them there.
   virtual bool samples_on_device() const { return false; }
   // The first batch.rows.size() rows of the last step's logits (kLogits) sampled; waits.
-  virtual void sample(const SamplingBatch& batch, std::vector<SampledRow>& out);
+  void sample(const SamplingBatch& batch, std::vector<SampledRow>& out) {
+    queue_sample(batch);
+    collect_sample(out);
+  }
   // The same in two halves, for the overlap schedule: queue_sample queues the sampling of the last
   // forward's logits without waiting (the batch may be reused on return); collect_sample waits for
   // the oldest queued one. At most two are queued at once.
@@ -111,20 +153,18 @@ class DeviceOps {
   // from the last queued sampling (device-side; nothing waits).
   virtual void take_pending_tokens(std::span<const PendingToken> tokens);
 
-  // --- Step graphs (CUDA graphs) ---------------------------------------------------------------
-  // A graph is the device work of one forward, recorded once (begin_capture, the forward's ops,
-  // end_capture) and replayed for later steps of the same key (Transformer::forward's: the row
-  // count, and the new tokens per sequence of a multi-token step) whose device arrays sit at the
-  // same addresses. Replays are valid only while no device buffer was reallocated since the
-  // capture; replay_graph returns false when there is no valid graph.
+  // --- Step graphs (CUDA graphs) -------------------------------------------------------------
+  // A graph is the device work of one forward, recorded once and replayed for later steps of the
+  // same key (Transformer::forward's: the row count, and the new tokens per sequence of a
+  // multi-token step) whose device arrays sit at the same addresses. Replays are valid only
+  // while no device buffer was reallocated since the capture.
   virtual bool supports_graphs() const { return false; }
-  virtual bool replay_graph(int64_t /*key*/) { return false; }
-  virtual void begin_capture() {}
-  // Ends the capture and keeps the graph under `key`. Returns false (and keeps nothing, the
-  // device usable) when the capture failed; `why` says why.
-  virtual bool end_capture(int64_t /*key*/, std::string* /*why*/) { return false; }
-  // Ends a capture an exception interrupted, keeping nothing.
-  virtual void abort_capture() {}
+  // Queues the device work of one forward, which `work` queues op by op. graph_key < 0: work()
+  // once. Otherwise (only where supports_graphs()): the graph kept under graph_key replayed when
+  // one is valid; else work() runs, and a second work() is recorded and kept under graph_key for
+  // the next step. A failed recording (work threw, or the capture failed) keeps nothing, leaves
+  // the device usable and says why in `capture_failure`; a kept one clears it.
+  virtual void run_forward(int64_t graph_key, const std::function<void()>& work, std::string& capture_failure);
   // Destroys every graph held (their device memory goes back to the driver, which hands it to
   // the next captures: a recapture's own free-memory difference reads ~0). The counters stay,
   // memory_bytes too: it is what capturing those graphs again takes.
@@ -137,8 +177,15 @@ class DeviceOps {
     uint64_t memory_bytes = 0;    // device memory the graphs took (free memory before - after)
   };
   virtual GraphStats graph_stats() const { return {}; }
+};
 
-  // --- Ops ------------------------------------------------------------------------------------
+// Role 3: the forward's ops. The fused entries (linear_add_rms_norm, attention_input, attend,
+// swiglu) have defaults made of the plain ones; a device overrides them to fuse, with the same
+// result.
+class LayerMath {
+ public:
+  virtual ~LayerMath() = default;
+
   // out[i, :] = table[ids[i], :]; ids (device memory, already checked against the vocabulary).
   virtual void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) = 0;
   // out[r, :] = RMSNorm(x[src, :]) * w, src = row_index ? row_index[r] : r (device memory).
@@ -156,48 +203,52 @@ class DeviceOps {
     WeightId bias = kNoWeight;
   };
   virtual void linear(const float* x, int64_t rows, std::span<const Product> products) = 0;
-  // The product p (y = x W^T + bias, [rows, cols]) and then add_rms_norm(hidden, p.y, out, rows,
-  // cols, w): the output projections of a layer and the residual add + norm after them. Default:
-  // linear then add_rms_norm; a device may do both in one pass with the same result.
-  virtual void linear_add_rms_norm(const float* x, int64_t rows, const Product& p, float* hidden, float* out,
-                                   int64_t cols, WeightId w);
   // Qwen3's per-head q/k RMSNorm (when q_norm and k_norm are not kNoWeight), then RoPE at
   // `positions` (device memory, [rows]): q [rows, num_heads, D], k [rows, num_kv_heads, D].
   virtual void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
                             WeightId k_norm, const int64_t* positions) = 0;
-  // Whether place() may join q_proj, k_proj and v_proj into one [Q + 2K, H] weight, whose product
-  // split_qkv_rope then takes apart; otherwise the transformer places them one by one.
-  virtual bool joins_qkv() const { return false; }
-  // qkv [rows, Q + 2K] (q heads, k heads, v heads) -> q, k, v as qk_norm_rope leaves them. With a
-  // non-empty kv (only where writes_kv_in_split()) it also writes each row's k and v into the
-  // layer's KV pages there, as the attention backend's own write would (the caller then tells
-  // the backend kv_written).
-  virtual bool writes_kv_in_split() const { return false; }
-  virtual void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
-                              int num_kv_heads, WeightId q_norm, WeightId k_norm, const int64_t* positions,
-                              const attn::KvWriteTarget& kv);
-  // The joined q/k/v product into qkv [rows, Q + 2K] (scratch), then split_qkv_rope of it, with
-  // the same result. Default: linear then split_qkv_rope; a device may do both in one pass.
-  virtual void linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k,
-                                     float* v, int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
-                                     const int64_t* positions, const attn::KvWriteTarget& kv);
-  // Where the attention backend may write a 16-bit copy of its output out [rows, cols] for the
-  // product after it (AttentionBackend::request_output_copy); empty where this device needs none.
-  // attention_output_copied: the backend agreed and wrote it, so the next linear() over out reads it.
-  virtual attn::OutputCopy attention_output_copy(const float* /*out*/, int64_t /*rows*/, int64_t /*cols*/) {
-    return {};
-  }
-  virtual void attention_output_copied(const float* /*out*/, int64_t /*rows*/, int64_t /*cols*/,
-                                       const attn::OutputCopy& /*copy*/) {}
   // out[r, i] = silu(gate[r * stride + i]) * up[r * stride + i], out [rows, cols].
   virtual void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows,
                         int64_t cols) = 0;
-  // The MLP's joined [gate; up] product (weight [2 im, in]) and its activation:
+
+  // The product p (y = x W^T + bias, [rows, cols]) and then add_rms_norm(hidden, p.y, out, rows,
+  // cols, w): the output projections of a layer and the residual add + norm after them. Default:
+  // linear then add_rms_norm.
+  virtual void linear_add_rms_norm(const float* x, int64_t rows, const Product& p, float* hidden, float* out,
+                                   int64_t cols, WeightId w);
+  // The attention block's input from x [rows, H] (the input norm's output):
+  //   q, k, v = x W_q^T (+b), x W_k^T (+b), x W_v^T (+b)   (the kQkv group `qkv`)
+  //   Qwen3: q, k = RMSNorm per head (q_norm, k_norm not kNoWeight); q, k = RoPE at `positions`
+  // into q [rows, num_heads * D], k and v [rows, num_kv_heads * D]. A device may also write k and
+  // v into `attention`'s KV pages of `layer` (AttentionBackend::kv_write_target) and return true:
+  // then attend() is told kv_written. Default: the group's products, then qk_norm_rope; false.
+  struct AttentionInput {
+    const float* x = nullptr;
+    int64_t rows = 0;
+    const LinearGroup* qkv = nullptr;
+    WeightId q_norm = kNoWeight, k_norm = kNoWeight;
+    const int64_t* positions = nullptr;  // [rows], device memory
+    int num_heads = 0, num_kv_heads = 0;
+    float* q = nullptr;
+    float* k = nullptr;
+    float* v = nullptr;
+  };
+  virtual bool attention_input(const AttentionInput& in, attn::AttentionBackend& attention, int layer);
+  // attention.forward(layer, q, k, v, out, kv_written). A device may also have the backend
+  // write a 16-bit copy of out for the product that reads it next
+  // (AttentionBackend::request_output_copy). Default: the forward alone.
+  virtual void attend(attn::AttentionBackend& attention, int layer, attn::ConstTensor q, attn::ConstTensor k,
+                      attn::ConstTensor v, attn::Tensor out, bool kv_written);
+  // The MLP's activation from x [rows, in] and the kGateUp group:
   //   act [rows, im] = silu(x W_gate^T) * (x W_up^T)
-  // gate_up [rows, 2 im] is scratch for the product. Default: linear into gate_up, then silu_mul
-  // over its halves; a device may do both in one pass with the same result.
-  virtual void linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
-                             int64_t im);
+  // gate_up [rows, 2 im] is scratch for the products. Default: the joined product into gate_up
+  // and silu_mul over its halves; or the two products into gate_up's halves ([gate rows; up
+  // rows]) and silu_mul of them.
+  virtual void swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, float* gate_up_scratch, float* act,
+                      int64_t im);
 };
+
+// One device's three roles, owned together by the Transformer.
+class DeviceOps : public WeightStore, public StepContext, public LayerMath {};
 
 }  // namespace spindle

@@ -39,14 +39,13 @@ Transformer::~Transformer() = default;
 // The one walk over the weight names (the table itself: weight_map.h).
 void Transformer::place_weights(const Checkpoint& checkpoint) {
   const ModelConfig& c = config_;
-  auto place = [&](WeightUse use, std::initializer_list<std::string> names) {
+  auto views = [&](std::initializer_list<std::string> names) {
     std::vector<TensorView> parts;
     for (const auto& name : names) parts.push_back(checkpoint.tensor(name));
-    return ops_->place(parts, use);
+    return parts;
   };
-  auto vector = [&](const std::string& name) { return place(WeightUse::kVector, {name}); };
-  auto linear = [&](const std::string& name) { return place(WeightUse::kLinear, {name}); };
-  auto bias = [&](const std::string& name) { return place(WeightUse::kBias, {name}); };
+  auto vector = [&](const std::string& name) { return ops_->place(views({name}), WeightUse::kVector); };
+  auto linear = [&](const std::string& name) { return ops_->place(views({name}), WeightUse::kLinear); };
 
   embed_ = vector("model.embed_tokens.weight");
   final_norm_ = vector("model.norm.weight");
@@ -56,34 +55,21 @@ void Transformer::place_weights(const Checkpoint& checkpoint) {
     auto name = [i](std::string_view suffix) { return layer_weight_name(i, suffix); };
     l.input_norm = vector(name("input_layernorm.weight"));
     l.post_norm = vector(name("post_attention_layernorm.weight"));
-    if (ops_->joins_qkv()) {
-      l.qkv = place(WeightUse::kLinear, {name("self_attn.q_proj.weight"), name("self_attn.k_proj.weight"),
-                                         name("self_attn.v_proj.weight")});
-      if (l.qkv != kNoWeight && c.attention_bias) {
-        l.qkv_bias = place(WeightUse::kBias, {name("self_attn.q_proj.bias"), name("self_attn.k_proj.bias"),
-                                              name("self_attn.v_proj.bias")});
-      }
-    }
-    if (l.qkv == kNoWeight) {
-      l.q = linear(name("self_attn.q_proj.weight"));
-      l.k = linear(name("self_attn.k_proj.weight"));
-      l.v = linear(name("self_attn.v_proj.weight"));
-      if (c.attention_bias) {
-        l.q_bias = bias(name("self_attn.q_proj.bias"));
-        l.k_bias = bias(name("self_attn.k_proj.bias"));
-        l.v_bias = bias(name("self_attn.v_proj.bias"));
-      }
-    }
+    const auto qkv_biases = c.attention_bias
+                                ? views({name("self_attn.q_proj.bias"), name("self_attn.k_proj.bias"),
+                                         name("self_attn.v_proj.bias")})
+                                : std::vector<TensorView>{};
+    l.qkv = ops_->place_group(LinearGroupKind::kQkv,
+                              views({name("self_attn.q_proj.weight"), name("self_attn.k_proj.weight"),
+                                     name("self_attn.v_proj.weight")}),
+                              qkv_biases);
     l.o = linear(name("self_attn.o_proj.weight"));
     if (c.qk_norm) {
       l.q_norm = vector(name("self_attn.q_norm.weight"));
       l.k_norm = vector(name("self_attn.k_norm.weight"));
     }
-    l.gate_up = place(WeightUse::kLinear, {name("mlp.gate_proj.weight"), name("mlp.up_proj.weight")});
-    if (l.gate_up == kNoWeight) {
-      l.gate = linear(name("mlp.gate_proj.weight"));
-      l.up = linear(name("mlp.up_proj.weight"));
-    }
+    l.gate_up = ops_->place_group(LinearGroupKind::kGateUp,
+                                  views({name("mlp.gate_proj.weight"), name("mlp.up_proj.weight")}), {});
     l.down = linear(name("mlp.down_proj.weight"));
   }
   lm_head_ = linear(lm_head_is_tied(c, checkpoint) ? "model.embed_tokens.weight" : "lm_head.weight");
@@ -91,7 +77,7 @@ void Transformer::place_weights(const Checkpoint& checkpoint) {
 
 int Transformer::num_fused_gate_up() const {
   return static_cast<int>(
-      std::count_if(layers_.begin(), layers_.end(), [](const Layer& l) { return l.gate_up != kNoWeight; }));
+      std::count_if(layers_.begin(), layers_.end(), [](const Layer& l) { return l.gate_up.joined != kNoWeight; }));
 }
 
 attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size) const {
@@ -103,44 +89,6 @@ attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size)
   s.kv_dtype = kv_dtype;
   s.page_size = page_size;
   return s;
-}
-
-void DeviceOps::split_qkv_rope(const float*, float*, float*, float*, int64_t, int, int, WeightId, WeightId,
-                               const int64_t*, const attn::KvWriteTarget&) {
-  SPINDLE_FAIL("{} does not join the q/k/v products", attn::device_name(device()));
-}
-
-void DeviceOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product& qkv_product, float* q, float* k,
-                                      float* v, int num_heads, int num_kv_heads, WeightId q_norm, WeightId k_norm,
-                                      const int64_t* positions, const attn::KvWriteTarget& kv) {
-  linear(x, rows, {&qkv_product, 1});
-  split_qkv_rope(qkv_product.y, q, k, v, rows, num_heads, num_kv_heads, q_norm, k_norm, positions, kv);
-}
-
-void DeviceOps::linear_add_rms_norm(const float* x, int64_t rows, const Product& p, float* hidden, float* out,
-                                    int64_t cols, WeightId w) {
-  linear(x, rows, {&p, 1});
-  add_rms_norm(hidden, p.y, out, rows, cols, w);
-}
-
-void DeviceOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
-                              int64_t im) {
-  const Product fused{gate_up_weight, gate_up, kNoWeight};
-  linear(x, rows, {&fused, 1});
-  silu_mul(gate_up, gate_up + im, 2 * im, act, rows, im);
-}
-
-void DeviceOps::sample(const SamplingBatch& /*batch*/, std::vector<SampledRow>& /*out*/) {
-  SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
-}
-void DeviceOps::queue_sample(const SamplingBatch& /*batch*/) {
-  SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
-}
-void DeviceOps::collect_sample(std::vector<SampledRow>& /*out*/) {
-  SPINDLE_FAIL("sampling on the device is not available on {}", attn::device_name(device()));
-}
-void DeviceOps::take_pending_tokens(std::span<const PendingToken> /*tokens*/) {
-  SPINDLE_FAIL("tokens pending on the device are not available on {}", attn::device_name(device()));
 }
 
 const kernels::cuda::DeviceBatch* Transformer::upload(const StepBatch& batch, int page_size, int plan_kv_len) {
@@ -159,10 +107,8 @@ void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attent
   const int64_t n = batch.num_logit_rows();
   SPINDLE_CHECK(attention.device() == device(), "forward: attention backend {} runs on {}, this model on {}",
                 attention.name(), attn::device_name(attention.device()), attn::device_name(device()));
-  SPINDLE_CHECK(logits != nullptr || ops_->samples_on_device(),
-                "forward: {} cannot keep the logits on the device; give a host buffer", attn::device_name(device()));
-  SPINDLE_CHECK(mode == StepMode::kEager || ops_->supports_graphs(), "forward: {} has no step graphs",
-                attn::device_name(device()));
+  // (A device refuses what it cannot do: logits left on a device that does not sample there,
+  // logits_target; graphs where it has none, run_forward.)
   if (t == 0) return;
   const StepBatchView& step = ops_->step();
   SPINDLE_CHECK(step.num_tokens == t && step.num_logit_rows == n,
@@ -172,24 +118,9 @@ void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attent
   ops_->reserve(t, n);  // before logits_target: growing moves the device scratch
   float* device_logits = ops_->logits_target(logits);
   // Decode: the row count; a uniform multi-token step: the row count and the tokens per sequence.
-  const int64_t graph_key = batch.is_decode() ? t : (int64_t{batch.max_new_tokens} << 32) | t;
-  if (mode == StepMode::kGraph && ops_->replay_graph(graph_key)) {
-    // the graph wrote device_logits
-  } else {
-    queue_forward(batch, attention, device_logits);
-    if (mode == StepMode::kGraph) {  // record the same work for the next step of this shape
-      ops_->begin_capture();
-      try {
-        queue_forward(batch, attention, device_logits);
-      } catch (const std::exception& e) {
-        ops_->abort_capture();
-        last_capture_failure_ = e.what();
-        mode = StepMode::kEager;
-      }
-      if (mode == StepMode::kGraph && !ops_->end_capture(graph_key, &last_capture_failure_)) mode = StepMode::kEager;
-      if (mode == StepMode::kGraph) last_capture_failure_.clear();
-    }
-  }
+  const int64_t graph_key =
+      mode == StepMode::kEager ? -1 : batch.is_decode() ? t : (int64_t{batch.max_new_tokens} << 32) | t;
+  ops_->run_forward(graph_key, [&] { queue_forward(batch, attention, device_logits); }, last_capture_failure_);
   ops_->finish_step(logits, n * config_.vocab_size);
   if (num_logit_ids_ < config_.vocab_size && logits != nullptr) {
     widen_logit_rows(logits, n, num_logit_ids_, config_.vocab_size);
@@ -226,7 +157,7 @@ void Transformer::queue_forward(const StepBatch& batch, attn::AttentionBackend& 
     ops_->rms_norm(hidden, final_rows, n, h, final_norm_, step.logit_rows);
     // The first num_logit_ids_ rows only (limit_logit_ids): compact [n, num_logit_ids_] rows,
     // widened by forward().
-    const DeviceOps::Product head{lm_head_rows_ != kNoWeight ? lm_head_rows_ : lm_head_, logits, kNoWeight};
+    const LayerMath::Product head{lm_head_rows_ != kNoWeight ? lm_head_rows_ : lm_head_, logits, kNoWeight};
     ops_->linear(final_rows, n, {&head, 1});
   }
 }
@@ -249,39 +180,28 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
   float* gate_up = ops.scratch(Scratch::kGateUp);
   float* act = ops.scratch(Scratch::kActivation);
 
-  // Attention block.
-  bool kv_written = false;   // the split wrote the new K/V into the pages (the backend only attends)
-  if (l.qkv != kNoWeight) {  // one product, then one pass that splits, normalises and rotates
-    float* joined = ops.scratch(Scratch::kQKV);
-    const DeviceOps::Product qkv{l.qkv, joined, l.qkv_bias};
-    const attn::KvWriteTarget kv = ops.writes_kv_in_split() ? attention.kv_write_target(index) : attn::KvWriteTarget{};
-    ops.linear_split_qkv_rope(normed, t, qkv, q, k, v, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
-                              ops.step().positions, kv);
-    kv_written = static_cast<bool>(kv);
-  } else {
-    const DeviceOps::Product qkv[] = {{l.q, q, l.q_bias}, {l.k, k, l.k_bias}, {l.v, v, l.v_bias}};
-    ops.linear(normed, t, qkv);
-    ops.qk_norm_rope(q, k, t, c.num_attention_heads, c.num_key_value_heads, l.q_norm, l.k_norm,
-                     ops.step().positions);
-  }
-  // The backend may round its output to 16 bits for the output projection as it writes it.
-  const attn::OutputCopy copy = ops.attention_output_copy(attn_out, t, qs);
-  const bool copied = copy && attention.request_output_copy(copy);
-  attention.forward(index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs}, kv_written);
-  if (copied) ops.attention_output_copied(attn_out, t, qs, copy);
-  // The output projection, the residual add and the MLP's norm.
-  const DeviceOps::Product o{l.o, proj, kNoWeight};
+  // Attention block: q, k, v (the device may write k and v into the pages as it makes them),
+  // attention, the output projection, the residual add and the MLP's norm.
+  LayerMath::AttentionInput in;
+  in.x = normed;
+  in.rows = t;
+  in.qkv = &l.qkv;
+  in.q_norm = l.q_norm;
+  in.k_norm = l.k_norm;
+  in.positions = ops.step().positions;
+  in.num_heads = c.num_attention_heads;
+  in.num_kv_heads = c.num_key_value_heads;
+  in.q = q;
+  in.k = k;
+  in.v = v;
+  const bool kv_written = ops.attention_input(in, attention, index);
+  ops.attend(attention, index, {q, t, qs}, {k, t, ks}, {v, t, ks}, {attn_out, t, qs}, kv_written);
+  const LayerMath::Product o{l.o, proj, kNoWeight};
   ops.linear_add_rms_norm(attn_out, t, o, hidden, normed, h, l.post_norm);
 
   // MLP block.
-  if (l.gate_up != kNoWeight) {
-    ops.linear_swiglu(normed, t, l.gate_up, gate_up, act, im);
-  } else {  // [gate rows; up rows]
-    const DeviceOps::Product parts[] = {{l.gate, gate_up, kNoWeight}, {l.up, gate_up + t * im, kNoWeight}};
-    ops.linear(normed, t, parts);
-    ops.silu_mul(gate_up, gate_up + t * im, im, act, t, im);
-  }
-  const DeviceOps::Product down{l.down, proj, kNoWeight};
+  ops.swiglu(normed, t, l.gate_up, gate_up, act, im);
+  const LayerMath::Product down{l.down, proj, kNoWeight};
   if (index + 1 < c.num_hidden_layers) {  // the residual add and the next layer's input norm
     ops.linear_add_rms_norm(act, t, down, hidden, normed, h, layers_[static_cast<size_t>(index) + 1].input_norm);
   } else {

@@ -9,8 +9,9 @@
 //   Qwen3: q, k = RMSNorm per head over head_dim (q_norm, k_norm)
 //   q, k = RoPE(q, k, position); a = attention(q, k, v) (the backend writes k, v into the pages)
 //   x = x + a W_o^T; h = RMSNorm(x); x = x + (silu(h W_gate^T) * (h W_up^T)) W_down^T
-// then the final RMSNorm and the LM head on the batch's logit rows only. gate_proj and up_proj
-// run as one [2I, H] product where the device can join them.
+// then the final RMSNorm and the LM head on the batch's logit rows only. Which ops run fused
+// (q/k/v as one product, the K/V page write in the RoPE pass, gate_proj and up_proj as one
+// [2I, H] product, CUDA graphs) the device decides behind DeviceOps' entries: nothing here asks.
 //
 // A step: upload(batch) once, the attention backend's prepare(batch, uploaded), forward(batch,
 // backend, logits); engine::Runner (engine/runner.h) does the three. Not thread-safe: one engine
@@ -116,12 +117,9 @@ class Transformer {
   struct Layer {
     WeightId input_norm = kNoWeight, post_norm = kNoWeight;  // [H]
     WeightId q_norm = kNoWeight, k_norm = kNoWeight;         // [D], Qwen3 only
-    WeightId q = kNoWeight, k = kNoWeight, v = kNoWeight, o = kNoWeight;  // [Q,H] [K,H] [K,H] [H,Q]
-    WeightId q_bias = kNoWeight, k_bias = kNoWeight, v_bias = kNoWeight;  // attention_bias only
-    // qkv [Q + 2K, H] (and its bias) when the device joined them; then q, k, v are kNoWeight.
-    WeightId qkv = kNoWeight, qkv_bias = kNoWeight;
-    // gate_up [2I, H] when the device joined them; otherwise gate and up [I, H] each.
-    WeightId gate_up = kNoWeight, gate = kNoWeight, up = kNoWeight;
+    LinearGroup qkv;                                         // q [Q,H], k [K,H], v [K,H] (+ biases)
+    WeightId o = kNoWeight;                                  // [H, Q]
+    LinearGroup gate_up;                                     // gate [I,H], up [I,H]
     WeightId down = kNoWeight;  // [H, I]
   };
 

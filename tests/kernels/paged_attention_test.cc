@@ -136,8 +136,13 @@ struct Problem {
       StepSequence all;
       all.num_new_tokens = total;
       all.num_pages = static_cast<int32_t>(tables[i].size());
-      KvWriteParams w{k.data(), v.data(), k_pages.data(), v_pages.data(), kv_dtype, num_pages,
-                      page_size, num_kv_heads, head_dim, std::span(&all, 1), tables[i].data()};
+      KvGeometry kv;
+      kv.num_kv_heads = num_kv_heads;
+      kv.head_dim = head_dim;
+      kv.page_size = page_size;
+      kv.dtype = kv_dtype;
+      kv.num_pages = num_pages;
+      KvWriteParams w{k.data(), v.data(), k_pages.data(), v_pages.data(), kv, std::span(&all, 1), tables[i].data()};
       write_kv_pages(w);
       StepSequence s;
       s.query_offset = offset;
@@ -161,12 +166,12 @@ struct Problem {
     p.out = out;
     p.k_pages = k_pages.data();
     p.v_pages = v_pages.data();
-    p.kv_dtype = kv_dtype;
-    p.num_pages = num_pages;
-    p.page_size = page_size;
+    p.kv.dtype = kv_dtype;
+    p.kv.num_pages = num_pages;
+    p.kv.page_size = page_size;
     p.num_heads = num_heads;
-    p.num_kv_heads = num_kv_heads;
-    p.head_dim = head_dim;
+    p.kv.num_kv_heads = num_kv_heads;
+    p.kv.head_dim = head_dim;
     p.scale = 1.0f / std::sqrt(float(head_dim));
     p.causal = causal;
     flat_tables.clear();
@@ -464,10 +469,10 @@ TEST(PagedAttentionParams, OtherErrors) {
   EXPECT_NO_THROW(check_paged_attention_params(p, pr.num_rows()));
   EXPECT_THROW(check_paged_attention_params(p, pr.num_rows() + 1), Error);  // row count mismatch
   auto bad = p;
-  bad.num_kv_heads = 3;
+  bad.kv.num_kv_heads = 3;
   EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
   bad = p;
-  bad.kv_dtype = DType::kF8E4M3;
+  bad.kv.dtype = DType::kF8E4M3;
   EXPECT_THROW(check_paged_attention_params(bad, pr.num_rows()), Error);
   bad = p;
   bad.k_pages = nullptr;
@@ -498,8 +503,8 @@ TEST(WriteKvPages, PlacesRowsByPageTableAndRoundsToBf16) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     std::vector<uint8_t> kp(num_pages * page_size * row * dtype_size(dtype), 0);
     std::vector<uint8_t> vp(kp.size(), 0);
-    write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), dtype, num_pages, page_size, kv_heads, dim,
-                    std::span(&seq, 1), table.data()});
+    const KvGeometry kv{/*num_layers=*/1, kv_heads, dim, page_size, dtype, num_pages, /*first_page=*/0};
+    write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), kv, std::span(&seq, 1), table.data()});
     auto at = [&](const std::vector<uint8_t>& pages, int64_t slot, int64_t e) -> float {
       if (dtype == DType::kF32) return reinterpret_cast<const float*>(pages.data())[slot * row + e];
       return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(pages.data())[slot * row + e]);

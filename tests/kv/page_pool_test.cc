@@ -184,6 +184,47 @@ TEST(PagePoolTest, EachRankAllocatesOnlyItsOwnRange) {
   EXPECT_THROW(pool.allocator(dp), Error);
 }
 
+TEST(PagePoolTest, EachRanksGeometryIsItsPageRangeOfTheLayout) {
+  const KvLayout layout{2, 3, 16, DType::kBF16, 4};
+  const int dp = 4, per_rank = 6;
+  PagePool pool(layout, dp * per_rank, dp);
+  const std::vector<attn::LayerKvCache> caches = pool.layer_caches();
+  for (int r = 0; r < dp; ++r) {
+    const KvGeometry g = pool.geometry(r);
+    EXPECT_EQ(g.num_layers, 2);
+    EXPECT_EQ(g.num_kv_heads, 3);
+    EXPECT_EQ(g.head_dim, 16);
+    EXPECT_EQ(g.page_size, 4);
+    EXPECT_EQ(g.dtype, DType::kBF16);
+    EXPECT_EQ(g.first_page, r * per_rank);
+    EXPECT_EQ(g.num_pages, per_rank);
+    EXPECT_EQ(g.layer_page_bytes(), layout.bytes_per_layer_page());
+    for (int layer = 0; layer < 2; ++layer) {  // where a backend bound to rank r finds its first page
+      EXPECT_EQ(static_cast<std::byte*>(caches[layer].k_pages) + g.first_page * g.layer_page_bytes(),
+                pool.k_page(layer, pool.first_page(r)));
+    }
+  }
+  EXPECT_THROW(pool.geometry(dp), Error);
+}
+
+TEST(RankPageRangeTest, RanksTileThePoolInOrderEvenWhenPagesDoNotDivide) {
+  for (const int num_pages : {1, 7, 12, 13}) {
+    for (const int ranks : {1, 2, 3, 5}) {
+      int next = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const PageRange range = rank_page_range(num_pages, ranks, r);
+        EXPECT_EQ(range.first, next) << num_pages << " pages, rank " << r << " of " << ranks;
+        EXPECT_GE(range.count, num_pages / ranks);
+        EXPECT_LE(range.count, num_pages / ranks + 1);
+        next = range.first + range.count;
+      }
+      EXPECT_EQ(next, num_pages) << num_pages << " pages over " << ranks << " ranks";
+    }
+  }
+  EXPECT_EQ(rank_page_range(12, 3, 1).first, 4);  // r * n / dp
+  EXPECT_EQ(rank_page_range(12, 3, 1).count, 4);
+}
+
 // --- DP isolation through the attention backends ---------------------------------------------
 
 constexpr float kSentinel = 1e30f;

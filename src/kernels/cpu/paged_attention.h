@@ -1,7 +1,8 @@
 // Paged attention on the CPU: the kernel contract shared by every ISA.
 //
-// KV layout, per layer: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]
-// of kv_dtype (kF32 or kBF16; kF16 for the reference and the CUDA kernels), row-major. Token t of
+// KV layout, per layer: k_pages and v_pages are each [kv.num_pages, kv.page_size, kv.num_kv_heads,
+// kv.head_dim] of kv.dtype (kF32 or kBF16; kF16 for the reference and the CUDA kernels), row-major:
+// the rank's pages of the bound geometry (kernels/kv_geometry.h). Token t of
 // sequence s lives in page page_tables[s.page_table_offset + t / page_size], slot t % page_size
 // (the StepBatch layout, kernels/step_batch.h).
 //
@@ -19,6 +20,7 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/kv_geometry.h"
 #include "kernels/step_batch.h"
 #include "util/dtype.h"
 
@@ -31,14 +33,12 @@ namespace spindle::kernels::cpu {
 struct PagedAttentionParams {
   const float* q = nullptr;       // [num_tokens, num_heads, head_dim]
   float* out = nullptr;           // [num_tokens, num_heads, head_dim]
-  const void* k_pages = nullptr;  // [num_pages, page_size, num_kv_heads, head_dim]
+  const void* k_pages = nullptr;  // [kv.num_pages, kv.page_size, kv.num_kv_heads, kv.head_dim]
   const void* v_pages = nullptr;  // same layout as k_pages
-  DType kv_dtype = DType::kBF16;  // kF32, kBF16 or kF16 (reference only)
-  int num_pages = 0;
-  int page_size = 0;
+  // The rank's KV geometry (dtype kF32, kBF16, or kF16 for the reference only); head_dim is the
+  // queries' too.
+  KvGeometry kv;
   int num_heads = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
   float scale = 1.0f;
   bool causal = true;
   // The step's sequences and their page tables (StepBatch, kernels/step_batch.h), host memory.
@@ -48,17 +48,13 @@ struct PagedAttentionParams {
 };
 
 // New tokens' K/V into their pages: k, v are [num_tokens, num_kv_heads, head_dim] f32, rows in the
-// same order as q. Converts to kv_dtype (bf16, f16: round to nearest even).
+// same order as q. Converts to kv.dtype (bf16, f16: round to nearest even).
 struct KvWriteParams {
   const float* k = nullptr;
   const float* v = nullptr;
   void* k_pages = nullptr;
   void* v_pages = nullptr;
-  DType kv_dtype = DType::kBF16;
-  int num_pages = 0;
-  int page_size = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
+  KvGeometry kv;  // as in PagedAttentionParams
   std::span<const StepSequence> sequences;  // as in PagedAttentionParams
   const int32_t* page_tables = nullptr;
 };

@@ -172,18 +172,18 @@ inline void scale_rows(float* o, int Dv, __m512 corr) {
 }
 
 void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
-  const int D = p.head_dim;
+  const int D = p.kv.head_dim;
   const int Dp = round_up(D, 32);  // K / Q dims, zero padded to whole 32-dim tiles
   const int Dv = round_up(D, 16);  // O / V dims, whole 16-dim blocks
   const int num_vblocks = Dv / 16;
   const bool resident = num_vblocks <= kMaxResidentBlocks;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int group = p.num_heads / p.kv.num_kv_heads;
   const auto& s = p.sequences[t.seq];
   const int M = (t.q_end - t.q_begin) * group;  // <= kAmxRows
   // K's 16-key halves are read by tile loads straight from the pages where a half is one page's
   // run of keys and its rows are whole 32-dim tiles; else they are copied into k_tile.
-  const bool k_in_place = D % 32 == 0 && p.page_size % 16 == 0;
-  const int64_t kv_row = int64_t{p.num_kv_heads} * D;  // elements from one key to the next in a page
+  const bool k_in_place = D % 32 == 0 && p.kv.page_size % 16 == 0;
+  const int64_t kv_row = int64_t{p.kv.num_kv_heads} * D;  // elements from one key to the next in a page
   const auto* k_base = static_cast<const uint16_t*>(p.k_pages) + int64_t{t.kv_head} * D;
 
   AmxScratch& sc = amx_scratch();
@@ -264,7 +264,7 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
       for (int half = 0; half < 2 && half * 16 < n; ++half) {
         const int key = k0 + half * 16;
         const int64_t slot =
-            int64_t{p.page_tables[s.page_table_offset + key / p.page_size]} * p.page_size + key % p.page_size;
+            int64_t{p.page_tables[s.page_table_offset + key / p.kv.page_size]} * p.kv.page_size + key % p.kv.page_size;
         const uint16_t* k_half = k_base + slot * kv_row;  // keys past n: the page's other slots, masked
         _tile_zero(0);
         for (int c = 0; c < Dp / 32; ++c) {
@@ -403,11 +403,11 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
 
 void paged_attention_amx(const PagedAttentionParams& p) {
   check_optimized_attention_params(p, count_query_rows(p.sequences), "amx");
-  if (p.kv_dtype != DType::kBF16) {
+  if (p.kv.dtype != DType::kBF16) {
     paged_attention_avx512(p, false);
     return;
   }
-  const int group = p.num_heads / p.num_kv_heads;
+  const int group = p.num_heads / p.kv.num_kv_heads;
   const Plan plan = make_plan(p, kAmxRows);
   run_plan(p, plan, [&](const Task& t, float* partials) {
     const int rows = (t.q_end - t.q_begin) * group;

@@ -564,8 +564,8 @@ inline SmallDecodeScratch& small_decode_scratch() {
 // A task of one new token (t.q_end == t.q_begin + 1) at head_dim % 16 == 0; KT: the KV element.
 template <int DT, class KT>
 void small_decode_task(const PagedAttentionParams& p, const Task& t, float* partials) {
-  const int D = DT > 0 ? DT : p.head_dim;
-  const int G = p.num_heads / p.num_kv_heads;
+  const int D = DT > 0 ? DT : p.kv.head_dim;
+  const int G = p.num_heads / p.kv.num_kv_heads;
   const auto& s = p.sequences[t.seq];
   const int rows = G * t.num_heads;  // row r: query head t.kv_head * G + r
   constexpr int B = kSmallKeyBlock;
@@ -620,7 +620,7 @@ void small_decode_task(const PagedAttentionParams& p, const Task& t, float* part
 // The head_dims of the 6.8M models (and the default cutoff) get compile-time loop bounds.
 template <class KT>
 void small_decode(const PagedAttentionParams& p, const Task& t, float* partials) {
-  switch (p.head_dim) {
+  switch (p.kv.head_dim) {
     case 32:
       small_decode_task<32, KT>(p, t, partials);
       break;
@@ -637,10 +637,10 @@ void small_decode(const PagedAttentionParams& p, const Task& t, float* partials)
 
 void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path) {
   check_optimized_attention_params(p, count_query_rows(p.sequences), "avx2");
-  const bool small = path != Avx2DecodePath::kGeneric && p.head_dim % 16 == 0 &&
-                     (path == Avx2DecodePath::kSmallHeadDim || p.head_dim <= kAvx2SmallDecodeMaxHeadDim);
+  const bool small = path != Avx2DecodePath::kGeneric && p.kv.head_dim % 16 == 0 &&
+                     (path == Avx2DecodePath::kSmallHeadDim || p.kv.head_dim <= kAvx2SmallDecodeMaxHeadDim);
   const Plan plan = make_plan(p, 32, /*decode_sized_token_tasks=*/small);
-  const bool kv_bf16 = p.kv_dtype == DType::kBF16;
+  const bool kv_bf16 = p.kv.dtype == DType::kBF16;
   run_plan(p, plan, [&](const Task& t, float* partials) {
     if (small && t.q_end - t.q_begin == 1) {
       if (kv_bf16) {

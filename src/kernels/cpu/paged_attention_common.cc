@@ -44,49 +44,49 @@ void check_sequences(std::span<const StepSequence> sequences, const int32_t* pag
 }
 
 void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tokens) {
-  SPINDLE_CHECK(p.kv_dtype == DType::kF32 || p.kv_dtype == DType::kBF16 || p.kv_dtype == DType::kF16,
-                "KV dtype {} not supported by paged attention (f32, bf16 or f16)", dtype_name(p.kv_dtype));
-  SPINDLE_CHECK(p.num_heads > 0 && p.num_kv_heads > 0 && p.head_dim > 0 && p.page_size > 0,
+  SPINDLE_CHECK(p.kv.dtype == DType::kF32 || p.kv.dtype == DType::kBF16 || p.kv.dtype == DType::kF16,
+                "KV dtype {} not supported by paged attention (f32, bf16 or f16)", dtype_name(p.kv.dtype));
+  SPINDLE_CHECK(p.num_heads > 0 && p.kv.num_kv_heads > 0 && p.kv.head_dim > 0 && p.kv.page_size > 0,
                 "attention sizes must be positive (heads {}, kv heads {}, head_dim {}, page_size {})",
-                p.num_heads, p.num_kv_heads, p.head_dim, p.page_size);
-  SPINDLE_CHECK(p.num_heads % p.num_kv_heads == 0, "num_heads {} is not a multiple of num_kv_heads {}",
-                p.num_heads, p.num_kv_heads);
+                p.num_heads, p.kv.num_kv_heads, p.kv.head_dim, p.kv.page_size);
+  SPINDLE_CHECK(p.num_heads % p.kv.num_kv_heads == 0, "num_heads {} is not a multiple of num_kv_heads {}",
+                p.num_heads, p.kv.num_kv_heads);
   SPINDLE_CHECK(num_tokens == 0 || (p.q != nullptr && p.out != nullptr), "q/out missing");
   SPINDLE_CHECK(p.k_pages != nullptr && p.v_pages != nullptr, "KV pages not bound");
-  check_sequences(p.sequences, p.page_tables, p.page_size, p.num_pages, num_tokens);
+  check_sequences(p.sequences, p.page_tables, p.kv.page_size, p.kv.num_pages, num_tokens);
 }
 
 void check_optimized_attention_params(const PagedAttentionParams& p, int64_t num_tokens,
                                       const char* kernel_name) {
   check_paged_attention_params(p, num_tokens);
-  SPINDLE_CHECK(p.kv_dtype == DType::kF32 || p.kv_dtype == DType::kBF16,
-                "{} attention supports f32 or bf16 KV (got {})", kernel_name, dtype_name(p.kv_dtype));
-  SPINDLE_CHECK(cpu_attention_head_dim_supported(p.head_dim),
+  SPINDLE_CHECK(p.kv.dtype == DType::kF32 || p.kv.dtype == DType::kBF16,
+                "{} attention supports f32 or bf16 KV (got {})", kernel_name, dtype_name(p.kv.dtype));
+  SPINDLE_CHECK(cpu_attention_head_dim_supported(p.kv.head_dim),
                 "{} attention needs head_dim to be a multiple of {} (got {})", kernel_name,
-                kCpuAttentionHeadDimMultiple, p.head_dim);
+                kCpuAttentionHeadDimMultiple, p.kv.head_dim);
 }
 
 void write_kv_pages(const KvWriteParams& p) {
-  const int64_t row = int64_t{p.num_kv_heads} * p.head_dim;  // elements per token
-  const size_t elem = dtype_size(p.kv_dtype);
+  const int64_t row = int64_t{p.kv.num_kv_heads} * p.kv.head_dim;  // elements per token
+  const size_t elem = dtype_size(p.kv.dtype);
   auto* k_base = static_cast<std::byte*>(p.k_pages);
   auto* v_base = static_cast<std::byte*>(p.v_pages);
   for (const auto& s : p.sequences) {
     for (int i = 0; i < s.num_new_tokens; ++i) {
       const int64_t pos = int64_t{s.num_cached_tokens} + i;
-      const int32_t page = p.page_tables[s.page_table_offset + pos / p.page_size];
-      const int64_t slot = int64_t{page} * p.page_size + pos % p.page_size;
+      const int32_t page = p.page_tables[s.page_table_offset + pos / p.kv.page_size];
+      const int64_t slot = int64_t{page} * p.kv.page_size + pos % p.kv.page_size;
       const float* k_src = p.k + (int64_t{s.query_offset} + i) * row;
       const float* v_src = p.v + (int64_t{s.query_offset} + i) * row;
       std::byte* k_dst = k_base + slot * row * elem;
       std::byte* v_dst = v_base + slot * row * elem;
-      if (p.kv_dtype == DType::kF32) {
+      if (p.kv.dtype == DType::kF32) {
         std::memcpy(k_dst, k_src, row * sizeof(float));
         std::memcpy(v_dst, v_src, row * sizeof(float));
       } else {
         auto* kd = reinterpret_cast<uint16_t*>(k_dst);
         auto* vd = reinterpret_cast<uint16_t*>(v_dst);
-        const bool f16 = p.kv_dtype == DType::kF16;
+        const bool f16 = p.kv.dtype == DType::kF16;
         for (int64_t e = 0; e < row; ++e) {
           kd[e] = f16 ? float_to_fp16_bits(k_src[e]) : float_to_bf16_bits(k_src[e]);
           vd[e] = f16 ? float_to_fp16_bits(v_src[e]) : float_to_bf16_bits(v_src[e]);

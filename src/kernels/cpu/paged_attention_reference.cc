@@ -20,23 +20,24 @@ double load(const void* pages, DType dtype, int64_t index) {
 void paged_attention_reference(const PagedAttentionParams& p) {
   const int64_t num_tokens = count_query_rows(p.sequences);
   check_paged_attention_params(p, num_tokens);
-  const int group = p.num_heads / p.num_kv_heads;
-  const int64_t kv_row = int64_t{p.num_kv_heads} * p.head_dim;
-  std::vector<double> scores, acc(p.head_dim);
+  const int group = p.num_heads / p.kv.num_kv_heads;
+  const int64_t kv_row = int64_t{p.kv.num_kv_heads} * p.kv.head_dim;
+  const int page_size = p.kv.page_size;
+  std::vector<double> scores, acc(p.kv.head_dim);
   for (const auto& s : p.sequences) {
     const int total = s.num_cached_tokens + s.num_new_tokens;
     for (int i = 0; i < s.num_new_tokens; ++i) {
       const int num_keys = p.causal ? s.num_cached_tokens + i + 1 : total;
       for (int h = 0; h < p.num_heads; ++h) {
         const int kvh = h / group;
-        const float* q = p.q + ((int64_t{s.query_offset} + i) * p.num_heads + h) * p.head_dim;
+        const float* q = p.q + ((int64_t{s.query_offset} + i) * p.num_heads + h) * p.kv.head_dim;
         scores.assign(num_keys, 0.0);
         double max_score = -std::numeric_limits<double>::infinity();
         for (int t = 0; t < num_keys; ++t) {
-          const int64_t slot = int64_t{p.page_tables[s.page_table_offset + t / p.page_size]} * p.page_size + t % p.page_size;
-          const int64_t base = slot * kv_row + int64_t{kvh} * p.head_dim;
+          const int64_t slot = int64_t{p.page_tables[s.page_table_offset + t / page_size]} * page_size + t % page_size;
+          const int64_t base = slot * kv_row + int64_t{kvh} * p.kv.head_dim;
           double dot = 0.0;
-          for (int d = 0; d < p.head_dim; ++d) dot += double{q[d]} * load(p.k_pages, p.kv_dtype, base + d);
+          for (int d = 0; d < p.kv.head_dim; ++d) dot += double{q[d]} * load(p.k_pages, p.kv.dtype, base + d);
           scores[t] = dot * p.scale;
           max_score = std::max(max_score, scores[t]);
         }
@@ -47,12 +48,12 @@ void paged_attention_reference(const PagedAttentionParams& p) {
         }
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int t = 0; t < num_keys; ++t) {
-          const int64_t slot = int64_t{p.page_tables[s.page_table_offset + t / p.page_size]} * p.page_size + t % p.page_size;
-          const int64_t base = slot * kv_row + int64_t{kvh} * p.head_dim;
-          for (int d = 0; d < p.head_dim; ++d) acc[d] += scores[t] * load(p.v_pages, p.kv_dtype, base + d);
+          const int64_t slot = int64_t{p.page_tables[s.page_table_offset + t / page_size]} * page_size + t % page_size;
+          const int64_t base = slot * kv_row + int64_t{kvh} * p.kv.head_dim;
+          for (int d = 0; d < p.kv.head_dim; ++d) acc[d] += scores[t] * load(p.v_pages, p.kv.dtype, base + d);
         }
-        float* out = p.out + ((int64_t{s.query_offset} + i) * p.num_heads + h) * p.head_dim;
-        for (int d = 0; d < p.head_dim; ++d) out[d] = static_cast<float>(num_keys ? acc[d] / sum : 0.0);
+        float* out = p.out + ((int64_t{s.query_offset} + i) * p.num_heads + h) * p.kv.head_dim;
+        for (int d = 0; d < p.kv.head_dim; ++d) out[d] = static_cast<float>(num_keys ? acc[d] / sum : 0.0);
       }
     }
   }

@@ -130,7 +130,7 @@ inline int visible_keys(const PagedAttentionParams& p, const StepSequence& s, in
 constexpr int kAllHeadsMaxRows = 8;
 
 inline int heads_per_task(const PagedAttentionParams& p, int rows_per_head) {
-  return rows_per_head <= kAllHeadsMaxRows ? p.num_kv_heads : 1;
+  return rows_per_head <= kAllHeadsMaxRows ? p.kv.num_kv_heads : 1;
 }
 
 struct RowCoord {
@@ -152,7 +152,7 @@ inline RowCoord row_coord(int group, int kv_head, int q_begin, int rows_per_head
 // Heads are independent in every kernel's task, so a row's result does not depend on its group.
 inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decode_sized_token_tasks = false) {
   Plan plan;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int group = p.num_heads / p.kv.num_kv_heads;
   const int rows_block_tokens = imax(1, rows_target / group);
   auto tokens_per_block = [&](const StepSequence& s) {
     return decode_sized_token_tasks && s.num_new_tokens <= kDecodeSizedMaxNewTokens ? 1 : rows_block_tokens;
@@ -163,14 +163,14 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
     const int block_tokens = tokens_per_block(s);
     for (int q0 = 0; q0 < s.num_new_tokens; q0 += block_tokens) {
       const int rph = (imin(s.num_new_tokens, q0 + block_tokens) - q0) * group;
-      base_tasks += p.num_kv_heads / heads_per_task(p, rph);
+      base_tasks += p.kv.num_kv_heads / heads_per_task(p, rph);
     }
   }
   int want_splits = 1;
   if (num_threads > 1 && base_tasks > 0 && base_tasks < 2 * num_threads)
     want_splits = ceil_div(4 * num_threads, base_tasks);
   const int fixed = fixed_split_keys(num_threads);
-  int decode_heads = p.num_kv_heads;  // KV heads per task of a decode-sized sequence's rows
+  int decode_heads = p.kv.num_kv_heads;  // KV heads per task of a decode-sized sequence's rows
   if (num_threads > 1) {
     int64_t decode_tasks = 0;  // with all heads per task
     for (const auto& s : p.sequences) {
@@ -180,11 +180,11 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
       decode_tasks += int64_t{blocks} * (keys > fixed ? ceil_div(keys, fixed) : 1);
     }
     if (decode_tasks > 0 && decode_tasks < 2 * num_threads) {
-      const int groups = imin(p.num_kv_heads, static_cast<int>(ceil_div(2 * num_threads, decode_tasks)));
-      decode_heads = ceil_div(p.num_kv_heads, groups);
+      const int groups = imin(p.kv.num_kv_heads, static_cast<int>(ceil_div(2 * num_threads, decode_tasks)));
+      decode_heads = ceil_div(p.kv.num_kv_heads, groups);
     }
   }
-  const int D = p.head_dim;
+  const int D = p.kv.head_dim;
   for (int si = 0; si < static_cast<int>(p.sequences.size()); ++si) {
     const auto& s = p.sequences[si];
     const int block_tokens = tokens_per_block(s);
@@ -192,7 +192,7 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
       const int q1 = imin(s.num_new_tokens, q0 + block_tokens);
       const bool decode_sized = s.num_new_tokens <= kDecodeSizedMaxNewTokens;
       int heads = heads_per_task(p, (q1 - q0) * group);
-      if (decode_sized && heads == p.num_kv_heads) heads = decode_heads;
+      if (decode_sized && heads == p.kv.num_kv_heads) heads = decode_heads;
       const int keys = visible_keys(p, s, q1 - 1);
       int splits = 1;
       int chunk = keys;
@@ -206,8 +206,8 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
         chunk = round_up(ceil_div(keys, splits), kKeyTile);
         splits = ceil_div(keys, chunk);
       }
-      for (int h = 0; h < p.num_kv_heads; h += heads) {
-        const int task_heads = imin(heads, p.num_kv_heads - h);
+      for (int h = 0; h < p.kv.num_kv_heads; h += heads) {
+        const int task_heads = imin(heads, p.kv.num_kv_heads - h);
         const int rows = (q1 - q0) * group * task_heads;
         MergeItem merge{si, h, task_heads, q0, q1, splits, plan.num_partial_floats};
         for (int sp = 0; sp < splits; ++sp) {
@@ -238,19 +238,19 @@ inline Plan make_plan(const PagedAttentionParams& p, int rows_target, bool decod
 }
 
 inline const float* q_row(const PagedAttentionParams& p, const StepSequence& s, int token, int head) {
-  return p.q + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.head_dim;
+  return p.q + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.kv.head_dim;
 }
 inline float* out_row(const PagedAttentionParams& p, const StepSequence& s, int token, int head) {
-  return p.out + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.head_dim;
+  return p.out + ((int64_t{s.query_offset} + token) * p.num_heads + head) * p.kv.head_dim;
 }
 
 // Row pointers of keys [k0, k0 + n) of one KV head, following the page table.
 template <class T>
 inline void gather_rows(const PagedAttentionParams& p, const StepSequence& s, const void* pages,
                         int kv_head, int k0, int n, const T** rows) {
-  const int64_t kv_row = int64_t{p.num_kv_heads} * p.head_dim;
-  const T* base = static_cast<const T*>(pages) + int64_t{kv_head} * p.head_dim;
-  const int ps = p.page_size;
+  const int64_t kv_row = int64_t{p.kv.num_kv_heads} * p.kv.head_dim;
+  const T* base = static_cast<const T*>(pages) + int64_t{kv_head} * p.kv.head_dim;
+  const int ps = p.kv.page_size;
   for (int j = 0; j < n;) {
     const int t = k0 + j;
     const int slot = t % ps;
@@ -265,12 +265,12 @@ inline void gather_rows(const PagedAttentionParams& p, const StepSequence& s, co
 // head are num_kv_heads * head_dim elements apart, a stride the hardware prefetchers miss.
 inline void prefetch_tile(const PagedAttentionParams& p, const StepSequence& s, int kv_head,
                           int num_heads, int k0, int n) {
-  const int64_t elem = p.kv_dtype == DType::kBF16 ? 2 : 4;
-  const int64_t kv_row = int64_t{p.num_kv_heads} * p.head_dim * elem;
-  const int64_t row_bytes = int64_t{p.head_dim} * num_heads * elem;
-  const char* kb = static_cast<const char*>(p.k_pages) + int64_t{kv_head} * p.head_dim * elem;
-  const char* vb = static_cast<const char*>(p.v_pages) + int64_t{kv_head} * p.head_dim * elem;
-  const int ps = p.page_size;
+  const int64_t elem = p.kv.dtype == DType::kBF16 ? 2 : 4;
+  const int64_t kv_row = int64_t{p.kv.num_kv_heads} * p.kv.head_dim * elem;
+  const int64_t row_bytes = int64_t{p.kv.head_dim} * num_heads * elem;
+  const char* kb = static_cast<const char*>(p.k_pages) + int64_t{kv_head} * p.kv.head_dim * elem;
+  const char* vb = static_cast<const char*>(p.v_pages) + int64_t{kv_head} * p.kv.head_dim * elem;
+  const int ps = p.kv.page_size;
   for (int j = 0; j < n; ++j) {
     const int t = k0 + j;
     const int64_t off = (int64_t{p.page_tables[s.page_table_offset + t / ps]} * ps + t % ps) * kv_row;
@@ -285,8 +285,8 @@ inline void prefetch_tile(const PagedAttentionParams& p, const StepSequence& s, 
 // o: [rows][o_stride] (o_stride >= head_dim; 0 means head_dim).
 inline void finish_task(const PagedAttentionParams& p, const Task& t, int rows, const float* m,
                         const float* l, const float* o, float* partials, int o_stride = 0) {
-  const int D = p.head_dim;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int D = p.kv.head_dim;
+  const int group = p.num_heads / p.kv.num_kv_heads;
   const auto& s = p.sequences[t.seq];
   const int rows_per_head = rows / t.num_heads;
   for (int r = 0; r < rows; ++r) {
@@ -306,8 +306,8 @@ inline void finish_task(const PagedAttentionParams& p, const Task& t, int rows, 
 }
 
 inline void merge_splits(const PagedAttentionParams& p, const MergeItem& item, const float* partials) {
-  const int D = p.head_dim;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int D = p.kv.head_dim;
+  const int group = p.num_heads / p.kv.num_kv_heads;
   const int rows_per_head = (item.q_end - item.q_begin) * group;
   const int rows = rows_per_head * item.num_heads;
   const auto& s = p.sequences[item.seq];
@@ -391,12 +391,12 @@ inline VectorScratch& vector_scratch() {
 // sum either, and the natural-base softmax (q rounded to bf16 as the decode rows round it). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
-  const int D = p.head_dim;
-  const int group = p.num_heads / p.num_kv_heads;
+  const int D = p.kv.head_dim;
+  const int group = p.num_heads / p.kv.num_kv_heads;
   const auto& s = p.sequences[t.seq];
   const int rph = (t.q_end - t.q_begin) * group;  // rows per KV head
   const int rows = rph * t.num_heads;
-  const bool kv_bf16 = p.kv_dtype == DType::kBF16;
+  const bool kv_bf16 = p.kv.dtype == DType::kBF16;
   const int dq = round_up(D, 32);  // bf16 q stride, zero padded
 
   VectorScratch& sc = vector_scratch();

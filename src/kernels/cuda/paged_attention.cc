@@ -177,12 +177,12 @@ detail::PagedLayerLaunch make_layer_launch(const cpu::PagedAttentionParams& p, c
   a.out = p.out;
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
-  a.kv_type = kv_type_of(p.kv_dtype);
-  a.num_pages = p.num_pages;
-  a.page_size = p.page_size;
+  a.kv_type = kv_type_of(p.kv.dtype);
+  a.num_pages = p.kv.num_pages;
+  a.page_size = p.kv.page_size;
   a.num_heads = p.num_heads;
-  a.num_kv_heads = p.num_kv_heads;
-  a.head_dim = p.head_dim;
+  a.num_kv_heads = p.kv.num_kv_heads;
+  a.head_dim = p.kv.head_dim;
   a.scale = p.scale;
   a.batch = batch.view();
   a.num_sms = num_sms;
@@ -198,17 +198,17 @@ void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch) {
   a.v = p.v;
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
-  a.kv_type = kv_type_of(p.kv_dtype);
+  a.kv_type = kv_type_of(p.kv.dtype);
   a.num_rows = batch.view().num_rows;
-  a.kv_cols = int64_t{p.num_kv_heads} * p.head_dim;
+  a.kv_cols = int64_t{p.kv.num_kv_heads} * p.kv.head_dim;
   a.slots = batch.slots();
   detail::launch_write_kv(a, stream);
 }
 
 void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceBatch& batch) {
   cudaStream_t stream = batch.stream();
-  SPINDLE_CHECK(p.head_dim <= kCudaReferenceMaxHeadDim, "cuda_reference attention supports head_dim up to {} (got {})",
-                kCudaReferenceMaxHeadDim, p.head_dim);
+  SPINDLE_CHECK(p.kv.head_dim <= kCudaReferenceMaxHeadDim,
+                "cuda_reference attention supports head_dim up to {} (got {})", kCudaReferenceMaxHeadDim, p.kv.head_dim);
   SPINDLE_CHECK(p.num_heads <= 65535, "cuda_reference attention: {} heads exceed the launch grid", p.num_heads);
   if (batch.view().num_rows == 0) return;
   detail::AttentionLaunch a;
@@ -216,12 +216,12 @@ void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceB
   a.out = p.out;
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
-  a.kv_type = kv_type_of(p.kv_dtype);
+  a.kv_type = kv_type_of(p.kv.dtype);
   a.num_rows = batch.view().num_rows;
   a.num_heads = p.num_heads;
-  a.num_kv_heads = p.num_kv_heads;
-  a.head_dim = p.head_dim;
-  a.page_size = p.page_size;
+  a.num_kv_heads = p.kv.num_kv_heads;
+  a.head_dim = p.kv.head_dim;
+  a.page_size = p.kv.page_size;
   a.scale = p.scale;
   a.rows = static_cast<const detail::RowInfo*>(batch.rows());
   a.page_tables = batch.view().page_tables;
