@@ -20,7 +20,6 @@
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/paged_attention.h"
 #include "platform/device_info.h"
-#include "util/ab_switch.h"
 #include "util/error.h"
 
 namespace spindle::attn {
@@ -118,12 +117,8 @@ class CudaFlashBackend final : public CudaPagedBackend {
   // row runs as a one-token sequence of the decode kernel, attending to its causal prefix
   // (DeviceBatch's row_sequences; paged_layer_launch.h has the measured bound). On the 8B shape's
   // 5-token verify the prefill kernel took 23.7 us per layer against ~11 for the decode kernel's
-  // split and merge (ncu, bench/results/2026-12-04-h200-verify-attn). SPINDLE_FLASH_DECODE_ROWS=0
-  // turns it off (A/B runs).
-  static bool decodes_rows(const kd::PagedBatchView& view) {
-    static const bool enabled = ab_switch_on("SPINDLE_FLASH_DECODE_ROWS");
-    return enabled && view.row_sequences != nullptr;
-  }
+  // split and merge (ncu, bench/results/2026-12-04-h200-verify-attn).
+  static bool decodes_rows(const kd::PagedBatchView& view) { return view.row_sequences != nullptr; }
 
   void attend(const kc::PagedAttentionParams& p) override {
     const OutputCopy copy = std::exchange(copy_, {});
@@ -144,15 +139,6 @@ class CudaFlashBackend final : public CudaPagedBackend {
     if (bytes > 0) workspace_.reserve(bytes);
     a.workspace = bytes > 0 ? workspace_.data() : nullptr;
     a.workspace_bytes = bytes;
-    if (decode && fused_merge_enabled()) {
-      const size_t count = kd::flash_decode_arrival_count(a);
-      if (arrivals_.size() < count * sizeof(unsigned)) {  // first use: room for 64k (sequence, KV head tile)s
-        arrivals_.reserve(std::max<size_t>(count, size_t{1} << 16) * sizeof(unsigned));
-        kcu::fill_zero(arrivals_.data(), arrivals_.size());
-      }
-      a.split_arrivals = arrivals_.as<unsigned>();
-      a.split_arrivals_count = arrivals_.size() / sizeof(unsigned);
-    }
     if (decode) {
       kd::launch_flash_decode(a, device_batch().stream());
     } else {
@@ -160,14 +146,7 @@ class CudaFlashBackend final : public CudaPagedBackend {
     }
   }
 
-  // SPINDLE_FLASH_DECODE_FUSED_MERGE=1: the decode kernel merges its splits in the block that
-  // finishes last (no merge launch). Opt-in: bit-identical to the merge kernel on the H200 but
-  // 100-150 us slower per 8B decode step (bench/results/2026-12-03-h200-sampler-norm-merge); read at every eager launch
-  // (a getenv per layer; graph replays launch nothing) so the test can compare the two.
-  static bool fused_merge_enabled() { return ab_switch_opted_in("SPINDLE_FLASH_DECODE_FUSED_MERGE"); }
-
   kcu::DeviceBuffer workspace_;
-  kcu::DeviceBuffer arrivals_;  // decode's split counters, zero between launches
   OutputCopy copy_;  // request_output_copy's, for the next attend()
 };
 

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "cli/format.h"
+#include "config/switch_config.h"
 #include "kernels/cpu/linear.h"
 #include "startup/backend_selection.h"
 #include "startup/workspace_cache.h"
@@ -206,6 +207,10 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
 }  // namespace
 
 std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
+  // serve and generate name the SPINDLE_* variables no one reads (a typo, a retired A/B switch).
+  const std::string undeclared =
+      config::undeclared_switches_warning(config::resolve(read_process_environment()).undeclared);
+  if (!undeclared.empty()) spdlog::warn("{}", undeclared);
   auto s = std::make_unique<ServingStack>();
   s->model_dir = flags.model_dir.empty() ? default_model_dir() : std::filesystem::path(flags.model_dir);
   s->model_name = flags.served_model_name.empty() ? s->model_dir.filename().string() : flags.served_model_name;

@@ -32,6 +32,7 @@
 #include "util/build_info.h"
 #include "util/error.h"
 #include "util/half.h"
+#include "util/switches.h"
 
 namespace spindle::attn {
 namespace {
@@ -208,187 +209,6 @@ TEST_P(CudaBackendTest, LongDecodeSplitsOfDifferentLengths) {
             tolerance(backend, shape.kv_dtype));
 }
 
-// cuda_flash decode merges its splits in the split kernel's last block (SPINDLE_FLASH_DECODE_FUSED_MERGE=1)
-// or in a merge kernel (the default): the same arithmetic, so the same bits, for one and
-// two head tiles per KV head (group 4 and 12), f16 and bf16, sequences of one split and of many,
-// verify-shaped rows; and the arrival counters are back at zero for the next launch (three runs).
-TEST(CudaFlashDecodeTest, MergeInTheSplitKernelEqualsTheMergeKernelBitForBit) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  struct Case {
-    AttentionShape shape;
-    std::vector<SequenceSpec> specs;
-  };
-  const std::vector<Case> cases = {
-      {{32, 8, 128, 0.088f, DType::kBF16, 16}, {{1, 0}, {1, 20000}, {1, 4095}, {1, 16}, {1, 700}}},
-      {{24, 2, 64, 0.125f, DType::kF16, 5}, {{1, 3000}, {1, 64}, {1, 1}, {1, 999}}},
-      {{32, 8, 128, 0.088f, DType::kBF16, 16}, {{5, 2000}}},
-      {{16, 4, 256, 0.0625f, DType::kBF16, 16}, {{1, 5000}, {1, 300}}},
-  };
-  uint64_t seed = 40;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.shape.to_string());
-    SKIP_UNLESS_SUPPORTED("cuda_flash", c.shape);
-    const RandomBatch batch = make_random_batch(c.shape, c.specs, seed++);
-    auto run = [&](const char* fused) {
-      ::setenv("SPINDLE_FLASH_DECODE_FUSED_MERGE", fused, 1);
-      auto backend = create_attention_backend("cuda_flash", c.shape, {});
-      std::vector<std::vector<float>> outs;
-      for (int i = 0; i < 3; ++i) {
-        RandomBatch copy = batch;
-        outs.push_back(run_backend_once(*backend, copy));
-      }
-      return outs;
-    };
-    const auto fused = run("1");
-    const auto separate = run("0");
-    ::unsetenv("SPINDLE_FLASH_DECODE_FUSED_MERGE");
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_EQ(fused[i].size(), separate[0].size());
-      EXPECT_EQ(0, std::memcmp(fused[i].data(), separate[0].data(), fused[i].size() * sizeof(float))) << "run " << i;
-      EXPECT_EQ(0, std::memcmp(separate[i].data(), separate[0].data(), separate[i].size() * sizeof(float)))
-          << "run " << i;
-    }
-    RandomBatch for_reference = batch;
-    auto reference = create_attention_backend("reference", c.shape, {});
-    const auto want = run_backend_once(*reference, for_reference);
-    double worst = 0;
-    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double{fused[0][i]} - want[i]));
-    EXPECT_LE(worst, tolerance("cuda_flash", c.shape.kv_dtype));
-  }
-}
-
-// Steps of 2-8 query rows, not all decode rows (a batch-1 speculative verify: K + 1), long enough
-// to be split: cuda_flash runs them row by row on its decode kernel (DeviceBatch's row_sequences),
-// each row attending to its causal prefix; past 8 rows (the last case) they take the prefill kernel.
-TEST_P(CudaBackendTest, VerifyShapedStepsOfDifferentLengths) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const std::string backend = GetParam();
-  const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
-  SKIP_UNLESS_SUPPORTED(backend, shape);
-  const std::vector<std::vector<SequenceSpec>> steps = {
-      {{5, 20000}}, {{5, 0}}, {{2, 4095}, {3, 16}, {1, 3}, {2, 0}}, {{8, 700}}, {{5, 700}, {5, 40}}};
-  uint64_t seed = 10;
-  for (const auto& specs : steps) {
-    EXPECT_LE(max_error(backend, shape, specs, seed++), tolerance(backend, shape.kv_dtype))
-        << specs.size() << " sequences, the first of " << specs[0].num_new_tokens << " new tokens";
-  }
-}
-
-TEST_P(CudaBackendTest, DataParallelRankUsesItsOwnPages) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const std::string backend = GetParam();
-  // Rank 1 of 2 over a pool twice the batch's size: the rank-local batch lives in the upper half.
-  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
-  SKIP_UNLESS_SUPPORTED(backend, shape);
-  RandomBatch local = make_random_batch(shape, {{3, 20}, {1, 40}}, 9);
-  RandomBatch reference_batch = local;
-  const size_t half = local.k_pages.size();
-  std::vector<std::byte> k_pool(2 * half, std::byte{0x7f}), v_pool(2 * half, std::byte{0x7f});
-  std::copy(local.k_pages.begin(), local.k_pages.end(), k_pool.begin() + half);
-  std::copy(local.v_pages.begin(), local.v_pages.end(), v_pool.begin() + half);
-
-  StagedBatch staged(local, Device::kCuda);  // q, k, v, out on the device
-  kcu::DeviceBuffer k_device(k_pool.size()), v_device(v_pool.size());
-  kcu::copy_to_device(k_device.data(), k_pool.data(), k_pool.size());
-  kcu::copy_to_device(v_device.data(), v_pool.data(), v_pool.size());
-  LayerKvCache pool = staged.layer_cache();
-  pool.k_pages = k_device.data();
-  pool.v_pages = v_device.data();
-  pool.num_pages = 2 * local.num_pages;
-
-  auto cuda = create_attention_backend(backend, shape, {2, 1});
-  cuda->prepare(local.step);
-  cuda->bind_kv_caches({&pool, 1});
-  cuda->forward(0, staged.q(), staged.k(), staged.v(), staged.out());
-  staged.synchronize();
-  const std::vector<float> out = staged.read_out();
-  kcu::copy_to_host(k_pool.data(), k_device.data(), k_pool.size());
-
-  auto reference = create_attention_backend("reference", shape, {});
-  const auto want = run_backend_once(*reference, reference_batch);
-  double worst = 0;
-  for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(double{out[i]} - want[i]));
-  EXPECT_LE(worst, tolerance(backend, shape.kv_dtype));
-  EXPECT_TRUE(std::equal(reference_batch.k_pages.begin(), reference_batch.k_pages.end(), k_pool.begin() + half));
-  EXPECT_TRUE(std::all_of(k_pool.begin(), k_pool.begin() + half, [](std::byte b) { return b == std::byte{0x7f}; }))
-      << "rank 1 wrote into rank 0's pages";
-}
-
-TEST_P(CudaBackendTest, RefusesHostPages) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const std::string backend = GetParam();
-  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
-  SKIP_UNLESS_SUPPORTED(backend, shape);
-  RandomBatch batch = make_random_batch(shape, {{3, 20}}, 10);
-  LayerKvCache host = batch.layer_cache();
-  auto cuda = create_attention_backend(backend, shape, {});
-  try {
-    cuda->bind_kv_caches({&host, 1});
-    FAIL() << "bound host pages";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("needs its KV pages in cuda memory, they are in cpu memory"));
-  }
-}
-
-// The batch is checked once per step (PagedBackend), never per layer and never on the device: a
-// step whose page table points outside the rank's pages is refused at every layer, before a kernel runs.
-TEST_P(CudaBackendTest, RejectsAPageOutsideTheRankEachStep) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const std::string backend = GetParam();
-  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
-  SKIP_UNLESS_SUPPORTED(backend, shape);
-  RandomBatch batch = make_random_batch(shape, {{3, 20}, {1, 40}}, 11);
-  StagedBatch staged(batch, Device::kCuda);
-  const LayerKvCache cache = staged.layer_cache();
-  const std::vector<LayerKvCache> layers(2, cache);
-  auto cuda = create_attention_backend(backend, shape, {});
-  cuda->bind_kv_caches(layers);
-  cuda->prepare(batch.step);
-  auto forward = [&](int layer) { cuda->forward(layer, staged.q(), staged.k(), staged.v(), staged.out()); };
-  EXPECT_NO_THROW(forward(0));
-  EXPECT_NO_THROW(forward(1));
-  staged.synchronize();
-  batch.step.page_tables[batch.step.sequences[1].page_table_offset] = batch.num_pages;  // one past the pool
-  // The step's pages are checked once, in prepare (a step replayed from a CUDA graph calls no
-  // forward), so the bad page is refused before any layer runs.
-  try {
-    cuda->prepare(batch.step);
-    ADD_FAILURE() << "prepare accepted a page outside the pool";
-    for (int layer : {0, 1}) EXPECT_ANY_THROW(forward(layer)) << "layer " << layer;
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("outside [0, " + std::to_string(batch.num_pages) + ")"));
-  }
-  staged.synchronize();  // nothing went wrong on the device
-}
-
-TEST_P(CudaBackendTest, PassesValidationInAChild) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const std::string backend = GetParam();
-  ChildOptions options;
-  options.executable = testing::spindle_binary();
-  options.timeout_s = 180;
-  options.timing = true;
-  options.cuda_device = cuda_device_info().cuda_devices.front().index;
-  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-    const AttentionShape shape{32, 8, 128, 0.08838834764831845f, dtype, 16};
-    if (!attention_registry().get(backend).unsupported_reasons(cuda_device_info(), shape).empty()) continue;
-    const auto outcome = validate_in_child(backend, shape, options);
-    ASSERT_EQ(outcome.status, ValidationStatus::kPass) << dtype_label(dtype) << ": " << outcome.detail;
-    EXPECT_LE(outcome.report.prefill_max_abs_error, tolerance_for(dtype).max_abs_error);
-    EXPECT_LE(outcome.report.decode_max_abs_error, tolerance_for(dtype).max_abs_error);
-    std::printf("%s %s: prefill err %.3g, decode err %.3g, prefill %.0f tok/s (%.1f GFLOP/s), decode %.0f tok/s "
-                "(%.1f GB/s KV)\n",
-                backend.c_str(), shape.to_string().c_str(), outcome.report.prefill_max_abs_error,
-                outcome.report.decode_max_abs_error, outcome.report.prefill_tokens_per_s,
-                outcome.report.prefill_gflops, outcome.report.decode_tokens_per_s,
-                outcome.report.decode_kv_gb_per_s);
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Backends, CudaBackendTest,
-                         ::testing::Values("cuda_reference", "cuda_flash", "cudnn_sdpa"),
-                         [](const auto& info) { return info.param; });
-
 // cuda_flash's 16-bit copy of a decode step's output (request_output_copy, read by the output
 // projection in place of its own conversion): bit for bit util/half.h's rounding of out, for
 // sequences of one split and of many (the merge kernel writes those), bf16 and f16; refused in a
@@ -445,9 +265,10 @@ TEST(CudaAttentionTest, WrongFaultIsCaughtOnTheDevice) {
   options.timeout_s = 120;
   options.timing = false;
   options.cuda_device = cuda_device_info().cuda_devices.front().index;
-  ::setenv("SPINDLE_ATTN_FAULT", "cuda_reference=wrong", 1);
+  Switches values = switches();
+  values.attn_fault = "cuda_reference=wrong";  // reaches the child on its command line
+  const ScopedSwitches scoped(values);
   const auto outcome = validate_in_child("cuda_reference", {8, 2, 64, 0.125f, DType::kBF16, 16}, options);
-  ::unsetenv("SPINDLE_ATTN_FAULT");
   EXPECT_EQ(outcome.status, ValidationStatus::kMismatch) << outcome.detail;
 }
 

@@ -10,8 +10,6 @@
 //     another order), bias included, and each output the one-row launch's bits;
 //   - launch_split_qkv_norm_rope with KvPagesOut: the pages hold exactly its own k/v outputs rounded
 //     to the KV type (bf16, f16, f32) at each token's slot, nothing at the others, q/k/v unchanged;
-//   - launch_gemv_mma (1-16 rows, bf16 and f16, one and two m tiles per block, `in` not a multiple
-//     of 32, `out` not of 16): the f64 sum of the same products within 1e-5 of their magnitudes;
 //   - launch_gemv16_qkv_rope: bit for bit launch_gemv16 then launch_split_qkv_norm_rope;
 //   - launch_gemv16_add_rms_norm: bit for bit launch_gemv16 then launch_add_rms_norm;
 //   - launch_gemv16_swiglu: bit for bit launch_gemv16 then launch_silu_mul (f32 and the 16-bit
@@ -30,7 +28,6 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemv16.h"
-#include "kernels/cuda/gemv_mma.h"
 #include "kernels/cuda/model_ops.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -246,58 +243,6 @@ TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
       << "3 outputs per warp";
   check_gemv16(true, 21);
   check_gemv16(false, 121);
-}
-
-// launch_gemv_mma over rows 1..kGemvMmaMaxRows of [out, in] weights against the f64 sum of the
-// same 16-bit products (bias included), within 1e-5 of the sum of their magnitudes.
-void check_gemv_mma(int64_t in, int64_t out, bool bf16, uint64_t seed) {
-  const auto to16 = [bf16](float v) { return bf16 ? float_to_bf16_bits(v) : float_to_fp16_bits(v); };
-  const auto from16 = [bf16](uint16_t v) { return bf16 ? bf16_bits_to_float(v) : fp16_bits_to_float(v); };
-  const std::vector<float> wf = random_values(static_cast<size_t>(out * in), seed, 0.05f);
-  const std::vector<float> bias = random_values(static_cast<size_t>(out), seed + 1, 1.0f);
-  std::vector<uint16_t> w(wf.size());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = to16(wf[i]);
-  const auto dw = to_device(w), db = to_device(bias);
-  for (int64_t rows = 1; rows <= kcu::kGemvMmaMaxRows; ++rows) {
-    const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), seed + 2 + rows, 1.0f);
-    std::vector<uint16_t> x(xf.size());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = to16(xf[i]);
-    const auto dx = to_device(x);
-    kcu::DeviceBuffer dy(static_cast<size_t>(rows * out) * sizeof(float));
-    ASSERT_TRUE(kcu::gemv_mma_supports(rows, in, dw.data(), dx.data()));
-    // Odd rows without a bias: both forms of the epilogue.
-    const float* b = rows % 2 == 0 ? db.as<float>() : nullptr;
-    kcu::launch_gemv_mma(dw.data(), dx.data(), rows, in, out, bf16, b, dy.as<float>(), nullptr);
-    const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(rows * out));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t o = 0; o < out; ++o) {
-        double want = b != nullptr ? bias[static_cast<size_t>(o)] : 0.0, magnitude = std::fabs(want);
-        for (int64_t i = 0; i < in; ++i) {
-          const double p = static_cast<double>(from16(w[static_cast<size_t>(o * in + i)])) *
-                           from16(x[static_cast<size_t>(r * in + i)]);
-          want += p;
-          magnitude += std::fabs(p);
-        }
-        ASSERT_NEAR(y[static_cast<size_t>(r * out + o)], want, 1e-5 * magnitude)
-            << (bf16 ? "bf16 " : "f16 ") << out << " x " << in << ", " << rows << " rows, row " << r << ", output "
-            << o;
-      }
-    }
-  }
-}
-
-TEST(CudaOpsTest, GemvMmaMatchesTheF64SumOfTheSameProducts) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const kcu::DeviceBuffer probe(64);
-  EXPECT_FALSE(kcu::gemv_mma_supports(1, 1030, probe.data(), probe.data())) << "in % 8 != 0";
-  EXPECT_FALSE(kcu::gemv_mma_supports(kcu::kGemvMmaMaxRows + 1, 1032, probe.data(), probe.data()));
-  EXPECT_FALSE(kcu::gemv_mma_supports(0, 1032, probe.data(), probe.data()));
-  // 1032 = 32 groups of 32 columns and one vector: every warp loops, one ends in a partial group.
-  check_gemv_mma(1032, 37, true, 31);
-  check_gemv_mma(1032, 37, false, 41);
-  // 24 columns: less than one group (the partial group alone); 16392 features: two m tiles per block.
-  check_gemv_mma(24, 53, true, 51);
-  check_gemv_mma(264, 16392, true, 61);
 }
 
 TEST(CudaOpsTest, Gemv16SwigluIsGemv16ThenSiluMulBitForBit) {

@@ -37,8 +37,7 @@
 // only the row of the sequence's last key, which it copies after the wait together with q. The
 // latency chain batch -> page table -> K/V then overlaps the previous kernel. The split and merge
 // kernels let their successors launch first (pdl_begin(true)): the conversion and the output
-// projection after the attention are launched and resident before it ends. SPINDLE_CUDA_PDL_EARLY=0
-// turns both off (A/B runs).
+// projection after the attention are launched and resident before it ends (wherever PDL is on).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -49,6 +48,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/split_policy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/pdl.cuh"
@@ -672,28 +672,17 @@ struct DecodePlan {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// A positive integer from the environment (A/B runs), else `fallback`.
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  const int v = std::atoi(env);
-  return v >= lo && v <= hi ? v : fallback;
-}
-
-// The smallest split: kMinChunkKeys, or SPINDLE_FLASH_DECODE_MIN_CHUNK (a multiple of
-// kChunkGranule in [kChunkGranule, kMaxChunkKeys]) for A/B runs of other split sizes.
+// The smallest split: the registry's value (split_policy.h; default kMinChunkKeys), a multiple
+// of kChunkGranule in [kChunkGranule, kMaxChunkKeys] (else kMinChunkKeys).
 int min_chunk_keys() {
-  static const int value = [] {
-    const int v = env_int("SPINDLE_FLASH_DECODE_MIN_CHUNK", kMinChunkKeys, kChunkGranule, kMaxChunkKeys);
-    return v % kChunkGranule == 0 ? v : kMinChunkKeys;
-  }();
-  return value;
+  const int v = flash_decode_min_chunk_keys();
+  return v >= kChunkGranule && v <= kMaxChunkKeys && v % kChunkGranule == 0 ? v : kMinChunkKeys;
 }
 
-// Split blocks to aim for per SM: kTargetBlocksPerSm, or SPINDLE_FLASH_DECODE_BLOCKS_PER_SM (A/B runs).
+// Split blocks to aim for per SM: the registry's value (split_policy.h; default kTargetBlocksPerSm).
 int target_blocks_per_sm() {
-  static const int value = env_int("SPINDLE_FLASH_DECODE_BLOCKS_PER_SM", kTargetBlocksPerSm, 1, 64);
-  return value;
+  const int v = flash_decode_blocks_per_sm();
+  return v >= 1 && v <= 64 ? v : kTargetBlocksPerSm;
 }
 
 // target_splits: enough splits per (sequence, head tile) for target_blocks_per_sm() blocks on
@@ -828,7 +817,7 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   p.rule = plan.rule;
   p.num_splits = plan.num_splits;
   p.scale_log2 = a.scale * kLog2e;
-  p.early = pdl_early_enabled() && !a.new_keys_before_last;  // early reads assume only the last key is new
+  p.early = pdl_enabled() && !a.new_keys_before_last;  // early reads assume only the last key is new
 
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
                   static_cast<unsigned>(a.batch.num_sequences));

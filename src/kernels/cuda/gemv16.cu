@@ -411,18 +411,11 @@ __global__ void __launch_bounds__(kThreads)
 // row), not the whole weight, so the latency-bound kernels before a product (norm, attention
 // merge) do not queue behind it as an L2 prefetch of the weights did (pdl.cuh). On the H200, 8B
 // shape, 512 keys: the batch-1 decode step 4.27 -> 4.16 ms, 8 rows 5.04 -> 5.01 ms
-// (bench/results/2026-12-03-h200-early-weights). SPINDLE_CUDA_GEMV16_EARLY_W (A/B knob; default
-// 3): 0 none, 1 only the plain products with more inputs than outputs (the down projection,
-// right after the gate/up product), 2 every plain product, 3 those and the fused gate/up +
-// SwiGLU and q/k/v + RoPE products.
+// (bench/results/2026-12-03-h200-early-weights). Every product does it: the plain ones (kWide,
+// more inputs than outputs; kProduct) and the fused gate/up + SwiGLU and q/k/v + RoPE ones
+// (kFused); the former A/B switch SPINDLE_CUDA_GEMV16_EARLY_W is listed in util/switches.cc.
 enum class EarlyWeights { kWide = 1, kProduct = 2, kFused = 3 };
-bool early_weights(EarlyWeights kind) {
-  static const int mode = [] {
-    const char* v = std::getenv("SPINDLE_CUDA_GEMV16_EARLY_W");
-    return v != nullptr ? static_cast<int>(std::strtol(v, nullptr, 10)) : static_cast<int>(EarlyWeights::kFused);
-  }();
-  return mode >= static_cast<int>(kind);
-}
+constexpr bool early_weights(EarlyWeights) { return true; }
 
 // gemv16_kernel, or gemv16_add_rms_norm_kernel when norm is not null.
 template <int kRows, int kOuts, bool kBf16>
@@ -489,14 +482,7 @@ bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x) {
   return rows >= 1 && rows <= kGemv16MaxRows && in > 0 && in % 8 == 0 && aligned16(w) && aligned16(x);
 }
 
-int64_t gemv16_fused_use_max_rows() {
-  static const int64_t max_rows = [] {
-    const char* v = std::getenv("SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS");
-    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
-    return n >= 1 && n <= kGemv16FusedMaxRows ? int64_t{n} : kGemv16FusedMaxRows;
-  }();
-  return max_rows;
-}
+int64_t gemv16_fused_use_max_rows() { return kGemv16FusedMaxRows; }
 
 int gemv16_outs_per_warp(int64_t rows, int64_t out, int64_t in) {
   if (rows <= 2) return 1;

@@ -66,8 +66,7 @@ void launch_gemv16_add_rms_norm(const void* w, const void* x, int64_t rows, int6
 // The two fused forms below take 1 to kGemv16FusedMaxRows rows; each reads its two weight rows per
 // warp, so from 3 rows on it does the x loads of gemv16 with 2 outputs per warp (bench_gemv16: at
 // 5 rows and more cuBLAS is faster, so they stop at 4). Their callers (CublasLinear::forward_swiglu,
-// CudaOps' q/k/v) use them up to gemv16_fused_use_max_rows() rows: kGemv16FusedMaxRows, or
-// SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (1..4) from the environment (A/B benchmarks).
+// CudaOps' q/k/v) use them up to gemv16_fused_use_max_rows() = kGemv16FusedMaxRows rows.
 inline constexpr int64_t kGemv16FusedMaxRows = 4;
 int64_t gemv16_fused_use_max_rows();
 
