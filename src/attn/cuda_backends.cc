@@ -19,8 +19,10 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/split_policy.h"
 #include "platform/device_info.h"
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::attn {
 namespace {
@@ -245,6 +247,32 @@ BackendDescriptor make_cuda_descriptor(std::string name, int priority, std::stri
   return d;
 }
 
+// cuda_flash's per-machine values: flash decode's split sizes (kernels/cuda/split_policy.h).
+std::string measure_flash_decode_splits(const AttentionShape& shape) {
+  kd::KvType kv_type = kd::KvType::kBF16;
+  if (shape.kv_dtype == DType::kF16) {
+    kv_type = kd::KvType::kF16;
+  } else {
+    SPINDLE_CHECK(shape.kv_dtype == DType::kBF16, "flash decode's split sizes: {} KV is not cuda_flash's",
+                  dtype_name(shape.kv_dtype));
+  }
+  const kcu::SplitMeasurement m =
+      kcu::measure_flash_decode_splits(shape.num_heads, shape.num_kv_heads, shape.head_dim, kv_type);
+  Switches values = switches();
+  values.flash_decode_min_chunk = m.best.min_chunk_keys;
+  values.flash_decode_blocks_per_sm = m.best.blocks_per_sm;
+  set_switches(std::move(values));
+  std::string times;
+  for (size_t c = 0; c < m.us.size(); ++c) {
+    times += fmt::format("{}{}k/{}b", c == 0 ? "" : ", ", kcu::kSplitCandidates[c].min_chunk_keys,
+                         kcu::kSplitCandidates[c].blocks_per_sm);
+    for (size_t s = 0; s < m.us[c].size(); ++s) times += fmt::format(" {:.1f}", m.us[c][s]);
+  }
+  return fmt::format("cuda_flash: flash decode splits measured on this GPU (us per launch at batch 1 x 512 and "
+                     "8 x 2048 keys: {}): min chunk {} keys, {} block(s) per SM",
+                     times, m.best.min_chunk_keys, m.best.blocks_per_sm);
+}
+
 }  // namespace
 
 void register_cuda_attention_backends(AttentionRegistry& registry) {
@@ -253,8 +281,10 @@ void register_cuda_attention_backends(AttentionRegistry& registry) {
       cuda_reference_gaps));
   registry.register_backend(make_cuda_descriptor<CudnnSdpaBackend>(
       "cudnn_sdpa", 1, "cuDNN fused flash attention (graph API, paged K/V), loaded at run time", cudnn_sdpa_gaps));
-  registry.register_backend(make_cuda_descriptor<CudaFlashBackend>(
-      "cuda_flash", 2, "FlashAttention-2-style prefill on tensor cores + split-KV paged decode", cuda_flash_gaps));
+  BackendDescriptor flash = make_cuda_descriptor<CudaFlashBackend>(
+      "cuda_flash", 2, "FlashAttention-2-style prefill on tensor cores + split-KV paged decode", cuda_flash_gaps);
+  flash.measure_machine = measure_flash_decode_splits;
+  registry.register_backend(std::move(flash));
 }
 
 }  // namespace spindle::attn

@@ -157,7 +157,7 @@ void run_info(const InfoArgs& args) {
 
 void add_info_command(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
-  auto* cmd = app.add_subcommand("info", "Show this machine's CPU, memory and CUDA facts, and a model's sizes");
+  auto* cmd = app.add_subcommand("info", "Show this machine's CPU, memory and CUDA facts, the environment switches, and a model's sizes");
   cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args] { run_info(*args); });

@@ -8,6 +8,7 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 #include "util/error.h"
@@ -91,10 +92,13 @@ const std::array kDeclarations = {
         "nan:SEED|throw:SEED: the sampler poisons the row of that seed (engine/sampler.h)", false,
         [](Switches& s, std::string_view t) {
           const size_t colon = t.find(':');
+          uint64_t seed = 0;
+          const std::string_view digits = colon == std::string_view::npos ? std::string_view{} : t.substr(colon + 1);
+          const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), seed);
           SPINDLE_CHECK(t.empty() || (colon != std::string_view::npos &&
-                                      (t.substr(0, colon) == "nan" || t.substr(0, colon) == "throw")),
+                                      (t.substr(0, colon) == "nan" || t.substr(0, colon) == "throw") &&
+                                      !digits.empty() && ec == std::errc{} && end == digits.data() + digits.size()),
                         "environment variable SPINDLE_SAMPLER_FAULT='{}': expected nan:SEED or throw:SEED", t);
-          if (!t.empty()) parse_integer("SPINDLE_SAMPLER_FAULT", t.substr(colon + 1), 0, INT64_MAX);
           s.sampler_fault = std::string(t);
         },
         [](const Switches& s) { return unless(s.sampler_fault.empty(), s.sampler_fault); }},
@@ -137,34 +141,6 @@ const std::array kDeclarations = {
         [](const Switches& s) {
           return unless(s.linear_bf16_dot_min_rows == kDefaults.linear_bf16_dot_min_rows,
                         std::to_string(s.linear_bf16_dot_min_rows));
-        }},
-    SwitchDeclaration{
-        "SPINDLE_FLASH_DECODE_MIN_CHUNK", SwitchKind::kMeasured, "64",
-        "flash decode's smallest split in keys (multiple of 16, 16..1024); 64 was fastest at 512 and 1024 keys, "
-        "batch 1 and 8, on the H200 (bench/results/2026-12-03-h200-decode-splits-s14, cc7d82b); until a "
-        "start-time measurement per GPU exists",
-        false,
-        [](Switches& s, std::string_view t) {
-          const int64_t v = parse_integer("SPINDLE_FLASH_DECODE_MIN_CHUNK", t, 16, 1024);
-          SPINDLE_CHECK(v % 16 == 0, "environment variable SPINDLE_FLASH_DECODE_MIN_CHUNK='{}': not a multiple of 16", t);
-          s.flash_decode_min_chunk = static_cast<int>(v);
-        },
-        [](const Switches& s) {
-          return unless(s.flash_decode_min_chunk == kDefaults.flash_decode_min_chunk,
-                        std::to_string(s.flash_decode_min_chunk));
-        }},
-    SwitchDeclaration{
-        "SPINDLE_FLASH_DECODE_BLOCKS_PER_SM", SwitchKind::kMeasured, "1",
-        "flash decode's split blocks per SM (one wave); graph decode 4.61 -> 4.54 ms at batch 1 / 512 keys on "
-        "the H200 (8d85149, bench/results/2026-12-01-h200-checks-10..13); until a start-time measurement per GPU "
-        "exists",
-        false,
-        [](Switches& s, std::string_view t) {
-          s.flash_decode_blocks_per_sm = static_cast<int>(parse_integer("SPINDLE_FLASH_DECODE_BLOCKS_PER_SM", t, 1, 64));
-        },
-        [](const Switches& s) {
-          return unless(s.flash_decode_blocks_per_sm == kDefaults.flash_decode_blocks_per_sm,
-                        std::to_string(s.flash_decode_blocks_per_sm));
         }},
     // kExternal
     SwitchDeclaration{
@@ -236,9 +212,11 @@ constexpr std::array kFormer = {
                  "kept as a test switch, not a speed one: the cuDNN version decides packed or padded Q/O (867ec18), "
                  "and tools/gpu/h200_check.sh's cudnn_padded / cudnn_ragged steps force each to test both"},
     FormerSwitch{"SPINDLE_FLASH_DECODE_MIN_CHUNK", SwitchFate::kMeasured,
-                 "declared (kMeasured) until a start-time measurement per GPU exists; 64 keys measured on the H200"},
+                 "measured at start on the GPU by cuda_flash (kernels/cuda/split_policy.h, five candidates); "
+                 "64 keys, the default, was fastest on the H200 (cc7d82b, decode-splits-s14); no variable"},
     FormerSwitch{"SPINDLE_FLASH_DECODE_BLOCKS_PER_SM", SwitchFate::kMeasured,
-                 "declared (kMeasured) until a start-time measurement per GPU exists; 1 measured on the H200"},
+                 "measured at start with the chunk size (split_policy.h); 1, the default, from 8d85149 "
+                 "(checks-10..13); no variable"},
     FormerSwitch{"SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", SwitchFate::kMeasured,
                  "declared (kMeasured) until the quantized-CPU issue's linear registry measures it per machine"},
     FormerSwitch{"SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", SwitchFate::kMeasured,
@@ -251,7 +229,22 @@ constexpr std::array kFormer = {
                  "ThreadPool::set_spin_us stays for bench/pool_ab"},
 };
 
-Switches g_switches;
+Environment read_environment_block();
+
+// The environment's values from the start of every process that links this (the spindle binary,
+// tests, benchmarks: SPINDLE_CUDNN_RAGGED and the kMeasured values reach tools/gpu's test and
+// bench runs this way). A malformed value here leaves the defaults and says so on stderr;
+// config::resolve_process_switches() in spindle's main() parses again and stops with the error.
+Switches initial_switches() {
+  try {
+    return parse_switches(read_environment_block());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindle: %s; using the defaults\n", e.what());
+    return Switches{};
+  }
+}
+
+Switches g_switches = initial_switches();
 
 }  // namespace
 
@@ -337,7 +330,11 @@ void set_switches(Switches values) { g_switches = std::move(values); }
 ScopedSwitches::ScopedSwitches(Switches values) : saved_(g_switches) { g_switches = std::move(values); }
 ScopedSwitches::~ScopedSwitches() { g_switches = std::move(saved_); }
 
-Environment read_process_environment() {
+Environment read_process_environment() { return read_environment_block(); }
+
+namespace {
+
+Environment read_environment_block() {
   Environment env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view entry(*e);
@@ -350,6 +347,8 @@ Environment read_process_environment() {
   }
   return env;
 }
+
+}  // namespace
 
 char** process_environment_block() { return environ; }
 

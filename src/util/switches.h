@@ -55,8 +55,10 @@ struct Switches {
   // kMeasured
   int64_t linear_amx_bf16_min_rows = 9;  // SPINDLE_LINEAR_AMX_BF16_MIN_ROWS (1..65)
   int64_t linear_bf16_dot_min_rows = 1;  // SPINDLE_LINEAR_BF16_DOT_MIN_ROWS (1..65)
-  int flash_decode_min_chunk = 64;       // SPINDLE_FLASH_DECODE_MIN_CHUNK (keys; multiple of 16, 16..1024)
-  int flash_decode_blocks_per_sm = 1;    // SPINDLE_FLASH_DECODE_BLOCKS_PER_SM (1..64)
+  // Measured, no variable: cuda_flash's start-time measurement sets them on the GPU
+  // (kernels/cuda/split_policy.h, attn::BackendDescriptor::measure_machine); tests set them.
+  int flash_decode_min_chunk = 64;       // flash decode's smallest split (keys; multiple of 16, 16..1024)
+  int flash_decode_blocks_per_sm = 1;    // its split blocks per SM (1..64)
   // kExternal (nullopt: unset)
   std::optional<std::string> home;             // HOME
   std::optional<std::string> xdg_cache_home;   // XDG_CACHE_HOME
@@ -103,13 +105,17 @@ std::vector<std::string> undeclared_spindle_variables(const Environment& environ
 std::vector<std::pair<std::string, std::string>> non_default_switches(const Switches& values);
 
 // The command-line arguments that carry `values` to a child: "--switch" "NAME=VALUE" for each
-// non-default, non-secret variable of kind kUser, kTest or kMeasured.
+// non-default, non-secret declared variable of kind kUser, kTest or kMeasured (members without a
+// variable stay the child's defaults).
 std::vector<std::string> switch_arguments(const Switches& values);
 // Applies one "NAME=VALUE" (the child's side); throws naming an undeclared or malformed variable.
 void apply_switch_argument(Switches& values, std::string_view name_equals_value);
 
-// The process's values: the defaults until config::resolve installs the environment's. Read them
-// anywhere; set them only before other threads read (at start, or in a test between runs).
+// The process's values: the environment's, parsed when the process starts (static
+// initialization; a malformed value leaves the defaults and is reported on stderr), then
+// installed again by config::resolve_process_switches() at the start of spindle's main(), which
+// stops on a malformed value. Read them anywhere; set them only before other threads read (at
+// start, or in a test between runs).
 const Switches& switches();
 void set_switches(Switches values);
 

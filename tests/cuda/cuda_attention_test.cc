@@ -26,6 +26,7 @@
 #include "attn/select/validation.h"
 #include "attn/staged_batch.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/split_policy.h"
 #include "platform/cuda_info.h"
 #include "platform/device_info.h"
 #include "support/spindle_binary.h"
@@ -207,6 +208,23 @@ TEST_P(CudaBackendTest, LongDecodeSplitsOfDifferentLengths) {
   // One sequence long enough to be split many ways next to tiny ones.
   EXPECT_LE(max_error(backend, shape, {{1, 0}, {1, 20000}, {1, 4095}, {1, 16}, {1, 3}}, 9),
             tolerance(backend, shape.kv_dtype));
+}
+
+// Every split size the start-time measurement may choose (kernels/cuda/split_policy.h) computes
+// the attention within the tolerance: a long sequence split many ways next to tiny ones.
+TEST(CudaFlashDecodeTest, EverySplitCandidateComputesTheAttention) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED("cuda_flash", shape);
+  for (const kernels::cuda::SplitSizes& c : kernels::cuda::kSplitCandidates) {
+    Switches values = switches();
+    values.flash_decode_min_chunk = c.min_chunk_keys;
+    values.flash_decode_blocks_per_sm = c.blocks_per_sm;
+    const ScopedSwitches scoped(values);
+    EXPECT_LE(max_error("cuda_flash", shape, {{1, 0}, {1, 20000}, {1, 4095}, {1, 16}, {1, 3}}, 9),
+              tolerance("cuda_flash", shape.kv_dtype))
+        << c.min_chunk_keys << " keys, " << c.blocks_per_sm << " blocks per SM";
+  }
 }
 
 // cuda_flash's 16-bit copy of a decode step's output (request_output_copy, read by the output

@@ -55,8 +55,6 @@ CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations, bo
     CUBLAS_CHECK(cublas.SetWorkspace(handle, workspace_.data(), workspace_.size()));
     // Default math: f32 products stay f32 (TF32 only with CUBLAS_TF32_TENSOR_OP_MATH).
     CUBLAS_CHECK(cublas.SetMathMode(handle, CUBLAS_DEFAULT_MATH));
-    arrivals_.reserve(sizeof(unsigned));
-    fill_zero(arrivals_.data(), sizeof(unsigned));
   } catch (...) {
     cublas.Destroy(handle);
     throw;
@@ -188,18 +186,6 @@ bool CublasLinear::forward_swiglu(const DeviceWeight& gate_up, const Input& x, f
   }
   launch_gemv16_swiglu(gate_up.data, x.converted, x.rows, x.cols, gate_up.out_features / 2,
                        gate_up.dtype == DType::kBF16, act, act16.out, act16.bf16, stream_);
-  return true;
-}
-
-bool CublasLinear::forward_add_rms_norm(const DeviceWeight& w, const Input& x, float* y, const float* bias,
-                                        AddRmsNormParams norm) {
-  norm.arrivals = arrivals_.as<unsigned>();
-  if (x.split || w.dtype == DType::kF32 || x.dtype != w.dtype || x.cols != w.in_features || !use_gemv16(w, x) ||
-      !gemv16_add_rms_norm_supports(x.rows, x.cols, w.out_features, w.data, x.converted, norm)) {
-    return false;  // (the rows bound is gemv16_add_rms_norm_supports')
-  }
-  launch_gemv16_add_rms_norm(w.data, x.converted, x.rows, x.cols, w.out_features, w.dtype == DType::kBF16, bias, y,
-                             norm, stream_);
   return true;
 }
 

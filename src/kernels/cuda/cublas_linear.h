@@ -107,12 +107,6 @@ class CublasLinear {
   // and does nothing otherwise.
   // act16.out must not overlap x.converted (take it from input16_target(rows, im, 1)).
   bool forward_swiglu(const DeviceWeight& gate_up, const Input& x, float* act, Out16 act16);
-  // forward() and then launch_add_rms_norm over y in one launch (gemv16.h launch_gemv16_add_rms_norm,
-  // the same bits): only where gemv16 takes the product, at most kGemv16AddRmsNormMaxRows rows and
-  // the norm's row kernel is the one that launch reproduces (norm.norm_threads from
-  // add_rms_norm_row_threads, > 0); returns false and does nothing otherwise. norm.arrivals is
-  // this object's (set here).
-  bool forward_add_rms_norm(const DeviceWeight& w, const Input& x, float* y, const float* bias, AddRmsNormParams norm);
   // prepare() then forward().
   void forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias = nullptr);
   // Whether forward() runs a product of `rows` rows with w on gemv16 (given aligned operands).
@@ -135,7 +129,6 @@ class CublasLinear {
   DeviceBuffer workspace_;  // cuBLAS's
   DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]: split hi/lo, or two rounded slots
   DeviceBuffer product_;    // f32 [2 * min(max_rows, kFusedSplitMaxRows), max_out]
-  DeviceBuffer arrivals_;   // launch_gemv16_add_rms_norm's block counter (0 between launches on stream_)
 };
 
 }  // namespace spindle::kernels::cuda

@@ -420,12 +420,6 @@ int row_norm_vec_threads(const void* x, int64_t x_stride, const void* delta, con
 
 }  // namespace
 
-int add_rms_norm_row_threads(const float* hidden, const float* delta, const float* out, int64_t cols,
-                             const void* weight, WeightType weight_type, Out16 out16) {
-  if (cols <= kWarpRowMaxCols) return 0;
-  return row_norm_vec_threads(hidden, cols, delta, out, cols, cols, weight, weight_type, out16);
-}
-
 void launch_rms_norm(const float* x, int64_t x_stride, const int64_t* row_index, float* out, int64_t out_stride,
                      int64_t rows, int64_t cols, const void* weight, WeightType weight_type, float eps,
                      cudaStream_t stream, Out16 out16) {
