@@ -227,6 +227,138 @@ TEST(CudaFlashDecodeTest, EverySplitCandidateComputesTheAttention) {
   }
 }
 
+// Steps of 2-8 query rows, not all decode rows (a batch-1 speculative verify: K + 1), long enough
+// to be split: cuda_flash runs them row by row on its decode kernel (DeviceBatch's row_sequences),
+// each row attending to its causal prefix; past 8 rows (the last case) they take the prefill kernel.
+TEST_P(CudaBackendTest, VerifyShapedStepsOfDifferentLengths) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{32, 8, 128, 0.088f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  const std::vector<std::vector<SequenceSpec>> steps = {
+      {{5, 20000}}, {{5, 0}}, {{2, 4095}, {3, 16}, {1, 3}, {2, 0}}, {{8, 700}}, {{5, 700}, {5, 40}}};
+  uint64_t seed = 10;
+  for (const auto& specs : steps) {
+    EXPECT_LE(max_error(backend, shape, specs, seed++), tolerance(backend, shape.kv_dtype))
+        << specs.size() << " sequences, the first of " << specs[0].num_new_tokens << " new tokens";
+  }
+}
+
+TEST_P(CudaBackendTest, DataParallelRankUsesItsOwnPages) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  // Rank 1 of 2 over a pool twice the batch's size: the rank-local batch lives in the upper half.
+  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  RandomBatch local = make_random_batch(shape, {{3, 20}, {1, 40}}, 9);
+  RandomBatch reference_batch = local;
+  const size_t half = local.k_pages.size();
+  std::vector<std::byte> k_pool(2 * half, std::byte{0x7f}), v_pool(2 * half, std::byte{0x7f});
+  std::copy(local.k_pages.begin(), local.k_pages.end(), k_pool.begin() + half);
+  std::copy(local.v_pages.begin(), local.v_pages.end(), v_pool.begin() + half);
+
+  StagedBatch staged(local, Device::kCuda);  // q, k, v, out on the device
+  kcu::DeviceBuffer k_device(k_pool.size()), v_device(v_pool.size());
+  kcu::copy_to_device(k_device.data(), k_pool.data(), k_pool.size());
+  kcu::copy_to_device(v_device.data(), v_pool.data(), v_pool.size());
+  LayerKvCache pool = staged.layer_cache();
+  pool.k_pages = k_device.data();
+  pool.v_pages = v_device.data();
+  pool.num_pages = 2 * local.num_pages;
+
+  auto cuda = create_attention_backend(backend, shape, {2, 1});
+  cuda->prepare(local.step);
+  cuda->bind_kv_caches({&pool, 1});
+  cuda->forward(0, staged.q(), staged.k(), staged.v(), staged.out());
+  staged.synchronize();
+  const std::vector<float> out = staged.read_out();
+  kcu::copy_to_host(k_pool.data(), k_device.data(), k_pool.size());
+
+  auto reference = create_attention_backend("reference", shape, {});
+  const auto want = run_backend_once(*reference, reference_batch);
+  double worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) worst = std::max(worst, std::fabs(double{out[i]} - want[i]));
+  EXPECT_LE(worst, tolerance(backend, shape.kv_dtype));
+  EXPECT_TRUE(std::equal(reference_batch.k_pages.begin(), reference_batch.k_pages.end(), k_pool.begin() + half));
+  EXPECT_TRUE(std::all_of(k_pool.begin(), k_pool.begin() + half, [](std::byte b) { return b == std::byte{0x7f}; }))
+      << "rank 1 wrote into rank 0's pages";
+}
+
+TEST_P(CudaBackendTest, RefusesHostPages) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  RandomBatch batch = make_random_batch(shape, {{3, 20}}, 10);
+  LayerKvCache host = batch.layer_cache();
+  auto cuda = create_attention_backend(backend, shape, {});
+  try {
+    cuda->bind_kv_caches({&host, 1});
+    FAIL() << "bound host pages";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("needs its KV pages in cuda memory, they are in cpu memory"));
+  }
+}
+
+// The batch is checked once per step (PagedBackend), never per layer and never on the device: a
+// step whose page table points outside the rank's pages is refused at every layer, before a kernel runs.
+TEST_P(CudaBackendTest, RejectsAPageOutsideTheRankEachStep) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  const AttentionShape shape{8, 2, 64, 0.125f, DType::kBF16, 16};
+  SKIP_UNLESS_SUPPORTED(backend, shape);
+  RandomBatch batch = make_random_batch(shape, {{3, 20}, {1, 40}}, 11);
+  StagedBatch staged(batch, Device::kCuda);
+  const LayerKvCache cache = staged.layer_cache();
+  const std::vector<LayerKvCache> layers(2, cache);
+  auto cuda = create_attention_backend(backend, shape, {});
+  cuda->bind_kv_caches(layers);
+  cuda->prepare(batch.step);
+  auto forward = [&](int layer) { cuda->forward(layer, staged.q(), staged.k(), staged.v(), staged.out()); };
+  EXPECT_NO_THROW(forward(0));
+  EXPECT_NO_THROW(forward(1));
+  staged.synchronize();
+  batch.step.page_tables[batch.step.sequences[1].page_table_offset] = batch.num_pages;  // one past the pool
+  // The step's pages are checked once, in prepare (a step replayed from a CUDA graph calls no
+  // forward), so the bad page is refused before any layer runs.
+  try {
+    cuda->prepare(batch.step);
+    ADD_FAILURE() << "prepare accepted a page outside the pool";
+    for (int layer : {0, 1}) EXPECT_ANY_THROW(forward(layer)) << "layer " << layer;
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("outside [0, " + std::to_string(batch.num_pages) + ")"));
+  }
+  staged.synchronize();  // nothing went wrong on the device
+}
+
+TEST_P(CudaBackendTest, PassesValidationInAChild) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::string backend = GetParam();
+  ChildOptions options;
+  options.executable = testing::spindle_binary();
+  options.timeout_s = 180;
+  options.timing = true;
+  options.cuda_device = cuda_device_info().cuda_devices.front().index;
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const AttentionShape shape{32, 8, 128, 0.08838834764831845f, dtype, 16};
+    if (!attention_registry().get(backend).unsupported_reasons(cuda_device_info(), shape).empty()) continue;
+    const auto outcome = validate_in_child(backend, shape, options);
+    ASSERT_EQ(outcome.status, ValidationStatus::kPass) << dtype_label(dtype) << ": " << outcome.detail;
+    EXPECT_LE(outcome.report.prefill_max_abs_error, tolerance_for(dtype).max_abs_error);
+    EXPECT_LE(outcome.report.decode_max_abs_error, tolerance_for(dtype).max_abs_error);
+    std::printf("%s %s: prefill err %.3g, decode err %.3g, prefill %.0f tok/s (%.1f GFLOP/s), decode %.0f tok/s "
+                "(%.1f GB/s KV)\n",
+                backend.c_str(), shape.to_string().c_str(), outcome.report.prefill_max_abs_error,
+                outcome.report.decode_max_abs_error, outcome.report.prefill_tokens_per_s,
+                outcome.report.prefill_gflops, outcome.report.decode_tokens_per_s,
+                outcome.report.decode_kv_gb_per_s);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CudaBackendTest,
+                         ::testing::Values("cuda_reference", "cuda_flash", "cudnn_sdpa"),
+                         [](const auto& info) { return info.param; });
+
 // cuda_flash's 16-bit copy of a decode step's output (request_output_copy, read by the output
 // projection in place of its own conversion): bit for bit util/half.h's rounding of out, for
 // sequences of one split and of many (the merge kernel writes those), bf16 and f16; refused in a
