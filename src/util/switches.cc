@@ -55,7 +55,9 @@ const std::array kDeclarations = {
         "SPINDLE_LOG_LEVEL", SwitchKind::kUser, "info",
         "log level, trace|debug|info|warn|error|critical|off (trace also logs each cuDNN graph build)", false,
         [](Switches& s, std::string_view t) {
-          check_one_of("SPINDLE_LOG_LEVEL", t, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+          // spdlog's names (level::from_str), its short forms "warn" and "err" too.
+          check_one_of("SPINDLE_LOG_LEVEL", t,
+                       {"trace", "debug", "info", "warning", "warn", "error", "err", "critical", "off"});
           s.log_level = std::string(t);
         },
         [](const Switches& s) { return unless(s.log_level == kDefaults.log_level, s.log_level); }},
