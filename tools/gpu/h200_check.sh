@@ -12,6 +12,7 @@
 #   quickbench.txt   bench_attention_cuda in one process (Spindle's kernels), spindle_bench.json
 #   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
+#   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
 #   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
 #   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
@@ -81,6 +82,7 @@ has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attent
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
 has sampler && run sampler 100 $bin/cuda_sampler_test --gtest_brief=1
 has ops && run ops 60 $bin/cuda_ops_test --gtest_brief=1
+has splits && run splits 120 $bin/split_policy_test --gtest_brief=1  # flash decode's start-time split measurement
 has server_cuda && run server_cuda 150 $bin/server_cuda_test --gtest_brief=1  # greedy over HTTP on the GPU vs HF and the CPU
 has gemv && run gemv 150 $bin/bench_gemv16 --reps 20  # gemv16 vs cuBLAS, 8B projection shapes, 1-16 rows
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
