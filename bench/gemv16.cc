@@ -1,7 +1,6 @@
 // Small-batch bf16 products on the GPU: launch_gemv16 (up to 8 rows; with 1, 2 and 4 output rows
-// per warp, and the default it picks for the row count) and launch_gemv_mma (the
-// tensor-core form, up to 16) against cuBLAS (CublasLinear's rounding mode, the path the server
-// takes without either) on the projection shapes of a model, at 1-5, 8 and 16 rows, as ratios to the device copy
+// per warp, and the default it picks for the row count) against cuBLAS (CublasLinear's rounding
+// mode, the path the server takes without it) on the projection shapes of a model, at 1-5, 8 and 16 rows, as ratios to the device copy
 // bandwidth measured in the same run. Every timed product starts with L2 cold (a 256 MiB buffer is rewritten before it,
 // untimed), as in a decode step where the other layers' weights have evicted this one. Median of --reps. The two
 // results are compared with cuBLAS's (max |difference| / max |value|) so a fast wrong kernel shows.
@@ -25,7 +24,6 @@
 #include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
-#include "kernels/cuda/gemv_mma.h"
 #include "util/error.h"
 #include "util/half.h"
 
@@ -112,16 +110,14 @@ int main(int argc, char** argv) try {
   CUDA_CHECK(cudaStreamCreate(&stream));
   const double bandwidth = copy_bandwidth(stream);
   kcu::DeviceBuffer flush(size_t{256} << 20);
-  setenv("SPINDLE_CUDA_GEMV16", "0", 1);  // this CublasLinear is cuBLAS alone
-  unsetenv("SPINDLE_CUDA_GEMV_MMA");
-  kcu::CublasLinear cublas(stream, /*allow_16bit_activations=*/true);
+  kcu::CublasLinear cublas(stream, /*allow_16bit_activations=*/true, /*small_batch_kernel=*/false);  // cuBLAS alone
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
   std::string table =
       "| shape | out x in | rows | cuBLAS us (% bw) | gemv16 1 / 2 / 4 outputs per warp us (% bw) | default | "
-      "gemv_mma us (% bw) | best gemv16 / cuBLAS time | max rel diff (gemv16, mma) |\n"
-      "|---|---|---|---|---|---|---|---|---|\n";
+      "best gemv16 / cuBLAS time | max rel diff (gemv16) |\n"
+      "|---|---|---|---|---|---|---|---|\n";
   // max |a - b| / max |a|
   const auto rel_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
     double max_abs = 0, max_diff = 0;
@@ -144,7 +140,7 @@ int main(int argc, char** argv) try {
       std::vector<float> x(static_cast<size_t>(rows * s.in));
       for (auto& v : x) v = normal(rng) * 50;
       const size_t y_bytes = static_cast<size_t>(rows * s.out) * sizeof(float);
-      kcu::DeviceBuffer dx(x.size() * sizeof(float)), y1(y_bytes), y2(y_bytes), y3(y_bytes);
+      kcu::DeviceBuffer dx(x.size() * sizeof(float)), y1(y_bytes), y2(y_bytes);
       kcu::copy_to_device(dx.data(), x.data(), x.size() * sizeof(float));
       cublas.reserve(rows, s.in, s.out);
       const kcu::CublasLinear::Input in = cublas.prepare(dx.as<float>(), rows, s.in, DType::kBF16);
@@ -161,32 +157,25 @@ int main(int argc, char** argv) try {
         best = best == 0 ? t_gemv[k] : std::min(best, t_gemv[k]);
       }
       const int chosen = has_gemv16 ? kcu::gemv16_outs_per_warp(rows, s.out, s.in) : 0;
-      const double t_mma = timed(
-          [&] {
-            kcu::launch_gemv_mma(w.data(), in.converted, rows, s.in, s.out, true, nullptr, y3.as<float>(), stream);
-          },
-          flush, reps, stream);
-      std::vector<float> a(static_cast<size_t>(rows * s.out)), b(a.size()), c(a.size());
+      std::vector<float> a(static_cast<size_t>(rows * s.out)), b(a.size());
       kcu::copy_to_host(a.data(), y1.data(), a.size() * sizeof(float));
       kcu::copy_to_host(b.data(), y2.data(), b.size() * sizeof(float));  // the last gemv16 launch's (4 per warp)
-      kcu::copy_to_host(c.data(), y3.data(), c.size() * sizeof(float));
-      const double diff_g = has_gemv16 ? rel_diff(a, b) : 0.0, diff_m = rel_diff(a, c);
+      const double diff_g = has_gemv16 ? rel_diff(a, b) : 0.0;
       std::printf(
           "{\"shape\": \"%s\", \"out\": %lld, \"in\": %lld, \"rows\": %lld, \"cublas_us\": %.2f, "
           "\"gemv16_us\": [%.2f, %.2f, %.2f], \"gemv16_outs_per_warp\": [1, 2, 4], \"gemv16_default_outs\": %d, "
-          "\"gemv_mma_us\": %.2f, \"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": [%.1f, %.1f, %.1f], "
-          "\"gemv_mma_pct_bw\": %.1f, \"gemv16_max_rel_diff\": %.3g, \"gemv_mma_max_rel_diff\": %.3g}\n",
+          "\"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": [%.1f, %.1f, %.1f], \"gemv16_max_rel_diff\": %.3g}\n",
           s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), static_cast<long long>(rows),
-          t_cublas * 1e6, t_gemv[0] * 1e6, t_gemv[1] * 1e6, t_gemv[2] * 1e6, chosen, t_mma * 1e6, pct(t_cublas),
-          pct(t_gemv[0]), pct(t_gemv[1]), pct(t_gemv[2]), pct(t_mma), diff_g, diff_m);
+          t_cublas * 1e6, t_gemv[0] * 1e6, t_gemv[1] * 1e6, t_gemv[2] * 1e6, chosen, pct(t_cublas),
+          pct(t_gemv[0]), pct(t_gemv[1]), pct(t_gemv[2]), diff_g);
       char line[400];
       std::snprintf(line, sizeof line,
                     "| %s | %lld x %lld | %lld | %.1f (%.0f%%) | %.1f (%.0f%%) / %.1f (%.0f%%) / %.1f (%.0f%%) | %d | "
-                    "%.1f (%.0f%%) | %.2f | %.1e, %.1e |\n",
+                    "%.2f | %.1e |\n",
                     s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
                     static_cast<long long>(rows), t_cublas * 1e6, pct(t_cublas), t_gemv[0] * 1e6, pct(t_gemv[0]),
-                    t_gemv[1] * 1e6, pct(t_gemv[1]), t_gemv[2] * 1e6, pct(t_gemv[2]), chosen, t_mma * 1e6, pct(t_mma),
-                    best / t_cublas, diff_g, diff_m);
+                    t_gemv[1] * 1e6, pct(t_gemv[1]), t_gemv[2] * 1e6, pct(t_gemv[2]), chosen,
+                    best / t_cublas, diff_g);
       table += line;
     }
   }

@@ -12,7 +12,7 @@
 # Knobs: SHAPE (8b|1b|tiny), LEVELS, SERVE_ARGS (extra serve flags), EAGER=1 (also a run with
 # --disable-cuda-graph), AB="label:flags;label:flags" (also a run per entry with those serve flags,
 # at AB_LEVELS, default 1,32,128, no 8k prefill; e.g. AB="overlap:--enable-overlap-schedule"; words
-# NAME=VALUE among the flags go to the server's environment: AB="mma:SPINDLE_CUDA_GEMV_MMA=1"),
+# NAME=VALUE among the flags go to the server's environment: AB="c128:SPINDLE_FLASH_DECODE_MIN_CHUNK=128"),
 # SKIP_HF=1, SKIP_PREFILL=1, SKIP_SHORT=1, PORT.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -81,6 +81,11 @@ struct BackendDescriptor {
   std::function<std::unique_ptr<AttentionBackend>(const AttentionShape&, const DpConfig&,
                                                   const BackendOptions&)>
       factory;
+  // Optional: the measurement of this backend's per-machine values (util/switches.h members its
+  // kernels read): it times the kernels on the current device for `shape`, installs the fastest
+  // values (set_switches; call it before other threads read them) and returns one line saying
+  // what it measured and chose. Throws when it cannot (the values stay).
+  std::function<std::string(const AttentionShape&)> measure_machine;
 };
 
 class AttentionRegistry {

@@ -19,9 +19,10 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/split_policy.h"
 #include "platform/device_info.h"
-#include "util/ab_switch.h"
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::attn {
 namespace {
@@ -117,12 +118,8 @@ class CudaFlashBackend final : public CudaPagedBackend {
   // row runs as a one-token sequence of the decode kernel, attending to its causal prefix
   // (DeviceBatch's row_sequences; paged_layer_launch.h has the measured bound). On the 8B shape's
   // 5-token verify the prefill kernel took 23.7 us per layer against ~11 for the decode kernel's
-  // split and merge (ncu, bench/results/2026-12-04-h200-verify-attn). SPINDLE_FLASH_DECODE_ROWS=0
-  // turns it off (A/B runs).
-  static bool decodes_rows(const kd::PagedBatchView& view) {
-    static const bool enabled = ab_switch_on("SPINDLE_FLASH_DECODE_ROWS");
-    return enabled && view.row_sequences != nullptr;
-  }
+  // split and merge (ncu, bench/results/2026-12-04-h200-verify-attn).
+  static bool decodes_rows(const kd::PagedBatchView& view) { return view.row_sequences != nullptr; }
 
   void attend(const kc::PagedAttentionParams& p) override {
     const OutputCopy copy = std::exchange(copy_, {});
@@ -143,15 +140,6 @@ class CudaFlashBackend final : public CudaPagedBackend {
     if (bytes > 0) workspace_.reserve(bytes);
     a.workspace = bytes > 0 ? workspace_.data() : nullptr;
     a.workspace_bytes = bytes;
-    if (decode && fused_merge_enabled()) {
-      const size_t count = kd::flash_decode_arrival_count(a);
-      if (arrivals_.size() < count * sizeof(unsigned)) {  // first use: room for 64k (sequence, KV head tile)s
-        arrivals_.reserve(std::max<size_t>(count, size_t{1} << 16) * sizeof(unsigned));
-        kcu::fill_zero(arrivals_.data(), arrivals_.size());
-      }
-      a.split_arrivals = arrivals_.as<unsigned>();
-      a.split_arrivals_count = arrivals_.size() / sizeof(unsigned);
-    }
     if (decode) {
       kd::launch_flash_decode(a, device_batch().stream());
     } else {
@@ -159,14 +147,7 @@ class CudaFlashBackend final : public CudaPagedBackend {
     }
   }
 
-  // SPINDLE_FLASH_DECODE_FUSED_MERGE=1: the decode kernel merges its splits in the block that
-  // finishes last (no merge launch). Opt-in: bit-identical to the merge kernel on the H200 but
-  // 100-150 us slower per 8B decode step (bench/results/2026-12-03-h200-sampler-norm-merge); read at every eager launch
-  // (a getenv per layer; graph replays launch nothing) so the test can compare the two.
-  static bool fused_merge_enabled() { return ab_switch_opted_in("SPINDLE_FLASH_DECODE_FUSED_MERGE"); }
-
   kcu::DeviceBuffer workspace_;
-  kcu::DeviceBuffer arrivals_;  // decode's split counters, zero between launches
   OutputCopy copy_;  // request_output_copy's, for the next attend()
 };
 
@@ -265,6 +246,32 @@ BackendDescriptor make_cuda_descriptor(std::string name, int priority, std::stri
   return d;
 }
 
+// cuda_flash's per-machine values: flash decode's split sizes (kernels/cuda/split_policy.h).
+std::string measure_flash_decode_splits(const AttentionShape& shape) {
+  kd::KvType kv_type = kd::KvType::kBF16;
+  if (shape.kv_dtype == DType::kF16) {
+    kv_type = kd::KvType::kF16;
+  } else {
+    SPINDLE_CHECK(shape.kv_dtype == DType::kBF16, "flash decode's split sizes: {} KV is not cuda_flash's",
+                  dtype_name(shape.kv_dtype));
+  }
+  const kcu::SplitMeasurement m =
+      kcu::measure_flash_decode_splits(shape.num_heads, shape.num_kv_heads, shape.head_dim, kv_type);
+  Switches values = switches();
+  values.flash_decode_min_chunk = m.best.min_chunk_keys;
+  values.flash_decode_blocks_per_sm = m.best.blocks_per_sm;
+  set_switches(std::move(values));
+  std::string times;
+  for (size_t c = 0; c < m.us.size(); ++c) {
+    times += fmt::format("{}{}k/{}b", c == 0 ? "" : ", ", kcu::kSplitCandidates[c].min_chunk_keys,
+                         kcu::kSplitCandidates[c].blocks_per_sm);
+    for (size_t s = 0; s < m.us[c].size(); ++s) times += fmt::format(" {:.1f}", m.us[c][s]);
+  }
+  return fmt::format("cuda_flash: flash decode splits measured on this GPU (us per launch at batch 1 x 512 and "
+                     "8 x 2048 keys: {}): min chunk {} keys, {} block(s) per SM",
+                     times, m.best.min_chunk_keys, m.best.blocks_per_sm);
+}
+
 }  // namespace
 
 void register_cuda_attention_backends(AttentionRegistry& registry) {
@@ -273,8 +280,10 @@ void register_cuda_attention_backends(AttentionRegistry& registry) {
       cuda_reference_gaps));
   registry.register_backend(make_cuda_descriptor<CudnnSdpaBackend>(
       "cudnn_sdpa", 1, "cuDNN fused flash attention (graph API, paged K/V), loaded at run time", cudnn_sdpa_gaps));
-  registry.register_backend(make_cuda_descriptor<CudaFlashBackend>(
-      "cuda_flash", 2, "FlashAttention-2-style prefill on tensor cores + split-KV paged decode", cuda_flash_gaps));
+  BackendDescriptor flash = make_cuda_descriptor<CudaFlashBackend>(
+      "cuda_flash", 2, "FlashAttention-2-style prefill on tensor cores + split-KV paged decode", cuda_flash_gaps);
+  flash.measure_machine = measure_flash_decode_splits;
+  registry.register_backend(std::move(flash));
 }
 
 }  // namespace spindle::attn

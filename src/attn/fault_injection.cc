@@ -7,6 +7,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::attn {
 
@@ -38,8 +39,8 @@ FaultMode parse_fault_for(std::string_view spec, std::string_view backend_name, 
 }
 
 FaultMode fault_for(std::string_view backend_name, int dp_rank) {
-  const char* spec = std::getenv(kFaultEnvVar);
-  return spec ? parse_fault_for(spec, backend_name, dp_rank) : FaultMode::kNone;
+  const std::string& spec = switches().attn_fault;
+  return spec.empty() ? FaultMode::kNone : parse_fault_for(spec, backend_name, dp_rank);
 }
 
 void act_out_fatal_fault(FaultMode mode) {

@@ -18,7 +18,7 @@ inline constexpr const char* kFaultEnvVar = "SPINDLE_ATTN_FAULT";
 // Parses the spec (as in SPINDLE_ATTN_FAULT) for one backend of DP rank `dp_rank`; throws on an
 // unknown mode or a rank that is not a number.
 FaultMode parse_fault_for(std::string_view spec, std::string_view backend_name, int dp_rank = 0);
-// Reads SPINDLE_ATTN_FAULT.
+// Reads switches().attn_fault (SPINDLE_ATTN_FAULT; a validation child gets it on its command line).
 FaultMode fault_for(std::string_view backend_name, int dp_rank = 0);
 // Acts out crash, hang (never returns for those) and throw (throws spindle::Error); no-op otherwise.
 void act_out_fatal_fault(FaultMode mode);

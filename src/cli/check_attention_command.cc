@@ -2,10 +2,12 @@
 // the given shape against `reference` and prints one JSON line (attn::CheckReport) on stdout.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attn/select/validation.h"
 #include "cli/commands.h"
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::cli {
 namespace {
@@ -17,6 +19,7 @@ struct CheckArgs {
   float scale = 0;
   bool timing = false;
   int cuda_device = -1;
+  std::vector<std::string> switches;  // NAME=VALUE: the parent's registry values (util/switches.h)
 };
 
 }  // namespace
@@ -34,7 +37,11 @@ void add_check_attention_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--scale", args->scale)->required();
   cmd->add_flag("--timing", args->timing);
   cmd->add_option("--cuda-device", args->cuda_device);
+  cmd->add_option("--switch", args->switches);
   cmd->callback([args, &exit_code] {
+    Switches values = switches();  // the environment's (main resolved it); the parent's win
+    for (const std::string& s : args->switches) apply_switch_argument(values, s);
+    set_switches(std::move(values));
     attn::AttentionShape shape;
     shape.num_heads = args->heads;
     shape.num_kv_heads = args->kv_heads;

@@ -10,12 +10,14 @@
 
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "config/switch_config.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
 #include "platform/device_info.h"
 #include "platform/openmp_policy.h"
 #include "util/build_info.h"
+#include "util/switches.h"
 
 namespace spindle::cli {
 namespace {
@@ -105,6 +107,33 @@ void print_model(const std::string& dir, const ModelFacts& m) {
   fmt::print("\n  KV per token  {} (bf16), {} (f32)\n", format_bytes(m.kv_bytes_bf16), format_bytes(m.kv_bytes_f32));
 }
 
+// The environment switches (util/switches.h): every declared variable not at its default, and
+// the SPINDLE_* variables the registry does not declare (Spindle ignores them).
+struct SwitchFacts {
+  std::vector<std::pair<std::string, std::string>> non_default;
+  std::vector<std::string> undeclared;
+};
+
+SwitchFacts read_switch_facts() {
+  return {non_default_switches(switches()), config::resolve(read_process_environment()).undeclared};
+}
+
+nlohmann::json switches_json(const SwitchFacts& s) {
+  nlohmann::json set = nlohmann::json::object();
+  for (const auto& [name, value] : s.non_default) set[name] = value;
+  return {{"not_default", set}, {"undeclared", s.undeclared}};
+}
+
+void print_switches(const SwitchFacts& s) {
+  fmt::print("Environment\n");
+  if (s.non_default.empty()) fmt::print("  every declared variable at its default\n");
+  for (const auto& [name, value] : s.non_default) {
+    const SwitchDeclaration* d = find_switch_declaration(name);
+    fmt::print("  {}={}  ({}: {})\n", name, value, switch_kind_name(d->kind), d->why);
+  }
+  for (const std::string& name : s.undeclared) fmt::print("  {}  undeclared: ignored\n", name);
+}
+
 void run_info(const InfoArgs& args) {
   const DeviceInfo device = detect_device_info();
   std::unique_ptr<ModelFacts> model;
@@ -112,13 +141,15 @@ void run_info(const InfoArgs& args) {
   if (args.json) {
     nlohmann::json j = {{"build_id", build_id()}, {"machine", to_json(device)},
                         {"device_fingerprint", device_fingerprint(device.cpu)},
-                        {"openmp_wait_policy", openmp_wait_policy_summary()}};
+                        {"openmp_wait_policy", openmp_wait_policy_summary()},
+                        {"environment", switches_json(read_switch_facts())}};
     if (model) j["model"] = model_json(*model);
     std::cout << j.dump(2) << std::endl;
     return;
   }
   fmt::print("Spindle {}\n", build_id());
   print_machine(device);
+  print_switches(read_switch_facts());
   if (model) print_model(args.model_dir, *model);
 }
 
@@ -126,7 +157,7 @@ void run_info(const InfoArgs& args) {
 
 void add_info_command(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
-  auto* cmd = app.add_subcommand("info", "Show this machine's CPU, memory and CUDA facts, and a model's sizes");
+  auto* cmd = app.add_subcommand("info", "Show this machine's CPU, memory and CUDA facts, the environment switches, and a model's sizes");
   cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args] { run_info(*args); });

@@ -7,12 +7,19 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "config/switch_config.h"
 #include "platform/openmp_policy.h"
 #include "util/build_info.h"
 #include "util/error.h"
 #include "util/log.h"
 
 int main(int argc, char** argv) {
+  try {
+    spindle::config::resolve_process_switches();  // the environment, read once (util/switches.h)
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
   spindle::default_openmp_wait_policy(argv);  // may re-execute this binary (platform/openmp_policy.h)
   spindle::init_logging();
   CLI::App app{"Spindle: an LLM inference server that configures itself", "spindle"};

@@ -17,6 +17,7 @@
 #include "cli/serving_stack.h"
 #include "server/http_server.h"
 #include "util/error.h"
+#include "util/switches.h"
 #include "util/thread_pool.h"
 
 namespace spindle::cli {
@@ -46,8 +47,7 @@ std::string resolve_api_key(const ServeArgs& a) {
     SPINDLE_CHECK(!key.empty(), "--api-key-file {} holds no key on its first line", a.api_key_file);
     return key;
   }
-  const char* env = std::getenv(kApiKeyEnv);
-  return env ? std::string(env) : std::string();
+  return switches().api_key;  // SPINDLE_API_KEY (util/switches.h)
 }
 
 bool is_loopback(const std::string& host) {

@@ -13,6 +13,8 @@
 #include <map>
 
 #include "cli/format.h"
+#include "attn/attention_backend.h"
+#include "config/switch_config.h"
 #include "kernels/cpu/linear.h"
 #include "startup/backend_selection.h"
 #include "startup/workspace_cache.h"
@@ -94,6 +96,18 @@ ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPoo
 
 // Binds the rank's device, selects its backends for that device, loads the model, creates the
 // backends (with its DpConfig) and the runner. No KV yet.
+// The decode backend's per-machine values (util/switches.h: cuda_flash's split sizes), measured
+// on the current device. A measurement that fails keeps the registry's values and says why.
+void measure_machine_values(const std::string& backend, const attn::AttentionShape& shape) {
+  const attn::BackendDescriptor& d = attn::attention_registry().get(backend);
+  if (!d.measure_machine) return;
+  try {
+    spdlog::info("{}", d.measure_machine(shape));
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: measuring this machine's values failed ({}); keeping the defaults", backend, e.what());
+  }
+}
+
 void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r) {
   const bool on_cuda = r.resolved.device == attn::Device::kCuda;
   // The worker binds its device before validating backends and planning memory.
@@ -117,6 +131,7 @@ void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r
   const attn::DpConfig dp{r.pool_size, r.local_rank};
   r.prefill_backend = attn::create_attention_backend(r.selection.prefill_backend, shape, dp, backend_options);
   r.decode_backend = attn::create_attention_backend(r.selection.decode_backend, shape, dp, backend_options);
+  if (r.rank == 0) measure_machine_values(r.selection.decode_backend, shape);  // before any graph is captured
   engine::RunnerOptions runner_options;
   runner_options.max_graph_batch = r.resolved.cuda_graph_max_bs;
   runner_options.max_model_len = r.resolved.kv.max_model_len;
@@ -206,6 +221,10 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
 }  // namespace
 
 std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
+  // serve and generate name the SPINDLE_* variables no one reads (a typo, a retired A/B switch).
+  const std::string undeclared =
+      config::undeclared_switches_warning(config::resolve(read_process_environment()).undeclared);
+  if (!undeclared.empty()) spdlog::warn("{}", undeclared);
   auto s = std::make_unique<ServingStack>();
   s->model_dir = flags.model_dir.empty() ? default_model_dir() : std::filesystem::path(flags.model_dir);
   s->model_name = flags.served_model_name.empty() ? s->model_dir.filename().string() : flags.served_model_name;

@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include "util/error.h"
+#include "util/switches.h"
 
 #include <algorithm>
 #include <cmath>
@@ -177,21 +178,18 @@ struct SamplerFault {
   uint64_t seed = 0;
 };
 
-// SPINDLE_SAMPLER_FAULT, read once ("nan:SEED" or "throw:SEED").
-const SamplerFault& sampler_fault() {
-  static const SamplerFault fault = [] {
-    SamplerFault f;
-    const char* spec = std::getenv("SPINDLE_SAMPLER_FAULT");
-    if (spec == nullptr) return f;
-    const std::string s(spec);
-    const size_t colon = s.find(':');
-    if (colon == std::string::npos) return f;
-    const std::string kind = s.substr(0, colon);
-    f.kind = kind == "nan" ? SamplerFault::Kind::kNan : kind == "throw" ? SamplerFault::Kind::kThrow : SamplerFault::Kind::kNone;
-    f.seed = std::strtoull(s.c_str() + colon + 1, nullptr, 10);
-    return f;
-  }();
-  return fault;
+// switches().sampler_fault (SPINDLE_SAMPLER_FAULT: "nan:SEED" or "throw:SEED", checked by the
+// registry's parser); empty, the normal case, costs one comparison per sample.
+SamplerFault sampler_fault() {
+  SamplerFault f;
+  const std::string& s = switches().sampler_fault;
+  if (s.empty()) return f;
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) return f;
+  const std::string kind = s.substr(0, colon);
+  f.kind = kind == "nan" ? SamplerFault::Kind::kNan : kind == "throw" ? SamplerFault::Kind::kThrow : SamplerFault::Kind::kNone;
+  f.seed = std::strtoull(s.c_str() + colon + 1, nullptr, 10);
+  return f;
 }
 
 }  // namespace
@@ -206,7 +204,7 @@ bool all_finite(std::span<const float> logits) {
 
 SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> prompt,
                              std::span<const TokenId> output) {
-  if (const auto& fault = sampler_fault(); fault.kind != SamplerFault::Kind::kNone && fault.seed == seed_) {
+  if (const SamplerFault fault = sampler_fault(); fault.kind != SamplerFault::Kind::kNone && fault.seed == seed_) {
     SPINDLE_CHECK(fault.kind != SamplerFault::Kind::kThrow, "injected step failure (SPINDLE_SAMPLER_FAULT)");
     std::fill(logits.begin(), logits.end(), std::numeric_limits<float>::quiet_NaN());
   }

@@ -45,7 +45,7 @@ class Sampler {
 
   // logits: [vocab] of this request's last position; modified in place (scratch). A row with a
   // NaN or infinite value gives non_finite (checked before anything else).
-  // Test-only fault: SPINDLE_SAMPLER_FAULT="nan:SEED" fills the row with NaN, "throw:SEED"
+  // Test-only fault: switches().sampler_fault (SPINDLE_SAMPLER_FAULT) ="nan:SEED" fills the row with NaN, "throw:SEED"
   // throws spindle::Error (a failed step, as a device error is), for requests of that seed.
   // prompt and output: this request's tokens so far (penalties look at them).
   SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);

@@ -11,7 +11,6 @@
 #include "kernels/cuda/gemv16.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
-#include "util/ab_switch.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
 
@@ -376,12 +375,6 @@ kcu::KvPagesOut kv_pages_out(const attn::KvWriteTarget& kv) {
   return pages;
 }
 
-// SPINDLE_CUDA_QKV_ROPE=0: the q/k/v product and its split as two launches (A/B benchmarks).
-bool fused_qkv_rope_enabled() {
-  static const bool enabled = ab_switch_on("SPINDLE_CUDA_QKV_ROPE");
-  return enabled;
-}
-
 }  // namespace
 
 void CudaOps::split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads,
@@ -403,7 +396,7 @@ void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product&
                                     const int64_t* positions, const attn::KvWriteTarget& kv) {
   const kcu::DeviceWeight& w = placed(qkv_product.weight).weight;
   const int d = config_.head_dim;
-  if (!fused_qkv_rope_enabled() || q_norm != kNoWeight || k_norm != kNoWeight ||
+  if (q_norm != kNoWeight || k_norm != kNoWeight ||
       rows > kcu::gemv16_fused_use_max_rows() || w.out_features != int64_t{num_heads + 2 * num_kv_heads} * d ||
       !linear_->gemv16_takes(w, rows)) {
     linear(x, rows, {&qkv_product, 1});
@@ -454,9 +447,7 @@ void CudaOps::attend(attn::AttentionBackend& attention, int layer, attn::ConstTe
 }
 
 attn::OutputCopy CudaOps::attention_output_copy(const float* /*out*/, int64_t rows, int64_t cols) {
-  // SPINDLE_CUDA_ATTN_OUT16=0: the output projection converts the attention's output itself (A/B).
-  static const bool enabled = ab_switch_on("SPINDLE_CUDA_ATTN_OUT16");
-  if (!enabled || linear16_dtype_ == DType::kF32) return {};
+  if (linear16_dtype_ == DType::kF32) return {};
   return {linear_->input16_target(rows, cols, 0), linear16_dtype_};
 }
 
@@ -487,34 +478,6 @@ void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> prod
     const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
     linear_->forward(w, in, p.y, bias);
   }
-}
-
-void CudaOps::linear_add_rms_norm(const float* x, int64_t rows, const Product& p, float* hidden, float* out,
-                                  int64_t cols, WeightId w) {
-  // SPINDLE_CUDA_GEMV16_NORM=1: the product and the norm in one launch (opt-in: the 8B decode step
-  // took 5.16 ms with it against 4.45 ms without, bench/results/2026-12-05-h200-norm-epilogue).
-  static const bool enabled = ab_switch_opted_in("SPINDLE_CUDA_GEMV16_NORM");
-  const kcu::DeviceWeight& weight = placed(p.weight).weight;
-  if (!enabled || weight.out_features != cols || !linear_->gemv16_takes(weight, rows)) {
-    LayerMath::linear_add_rms_norm(x, rows, p, hidden, out, cols, w);
-    return;
-  }
-  const kcu::CublasLinear::Input in = input_for(x, rows, weight);
-  const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
-  const Placed& norm = placed(w);
-  const kcu::Out16 out16 = out16_for(out, rows, cols);  // (sets ready16_ for the product after)
-  kcu::AddRmsNormParams params;
-  params.hidden = hidden;
-  params.out = out;
-  params.out16 = out16.out;
-  params.out16_bf16 = out16.bf16;
-  params.weight = norm.data;
-  params.weight_type = norm.type;
-  params.eps = static_cast<float>(config_.rms_norm_eps);
-  params.norm_threads = kcu::add_rms_norm_row_threads(hidden, p.y, out, cols, norm.data, norm.type, out16);
-  if (linear_->forward_add_rms_norm(weight, in, p.y, bias, params)) return;
-  linear_->forward(weight, in, p.y, bias);
-  add_rms_norm(hidden, p.y, out, rows, cols, w);
 }
 
 void CudaOps::swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, float* gate_up_scratch, float* act,

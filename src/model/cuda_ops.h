@@ -77,9 +77,6 @@ class CudaOps final : public DeviceOps {
   void rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w,
                 const int64_t* row_index = nullptr) override;
   void add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols, WeightId w) override;
-  // One gemv16 launch (product, residual add, norm) where CublasLinear::forward_add_rms_norm takes it.
-  void linear_add_rms_norm(const float* x, int64_t rows, const Product& p, float* hidden, float* out, int64_t cols,
-                           WeightId w) override;
   void add(float* y, const float* x, int64_t rows, int64_t cols) override;
   void linear(const float* x, int64_t rows, std::span<const Product> products) override;
   void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,

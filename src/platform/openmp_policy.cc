@@ -4,10 +4,13 @@
 
 #include <cstdlib>
 
+#include "util/switches.h"
+
 namespace spindle {
 
 void default_openmp_wait_policy(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  const Switches& env = switches();
+  if (env.omp_wait_policy || env.gomp_spincount) return;
   if (argv == nullptr || argv[0] == nullptr) return;
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
   ::setenv(kOpenMpPolicyMarker, "1", 1);
@@ -18,14 +21,14 @@ void default_openmp_wait_policy(char** argv) {
 }
 
 std::string openmp_wait_policy_summary() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  if (policy == nullptr && spin == nullptr) return "libgomp's default (workers poll 300,000 rounds before they sleep)";
+  const Switches& env = switches();
+  if (!env.omp_wait_policy && !env.gomp_spincount) {
+    return "libgomp's default (workers poll 300,000 rounds before they sleep)";
+  }
   std::string line;
-  if (policy != nullptr) line = std::string("OMP_WAIT_POLICY=") + policy;
-  if (spin != nullptr) line += std::string(line.empty() ? "" : " ") + "GOMP_SPINCOUNT=" + spin;
-  const char* marker = std::getenv(kOpenMpPolicyMarker);
-  line += marker != nullptr && std::string(marker) == "1" ? " (Spindle's default)" : " (from the environment)";
+  if (env.omp_wait_policy) line = "OMP_WAIT_POLICY=" + *env.omp_wait_policy;
+  if (env.gomp_spincount) line += std::string(line.empty() ? "" : " ") + "GOMP_SPINCOUNT=" + *env.gomp_spincount;
+  line += env.openmp_policy_defaulted ? " (Spindle's default)" : " (from the environment)";
   return line;
 }
 

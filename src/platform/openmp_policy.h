@@ -23,7 +23,8 @@ namespace spindle {
 // The environment variable, set next to OMP_WAIT_POLICY, that says Spindle chose the policy.
 inline constexpr const char* kOpenMpPolicyMarker = "SPINDLE_OMP_WAIT_POLICY_DEFAULTED";
 
-// Call first in main(), before any thread exists. Where neither OMP_WAIT_POLICY nor
+// Call first in main(), after config::resolve_process_switches() (it reads switches()) and before
+// any thread exists. Where neither OMP_WAIT_POLICY nor
 // GOMP_SPINCOUNT is set (a user's setting is kept), sets OMP_WAIT_POLICY=PASSIVE and
 // kOpenMpPolicyMarker=1 and re-executes /proc/self/exe with the same argv (same process id, open
 // files kept); returns only where that exec fails (no /proc: libgomp's defaults stay, the marker is

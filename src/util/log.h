@@ -1,5 +1,6 @@
 // Logging goes through spdlog (SPINDLE_LOG_LEVEL=trace|debug|info|warn|error|off, default info).
-// Use spdlog::info(...) etc. directly; init_logging() sets the pattern and level once.
+// Use spdlog::info(...) etc. directly; init_logging() sets the pattern and level once (the level:
+// the argument, else switches().log_level, so call it after config::resolve_process_switches()).
 #pragma once
 
 #include <spdlog/spdlog.h>

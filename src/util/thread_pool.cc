@@ -12,6 +12,7 @@
 #include <string>
 
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle {
 namespace {
@@ -84,13 +85,7 @@ bool spin_until(Done&& done, std::chrono::microseconds spin) {
 
 }  // namespace
 
-int ThreadPool::default_spin_us() {
-  static const int us = [] {
-    const char* env = std::getenv("SPINDLE_POOL_SPIN_US");
-    return env ? std::max(0, std::atoi(env)) : 200;
-  }();
-  return us;
-}
+int ThreadPool::default_spin_us() { return kDefaultSpinUs; }
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = num_usable_cores();
@@ -135,10 +130,7 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::global() {
-  static ThreadPool pool([] {
-    const char* env = std::getenv("SPINDLE_NUM_THREADS");
-    return env ? std::atoi(env) : 0;
-  }());
+  static ThreadPool pool(switches().num_threads);
   return pool;
 }
 

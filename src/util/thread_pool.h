@@ -43,14 +43,17 @@ class ThreadPool {
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn);
 
-  // The process-wide pool (size from SPINDLE_NUM_THREADS, else one per usable core).
+  // The process-wide pool (size from switches().num_threads, SPINDLE_NUM_THREADS, else one per
+  // usable core), built at first use.
   static ThreadPool& global();
 
   // Microseconds a finished worker (and a caller waiting for the workers) polls before it
   // sleeps. Starts at default_spin_us(); may be changed at any time (from any thread).
   int spin_us() const { return spin_us_.load(std::memory_order_relaxed); }
   void set_spin_us(int us) { spin_us_.store(us < 0 ? 0 : us, std::memory_order_relaxed); }
-  // SPINDLE_POOL_SPIN_US (read once; 0: workers sleep as soon as they are idle), else 200.
+  // 200 us: on a quiet VM the 6.8M decode ran 1.5-2x faster than with sleeping at once (27371ac;
+  // the former SPINDLE_POOL_SPIN_US, util/switches.cc). bench/pool_ab sets other values.
+  static constexpr int kDefaultSpinUs = 200;
   static int default_spin_us();
 
  private:

@@ -10,6 +10,7 @@
 #include "attn/select/attention_selection.h"
 #include "support/fake_machines.h"
 #include "support/spindle_binary.h"
+#include "util/switches.h"
 #include "util/error.h"
 
 namespace spindle::attn {
@@ -195,7 +196,9 @@ TEST_P(FaultySelectionTest, FaultyBackendIsRejectedAndTheNextChosen) {
   for (const char* name : {"cpu_avx2", "cpu_avx512", "cpu_amx"}) {
     spec += std::string(spec.empty() ? "" : ",") + name + "=" + GetParam();
   }
-  ::setenv(attn::kFaultEnvVar, spec.c_str(), 1);
+  Switches values = switches();
+  values.attn_fault = spec;  // the registry's value reaches each child on its command line
+  const ScopedSwitches scoped(values);
   attn::ChildOptions child;
   child.executable = testing::spindle_binary();
   // Small shape so `reference` validates and times quickly even on a loaded machine; only the
@@ -206,7 +209,6 @@ TEST_P(FaultySelectionTest, FaultyBackendIsRejectedAndTheNextChosen) {
     child.timing = timing;
     return attn::validate_in_child(name, shape, child);
   });
-  ::unsetenv(attn::kFaultEnvVar);
   EXPECT_EQ(s.prefill_backend, "reference");
   EXPECT_EQ(s.decode_backend, "reference");
   EXPECT_FALSE(s.warnings.empty());

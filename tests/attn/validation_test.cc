@@ -1,5 +1,6 @@
 // The validation protocol end to end: the real spindle binary as the child, and fault injection
-// (SPINDLE_ATTN_FAULT) proving that a crash, a hang and wrong values are each caught.
+// (the registry's attn_fault, SPINDLE_ATTN_FAULT, set in this process: it reaches the child on
+// its command line) proving that a crash, a hang and wrong values are each caught.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "support/fake_machines.h"
 #include "support/spindle_binary.h"
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::attn {
 namespace {
@@ -41,10 +43,18 @@ ChildOptions child_options(double timeout_s = 60, bool timing = false) {
   return o;
 }
 
+// The fault in the registry only (not in the environment) for the scope.
+Switches with_fault(const std::string& spec) {
+  Switches values = switches();
+  values.attn_fault = spec;
+  return values;
+}
 class FaultEnv {
  public:
-  explicit FaultEnv(const std::string& spec) { ::setenv(kFaultEnvVar, spec.c_str(), 1); }
-  ~FaultEnv() { ::unsetenv(kFaultEnvVar); }
+  explicit FaultEnv(const std::string& spec) : scoped_(with_fault(spec)) {}
+
+ private:
+  ScopedSwitches scoped_;
 };
 
 TEST(ValidationTest, ToleranceIsStatedPerDtype) {

@@ -112,6 +112,30 @@ TEST(CliTest, InfoWithoutModelPrintsMachineFacts) {
   EXPECT_THAT(r.out, HasSubstr("Fingerprint"));
 }
 
+// util/switches.h: `info` lists the declared variables not at their default and names the
+// SPINDLE_* ones the registry does not declare (a typo, a retired A/B switch); a malformed value
+// stops every command with an error naming the variable.
+TEST(CliTest, InfoListsNonDefaultAndUndeclaredSwitches) {
+  const std::string env = "SPINDLE_NUM_THREADS=3 SPINDLE_API_KEY=hidden-key SPINDLE_NOT_A_SWITCH=1 SPINDLE_CUDA_PDL=0";
+  const RunResult text = run_spindle("info", env);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("SPINDLE_NUM_THREADS=3"));
+  EXPECT_THAT(text.out, HasSubstr("SPINDLE_API_KEY=(set)"));
+  EXPECT_THAT(text.out, ::testing::Not(HasSubstr("hidden-key")));
+  EXPECT_THAT(text.out, HasSubstr("SPINDLE_NOT_A_SWITCH  undeclared"));
+  const RunResult json = run_spindle("info --json", env);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out).at("environment");
+  EXPECT_EQ(j.at("not_default").at("SPINDLE_NUM_THREADS"), "3");
+  EXPECT_EQ(j.at("undeclared"), nlohmann::json({"SPINDLE_CUDA_PDL", "SPINDLE_NOT_A_SWITCH"}));
+}
+
+TEST(CliTest, AMalformedSwitchStopsWithItsName) {
+  const RunResult r = run_spindle("info", "SPINDLE_NUM_THREADS=lots");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("SPINDLE_NUM_THREADS='lots'"));
+}
+
 // platform/openmp_policy.h: libgomp's workers sleep after each parallel region unless the user
 // chose otherwise. OMP_DISPLAY_ENV=VERBOSE makes libgomp print its settings when it starts, before
 // main: once in the process the shell started (its defaults) and again in the re-executed one, whose
@@ -243,8 +267,9 @@ TEST(CliTest, SecondGenerateTakesTheWorkspaceFromTheCache) {
   fs::remove_all(cache);
   const std::string env = "SPINDLE_CACHE_DIR=" + cache.string();
   const std::string args = "generate -p 'And God said' -n 2 --temperature 0 --threads 1";
-  const RunResult first = run_spindle(args, env);
+  const RunResult first = run_spindle(args, env + " SPINDLE_TYPO_SWITCH=1");
   ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.err, HasSubstr("that Spindle does not declare: SPINDLE_TYPO_SWITCH"));  // serve / generate warn
   EXPECT_THAT(first.err, HasSubstr("workspace"));
   EXPECT_THAT(first.err, ::testing::Not(HasSubstr("cached: measured by an earlier start")));
   bool found = false;

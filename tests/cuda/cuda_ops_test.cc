@@ -10,10 +10,7 @@
 //     another order), bias included, and each output the one-row launch's bits;
 //   - launch_split_qkv_norm_rope with KvPagesOut: the pages hold exactly its own k/v outputs rounded
 //     to the KV type (bf16, f16, f32) at each token's slot, nothing at the others, q/k/v unchanged;
-//   - launch_gemv_mma (1-16 rows, bf16 and f16, one and two m tiles per block, `in` not a multiple
-//     of 32, `out` not of 16): the f64 sum of the same products within 1e-5 of their magnitudes;
 //   - launch_gemv16_qkv_rope: bit for bit launch_gemv16 then launch_split_qkv_norm_rope;
-//   - launch_gemv16_add_rms_norm: bit for bit launch_gemv16 then launch_add_rms_norm;
 //   - launch_gemv16_swiglu: bit for bit launch_gemv16 then launch_silu_mul (f32 and the 16-bit
 //     copy), and within 1e-5 (of the products' magnitudes) of SwiGLU over the f64 sums.
 // Skips when no CUDA device with cc >= 8.0 is usable.
@@ -30,7 +27,6 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemv16.h"
-#include "kernels/cuda/gemv_mma.h"
 #include "kernels/cuda/model_ops.h"
 #include "util/error.h"
 #include "util/half.h"
@@ -248,58 +244,6 @@ TEST(CudaOpsTest, Gemv16MatchesTheF64SumOfTheSameProducts) {
   check_gemv16(false, 121);
 }
 
-// launch_gemv_mma over rows 1..kGemvMmaMaxRows of [out, in] weights against the f64 sum of the
-// same 16-bit products (bias included), within 1e-5 of the sum of their magnitudes.
-void check_gemv_mma(int64_t in, int64_t out, bool bf16, uint64_t seed) {
-  const auto to16 = [bf16](float v) { return bf16 ? float_to_bf16_bits(v) : float_to_fp16_bits(v); };
-  const auto from16 = [bf16](uint16_t v) { return bf16 ? bf16_bits_to_float(v) : fp16_bits_to_float(v); };
-  const std::vector<float> wf = random_values(static_cast<size_t>(out * in), seed, 0.05f);
-  const std::vector<float> bias = random_values(static_cast<size_t>(out), seed + 1, 1.0f);
-  std::vector<uint16_t> w(wf.size());
-  for (size_t i = 0; i < w.size(); ++i) w[i] = to16(wf[i]);
-  const auto dw = to_device(w), db = to_device(bias);
-  for (int64_t rows = 1; rows <= kcu::kGemvMmaMaxRows; ++rows) {
-    const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), seed + 2 + rows, 1.0f);
-    std::vector<uint16_t> x(xf.size());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = to16(xf[i]);
-    const auto dx = to_device(x);
-    kcu::DeviceBuffer dy(static_cast<size_t>(rows * out) * sizeof(float));
-    ASSERT_TRUE(kcu::gemv_mma_supports(rows, in, dw.data(), dx.data()));
-    // Odd rows without a bias: both forms of the epilogue.
-    const float* b = rows % 2 == 0 ? db.as<float>() : nullptr;
-    kcu::launch_gemv_mma(dw.data(), dx.data(), rows, in, out, bf16, b, dy.as<float>(), nullptr);
-    const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(rows * out));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t o = 0; o < out; ++o) {
-        double want = b != nullptr ? bias[static_cast<size_t>(o)] : 0.0, magnitude = std::fabs(want);
-        for (int64_t i = 0; i < in; ++i) {
-          const double p = static_cast<double>(from16(w[static_cast<size_t>(o * in + i)])) *
-                           from16(x[static_cast<size_t>(r * in + i)]);
-          want += p;
-          magnitude += std::fabs(p);
-        }
-        ASSERT_NEAR(y[static_cast<size_t>(r * out + o)], want, 1e-5 * magnitude)
-            << (bf16 ? "bf16 " : "f16 ") << out << " x " << in << ", " << rows << " rows, row " << r << ", output "
-            << o;
-      }
-    }
-  }
-}
-
-TEST(CudaOpsTest, GemvMmaMatchesTheF64SumOfTheSameProducts) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const kcu::DeviceBuffer probe(64);
-  EXPECT_FALSE(kcu::gemv_mma_supports(1, 1030, probe.data(), probe.data())) << "in % 8 != 0";
-  EXPECT_FALSE(kcu::gemv_mma_supports(kcu::kGemvMmaMaxRows + 1, 1032, probe.data(), probe.data()));
-  EXPECT_FALSE(kcu::gemv_mma_supports(0, 1032, probe.data(), probe.data()));
-  // 1032 = 32 groups of 32 columns and one vector: every warp loops, one ends in a partial group.
-  check_gemv_mma(1032, 37, true, 31);
-  check_gemv_mma(1032, 37, false, 41);
-  // 24 columns: less than one group (the partial group alone); 16392 features: two m tiles per block.
-  check_gemv_mma(24, 53, true, 51);
-  check_gemv_mma(264, 16392, true, 61);
-}
-
 TEST(CudaOpsTest, Gemv16SwigluIsGemv16ThenSiluMulBitForBit) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int64_t in = 1032, im = 45;  // im not a multiple of the block's warps
@@ -345,100 +289,6 @@ TEST(CudaOpsTest, Gemv16SwigluIsGemv16ThenSiluMulBitForBit) {
       }
     }
   }
-}
-
-// launch_gemv16_add_rms_norm must give the bits of launch_gemv16 then launch_add_rms_norm (the
-// decode step takes the first, prefill the second): y, hidden, the norm and its 16-bit copy, for
-// 1-4 rows, bf16 and f16, with and without a bias, at widths whose norm kernel sums as 96, 256
-// (6 of them idle) and 1024 threads, one float4 each; the copy written over x's own buffer once;
-// the block counter must be back at 0 after each launch. Rows of more than 1024 float4 (two per
-// thread there) are not taken.
-TEST(CudaOpsTest, Gemv16AddRmsNormIsGemv16ThenAddRmsNormBitForBit) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const int64_t in = 1032;
-  kcu::DeviceBuffer arrivals(sizeof(unsigned));
-  kcu::fill_zero(arrivals.data(), arrivals.size());
-  int cases = 0;
-  for (const int64_t out : {int64_t{384}, int64_t{1000}, int64_t{4096}}) {
-    for (const bool bf16 : {true, false}) {
-      const auto to16 = [bf16](float v) { return bf16 ? float_to_bf16_bits(v) : float_to_fp16_bits(v); };
-      const std::vector<float> wf = random_values(static_cast<size_t>(out * in), 51 + out, 0.05f);
-      std::vector<uint16_t> w(wf.size());
-      for (size_t i = 0; i < w.size(); ++i) w[i] = to16(wf[i]);
-      const std::vector<float> bias = random_values(static_cast<size_t>(out), 52 + out, 1.0f);
-      const std::vector<uint16_t> nw = norm_weight(out, 53 + out);
-      const auto dw = to_device(w), db = to_device(bias), dnw = to_device(nw);
-      for (int64_t rows = 1; rows <= kcu::kGemv16AddRmsNormMaxRows; ++rows) {
-        const size_t n = static_cast<size_t>(rows * out);
-        const std::vector<float> xf = random_values(static_cast<size_t>(rows * in), 54 + rows, 1.0f);
-        std::vector<uint16_t> x(xf.size());
-        for (size_t i = 0; i < x.size(); ++i) x[i] = to16(xf[i]);
-        const std::vector<float> hidden = random_values(n, 55 + rows, 2.0f);
-        const float* b = rows % 2 == 0 ? db.as<float>() : nullptr;
-        const auto dx = to_device(x);
-        // Unfused.
-        auto want_hidden = to_device(hidden);
-        kcu::DeviceBuffer want_y(n * sizeof(float)), want_out(n * sizeof(float)), want16(n * sizeof(uint16_t));
-        kcu::launch_gemv16(dw.data(), dx.data(), rows, in, out, bf16, b, want_y.as<float>(), nullptr);
-        kcu::launch_add_rms_norm(want_hidden.as<float>(), want_y.as<float>(), want_out.as<float>(), rows, out,
-                                 dnw.data(), kcu::WeightType::kBF16, kEps, nullptr, {want16.data(), bf16});
-        const std::vector<float> wy = to_host<float>(want_y, n), wh = to_host<float>(want_hidden, n),
-                                 wo = to_host<float>(want_out, n);
-        const std::vector<uint16_t> w16 = to_host<uint16_t>(want16, n);
-        for (const bool over_x : {false, true}) {
-          if (over_x && rows != 3) continue;
-          // x in a buffer large enough to take the copy when it is written over x.
-          kcu::DeviceBuffer xbuf(std::max(x.size(), n) * sizeof(uint16_t));
-          kcu::copy_to_device(xbuf.data(), x.data(), x.size() * sizeof(uint16_t));
-          auto got_hidden = to_device(hidden);
-          kcu::DeviceBuffer got_y(n * sizeof(float)), got_out(n * sizeof(float)), own16(n * sizeof(uint16_t));
-          void* got16 = over_x ? xbuf.data() : own16.data();
-          kcu::AddRmsNormParams p;
-          p.hidden = got_hidden.as<float>();
-          p.out = got_out.as<float>();
-          p.out16 = got16;
-          p.out16_bf16 = bf16;
-          p.weight = dnw.data();
-          p.weight_type = kcu::WeightType::kBF16;
-          p.eps = kEps;
-          p.norm_threads = kcu::add_rms_norm_row_threads(p.hidden, got_y.as<float>(), p.out, out, p.weight,
-                                                         p.weight_type, {got16, bf16});
-          p.arrivals = arrivals.as<unsigned>();
-          ASSERT_GT(p.norm_threads, 0) << out;
-          ASSERT_TRUE(kcu::gemv16_add_rms_norm_supports(rows, in, out, dw.data(), xbuf.data(), p));
-          kcu::launch_gemv16_add_rms_norm(dw.data(), xbuf.data(), rows, in, out, bf16, b, got_y.as<float>(), p,
-                                          nullptr);
-          const std::vector<float> gy = to_host<float>(got_y, n), gh = to_host<float>(got_hidden, n),
-                                   go = to_host<float>(got_out, n);
-          std::vector<uint16_t> g16(n);
-          kcu::copy_to_host(g16.data(), got16, n * sizeof(uint16_t));
-          const std::string what = std::to_string(rows) + " rows, out " + std::to_string(out) +
-                                   (bf16 ? " bf16" : " f16") + (b != nullptr ? " bias" : "") +
-                                   (over_x ? " copy over x" : "");
-          for (size_t e = 0; e < n; ++e) {
-            ASSERT_EQ(gy[e], wy[e]) << what << ": y element " << e;
-            ASSERT_EQ(gh[e], wh[e]) << what << ": hidden element " << e;
-            ASSERT_EQ(go[e], wo[e]) << what << ": norm element " << e;
-            ASSERT_EQ(g16[e], w16[e]) << what << ": 16-bit copy element " << e;
-          }
-          ASSERT_EQ(to_host<unsigned>(arrivals, 1)[0], 0u) << what << ": the block counter was not reset";
-          ++cases;
-        }
-      }
-    }
-  }
-  EXPECT_EQ(cases, 3 * 2 * 5);
-  {
-    kcu::AddRmsNormParams p;
-    p.arrivals = arrivals.as<unsigned>();
-    p.norm_threads = 1024;
-    EXPECT_FALSE(kcu::gemv16_add_rms_norm_supports(1, in, 4104, arrivals.data(), arrivals.data(), p));
-    EXPECT_TRUE(kcu::gemv16_add_rms_norm_supports(1, in, 4096, arrivals.data(), arrivals.data(), p));
-  }
-  // Rows the norm kernel of launch_add_rms_norm takes with the warp kernel: not this launch's.
-  EXPECT_EQ(kcu::add_rms_norm_row_threads(arrivals.as<float>(), arrivals.as<float>(), arrivals.as<float>(), 256,
-                                          arrivals.data(), kcu::WeightType::kF32, {}),
-            0);
 }
 
 TEST(CudaOpsTest, SplitQkvRopeWritesItsKAndVIntoThePagesAsTheKvWriteDoes) {

@@ -26,6 +26,7 @@
 
 #include "util/error.h"
 #include "util/half.h"
+#include "util/switches.h"
 #include "util/thread_pool.h"
 
 namespace spindle::kernels::cpu {
@@ -298,17 +299,30 @@ TEST(LinearTest, AutoWithBf16ActivationsUsesAmxBf16ForAmxRows) {
   EXPECT_EQ(bf16, "auto(avx512+amx_bf16,amx_bf16)");
 }
 
+// The registry's kMeasured crossovers (util/switches.h) default to the constants measured here, and
+// linear_*_min_rows() read the registry (a test or, until the linear registry exists, the
+// environment moves them).
+TEST(LinearTest, TheCrossoversAreTheRegistrysValues) {
+  EXPECT_EQ(Switches{}.linear_amx_bf16_min_rows, kLinearAmxBf16MinRows);
+  EXPECT_EQ(Switches{}.linear_bf16_dot_min_rows, kLinearBf16DotMinRows);
+  Switches moved;
+  moved.linear_amx_bf16_min_rows = 3;
+  moved.linear_bf16_dot_min_rows = 5;
+  const ScopedSwitches scoped(moved);
+  EXPECT_EQ(linear_amx_bf16_min_rows(), 3);
+  EXPECT_EQ(linear_bf16_dot_min_rows(), 5);
+}
+
 // The bf16-activation policy on an AMX CPU, by its outputs: up to 8 rows are the exact avx512
 // product (a decode step and a verify of up to 8 rows stay f32-exact), 9 .. 64 rows and more than
 // 64 rows are amx_bf16's, bit for bit (linear.h: kLinearAmxBf16MinRows = 9; amx_bf16, not oneDNN,
-// above kLinearDirectMaxRows). Run with the knobs unset (SPINDLE_LINEAR_AMX_BF16_MIN_ROWS,
-// SPINDLE_LINEAR_BF16_LARGE).
+// above kLinearDirectMaxRows), with the registry's values at their defaults whatever the
+// environment says (SPINDLE_LINEAR_AMX_BF16_MIN_ROWS).
 TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512BelowNineRowsAndAmxBf16From) {
   std::vector<uint16_t> probe(64 * 64);
   const std::string reason = linear_kernel_unsupported_reason("amx_bf16", {probe.data(), DType::kBF16, 64, 64});
   if (!reason.empty()) GTEST_SKIP() << "amx_bf16: " << reason;
-  if (std::getenv("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS") || std::getenv("SPINDLE_LINEAR_BF16_LARGE"))
-    GTEST_SKIP() << "a linear policy knob is set in the environment";
+  const ScopedSwitches defaults(Switches{});
   ThreadPool pool(3);
   std::mt19937 rng(11);
   const Case c{129, 384, 257, DType::kBF16, true};
@@ -329,14 +343,15 @@ TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512BelowNineRowsAndAmxBf16From) {
 
 // The bf16-activation policy on a CPU with AVX512-BF16 but no AMX (Zen 4), by its outputs: every
 // row count up to kLinearDirectMaxRows is avx512_bf16's product, bit for bit (linear.h:
-// kLinearBf16DotMinRows = 1), and the exact default does not use it. Run with
-// SPINDLE_LINEAR_BF16_DOT_MIN_ROWS unset.
+// kLinearBf16DotMinRows = 1), and the exact default does not use it; the registry's values at
+// their defaults whatever the environment says (SPINDLE_LINEAR_BF16_DOT_MIN_ROWS).
 TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512Bf16WithoutAmx) {
   std::vector<uint16_t> probe(64 * 64);
   const LinearWeight probe_weight{probe.data(), DType::kBF16, 64, 64};
   const std::string reason = linear_kernel_unsupported_reason("avx512_bf16", probe_weight);
   if (!reason.empty()) GTEST_SKIP() << "avx512_bf16: " << reason;
   if (linear_kernel_unsupported_reason("amx_bf16", probe_weight).empty()) GTEST_SKIP() << "this CPU has AMX";
+  const ScopedSwitches defaults(Switches{});
   EXPECT_EQ(make_linear_kernel(probe_weight)->name(), std::string("auto(avx512,onednn_f32)"));
   ThreadPool pool(3);
   std::mt19937 rng(5);

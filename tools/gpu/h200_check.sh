@@ -12,19 +12,17 @@
 #   quickbench.txt   bench_attention_cuda in one process (Spindle's kernels), spindle_bench.json
 #   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
+#   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
 #   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
-#   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 and gemv_mma vs cuBLAS, vs the copy bandwidth
+#   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
 #   memcheck_overlap compute-sanitizer memcheck over the overlap schedule's engine test (queued samplings, pending tokens)
 #   memcheck_decode  compute-sanitizer memcheck over flash decode's 16-bit output copy, its long split test and verify rows
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
-#   chunk.jsonl      bench_spec_verify decode/verify at MIN_CHUNKS x CHUNK_CONTEXTS (flash_decode's smallest split)
-#   pdl.jsonl        bench_spec_verify decode/verify with programmatic dependent launch off and on (SPINDLE_CUDA_PDL), batch 1 and 8
-#   early.jsonl/.md  bench_spec_verify decode/verify under the decode step's A/B knobs (early triggers, gemv16 rows, flash_decode splits)
+#   early.jsonl/.md  bench_spec_verify decode/verify of the graph-replayed step at EARLY_SETS contexts and batches
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
-#   ncu_norm_{0,1}.txt  ncu sections of decode-step o/down products without / with the fused norm (SPINDLE_CUDA_GEMV16_NORM)
 #   profile_prefill.md  one 8000-token prefill forward of the 8B shape kernel by kernel (ncu; step profile_prefill)
 #   profile_*.md     one decode forward of the 8B shape kernel by kernel (ncu; tools/gpu/kernel_profile.py),
 #                    and the median verify forward against it
@@ -84,16 +82,9 @@ has cudnn_ragged && SPINDLE_CUDNN_RAGGED=1 run cudnn_ragged 120 $bin/cuda_attent
 has model && run model 100 $bin/cuda_model_test --gtest_brief=1 "--gtest_filter=${MODEL_FILTER:-*}"
 has sampler && run sampler 100 $bin/cuda_sampler_test --gtest_brief=1
 has ops && run ops 60 $bin/cuda_ops_test --gtest_brief=1
-# The same tests with EARLY_W_MODE's gemv16 early-weight mode (default 3: every gemv16 product loads its first weights
-# before the PDL wait): ops_ew, memcheck_ew (compute-sanitizer), model_ew (greedy vs HF, eager and graphs).
-ew=${EARLY_W_MODE:-3}
-has ops_ew && run ops_ew 60 env SPINDLE_CUDA_GEMV16_EARLY_W=$ew $bin/cuda_ops_test --gtest_brief=1
-has memcheck_ew && run memcheck_ew 120 env SPINDLE_CUDA_GEMV16_EARLY_W=$ew compute-sanitizer --tool memcheck \
-  --error-exitcode 1 $bin/cuda_ops_test --gtest_brief=1
-has model_ew && run model_ew 100 env SPINDLE_CUDA_GEMV16_EARLY_W=$ew $bin/cuda_model_test --gtest_brief=1 \
-  "--gtest_filter=${MODEL_FILTER:-*}"
+has splits && run splits 120 $bin/split_policy_test --gtest_brief=1  # flash decode's start-time split measurement
 has server_cuda && run server_cuda 150 $bin/server_cuda_test --gtest_brief=1  # greedy over HTTP on the GPU vs HF and the CPU
-has gemv && run gemv 150 $bin/bench_gemv16 --reps 20  # gemv16, gemv_mma vs cuBLAS, 8B projection shapes, 1-16 rows
+has gemv && run gemv 150 $bin/bench_gemv16 --reps 20  # gemv16 vs cuBLAS, 8B projection shapes, 1-16 rows
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
 if has memcheck_ops; then  # the norms, SwiGLU with their 16-bit copies, gemv16
   run memcheck_ops 120 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_ops_test --gtest_brief=1
@@ -115,74 +106,19 @@ if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
   echo "== e2e exit $?"; grep -vE "^\[" "$out/e2e.txt" | tail -40
 fi
-if has chunk; then  # flash_decode's smallest split (SPINDLE_FLASH_DECODE_MIN_CHUNK) against the graph decode step
-  work=${WORK:-/tmp/e2e-work}
-  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/chunk_model.txt" 2>&1
-  for ctx in ${CHUNK_CONTEXTS:-512 4096}; do
-    for min in ${MIN_CHUNKS:-256 64}; do
-      SPINDLE_FLASH_DECODE_MIN_CHUNK=$min run chunk_${ctx}_${min} 60 $bin/bench_spec_verify --model "$work/model" --device cuda \
-        --context $ctx --k 4 --batch 1 --steps 30 --decode-backend cuda_flash
-      echo "{\"min_chunk\": $min, \"result\": $(grep "^{" "$out/chunk_${ctx}_${min}.txt" | tail -1)}" >>"$out/chunk.jsonl"
-    done
-  done
-  cat "$out/chunk.jsonl"
-fi
-if has pdl; then  # programmatic dependent launch (kernels/cuda/pdl.cuh) off vs on, alternating, same process settings
-  work=${WORK:-/tmp/e2e-work}
-  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/pdl_model.txt" 2>&1
-  for round in 1 2; do
-    for b in 1 8; do
-      for pdl in 0 1; do
-        SPINDLE_CUDA_PDL=$pdl run pdl_r${round}_b${b}_${pdl} 60 $bin/bench_spec_verify --model "$work/model" --device cuda \
-          --context 512 --k 4 --batch $b --steps 40 --decode-backend cuda_flash
-        echo "{\"pdl\": $pdl, \"round\": $round, \"result\": $(grep "^{" "$out/pdl_r${round}_b${b}_${pdl}.txt" | tail -1)}" >>"$out/pdl.jsonl"
-      done
-    done
-  done
-  cat "$out/pdl.jsonl"
-fi
-if has early; then  # the decode step's A/B knobs, alternating, graphs planned as served (--max-model-len 8448)
+if has early; then  # the graph-replayed decode and verify step, graphs planned as served (--max-model-len 8448)
   work=${WORK:-/tmp/e2e-work}
   [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/early_model.txt" 2>&1
-  # A config is env settings: off = SPINDLE_CUDA_PDL_EARLY=0 (pdl.cuh),
-  # noqkv = SPINDLE_CUDA_QKV_ROPE=0 (the q/k/v product and its RoPE split as two launches), nocopy =
-  # SPINDLE_CUDA_ATTN_OUT16=0 (the attention output converted to 16 bits by its own launch), neither = both,
-  # mma = SPINDLE_CUDA_GEMV_MMA=1 (gemv_mma for 3-16 rows), mma1 = that and SPINDLE_CUDA_GEMV16=0 (from 1 row),
-  # gN = SPINDLE_CUDA_GEMV16_MAX_ROWS=N (gemv16 for products of 1..N rows, cuBLAS above),
-  # fN = SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (gemv16's fused q/k/v + RoPE and gate/up + SwiGLU up to N rows),
-  # norows = SPINDLE_FLASH_DECODE_ROWS=0 (verify steps' attention on cuda_flash's prefill kernel, not row by row on decode),
-  # norm = SPINDLE_CUDA_GEMV16_NORM=1 (the o/down products and the residual add + norm after them in one launch),
-  # fm = SPINDLE_FLASH_DECODE_FUSED_MERGE=1 (flash decode's splits merged in the split kernel, opt-in),
-  # nosb = SPINDLE_CUDA_SAMPLER_BATCHED=0 (the sampler reads a row one load at a time),
-  # nonw = SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0 (row_norm_vec loads its weights after the sum), old = nosb + nonw,
-  # ewN = SPINDLE_CUDA_GEMV16_EARLY_W=N (gemv16's first weight loads before the PDL wait: 0 none, 1 down, 2 + o, 3 + fused = default),
-  # cMbN = SPINDLE_FLASH_DECODE_MIN_CHUNK=M, SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=N; default = none.
+  # A config is env settings; default = none (the A/B switches are gone: util/switches.cc names each with its
+  # verdict; flash decode's split sizes are measured at start, cuda_attention_test *SplitMeasurement*).
   # EARLY_SETS: "context:batches:configs:rounds" groups, separated by ';'.
-  IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:off default c64b1 c64b2 c128b2:2;2048:1 8:default c64b1 c64b2 c128b2 c64b4:1;8000:1 8:default c64b1 c64b2 c128b2 c64b4:1}"
+  IFS=';' read -ra early_sets <<<"${EARLY_SETS:-512:1 2 8:default:2;2048:1 8:default:1;8000:1 8:default:1}"
   for set in "${early_sets[@]}"; do
     IFS=: read -r ctx batches configs rounds <<<"$set"
     for round in $(seq 1 "$rounds"); do
       for b in $batches; do
         for config in $configs; do
-          envs=()
-          case $config in
-            off) envs=(SPINDLE_CUDA_PDL_EARLY=0) ;;
-            noqkv) envs=(SPINDLE_CUDA_QKV_ROPE=0) ;;
-            nocopy) envs=(SPINDLE_CUDA_ATTN_OUT16=0) ;;
-            neither) envs=(SPINDLE_CUDA_QKV_ROPE=0 SPINDLE_CUDA_ATTN_OUT16=0) ;;
-            mma) envs=(SPINDLE_CUDA_GEMV_MMA=1) ;;
-            mma1) envs=(SPINDLE_CUDA_GEMV_MMA=1 SPINDLE_CUDA_GEMV16=0) ;;
-            g[1-8]) envs=(SPINDLE_CUDA_GEMV16_MAX_ROWS=${config#g}) ;;
-            norows) envs=(SPINDLE_FLASH_DECODE_ROWS=0) ;;
-            norm) envs=(SPINDLE_CUDA_GEMV16_NORM=1) ;;
-            fm) envs=(SPINDLE_FLASH_DECODE_FUSED_MERGE=1) ;;
-            nosb) envs=(SPINDLE_CUDA_SAMPLER_BATCHED=0) ;;
-            nonw) envs=(SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0) ;;
-            ew[0-3]) envs=(SPINDLE_CUDA_GEMV16_EARLY_W=${config#ew}) ;;
-            old) envs=(SPINDLE_CUDA_SAMPLER_BATCHED=0 SPINDLE_CUDA_NORM_WEIGHTS_FIRST=0) ;;
-            f[1-4]) envs=(SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=${config#f}) ;;
-            c*b*) m=${config#c}; envs=(SPINDLE_FLASH_DECODE_MIN_CHUNK=${m%b*} SPINDLE_FLASH_DECODE_BLOCKS_PER_SM=${m#*b}) ;;
-          esac
+          envs=()  # a future A/B config adds its settings here
           name=early_c${ctx}_r${round}_b${b}_${config}
           env "${envs[@]}" timeout 60 $bin/bench_spec_verify --model "$work/model" --device cuda --context $ctx --k 4 \
             --batch $b --steps 40 --decode-backend cuda_flash --max-model-len 8448 >"$out/$name.txt" 2>&1
@@ -243,18 +179,6 @@ if has profile; then  # one decode forward of the 8B shape, kernel by kernel (nc
       --batch 1 --steps 1 --eager --decode-backend $backend
     python3 tools/gpu/kernel_profile.py "$out/ncu_$backend.txt" >"$out/profile_$backend.md" 2>&1
     head -40 "$out/profile_$backend.md"
-  done
-fi
-if has ncu_norm; then  # ncu of o/down products in decode steps, with (SPINDLE_CUDA_GEMV16_NORM=1) and without the fused norm
-  work=${WORK:-/tmp/e2e-work}
-  [[ -f $work/model/model.safetensors ]] || timeout 300 python3 bench/e2e_gpu/make_model.py "$work/model" --shape 8b >"$out/profile_model.txt" 2>&1
-  for norm in 1 0; do
-    SPINDLE_CUDA_GEMV16_NORM=$norm run ncu_norm_$norm 240 ncu --kernel-name regex:"gemv16_(add_rms_norm_)?kernel|row_norm_vec" \
-      --launch-skip 300 --launch-count 6 --section SpeedOfLight --section WarpStateStats --section LaunchStats \
-      --section Occupancy --section SchedulerStats $bin/bench_spec_verify --model "$work/model" --device cuda --context 512 \
-      --k 4 --batch 1 --steps 3 --eager --decode-backend cuda_flash
-    grep -E "gemv16|row_norm|Duration|Registers|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|Stall|Warp Cycles Per Issued" \
-      "$out/ncu_norm_$norm.txt" | head -70
   done
 fi
 if has profile_prefill; then  # one prefill forward of PREFILL_TOKENS (8000) tokens, 8B shape, kernel by kernel (ncu)

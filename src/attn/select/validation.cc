@@ -21,8 +21,7 @@
 #include "attn/staged_batch.h"
 #include "platform/cuda_info.h"
 #include "util/error.h"
-
-extern char** environ;
+#include "util/switches.h"
 
 namespace spindle::attn {
 
@@ -286,6 +285,9 @@ std::vector<std::string> child_arguments(const std::string& executable, const st
     args.push_back("--cuda-device");
     args.push_back(std::to_string(cuda_device));
   }
+  // The registry's values that differ from their defaults, so that a value a test set in this
+  // process (not in the environment) reaches the child too.
+  for (std::string& a : switch_arguments(switches())) args.push_back(std::move(a));
   return args;
 }
 
@@ -345,7 +347,7 @@ ValidationOutcome validate_in_child(const std::string& backend, const AttentionS
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
   pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, executable.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = ::posix_spawn(&pid, executable.c_str(), &actions, nullptr, argv.data(), process_environment_block());
   posix_spawn_file_actions_destroy(&actions);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);

@@ -93,7 +93,8 @@ struct ChildOptions {
 };
 
 // Spawns `executable __check-attention ...` (fork+exec via posix_spawn, nothing forked after
-// initialisation), waits at most timeout_s, and classifies the result.
+// initialisation), waits at most timeout_s, and classifies the result. The child inherits the
+// environment and gets switch_arguments(switches()) (util/switches.h) on its command line.
 ValidationOutcome validate_in_child(const std::string& backend, const AttentionShape& shape,
                                     const ChildOptions& options);
 

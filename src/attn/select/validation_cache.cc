@@ -8,6 +8,7 @@
 
 #include "util/cache_file.h"
 #include "util/mapped_file.h"
+#include "util/switches.h"
 
 namespace spindle::attn {
 namespace {
@@ -25,9 +26,10 @@ ValidationCache::ValidationCache(std::filesystem::path dir, std::string key) : k
 }
 
 std::filesystem::path ValidationCache::default_dir() {
-  if (const char* d = std::getenv("SPINDLE_CACHE_DIR"); d && *d) return d;
-  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::filesystem::path(d) / "spindle";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "spindle";
+  const Switches& env = switches();
+  if (!env.cache_dir.empty()) return env.cache_dir;
+  if (env.xdg_cache_home && !env.xdg_cache_home->empty()) return std::filesystem::path(*env.xdg_cache_home) / "spindle";
+  if (env.home && !env.home->empty()) return std::filesystem::path(*env.home) / ".cache" / "spindle";
   return std::filesystem::temp_directory_path() / "spindle-cache";
 }
 

@@ -20,6 +20,7 @@
 #include "kernels/cpu/linear_onednn.h"
 #include "platform/cpu_info.h"
 #include "util/error.h"
+#include "util/switches.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
 
@@ -281,27 +282,12 @@ std::unique_ptr<LinearKernel> make_direct(const LinearWeight& w, bool bf16_activ
   return nullptr;
 }
 
-// A row-count threshold of the policy: `fallback`, or the environment's `name` (1 ..
-// kLinearDirectMaxRows + 1), read once by the caller's static.
-int64_t min_rows_knob(const char* name, int64_t fallback) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  const long v = std::strtol(env, nullptr, 10);
-  SPINDLE_CHECK(v >= 1 && v <= kLinearDirectMaxRows + 1, "{}={}: 1 to {}", name, env, kLinearDirectMaxRows + 1);
-  return int64_t{v};
-}
-
 }  // namespace
 
-int64_t linear_amx_bf16_min_rows() {
-  static const int64_t rows = min_rows_knob("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", kLinearAmxBf16MinRows);
-  return rows;
-}
-
-int64_t linear_bf16_dot_min_rows() {
-  static const int64_t rows = min_rows_knob("SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", kLinearBf16DotMinRows);
-  return rows;
-}
+// The registry's values (util/switches.h, kind kMeasured: its defaults are the constants of
+// linear.h, tests/kernels/linear_test.cc checks that; 1 .. kLinearDirectMaxRows + 1).
+int64_t linear_amx_bf16_min_rows() { return switches().linear_amx_bf16_min_rows; }
+int64_t linear_bf16_dot_min_rows() { return switches().linear_bf16_dot_min_rows; }
 
 std::vector<std::string> linear_kernel_names() { return {kNames.begin(), kNames.end()}; }
 
@@ -334,23 +320,13 @@ std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, co
   return make_linear_kernel(weight, options);  // "auto"
 }
 
-bool linear_bf16_large_rows_on_amx() {
-  static const bool amx = [] {
-    const char* env = std::getenv("SPINDLE_LINEAR_BF16_LARGE");
-    const std::string v = env ? env : "";
-    SPINDLE_CHECK(v.empty() || v == "amx" || v == "onednn", "SPINDLE_LINEAR_BF16_LARGE={}: amx or onednn", v);
-    return v != "onednn";
-  }();
-  return amx;
-}
-
 std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options) {
   check_weight(weight);
   const bool bf16 = options.allow_bf16_activations && onednn_linear_unsupported_reason(weight, true).empty();
   // More than kLinearDirectMaxRows rows with bf16 activations: amx_bf16 where AMX is usable (x
   // rounded to bf16 as oneDNN's bf16 matmul rounds it: the same product, W read in place), else
   // oneDNN (see linear.h for the measurement).
-  if (bf16 && linear_bf16_large_rows_on_amx() && amx_unsupported_reason(weight).empty())
+  if (bf16 && amx_unsupported_reason(weight).empty())
     return std::make_unique<AutoLinear>(make_direct(weight, bf16), std::make_unique<AmxLinear>(weight, 1));
   return std::make_unique<AutoLinear>(make_direct(weight, bf16), make_onednn_linear(weight, bf16));
 }

@@ -81,8 +81,8 @@ inline constexpr int64_t kLinearDirectMaxRows = 64;
 // on 2 Zen 4 cores (Llama-3.2-1B shape, bench/results/2026-12-04-devvm-zen4): a 16-row decode step
 // 291-340 ms with avx512 (f32 FMAs, compute-bound) -> 200-228 ms; at 1 row within the noise of the
 // shared VM (the kernel's own prefetch rule took its 1-row step from a median 112 to 94 ms).
-// linear_bf16_dot_min_rows() is this, or SPINDLE_LINEAR_BF16_DOT_MIN_ROWS (1 .. kLinearDirectMaxRows
-// + 1; an A/B knob, read once).
+// linear_bf16_dot_min_rows() is the registry's value (util/switches.h: this default, or
+// SPINDLE_LINEAR_BF16_DOT_MIN_ROWS until the linear registry measures it per machine).
 inline constexpr int64_t kLinearBf16DotMinRows = 1;
 int64_t linear_bf16_dot_min_rows();
 // With AMX and bf16 weights, "auto" runs the amx kernel from this many rows (up to
@@ -99,15 +99,13 @@ inline constexpr int64_t kLinearAmxMinRows = 9;
 // verify 1.65-1.68x a decode step instead of 2.08-2.14x), but the served A/B on the Xeon gave no
 // clear gain (one round: draft 1.09x vs 1.18x, n-gram 1.28x vs 1.14x) and 1 of 8 greedy kjv texts
 // differed between draft speculation and plain decoding (bench/results/2026-12-02-xeon-cpu-2/run2).
-// linear_amx_bf16_min_rows() is this, or the environment's SPINDLE_LINEAR_AMX_BF16_MIN_ROWS
-// (1 .. kLinearDirectMaxRows + 1; a tuning and A/B knob, read once).
+// linear_amx_bf16_min_rows() is the registry's value (util/switches.h: this default, or
+// SPINDLE_LINEAR_AMX_BF16_MIN_ROWS until the linear registry measures it per machine).
 inline constexpr int64_t kLinearAmxBf16MinRows = 9;
 int64_t linear_amx_bf16_min_rows();
 // With bf16 activations allowed and AMX usable, products of more than kLinearDirectMaxRows rows
-// run amx_bf16 too (not oneDNN's bf16 matmul; 2 Xeon cores, m = 512: bench/results/
-// 2026-12-02-xeon-cpu-2/), unless the environment says SPINDLE_LINEAR_BF16_LARGE=onednn (A/B knob,
-// read once).
-bool linear_bf16_large_rows_on_amx();
+// run amx_bf16 too, not oneDNN's bf16 matmul (16 Xeon threads, 1B prefill: 1277 vs 785 tok/s;
+// 2 cores, m = 512: bench/results/2026-12-02-xeon-cpu-2/; the former SPINDLE_LINEAR_BF16_LARGE).
 
 class LinearKernel {
  public:

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -25,8 +26,8 @@ bool resolve(void* handle, const char* symbol, Fn& fn, std::string& error) {
 Loaded load() {
   Loaded out;
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("SPINDLE_CUBLAS_LIBRARY"); env != nullptr && *env != '\0') {
-    candidates.push_back(env);
+  if (const std::string& file = switches().cublas_library; !file.empty()) {
+    candidates.push_back(file);
   } else {
     candidates = {"libcublas.so.13", "libcublas.so"};
   }

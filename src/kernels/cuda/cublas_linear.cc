@@ -10,9 +10,7 @@
 #include "kernels/cuda/cublas_api.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
-#include "kernels/cuda/gemv_mma.h"
 #include "kernels/cuda/model_ops.h"
-#include "util/ab_switch.h"
 #include "util/error.h"
 
 namespace spindle::kernels::cuda {
@@ -43,16 +41,9 @@ void check_int(int64_t v, const char* what) {
 
 }  // namespace
 
-CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
+CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations, bool small_batch_kernel)
     : stream_(stream), round_(allow_16bit_activations) {
-  gemv16_ = round_ && ab_switch_on("SPINDLE_CUDA_GEMV16");      // "0": cuBLAS only (A/B benchmarks)
-  gemv_mma_ = round_ && ab_switch_opted_in("SPINDLE_CUDA_GEMV_MMA");  // "1": gemv_mma past gemv16's rows (slower today)
-  if (const char* max_rows = std::getenv("SPINDLE_CUDA_GEMV16_MAX_ROWS")) {  // A/B benchmarks
-    const long n = std::strtol(max_rows, nullptr, 10);
-    SPINDLE_CHECK(n >= 1 && n <= kGemv16MaxRows, "SPINDLE_CUDA_GEMV16_MAX_ROWS={}: expected 1 to {}", max_rows,
-                  kGemv16MaxRows);
-    gemv16_max_rows_ = n;
-  }
+  gemv16_ = round_ && small_batch_kernel;
   const CublasApi& cublas = cublas_api();  // throws when cuBLAS cannot be loaded
   cublasHandle_t handle = nullptr;
   CUBLAS_CHECK(cublas.Create(&handle));
@@ -64,8 +55,6 @@ CublasLinear::CublasLinear(cudaStream_t stream, bool allow_16bit_activations)
     CUBLAS_CHECK(cublas.SetWorkspace(handle, workspace_.data(), workspace_.size()));
     // Default math: f32 products stay f32 (TF32 only with CUBLAS_TF32_TENSOR_OP_MATH).
     CUBLAS_CHECK(cublas.SetMathMode(handle, CUBLAS_DEFAULT_MATH));
-    arrivals_.reserve(sizeof(unsigned));
-    fill_zero(arrivals_.data(), sizeof(unsigned));
   } catch (...) {
     cublas.Destroy(handle);
     throw;
@@ -160,10 +149,6 @@ void CublasLinear::forward(const DeviceWeight& w, const Input& x, float* y, cons
       launch_gemv16(w.data, x.converted, x.rows, w.in_features, out, w.dtype == DType::kBF16, bias, y, stream_);
       return;
     }
-    if (gemv_mma_takes(w, x.rows) && gemv_mma_supports(x.rows, w.in_features, w.data, x.converted)) {
-      launch_gemv_mma(w.data, x.converted, x.rows, w.in_features, out, w.dtype == DType::kBF16, bias, y, stream_);
-      return;
-    }
     gemm(w, x.converted, x.rows, y, 0.0f);
   } else if (x.rows <= kFusedSplitMaxRows) {
     // One product over [hi; lo] (the weight is read once), then y = hi part + lo part (+ bias).
@@ -204,27 +189,8 @@ bool CublasLinear::forward_swiglu(const DeviceWeight& gate_up, const Input& x, f
   return true;
 }
 
-bool CublasLinear::forward_add_rms_norm(const DeviceWeight& w, const Input& x, float* y, const float* bias,
-                                        AddRmsNormParams norm) {
-  norm.arrivals = arrivals_.as<unsigned>();
-  if (x.split || w.dtype == DType::kF32 || x.dtype != w.dtype || x.cols != w.in_features || !use_gemv16(w, x) ||
-      !gemv16_add_rms_norm_supports(x.rows, x.cols, w.out_features, w.data, x.converted, norm)) {
-    return false;  // (the rows bound is gemv16_add_rms_norm_supports')
-  }
-  launch_gemv16_add_rms_norm(w.data, x.converted, x.rows, x.cols, w.out_features, w.dtype == DType::kBF16, bias, y,
-                             norm, stream_);
-  return true;
-}
-
 bool CublasLinear::gemv16_takes(const DeviceWeight& w, int64_t rows) const {
-  return gemv16_ && w.dtype != DType::kF32 && rows >= 1 && rows <= gemv16_max_rows_ &&
-         w.out_features * w.in_features <= kGemv16MaxWeightElements;
-}
-
-bool CublasLinear::gemv_mma_takes(const DeviceWeight& w, int64_t rows) const {
-  // gemv16's rows (and its fused forms') stay gemv16's unless it is switched off.
-  const int64_t min_rows = gemv16_ ? gemv16_max_rows_ + 1 : 1;
-  return gemv_mma_ && w.dtype != DType::kF32 && rows >= min_rows && rows <= kGemvMmaUseMaxRows &&
+  return gemv16_ && w.dtype != DType::kF32 && rows >= 1 && rows <= kGemv16UseMaxRows &&
          w.out_features * w.in_features <= kGemv16MaxWeightElements;
 }
 
@@ -234,9 +200,7 @@ bool CublasLinear::use_gemv16(const DeviceWeight& w, const Input& x) const {
 
 const char* CublasLinear::name() const {
   if (!round_) return "cublas_split";
-  if (gemv16_ && gemv_mma_) return "cublas_round16+gemv16+gemv_mma";
-  if (gemv16_ || gemv_mma_) return gemv16_ ? "cublas_round16+gemv16" : "cublas_round16+gemv_mma";
-  return "cublas_round16";
+  return gemv16_ ? "cublas_round16+gemv16" : "cublas_round16";
 }
 
 uint64_t CublasLinear::workspace_bytes() const { return workspace_.size() + converted_.size() + product_.size(); }

@@ -49,16 +49,10 @@ struct DeviceWeight {
 // is ahead at 3-4 rows too (qkv 19.6 vs 21.8 us, gate_up 66 vs 68-71, o 15.7-16.2 vs 17.5, down
 // 39.5-41.1 vs 41.5), not at 5-8 (bench/results/2026-12-04-h200-gemv16-outs): a 5-row verify
 // step took 5.87 ms with gemv16 against 5.31 with cuBLAS, batch-8 decode 7.24 against 5.09.
-// SPINDLE_CUDA_GEMV16=0 in the environment turns gemv16 off, SPINDLE_CUDA_GEMV16_MAX_ROWS=N
-// (1..kGemv16MaxRows) moves the bound (A/B benchmarks).
+// (The former A/B switches SPINDLE_CUDA_GEMV16, SPINDLE_CUDA_GEMV16_MAX_ROWS and
+// SPINDLE_CUDA_GEMV_MMA, and the gemv_mma kernel that lost, are listed in util/switches.cc.)
 inline constexpr int64_t kGemv16UseMaxRows = 4;
 inline constexpr int64_t kGemv16MaxWeightElements = int64_t{128} << 20;
-// Opt-in (SPINDLE_CUDA_GEMV_MMA=1): products of kGemv16UseMaxRows + 1 to kGemvMmaUseMaxRows rows
-// over weights of at most kGemv16MaxWeightElements on launch_gemv_mma (gemv_mma.h) instead of
-// cuBLAS; with SPINDLE_CUDA_GEMV16=0 also rows 1-2. Off by default: on the H200 it read the 8B
-// decode weights at 39-57% of the copy bandwidth at every row count, below cuBLAS and gemv16, and
-// made the 5-row verify step 6.48 vs 5.33 ms (bench/results/2026-12-03-h200-gemv-mma).
-inline constexpr int64_t kGemvMmaUseMaxRows = 16;
 
 // Split products of at most this many rows run as one product over the stacked [hi; lo] rows.
 inline constexpr int64_t kFusedSplitMaxRows = 32;
@@ -68,7 +62,8 @@ inline constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 class CublasLinear {
  public:
   // Creates the handle on the current device, on `stream` (null: the legacy default stream).
-  explicit CublasLinear(cudaStream_t stream, bool allow_16bit_activations = false);
+  // small_batch_kernel = false: every product on cuBLAS, gemv16 never (bench_gemv16's baseline).
+  explicit CublasLinear(cudaStream_t stream, bool allow_16bit_activations = false, bool small_batch_kernel = true);
   ~CublasLinear();
   CublasLinear(const CublasLinear&) = delete;
   CublasLinear& operator=(const CublasLinear&) = delete;
@@ -112,18 +107,10 @@ class CublasLinear {
   // and does nothing otherwise.
   // act16.out must not overlap x.converted (take it from input16_target(rows, im, 1)).
   bool forward_swiglu(const DeviceWeight& gate_up, const Input& x, float* act, Out16 act16);
-  // forward() and then launch_add_rms_norm over y in one launch (gemv16.h launch_gemv16_add_rms_norm,
-  // the same bits): only where gemv16 takes the product, at most kGemv16AddRmsNormMaxRows rows and
-  // the norm's row kernel is the one that launch reproduces (norm.norm_threads from
-  // add_rms_norm_row_threads, > 0); returns false and does nothing otherwise. norm.arrivals is
-  // this object's (set here).
-  bool forward_add_rms_norm(const DeviceWeight& w, const Input& x, float* y, const float* bias, AddRmsNormParams norm);
   // prepare() then forward().
   void forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias = nullptr);
   // Whether forward() runs a product of `rows` rows with w on gemv16 (given aligned operands).
   bool gemv16_takes(const DeviceWeight& w, int64_t rows) const;
-  // Whether forward() runs it on gemv_mma (given aligned operands).
-  bool gemv_mma_takes(const DeviceWeight& w, int64_t rows) const;
 
   // "cublas_split" (default) or "cublas_round16".
   const char* name() const;
@@ -139,12 +126,9 @@ class CublasLinear {
   cudaStream_t stream_ = nullptr;
   bool round_ = false;
   bool gemv16_ = false;     // small-batch products on launch_gemv16 (rounding mode only)
-  int64_t gemv16_max_rows_ = kGemv16UseMaxRows;  // up to this many rows
-  bool gemv_mma_ = false;   // and on launch_gemv_mma (rounding mode only)
   DeviceBuffer workspace_;  // cuBLAS's
   DeviceBuffer converted_;  // 16-bit activations, [2 * max_rows, max_in]: split hi/lo, or two rounded slots
   DeviceBuffer product_;    // f32 [2 * min(max_rows, kFusedSplitMaxRows), max_out]
-  DeviceBuffer arrivals_;   // launch_gemv16_add_rms_norm's block counter (0 between launches on stream_)
 };
 
 }  // namespace spindle::kernels::cuda

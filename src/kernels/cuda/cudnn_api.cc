@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -51,8 +52,8 @@ bool resolve_all(void* handle, CudnnApi& api, std::string& error) {
 // The library is never closed: cuDNN keeps global state (and its sub-libraries) for the process.
 LoadResult load() {
   std::vector<std::string> candidates;
-  if (const char* env = std::getenv("SPINDLE_CUDNN_LIBRARY"); env != nullptr && *env != '\0') {
-    candidates.emplace_back(env);
+  if (const std::string& file = switches().cudnn_library; !file.empty()) {
+    candidates.emplace_back(file);
   } else {
     candidates = {"libcudnn.so.9", "libcudnn.so"};
   }

@@ -10,9 +10,9 @@
 // every key).
 //
 // Q/O layout: packed rows with ragged offsets where cuDNN supports them with paged K/V
-// (cuDNN >= 9.8 on Hopper+, >= 9.18.1 elsewhere; SPINDLE_CUDNN_RAGGED=0/1 overrides); otherwise
+// (cuDNN >= 9.8 on Hopper+, >= 9.18.1 elsewhere; SPINDLE_CUDNN_RAGGED=0/1 overrides, for tests); otherwise
 // padded [B, Sq, H, D], which costs B * Sq rows of scratch. A ragged graph that no engine accepts
-// falls back to padded for the rest of the process. SPINDLE_CUDNN_DEBUG=1 logs every step.
+// falls back to padded for the rest of the process. SPINDLE_LOG_LEVEL=trace logs every step.
 #include "kernels/cuda/cudnn_sdpa.h"
 
 #include <fmt/format.h>
@@ -32,6 +32,7 @@
 #include "kernels/cuda/cudnn_sdpa_plan.h"
 #include "kernels/cuda/device_buffer.h"
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -40,15 +41,9 @@ constexpr size_t kMinVersion = 90500;  // paged K/V (PAGED_CACHE_LOAD) in the fu
 constexpr int kMinSeqBucket = 64;
 constexpr size_t kScratchAlign = 256;
 
-bool env_is(const char* name, std::string_view value) {
-  const char* env = std::getenv(name);
-  return env != nullptr && value == env;
-}
-
-bool debug_enabled() {
-  static const bool on = env_is("SPINDLE_CUDNN_DEBUG", "1");
-  return on;
-}
+// SPINDLE_LOG_LEVEL=trace logs each graph build step, the engine chosen and the plan (the former
+// SPINDLE_CUDNN_DEBUG=1).
+bool debug_enabled() { return spdlog::should_log(spdlog::level::trace); }
 
 const char* kv_type_name(detail::KvType t) {
   switch (t) {
@@ -84,8 +79,8 @@ int max_head_dim(int cc_major, size_t version) { return cc_major == 9 && version
 
 // Whether packed Q/O with ragged offsets is supported together with paged K/V.
 bool ragged_supported(int cc_major, size_t version) {
-  if (env_is("SPINDLE_CUDNN_RAGGED", "0")) return false;
-  if (env_is("SPINDLE_CUDNN_RAGGED", "1")) return true;
+  const std::string& forced = switches().cudnn_ragged;  // SPINDLE_CUDNN_RAGGED (tests of both layouts)
+  if (!forced.empty()) return forced == "1";
   return version >= 90800 && (cc_major >= 9 || version >= 91801);
 }
 

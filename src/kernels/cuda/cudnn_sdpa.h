@@ -1,8 +1,9 @@
 // cudnn_sdpa: cuDNN's fused scaled-dot-product attention (graph API, paged K/V), loaded at run
 // time so a binary built with CUDA still starts where cuDNN is missing. Launch contract:
 // paged_layer_launch.h. Needs cuDNN >= 9.5 (cudnn_api.h: SPINDLE_CUDNN_LIBRARY names the file).
-// The graph and its plans: cudnn_sdpa_plan.h. SPINDLE_CUDNN_DEBUG=1 logs each graph build step,
-// the engine chosen and the plan; SPINDLE_CUDNN_RAGGED=0/1 forces the padded / packed Q/O layout.
+// The graph and its plans: cudnn_sdpa_plan.h. SPINDLE_LOG_LEVEL=trace logs each graph build step,
+// the engine chosen and the plan; SPINDLE_CUDNN_RAGGED=0/1 (util/switches.h) forces the padded /
+// packed Q/O layout.
 #pragma once
 
 #include <cuda_runtime_api.h>

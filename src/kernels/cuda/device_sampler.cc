@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "kernels/cuda/cuda_check.h"
-#include "util/ab_switch.h"
 #include "util/error.h"
 
 namespace spindle::kernels::cuda {
@@ -132,8 +131,6 @@ void DeviceSampler::queue(float* logits, int64_t vocab, const SamplingBatch& bat
   a.saved_penalty = reinterpret_cast<float*>(base + off_saved_pen);
   a.saved_bias = reinterpret_cast<float*>(base + off_saved_bias);
   a.results = reinterpret_cast<detail::SampleResult*>(base + off_results);
-  static const bool batched_loads = ab_switch_on("SPINDLE_CUDA_SAMPLER_BATCHED");
-  a.batched_loads = batched_loads;
   detail::launch_sample_rows(a, stream);
   CUDA_CHECK(cudaMemcpyAsync(slot.pinned, a.results, result_bytes, cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaEventRecord(slot.copied, stream));

@@ -34,15 +34,12 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 // thread owns which element, and the order within a thread, are not those of a plain strided loop:
 // callers fold order-free results (max, argmax with the lower index on ties, or, integer sums) or,
 // for the log-probability's double sum, accept a different rounding of the same sum.
-// batched = false: the plain strided loop, one load per round trip (A/B runs).
+// (16 loads per round trip took 24-71 us off the 8B decode step against one, H200; the former
+// SPINDLE_CUDA_SAMPLER_BATCHED, util/switches.cc.)
 template <typename F>
-__device__ __forceinline__ void for_each_logit(const float* row, int64_t n, bool batched, F&& f) {
+__device__ __forceinline__ void for_each_logit(const float* row, int64_t n, F&& f) {
   constexpr int kBatch = 4;  // float4 (or 4 scalar groups of 4) per thread per round trip
   const int64_t step = blockDim.x;
-  if (!batched) {
-    for (int64_t i = threadIdx.x; i < n; i += step) f(i, row[i]);
-    return;
-  }
   if ((reinterpret_cast<uintptr_t>(row) & 15u) == 0) {
     const float4* row4 = reinterpret_cast<const float4*>(row);
     const int64_t n4 = n / 4;
@@ -174,7 +171,7 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, Shared& s) {
 // where weight(i) = weight_of(row[i], key_i) (0 leaves an element out). When the total weight is below
 // target, the lowest key of positive weight (everything is kept). Four passes of 8 bits.
 template <typename WeightOf>
-__device__ uint32_t select_from_top(const float* row, int64_t n, bool batched, unsigned long long target,
+__device__ uint32_t select_from_top(const float* row, int64_t n, unsigned long long target,
                                     WeightOf weight_of, Shared& s) {
   uint32_t prefix = 0;
   unsigned long long above = 0;
@@ -182,7 +179,7 @@ __device__ uint32_t select_from_top(const float* row, int64_t n, bool batched, u
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s.hist[i] = 0;
     __syncthreads();
     const uint32_t high = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-    for_each_logit(row, n, batched, [&](int64_t, float value) {
+    for_each_logit(row, n, [&](int64_t, float value) {
       const uint32_t key = order_key(value);
       if ((key & high) != (prefix & high)) return;
       const unsigned long long w = weight_of(value, key);
@@ -238,7 +235,6 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   const SamplingRow r = a.rows[row_index];
   float* row = a.logits + static_cast<int64_t>(row_index) * a.vocab;
   const int64_t n = a.vocab;
-  const bool batched = a.batched_loads;
   SampleResult& out = a.results[row_index];
 
   // 1. Raw log-probabilities (before any processing).
@@ -246,18 +242,18 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   double log_z = 0.0;
   if (want_logprobs) {
     float m = -INFINITY;
-    for_each_logit(row, n, batched, [&](int64_t, float v) { m = fmaxf(m, v); });
+    for_each_logit(row, n, [&](int64_t, float v) { m = fmaxf(m, v); });
     m = block_max(m, s);
     double sum = 0.0;
-    for_each_logit(row, n, batched, [&](int64_t, float v) { sum += exp(static_cast<double>(v) - m); });
+    for_each_logit(row, n, [&](int64_t, float v) { sum += exp(static_cast<double>(v) - m); });
     log_z = static_cast<double>(m) + log(block_sum(sum, s));
     if (threadIdx.x == 0) s.num_candidates = 0;
     __syncthreads();
     if (r.top_logprobs > 0) {
       const unsigned long long k = static_cast<unsigned long long>(r.top_logprobs < n ? r.top_logprobs : n);
       const uint32_t threshold = select_from_top(
-          row, n, batched, k, [](float, uint32_t) -> unsigned long long { return 1ull; }, s);
-      for_each_logit(row, n, batched, [&](int64_t i, float v) {
+          row, n, k, [](float, uint32_t) -> unsigned long long { return 1ull; }, s);
+      for_each_logit(row, n, [&](int64_t i, float v) {
         if (order_key(v) < threshold) return;
         const int slot = atomicAdd(&s.num_candidates, 1);
         if (slot < kTopLogprobCandidates) {
@@ -294,7 +290,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   ArgMax best{-INFINITY, INT_MAX};
   int non_finite = 0;
   if (r.temperature <= 0.0f || r.top_k == 1) {
-    for_each_logit(row, n, batched, [&](int64_t i, float v) {
+    for_each_logit(row, n, [&](int64_t i, float v) {
       non_finite |= !isfinite(v);
       best = better(best, ArgMax{v, static_cast<int32_t>(i)});
     });
@@ -302,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
     best = block_argmax(best, s);
   } else {
     float m = -INFINITY;
-    for_each_logit(row, n, batched, [&](int64_t, float v) {
+    for_each_logit(row, n, [&](int64_t, float v) {
       non_finite |= !isfinite(v);
       m = fmaxf(m, v);
     });
@@ -312,7 +308,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
     uint32_t threshold = 0;
     if (r.top_k > 0 && r.top_k < n) {
       threshold = select_from_top(
-          row, n, batched, static_cast<unsigned long long>(r.top_k),
+          row, n, static_cast<unsigned long long>(r.top_k),
           [](float, uint32_t) -> unsigned long long { return 1ull; }, s);
     }
     auto fixed_weight = [&](float v) -> unsigned long long {
@@ -321,20 +317,20 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
     if (r.top_p < 1.0f) {
       const uint32_t topk_threshold = threshold;
       unsigned long long z = 0;
-      for_each_logit(row, n, batched, [&](int64_t, float v) {
+      for_each_logit(row, n, [&](int64_t, float v) {
         if (order_key(v) >= topk_threshold) z += fixed_weight(v);
       });
       z = block_sum_u64(z, s);
       unsigned long long target = static_cast<unsigned long long>(static_cast<double>(r.top_p) * static_cast<double>(z));
       if (target == 0) target = 1;
       const uint32_t topp_threshold = select_from_top(
-          row, n, batched, target,
+          row, n, target,
           [&](float v, uint32_t key) -> unsigned long long { return key >= topk_threshold ? fixed_weight(v) : 0ull; },
           s);
       threshold = topp_threshold > threshold ? topp_threshold : threshold;
     }
     const uint64_t stream = mix64(mix64(r.seed) ^ r.counter);
-    for_each_logit(row, n, batched, [&](int64_t i, float l) {
+    for_each_logit(row, n, [&](int64_t i, float l) {
       if (order_key(l) < threshold) return;
       const float scaled = (l - m) * inv_t;
       if (r.min_p > 0.0f && expf(scaled) < r.min_p) return;

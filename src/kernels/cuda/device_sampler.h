@@ -49,7 +49,6 @@ struct SampleLaunch {
   float* saved_penalty;  // [num penalty tokens] raw logits before the penalties
   float* saved_bias;     // [num biases] logits before the bias
   SampleResult* results;  // [num_rows]
-  bool batched_loads;     // the row read 16 loads at a time (SPINDLE_CUDA_SAMPLER_BATCHED=0: one at a time, A/B runs)
 };
 void launch_sample_rows(const SampleLaunch& a, cudaStream_t stream);
 }  // namespace detail

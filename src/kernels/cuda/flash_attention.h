@@ -8,9 +8,8 @@
 // Decode (flash_decode.cu): split-KV (flash-decoding) for steps where every sequence has exactly
 //   one new token: the keys of each (sequence, KV head) are split into chunks processed by
 //   separate blocks (each serving all the query heads of its GQA group, so K/V are read once),
-//   then the chunks' partial softmax results are merged: by the block that finishes a (sequence, KV
-//   head) last where the launch carries arrival counters (PagedLayerLaunch::split_arrivals), else
-//   by a second kernel. Memory-bound by design.
+//   then the chunks' partial softmax results are merged by a second kernel. Memory-bound by
+//   design.
 //   cuda_flash also runs causal steps of 2..kRowSequencesMaxRows query rows (a batch-1
 //   speculative verify) on it, each query row as a one-token sequence over its causal prefix
 //   (PagedBatchView::row_sequences).
@@ -34,8 +33,6 @@ bool flash_decode_supports(int head_dim, KvType kv_type);
 // Device scratch each launch needs in a.workspace (0 when none).
 size_t flash_prefill_workspace_bytes(const PagedLayerLaunch& a);
 size_t flash_decode_workspace_bytes(const PagedLayerLaunch& a);
-// Arrival counters launch_flash_decode uses in a.split_arrivals to merge in the split kernel.
-size_t flash_decode_arrival_count(const PagedLayerLaunch& a);
 
 // Both check the launch error (CUDA_CHECK_LAUNCH). launch_flash_decode requires
 // a.batch.max_new_tokens == 1.

@@ -37,8 +37,7 @@
 // only the row of the sequence's last key, which it copies after the wait together with q. The
 // latency chain batch -> page table -> K/V then overlaps the previous kernel. The split and merge
 // kernels let their successors launch first (pdl_begin(true)): the conversion and the output
-// projection after the attention are launched and resident before it ends. SPINDLE_CUDA_PDL_EARLY=0
-// turns both off (A/B runs).
+// projection after the attention are launched and resident before it ends (wherever PDL is on).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -49,6 +48,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/split_policy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/pdl.cuh"
@@ -130,10 +130,6 @@ struct SplitParams {
   int num_splits;                 // splits of the grid: of the longest sequence planned for
   float scale_log2;               // scale * log2(e)
   bool early;                     // copy K/V before the wait and let the merge launch first
-  // Not null: the merge runs in the split kernel. Counter [sequence * gridDim.x + blockIdx.x]
-  // (zero before and after every launch) counts the finished splits of that (sequence, KV head
-  // tile); the block that finishes last merges them (blockDim.x == kMergeThreads then).
-  unsigned* split_arrivals;
 };
 
 // ---- device helpers ---------------------------------------------------------------------------
@@ -489,33 +485,6 @@ __device__ __forceinline__ int sequence_splits(int kv_len, ChunkRule rule, int g
   return min((kv_len + chunk_keys - 1) / chunk_keys, grid_splits);
 }
 
-// The split kernel's merge: the block that finishes a (sequence, KV head tile) last merges the
-// tile's heads (after finish_block wrote this block's partials). `merge` is shared memory of at
-// least num_splits + kMergeThreads / 32 floats, free for use.
-__device__ __forceinline__ void merge_if_last(const SplitParams& p, int seq_index, int row, int head0,
-                                              int heads_in_tile, int num_splits, float* merge) {
-  __shared__ int is_last;
-  __threadfence();  // this block's partials reach L2 before its arrival is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* counter = p.split_arrivals + int64_t{seq_index} * gridDim.x + blockIdx.x;
-    is_last = atomicAdd(counter, 1u) == static_cast<unsigned>(num_splits - 1);
-    if (is_last) atomicExch(counter, 0u);  // every split has arrived: ready for the next launch
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  float* weights = merge;
-  float* scratch = merge + num_splits;
-  for (int h = 0; h < heads_in_tile; ++h) {
-    const int head = head0 + h;
-    const int64_t base = (int64_t{seq_index} * p.num_heads + head) * p.num_splits;
-    const int64_t at = (int64_t{row} * p.num_heads + head) * p.head_dim;
-    merge_head_splits(p.partial_lse + base, p.partial_out + base * p.head_dim, num_splits, p.head_dim, p.out + at,
-                      p.out16 != nullptr ? p.out16 + at : nullptr, p.out16_bf16, weights, scratch);
-  }
-}
-
 // Grid (num_kv_heads * num_head_tiles, num_splits, num_sequences); blockDim.x = 32 * num_warps.
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
 template <int kMaxHeadDim, bool kBf16>
@@ -620,10 +589,6 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
 
   finish_block<kMaxHeadDim>(p, st, reinterpret_cast<float*>(rings), num_warps, heads_in_tile, head0, split,
                             seq_index, row, single_split);
-  if (p.split_arrivals != nullptr && !single_split) {
-    merge_if_last(p, seq_index, row, head0, heads_in_tile, sequence_splits(kv_len, p.rule, p.num_splits),
-                  reinterpret_cast<float*>(rings));
-  }
 }
 
 // ---- merge kernel -----------------------------------------------------------------------------
@@ -672,28 +637,17 @@ struct DecodePlan {
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
-// A positive integer from the environment (A/B runs), else `fallback`.
-int env_int(const char* name, int fallback, int lo, int hi) {
-  const char* env = std::getenv(name);
-  if (env == nullptr || *env == '\0') return fallback;
-  const int v = std::atoi(env);
-  return v >= lo && v <= hi ? v : fallback;
-}
-
-// The smallest split: kMinChunkKeys, or SPINDLE_FLASH_DECODE_MIN_CHUNK (a multiple of
-// kChunkGranule in [kChunkGranule, kMaxChunkKeys]) for A/B runs of other split sizes.
+// The smallest split: the registry's value (split_policy.h; default kMinChunkKeys), a multiple
+// of kChunkGranule in [kChunkGranule, kMaxChunkKeys] (else kMinChunkKeys).
 int min_chunk_keys() {
-  static const int value = [] {
-    const int v = env_int("SPINDLE_FLASH_DECODE_MIN_CHUNK", kMinChunkKeys, kChunkGranule, kMaxChunkKeys);
-    return v % kChunkGranule == 0 ? v : kMinChunkKeys;
-  }();
-  return value;
+  const int v = flash_decode_min_chunk_keys();
+  return v >= kChunkGranule && v <= kMaxChunkKeys && v % kChunkGranule == 0 ? v : kMinChunkKeys;
 }
 
-// Split blocks to aim for per SM: kTargetBlocksPerSm, or SPINDLE_FLASH_DECODE_BLOCKS_PER_SM (A/B runs).
+// Split blocks to aim for per SM: the registry's value (split_policy.h; default kTargetBlocksPerSm).
 int target_blocks_per_sm() {
-  static const int value = env_int("SPINDLE_FLASH_DECODE_BLOCKS_PER_SM", kTargetBlocksPerSm, 1, 64);
-  return value;
+  const int v = flash_decode_blocks_per_sm();
+  return v >= 1 && v <= 64 ? v : kTargetBlocksPerSm;
 }
 
 // target_splits: enough splits per (sequence, head tile) for target_blocks_per_sm() blocks on
@@ -740,28 +694,25 @@ size_t split_kernel_smem_bytes(int head_dim, int num_warps) {
   return kSlotBytes + std::max(rings, merge);
 }
 
-// Launches the split kernel; returns whether it merges the splits itself (p.split_arrivals kept:
-// the block is kMergeThreads wide and its shared memory holds the merge's weights), else the merge
-// kernel must follow.
+// Launches the split kernel (the merge kernel follows where a sequence has several splits; merging
+// in the split kernel's last block was 118-149 us slower per 8B decode step on the H200, the
+// former SPINDLE_FLASH_DECODE_FUSED_MERGE in util/switches.cc).
 template <int kMaxHeadDim, bool kBf16>
-bool launch_split_kernel(SplitParams p, dim3 grid, cudaStream_t stream) {
+void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
   const int limit = max_block_smem_bytes();
   int num_warps = kMaxWarps;
   while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps) > size_t(limit)) --num_warps;
   const size_t smem = split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps);
   if (smem > size_t(limit)) fail("flash_decode: not enough shared memory per block on this device");
-  const size_t merge_bytes = sizeof(float) * (size_t(p.num_splits) + kMergeThreads / 32);
-  if (32 * num_warps != kMergeThreads || smem - kSlotBytes < merge_bytes) p.split_arrivals = nullptr;
   auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   launch_pdl(kernel, grid, 32 * num_warps, smem, stream, p);
   CUDA_CHECK_LAUNCH();
-  return p.split_arrivals != nullptr;
 }
 
 template <bool kBf16>
-bool launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
+void launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
   if (p.head_dim <= 64) return launch_split_kernel<64, kBf16>(p, grid, stream);
   if (p.head_dim <= 128) return launch_split_kernel<128, kBf16>(p, grid, stream);
   return launch_split_kernel<256, kBf16>(p, grid, stream);
@@ -772,12 +723,6 @@ bool launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStrea
 bool flash_decode_supports(int head_dim, KvType kv_type) {
   const bool kv_ok = kv_type == KvType::kBF16 || kv_type == KvType::kF16;
   return kv_ok && head_dim >= 8 && head_dim <= 256 && head_dim % 8 == 0;
-}
-
-size_t flash_decode_arrival_count(const PagedLayerLaunch& a) {
-  const int group_size = a.num_heads / std::max(1, a.num_kv_heads);
-  const int tiles = (group_size + kHeadsPerTile - 1) / kHeadsPerTile;
-  return size_t(std::max(0, a.batch.num_sequences)) * size_t(std::max(0, a.num_kv_heads)) * size_t(tiles);
 }
 
 size_t flash_decode_workspace_bytes(const PagedLayerLaunch& a) {
@@ -828,16 +773,16 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   p.rule = plan.rule;
   p.num_splits = plan.num_splits;
   p.scale_log2 = a.scale * kLog2e;
-  p.early = pdl_early_enabled() && !a.new_keys_before_last;  // early reads assume only the last key is new
+  p.early = pdl_enabled() && !a.new_keys_before_last;  // early reads assume only the last key is new
 
   const dim3 grid(static_cast<unsigned>(a.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
                   static_cast<unsigned>(a.batch.num_sequences));
-  const bool arrivals_fit =
-      a.split_arrivals != nullptr && a.split_arrivals_count >= size_t(a.batch.num_sequences) * size_t(grid.x);
-  p.split_arrivals = plan.num_splits > 1 && arrivals_fit ? a.split_arrivals : nullptr;
-  const bool merged = a.kv_type == KvType::kBF16 ? launch_split_kernel_for_head_dim<true>(p, grid, stream)
-                                                 : launch_split_kernel_for_head_dim<false>(p, grid, stream);
-  if (plan.num_splits <= 1 || merged) return;
+  if (a.kv_type == KvType::kBF16) {
+    launch_split_kernel_for_head_dim<true>(p, grid, stream);
+  } else {
+    launch_split_kernel_for_head_dim<false>(p, grid, stream);
+  }
+  if (plan.num_splits <= 1) return;
 
   MergeParams m;
   m.sequences = a.batch.sequences;

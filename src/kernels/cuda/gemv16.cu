@@ -16,7 +16,6 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/qkv_rope.cuh"
 #include "kernels/cuda/round16.cuh"
-#include "kernels/cuda/row_norm.cuh"
 #include "kernels/cuda/stream_load.cuh"
 
 namespace spindle::kernels::cuda {
@@ -112,12 +111,11 @@ __device__ __forceinline__ void gemv_group(const uint4* const (&wr)[kOuts], cons
 // in that order, then the same 5 shuffles: the bits do not depend on kOuts, kUnroll or kRows.
 template <int kRows, int kOuts, int kUnroll, bool kBf16>
 __device__ __forceinline__ void gemv16_block(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in,
-                                             int64_t out, const float* __restrict__ bias, float* __restrict__ y,
-                                             bool early_weights) {
+                                             int64_t out, const float* __restrict__ bias, float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kOuts;
   if (o0 >= out) {  // whole warps leave together
-    if (early_weights) pdl_begin();
+    pdl_begin();
     return;
   }
   const uint4* wr[kOuts];
@@ -132,7 +130,7 @@ __device__ __forceinline__ void gemv16_block(const uint16_t* __restrict__ w, con
     for (int j = 0; j < kOuts; ++j) acc[r][j] = 0.0f;
   }
   int64_t v = lane;
-  if (early_weights) {  // the first group's W before the wait (see EarlyWeights)
+  {  // the first group's W before the wait (early weights, see launch_shape)
     uint4 wv[kUnroll][kOuts];
     const bool full = v + 32 * (kUnroll - 1) < vecs;
     if (full) load_group<kOuts, kUnroll>(wr, v, wv);
@@ -170,42 +168,8 @@ __device__ __forceinline__ void gemv16_block(const uint16_t* __restrict__ w, con
 template <int kRows, int kOuts, int kUnroll, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     gemv16_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
-                  const float* __restrict__ bias, float* __restrict__ y, bool early_weights) {
-  if (!early_weights) pdl_begin();
-  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y, early_weights);
-}
-
-// gemv16_kernel, then the residual add and RMSNorm of its output rows (launch_add_rms_norm's
-// work) by the block that finishes last: each block makes its y visible (__threadfence) and
-// counts itself in p.arrivals; the one that brings the count to gridDim.x does the norm of every
-// row (row_norm.cuh, row_norm_vec_kernel's bits) and sets the count back to 0 for the next launch.
-// That block runs after every other block's last read of x, so p.out16 may be x's buffer.
-// The norm's registers (24 float4 per thread, to have every load in flight) would otherwise set
-// the whole kernel's (147 against the product's 36: 3 blocks per SM, a 1024-block product in 3
-// waves): block_add_rms_norm_row is not inlined and the bound holds the kernel at 64 registers
-// (8 blocks per SM, one wave), so only the norm's values spill. Still slower than two launches
-// (bench/results/2026-12-05-h200-norm-epilogue), hence opt-in (CudaOps::linear_add_rms_norm).
-constexpr int kAddRmsNormMinBlocks = 8;
-template <int kRows, int kOuts, int kUnroll, bool kBf16>
-__global__ void __launch_bounds__(kThreads, kAddRmsNormMinBlocks)
-    gemv16_add_rms_norm_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t out,
-                               const float* __restrict__ bias, float* __restrict__ y, AddRmsNormParams p) {
-  pdl_begin();
-  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y, /*early_weights=*/false);
-  __shared__ bool last;
-  __shared__ double partial[kRowMaxThreads / 32];
-  __threadfence();  // this block's y before its arrival
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.arrivals, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // every other block's y after their arrivals
-  for (int r = 0; r < kRows; ++r) {
-    uint16_t* o16 = p.out16 != nullptr ? static_cast<uint16_t*>(p.out16) + r * out : nullptr;
-    block_add_rms_norm_row(p.hidden + r * out, y + r * out, p.out + r * out, o16, p.out16_bf16, out, p.weight,
-                           p.weight_type, p.eps, p.norm_threads, partial);
-  }
-  if (threadIdx.x == 0) *p.arrivals = 0;
+                  const float* __restrict__ bias, float* __restrict__ y) {
+  gemv16_block<kRows, kOuts, kUnroll, kBf16>(w, x, in, out, bias, y);  // waits (pdl_begin) inside
 }
 
 // The two-row kernels' (gate/up, a RoPE pair) group of W loads: vectors v, v + 32, ... of rows wa and wb.
@@ -219,12 +183,11 @@ __device__ __forceinline__ void load_pair(const uint4* wa, const uint4* wb, int6
   }
 }
 
-// With early weights (see EarlyWeights): the first group's loads, then pdl_begin; true when av and bv
-// hold the group at v. Without: nothing (the kernel began with pdl_begin), false.
+// Early weights (see launch_shape): the first group's loads, then pdl_begin; true when av and bv
+// hold the group at v.
 template <int kU>
-__device__ __forceinline__ bool begin_pair(bool early_weights, const uint4* wa, const uint4* wb, int64_t v,
-                                           int64_t vecs, uint4 (&av)[kU], uint4 (&bv)[kU]) {
-  if (!early_weights) return false;
+__device__ __forceinline__ bool begin_pair(const uint4* wa, const uint4* wb, int64_t v, int64_t vecs, uint4 (&av)[kU],
+                                           uint4 (&bv)[kU]) {
   const bool full = v + 32 * (kU - 1) < vecs;
   if (full) load_pair<kU>(wa, wb, v, av, bv);
   pdl_begin();
@@ -237,12 +200,11 @@ __device__ __forceinline__ bool begin_pair(bool early_weights, const uint4* wa, 
 template <int kRows, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     gemv16_swiglu_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in, int64_t im,
-                         float* __restrict__ act, uint16_t* __restrict__ act16, bool act16_bf16, bool early_weights) {
-  if (!early_weights) pdl_begin();
+                         float* __restrict__ act, uint16_t* __restrict__ act16, bool act16_bf16) {
   const int lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (o >= im) {  // whole warps leave together
-    if (early_weights) pdl_begin();
+    pdl_begin();
     return;
   }
   const uint4* wg = reinterpret_cast<const uint4*>(w + o * in);
@@ -254,7 +216,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < kRows; ++r) g[r] = u[r] = 0.0f;
   int64_t v = lane;
   uint4 gv[kUnroll], uv[kUnroll];
-  bool loaded = begin_pair<kUnroll>(early_weights, wg, wu, v, vecs, gv, uv);
+  bool loaded = begin_pair<kUnroll>(wg, wu, v, vecs, gv, uv);
   for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
     if (!loaded) load_pair<kUnroll>(wg, wu, v, gv, uv);
     loaded = false;
@@ -305,14 +267,13 @@ __global__ void __launch_bounds__(kThreads)
 template <int kRows, bool kBf16>
 __global__ void __launch_bounds__(kThreads)
     gemv16_qkv_rope_kernel(const uint16_t* __restrict__ w, const uint16_t* __restrict__ x, int64_t in,
-                           const float* __restrict__ bias, QkvRopeParams p, bool early_weights) {
-  if (!early_weights) pdl_begin();
+                           const float* __restrict__ bias, QkvRopeParams p) {
   const int lane = threadIdx.x & 31;
   const int half = p.head_dim / 2;
   const int heads = p.num_heads + 2 * p.num_kv_heads;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (pair >= int64_t{heads} * half) {  // whole warps leave together
-    if (early_weights) pdl_begin();
+    pdl_begin();
     return;
   }
   const int head = static_cast<int>(pair / half);
@@ -327,7 +288,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < kRows; ++r) a[r] = b[r] = 0.0f;
   int64_t v = lane;
   uint4 av[kUnroll], bv[kUnroll];
-  bool loaded = begin_pair<kUnroll>(early_weights, wa, wb, v, vecs, av, bv);
+  bool loaded = begin_pair<kUnroll>(wa, wb, v, vecs, av, bv);
   for (; v + 32 * (kUnroll - 1) < vecs; v += 32 * kUnroll) {
     if (!loaded) load_pair<kUnroll>(wa, wb, v, av, bv);
     loaded = false;
@@ -411,45 +372,27 @@ __global__ void __launch_bounds__(kThreads)
 // row), not the whole weight, so the latency-bound kernels before a product (norm, attention
 // merge) do not queue behind it as an L2 prefetch of the weights did (pdl.cuh). On the H200, 8B
 // shape, 512 keys: the batch-1 decode step 4.27 -> 4.16 ms, 8 rows 5.04 -> 5.01 ms
-// (bench/results/2026-12-03-h200-early-weights). SPINDLE_CUDA_GEMV16_EARLY_W (A/B knob; default
-// 3): 0 none, 1 only the plain products with more inputs than outputs (the down projection,
-// right after the gate/up product), 2 every plain product, 3 those and the fused gate/up +
-// SwiGLU and q/k/v + RoPE products.
-enum class EarlyWeights { kWide = 1, kProduct = 2, kFused = 3 };
-bool early_weights(EarlyWeights kind) {
-  static const int mode = [] {
-    const char* v = std::getenv("SPINDLE_CUDA_GEMV16_EARLY_W");
-    return v != nullptr ? static_cast<int>(std::strtol(v, nullptr, 10)) : static_cast<int>(EarlyWeights::kFused);
-  }();
-  return mode >= static_cast<int>(kind);
-}
-
-// gemv16_kernel, or gemv16_add_rms_norm_kernel when norm is not null.
+// (bench/results/2026-12-03-h200-early-weights). Every product does it, the plain ones and the
+// fused gate/up + SwiGLU and q/k/v + RoPE ones (the former A/B switch SPINDLE_CUDA_GEMV16_EARLY_W,
+// util/switches.cc).
 template <int kRows, int kOuts, bool kBf16>
 void launch_shape(const void* w, const void* x, int64_t in, int64_t out, const float* bias, float* y,
-                  const AddRmsNormParams* norm, cudaStream_t stream) {
-  const bool early = early_weights(in > out ? EarlyWeights::kWide : EarlyWeights::kProduct);
+                  cudaStream_t stream) {
   constexpr int kLoads = kOuts == 1 ? kUnroll : 8 / kOuts;  // groups in flight: 16-byte W loads per lane 4, 8, 8
   const int64_t per_block = int64_t{kWarps} * kOuts;
   const auto blocks = static_cast<unsigned>((out + per_block - 1) / per_block);
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* x16 = static_cast<const uint16_t*>(x);
-  if (norm == nullptr) {
-    launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y,
-               early);
-  } else {
-    launch_pdl(gemv16_add_rms_norm_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out,
-               bias, y, *norm);
-  }
+  launch_pdl(gemv16_kernel<kRows, kOuts, kLoads, kBf16>, blocks, kThreads, 0, stream, w16, x16, in, out, bias, y);
 }
 
 template <int kRows, int kOuts>
 void launch_outs(const void* w, const void* x, int64_t in, int64_t out, bool bf16, const float* bias, float* y,
-                 const AddRmsNormParams* norm, cudaStream_t stream) {
+                 cudaStream_t stream) {
   if (bf16) {
-    launch_shape<kRows, kOuts, true>(w, x, in, out, bias, y, norm, stream);
+    launch_shape<kRows, kOuts, true>(w, x, in, out, bias, y, stream);
   } else {
-    launch_shape<kRows, kOuts, false>(w, x, in, out, bias, y, norm, stream);
+    launch_shape<kRows, kOuts, false>(w, x, in, out, bias, y, stream);
   }
 }
 
@@ -458,13 +401,13 @@ void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf1
                  int outs_per_warp, cudaStream_t stream) {
   switch (outs_per_warp) {
     case 1:
-      launch_outs<kRows, 1>(w, x, in, out, bf16, bias, y, nullptr, stream);
+      launch_outs<kRows, 1>(w, x, in, out, bf16, bias, y, stream);
       break;
     case 2:
-      launch_outs<kRows, 2>(w, x, in, out, bf16, bias, y, nullptr, stream);
+      launch_outs<kRows, 2>(w, x, in, out, bf16, bias, y, stream);
       break;
     default:
-      launch_outs<kRows, 4>(w, x, in, out, bf16, bias, y, nullptr, stream);
+      launch_outs<kRows, 4>(w, x, in, out, bf16, bias, y, stream);
       break;
   }
 }
@@ -489,14 +432,7 @@ bool gemv16_supports(int64_t rows, int64_t in, const void* w, const void* x) {
   return rows >= 1 && rows <= kGemv16MaxRows && in > 0 && in % 8 == 0 && aligned16(w) && aligned16(x);
 }
 
-int64_t gemv16_fused_use_max_rows() {
-  static const int64_t max_rows = [] {
-    const char* v = std::getenv("SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS");
-    const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
-    return n >= 1 && n <= kGemv16FusedMaxRows ? int64_t{n} : kGemv16FusedMaxRows;
-  }();
-  return max_rows;
-}
+int64_t gemv16_fused_use_max_rows() { return kGemv16FusedMaxRows; }
 
 int gemv16_outs_per_warp(int64_t rows, int64_t out, int64_t in) {
   if (rows <= 2) return 1;
@@ -514,33 +450,6 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
   }
   with_rows<kGemv16MaxRows>(
       rows, [&](auto r) { launch_rows<decltype(r)::value>(w, x, in, out, bf16, bias, y, outs_per_warp, stream); });
-  CUDA_CHECK_LAUNCH();
-}
-
-bool gemv16_add_rms_norm_supports(int64_t rows, int64_t in, int64_t out, const void* w, const void* x,
-                                  const AddRmsNormParams& p) {
-  return rows <= kGemv16AddRmsNormMaxRows && gemv16_supports(rows, in, w, x) && p.arrivals != nullptr &&
-         p.norm_threads > 0 && p.norm_threads % 32 == 0 && p.norm_threads <= kNormWarpsPerWarp * kThreads &&
-         out % 4 == 0 && out / 4 <= p.norm_threads;
-}
-
-void launch_gemv16_add_rms_norm(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16,
-                                const float* bias, float* y, const AddRmsNormParams& p, cudaStream_t stream) {
-  if (!gemv16_add_rms_norm_supports(rows, in, out, w, x, p) || out <= 0 || out > int64_t{kWarps} * 0x7fffffff) {
-    throw_cuda_error(cudaErrorInvalidValue, "launch_gemv16_add_rms_norm: unsupported shape, alignment or norm",
-                     __FILE__, __LINE__);
-  }
-  // One output row per warp: the plain launch's choice for every shape it takes (out <= in, or
-  // at most 2 rows); 2 per warp where that one would take them.
-  const int outs = gemv16_outs_per_warp(rows, out, in);
-  with_rows<kGemv16AddRmsNormMaxRows>(rows, [&](auto r) {
-    constexpr int kRows = decltype(r)::value;
-    if (outs == 1) {
-      launch_outs<kRows, 1>(w, x, in, out, bf16, bias, y, &p, stream);
-    } else {
-      launch_outs<kRows, 2>(w, x, in, out, bf16, bias, y, &p, stream);
-    }
-  });
   CUDA_CHECK_LAUNCH();
 }
 
@@ -563,7 +472,7 @@ void launch_gemv16_qkv_rope(const void* w, const void* x, int64_t rows, int64_t 
   with_rows<kGemv16QkvRopeMaxRows>(rows, [&](auto r) {
     constexpr int kRows = decltype(r)::value;
     launch_pdl(bf16 ? gemv16_qkv_rope_kernel<kRows, true> : gemv16_qkv_rope_kernel<kRows, false>, blocks, kThreads, 0,
-               stream, w16, x16, in, bias, p, early_weights(EarlyWeights::kFused));
+               stream, w16, x16, in, bias, p);
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -584,7 +493,7 @@ void launch_gemv16_swiglu(const void* w, const void* x, int64_t rows, int64_t in
   with_rows<kGemv16SwigluMaxRows>(rows, [&](auto r) {
     constexpr int kRows = decltype(r)::value;
     launch_pdl(bf16 ? gemv16_swiglu_kernel<kRows, true> : gemv16_swiglu_kernel<kRows, false>, blocks, kThreads, 0,
-               stream, w16, x16, in, im, act, a16, act16_bf16, early_weights(EarlyWeights::kFused));
+               stream, w16, x16, in, im, act, a16, act16_bf16);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -40,34 +40,10 @@ void launch_gemv16(const void* w, const void* x, int64_t rows, int64_t in, int64
 // slower than cuBLAS on most shapes, so CublasLinear does not send those rows here).
 int gemv16_outs_per_warp(int64_t rows, int64_t out, int64_t in);
 
-// launch_gemv16 (y = x . W^T + bias, the same bits) followed by launch_add_rms_norm over its
-// output (hidden += y; out = RMSNorm(hidden) * weight, out16 its 16-bit copy: that launch's
-// bits too), in one launch for 1 to kGemv16AddRmsNormMaxRows rows: the block of the product that
-// finishes last does the norm (hidden [rows, out], out [rows, out] f32 contiguous rows). Saves the
-// norm's launch and its wait for the product, 2 per layer in a decode step. out16 may be x's
-// buffer (every read of x is done when it is written), nothing else may overlap.
-struct AddRmsNormParams {
-  float* hidden = nullptr;
-  float* out = nullptr;
-  void* out16 = nullptr;  // or null
-  bool out16_bf16 = true;
-  const void* weight = nullptr;  // [out] of weight_type
-  WeightType weight_type = WeightType::kF32;
-  float eps = 0;
-  int norm_threads = 0;          // add_rms_norm_row_threads(...) for these rows: whose sums to reproduce
-  unsigned* arrivals = nullptr;  // device counter, 0 before the launch (and so after it); one per stream
-};
-inline constexpr int64_t kGemv16AddRmsNormMaxRows = 4;
-bool gemv16_add_rms_norm_supports(int64_t rows, int64_t in, int64_t out, const void* w, const void* x,
-                                  const AddRmsNormParams& p);
-void launch_gemv16_add_rms_norm(const void* w, const void* x, int64_t rows, int64_t in, int64_t out, bool bf16,
-                                const float* bias, float* y, const AddRmsNormParams& p, cudaStream_t stream);
-
 // The two fused forms below take 1 to kGemv16FusedMaxRows rows; each reads its two weight rows per
 // warp, so from 3 rows on it does the x loads of gemv16 with 2 outputs per warp (bench_gemv16: at
 // 5 rows and more cuBLAS is faster, so they stop at 4). Their callers (CublasLinear::forward_swiglu,
-// CudaOps' q/k/v) use them up to gemv16_fused_use_max_rows() rows: kGemv16FusedMaxRows, or
-// SPINDLE_CUDA_GEMV16_FUSED_MAX_ROWS=N (1..4) from the environment (A/B benchmarks).
+// CudaOps' q/k/v) use them up to gemv16_fused_use_max_rows() = kGemv16FusedMaxRows rows.
 inline constexpr int64_t kGemv16FusedMaxRows = 4;
 int64_t gemv16_fused_use_max_rows();
 

@@ -64,11 +64,6 @@ void launch_silu_mul(const float* gate, const float* up, int64_t in_stride, floa
 void launch_add_rms_norm(float* hidden, const float* delta, float* out, int64_t rows, int64_t cols,
                          const void* weight, WeightType weight_type, float eps, cudaStream_t stream,
                          Out16 out16 = {});
-// The threads per row launch_add_rms_norm gives these rows' kernel when that is the float4 one
-// (one block per row, the row in registers: row_norm_vec_kernel), else 0. Fused forms that must
-// give its bits sum as that many threads would (row_norm.cuh block_add_rms_norm_row).
-int add_rms_norm_row_threads(const float* hidden, const float* delta, const float* out, int64_t cols,
-                             const void* weight, WeightType weight_type, Out16 out16);
 
 // The fused QKV product's rows qkv [num_tokens, (num_heads + 2 num_kv_heads) * head_dim] (q heads,
 // then k heads, then v heads) split into q [num_tokens, num_heads, head_dim], k and v

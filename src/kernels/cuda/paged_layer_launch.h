@@ -74,10 +74,6 @@ struct PagedLayerLaunch {
   // Decode only: true when a sequence's keys before its last may also be this step's (the row
   // sequences of a verify step): then no key is read before the programmatic wait.
   bool new_keys_before_last = false;
-  // Decode only: not null: zeroed counters (flash_decode_arrival_count of them), left zeroed;
-  // the split kernel then merges its splits itself, without the merge kernel's launch.
-  unsigned* split_arrivals = nullptr;
-  size_t split_arrivals_count = 0;
 };
 
 }  // namespace spindle::kernels::cuda::detail

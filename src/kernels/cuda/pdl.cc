@@ -6,13 +6,10 @@
 #include <atomic>
 
 #include "kernels/cuda/cuda_check.h"
-#include "util/ab_switch.h"
 
 namespace spindle::kernels::cuda {
 
 bool pdl_enabled() {
-  static const bool allowed = ab_switch_on("SPINDLE_CUDA_PDL");
-  if (!allowed) return false;
   // Per device: 0 unknown, 1 off, 2 on (a process may drive GPUs of different generations).
   static std::array<std::atomic<int>, 64> state{};
   int device = 0;
@@ -26,11 +23,6 @@ bool pdl_enabled() {
     state[static_cast<size_t>(device)].store(s, std::memory_order_relaxed);
   }
   return s == 2;
-}
-
-bool pdl_early_enabled() {
-  static const bool allowed = ab_switch_on("SPINDLE_CUDA_PDL_EARLY");
-  return allowed && pdl_enabled();
 }
 
 }  // namespace spindle::kernels::cuda

@@ -11,7 +11,7 @@
 // (griddepcontrol.launch_dependents). So a kernel never overlaps another's memory accesses, only
 // its launch latency does; dependencies further back hold transitively.
 //
-// Host side: pdl.h says whether the attribute is set (sm_90+, SPINDLE_CUDA_PDL != 0); without it
+// Host side: pdl.h says whether the attribute is set (sm_90+); without it
 // launch_pdl is an ordinary launch. Include from .cu files only.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Internal to the CUDA kernels: the streaming 16-byte read of a weight that a product reads once
-// (gemv16, gemv_mma): through the non-coherent path, not kept in L1. p 16-byte aligned.
+// (gemv16): through the non-coherent path, not kept in L1. p 16-byte aligned.
 #pragma once
 
 #include <cuda_runtime.h>
