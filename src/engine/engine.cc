@@ -313,7 +313,7 @@ bool Engine::propose_drafts() {
     const int room = std::min({options_.num_draft_tokens, p.max_tokens - static_cast<int>(r->output.size()) - 1,
                                max_model_len() - r->num_tokens()});
     if (!p.speculative || room < 1) continue;
-    spec::ProposalRequest q;
+    speculative::ProposalRequest q;
     q.request = r;
     q.params = &p;
     q.seed = sampler.seed();
@@ -324,23 +324,23 @@ bool Engine::propose_drafts() {
   // A cheap proposer proposes first, so the decision sees which requests really have drafts.
   const bool cheap = options_.proposer->cheap();
   if (cheap) {
-    for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
+    for (speculative::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
     options_.proposer->propose(proposal_requests_);
   }
   // The benefit of at most k drafts per sequence, k = 0 .. the most any request can have: each
   // drafting request's expected tokens at its measured acceptance, 1 for the rest.
-  auto drafts_of = [&](const spec::ProposalRequest& q) {
+  auto drafts_of = [&](const speculative::ProposalRequest& q) {
     return cheap ? static_cast<int>(std::min<size_t>(q.out->tokens.size(), q.max_draft_tokens)) : q.max_draft_tokens;
   };
   int max_k = 0;
-  for (const spec::ProposalRequest& q : proposal_requests_) max_k = std::max(max_k, drafts_of(q));
+  for (const speculative::ProposalRequest& q : proposal_requests_) max_k = std::max(max_k, drafts_of(q));
   if (max_k == 0) return false;
   expected_.assign(static_cast<size_t>(max_k) + 1, static_cast<double>(num_decoding));
-  for (const spec::ProposalRequest& q : proposal_requests_) {
+  for (const speculative::ProposalRequest& q : proposal_requests_) {
     const int n = drafts_of(q);
     if (n == 0) continue;
     const double a = acceptance_of(*outputs_.at(q.request->id), cheap ? q.out->match_length : 0);
-    for (int k = 1; k <= max_k; ++k) expected_[static_cast<size_t>(k)] += spec::expected_tokens(a, std::min(k, n)) - 1.0;
+    for (int k = 1; k <= max_k; ++k) expected_[static_cast<size_t>(k)] += speculative::expected_tokens(a, std::min(k, n)) - 1.0;
   }
   const int k = cost_model_.choose_drafts(num_decoding, expected_);
   if (auto change = cost_model_.take_change()) spdlog::info("{}", *change);
@@ -348,13 +348,13 @@ bool Engine::propose_drafts() {
     metrics_.update([](MetricsSnapshot& s) { ++s.spec_skipped_steps; });
     return false;
   }
-  for (spec::ProposalRequest& q : proposal_requests_) q.max_draft_tokens = std::min(q.max_draft_tokens, k);
+  for (speculative::ProposalRequest& q : proposal_requests_) q.max_draft_tokens = std::min(q.max_draft_tokens, k);
   if (!cheap) {
-    for (spec::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
+    for (speculative::ProposalRequest& q : proposal_requests_) q.out = &proposals_[q.request->id];
     options_.proposer->propose(proposal_requests_);
   }
   bool any = false;
-  for (const spec::ProposalRequest& q : proposal_requests_) {
+  for (const speculative::ProposalRequest& q : proposal_requests_) {
     Request& r = *const_cast<Request*>(q.request);
     r.draft.assign(q.out->tokens.begin(), q.out->tokens.begin() + std::min<size_t>(q.out->tokens.size(), q.max_draft_tokens));
     any = any || !r.draft.empty();
@@ -518,19 +518,19 @@ void Engine::process_step(LaunchedStep& step, std::span<float> logits, const std
     RequestOutputState& o = *outputs_.at(r.id);
     timer.lap();
     if (s.num_draft_tokens > 0) {
-      spec::Verified v;
+      speculative::Verified v;
       if (device_rows != nullptr) {
         drawn.clear();
         for (int i = 0; i < s.num_logit_rows(); ++i) {
           drawn.push_back(to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row + i)]));
         }
-        v = spec::verify_sampled(drawn, r.draft);
+        v = speculative::verify_sampled(drawn, r.draft);
       } else {
-        spec::DraftProposal& proposal = proposals_.at(r.id);
+        speculative::DraftProposal& proposal = proposals_.at(r.id);
         proposal.tokens = r.draft;  // the scheduler may have kept fewer than were proposed
         if (!proposal.q.empty()) proposal.q.resize(r.draft.size());
         const size_t offset = static_cast<size_t>(s.logits_row) * vocab;
-        v = spec::verify_on_host(o.sampler, logits.subspan(offset, static_cast<size_t>(s.num_logit_rows()) * vocab),
+        v = speculative::verify_on_host(o.sampler, logits.subspan(offset, static_cast<size_t>(s.num_logit_rows()) * vocab),
                                  vocab, r.prompt, r.output, proposal);
       }
       t.sample += timer.lap();
@@ -589,7 +589,7 @@ void Engine::drop_in_flight() {
   }
 }
 
-void Engine::accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v, int match_length) {
+void Engine::accept_verified(Request& r, RequestOutputState& o, const speculative::Verified& v, int match_length) {
   const int k = static_cast<int>(r.draft.size());
   const int a = v.num_accepted_drafts;
   const double rejected = a < k ? 1.0 : 0.0;

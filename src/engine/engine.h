@@ -41,13 +41,13 @@
 #include "engine/request_stream.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
-#include "engine/spec/verifier.h"
+#include "engine/speculative/verifier.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
-#include "engine/spec/cost_model.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/cost_model.h"
+#include "engine/speculative/proposer.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/chat_template.h"
@@ -85,9 +85,9 @@ struct EngineOptions {
   // >= 0: the engine thread binds this CUDA device before its first step (a CUDA model's forward
   // runs on the engine thread, and the current device is per thread).
   int cuda_device = -1;
-  // Speculative decoding (engine/spec/): the proposer (borrowed, outlives the engine; null: off),
+  // Speculative decoding (engine/speculative/): the proposer (borrowed, outlives the engine; null: off),
   // draft tokens per request and step, and speculate on every step (no cost model).
-  spec::Proposer* proposer = nullptr;
+  speculative::Proposer* proposer = nullptr;
   int num_draft_tokens = 0;
   bool speculate_always = false;
   // Decode steps between throughput log lines (and the spec metrics' logging window); 0: none.
@@ -171,7 +171,7 @@ class Engine {
   // permitting); true when any got a draft.
   bool propose_drafts();
   // A speculating sequence's logit rows verified and its accepted tokens appended.
-  void accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v, int match_length);
+  void accept_verified(Request& r, RequestOutputState& o, const speculative::Verified& v, int match_length);
   void log_decode_window(int num_running);
   void run_pending_checks();
   void publish_gauges();
@@ -206,9 +206,9 @@ class Engine {
   SamplingBatch sampling_;  // the step's device sampling rows (engine thread)
   std::optional<LaunchedStep> in_flight_;  // the overlap schedule's step on the device (engine thread)
   // Speculative decoding (engine thread): this step's proposals by request id, the cost model.
-  std::unordered_map<uint64_t, spec::DraftProposal> proposals_;
-  std::vector<spec::ProposalRequest> proposal_requests_;
-  spec::CostModel cost_model_;
+  std::unordered_map<uint64_t, speculative::DraftProposal> proposals_;
+  std::vector<speculative::ProposalRequest> proposal_requests_;
+  speculative::CostModel cost_model_;
   int step_tokens_ = 0;  // tokens appended in the current step (engine thread)
   // Every request's verifies together, the same decayed counts: the prior for a new request.
   double spec_accepted_all_ = 0, spec_rejected_all_ = 0;

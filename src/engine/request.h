@@ -38,7 +38,7 @@ struct Request {
   // While false and running, requests waiting with the same prompt wait for them (scheduler.h).
   // Cleared by preemption: a recomputed prompt is published again (a no-op where still cached).
   bool prompt_published = false;
-  // Speculative decoding (engine/spec/): draft tokens proposed to follow prompt + output, for the
+  // Speculative decoding (engine/speculative/): draft tokens proposed to follow prompt + output, for the
   // scheduler to verify in the next step (set before schedule(), consumed by it: the scheduler
   // trims them to what the step can take, and they are cleared when the step ends).
   std::vector<TokenId> draft;
