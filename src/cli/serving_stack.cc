@@ -141,7 +141,7 @@ void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r
     r.draft = startup::load_draft_model(spec.draft_model_path, flags.server, r.resolved, r.device, *s.tokenizer,
                                         s.model_config, load_options, backend_options);
   } else if (spec.algorithm == config::SpecAlgorithm::kNgram) {
-    r.ngram = std::make_unique<engine::spec::NgramProposer>(spec.ngram_min_window, spec.ngram_max_window);
+    r.ngram = std::make_unique<engine::speculative::NgramProposer>(spec.ngram_min_window, spec.ngram_max_window);
   }
   (void)on_cuda;
 }

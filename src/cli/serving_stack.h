@@ -19,7 +19,7 @@
 #include "config/server_config.h"
 #include "engine/dp_group.h"
 #include "engine/engine.h"
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/ngram_proposer.h"
 #include "startup/draft_model.h"
 #include "kv/capacity_planner.h"
 #include "kv/page_pool.h"
@@ -69,7 +69,7 @@ struct ServingRank {
   // Speculative decoding, per rank (a proposer keeps per-request state by the rank's request ids):
   // a draft model (--speculative-algorithm draft: its own runner and KV pool) or the n-gram proposer.
   std::unique_ptr<startup::DraftModel> draft;
-  std::unique_ptr<engine::spec::NgramProposer> ngram;
+  std::unique_ptr<engine::speculative::NgramProposer> ngram;
   kv::KvPlan kv_plan;  // its pool's plan (per-rank figures are this rank's)
   engine::Metrics metrics;
   std::unique_ptr<engine::Engine> engine;

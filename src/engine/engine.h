@@ -6,23 +6,18 @@
 // out) -> one model forward over every scheduled token -> sample -> detokenize, match stop
 // strings -> push events -> free the pages of finished or cancelled requests.
 //
-// The overlap schedule (EngineOptions::overlap_schedule, SGLang's idea; one step of lookahead):
-// where the runner samples on the device, step N+1 is scheduled, built and launched while the
-// device still runs step N, and only then are N's tokens collected and emitted. Step N's tokens
-// are pending in N+1's plan (Request::num_pending_tokens count in the context; the runner has the
-// device copy them into N+1's batch), so the host's work of a step hides behind the device's.
-// Outputs do not change: a request that N ends (EOS, a stop string) has computed one more token
-// in N+1, which is dropped, and it is released after N+1 is collected; a request whose pending
-// token surely ends it (max_tokens, the model length) is not scheduled in N+1 (Request::hold).
-// Steps whose next draw needs the last token on the host (a penalty of a request with a pending
-// token), speculative decoding and host sampling run one step at a time, as without it; so do
-// steps with prefill work, and the step after a request arrives or waits (collecting first admits
-// it one step sooner): only decode steps run ahead.
+// The engine in parts (as vLLM's EngineCore, Scheduler.update_from_output and OutputProcessor):
+//   - Engine (here): the queue of submitted requests, the thread and its loop, integrity checks,
+//     the gauges, what happens when a step throws;
+//   - StepExecutor (step_executor.h): one step from the plan to the emitted tokens: launch,
+//     collect, the step in flight and the overlap schedule, the decode log window;
+//   - speculative::Speculator (speculative/speculator.h): proposals, acceptance, the cost model;
+//   - OutputProcessor (output_processor.h): each request's RequestOutputState: detokenizing, stop
+//     policies (finishing is decided there alone), logprobs, stream transformers, the stream.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -30,26 +25,22 @@
 #include <future>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/metrics.h"
+#include "engine/output_processor.h"
 #include "engine/request_stream.h"
+#include "engine/runner.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
-#include "engine/spec/verifier.h"
+#include "engine/speculative/proposer.h"
+#include "engine/speculative/speculator.h"
+#include "engine/step_executor.h"
 #include "kv/page_pool.h"
 #include "kv/prefix_cache.h"
-#include "engine/runner.h"
-#include "engine/sampler.h"
-#include "engine/spec/cost_model.h"
-#include "engine/spec/proposer.h"
-#include "engine/stop_matcher.h"
-#include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -61,21 +52,6 @@ class EngineOverloaded : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// What the client of a request reads, kept next to (not inside) the scheduler's Request.
-struct RequestOutputState {
-  RequestOutputState(SamplingParams params, uint64_t seed, std::shared_ptr<RequestStream> stream,
-                     const tokenizer::Tokenizer& tokenizer);
-
-  Sampler sampler;
-  std::shared_ptr<RequestStream> stream;
-  tokenizer::IncrementalDetokenizer detokenizer;
-  StopMatcher stop_matcher;
-  std::optional<Clock::time_point> last_token_time;
-  // Speculative decoding: this request's measured acceptance, as decayed counts of accepted
-  // drafts and of rejections (a verify that stopped before its last draft).
-  double spec_accepted = 0, spec_rejected = 0;
-};
-
 // No defaults here: config::resolve() decides them (config/server_config.h).
 struct EngineOptions {
   SchedulerOptions scheduler;
@@ -85,9 +61,9 @@ struct EngineOptions {
   // >= 0: the engine thread binds this CUDA device before its first step (a CUDA model's forward
   // runs on the engine thread, and the current device is per thread).
   int cuda_device = -1;
-  // Speculative decoding (engine/spec/): the proposer (borrowed, outlives the engine; null: off),
-  // draft tokens per request and step, and speculate on every step (no cost model).
-  spec::Proposer* proposer = nullptr;
+  // Speculative decoding (engine/speculative/): the proposer (borrowed, outlives the engine; null:
+  // off), draft tokens per request and step, and speculate on every step (no cost model).
+  speculative::Proposer* proposer = nullptr;
   int num_draft_tokens = 0;
   bool speculate_always = false;
   // Decode steps between throughput log lines (and the spec metrics' logging window); 0: none.
@@ -101,8 +77,8 @@ struct EngineOptions {
   // fail (their error reads "DP rank R failed: reason" when dp_name is set).
   std::function<void(const std::string&)> on_step_failure;
   std::string dp_name;  // "DP rank R" with data parallelism; empty for a single engine
-  // Schedule and launch the next step while the device runs this one (above); only where the
-  // runner samples on the device and no proposer is set (--enable-overlap-schedule; off by default).
+  // Schedule and launch the next step while the device runs this one (step_executor.h); only where
+  // the runner samples on the device and no proposer is set (--enable-overlap-schedule; off by default).
   bool overlap_schedule = false;
 };
 
@@ -144,47 +120,11 @@ class Engine {
 
  private:
   void loop();
-  void run_step();
-  // A launched step not yet collected (the overlap schedule): its plan and its times so far.
-  struct LaunchedStep {
-    StepPlan plan;
-    StepSeconds seconds;
-    int max_drafts = 0;
-    Clock::time_point start;
-  };
-  // Whether the next step may be launched before the one in flight is collected.
-  bool can_overlap() const;
-  // Sets Request::hold on running requests whose pending token surely ends them.
-  void hold_finishing_requests(bool hold);
-  // Collects `step` (launched; not in_flight_ any more) and emits its tokens.
-  void finish_step(LaunchedStep& step);
-  // finish_step of in_flight_, if any.
-  void collect_in_flight();
-  // A step's results: tokens accepted (or verified), requests finished, prompts published, the
-  // step's metrics. device_rows: the device's samples (null: host logits in `logits`).
-  void process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows);
-  // Releases every finished request that no launched step holds.
-  void release_finished();
-  // After a failed step or at shutdown: forgets launched steps (waits for the device's work).
-  void drop_in_flight();
-  // Fills Request::draft of the decoding requests that may speculate this step (cost model
-  // permitting); true when any got a draft.
-  bool propose_drafts();
-  // A speculating sequence's logit rows verified and its accepted tokens appended.
-  void accept_verified(Request& r, RequestOutputState& o, const spec::Verified& v, int match_length);
-  void log_decode_window(int num_running);
+  // Moves submitted requests into the scheduler (mutex_ held); count: into scheduled_tokens_.
+  void take_incoming(bool count);
+  void run_step();  // executor_.step(); a step that throws fails every request
   void run_pending_checks();
   void publish_gauges();
-  void fail_all(const std::string& message);
-  void abort_cancelled();
-  void finish_over_capacity();
-  // The text a finishing request still holds back (a partial UTF-8 sequence, the start of a
-  // possible stop string), cut at a stop string if one completes.
-  static std::string flush_held_text(RequestOutputState& o);
-  void count_finished(const Request& r, Clock::time_point now);
-  void accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled);
-  bool is_stop_token(const RequestOutputState& o, TokenId token) const;
-  void release(Request* r, bool cache_pages);  // the scheduler's pages and the output state
 
   Runner& runner_;
   const tokenizer::Tokenizer& tokenizer_;
@@ -194,6 +134,9 @@ class Engine {
   kv::PageAllocator& allocator_;   // rank 0 of the pool (data parallelism: one engine per rank)
   kv::PrefixCache prefix_cache_;
   Scheduler scheduler_;
+  OutputProcessor output_;             // engine thread, but make_state()
+  speculative::Speculator speculator_;  // engine thread
+  StepExecutor executor_;               // engine thread
 
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -202,32 +145,6 @@ class Engine {
     std::unique_ptr<RequestOutputState> output;
   };
   std::deque<Incoming> incoming_;
-  std::unordered_map<uint64_t, std::unique_ptr<RequestOutputState>> outputs_;  // by Request::id (engine thread)
-  SamplingBatch sampling_;  // the step's device sampling rows (engine thread)
-  std::optional<LaunchedStep> in_flight_;  // the overlap schedule's step on the device (engine thread)
-  // Speculative decoding (engine thread): this step's proposals by request id, the cost model.
-  std::unordered_map<uint64_t, spec::DraftProposal> proposals_;
-  std::vector<spec::ProposalRequest> proposal_requests_;
-  spec::CostModel cost_model_;
-  int step_tokens_ = 0;  // tokens appended in the current step (engine thread)
-  // Every request's verifies together, the same decayed counts: the prior for a new request.
-  double spec_accepted_all_ = 0, spec_rejected_all_ = 0;
-  // N-gram drafts by match length (DraftProposal::match_length: 1, 2, ..., kMatchClasses - 1 or
-  // more; [0] unused), every request's verifies together: a longer match is accepted more often.
-  static constexpr int kMatchClasses = 7;
-  std::array<double, kMatchClasses> match_accepted_{}, match_rejected_{};
-  static int match_class(int match_length) { return std::min(match_length, kMatchClasses - 1); }
-  // Per-token acceptance of the request's next drafts: by match length for an n-gram proposal
-  // (match_length > 0), else the request's own (both with the pool's as a prior).
-  double acceptance_of(const RequestOutputState& o, int match_length) const;
-  std::vector<double> expected_;  // scratch: expected tokens per draft count (propose_drafts)
-  // The decode log window: steps, tokens and spec counts since the last line.
-  struct DecodeWindow {
-    int steps = 0;
-    uint64_t tokens = 0;
-    uint64_t spec_accepted = 0, spec_forwards = 0, spec_drafted = 0, spec_accepted_drafts = 0;
-    Clock::time_point start = Clock::now();
-  } window_;
   bool stopping_ = false;
   int num_waiting_ = 0;                      // as of the last step (guarded by mutex_)
   std::vector<std::promise<bool>> checks_;   // integrity checks asked for (guarded by mutex_)

@@ -1,6 +1,6 @@
 // One generation request as the scheduler sees it: its tokens and its KV pages. What the client
-// reads (sampler, detokenizer, stop strings, stream) is the engine's (RequestOutputState,
-// engine.h), so the Scheduler can be built and driven with no model and no tokenizer. Owned by
+// reads (sampler, detokenizer, stop policies, stream) is the output processor's (RequestOutputState,
+// output_processor.h), so the Scheduler can be built and driven with no model and no tokenizer. Owned by
 // the Scheduler, touched only by the engine thread.
 #pragma once
 
@@ -14,6 +14,9 @@
 namespace spindle::engine {
 
 using Clock = std::chrono::steady_clock;
+inline double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // token_at() of a token still being chosen on the device (Request::num_pending_tokens).
 inline constexpr TokenId kPendingToken = -1;
@@ -38,11 +41,11 @@ struct Request {
   // While false and running, requests waiting with the same prompt wait for them (scheduler.h).
   // Cleared by preemption: a recomputed prompt is published again (a no-op where still cached).
   bool prompt_published = false;
-  // Speculative decoding (engine/spec/): draft tokens proposed to follow prompt + output, for the
+  // Speculative decoding (engine/speculative/): draft tokens proposed to follow prompt + output, for the
   // scheduler to verify in the next step (set before schedule(), consumed by it: the scheduler
   // trims them to what the step can take, and they are cleared when the step ends).
   std::vector<TokenId> draft;
-  // The overlap schedule (engine.h): tokens a launched step is still choosing on the device for this
+  // The overlap schedule (step_executor.h): tokens a launched step is still choosing on the device for this
   // request, after its output; they count in num_tokens(), so the next step can be scheduled over
   // them before they are known. Each is the token of logit row pending_logit_row of the step in
   // flight (with one step of lookahead there is at most one such step, and a request has at most

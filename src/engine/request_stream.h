@@ -20,7 +20,10 @@ std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", 
 
 // One event of a request's output. Text deltas never split a UTF-8 sequence or a stop string.
 struct RequestOutput {
-  std::string text;                     // new text since the last event
+  std::string text;                     // new text since the last event (the content)
+  // New reasoning text (reasoning_content) since the last event: text a stream transformer (a
+  // reasoning parser, stream_transformer.h) moved out of `text`; empty without one.
+  std::string reasoning_text;
   std::vector<TokenId> tokens;              // new tokens since the last event
   std::vector<SampledToken> logprobs;   // one per token when logprobs were requested
   bool finished = false;

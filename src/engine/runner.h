@@ -84,7 +84,7 @@ class Runner {
   // many rows as the batch has logit rows). Valid until the next call. = launch() then collect().
   bool samples_on_device() const { return model_.samples_on_device() || options_.sample_on_host; }
   const std::vector<SampledRow>& run_and_sample(const SamplingBatch& sampling);
-  // run_and_sample in two halves (the overlap schedule, engine.h): launch() queues build()'s batch
+  // run_and_sample in two halves (the overlap schedule, step_executor.h): launch() queues build()'s batch
   // and the sampling of its logit rows without waiting for the device; the batch's pending tokens
   // (Request::num_pending_tokens: built as PendingToken, pending_tokens()) are taken on the device
   // from the last launched step's samples. collect() waits for the oldest launched step and returns

@@ -50,7 +50,7 @@ class Sampler {
   // prompt and output: this request's tokens so far (penalties look at them).
   SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
 
-  // Speculative verification (engine/spec/): the processed distribution this sampler would draw
+  // Speculative verification (engine/speculative/): the processed distribution this sampler would draw
   // from for `logits` (penalties and bias applied in place, as sample() does), the kept candidates
   // only; greedy: the argmax with probability 1.
   std::vector<TokenProb> distribution(std::span<float> logits, std::span<const TokenId> prompt,

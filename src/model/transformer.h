@@ -62,7 +62,7 @@ class Transformer {
   int num_fused_gate_up() const;
 
   // The LM head computes the logits of the token ids [0, num_ids) only (a draft model proposing
-  // from a vocabulary subset, engine/spec/); every other entry of a logit row is kExcludedLogit.
+  // from a vocabulary subset, engine/speculative/); every other entry of a logit row is kExcludedLogit.
   // num_ids = vocab_size: the whole vocabulary (the default). Throws for num_ids outside
   // [1, vocab_size], and where the device cannot compute a row range of the head (CUDA).
   void limit_logit_ids(int num_ids);

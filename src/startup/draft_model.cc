@@ -70,7 +70,7 @@ void DraftModel::create_pool(int num_pages, int max_num_batched_tokens) {
   pool = std::make_unique<kv::PagePool>(layout, num_pages, 1, resolved.device);
   runner->bind_kv_caches(pool->layer_caches());
   if (runner->graphs_enabled()) runner->capture_graphs();
-  proposer = std::make_unique<engine::spec::DraftModelProposer>(*runner, *pool, max_num_batched_tokens);
+  proposer = std::make_unique<engine::speculative::DraftModelProposer>(*runner, *pool, max_num_batched_tokens);
 }
 
 }  // namespace spindle::startup

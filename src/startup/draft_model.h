@@ -12,7 +12,7 @@
 #include "attn/attention_backend.h"
 #include "config/server_config.h"
 #include "engine/runner.h"
-#include "engine/spec/draft_model_proposer.h"
+#include "engine/speculative/draft_model_proposer.h"
 #include "kv/kv_layout.h"
 #include "kv/page_pool.h"
 #include "model/model_loader.h"
@@ -35,7 +35,7 @@ struct DraftModel {
   std::unique_ptr<engine::Runner> runner;
   kv::KvLayout layout;
   std::unique_ptr<kv::PagePool> pool;  // after the plan: create_pool()
-  std::unique_ptr<engine::spec::DraftModelProposer> proposer;
+  std::unique_ptr<engine::speculative::DraftModelProposer> proposer;
 
   // The pool of num_pages pages (the target's count), bound to the runner, and the proposer.
   void create_pool(int num_pages, int max_num_batched_tokens);

@@ -12,7 +12,7 @@
 #include <span>
 
 #include "attn/attention_backend.h"
-#include "engine/spec/cost_model.h"
+#include "engine/speculative/cost_model.h"
 #include "engine/spec_harness.h"
 #include "model/golden_fixtures.h"
 #include "support/fake_machines.h"
@@ -204,7 +204,7 @@ TEST(SpecEngineTest, PrefixCacheHoldsNoRejectedToken) {
     // In one engine, sequentially: submit `first`, wait, submit `second`.
     testing::LoadedModel target(dir, run);
     testing::LoadedModel draft(kKjvDraft, run);
-    engine::spec::DraftModelProposer proposer(*draft.runner, *draft.pool, run.max_num_batched_tokens);
+    engine::speculative::DraftModelProposer proposer(*draft.runner, *draft.pool, run.max_num_batched_tokens);
     engine::Metrics metrics;
     engine::EngineOptions options;
     options.scheduler = {run.max_num_batched_tokens, 8, run.max_model_len};
@@ -256,13 +256,13 @@ TEST(SpecEngineTest, CostModelChosenDraftCountsAreLossless) {
 
 // Proposes, for each request it knows, a token that is certainly not the next one (the next
 // token of the known greedy output, plus one), as many as asked for.
-class WrongProposer final : public engine::spec::Proposer {
+class WrongProposer final : public engine::speculative::Proposer {
  public:
   WrongProposer(std::vector<TokenId> prompt, std::vector<TokenId> output, int vocab)
       : prompt_(std::move(prompt)), output_(std::move(output)), vocab_(vocab) {}
   const char* name() const override { return "wrong"; }
   bool cheap() const override { return true; }
-  void propose(std::span<const engine::spec::ProposalRequest> requests) override {
+  void propose(std::span<const engine::speculative::ProposalRequest> requests) override {
     for (const auto& q : requests) {
       const size_t next = q.request->output.size();
       if (next >= output_.size()) continue;
@@ -299,17 +299,17 @@ TEST(SpecEngineTest, RejectedDraftsDoNotStopReexploring) {
   // 20, 40 and 80 decisions more: at least 3 more verifies in ~219 decode steps. Stuck at an acceptance of
   // 0 it would stop at the climb's 5. (Was > 20, which held only when the climb reached 4 drafts: it
   // failed once in 8 full parallel ctest runs on the Zen 3.)
-  EXPECT_GE(spec.metrics.spec_num_drafts, uint64_t{engine::spec::CostModel::kMinSamples} + 3);
+  EXPECT_GE(spec.metrics.spec_num_drafts, uint64_t{engine::speculative::CostModel::kMinSamples} + 3);
 }
 
 // Passes every call to a draft-model proposer and records what it proposed: the largest draft
 // token, and per q (a sampling request's draft distributions) the mass outside [0, limit), the
 // total, and the drafted token's own probability.
-class RecordingProposer final : public engine::spec::Proposer {
+class RecordingProposer final : public engine::speculative::Proposer {
  public:
-  RecordingProposer(engine::spec::Proposer& inner, int limit) : inner_(inner), limit_(limit) {}
+  RecordingProposer(engine::speculative::Proposer& inner, int limit) : inner_(inner), limit_(limit) {}
   const char* name() const override { return inner_.name(); }
-  void propose(std::span<const engine::spec::ProposalRequest> requests) override {
+  void propose(std::span<const engine::speculative::ProposalRequest> requests) override {
     inner_.propose(requests);
     for (const auto& r : requests) {
       const auto& out = *r.out;
@@ -337,7 +337,7 @@ class RecordingProposer final : public engine::spec::Proposer {
   double mass_outside = 0, max_total_error = 0, min_drafted_prob = 1;
 
  private:
-  engine::spec::Proposer& inner_;
+  engine::speculative::Proposer& inner_;
   int limit_;
 };
 
@@ -366,7 +366,7 @@ TEST(SpecEngineTest, GreedyIsIdenticalWithADraftVocabularySubset) {
     SpecRun run;
     testing::LoadedModel draft(c.draft, run);
     draft.model->limit_logit_ids(c.vocab_size);
-    engine::spec::DraftModelProposer inner(*draft.runner, *draft.pool, run.max_num_batched_tokens);
+    engine::speculative::DraftModelProposer inner(*draft.runner, *draft.pool, run.max_num_batched_tokens);
     RecordingProposer recording(inner, c.vocab_size);
     run.proposer = "custom";
     run.custom = &recording;
@@ -398,7 +398,7 @@ TEST(SpecEngineTest, DraftVocabularySubsetSamplingDrawsFromItsQ) {
   const int subset = 700;
   testing::LoadedModel draft(kKjvDraft, run);
   draft.model->limit_logit_ids(subset);
-  engine::spec::DraftModelProposer inner(*draft.runner, *draft.pool, run.max_num_batched_tokens);
+  engine::speculative::DraftModelProposer inner(*draft.runner, *draft.pool, run.max_num_batched_tokens);
   RecordingProposer recording(inner, subset);
   run.proposer = "custom";
   run.custom = &recording;

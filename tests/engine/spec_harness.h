@@ -17,8 +17,8 @@
 #include "engine/engine.h"
 #include "engine/metrics.h"
 #include "engine/runner.h"
-#include "engine/spec/draft_model_proposer.h"
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/draft_model_proposer.h"
+#include "engine/speculative/ngram_proposer.h"
 #include "kv/kv_layout.h"
 #include "kv/page_pool.h"
 #include "model/model_loader.h"
@@ -28,7 +28,7 @@ namespace spindle::testing {
 
 struct SpecRun {
   std::string proposer = "none";  // none | ngram | draft | custom
-  engine::spec::Proposer* custom = nullptr;  // for custom (borrowed)
+  engine::speculative::Proposer* custom = nullptr;  // for custom (borrowed)
   // false: the cost model decides each step whether to speculate and with how many drafts.
   bool speculate_always = true;
   std::filesystem::path draft_dir;  // for draft (may be the target itself)
@@ -138,18 +138,18 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
   LoadedModel target(model_dir, run);
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
   std::unique_ptr<LoadedModel> draft;
-  std::unique_ptr<engine::spec::Proposer> proposer;
-  engine::spec::DraftModelProposer* draft_proposer = nullptr;
+  std::unique_ptr<engine::speculative::Proposer> proposer;
+  engine::speculative::DraftModelProposer* draft_proposer = nullptr;
   if (run.proposer == "ngram") {
-    proposer = std::make_unique<engine::spec::NgramProposer>(1, 12);
+    proposer = std::make_unique<engine::speculative::NgramProposer>(1, 12);
   } else if (run.proposer == "draft") {
     draft = std::make_unique<LoadedModel>(run.draft_dir, run);
     if (run.draft_vocab_size > 0) draft->model->limit_logit_ids(run.draft_vocab_size);
-    auto p = std::make_unique<engine::spec::DraftModelProposer>(*draft->runner, *draft->pool, run.max_num_batched_tokens);
+    auto p = std::make_unique<engine::speculative::DraftModelProposer>(*draft->runner, *draft->pool, run.max_num_batched_tokens);
     draft_proposer = p.get();
     proposer = std::move(p);
   }
-  engine::spec::Proposer* chosen = run.proposer == "custom" ? run.custom : proposer.get();
+  engine::speculative::Proposer* chosen = run.proposer == "custom" ? run.custom : proposer.get();
   engine::Metrics metrics;
   engine::EngineOptions options;
   options.scheduler.max_num_batched_tokens = run.max_num_batched_tokens;

@@ -1,4 +1,4 @@
-// Speculative decoding's parts alone (engine/spec/): the n-gram lookup, the rejection rule's
+// Speculative decoding's parts alone (engine/speculative/): the n-gram lookup, the rejection rule's
 // output distribution, host verification with the request's processing, and the cost model.
 // Expected values are written from the definitions in the headers; distributions are checked
 // with chi-square tests at significance 1e-6 (fixed seeds, so the tests are deterministic; the
@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "engine/spec/cost_model.h"
-#include "engine/spec/ngram_proposer.h"
-#include "engine/spec/verifier.h"
+#include "engine/speculative/cost_model.h"
+#include "engine/speculative/ngram_proposer.h"
+#include "engine/speculative/verifier.h"
 #include "model/transformer.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 namespace {
 
 TEST(NgramLookupTest, LongestSuffixMostRecentMatch) {
@@ -420,4 +420,4 @@ TEST(CostModelTest, KeepsItsChoiceUnlessAnotherIsClearlyFaster) {
 }
 
 }  // namespace
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

@@ -1,10 +1,10 @@
-#include "engine/spec/draft_model_proposer.h"
+#include "engine/speculative/draft_model_proposer.h"
 
 #include <algorithm>
 
 #include "util/error.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 namespace {
 constexpr uint64_t kDraftSeedSalt = 0x9e3779b97f4a7c15ull;  // the draft's generator differs from the target's
@@ -154,4 +154,4 @@ void DraftModelProposer::check_integrity() const {
   kv::check_integrity(allocator_, live);
 }
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

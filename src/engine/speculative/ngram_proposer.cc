@@ -1,10 +1,10 @@
-#include "engine/spec/ngram_proposer.h"
+#include "engine/speculative/ngram_proposer.h"
 
 #include <algorithm>
 
 #include "util/error.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 std::vector<TokenId> ngram_lookup(std::span<const TokenId> context, int min_window, int max_window, int max_tokens) {
   return ngram_match(context, min_window, max_window, max_tokens).tokens;
@@ -43,4 +43,4 @@ void NgramProposer::propose(std::span<const ProposalRequest> requests) {
   }
 }
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "engine/sampler.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 struct Verified {
   std::vector<SampledToken> tokens;  // to append, in order: the accepted drafts, then one more
@@ -46,4 +46,4 @@ struct RuleResult {
 };
 RuleResult rejection_rule(Sampler& sampler, std::span<const TokenProb> p, std::span<const TokenProb> q, TokenId d);
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

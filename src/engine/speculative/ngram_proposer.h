@@ -7,9 +7,9 @@
 #include <span>
 #include <vector>
 
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 // The lookup itself: up to max_tokens tokens following the most recent earlier occurrence of the
 // longest suffix of `context` of length in [min_window, max_window] that occurs earlier; empty
@@ -39,4 +39,4 @@ class NgramProposer final : public Proposer {
   std::vector<TokenId> context_;  // scratch
 };
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

@@ -35,7 +35,7 @@
 #include <span>
 #include <string>
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 // Expected tokens a verify of k drafts emits when each draft is accepted with probability a
 // (independently, until the first rejection), the bonus token included: 1 + a + ... + a^k.
@@ -98,4 +98,4 @@ class CostModel {
   std::optional<std::string> change_;
 };
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

@@ -1,11 +1,11 @@
-#include "engine/spec/verifier.h"
+#include "engine/speculative/verifier.h"
 
 #include <algorithm>
 #include <unordered_map>
 
 #include "util/error.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 namespace {
 double prob_of(std::span<const TokenProb> dist, TokenId token) {
@@ -89,4 +89,4 @@ Verified verify_sampled(std::span<const SampledToken> drawn, std::span<const Tok
   return v;
 }
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

@@ -1,5 +1,5 @@
 // Speculative decoding, part 1: proposers. A Proposer guesses the next tokens of decoding
-// requests; the engine verifies the guesses in the next target step (engine/spec/verifier.h)
+// requests; the engine verifies the guesses in the next target step (engine/speculative/verifier.h)
 // and keeps only what the target model itself would have produced.
 //
 // Two proposers: NgramProposer (prompt lookup: the tokens that followed an earlier occurrence of
@@ -14,7 +14,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 // What a proposer guessed for one request.
 struct DraftProposal {
@@ -60,4 +60,4 @@ class Proposer {
   virtual void check_integrity() const {}
 };
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

@@ -1,10 +1,10 @@
-#include "engine/spec/cost_model.h"
+#include "engine/speculative/cost_model.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 double expected_tokens(double a, int k) {
   double sum = 1.0, term = 1.0;
@@ -160,4 +160,4 @@ std::optional<std::string> CostModel::take_change() {
   return c;
 }
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

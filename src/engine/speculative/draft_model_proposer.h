@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "engine/runner.h"
-#include "engine/spec/proposer.h"
+#include "engine/speculative/proposer.h"
 #include "kernels/sampling_batch.h"
 #include "kv/page_pool.h"
 
-namespace spindle::engine::spec {
+namespace spindle::engine::speculative {
 
 class DraftModelProposer final : public Proposer {
  public:
@@ -60,4 +60,4 @@ class DraftModelProposer final : public Proposer {
   SamplingBatch sampling_;
 };
 
-}  // namespace spindle::engine::spec
+}  // namespace spindle::engine::speculative

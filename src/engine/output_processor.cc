@@ -1,0 +1,175 @@
+#include "engine/output_processor.h"
+
+#include <fmt/format.h>
+
+namespace spindle::engine {
+
+RequestOutputState::RequestOutputState(SamplingParams params, uint64_t seed, std::shared_ptr<RequestStream> stream_,
+                                       const tokenizer::Tokenizer& tokenizer)
+    : sampler(std::move(params), seed),
+      stream(std::move(stream_)),
+      detokenizer(tokenizer, /*skip_special_tokens=*/true) {}
+
+OutputProcessor::OutputProcessor(const tokenizer::Tokenizer& tokenizer, std::vector<TokenId> model_eos_ids,
+                                 int max_model_len, Metrics& metrics)
+    : tokenizer_(tokenizer), model_eos_ids_(std::move(model_eos_ids)), max_model_len_(max_model_len), metrics_(metrics) {}
+
+std::unique_ptr<RequestOutputState> OutputProcessor::make_state(SamplingParams params, uint64_t seed,
+                                                                std::shared_ptr<RequestStream> stream) const {
+  auto state = std::make_unique<RequestOutputState>(std::move(params), seed, std::move(stream), tokenizer_);
+  const SamplingParams& p = state->sampler.params();
+  auto& policies = state->stop_policies;
+  policies.reserve(3);
+  std::vector<TokenId> ids = stop_token_ids(tokenizer_.eos_ids(), model_eos_ids_, p.ignore_eos, p.stop_token_ids);
+  if (!ids.empty()) policies.push_back(std::make_unique<StopTokenPolicy>(std::move(ids)));
+  if (!p.stop.empty()) policies.push_back(std::make_unique<StopStringPolicy>(p.stop));
+  policies.push_back(std::make_unique<LengthPolicy>(p.max_tokens, max_model_len_));
+  return state;
+}
+
+void OutputProcessor::add(uint64_t request_id, std::unique_ptr<RequestOutputState> state) {
+  states_[request_id] = std::move(state);
+}
+
+void OutputProcessor::accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled) {
+  if (sampled.non_finite) {
+    fail_non_finite(r, o);
+    return;
+  }
+  const auto now = Clock::now();
+  if (r.output.empty()) {
+    metrics_.observe_time_to_first_token(seconds_between(r.arrival, now));
+  } else if (o.last_token_time && r.num_preemptions == 0) {
+    metrics_.observe_inter_token_latency(seconds_between(*o.last_token_time, now));
+  }
+  o.last_token_time = now;
+  r.output.push_back(sampled.token);
+  ++num_accepted_tokens_;
+  metrics_.update([](MetricsSnapshot& s) { ++s.generation_tokens_total; });
+
+  RequestOutput out;
+  out.tokens.push_back(sampled.token);
+  const auto& p = o.sampler.params();
+  if (p.logprobs || p.top_logprobs > 0) out.logprobs.push_back(sampled);
+  decide(r, o, sampled.token, out);
+  out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+  out.num_output_tokens = static_cast<int>(r.output.size());
+  out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
+  out.num_accepted_draft_tokens = r.num_accepted_draft_tokens;
+  if (out.finished) {
+    r.finished = true;
+    count_finished(r, now);
+  }
+  push(o, out);
+}
+
+void OutputProcessor::decide(Request& r, RequestOutputState& o, TokenId token, RequestOutput& out) {
+  StopVerdict verdict;
+  for (const auto& policy : o.stop_policies) {
+    const StopVerdict v = policy->check_token(r, token);
+    if (v.point == StopPoint::kBeforeText) {
+      verdict = v;
+      break;
+    }
+    if (v.point == StopPoint::kAfterText && verdict.point == StopPoint::kNone) verdict = v;
+  }
+  if (verdict.point == StopPoint::kBeforeText) {  // the token's text is not emitted
+    out.finished = true;
+    out.finish_reason = verdict.reason;
+    out.text = flush_held_text(o);
+    return;
+  }
+  o.detokenizer.push(token, out.text);
+  for (const auto& policy : o.stop_policies) {
+    if (policy->filter_text(out.text)) {  // cut at a stop string: nothing after it is emitted
+      out.finished = true;
+      out.finish_reason = FinishReason::kStop;
+      return;
+    }
+  }
+  if (verdict.point == StopPoint::kAfterText) {
+    out.finished = true;
+    out.finish_reason = verdict.reason;
+    out.text += flush_held_text(o);
+  }
+}
+
+std::string OutputProcessor::flush_held_text(RequestOutputState& o) {
+  std::string text = o.detokenizer.finish();
+  for (const auto& policy : o.stop_policies) {
+    if (policy->filter_text(text)) return text;
+    policy->flush_text(text);
+  }
+  return text;
+}
+
+void OutputProcessor::push(RequestOutputState& o, RequestOutput& out) {
+  for (const auto& transformer : o.transformers) transformer->transform(out);
+  o.stream->push(std::move(out));
+}
+
+void OutputProcessor::accept_verified(Request& r, RequestOutputState& o, std::span<const SampledToken> tokens,
+                                      int num_accepted_drafts) {
+  for (size_t i = 0; i < tokens.size() && !r.finished; ++i) {
+    if (static_cast<int>(i) < num_accepted_drafts) ++r.num_accepted_draft_tokens;
+    accept_token(r, o, tokens[i]);
+  }
+}
+
+void OutputProcessor::fail_non_finite(Request& r, RequestOutputState& o) {
+  RequestOutput out;  // NaN or Inf logits: no token; this request ends with an error
+  out.finished = true;
+  out.finish_reason = FinishReason::kError;
+  out.error = "the model produced non-finite logits (NaN or Inf)";
+  out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+  out.num_output_tokens = static_cast<int>(r.output.size());
+  r.finished = true;
+  r.failed = true;  // its KV may hold non-finite values: the prefix cache must not keep them
+  metrics_.update([](MetricsSnapshot& s) { ++s.non_finite_logits_total; });
+  push(o, out);
+}
+
+void OutputProcessor::finish_aborted(Request& r) {
+  RequestOutput out;
+  out.finished = true;
+  out.finish_reason = FinishReason::kAbort;
+  out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+  out.num_output_tokens = static_cast<int>(r.output.size());
+  push(at(r.id), out);
+  r.finished = true;
+  metrics_.update([](MetricsSnapshot& s) { ++s.requests_aborted_total; });
+}
+
+void OutputProcessor::finish_failed(const Request& r, const std::string& message) {
+  RequestOutput out;
+  out.finished = true;
+  out.finish_reason = FinishReason::kError;
+  out.error = message;
+  push(at(r.id), out);
+}
+
+void OutputProcessor::finish_over_capacity(const Request& r, int capacity_tokens) {
+  RequestOutputState& o = at(r.id);
+  RequestOutput out;
+  out.finished = true;
+  out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+  out.num_output_tokens = static_cast<int>(r.output.size());
+  if (r.output.empty()) {  // never ran: the prompt alone does not fit
+    out.finish_reason = FinishReason::kError;
+    out.error = fmt::format("the prompt of {} tokens does not fit the KV cache of {} tokens (--max-total-tokens)",
+                            r.prompt.size(), capacity_tokens);
+  } else {  // grew to the whole KV cache
+    out.finish_reason = FinishReason::kLength;
+    out.text = flush_held_text(o);
+    count_finished(r, Clock::now());
+  }
+  out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
+  push(o, out);
+}
+
+void OutputProcessor::count_finished(const Request& r, Clock::time_point now) {
+  metrics_.observe_e2e_latency(seconds_between(r.arrival, now));
+  metrics_.update([](MetricsSnapshot& s) { ++s.requests_finished_total; });
+}
+
+}  // namespace spindle::engine

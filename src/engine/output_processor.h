@@ -1,0 +1,96 @@
+// The output processor: what happens to a request's tokens once they are drawn. It owns every
+// request's RequestOutputState (sampler, detokenizer, stop policies, stream transformers, stream)
+// and turns an accepted token into one event: the token appended to Request::output, its text
+// detokenized (whole UTF-8 sequences only) and passed through the stop policies, its logprob,
+// whether the request finished and why (decided here alone, from the request's stop policies:
+// stop_policy.h), then the event through the request's stream transformers to its stream.
+// Engine thread only, but make_state(), which reads only immutable state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "engine/request_stream.h"
+#include "engine/sampler.h"
+#include "engine/stop_policy.h"
+#include "engine/stream_transformer.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace spindle::engine {
+
+// What the client of a request reads, kept next to (not inside) the scheduler's Request.
+struct RequestOutputState {
+  RequestOutputState(SamplingParams params, uint64_t seed, std::shared_ptr<RequestStream> stream,
+                     const tokenizer::Tokenizer& tokenizer);
+
+  Sampler sampler;
+  std::shared_ptr<RequestStream> stream;
+  tokenizer::IncrementalDetokenizer detokenizer;
+  // Asked in order about each token (stop_policy.h); the first verdict at the earliest point wins.
+  std::vector<std::unique_ptr<StopPolicy>> stop_policies;
+  // Every event passes through these, in order, before the stream (stream_transformer.h).
+  std::vector<std::unique_ptr<StreamTransformer>> transformers;
+  std::optional<Clock::time_point> last_token_time;
+};
+
+class OutputProcessor {
+ public:
+  // model_eos_ids: the model's own end-of-sequence ids (config.json's eos_token_id, or the GGUF's);
+  // the tokenizer's eos_ids() (tokenizer_config.json's eos_token, generation_config.json's
+  // eos_token_id) join them. Borrows the tokenizer and the metrics.
+  OutputProcessor(const tokenizer::Tokenizer& tokenizer, std::vector<TokenId> model_eos_ids, int max_model_len,
+                  Metrics& metrics);
+
+  // Any thread. A request's state with its stop policies: its stop token ids (end-of-sequence
+  // ids unless ignore_eos, and its stop_token_ids), its stop strings (when it has any), its length.
+  std::unique_ptr<RequestOutputState> make_state(SamplingParams params, uint64_t seed,
+                                                 std::shared_ptr<RequestStream> stream) const;
+
+  void add(uint64_t request_id, std::unique_ptr<RequestOutputState> state);
+  RequestOutputState& at(uint64_t request_id) { return *states_.at(request_id); }
+  const RequestOutputState& at(uint64_t request_id) const { return *states_.at(request_id); }
+  void erase(uint64_t request_id) { states_.erase(request_id); }
+
+  // A drawn token of r (non_finite: the request ends with an error instead): appended to
+  // r.output, one event pushed; r.finished set when it ends the request.
+  void accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled);
+  // A verify's tokens (the accepted drafts first, then one more), until one ends the request.
+  void accept_verified(Request& r, RequestOutputState& o, std::span<const SampledToken> tokens, int num_accepted_drafts);
+  // Final events of requests the engine ends: cancelled by the client (kAbort; sets r.finished),
+  // a failed step (kError), grown to the whole KV cache of capacity_tokens (kLength; kError when
+  // the prompt alone does not fit).
+  void finish_aborted(Request& r);
+  void finish_failed(const Request& r, const std::string& message);
+  void finish_over_capacity(const Request& r, int capacity_tokens);
+
+  // Tokens appended to outputs since the processor was made (a step's count is a difference).
+  uint64_t num_accepted_tokens() const { return num_accepted_tokens_; }
+
+ private:
+  // The event's text and whether (and why) the token ends the request.
+  void decide(Request& r, RequestOutputState& o, TokenId token, RequestOutput& out);
+  // The text a finishing request still holds back (a partial UTF-8 sequence, the start of a
+  // possible stop string), cut at a stop string if one completes.
+  static std::string flush_held_text(RequestOutputState& o);
+  // Through the request's transformers to its stream.
+  static void push(RequestOutputState& o, RequestOutput& out);
+  void fail_non_finite(Request& r, RequestOutputState& o);
+  void count_finished(const Request& r, Clock::time_point now);
+
+  const tokenizer::Tokenizer& tokenizer_;
+  std::vector<TokenId> model_eos_ids_;
+  int max_model_len_;
+  Metrics& metrics_;
+  std::unordered_map<uint64_t, std::unique_ptr<RequestOutputState>> states_;  // by Request::id
+  uint64_t num_accepted_tokens_ = 0;
+};
+
+}  // namespace spindle::engine

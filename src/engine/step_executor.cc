@@ -1,0 +1,327 @@
+#include "engine/step_executor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/speculative/verifier.h"
+#include "util/error.h"
+
+namespace spindle::engine {
+
+class StepExecutor::Timer {
+ public:
+  double lap() {
+    const auto now = Clock::now();
+    const double s = seconds_between(last_, now);
+    last_ = now;
+    return s;
+  }
+
+ private:
+  Clock::time_point last_ = Clock::now();
+};
+
+StepExecutor::StepExecutor(Runner& runner, Scheduler& scheduler, const kv::PageAllocator& allocator,
+                           OutputProcessor& output, speculative::Speculator& speculator, Metrics& metrics,
+                           StepExecutorOptions options)
+    : runner_(runner),
+      scheduler_(scheduler),
+      allocator_(allocator),
+      output_(output),
+      speculator_(speculator),
+      metrics_(metrics),
+      options_(options),
+      vocab_(runner.model().config().vocab_size) {}
+
+void StepExecutor::step() {
+  Timer timer;
+  LaunchedStep step;
+  step.start = Clock::now();
+  abort_cancelled();
+  // Only decode steps run ahead: a step with prefill work is collected before the next is
+  // scheduled, so a request arriving during it is admitted right after it (a prefill step takes
+  // tens of ms; scheduling behind it delayed arrivals by one, run -13: TTFT p50 C=32 176 vs 126 ms).
+  const bool overlap = can_overlap() && (!in_flight_ || in_flight_->seconds.decode);
+  if (!overlap) collect_in_flight();
+  if (!schedule(step.plan)) return;
+  step.seconds.schedule = timer.lap();
+  const StepBatch& batch = runner_.build(step.plan);
+  const bool q_drafts = classify(step);
+  // Drafts drawn from a draft model's q need the target's whole processed distribution for the
+  // rejection rule: those steps sample on the host, even where the device could.
+  if (!runner_.samples_on_device() || q_drafts) {
+    run_on_host(step, batch, timer);
+  } else {  // the logits stay on the device; only the chosen tokens come back
+    launch(step, batch.num_logit_rows(), overlap, timer);
+  }
+}
+
+bool StepExecutor::schedule(StepPlan& plan) {
+  speculator_.propose(scheduler_.running_requests());
+  hold_finishing_requests(true);
+  plan = scheduler_.schedule();
+  hold_finishing_requests(false);
+  if (plan.num_preempted > 0) {
+    metrics_.update([&](MetricsSnapshot& s) { s.preemptions_total += plan.num_preempted; });
+  }
+  finish_over_capacity();
+  if (plan.empty()) {
+    collect_in_flight();  // nothing to launch behind it
+    release_finished();
+    return false;
+  }
+  return true;
+}
+
+bool StepExecutor::can_overlap() const {
+  if (!options_.overlap_schedule || !runner_.samples_on_device() || speculator_.enabled()) return false;
+  // A waiting request (one just arrived, say) is admitted a step sooner when the step in flight is
+  // collected first: with the next step scheduled behind it, its prefill would start one whole
+  // step later (bench/e2e_gpu run -12: TTFT p50 at C=32 180 ms overlapped vs 126 ms one at a time).
+  if (scheduler_.num_waiting() > 0) return false;
+  for (const Request* r : scheduler_.running_requests()) {
+    // Its next draw's penalties need the pending token on the host.
+    if (r->num_pending_tokens > 0 && output_.at(r->id).sampler.params().has_penalties()) return false;
+  }
+  return true;
+}
+
+void StepExecutor::hold_finishing_requests(bool hold) {
+  for (Request* r : scheduler_.running_requests()) {
+    if (!hold) {
+      r->hold = false;
+      continue;
+    }
+    if (r->num_pending_tokens == 0) continue;
+    const int outputs = static_cast<int>(r->output.size()) + r->num_pending_tokens;
+    r->hold = outputs >= output_.at(r->id).sampler.params().max_tokens || r->num_tokens() >= options_.max_model_len;
+  }
+}
+
+bool StepExecutor::classify(LaunchedStep& step) const {
+  // A decode step: every sequence computes its last token (and its drafts, when it speculates).
+  bool decode = true, q_drafts = false;
+  for (const auto& s : step.plan.sequences) {
+    decode = decode && s.logits_row >= 0 && s.num_new_tokens - s.num_draft_tokens == 1;
+    if (s.num_draft_tokens > 0) {
+      step.max_drafts = std::max(step.max_drafts, s.num_draft_tokens);
+      q_drafts = q_drafts || !speculator_.proposal(s.request->id).q.empty();
+    }
+  }
+  step.seconds.decode = decode;
+  return q_drafts;
+}
+
+void StepExecutor::run_on_host(LaunchedStep& step, const StepBatch& batch, Timer& timer) {
+  SPINDLE_CHECK(!in_flight_, "a host-sampled step with a step in flight");  // can_overlap
+  step.seconds.build = timer.lap();
+  const std::span<float> logits = runner_.run(batch);
+  step.seconds.forward = timer.lap();
+  scheduler_.update(step.plan);
+  process_step(step, logits, nullptr);
+}
+
+void StepExecutor::launch(LaunchedStep& step, int num_logit_rows, bool overlap, Timer& timer) {
+  fill_sampling_rows(step.plan, num_logit_rows);
+  step.seconds.build = timer.lap();
+  runner_.launch(sampling_);
+  step.seconds.forward = timer.lap();
+  scheduler_.update(step.plan);
+  for (const auto& s : step.plan.sequences) {
+    Request& r = *s.request;
+    ++r.steps_in_flight;
+    if (s.logits_row >= 0 && s.num_draft_tokens == 0) {  // its next token is chosen on the device
+      ++r.num_pending_tokens;
+      r.pending_logit_row = s.logits_row;
+    }
+  }
+  const bool decode = step.seconds.decode;
+  std::optional<LaunchedStep> last = std::exchange(in_flight_, std::move(step));
+  if (last) {  // collected while the step just launched runs
+    metrics_.update([](MetricsSnapshot& s) { ++s.overlapped_steps_total; });
+    finish_step(*last);
+  }
+  if (!overlap || !decode) collect_in_flight();
+}
+
+void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) {
+  sampling_.clear();
+  sampling_.rows.resize(static_cast<size_t>(num_logit_rows));
+  for (const auto& s : plan.sequences) {
+    if (s.logits_row < 0) continue;
+    const Request& r = *s.request;
+    const Sampler& sampler = output_.at(r.id).sampler;
+    // Tokens drawn before row 0: the known ones and the pending ones (which no penalty reads:
+    // can_overlap), then row i draws the token after draft i, as non-speculative decoding would.
+    const uint64_t drawn = r.output.size() + static_cast<uint64_t>(r.num_pending_tokens);
+    if (s.num_draft_tokens == 0) {
+      add_sampling_row(sampler.params(), sampler.seed(), drawn, r.prompt, r.output, static_cast<size_t>(s.logits_row),
+                       sampling_);
+      continue;
+    }
+    context_.assign(r.output.begin(), r.output.end());
+    for (int i = 0; i < s.num_logit_rows(); ++i) {
+      if (i > 0) context_.push_back(r.draft[static_cast<size_t>(i - 1)]);
+      add_sampling_row(sampler.params(), sampler.seed(), drawn + static_cast<uint64_t>(i), r.prompt, context_,
+                       static_cast<size_t>(s.logits_row + i), sampling_);
+    }
+  }
+}
+
+void StepExecutor::collect_in_flight() {
+  if (!in_flight_) return;
+  LaunchedStep step = std::move(*in_flight_);
+  in_flight_.reset();
+  finish_step(step);
+}
+
+void StepExecutor::finish_step(LaunchedStep& step) {
+  Timer timer;
+  const std::vector<SampledRow>& rows = runner_.collect();
+  step.seconds.device = timer.lap();
+  process_step(step, {}, &rows);
+}
+
+void StepExecutor::process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows) {
+  Timer timer;
+  const uint64_t tokens_before = output_.num_accepted_tokens();
+  int num_prompt_tokens = 0;
+  for (const auto& s : step.plan.sequences) {
+    Request& r = *s.request;
+    if (device_rows != nullptr) --r.steps_in_flight;
+    num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens - s.num_draft_tokens,
+                                              static_cast<int>(r.prompt.size())) -
+                                         s.num_cached_tokens);
+    if (s.logits_row < 0) continue;
+    if (device_rows != nullptr && s.num_draft_tokens == 0) --r.num_pending_tokens;
+    // Finished (a stop in the step before, aborted, over capacity) while this step was in flight:
+    // the token it computed is dropped.
+    if (r.finished) continue;
+    RequestOutputState& o = output_.at(r.id);
+    timer.lap();
+    if (s.num_draft_tokens > 0) {
+      verify_sequence(s, r, o, logits, device_rows, step.seconds, timer);
+    } else {
+      sample_sequence(s, r, o, logits, device_rows, step.seconds, timer);
+    }
+  }
+  end_step(step, num_prompt_tokens, output_.num_accepted_tokens() - tokens_before, timer);
+}
+
+void StepExecutor::sample_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o,
+                                   std::span<float> logits, const std::vector<SampledRow>* device_rows, StepSeconds& t,
+                                   Timer& timer) {
+  SampledToken sampled;
+  if (device_rows != nullptr) {
+    sampled = to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row)]);
+  } else {
+    const std::span<float> row = logits.subspan(static_cast<size_t>(s.logits_row) * vocab_, vocab_);
+    sampled = o.sampler.sample(row, r.prompt, r.output);
+  }
+  t.sample += timer.lap();
+  output_.accept_token(r, o, sampled);
+  t.output += timer.lap();
+}
+
+void StepExecutor::verify_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o,
+                                   std::span<float> logits, const std::vector<SampledRow>* device_rows, StepSeconds& t,
+                                   Timer& timer) {
+  speculative::DraftProposal& proposal = speculator_.proposal(r.id);
+  speculative::Verified v;
+  if (device_rows != nullptr) {
+    drawn_.clear();
+    for (int i = 0; i < s.num_logit_rows(); ++i) {
+      drawn_.push_back(to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row + i)]));
+    }
+    v = speculative::verify_sampled(drawn_, r.draft);
+  } else {
+    proposal.tokens = r.draft;  // the scheduler may have kept fewer than were proposed
+    if (!proposal.q.empty()) proposal.q.resize(r.draft.size());
+    const size_t offset = static_cast<size_t>(s.logits_row) * vocab_;
+    v = speculative::verify_on_host(o.sampler, logits.subspan(offset, static_cast<size_t>(s.num_logit_rows()) * vocab_),
+                                    vocab_, r.prompt, r.output, proposal);
+  }
+  t.sample += timer.lap();
+  const int k = static_cast<int>(r.draft.size()), a = v.num_accepted_drafts;
+  speculator_.record_verify(r.id, k, a, proposal.match_length);
+  window_.record_verify(k, a);
+  // The tokens last: a client that read its final event sees the counts of its last verify.
+  output_.accept_verified(r, o, v.tokens, a);
+  scheduler_.finish_speculation(r);
+  t.output += timer.lap();
+}
+
+void StepExecutor::end_step(LaunchedStep& step, int num_prompt_tokens, uint64_t num_tokens, Timer& timer) {
+  StepSeconds& t = step.seconds;
+  metrics_.update([&](MetricsSnapshot& m) { m.prompt_tokens_total += num_prompt_tokens; });
+  // Prompts whose prefill ended (and whose first token was finite) go to the prefix cache now,
+  // not at release: requests waiting with the same prompt (the n choices) are admitted on them.
+  scheduler_.publish_prompts(step.plan);
+  const int num_running = scheduler_.num_running();
+  release_finished();
+  t.output += timer.lap();
+  metrics_.observe_step(t);
+  if (!t.decode) return;
+  speculator_.record_step(step.max_drafts, static_cast<int>(step.plan.sequences.size()),
+                          seconds_between(step.start, Clock::now()));
+  window_.record_step(num_tokens);
+  if (options_.decode_log_interval > 0 && window_.num_steps() >= options_.decode_log_interval) {
+    window_.log_and_reset(num_running, scheduler_.num_waiting(), metrics_);
+  }
+}
+
+void StepExecutor::abort_cancelled() {
+  for (Request* r : scheduler_.all_requests()) {
+    if (r->finished || !output_.at(r->id).stream->cancelled()) continue;
+    output_.finish_aborted(*r);  // released now, or after the launched steps that hold it
+  }
+  release_finished();
+}
+
+void StepExecutor::finish_over_capacity() {
+  const int capacity = allocator_.num_pages() * allocator_.page_size();
+  for (Request* r : scheduler_.over_capacity_requests()) {
+    if (r->steps_in_flight > 0) continue;  // its last token is still coming: finished next step
+    output_.finish_over_capacity(*r, capacity);
+    release(r, /*cache_pages=*/false);
+  }
+}
+
+void StepExecutor::release_finished() {
+  for (Request* r : scheduler_.all_requests()) {
+    if (r->finished && r->steps_in_flight == 0) release(r, /*cache_pages=*/!r->failed);
+  }
+}
+
+void StepExecutor::release(Request* r, bool cache_pages) {
+  const uint64_t id = r->id;
+  speculator_.forget(id);
+  scheduler_.release(r, cache_pages);
+  output_.erase(id);
+}
+
+void StepExecutor::fail_all(const std::string& message) {
+  for (Request* r : scheduler_.all_requests()) {
+    output_.finish_failed(*r, message);
+    release(r, /*cache_pages=*/false);
+  }
+}
+
+void StepExecutor::drop_in_flight() {
+  in_flight_.reset();
+  while (runner_.num_launched() > 0) {
+    try {
+      runner_.collect();
+    } catch (const std::exception& e) {
+      spdlog::warn("dropping a launched step: {}", e.what());
+    }
+  }
+  for (Request* r : scheduler_.all_requests()) {
+    r->steps_in_flight = 0;
+    r->num_pending_tokens = 0;
+  }
+}
+
+}  // namespace spindle::engine

@@ -1,0 +1,116 @@
+// The step executor: one engine step from the scheduler's plan to the emitted tokens, and the
+// overlap schedule. It owns the step in flight (at most one: a launched step not yet collected),
+// the device sampling rows, the step timings and the decode log window; it borrows the runner,
+// the scheduler, the output processor and the speculator. Engine thread only.
+//
+// A step: abort cancelled requests -> (collect the step in flight unless this one may overlap
+// it) -> drafts (speculator) -> schedule -> finish over-capacity requests -> build the StepBatch
+// -> run it with host sampling, or launch it with device sampling (then collect the step before,
+// and this one too unless it runs ahead) -> per sequence: sample or verify, emit (output
+// processor) -> publish prompts, release finished requests, record the step.
+//
+// The overlap schedule (StepExecutorOptions::overlap_schedule, SGLang's idea; one step of
+// lookahead): where the runner samples on the device, step N+1 is scheduled, built and launched
+// while the device still runs step N, and only then are N's tokens collected and emitted. Step N's
+// tokens are pending in N+1's plan (Request::num_pending_tokens count in the context; the runner
+// has the device copy them into N+1's batch), so the host's work of a step hides behind the
+// device's. Outputs do not change: a request that N ends (EOS, a stop string) has computed one more
+// token in N+1, which is dropped, and it is released after N+1 is collected; a request whose
+// pending token surely ends it (max_tokens, the model length) is not scheduled in N+1
+// (Request::hold). Steps whose next draw needs the last token on the host (a penalty of a request
+// with a pending token), speculative decoding and host sampling run one step at a time, as without
+// it; so do steps with prefill work, and the step after a request arrives or waits (collecting
+// first admits it one step sooner): only decode steps run ahead.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/decode_window.h"
+#include "engine/metrics.h"
+#include "engine/output_processor.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "engine/speculative/speculator.h"
+
+namespace spindle::engine {
+
+struct StepExecutorOptions {
+  bool overlap_schedule = false;  // EngineOptions::overlap_schedule
+  int decode_log_interval = 0;    // decode steps between throughput log lines; 0: none
+  int max_model_len = 0;
+};
+
+class StepExecutor {
+ public:
+  // Borrows everything; allocator: the pool rank the scheduler allocates from.
+  StepExecutor(Runner& runner, Scheduler& scheduler, const kv::PageAllocator& allocator, OutputProcessor& output,
+               speculative::Speculator& speculator, Metrics& metrics, StepExecutorOptions options);
+
+  void step();
+  bool has_in_flight() const { return in_flight_.has_value(); }
+  // After a failed step or at shutdown: forgets launched steps (waits for the device's work).
+  void drop_in_flight();
+  // Every request ends with an error event (kError, `message`) and is released.
+  void fail_all(const std::string& message);
+
+ private:
+  class Timer;  // seconds since the last lap()
+  // A launched step not yet collected (the overlap schedule): its plan and its times so far.
+  struct LaunchedStep {
+    StepPlan plan;
+    StepSeconds seconds;
+    int max_drafts = 0;
+    Clock::time_point start;
+  };
+  // Drafts, then the scheduler's plan into `plan`; false (after collecting and releasing) when it
+  // is empty.
+  bool schedule(StepPlan& plan);
+  // Whether the next step may be launched before the one in flight is collected.
+  bool can_overlap() const;
+  // Sets Request::hold on running requests whose pending token surely ends them.
+  void hold_finishing_requests(bool hold);
+  // Sets step.seconds.decode and step.max_drafts; true when a sequence's drafts come with a draft
+  // model's q (its verify needs the target's whole distribution: sampled on the host).
+  bool classify(LaunchedStep& step) const;
+  // Host logits: runs the step and processes it at once (never with a step in flight).
+  void run_on_host(LaunchedStep& step, const StepBatch& batch, Timer& timer);
+  // Device sampling: launches the step, collects the one before it, and this one unless it runs ahead.
+  void launch(LaunchedStep& step, int num_logit_rows, bool overlap, Timer& timer);
+  // sampling_'s rows for the plan's logit rows (kernels/sampling_batch.h).
+  void fill_sampling_rows(const StepPlan& plan, int num_logit_rows);
+  void collect_in_flight();  // finish_step of in_flight_, if any
+  // Collects `step` (launched; not in_flight_ any more) and emits its tokens.
+  void finish_step(LaunchedStep& step);
+  // A step's results. device_rows: the device's samples (null: host logits in `logits`).
+  void process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows);
+  void sample_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o, std::span<float> logits,
+                       const std::vector<SampledRow>* device_rows, StepSeconds& t, Timer& timer);
+  void verify_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o, std::span<float> logits,
+                       const std::vector<SampledRow>* device_rows, StepSeconds& t, Timer& timer);
+  // Prompts published, finished requests released, the step's metrics and cost recorded.
+  void end_step(LaunchedStep& step, int num_prompt_tokens, uint64_t num_tokens, Timer& timer);
+  void abort_cancelled();
+  void finish_over_capacity();
+  void release_finished();  // every finished request that no launched step holds
+  // The speculator's state, the scheduler's pages and the output state.
+  void release(Request* r, bool cache_pages);
+
+  Runner& runner_;
+  Scheduler& scheduler_;
+  const kv::PageAllocator& allocator_;
+  OutputProcessor& output_;
+  speculative::Speculator& speculator_;
+  Metrics& metrics_;
+  StepExecutorOptions options_;
+  int vocab_;  // the model's logit row width
+  SamplingBatch sampling_;                 // the step's device sampling rows
+  std::optional<LaunchedStep> in_flight_;  // the overlap schedule's step on the device
+  std::vector<SampledToken> drawn_;        // scratch: a verified sequence's device samples
+  std::vector<TokenId> context_;           // scratch: output + the drafts before a row
+  DecodeWindow window_;
+};
+
+}  // namespace spindle::engine
