@@ -263,7 +263,7 @@ TEST(ServerHostileTest, TenThousandIdleConnectionsThenANormalRequest) {
 TEST(ServerHostileTest, PastTheConnectionLimitIs503AndHealthAnswers) {
   auto server = start_server({"--max-connections", "20", "--max-running-requests", "1"});
   ASSERT_NE(server, nullptr);
-  const std::string body = json{{"prompt", "And God said"}, {"max_tokens", 400}, {"ignore_eos", true}}.dump();
+  const std::string body = json{{"prompt", "And God said"}, {"max_tokens", 480}, {"ignore_eos", true}}.dump();
   std::vector<int> busy;
   for (int i = 0; i < 20; ++i) {
     const int fd = connect_loopback(server->port());
@@ -273,7 +273,13 @@ TEST(ServerHostileTest, PastTheConnectionLimitIs503AndHealthAnswers) {
                      body);
     busy.push_back(fd);
   }
-  std::this_thread::sleep_for(milliseconds(300));
+  // Until the engine holds all 20 (running or waiting): each connection's request is complete, so
+  // none is idle or stalled (on a loaded machine one may still be reading after a fixed sleep).
+  for (int tries = 0; tries < 100; ++tries) {
+    const std::string m = metrics_text(*server);
+    if (labelled_metric(m, "spindle_num_requests_running") + labelled_metric(m, "spindle_num_requests_waiting") >= 20) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
   const RawRead over = raw_exchange(server->port(), head("POST", "/v1/completions", "Content-Length: 2\r\n") + "{}");
   EXPECT_EQ(http_status(over.data), 503) << over.data.substr(0, 300);
   EXPECT_THAT(http_body(over.data), ::testing::HasSubstr("--max-connections"));
