@@ -1,0 +1,188 @@
+// launch_gemv_fp8 (kernels/cuda/gemv_fp8.h) against a float64 product over the weights decoded by
+// the E4M3 definition (tests/support/fp8_reference.h) times their scales, and x as its bf16 values:
+// for every scale mode (per tensor, per channel, 128x128 blocks with partial edge blocks), rows
+// 1..8, with and without bias. Tolerance: 1e-5 of sum_i |x_i w_i| per output (f32 sums of ~1000-4000
+// exact products in another order; the scale applied once, or per 16 weights for blocks). Also:
+// each row of a multi-row launch equals the one-row launch's bits, and unsupported shapes throw.
+// Skips when no CUDA device with cc >= 8.0 is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_skip.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemv_fp8.h"
+#include "support/fp8_reference.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace spindle {
+namespace {
+
+namespace kcu = kernels::cuda;
+using testing::e4m3_definition;
+
+constexpr double kRelTolerance = 1e-5;
+
+template <typename T>
+kcu::DeviceBuffer to_device(const std::vector<T>& host) {
+  kcu::DeviceBuffer b(host.size() * sizeof(T));
+  kcu::copy_to_device(b.data(), host.data(), host.size() * sizeof(T));
+  return b;
+}
+
+std::vector<float> to_host_floats(const kcu::DeviceBuffer& b, size_t n) {
+  std::vector<float> host(n);
+  kcu::copy_to_host(host.data(), b.data(), n * sizeof(float));
+  return host;
+}
+
+struct Problem {
+  int64_t out = 0, in = 0, rows = 0;
+  kcu::Fp8Scale mode = kcu::Fp8Scale::kPerTensor;
+  std::vector<uint8_t> w;       // [out, in] e4m3 codes, no NaN
+  std::vector<float> scale;     // fp8_scale_count floats
+  std::vector<uint16_t> x;      // [rows, in] bf16
+  std::vector<float> bias;      // [out]
+};
+
+Problem make_problem(int64_t out, int64_t in, int64_t rows, kcu::Fp8Scale mode, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Problem p{out, in, rows, mode, {}, {}, {}, {}};
+  std::uniform_int_distribution<int> code(0, 255);
+  p.w.resize(static_cast<size_t>(out * in));
+  for (auto& c : p.w) {
+    int v = code(rng);
+    while ((v & 0x7F) == 0x7F) v = code(rng);  // NaN codes are not weights
+    c = static_cast<uint8_t>(v);
+  }
+  std::uniform_real_distribution<float> scale(1e-3f, 4e-3f);
+  p.scale.resize(static_cast<size_t>(kcu::fp8_scale_count(mode, out, in)));
+  for (float& s : p.scale) s = scale(rng);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  p.x.resize(static_cast<size_t>(rows * in));
+  for (auto& v : p.x) v = float_to_bf16_bits(normal(rng));
+  p.bias.resize(static_cast<size_t>(out));
+  for (float& b : p.bias) b = 0.1f * normal(rng);
+  return p;
+}
+
+double scale_of(const Problem& p, int64_t o, int64_t i) {
+  switch (p.mode) {
+    case kcu::Fp8Scale::kPerTensor:
+      return p.scale[0];
+    case kcu::Fp8Scale::kPerChannel:
+      return p.scale[static_cast<size_t>(o)];
+    case kcu::Fp8Scale::kBlock128: {
+      const int64_t blocks_per_row = (p.in + 127) / 128;
+      return p.scale[static_cast<size_t>((o / 128) * blocks_per_row + i / 128)];
+    }
+  }
+  return 0;
+}
+
+// y [rows, out] in float64 and, per output, sum |x w| for the tolerance.
+void reference(const Problem& p, bool with_bias, std::vector<double>& y, std::vector<double>& magnitude) {
+  y.assign(static_cast<size_t>(p.rows * p.out), 0.0);
+  magnitude.assign(y.size(), 0.0);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int64_t o = 0; o < p.out; ++o) {
+      double sum = 0, mag = 0;
+      for (int64_t i = 0; i < p.in; ++i) {
+        const double w = e4m3_definition(p.w[static_cast<size_t>(o * p.in + i)]) * scale_of(p, o, i);
+        const double x = bf16_bits_to_float(p.x[static_cast<size_t>(r * p.in + i)]);
+        sum += w * x;
+        mag += std::fabs(w * x);
+      }
+      const size_t at = static_cast<size_t>(r * p.out + o);
+      y[at] = sum + (with_bias ? p.bias[static_cast<size_t>(o)] : 0.0);
+      magnitude[at] = mag;
+    }
+  }
+}
+
+std::string mode_name(kcu::Fp8Scale mode) {
+  switch (mode) {
+    case kcu::Fp8Scale::kPerTensor:
+      return "per-tensor";
+    case kcu::Fp8Scale::kPerChannel:
+      return "per-channel";
+    case kcu::Fp8Scale::kBlock128:
+      return "block128";
+  }
+  return "?";
+}
+
+void check(int64_t out, int64_t in, kcu::Fp8Scale mode, bool with_bias, uint64_t seed) {
+  const int64_t max_rows = kcu::kGemvFp8MaxRows;
+  const Problem p = make_problem(out, in, max_rows, mode, seed);
+  std::vector<double> want, magnitude;
+  reference(p, with_bias, want, magnitude);
+  auto dw = to_device(p.w);
+  auto ds = to_device(p.scale);
+  auto dx = to_device(p.x);
+  auto db = to_device(p.bias);
+  const float* bias = with_bias ? db.as<float>() : nullptr;
+  kcu::DeviceBuffer dy(static_cast<size_t>(max_rows * out) * sizeof(float));
+  kcu::DeviceBuffer dy1(static_cast<size_t>(out) * sizeof(float));
+  const std::string what = mode_name(mode) + " " + std::to_string(out) + "x" + std::to_string(in) +
+                           (with_bias ? " +bias" : "");
+  double worst = 0;
+  for (int64_t rows = 1; rows <= max_rows; ++rows) {
+    kcu::launch_gemv_fp8(dw.as<uint8_t>(), ds.as<float>(), mode, dx.as<uint16_t>(), rows, in, out, bias,
+                         dy.as<float>(), nullptr);
+    const std::vector<float> got = to_host_floats(dy, static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r) {
+      kcu::launch_gemv_fp8(dw.as<uint8_t>(), ds.as<float>(), mode, dx.as<uint16_t>() + r * in, 1, in, out, bias,
+                           dy1.as<float>(), nullptr);
+      const std::vector<float> one = to_host_floats(dy1, static_cast<size_t>(out));
+      for (int64_t o = 0; o < out; ++o) {
+        const size_t at = static_cast<size_t>(r * out + o);
+        const double err = std::fabs(got[at] - want[at]) / std::max(magnitude[at], 1e-30);
+        worst = std::max(worst, err);
+        ASSERT_LE(err, kRelTolerance) << what << " rows " << rows << " y[" << r << ", " << o << "] = " << got[at]
+                                      << ", float64 " << want[at];
+        ASSERT_EQ(got[at], one[static_cast<size_t>(o)]) << what << ": row " << r << " of a " << rows
+                                                        << "-row launch differs from the one-row launch";
+      }
+    }
+  }
+  std::printf("[ gemv_fp8 ] %s: max error %.2e of sum |x w| (tolerance %.0e)\n", what.c_str(), worst, kRelTolerance);
+}
+
+TEST(CudaGemvFp8Test, PerTensorScaleMatchesTheFloat64Product) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check(300, 1024, kcu::Fp8Scale::kPerTensor, false, 1);
+  check(300, 1024, kcu::Fp8Scale::kPerTensor, true, 2);
+}
+
+TEST(CudaGemvFp8Test, PerChannelScaleMatchesTheFloat64Product) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check(257, 2048, kcu::Fp8Scale::kPerChannel, true, 3);
+}
+
+// 200 x 336: the last block row holds 72 rows and the last block column 80 columns.
+TEST(CudaGemvFp8Test, BlockScalesMatchTheFloat64ProductWithPartialEdgeBlocks) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check(200, 336, kcu::Fp8Scale::kBlock128, true, 4);
+  check(384, 4096, kcu::Fp8Scale::kBlock128, false, 5);
+}
+
+TEST(CudaGemvFp8Test, UnsupportedShapesThrow) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  kcu::DeviceBuffer probe(1 << 16);
+  EXPECT_FALSE(kcu::gemv_fp8_supports(1, 1000, probe.data(), probe.data())) << "in % 16 != 0";
+  EXPECT_FALSE(kcu::gemv_fp8_supports(9, 1024, probe.data(), probe.data())) << "more than 8 rows";
+  EXPECT_FALSE(kcu::gemv_fp8_supports(1, 1024, probe.as<uint8_t>() + 1, probe.data())) << "misaligned W";
+  EXPECT_THROW(kcu::launch_gemv_fp8(probe.as<uint8_t>(), probe.as<float>(), kcu::Fp8Scale::kPerTensor,
+                                    probe.as<uint16_t>(), 1, 1000, 4, nullptr, probe.as<float>(), nullptr),
+               Error);
+}
+
+}  // namespace
+}  // namespace spindle
