@@ -87,62 +87,108 @@ inline std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& rows_bytes,
 
 }  // namespace golden_gguf_detail
 
+namespace golden_gguf_detail {
+
+struct HfConfig {
+  nlohmann::json json;
+  std::string arch;  // llama, qwen2, qwen3
+  int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  double theta = 10000.0;
+  bool tied = false;
+};
+
+inline HfConfig read_config(const std::string& model) {
+  std::ifstream in(model_dir(model) / "config.json");
+  HfConfig h;
+  h.json = nlohmann::json::parse(in);
+  const nlohmann::json& c = h.json;
+  const std::string hf_arch = c.at("architectures")[0].get<std::string>();
+  h.arch = hf_arch == "Qwen2ForCausalLM" ? "qwen2" : hf_arch == "Qwen3ForCausalLM" ? "qwen3" : "llama";
+  h.hidden = c.at("hidden_size");
+  h.heads = c.at("num_attention_heads");
+  h.kv_heads = c.value("num_key_value_heads", h.heads);
+  h.head_dim = c.contains("head_dim") && !c.at("head_dim").is_null() ? c.at("head_dim").get<int64_t>() : h.hidden / h.heads;
+  h.theta = c.contains("rope_theta") && !c.at("rope_theta").is_null() ? c.at("rope_theta").get<double>()
+            : c.contains("rope_parameters")                           ? c.at("rope_parameters").value("rope_theta", 10000.0)
+                                                                      : 10000.0;
+  h.tied = c.value("tie_word_embeddings", false);
+  return h;
+}
+
+inline void write_hyper_params(gguf::testing::GgufWriter& w, const HfConfig& h, bool quantized) {
+  using namespace gguf::testing;
+  const std::string& a = h.arch;
+  w.kv_string("general.architecture", a);
+  w.kv<uint32_t>("general.file_type", kTU32, quantized ? 7u : 0u);
+  w.kv<uint32_t>(a + ".context_length", kTU32, h.json.at("max_position_embeddings").get<uint32_t>());
+  w.kv<uint32_t>(a + ".embedding_length", kTU32, static_cast<uint32_t>(h.hidden));
+  w.kv<uint32_t>(a + ".block_count", kTU32, h.json.at("num_hidden_layers").get<uint32_t>());
+  w.kv<uint32_t>(a + ".feed_forward_length", kTU32, h.json.at("intermediate_size").get<uint32_t>());
+  w.kv<uint32_t>(a + ".attention.head_count", kTU32, static_cast<uint32_t>(h.heads));
+  w.kv<uint32_t>(a + ".attention.head_count_kv", kTU32, static_cast<uint32_t>(h.kv_heads));
+  w.kv<uint32_t>(a + ".attention.key_length", kTU32, static_cast<uint32_t>(h.head_dim));
+  w.kv<uint32_t>(a + ".attention.value_length", kTU32, static_cast<uint32_t>(h.head_dim));
+  w.kv<float>(a + ".attention.layer_norm_rms_epsilon", kTF32, h.json.at("rms_norm_eps").get<float>());
+  w.kv<float>(a + ".rope.freq_base", kTF32, static_cast<float>(h.theta));
+  w.kv<uint32_t>(a + ".rope.dimension_count", kTU32, static_cast<uint32_t>(h.head_dim));
+}
+
+// Llama-3 RoPE scaling: the converter's rope_freqs.weight, one divisor per frequency i < D/2
+// (transformers' _compute_llama3_parameters: 1 for wavelengths below L / high_freq_factor, factor
+// above L / low_freq_factor, 1 / ((1 - s) / factor + s) with s = (L / wavelength - low) / (high -
+// low) between). The reference forward reads them as weights["rope_freqs"].
+inline void write_llama3_factors(gguf::testing::GgufWriter& w, const HfConfig& h, Float64Weights& weights) {
+  const nlohmann::json& c = h.json;
+  if (!c.contains("rope_parameters") || c.at("rope_parameters").value("rope_type", "default") != "llama3") return;
+  const nlohmann::json& r = c.at("rope_parameters");
+  const double factor = r.at("factor"), low = r.at("low_freq_factor"), high = r.at("high_freq_factor");
+  const double old_len = r.at("original_max_position_embeddings");
+  std::vector<double>& f = weights["rope_freqs"];
+  std::vector<uint8_t> bytes;
+  for (int64_t i = 0; i < h.head_dim / 2; ++i) {
+    const double wavelen = 2 * M_PI * std::pow(h.theta, 2.0 * static_cast<double>(i) / static_cast<double>(h.head_dim));
+    const double s = (old_len / wavelen - low) / (high - low);
+    const double v = wavelen < old_len / high ? 1.0 : wavelen > old_len / low ? factor : 1.0 / ((1 - s) / factor + s);
+    const float v32 = static_cast<float>(v);
+    f.push_back(v32);
+    bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(&v32), reinterpret_cast<const uint8_t*>(&v32) + 4);
+  }
+  w.tensor(gguf::testing::TestTensor("rope_freqs.weight", 0, {static_cast<uint64_t>(h.head_dim / 2)}, std::move(bytes)));
+}
+
+// One F32 tensor [rows, cols] in `type` (HF row order), its float64 values as the blocks decode
+// appended to `values`.
+inline std::vector<uint8_t> encode_rows(gguf::GgmlType type, const float* f, int64_t rows, int64_t cols,
+                                        std::vector<double>& values) {
+  std::vector<uint8_t> bytes;
+  const size_t be = gguf::ggml_block_elements(type), bb = gguf::ggml_block_bytes(type);
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::span<const float> row(f + r * cols, static_cast<size_t>(cols));
+    std::vector<uint8_t> row_bytes(reinterpret_cast<const uint8_t*>(row.data()),
+                                   reinterpret_cast<const uint8_t*>(row.data() + cols));
+    if (type != gguf::GgmlType::kF32) row_bytes = quantize_row(type, row);
+    for (int64_t e = 0; e < cols; ++e)
+      values.push_back(gguf::reference::element(type, row_bytes.data() + (e / be) * bb, static_cast<int>(e % be)));
+    bytes.insert(bytes.end(), row_bytes.begin(), row_bytes.end());
+  }
+  return bytes;
+}
+
+}  // namespace golden_gguf_detail
+
 // Writes tests/golden/<model> as a GGUF file at `path`; returns the float64 weights it holds.
 inline Float64Weights write_golden_gguf(const std::string& model, const std::filesystem::path& path,
                                         const GoldenGgufOptions& options = {}) {
   namespace d = golden_gguf_detail;
   using namespace gguf::testing;
-  std::ifstream in(model_dir(model) / "config.json");
-  const nlohmann::json c = nlohmann::json::parse(in);
-  const std::string hf_arch = c.at("architectures")[0].get<std::string>();
-  const std::string arch = hf_arch == "Qwen2ForCausalLM" ? "qwen2" : hf_arch == "Qwen3ForCausalLM" ? "qwen3" : "llama";
-  const int64_t hidden = c.at("hidden_size"), heads = c.at("num_attention_heads");
-  const int64_t kv_heads = c.value("num_key_value_heads", heads);
-  const int64_t head_dim = c.contains("head_dim") && !c.at("head_dim").is_null() ? c.at("head_dim").get<int64_t>()
-                                                                                 : hidden / heads;
-  const bool tied = c.value("tie_word_embeddings", false);
+  const d::HfConfig h = d::read_config(model);
   GgufWriter w;
-  w.kv_string("general.architecture", arch);
-  w.kv<uint32_t>("general.file_type", kTU32, options.type ? 7u : 0u);
-  w.kv<uint32_t>(arch + ".context_length", kTU32, c.at("max_position_embeddings").get<uint32_t>());
-  w.kv<uint32_t>(arch + ".embedding_length", kTU32, static_cast<uint32_t>(hidden));
-  w.kv<uint32_t>(arch + ".block_count", kTU32, c.at("num_hidden_layers").get<uint32_t>());
-  w.kv<uint32_t>(arch + ".feed_forward_length", kTU32, c.at("intermediate_size").get<uint32_t>());
-  w.kv<uint32_t>(arch + ".attention.head_count", kTU32, static_cast<uint32_t>(heads));
-  w.kv<uint32_t>(arch + ".attention.head_count_kv", kTU32, static_cast<uint32_t>(kv_heads));
-  w.kv<uint32_t>(arch + ".attention.key_length", kTU32, static_cast<uint32_t>(head_dim));
-  w.kv<uint32_t>(arch + ".attention.value_length", kTU32, static_cast<uint32_t>(head_dim));
-  w.kv<float>(arch + ".attention.layer_norm_rms_epsilon", kTF32, c.at("rms_norm_eps").get<float>());
-  const double theta = c.contains("rope_theta") && !c.at("rope_theta").is_null() ? c.at("rope_theta").get<double>()
-                       : c.contains("rope_parameters") ? c.at("rope_parameters").value("rope_theta", 10000.0)
-                                                       : 10000.0;
-  w.kv<float>(arch + ".rope.freq_base", kTF32, static_cast<float>(theta));
-  w.kv<uint32_t>(arch + ".rope.dimension_count", kTU32, static_cast<uint32_t>(head_dim));
+  d::write_hyper_params(w, h, options.type.has_value());
   Float64Weights weights;
-  // Llama-3 RoPE scaling: the converter's rope_freqs.weight, one divisor per frequency i < D/2
-  // (transformers' _compute_llama3_parameters: 1 for wavelengths below L / high_freq_factor, factor
-  // above L / low_freq_factor, 1 / ((1 - s) / factor + s) with s = (L / wavelength - low) / (high -
-  // low) between). The reference forward reads them as weights["rope_freqs"].
-  if (c.contains("rope_parameters") && c.at("rope_parameters").value("rope_type", "default") == "llama3") {
-    const nlohmann::json& r = c.at("rope_parameters");
-    const double factor = r.at("factor"), low = r.at("low_freq_factor"), high = r.at("high_freq_factor");
-    const double old_len = r.at("original_max_position_embeddings");
-    std::vector<double>& f = weights["rope_freqs"];
-    std::vector<uint8_t> bytes;
-    for (int64_t i = 0; i < head_dim / 2; ++i) {
-      const double wavelen = 2 * M_PI * std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      const double s = (old_len / wavelen - low) / (high - low);
-      const double v = wavelen < old_len / high ? 1.0 : wavelen > old_len / low ? factor : 1.0 / ((1 - s) / factor + s);
-      const float v32 = static_cast<float>(v);
-      f.push_back(v32);
-      bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(&v32), reinterpret_cast<const uint8_t*>(&v32) + 4);
-    }
-    w.tensor(TestTensor("rope_freqs.weight", 0, {static_cast<uint64_t>(head_dim / 2)}, std::move(bytes)));
-  }
-
+  d::write_llama3_factors(w, h, weights);
   const Checkpoint checkpoint(model_dir(model));
   for (const TensorInfo& info : checkpoint.tensors()) {
-    if (info.name == "lm_head.weight" && tied) continue;
+    if (info.name == "lm_head.weight" && h.tied) continue;
     EXPECT_EQ(info.dtype, DType::kF32) << info.name;
     const auto* f = reinterpret_cast<const float*>(checkpoint.tensor(info.name).bytes.data());
     const int64_t cols = info.shape.back(), rows = static_cast<int64_t>(info.num_elements()) / cols;
@@ -150,24 +196,10 @@ inline Float64Weights write_golden_gguf(const std::string& model, const std::fil
     if (options.type && info.shape.size() == 2) {
       type = cols % gguf::ggml_block_elements(*options.type) == 0 ? *options.type : gguf::GgmlType::kQ8_0;
     }
-    // Rows in the HF order, and their float64 values as the file's blocks decode.
-    std::vector<uint8_t> bytes;
-    std::vector<double>& values = weights[info.name];
-    const size_t be = gguf::ggml_block_elements(type), bb = gguf::ggml_block_bytes(type);
-    for (int64_t r = 0; r < rows; ++r) {
-      const std::span<const float> row(f + r * cols, static_cast<size_t>(cols));
-      std::vector<uint8_t> row_bytes(reinterpret_cast<const uint8_t*>(row.data()),
-                                     reinterpret_cast<const uint8_t*>(row.data() + cols));
-      if (type != gguf::GgmlType::kF32) row_bytes = quantize_row(type, row);
-      for (int64_t e = 0; e < cols; ++e)
-        values.push_back(gguf::reference::element(type, row_bytes.data() + (e / be) * bb, static_cast<int>(e % be)));
-      bytes.insert(bytes.end(), row_bytes.begin(), row_bytes.end());
-    }
+    std::vector<uint8_t> bytes = d::encode_rows(type, f, rows, cols, weights[info.name]);
     const bool qk = info.name.find("q_proj") != std::string::npos || info.name.find("k_proj") != std::string::npos;
-    const bool bias = info.shape.size() == 1;
-    if (arch == "llama" && qk && options.permute_qk) {
-      // (A bias would move element by element: rows of one element.)
-      bytes = d::permute_rows(bytes, bias ? cols : rows, head_dim);
+    if (h.arch == "llama" && qk && options.permute_qk) {
+      bytes = d::permute_rows(bytes, info.shape.size() == 1 ? cols : rows, h.head_dim);  // (a bias: rows of 1)
     }
     std::vector<uint64_t> ne = {static_cast<uint64_t>(cols)};
     if (info.shape.size() == 2) ne.push_back(static_cast<uint64_t>(rows));

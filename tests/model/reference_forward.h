@@ -84,71 +84,97 @@ inline void rope(Vec& v, int64_t num_heads, int64_t d, int64_t pos, double theta
 
 }  // namespace reference_forward_detail
 
+namespace reference_forward_detail {
+
+using Weights = std::map<std::string, std::vector<double>>;
+
+inline std::string layer_name(int64_t i, const std::string& suffix) {
+  return "model.layers." + std::to_string(i) + "." + suffix;
+}
+
+// q, k, v of every position of layer l (q/k normed per head for Qwen3, then rotated).
+inline void qkv(const ReferenceShape& s, const Weights& w, int64_t l, const std::vector<Vec>& x, std::vector<Vec>& q,
+                std::vector<Vec>& k, std::vector<Vec>& v) {
+  const bool qa = s.quantize_activations;
+  const size_t d = static_cast<size_t>(s.head_dim);
+  const Vec factors = w.contains("rope_freqs") ? w.at("rope_freqs") : Vec{};
+  auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
+  auto bias = [&](const std::string& suffix) { return w.contains(layer_name(l, suffix)) ? &at(suffix) : nullptr; };
+  auto norm_heads = [&](Vec& t, int64_t num_heads, const Vec& weight) {
+    for (int64_t hh = 0; hh < num_heads; ++hh) {
+      const Vec n = rms_norm(t, weight, s.eps, hh * d, d);
+      std::copy(n.begin(), n.end(), t.begin() + static_cast<int64_t>(hh * d));
+    }
+  };
+  for (size_t t = 0; t < x.size(); ++t) {
+    const Vec h = rms_norm(x[t], at("input_layernorm.weight"), s.eps);
+    q[t] = matvec(at("self_attn.q_proj.weight"), h, bias("self_attn.q_proj.bias"), qa);
+    k[t] = matvec(at("self_attn.k_proj.weight"), h, bias("self_attn.k_proj.bias"), qa);
+    v[t] = matvec(at("self_attn.v_proj.weight"), h, bias("self_attn.v_proj.bias"), qa);
+    if (s.qk_norm) {
+      norm_heads(q[t], s.heads, at("self_attn.q_norm.weight"));
+      norm_heads(k[t], s.kv_heads, at("self_attn.k_norm.weight"));
+    }
+    rope(q[t], s.heads, s.head_dim, static_cast<int64_t>(t), s.theta, factors);
+    rope(k[t], s.kv_heads, s.head_dim, static_cast<int64_t>(t), s.theta, factors);
+  }
+}
+
+// Causal GQA attention of position t: [heads * D].
+inline Vec attend(const ReferenceShape& s, size_t t, const std::vector<Vec>& q, const std::vector<Vec>& k,
+                  const std::vector<Vec>& v) {
+  const size_t d = static_cast<size_t>(s.head_dim);
+  Vec a(static_cast<size_t>(s.heads) * d, 0.0);
+  for (int64_t hh = 0; hh < s.heads; ++hh) {
+    const size_t kvh = static_cast<size_t>(hh / (s.heads / s.kv_heads));
+    std::vector<double> score(t + 1);
+    double mx = -INFINITY;
+    for (size_t u = 0; u <= t; ++u) {
+      double dot = 0;
+      for (size_t i = 0; i < d; ++i) dot += q[t][hh * d + i] * k[u][kvh * d + i];
+      score[u] = dot / std::sqrt(static_cast<double>(d));
+      mx = std::max(mx, score[u]);
+    }
+    double sum = 0;
+    for (double& e : score) sum += (e = std::exp(e - mx));
+    for (size_t u = 0; u <= t; ++u)
+      for (size_t i = 0; i < d; ++i) a[hh * d + i] += score[u] / sum * v[u][kvh * d + i];
+  }
+  return a;
+}
+
+// x += attention output projection; x += MLP.
+inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l, const Vec& a, Vec& x) {
+  const bool qa = s.quantize_activations;
+  auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
+  const Vec o = matvec(at("self_attn.o_proj.weight"), a, nullptr, qa);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+  const Vec h = rms_norm(x, at("post_attention_layernorm.weight"), s.eps);
+  const Vec g = matvec(at("mlp.gate_proj.weight"), h, nullptr, qa);
+  const Vec up = matvec(at("mlp.up_proj.weight"), h, nullptr, qa);
+  Vec act(g.size());
+  for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
+  const Vec down = matvec(at("mlp.down_proj.weight"), act, nullptr, qa);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+}
+
+}  // namespace reference_forward_detail
+
 inline std::vector<double> reference_last_logits(const ReferenceShape& s, const std::map<std::string, std::vector<double>>& w,
                                                  const std::vector<int32_t>& ids) {
   namespace r = reference_forward_detail;
-  using Vec = r::Vec;
-  auto at = [&](const std::string& name) -> const Vec& { return w.at(name); };
-  auto layer = [](int64_t i, const std::string& suffix) { return "model.layers." + std::to_string(i) + "." + suffix; };
-  const size_t n = ids.size(), hd = static_cast<size_t>(s.hidden), d = static_cast<size_t>(s.head_dim);
-  const bool qa = s.quantize_activations;
-  const Vec factors = w.contains("rope_freqs") ? w.at("rope_freqs") : Vec{};
-  std::vector<Vec> x(n);
-  for (size_t t = 0; t < n; ++t) {
-    const Vec& table = at("model.embed_tokens.weight");
-    x[t].assign(table.begin() + static_cast<int64_t>(ids[t] * hd), table.begin() + static_cast<int64_t>((ids[t] + 1) * hd));
-  }
+  const size_t n = ids.size(), hd = static_cast<size_t>(s.hidden);
+  const r::Vec& table = w.at("model.embed_tokens.weight");
+  std::vector<r::Vec> x(n);
+  for (size_t t = 0; t < n; ++t) x[t].assign(table.begin() + ids[t] * hd, table.begin() + (ids[t] + 1) * hd);
   for (int64_t l = 0; l < s.layers; ++l) {
-    std::vector<Vec> q(n), k(n), v(n);
-    auto bias = [&](const std::string& name) { return w.contains(layer(l, name)) ? &w.at(layer(l, name)) : nullptr; };
-    for (size_t t = 0; t < n; ++t) {
-      const Vec h = r::rms_norm(x[t], at(layer(l, "input_layernorm.weight")), s.eps);
-      q[t] = r::matvec(at(layer(l, "self_attn.q_proj.weight")), h, bias("self_attn.q_proj.bias"), qa);
-      k[t] = r::matvec(at(layer(l, "self_attn.k_proj.weight")), h, bias("self_attn.k_proj.bias"), qa);
-      v[t] = r::matvec(at(layer(l, "self_attn.v_proj.weight")), h, bias("self_attn.v_proj.bias"), qa);
-      if (s.qk_norm) {
-        for (int64_t hh = 0; hh < s.heads; ++hh) {
-          const Vec nq = r::rms_norm(q[t], at(layer(l, "self_attn.q_norm.weight")), s.eps, hh * d, d);
-          std::copy(nq.begin(), nq.end(), q[t].begin() + static_cast<int64_t>(hh * d));
-        }
-        for (int64_t hh = 0; hh < s.kv_heads; ++hh) {
-          const Vec nk = r::rms_norm(k[t], at(layer(l, "self_attn.k_norm.weight")), s.eps, hh * d, d);
-          std::copy(nk.begin(), nk.end(), k[t].begin() + static_cast<int64_t>(hh * d));
-        }
-      }
-      r::rope(q[t], s.heads, s.head_dim, static_cast<int64_t>(t), s.theta, factors);
-      r::rope(k[t], s.kv_heads, s.head_dim, static_cast<int64_t>(t), s.theta, factors);
-    }
-    for (size_t t = 0; t < n; ++t) {
-      Vec a(static_cast<size_t>(s.heads) * d, 0.0);
-      for (int64_t hh = 0; hh < s.heads; ++hh) {
-        const size_t kvh = static_cast<size_t>(hh / (s.heads / s.kv_heads));
-        std::vector<double> score(t + 1);
-        double mx = -INFINITY;
-        for (size_t u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (size_t i = 0; i < d; ++i) dot += q[t][hh * d + i] * k[u][kvh * d + i];
-          score[u] = dot / std::sqrt(static_cast<double>(d));
-          mx = std::max(mx, score[u]);
-        }
-        double sum = 0;
-        for (double& e : score) sum += (e = std::exp(e - mx));
-        for (size_t u = 0; u <= t; ++u)
-          for (size_t i = 0; i < d; ++i) a[hh * d + i] += score[u] / sum * v[u][kvh * d + i];
-      }
-      const Vec o = r::matvec(at(layer(l, "self_attn.o_proj.weight")), a, nullptr, qa);
-      for (size_t i = 0; i < hd; ++i) x[t][i] += o[i];
-      const Vec h = r::rms_norm(x[t], at(layer(l, "post_attention_layernorm.weight")), s.eps);
-      const Vec g = r::matvec(at(layer(l, "mlp.gate_proj.weight")), h, nullptr, qa);
-      const Vec up = r::matvec(at(layer(l, "mlp.up_proj.weight")), h, nullptr, qa);
-      Vec act(g.size());
-      for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
-      const Vec down = r::matvec(at(layer(l, "mlp.down_proj.weight")), act, nullptr, qa);
-      for (size_t i = 0; i < hd; ++i) x[t][i] += down[i];
-    }
+    std::vector<r::Vec> q(n), k(n), v(n);
+    r::qkv(s, w, l, x, q, k, v);
+    for (size_t t = 0; t < n; ++t) r::residual_blocks(s, w, l, r::attend(s, t, q, k, v), x[t]);
   }
-  const Vec h = r::rms_norm(x.back(), at("model.norm.weight"), s.eps);
-  return r::matvec(w.contains("lm_head.weight") ? at("lm_head.weight") : at("model.embed_tokens.weight"), h, nullptr, qa);
+  const r::Vec h = r::rms_norm(x.back(), w.at("model.norm.weight"), s.eps);
+  const r::Vec& head = w.contains("lm_head.weight") ? w.at("lm_head.weight") : table;
+  return r::matvec(head, h, nullptr, s.quantize_activations);
 }
 
 }  // namespace spindle::testing
