@@ -73,6 +73,56 @@ inline std::vector<uint8_t> permute_rows(const std::vector<uint8_t>& bytes, int6
   return out;
 }
 
+// tokenizer.json, its added tokens and the chat template as tokenizer.ggml.* keys.
+inline void write_tokenizer(gguf::testing::GgufWriter& w, const std::filesystem::path& dir) {
+  using namespace gguf::testing;
+  const nlohmann::json t = nlohmann::json::parse(read_file(dir / "tokenizer.json"));
+  std::vector<std::string> tokens(t.at("model").at("vocab").size());
+  for (const auto& [text, id] : t.at("model").at("vocab").items()) tokens.at(id.get<size_t>()) = text;
+  std::vector<int32_t> types(tokens.size(), 1);
+  for (const auto& a : t.at("added_tokens")) {
+    if (a.at("id").get<size_t>() >= tokens.size()) tokens.resize(a.at("id").get<size_t>() + 1), types.resize(tokens.size(), 1);
+    tokens[a.at("id").get<size_t>()] = a.at("content");
+    if (a.value("special", false)) types[a.at("id").get<size_t>()] = 3;
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : t.at("model").at("merges"))
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  w.kv_string("tokenizer.ggml.model", "gpt2");
+  w.kv_string("tokenizer.ggml.pre", "smaug-bpe");
+  w.kv_strings("tokenizer.ggml.tokens", tokens);
+  w.kv_array<int32_t>("tokenizer.ggml.token_type", kTI32, types);
+  w.kv_strings("tokenizer.ggml.merges", merges);
+  w.kv<uint32_t>("tokenizer.ggml.bos_token_id", kTU32, 0);
+  w.kv<uint32_t>("tokenizer.ggml.eos_token_id", kTU32, 0);
+  w.kv<bool>("tokenizer.ggml.add_bos_token", kTBool, true);
+  w.kv_string("tokenizer.chat_template", read_file(dir / "chat_template.jinja"));
+
+}
+
+// The safetensors tensors under llama.cpp's names (q/k rows permuted), BF16 or widened to F32.
+inline void write_tensors(gguf::testing::GgufWriter& w, const std::filesystem::path& dir, bool f32, int64_t head_dim) {
+  using namespace gguf::testing;
+  const std::string st = read_file(dir / "model.safetensors");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, st.data(), 8);
+  const nlohmann::json header = nlohmann::json::parse(st.substr(8, header_len));
+  const auto* data = reinterpret_cast<const uint8_t*>(st.data()) + 8 + header_len;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") continue;
+    const auto shape = info.at("shape").get<std::vector<int64_t>>();
+    const auto offsets = info.at("data_offsets").get<std::vector<size_t>>();
+    const size_t n = (offsets[1] - offsets[0]) / 2;
+    const bool plain_f32 = f32 || shape.size() == 1;  // norms F32, as the converter stores them
+    std::vector<uint8_t> bytes = plain_f32 ? widen_bf16(data + offsets[0], n)
+                                           : std::vector<uint8_t>(data + offsets[0], data + offsets[1]);
+    if (name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos)
+      bytes = permute_rows(bytes, shape[0], head_dim);
+    std::vector<uint64_t> ne(shape.rbegin(), shape.rend());
+    w.tensor(TestTensor(gguf_name(name), plain_f32 ? 0u : 30u, ne, std::move(bytes)));
+  }
+}
+
 }  // namespace kjv_gguf_detail
 
 inline void write_kjv_tiny_gguf(const std::filesystem::path& dir, const std::filesystem::path& out, bool f32) {
@@ -96,46 +146,8 @@ inline void write_kjv_tiny_gguf(const std::filesystem::path& dir, const std::fil
   w.kv<float>("llama.rope.freq_base", kTF32, c.at("rope_parameters").at("rope_theta").get<float>());
   w.kv<uint32_t>("llama.rope.dimension_count", kTU32, static_cast<uint32_t>(head_dim));
 
-  const nlohmann::json t = nlohmann::json::parse(d::read_file(dir / "tokenizer.json"));
-  std::vector<std::string> tokens(t.at("model").at("vocab").size());
-  for (const auto& [text, id] : t.at("model").at("vocab").items()) tokens.at(id.get<size_t>()) = text;
-  std::vector<int32_t> types(tokens.size(), 1);
-  for (const auto& a : t.at("added_tokens")) {
-    if (a.at("id").get<size_t>() >= tokens.size()) tokens.resize(a.at("id").get<size_t>() + 1), types.resize(tokens.size(), 1);
-    tokens[a.at("id").get<size_t>()] = a.at("content");
-    if (a.value("special", false)) types[a.at("id").get<size_t>()] = 3;
-  }
-  std::vector<std::string> merges;
-  for (const auto& m : t.at("model").at("merges"))
-    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
-  w.kv_string("tokenizer.ggml.model", "gpt2");
-  w.kv_string("tokenizer.ggml.pre", "smaug-bpe");
-  w.kv_strings("tokenizer.ggml.tokens", tokens);
-  w.kv_array<int32_t>("tokenizer.ggml.token_type", kTI32, types);
-  w.kv_strings("tokenizer.ggml.merges", merges);
-  w.kv<uint32_t>("tokenizer.ggml.bos_token_id", kTU32, 0);
-  w.kv<uint32_t>("tokenizer.ggml.eos_token_id", kTU32, 0);
-  w.kv<bool>("tokenizer.ggml.add_bos_token", kTBool, true);
-  w.kv_string("tokenizer.chat_template", d::read_file(dir / "chat_template.jinja"));
-
-  const std::string st = d::read_file(dir / "model.safetensors");
-  uint64_t header_len = 0;
-  std::memcpy(&header_len, st.data(), 8);
-  const nlohmann::json header = nlohmann::json::parse(st.substr(8, header_len));
-  const auto* data = reinterpret_cast<const uint8_t*>(st.data()) + 8 + header_len;
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__") continue;
-    const auto shape = info.at("shape").get<std::vector<int64_t>>();
-    const auto offsets = info.at("data_offsets").get<std::vector<size_t>>();
-    const size_t n = (offsets[1] - offsets[0]) / 2;
-    const bool plain_f32 = f32 || shape.size() == 1;  // norms F32, as the converter stores them
-    std::vector<uint8_t> bytes = plain_f32 ? d::widen_bf16(data + offsets[0], n)
-                                           : std::vector<uint8_t>(data + offsets[0], data + offsets[1]);
-    if (name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos)
-      bytes = d::permute_rows(bytes, shape[0], head_dim);
-    std::vector<uint64_t> ne(shape.rbegin(), shape.rend());
-    w.tensor(TestTensor(d::gguf_name(name), plain_f32 ? 0u : 30u, ne, std::move(bytes)));
-  }
+  d::write_tokenizer(w, dir);
+  d::write_tensors(w, dir, f32, head_dim);
   w.write(out);
 }
 
