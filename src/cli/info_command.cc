@@ -1,16 +1,20 @@
-// spindle info [MODEL_DIR] [--json]: this machine's CPU, memory and CUDA facts, and, given a model
-// folder, its architecture, parameter count, weight bytes per dtype and KV bytes per token.
+// spindle info [MODEL] [--json]: this machine's CPU, memory and CUDA facts, and, given a model
+// folder or GGUF file, its architecture, parameter count, weight bytes per type (as stored) and KV
+// bytes per token.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "config/switch_config.h"
+#include "model/gguf_model_config.h"
+#include "model/gguf_weights.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
@@ -29,17 +33,32 @@ struct InfoArgs {
 
 struct ModelFacts {
   ModelConfig config;
-  WeightStats weights;
+  uint64_t num_parameters = 0;  // elements of every stored tensor
+  uint64_t num_bytes = 0;       // as stored
+  std::map<std::string, uint64_t> bytes_per_type;  // "BF16", "Q4_K", ...
   uint64_t kv_bytes_bf16 = 0;
   uint64_t kv_bytes_f32 = 0;
 };
 
 ModelFacts read_model_facts(const std::string& dir) {
   ModelFacts facts;
-  facts.config = load_model_config(dir);
-  const Checkpoint checkpoint(dir);
-  check_weights(facts.config, checkpoint);
-  facts.weights = weight_stats(checkpoint);
+  if (is_gguf_path(dir)) {
+    const GgufWeights gguf(dir);  // the config and every tensor checked
+    facts.config = gguf.config();
+    for (const gguf::TensorInfo& t : gguf.file().tensors()) {
+      facts.num_parameters += t.num_elements();
+      facts.num_bytes += t.size;
+      facts.bytes_per_type[std::string(gguf::ggml_type_name(t.type))] += t.size;
+    }
+  } else {
+    facts.config = load_model_config(dir);
+    const Checkpoint checkpoint(dir);
+    check_weights(facts.config, checkpoint);
+    const WeightStats stats = weight_stats(checkpoint);
+    facts.num_parameters = stats.num_parameters;
+    facts.num_bytes = stats.num_bytes;
+    for (const auto& [dtype, n] : stats.bytes_per_dtype) facts.bytes_per_type[std::string(dtype_name(dtype))] = n;
+  }
   facts.kv_bytes_bf16 = kv_bytes_per_token(facts.config, DType::kBF16);
   facts.kv_bytes_f32 = kv_bytes_per_token(facts.config, DType::kF32);
   return facts;
@@ -48,10 +67,10 @@ ModelFacts read_model_facts(const std::string& dir) {
 nlohmann::json model_json(const ModelFacts& m) {
   const ModelConfig& c = m.config;
   nlohmann::json bytes = nlohmann::json::object();
-  for (const auto& [dtype, n] : m.weights.bytes_per_dtype) bytes[std::string(dtype_name(dtype))] = n;
+  for (const auto& [type, n] : m.bytes_per_type) bytes[type] = n;
   return {{"architecture", architecture_name(c.architecture)},
-          {"num_parameters", m.weights.num_parameters},
-          {"weight_bytes", m.weights.num_bytes},
+          {"num_parameters", m.num_parameters},
+          {"weight_bytes", m.num_bytes},
           {"weight_bytes_per_dtype", bytes},
           {"num_hidden_layers", c.num_hidden_layers},
           {"hidden_size", c.hidden_size},
@@ -97,13 +116,13 @@ void print_model(const std::string& dir, const ModelFacts& m) {
   const ModelConfig& c = m.config;
   fmt::print("Model {}\n", dir);
   fmt::print("  Architecture  {}\n", architecture_name(c.architecture));
-  fmt::print("  Parameters    {} ({})\n", m.weights.num_parameters, format_count(m.weights.num_parameters));
+  fmt::print("  Parameters    {} ({})\n", m.num_parameters, format_count(m.num_parameters));
   fmt::print("  Layers        {}, hidden {}, intermediate {}, vocab {}\n", c.num_hidden_layers, c.hidden_size,
              c.intermediate_size, c.vocab_size);
   fmt::print("  Attention     {} heads, {} KV heads, head_dim {}\n", c.num_attention_heads,
              c.num_key_value_heads, c.head_dim);
-  fmt::print("  Weights       {}", format_bytes(m.weights.num_bytes));
-  for (const auto& [dtype, n] : m.weights.bytes_per_dtype) fmt::print(", {} {}", dtype_name(dtype), format_bytes(n));
+  fmt::print("  Weights       {}", format_bytes(m.num_bytes));
+  for (const auto& [type, n] : m.bytes_per_type) fmt::print(", {} {}", type, format_bytes(n));
   fmt::print("\n  KV per token  {} (bf16), {} (f32)\n", format_bytes(m.kv_bytes_bf16), format_bytes(m.kv_bytes_f32));
 }
 
@@ -158,7 +177,7 @@ void run_info(const InfoArgs& args) {
 void add_info_command(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
   auto* cmd = app.add_subcommand("info", "Show this machine's CPU, memory and CUDA facts, the environment switches, and a model's sizes");
-  cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
+  cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors) or GGUF file");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->callback([args] { run_info(*args); });
 }

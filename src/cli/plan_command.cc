@@ -33,6 +33,7 @@
 #include "model/model.h"
 #include "model/model_loader.h"
 #include "platform/cuda_info.h"
+#include "model/gguf_model_config.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
@@ -172,8 +173,17 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
   }
 }
 
+// The bytes the weights hold once loaded on the CPU, without a forward: a folder's tensors as
+// stored; a GGUF file's as CpuOps converts them (repacked block types, widened F16), so it is loaded.
+uint64_t stored_weight_bytes(const std::string& path, const ModelConfig& model) {
+  if (is_gguf_path(path)) return load_model(path, LoadOptions{})->weight_bytes();
+  const Checkpoint checkpoint(path);
+  check_weights(model, checkpoint);
+  return weight_stats(checkpoint).num_bytes;
+}
+
 void run_plan(const PlanArgs& args) {
-  SPINDLE_CHECK(!args.model_dir.empty(), "plan needs a MODEL_DIR (a Hugging Face model folder)");
+  SPINDLE_CHECK(!args.model_dir.empty(), "plan needs a MODEL_DIR (a Hugging Face model folder or a GGUF file)");
   const ModelConfig model = load_model_config(args.model_dir);
 
   // resolve() decides the KV dtype and page size; of the machine it needs the memory (read before
@@ -214,9 +224,7 @@ void run_plan(const PlanArgs& args) {
 
   kv::KvPlan plan;
   if (args.estimate_workspace) {
-    const Checkpoint checkpoint(args.model_dir);
-    check_weights(model, checkpoint);
-    const uint64_t weight_bytes = weight_stats(checkpoint).num_bytes;
+    const uint64_t weight_bytes = stored_weight_bytes(args.model_dir, model);
     const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
     const startup::WorkspaceProbe estimate = [&](int tokens) {
       return startup::estimate_workspace_bytes(model, tokens) + draft_workspace;
@@ -256,7 +264,7 @@ void run_plan(const PlanArgs& args) {
 void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand("plan", "Show the KV cache capacity plan for a model on this machine");
-  cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors)");
+  cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors) or GGUF file");
   cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference) or f32");
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
   config::add_kv_flags(*cmd, args->flags.kv);

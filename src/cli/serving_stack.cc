@@ -1,5 +1,7 @@
 #include "cli/serving_stack.h"
 
+#include "model/gguf_model_config.h"
+
 #include "model/model_loader.h"
 
 #include <CLI/CLI.hpp>
@@ -43,7 +45,8 @@ std::filesystem::path default_model_dir() {
 }
 
 void add_serving_flags(CLI::App& app, ServingFlags& f) {
-  app.add_option("model_dir", f.model_dir, "Hugging Face model folder (default: the embedded models/kjv-tiny)");
+  app.add_option("model_dir", f.model_dir,
+                 "Hugging Face model folder or GGUF file (default: the embedded models/kjv-tiny)");
   app.add_option("--served-model-name", f.served_model_name, "Model name in the API (default: the folder name)");
   app.add_option("--chat-template", f.server.chat_template,
                  "a built-in template (chatml, llama3, llama2) or a path to a Jinja file (default: the model's own Jinja template)");
@@ -230,6 +233,11 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   s->model_name = flags.served_model_name.empty() ? s->model_dir.filename().string() : flags.served_model_name;
   if (s->model_name.empty()) s->model_name = s->model_dir.parent_path().filename().string();
   s->device = detect_device_info();
+  // A GGUF file is the whole model (config, tokenizer, chat template from its metadata); it runs on
+  // the CPU (the GPU path of its block types is the FP8 issue's).
+  SPINDLE_CHECK(!is_gguf_path(s->model_dir) || flags.server.device == "cpu",
+                "{}: GGUF files are served on the CPU only; run without --device {} (or serve the Hugging Face "
+                "folder of this model on the GPU)", s->model_dir.string(), flags.server.device);
   s->model_config = load_model_config(s->model_dir);
   s->resolved = config::resolve(flags.server, s->device, s->model_config);
   const int dp_size = s->resolved.kv.dp_size;
@@ -241,7 +249,12 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
   if (!flags.server.chat_template.empty()) {
     s->chat_template = tokenizer::ChatTemplate::from_choice(*s->tokenizer, flags.server.chat_template);
   } else if (!s->tokenizer->chat_template().empty()) {
-    s->chat_template = tokenizer::ChatTemplate::from_model(*s->tokenizer);
+    try {
+      s->chat_template = tokenizer::ChatTemplate::from_model(*s->tokenizer);
+    } catch (const Error& e) {
+      SPINDLE_FAIL("{}; choose another template with --chat-template (chatml, llama3, llama2 or a Jinja file)",
+                   e.message());
+    }
   }
   if (s->chat_template) {
     spdlog::info("chat template: {}", s->chat_template->format() == tokenizer::ChatFormat::kJinja

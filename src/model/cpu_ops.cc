@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gguf/dequantize.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
@@ -17,18 +18,46 @@ namespace {
 // Elements of work below which an op runs on the calling thread.
 constexpr int64_t kMinParallelWork = 1 << 15;
 
+bool is_plain_float(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+// The int8 kernels' type of a block-typed weight; throws naming the type, tensor and file when
+// there is no CPU kernel for it.
+kc::QuantType cpu_quant_type(const WeightView& w) {
+  switch (*w.block) {
+    case gguf::GgmlType::kQ8_0: return kc::QuantType::kQ8_0;
+    case gguf::GgmlType::kQ4_0: return kc::QuantType::kQ4_0;
+    case gguf::GgmlType::kQ4_K: return kc::QuantType::kQ4_K;
+    case gguf::GgmlType::kQ5_K: return kc::QuantType::kQ5_K;
+    case gguf::GgmlType::kQ6_K: return kc::QuantType::kQ6_K;
+    default: break;
+  }
+  SPINDLE_FAIL("{} is {}; the CPU linear kernels compute F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights",
+               w.where(), w.type_name());
+}
+
+// Throws naming the tensor and file for a linear weight the CPU cannot compute.
+void check_linear_type(const WeightView& w) {
+  if (w.quantized()) {
+    cpu_quant_type(w);
+    return;
+  }
+  SPINDLE_CHECK(is_plain_float(w.dtype),
+                "{} is {}; the CPU linear kernels take F32, F16 or BF16 weights (convert the checkpoint, e.g. save "
+                "it with torch_dtype=bfloat16)", w.where(), w.type_name());
+}
+
 void grow(std::vector<float>& buffer, int64_t size) {
   if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
 }
 
 }  // namespace
 
-CpuOps::CpuOps(const ModelConfig& config, const ModelOptions& options, std::unique_ptr<Checkpoint> checkpoint)
+CpuOps::CpuOps(const ModelConfig& config, const ModelOptions& options, std::unique_ptr<WeightSource> weights)
     : config_(config),
       pool_(options.pool ? options.pool : &ThreadPool::global()),
       make_linear_(options.make_linear ? options.make_linear
                                        : [](const kc::LinearWeight& w) { return kc::make_linear_kernel(w); }),
-      checkpoint_(std::move(checkpoint)),
+      weights_(std::move(weights)),
       eps_(static_cast<float>(config.rms_norm_eps)),
       rope_(std::make_unique<kc::RopeTable>(rope_params(config),
                                             rope_table_positions(config, options.rope_table_positions))) {}
@@ -42,49 +71,107 @@ const char* CpuOps::linear_kernel_name() const {
   return "none";
 }
 
-void CpuOps::count_bytes(const TensorView& t) {
-  if (counted_.insert(t.bytes.data()).second) weight_bytes_ += t.info->num_bytes();
+void CpuOps::count_bytes(const WeightView& t) {
+  if (counted_.insert(t.bytes.data()).second) weight_bytes_ += t.bytes.size();
 }
 
-WeightId CpuOps::place(std::span<const TensorView> parts, WeightUse use) {
+CpuOps::Placed CpuOps::place_vector(const WeightView& w) {
+  Placed p;
+  if (!w.quantized()) {
+    SPINDLE_CHECK(is_plain_float(w.dtype), "{} is {}; norm and embedding weights must be F32, F16 or BF16",
+                  w.where(), w.type_name());
+    p.vector = {w.bytes.data(), w.dtype};
+  } else {
+    // A block-typed embedding table: rows dequantized at lookup (a norm weight must be plain).
+    SPINDLE_CHECK(w.shape.size() == 2 && gguf::can_dequantize(*w.block),
+                  "{} is {}; Spindle reads a block type only in an embedding table or a linear weight", w.where(),
+                  w.type_name());
+    p.table_block = w.block;
+    p.table_bytes = w.bytes;
+  }
+  count_bytes(w);
+  return p;
+}
+
+CpuOps::Placed CpuOps::place_converted(std::span<const WeightView> parts) {
+  const WeightView& first = parts.front();
+  int64_t rows = 0;
+  size_t bytes = 0;
+  for (const WeightView& t : parts) rows += t.rows(), bytes += t.bytes.size();
+  // One contiguous source: the part itself, or the parts copied back to back.
+  std::vector<std::byte> joined;
+  std::span<const std::byte> source = first.bytes;
+  if (parts.size() > 1) {
+    joined.reserve(bytes);
+    for (const WeightView& t : parts) joined.insert(joined.end(), t.bytes.begin(), t.bytes.end());
+    source = joined;
+  }
+  Placed p;
+  if (first.quantized()) {
+    const kc::QuantType type = cpu_quant_type(first);
+    p.packed = std::make_unique<kc::PackedQuantWeight>(
+        kc::repack_quant_weight(type, source.data(), static_cast<int64_t>(source.size()), rows, first.cols(), pool_));
+    p.linear_weight = kc::LinearWeight::from_quant(*p.packed);
+    weight_bytes_ += static_cast<uint64_t>(p.packed->num_bytes());
+  } else {  // F16: widened to f32 (the CPU linear kernels read F32 or BF16)
+    p.widened.resize(static_cast<size_t>(rows * first.cols()));
+    kc::embedding_gather({source.data(), DType::kF16}, 1, static_cast<int64_t>(p.widened.size()),
+                         std::vector<int32_t>{0}, p.widened.data());
+    p.linear_weight = kc::LinearWeight{p.widened.data(), DType::kF32, rows, first.cols()};
+    weight_bytes_ += p.widened.size() * sizeof(float);
+  }
+  for (const WeightView& t : parts) {
+    if (t.release) t.release();
+  }
+  return p;
+}
+
+WeightId CpuOps::place(std::span<const WeightView> parts, WeightUse use) {
   SPINDLE_CHECK(!parts.empty(), "place: no tensor");
   Placed p;
-  const TensorView& first = parts.front();
+  const WeightView& first = parts.front();
   switch (use) {
     case WeightUse::kVector:
       SPINDLE_CHECK(parts.size() == 1, "place: a vector weight is one tensor");
-      p.vector = {first.bytes.data(), first.info->dtype};
+      p = place_vector(first);
       break;
     case WeightUse::kBias:
       SPINDLE_CHECK(parts.size() == 1, "place: a bias is one tensor");
-      p.bias = tensor_to_f32(first);
+      p.bias = weight_to_f32(first);
       weight_bytes_ += p.bias.size() * sizeof(float);
+      count_bytes(first);  // (the stored bias too, as the safetensors path always counted it)
       break;
     case WeightUse::kLinear: {
+      for (const WeightView& t : parts) check_linear_type(t);
+      for (const WeightView& t : parts) {
+        // Parts join only in one type (and shape along k).
+        if (t.type_name() != first.type_name() || t.cols() != first.cols()) return kNoWeight;
+      }
+      if (first.quantized() || first.dtype == DType::kF16) {
+        p = place_converted(parts);
+        p.linear = make_linear_(p.linear_weight);
+        break;
+      }
       int64_t rows = 0;
       const std::byte* end = first.bytes.data();
-      for (const TensorView& t : parts) {
-        // Parts join only when they lie back to back in the file in one dtype (no copy).
-        if (t.info->dtype != first.info->dtype || t.bytes.data() != end) return kNoWeight;
+      for (const WeightView& t : parts) {
+        // In place, parts join only when they lie back to back in the file (no copy).
+        if (t.bytes.data() != end) return kNoWeight;
         end += t.bytes.size();
-        rows += t.info->shape.front();
+        rows += t.rows();
       }
-      SPINDLE_CHECK(first.info->dtype == DType::kF32 || first.info->dtype == DType::kBF16,
-                    "{}: tensor {} is {}; the CPU linear kernels take F32 or BF16 weights (convert the "
-                    "checkpoint, e.g. save it with torch_dtype=bfloat16)",
-                    checkpoint_->dir().string(), first.info->name, dtype_name(first.info->dtype));
-      p.linear_weight = kc::LinearWeight{first.bytes.data(), first.info->dtype, rows, first.info->shape.back()};
+      p.linear_weight = kc::LinearWeight{first.bytes.data(), first.dtype, rows, first.cols()};
       p.linear = make_linear_(p.linear_weight);
+      for (const WeightView& t : parts) count_bytes(t);
       break;
     }
   }
-  for (const TensorView& t : parts) count_bytes(t);
   placed_.push_back(std::move(p));
   return static_cast<WeightId>(placed_.size()) - 1;
 }
 
-LinearGroup CpuOps::place_group(LinearGroupKind kind, std::span<const TensorView> weights,
-                                std::span<const TensorView> biases) {
+LinearGroup CpuOps::place_group(LinearGroupKind kind, std::span<const WeightView> weights,
+                                std::span<const WeightView> biases) {
   if (kind == LinearGroupKind::kGateUp) {
     const LinearGroup joined = place_joined(weights, biases);
     if (joined.joined != kNoWeight) return joined;
@@ -94,6 +181,7 @@ LinearGroup CpuOps::place_group(LinearGroupKind kind, std::span<const TensorView
 
 WeightId CpuOps::place_leading_rows(WeightId linear, int64_t rows) {
   const kc::LinearWeight full = placed(linear).linear_weight;
+  if (full.quantized()) return kNoWeight;  // (a repacked weight's leading rows: not made yet)
   SPINDLE_CHECK(full.data != nullptr, "place_leading_rows: weight {} is not a linear weight", linear);
   SPINDLE_CHECK(rows >= 1 && rows <= full.out_features, "place_leading_rows: {} rows of a weight of {}", rows,
                 full.out_features);
@@ -152,7 +240,19 @@ void CpuOps::parallel_rows(int64_t rows, int64_t cost_per_row, const std::functi
 }
 
 void CpuOps::embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) {
-  const kc::TypedWeight w = placed(table).vector;
+  const Placed& placed_table = placed(table);
+  if (placed_table.table_block) {  // a block-typed table: each looked-up row dequantized
+    const gguf::GgmlType type = *placed_table.table_block;
+    const size_t row_bytes = static_cast<size_t>(hidden / gguf::ggml_block_elements(type) * gguf::ggml_block_bytes(type));
+    parallel_rows(num_ids, hidden * 4, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        gguf::dequantize_row(type, placed_table.table_bytes.subspan(static_cast<size_t>(ids[i]) * row_bytes, row_bytes),
+                             {out + i * hidden, static_cast<size_t>(hidden)});
+      }
+    });
+    return;
+  }
+  const kc::TypedWeight w = placed_table.vector;
   parallel_rows(num_ids, hidden, [&](int64_t b, int64_t e) {
     kc::embedding_gather(w, config_.vocab_size, hidden, std::span<const TokenId>(ids + b, ids + e), out + b * hidden);
   });
@@ -226,11 +326,11 @@ void CpuOps::silu_mul(const float* gate, const float* up, int64_t stride, float*
   });
 }
 
-std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& dir, const ModelOptions& options) {
-  ModelFiles files = open_model_files(dir, options.weights_memory);
-  auto ops = std::make_unique<CpuOps>(files.config, options, std::move(files.checkpoint));
-  const Checkpoint& checkpoint = ops->checkpoint();
-  return std::make_unique<Transformer>(std::move(files.config), std::move(ops), checkpoint);
+std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& path, const ModelOptions& options) {
+  ModelFiles files = open_model_files(path, options.weights_memory);
+  auto ops = std::make_unique<CpuOps>(files.config, options, std::move(files.weights));
+  WeightSource& weights = ops->weights();
+  return std::make_unique<Transformer>(std::move(files.config), std::move(ops), weights);
 }
 
 }  // namespace spindle

@@ -1,11 +1,22 @@
 // CpuOps: DeviceOps on the CPU (device_ops.h), the plain ops plus a joined gate/up product; the
-// other fused entries run their defaults. Weights are views into the mmap'd checkpoint (which
-// CpuOps keeps mapped); projections run through kernels::cpu::LinearKernel, the small ops through
-// kernels/cpu/ops.h, row ranges spread over a ThreadPool when the work is large.
+// other fused entries run their defaults. Projections run through kernels::cpu::LinearKernel, the
+// small ops through kernels/cpu/ops.h, row ranges spread over a ThreadPool when the work is large.
+//
+// Weights (CpuOps keeps their WeightSource, and so the mapped file, alive):
+//   F32 / BF16             read in place (linear weights, norms, embedding table)
+//   F16                    norms and embedding table read in place; linear weights widened to an
+//                          f32 copy at load (the CPU linear kernels read F32 or BF16; F16 linear
+//                          weights are rare in GGUF files, which use BF16, F32 or block types)
+//   Q8_0, Q4_0, Q4_K,      linear weights repacked at load (kernels/cpu/quant_linear.h) and the
+//   Q5_K, Q6_K            source released (WeightView::release); a tied LM head too
+//   any dequantize_row     embedding table read in place, the looked-up rows dequantized
+//   type
+// Anything else is an error naming the type, the tensor and the file.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -19,22 +30,23 @@ namespace spindle {
 
 class CpuOps final : public DeviceOps {
  public:
-  CpuOps(const ModelConfig& config, const ModelOptions& options, std::unique_ptr<Checkpoint> checkpoint);
+  CpuOps(const ModelConfig& config, const ModelOptions& options, std::unique_ptr<WeightSource> weights);
   ~CpuOps() override;
 
-  const Checkpoint& checkpoint() const { return *checkpoint_; }
+  WeightSource& weights() const { return *weights_; }
 
   attn::Device device() const override { return attn::Device::kCpu; }
   const char* linear_kernel_name() const override;
 
-  WeightId place(std::span<const TensorView> parts, WeightUse use) override;
-  // Joins gate_proj and up_proj where they lie back to back in one dtype (a view, no copy); q/k/v
-  // run as three products.
-  LinearGroup place_group(LinearGroupKind kind, std::span<const TensorView> weights,
-                          std::span<const TensorView> biases) override;
+  WeightId place(std::span<const WeightView> parts, WeightUse use) override;
+  // Joins gate_proj and up_proj where they lie back to back in one dtype (a view, no copy), or are
+  // repacked or widened anyway (one copy of both); q/k/v run as three products.
+  LinearGroup place_group(LinearGroupKind kind, std::span<const WeightView> weights,
+                          std::span<const WeightView> biases) override;
   WeightId place_leading_rows(WeightId linear, int64_t rows) override;
   void finish_loading() override {}
-  // The mmap'd tensors the forward reads (each counted once) plus the f32 bias copies.
+  // The in-place tensors the forward reads (each counted once), the repacked and widened copies
+  // and the f32 bias copies: what the weights hold resident.
   uint64_t weight_bytes() const override { return weight_bytes_; }
 
   const kernels::cuda::DeviceBatch* upload(const StepBatch& batch, int page_size, int plan_kv_len) override;
@@ -59,20 +71,28 @@ class CpuOps final : public DeviceOps {
  private:
   int64_t linear_choose_rows(int64_t rows) const;  // see cpu_ops.cc
   struct Placed {
-    kernels::cpu::TypedWeight vector;                     // kVector
+    kernels::cpu::TypedWeight vector;                     // kVector, plain
+    std::optional<gguf::GgmlType> table_block;            // kVector: a block-typed embedding table
+    std::span<const std::byte> table_bytes;               //   its rows [V, row_bytes]
     std::unique_ptr<kernels::cpu::LinearKernel> linear;   // kLinear
     kernels::cpu::LinearWeight linear_weight;             // kLinear: what `linear` reads
+    std::unique_ptr<kernels::cpu::PackedQuantWeight> packed;  // kLinear: a repacked block type
+    std::vector<float> widened;                           // kLinear: an F16 weight as f32
     std::vector<float> bias;                              // kBias
   };
+  Placed place_vector(const WeightView& w);
+  // A linear weight that is not read in place: repacked (block types) or widened (F16), its parts
+  // joined; the sources released.
+  Placed place_converted(std::span<const WeightView> parts);
   // fn(begin, end) over [0, rows) in chunks, spread over the pool when the work is large.
   void parallel_rows(int64_t rows, int64_t cost_per_row, const std::function<void(int64_t, int64_t)>& fn);
-  void count_bytes(const TensorView& t);
+  void count_bytes(const WeightView& t);
   const Placed& placed(WeightId id) const;
 
   ModelConfig config_;
   ThreadPool* pool_ = nullptr;
   std::function<std::unique_ptr<kernels::cpu::LinearKernel>(const kernels::cpu::LinearWeight&)> make_linear_;
-  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<WeightSource> weights_;
   std::vector<Placed> placed_;
   std::set<const void*> counted_;  // tensors already in weight_bytes_ (a tied LM head reads the embedding)
   uint64_t weight_bytes_ = 0;

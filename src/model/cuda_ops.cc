@@ -1,5 +1,7 @@
 #include "model/cuda_ops.h"
 
+#include "model/gguf_model_config.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -69,33 +71,38 @@ CudaOps::~CudaOps() {
   cudaStreamDestroy(stream_);
 }
 
-WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
+WeightId CudaOps::place(std::span<const WeightView> parts, WeightUse use) {
   SPINDLE_CHECK(!parts.empty(), "place: no tensor");
-  const TensorView& first = parts.front();
+  const WeightView& first = parts.front();
+  // GGUF block types run on the CPU only (the GPU path of quantized weights is the FP8 issue's).
+  for (const WeightView& t : parts) {
+    SPINDLE_CHECK(!t.quantized(), "{} is {}; the CUDA path computes F32, F16 and BF16 weights only (serve this "
+                  "file on the CPU: --device cpu)", t.where(), t.type_name());
+  }
   Placed p;
   p.use = use;
   switch (use) {
     case WeightUse::kVector:
-      p.type = weight_type(first.info->dtype);
+      p.type = weight_type(first.dtype);
       p.parts.push_back(first.bytes);
       break;
     case WeightUse::kBias:  // parts side by side (the joined q/k/v bias)
-      for (const TensorView& t : parts) {
-        const std::vector<float> b = tensor_to_f32(t);
+      for (const WeightView& t : parts) {
+        const std::vector<float> b = weight_to_f32(t);
         p.bias.insert(p.bias.end(), b.begin(), b.end());
       }
       p.parts.push_back(std::as_bytes(std::span<const float>(p.bias)));
       break;
     case WeightUse::kLinear: {
       int64_t rows = 0;
-      for (const TensorView& t : parts) {
-        if (t.info->dtype != first.info->dtype) return kNoWeight;  // joined parts share one dtype
-        rows += t.info->shape.front();
+      for (const WeightView& t : parts) {
+        if (t.dtype != first.dtype) return kNoWeight;  // joined parts share one dtype
+        rows += t.shape.front();
         p.parts.push_back(t.bytes);
       }
-      weight_type(first.info->dtype);  // throws for anything but F32, BF16, F16
-      p.weight = {nullptr, first.info->dtype, rows, first.info->shape.back()};
-      has_16bit_weights_ = has_16bit_weights_ || first.info->dtype != DType::kF32;
+      weight_type(first.dtype);  // throws for anything but F32, BF16, F16
+      p.weight = {nullptr, first.dtype, rows, first.shape.back()};
+      has_16bit_weights_ = has_16bit_weights_ || first.dtype != DType::kF32;
       break;
     }
   }
@@ -116,8 +123,8 @@ WeightId CudaOps::place(std::span<const TensorView> parts, WeightUse use) {
   return static_cast<WeightId>(placed_.size()) - 1;
 }
 
-LinearGroup CudaOps::place_group(LinearGroupKind /*kind*/, std::span<const TensorView> weights,
-                                 std::span<const TensorView> biases) {
+LinearGroup CudaOps::place_group(LinearGroupKind /*kind*/, std::span<const WeightView> weights,
+                                 std::span<const WeightView> biases) {
   const LinearGroup joined = place_joined(weights, biases);
   return joined.joined != kNoWeight ? joined : place_each(weights, biases);
 }
@@ -516,6 +523,9 @@ void CudaOps::silu_mul(const float* gate, const float* up, int64_t stride, float
 }
 
 std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, const CudaModelOptions& options) {
+  // A GGUF file: its block types run on the CPU only (the GPU path of quantized weights is the FP8 issue's).
+  SPINDLE_CHECK(!is_gguf_path(dir), "{}: GGUF files are served on the CPU only; run without --device cuda "
+                "(or serve the Hugging Face folder of this model on the GPU)", dir.string());
   ModelFiles files = open_model_files(dir);  // the folder's problems first, as load_cpu_model reports them
 
   int count = 0;
@@ -533,8 +543,8 @@ std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, c
                 dir.string(), options.device, major, minor, kMinCcMajor);
 
   auto model = std::make_unique<Transformer>(files.config, std::make_unique<CudaOps>(files.config, options),
-                                             *files.checkpoint);
-  files.checkpoint.reset();  // unmapped: everything the forward reads is on the device
+                                             *files.weights);
+  files.weights.reset();  // unmapped: everything the forward reads is on the device
   return model;
 }
 

@@ -45,10 +45,10 @@ class CudaOps final : public DeviceOps {
   attn::Device device() const override { return attn::Device::kCuda; }
   const char* linear_kernel_name() const override { return linear_->name(); }
 
-  WeightId place(std::span<const TensorView> parts, WeightUse use) override;
+  WeightId place(std::span<const WeightView> parts, WeightUse use) override;
   // Joined (q/k/v with their biases side by side; gate/up) where the parts share one dtype.
-  LinearGroup place_group(LinearGroupKind kind, std::span<const TensorView> weights,
-                          std::span<const TensorView> biases) override;
+  LinearGroup place_group(LinearGroupKind kind, std::span<const WeightView> weights,
+                          std::span<const WeightView> biases) override;
   void finish_loading() override;
   // Device bytes of the weights uploaded (tensors in their stored dtype, biases as f32; a tensor
   // placed twice counts once). Alignment padding between tensors (< 256 bytes each) is not counted.

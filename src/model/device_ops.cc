@@ -6,7 +6,7 @@
 
 namespace spindle {
 
-LinearGroup WeightStore::place_each(std::span<const TensorView> weights, std::span<const TensorView> biases) {
+LinearGroup WeightStore::place_each(std::span<const WeightView> weights, std::span<const WeightView> biases) {
   SPINDLE_CHECK(!weights.empty() && weights.size() <= LinearGroup{}.parts.size() &&
                     (biases.empty() || biases.size() == weights.size()),
                 "place_group: {} weights and {} biases", weights.size(), biases.size());
@@ -16,7 +16,7 @@ LinearGroup WeightStore::place_each(std::span<const TensorView> weights, std::sp
   return g;
 }
 
-LinearGroup WeightStore::place_joined(std::span<const TensorView> weights, std::span<const TensorView> biases) {
+LinearGroup WeightStore::place_joined(std::span<const WeightView> weights, std::span<const WeightView> biases) {
   SPINDLE_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
                 "place_group: {} weights and {} biases", weights.size(), biases.size());
   LinearGroup g;

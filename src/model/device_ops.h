@@ -27,7 +27,7 @@
 #include "attn/attention_types.h"
 #include "kernels/sampling_batch.h"
 #include "kernels/step_batch.h"
-#include "model/safetensors.h"
+#include "model/weight_view.h"
 
 namespace spindle {
 
@@ -85,16 +85,17 @@ class WeightStore {
 
   // The linear kernel of the projections ("avx512", "cublas_split", ...).
   virtual const char* linear_kernel_name() const = 0;
-  // Places one weight made of `parts` (views into the mapped checkpoint, which stays mapped until
-  // finish_loading). A kLinear of several parts is W = [part 0 rows; part 1 rows; ...] (one
-  // product); a device that cannot join them returns kNoWeight. Throws for a dtype the device
-  // cannot read, naming the tensor.
-  virtual WeightId place(std::span<const TensorView> parts, WeightUse use) = 0;
+  // Places one weight made of `parts` (views into the checkpoint, which stays valid until
+  // finish_loading; a part's release() may be called once the device no longer reads its bytes).
+  // A kLinear of several parts is W = [part 0 rows; part 1 rows; ...] (one product); a device that
+  // cannot join them returns kNoWeight. Throws for a type the device cannot compute, naming it,
+  // the tensor and the file (WeightView::where).
+  virtual WeightId place(std::span<const WeightView> parts, WeightUse use) = 0;
   // The linear weights of a LinearGroup (weights, and biases: empty or one per weight), joined
   // or one by one as this device runs them best. Places in the order: the joined weight and its
   // bias; or every part, then every bias.
-  virtual LinearGroup place_group(LinearGroupKind kind, std::span<const TensorView> weights,
-                                  std::span<const TensorView> biases) = 0;
+  virtual LinearGroup place_group(LinearGroupKind kind, std::span<const WeightView> weights,
+                                  std::span<const WeightView> biases) = 0;
   // A linear weight made of the first `rows` output rows of the placed linear weight `linear`
   // (its product computes only those outputs; a view, nothing copied), or kNoWeight where the
   // device cannot make one. May be called after finish_loading.
@@ -106,9 +107,9 @@ class WeightStore {
 
  protected:
   // place_group's one-by-one placement (the parts, then the biases), for every device.
-  LinearGroup place_each(std::span<const TensorView> weights, std::span<const TensorView> biases);
+  LinearGroup place_each(std::span<const WeightView> weights, std::span<const WeightView> biases);
   // place_group's joined placement: kNoWeight in `joined` where place() cannot join the parts.
-  LinearGroup place_joined(std::span<const TensorView> weights, std::span<const TensorView> biases);
+  LinearGroup place_joined(std::span<const WeightView> weights, std::span<const WeightView> biases);
 };
 
 // Role 2: one step's batch, scratch and logits on the device; sampling there; step graphs.

@@ -82,6 +82,16 @@ RopeScaling llama3_scaling_from_factors(const std::vector<float>& factors, doubl
   return s;
 }
 
+bool is_gguf_path(const std::filesystem::path& path) {
+  std::error_code ec;
+  return path.extension() == ".gguf" && std::filesystem::is_regular_file(path, ec);
+}
+
+ModelConfig load_gguf_model_config(const std::filesystem::path& path) {
+  const gguf::GgufFile file(path);
+  return model_config_from_gguf(gguf::read_hyper_params(file), path.string());
+}
+
 ModelConfig model_config_from_gguf(const gguf::HyperParams& hp, std::string_view source) {
   ModelConfig c;
   c.architecture = architecture_of(hp, source);

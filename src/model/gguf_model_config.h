@@ -15,12 +15,20 @@
 //   loader's business: see gguf::HyperParams::rope_layout.
 #pragma once
 
+#include <filesystem>
 #include <string_view>
 
 #include "gguf/gguf_hparams.h"
 #include "model/model_config.h"
 
 namespace spindle {
+
+// True for a path to a regular file named *.gguf (a model given as one GGUF file, or the first
+// part of a split one) rather than a Hugging Face folder.
+bool is_gguf_path(const std::filesystem::path& path);
+
+// The ModelConfig of a GGUF file (read_hyper_params, model_config_from_gguf); errors name the file.
+ModelConfig load_gguf_model_config(const std::filesystem::path& path);
 
 // Throws spindle::Error naming `source_name` (the GGUF file) and the key or tensor at fault.
 ModelConfig model_config_from_gguf(const gguf::HyperParams& hp, std::string_view source_name);

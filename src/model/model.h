@@ -1,7 +1,8 @@
 // The transformer on the CPU: load_cpu_model runs Transformer (transformer.h) over CpuOps.
 //
 // Weights stay in the mmap'd checkpoint in their stored dtype (F32 or BF16 for projections;
-// norms and embeddings may also be F16); activations are f32 throughout. One LinearKernel is
+// norms and embeddings may also be F16), except GGUF block types and F16 projections, which are
+// converted at load (cpu_ops.h); activations are f32 throughout. One LinearKernel is
 // made per projection at load; gate_proj and up_proj share one kernel when they lie back to
 // back in the file (no copy), which is how Hugging Face's writer orders them.
 #pragma once
@@ -33,8 +34,10 @@ struct ModelOptions {
   FileMemory weights_memory = FileMemory::kMapped;
 };
 
-// Reads dir/config.json, maps the checkpoint, checks every weight's name, shape and dtype
-// (check_weights) and makes the linear kernels. Throws spindle::Error naming the folder.
-std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& dir, const ModelOptions& options = {});
+// A folder: reads dir/config.json, maps the checkpoint, checks every weight's name, shape and dtype
+// (check_weights) and makes the linear kernels. A .gguf file: the config from its metadata, its
+// tensors checked and placed as cpu_ops.h describes (quantized ones repacked). Throws
+// spindle::Error naming the folder or file.
+std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& path, const ModelOptions& options = {});
 
 }  // namespace spindle

@@ -1,5 +1,7 @@
 #include "model/model_config.h"
 
+#include "model/gguf_model_config.h"
+
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -338,6 +340,9 @@ ModelConfig parse_model_config(const json& json_config, std::string_view source_
 }
 
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
+  if (is_gguf_path(model_dir)) return load_gguf_model_config(model_dir);
+  SPINDLE_CHECK(model_dir.extension() != ".gguf", "{}: no such GGUF file (a model is a Hugging Face folder or a "
+                ".gguf file)", model_dir.string());
   const auto path = model_dir / "config.json";
   SPINDLE_CHECK(std::filesystem::is_regular_file(path),
                 "{} not found: a model folder must hold the Hugging Face config.json",

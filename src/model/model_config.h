@@ -81,7 +81,8 @@ struct ModelConfig {
 // Parses and validates one config.json. source_name names the file in every error message, e.g.
 //   "<dir>/config.json: field 'hidden_size' must be a positive integer, got \"abc\"".
 ModelConfig parse_model_config(const nlohmann::json& json, std::string_view source_name);
-// Reads model_dir/config.json; errors name that path.
+// Reads model_dir/config.json; errors name that path. A .gguf file (is_gguf_path) instead: the
+// config from its metadata (load_gguf_model_config).
 ModelConfig load_model_config(const std::filesystem::path& model_dir);
 
 // Bytes of K and V for one token over all layers on one tensor-parallel rank (DESIGN.md §3):

@@ -2,27 +2,29 @@
 
 #include <algorithm>
 
+#include "model/gguf_model_config.h"
+#include "model/gguf_weights.h"
 #include "model/weight_map.h"
 
 namespace spindle {
 
-ModelFiles open_model_files(const std::filesystem::path& dir, FileMemory memory) {
+ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory) {
   ModelFiles files;
-  files.config = load_model_config(dir);
-  files.checkpoint = std::make_unique<Checkpoint>(dir, memory);
-  check_weights(files.config, *files.checkpoint);
+  if (is_gguf_path(path)) {
+    auto gguf = std::make_unique<GgufWeights>(path, memory);
+    files.config = gguf->config();
+    files.weights = std::move(gguf);
+    return files;
+  }
+  files.config = load_model_config(path);
+  auto checkpoint = std::make_unique<Checkpoint>(path, memory);
+  check_weights(files.config, *checkpoint);
+  files.weights = std::make_unique<CheckpointWeights>(std::move(checkpoint));
   return files;
 }
 
-bool lm_head_is_tied(const ModelConfig& config, const Checkpoint& checkpoint) {
-  return config.tie_word_embeddings || checkpoint.find("lm_head.weight") == nullptr;
-}
-
-std::vector<float> tensor_to_f32(const TensorView& view) {
-  std::vector<float> out(view.info->num_elements());
-  kernels::cpu::embedding_gather({view.bytes.data(), view.info->dtype}, 1, static_cast<int64_t>(out.size()),
-                                 std::vector<int32_t>{0}, out.data());
-  return out;
+bool lm_head_is_tied(const ModelConfig& config, const WeightSource& weights) {
+  return config.tie_word_embeddings || !weights.contains("lm_head.weight");
 }
 
 kernels::cpu::RopeParams rope_params(const ModelConfig& c) {

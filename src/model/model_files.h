@@ -1,5 +1,5 @@
-// What load_cpu_model and load_cuda_model share when they load a model folder, so both accept and reject
-// exactly the same folders with the same messages.
+// What load_cpu_model and load_cuda_model share when they load a model (a Hugging Face folder or a
+// GGUF file), so both accept and reject exactly the same models with the same messages.
 #pragma once
 
 #include <cstdint>
@@ -10,24 +10,24 @@
 #include "kernels/cpu/ops.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
+#include "model/weight_view.h"
 
 namespace spindle {
 
 struct ModelFiles {
   ModelConfig config;
-  std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<WeightSource> weights;  // CheckpointWeights or GgufWeights (model/gguf_weights.h)
 };
 
-// Reads dir/config.json, maps (or, with FileMemory::kHugePageCopy, reads) the checkpoint and checks
-// every weight's name, shape and dtype (check_weights). Throws spindle::Error naming the folder.
-ModelFiles open_model_files(const std::filesystem::path& dir, FileMemory memory = FileMemory::kMapped);
+// A folder: reads dir/config.json, maps (or, with FileMemory::kHugePageCopy, reads) the checkpoint
+// and checks every weight's name, shape and dtype (check_weights). A .gguf file (is_gguf_path):
+// the config from its metadata and its tensors checked (GgufWeights). Throws spindle::Error naming
+// the folder or file.
+ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory = FileMemory::kMapped);
 
 // True when the LM head reads model.embed_tokens.weight: tie_word_embeddings, or a checkpoint
 // without lm_head.weight.
-bool lm_head_is_tied(const ModelConfig& config, const Checkpoint& checkpoint);
-
-// A tensor (F32, BF16 or F16) widened to f32, e.g. a bias.
-std::vector<float> tensor_to_f32(const TensorView& view);
+bool lm_head_is_tied(const ModelConfig& config, const WeightSource& weights);
 
 // The RoPE parameters of the config (head_dim, theta, default / linear / llama3 scaling).
 kernels::cpu::RopeParams rope_params(const ModelConfig& config);

@@ -1,5 +1,6 @@
 #include "model/model_loader.h"
 
+#include "model/gguf_model_config.h"
 #include "util/error.h"
 
 #ifdef SPINDLE_WITH_CUDA
@@ -10,6 +11,9 @@ namespace spindle {
 
 std::unique_ptr<Transformer> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   if (options.device == attn::Device::kCpu) return load_cpu_model(dir, options.cpu);
+  // (The GPU path of GGUF block types is the FP8 issue's.)
+  SPINDLE_CHECK(!is_gguf_path(dir), "{}: GGUF files are served on the CPU only; run without --device cuda (or "
+                "serve the Hugging Face folder of this model on the GPU)", dir.string());
 #ifdef SPINDLE_WITH_CUDA
   CudaModelOptions cuda;
   cuda.device = options.cuda_device;

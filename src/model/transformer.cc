@@ -6,16 +6,16 @@
 #include <string>
 
 #include "model/model_files.h"
-#include "model/safetensors.h"
+#include "model/weight_view.h"
 #include "model/weight_map.h"
 #include "util/error.h"
 
 namespace spindle {
 
-Transformer::Transformer(ModelConfig config, std::unique_ptr<DeviceOps> ops, const Checkpoint& checkpoint)
+Transformer::Transformer(ModelConfig config, std::unique_ptr<DeviceOps> ops, WeightSource& weights)
     : config_(std::move(config)), ops_(std::move(ops)) {
   SPINDLE_CHECK(ops_ != nullptr, "Transformer: no device ops");
-  place_weights(checkpoint);
+  place_weights(weights);
   ops_->finish_loading();
   num_logit_ids_ = config_.vocab_size;
 }
@@ -37,11 +37,11 @@ void Transformer::limit_logit_ids(int num_ids) {
 Transformer::~Transformer() = default;
 
 // The one walk over the weight names (the table itself: weight_map.h).
-void Transformer::place_weights(const Checkpoint& checkpoint) {
+void Transformer::place_weights(WeightSource& weights) {
   const ModelConfig& c = config_;
   auto views = [&](std::initializer_list<std::string> names) {
-    std::vector<TensorView> parts;
-    for (const auto& name : names) parts.push_back(checkpoint.tensor(name));
+    std::vector<WeightView> parts;
+    for (const auto& name : names) parts.push_back(weights.weight(name));
     return parts;
   };
   auto vector = [&](const std::string& name) { return ops_->place(views({name}), WeightUse::kVector); };
@@ -58,7 +58,7 @@ void Transformer::place_weights(const Checkpoint& checkpoint) {
     const auto qkv_biases = c.attention_bias
                                 ? views({name("self_attn.q_proj.bias"), name("self_attn.k_proj.bias"),
                                          name("self_attn.v_proj.bias")})
-                                : std::vector<TensorView>{};
+                                : std::vector<WeightView>{};
     l.qkv = ops_->place_group(LinearGroupKind::kQkv,
                               views({name("self_attn.q_proj.weight"), name("self_attn.k_proj.weight"),
                                      name("self_attn.v_proj.weight")}),
@@ -72,7 +72,7 @@ void Transformer::place_weights(const Checkpoint& checkpoint) {
                                   views({name("mlp.gate_proj.weight"), name("mlp.up_proj.weight")}), {});
     l.down = linear(name("mlp.down_proj.weight"));
   }
-  lm_head_ = linear(lm_head_is_tied(c, checkpoint) ? "model.embed_tokens.weight" : "lm_head.weight");
+  lm_head_ = linear(lm_head_is_tied(c, weights) ? "model.embed_tokens.weight" : "lm_head.weight");
 }
 
 int Transformer::num_fused_gate_up() const {

@@ -31,13 +31,13 @@
 
 namespace spindle {
 
-class Checkpoint;
+class WeightSource;
 
 class Transformer {
  public:
-  // Places every weight of `checkpoint` (already checked against config) with `ops`, then
-  // ops->finish_loading(). The checkpoint may be unmapped afterwards where the device copied.
-  Transformer(ModelConfig config, std::unique_ptr<DeviceOps> ops, const Checkpoint& checkpoint);
+  // Places every weight of `weights` (already checked against config) with `ops`, then
+  // ops->finish_loading(). The source may be dropped afterwards where the device copied.
+  Transformer(ModelConfig config, std::unique_ptr<DeviceOps> ops, WeightSource& weights);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
@@ -123,7 +123,7 @@ class Transformer {
     WeightId down = kNoWeight;  // [H, I]
   };
 
-  void place_weights(const Checkpoint& checkpoint);
+  void place_weights(WeightSource& weights);
   void queue_forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits);
   void run_layer(int index, int64_t num_tokens, attn::AttentionBackend& attention);
 

@@ -284,6 +284,7 @@ void Tokenizer::load_gguf(const gguf::Metadata& metadata) {
     suffix_ids_.push_back(*eos_id_);
   }
   chat_template_ = std::string(metadata.find_string("tokenizer.chat_template").value_or(""));
+  if (!chat_template_.empty()) chat_template_source_ = fmt::format("{}: tokenizer.chat_template", source);
 }
 
 void Tokenizer::set_gguf_token_types(const gguf::Metadata& metadata) {

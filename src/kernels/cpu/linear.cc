@@ -228,6 +228,8 @@ class AutoLinear final : public LinearKernel {
 };
 
 void check_weight(const LinearWeight& w) {
+  SPINDLE_CHECK(!w.quantized(), "linear: a {} weight runs on the quantized kernels (make_linear_kernel or "
+                "make_quant_linear_kernel), not a named plain one", quant_type_name(w.quant->type));
   SPINDLE_CHECK(w.dtype == DType::kF32 || w.dtype == DType::kBF16,
                 "linear: weight dtype {} is not supported (F32 or BF16)", dtype_name(w.dtype));
   SPINDLE_CHECK(w.out_features > 0 && w.in_features > 0, "linear: weight shape [{}, {}] must be positive",
@@ -320,7 +322,11 @@ std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, co
   return make_linear_kernel(weight, options);  // "auto"
 }
 
+// quant_linear_kernel.cc
+std::unique_ptr<LinearKernel> make_default_quant_linear_kernel(const LinearWeight& weight);
+
 std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options) {
+  if (weight.quantized()) return make_default_quant_linear_kernel(weight);
   check_weight(weight);
   const bool bf16 = options.allow_bf16_activations && onednn_linear_unsupported_reason(weight, true).empty();
   // More than kLinearDirectMaxRows rows with bf16 activations: amx_bf16 where AMX is usable (x

@@ -41,10 +41,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/quant_linear.h"
 #include "util/dtype.h"
 
 namespace spindle {
@@ -53,11 +55,21 @@ class ThreadPool;
 
 namespace spindle::kernels::cpu {
 
+// A linear weight W [out_features, in_features]: plain (F32 / BF16 rows read in place at `data`)
+// or quantized (a ggml block type repacked by repack_quant_weight: `quant` set, `data` null,
+// dtype unused, out_features / in_features equal quant->n / quant->k). Either way the caller owns
+// the bytes, which outlive every kernel made of this descriptor.
 struct LinearWeight {
-  const void* data = nullptr;  // [out_features, in_features] of dtype (kF32 or kBF16)
+  const void* data = nullptr;  // plain: [out_features, in_features] of dtype (kF32 or kBF16)
   DType dtype = DType::kBF16;
   int64_t out_features = 0;
   int64_t in_features = 0;
+  const PackedQuantWeight* quant = nullptr;  // quantized: the repacked weight (quant->type is its QuantType)
+
+  bool quantized() const { return quant != nullptr; }
+  static LinearWeight from_quant(const PackedQuantWeight& packed) {
+    return LinearWeight{nullptr, DType::kF32, packed.n, packed.k, &packed};
+  }
 };
 
 struct LinearOptions {
@@ -126,11 +138,24 @@ class LinearKernel {
   virtual const char* name() const = 0;
 };
 
-// The fastest correct implementation for this machine and weight (checked with CpuInfo).
-// Throws spindle::Error for a weight that is not kF32/kBF16 or has non-positive sizes / null data.
+// The fastest correct implementation for this machine and weight (checked with CpuInfo); a
+// quantized weight gets make_quant_linear_kernel's default. Throws spindle::Error for a plain
+// weight that is not kF32/kBF16, or non-positive sizes / null data.
 std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options = {});
 // Plain loops with double accumulation: the ground truth for tests.
 std::unique_ptr<LinearKernel> make_reference_linear_kernel(const LinearWeight& weight);
+
+// Quantized weights (weight.quantized()): y = quantized x . W^T (+ bias) through
+// quant_linear_forward on `isa`, which must be supported on this CPU (throws naming the reasons
+// otherwise). Its name is "q8_0/avx512_vnni" and so on.
+std::unique_ptr<LinearKernel> make_quant_linear_kernel(const LinearWeight& weight, QuantKernelIsa isa);
+// The ISA "auto" runs quantized weights on for decode rows: the best supported of avx512_vnni >
+// avx_vnni > avx2 (nullopt when none is: no AVX2). Until the linear-kernel registry measures it.
+std::optional<QuantKernelIsa> default_quant_decode_isa();
+// From this many rows "auto" runs quantized weights on amx_int8 where it is supported (it computes
+// the same integers and the same f32 epilogue as avx512_vnni, so a row's outputs do not depend on
+// the choice). A placeholder the linear-kernel registry replaces by a measured crossover.
+inline constexpr int64_t kQuantAmxMinRows = 16;
 
 // Every implementation name, in the order above ("reference", ..., "auto").
 std::vector<std::string> linear_kernel_names();

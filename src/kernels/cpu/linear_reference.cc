@@ -1,6 +1,7 @@
 #include <vector>
 
 #include "kernels/cpu/linear.h"
+#include "util/error.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
 
@@ -39,6 +40,8 @@ class ReferenceLinear final : public LinearKernel {
 }  // namespace
 
 std::unique_ptr<LinearKernel> make_reference_linear_kernel(const LinearWeight& weight) {
+  SPINDLE_CHECK(!weight.quantized(), "linear reference: a {} weight runs on the quantized kernels only",
+                quant_type_name(weight.quant->type));
   return std::make_unique<ReferenceLinear>(weight);
 }
 

@@ -1,0 +1,180 @@
+// A float64 forward of the decoder-only transformer (Llama / Mistral / Qwen2 / Qwen3), written for
+// tests from the model definition (Hugging Face's modeling_llama / modeling_qwen3), over weights
+// given as float64 in the Hugging Face layout (golden_gguf.h's Float64Weights):
+//   x = embed[ids]
+//   per layer: h = RMSNorm(x) * w_in;  q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
+//              Qwen3: q, k = RMSNorm per head over head_dim (q_norm, k_norm)
+//              q, k = RoPE half-split: pairs (i, i + D/2), angle p * theta^(-2i/D)
+//              a = softmax(q k^T / sqrt(D), causal) v, query head h reading kv head h / (H / KV)
+//              x = x + a Wo^T;  h = RMSNorm(x) * w_post;  x = x + (silu(h Wg^T) * (h Wu^T)) Wd^T
+//   logits = RMSNorm(x) * w_norm . W_head^T  (W_head = embed when lm_head.weight is absent)
+// RMSNorm(v) = v / sqrt(mean(v^2) + eps); with w["rope_freqs"] (Llama-3 scaling) frequency i's
+// angle is divided by rope_freqs[i]. Returns the logits of the last position.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace spindle::testing {
+
+struct ReferenceShape {
+  int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
+  double eps = 1e-6, theta = 10000.0;
+  bool qk_norm = false;
+  // Every product's input rounded as the int8 kernels round it (kernels/cpu/quant_linear.h): per
+  // block of 32, dx = max|x_b| / 127, x -> dx * nearest-even(x / dx).
+  bool quantize_activations = false;
+};
+
+namespace reference_forward_detail {
+
+using Vec = std::vector<double>;
+
+inline Vec rms_norm(const Vec& x, const Vec& w, double eps, size_t offset = 0, size_t n = 0) {
+  if (n == 0) n = x.size();
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += x[offset + i] * x[offset + i];
+  const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+  Vec out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = x[offset + i] * inv * w[i];
+  return out;
+}
+
+inline Vec quantize_blocks(const Vec& x) {
+  Vec out(x.size());
+  for (size_t b = 0; b < x.size(); b += 32) {
+    double m = 0;
+    for (size_t i = b; i < b + 32 && i < x.size(); ++i) m = std::max(m, std::abs(x[i]));
+    const double dx = static_cast<double>(static_cast<float>(m) / 127.0f);
+    for (size_t i = b; i < b + 32 && i < x.size(); ++i) out[i] = dx == 0 ? 0 : dx * std::nearbyint(x[i] / dx);
+  }
+  return out;
+}
+
+// y = W x (+ b), W [rows, x.size()]; with quantize, x rounded per block first (quantize_blocks).
+inline Vec matvec(const Vec& w, const Vec& x_in, const Vec* bias = nullptr, bool quantize = false) {
+  const Vec x = quantize ? quantize_blocks(x_in) : x_in;
+  const size_t cols = x.size(), rows = w.size() / cols;
+  Vec y(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    double acc = bias ? (*bias)[r] : 0.0;
+    for (size_t c = 0; c < cols; ++c) acc += w[r * cols + c] * x[c];
+    y[r] = acc;
+  }
+  return y;
+}
+
+// factors: empty, or one divisor per frequency (Llama-3 scaling's rope_freqs).
+inline void rope(Vec& v, int64_t num_heads, int64_t d, int64_t pos, double theta, const Vec& factors) {
+  for (int64_t h = 0; h < num_heads; ++h)
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double divisor = factors.empty() ? 1.0 : factors[static_cast<size_t>(i)];
+      const double angle =
+          static_cast<double>(pos) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(d)) / divisor;
+      double& a = v[static_cast<size_t>(h * d + i)];
+      double& b = v[static_cast<size_t>(h * d + i + d / 2)];
+      const double x0 = a, x1 = b;
+      a = x0 * std::cos(angle) - x1 * std::sin(angle);
+      b = x1 * std::cos(angle) + x0 * std::sin(angle);
+    }
+}
+
+}  // namespace reference_forward_detail
+
+namespace reference_forward_detail {
+
+using Weights = std::map<std::string, std::vector<double>>;
+
+inline std::string layer_name(int64_t i, const std::string& suffix) {
+  return "model.layers." + std::to_string(i) + "." + suffix;
+}
+
+// q, k, v of every position of layer l (q/k normed per head for Qwen3, then rotated).
+inline void qkv(const ReferenceShape& s, const Weights& w, int64_t l, const std::vector<Vec>& x, std::vector<Vec>& q,
+                std::vector<Vec>& k, std::vector<Vec>& v) {
+  const bool qa = s.quantize_activations;
+  const size_t d = static_cast<size_t>(s.head_dim);
+  const Vec factors = w.contains("rope_freqs") ? w.at("rope_freqs") : Vec{};
+  auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
+  auto bias = [&](const std::string& suffix) { return w.contains(layer_name(l, suffix)) ? &at(suffix) : nullptr; };
+  auto norm_heads = [&](Vec& t, int64_t num_heads, const Vec& weight) {
+    for (int64_t hh = 0; hh < num_heads; ++hh) {
+      const Vec n = rms_norm(t, weight, s.eps, hh * d, d);
+      std::copy(n.begin(), n.end(), t.begin() + static_cast<int64_t>(hh * d));
+    }
+  };
+  for (size_t t = 0; t < x.size(); ++t) {
+    const Vec h = rms_norm(x[t], at("input_layernorm.weight"), s.eps);
+    q[t] = matvec(at("self_attn.q_proj.weight"), h, bias("self_attn.q_proj.bias"), qa);
+    k[t] = matvec(at("self_attn.k_proj.weight"), h, bias("self_attn.k_proj.bias"), qa);
+    v[t] = matvec(at("self_attn.v_proj.weight"), h, bias("self_attn.v_proj.bias"), qa);
+    if (s.qk_norm) {
+      norm_heads(q[t], s.heads, at("self_attn.q_norm.weight"));
+      norm_heads(k[t], s.kv_heads, at("self_attn.k_norm.weight"));
+    }
+    rope(q[t], s.heads, s.head_dim, static_cast<int64_t>(t), s.theta, factors);
+    rope(k[t], s.kv_heads, s.head_dim, static_cast<int64_t>(t), s.theta, factors);
+  }
+}
+
+// Causal GQA attention of position t: [heads * D].
+inline Vec attend(const ReferenceShape& s, size_t t, const std::vector<Vec>& q, const std::vector<Vec>& k,
+                  const std::vector<Vec>& v) {
+  const size_t d = static_cast<size_t>(s.head_dim);
+  Vec a(static_cast<size_t>(s.heads) * d, 0.0);
+  for (int64_t hh = 0; hh < s.heads; ++hh) {
+    const size_t kvh = static_cast<size_t>(hh / (s.heads / s.kv_heads));
+    std::vector<double> score(t + 1);
+    double mx = -INFINITY;
+    for (size_t u = 0; u <= t; ++u) {
+      double dot = 0;
+      for (size_t i = 0; i < d; ++i) dot += q[t][hh * d + i] * k[u][kvh * d + i];
+      score[u] = dot / std::sqrt(static_cast<double>(d));
+      mx = std::max(mx, score[u]);
+    }
+    double sum = 0;
+    for (double& e : score) sum += (e = std::exp(e - mx));
+    for (size_t u = 0; u <= t; ++u)
+      for (size_t i = 0; i < d; ++i) a[hh * d + i] += score[u] / sum * v[u][kvh * d + i];
+  }
+  return a;
+}
+
+// x += attention output projection; x += MLP.
+inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l, const Vec& a, Vec& x) {
+  const bool qa = s.quantize_activations;
+  auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
+  const Vec o = matvec(at("self_attn.o_proj.weight"), a, nullptr, qa);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
+  const Vec h = rms_norm(x, at("post_attention_layernorm.weight"), s.eps);
+  const Vec g = matvec(at("mlp.gate_proj.weight"), h, nullptr, qa);
+  const Vec up = matvec(at("mlp.up_proj.weight"), h, nullptr, qa);
+  Vec act(g.size());
+  for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
+  const Vec down = matvec(at("mlp.down_proj.weight"), act, nullptr, qa);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
+}
+
+}  // namespace reference_forward_detail
+
+inline std::vector<double> reference_last_logits(const ReferenceShape& s, const std::map<std::string, std::vector<double>>& w,
+                                                 const std::vector<int32_t>& ids) {
+  namespace r = reference_forward_detail;
+  const size_t n = ids.size(), hd = static_cast<size_t>(s.hidden);
+  const r::Vec& table = w.at("model.embed_tokens.weight");
+  std::vector<r::Vec> x(n);
+  for (size_t t = 0; t < n; ++t) x[t].assign(table.begin() + ids[t] * hd, table.begin() + (ids[t] + 1) * hd);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    std::vector<r::Vec> q(n), k(n), v(n);
+    r::qkv(s, w, l, x, q, k, v);
+    for (size_t t = 0; t < n; ++t) r::residual_blocks(s, w, l, r::attend(s, t, q, k, v), x[t]);
+  }
+  const r::Vec h = r::rms_norm(x.back(), w.at("model.norm.weight"), s.eps);
+  const r::Vec& head = w.contains("lm_head.weight") ? w.at("lm_head.weight") : table;
+  return r::matvec(head, h, nullptr, s.quantize_activations);
+}
+
+}  // namespace spindle::testing
