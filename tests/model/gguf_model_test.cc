@@ -98,6 +98,29 @@ TEST(GgufNegativeControl, UnpermutedQkRowsMissHuggingFace) {
   }
 }
 
+// --weights-memory huge-pages: a file of plain tensors is copied into huge pages and computes what
+// HF computes; a file with block types is mapped instead (its repacked weights are the copies the
+// kernels read) and computes what the mapped file computes, bit for bit.
+TEST(GgufHugePages, PlainFileCopiedAndQuantizedFileMappedBothCompute) {
+  testing::TempDir dir;
+  const auto f32 = dir.path() / "f32.gguf", q8 = dir.path() / "q8.gguf";
+  testing::write_golden_gguf("qwen3-qknorm-f32", f32);
+  testing::write_golden_gguf("qwen3-qknorm-f32", q8, {.type = gguf::GgmlType::kQ4_0});
+  ModelOptions huge;
+  huge.weights_memory = FileMemory::kHugePageCopy;
+  const auto golden = testing::read_golden("qwen3-qknorm-f32");
+  std::vector<std::unique_ptr<attn::AttentionBackend>> backends;
+  auto with = [&](const std::filesystem::path& path, const ModelOptions& options) {
+    auto model = std::make_unique<testing::ModelStepper>(load_cpu_model(path, options));
+    const attn::AttentionShape shape = model->attention_shape(DType::kF32, kPageSize);
+    backends.push_back(attn::create_attention_backend("reference", shape, {}));
+    model->set_attention_backends(backends.back().get(), backends.back().get());
+    return testing::prefill_alone(*model, golden[1], DType::kF32);
+  };
+  EXPECT_LE(testing::relative_error(with(f32, huge), golden[1].last_logits), kF32Tolerance);
+  EXPECT_EQ(with(q8, huge), with(q8, {}));
+}
+
 // Repacked bytes of a [n, k] weight (quant_linear.h's layout): ceil(n / 16) groups of k / block
 // units of the type's bytes per 16 rows.
 uint64_t repacked_bytes(gguf::GgmlType type, int64_t n, int64_t k) {
