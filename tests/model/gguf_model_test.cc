@@ -28,6 +28,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,49 @@ TEST(GgufHugePages, PlainFileCopiedAndQuantizedFileMappedBothCompute) {
   };
   EXPECT_LE(testing::relative_error(with(f32, huge), golden[1].last_logits), kF32Tolerance);
   EXPECT_EQ(with(q8, huge), with(q8, {}));
+}
+
+// An embedding table in a type with no linear kernel (Q5_0, Q4_1: the embedding lookup dequantizes
+// rows, gguf::dequantize_row) and F32 projections: the logits match a float64 forward over the
+// reference-decoded table at kF32Tolerance (nothing is rounded but in f32). The table's blocks are
+// random: fp16 scales of magnitude in [2^-8, 2^-7), random signs, quants and high bits.
+TEST(GgufEmbeddingTable, BlockTypesWithoutLinearKernelsAreLookedUp) {
+  for (const gguf::GgmlType type : {gguf::GgmlType::kQ5_0, gguf::GgmlType::kQ4_1}) {
+    testing::TempDir dir;
+    const auto path = dir.path() / "model.gguf";
+    std::vector<uint8_t> table;
+    std::mt19937 rng(11);
+    testing::Float64Weights weights = testing::write_golden_gguf("llama-gqa-f32", path, {.edit = [&](auto& t) {
+      if (t.name != "token_embd.weight") return true;
+      const size_t bb = gguf::ggml_block_bytes(type), blocks = t.ne[0] * t.ne[1] / gguf::ggml_block_elements(type);
+      t.type = static_cast<uint32_t>(type);
+      t.data.resize(blocks * bb);
+      for (auto& byte : t.data) byte = static_cast<uint8_t>(rng());
+      for (size_t b = 0; b < blocks; ++b) {  // d (and Q4_1's m): fp16 exponent field 7, so |d| in [2^-8, 2^-7)
+        t.data[b * bb + 1] = static_cast<uint8_t>((t.data[b * bb + 1] & 0x83) | 0x1c);
+        if (type == gguf::GgmlType::kQ4_1) t.data[b * bb + 3] = static_cast<uint8_t>((t.data[b * bb + 3] & 0x83) | 0x1c);
+      }
+      table = t.data;
+      return true;
+    }});
+    std::vector<double>& values = weights.at("model.embed_tokens.weight");
+    const size_t be = gguf::ggml_block_elements(type), bb = gguf::ggml_block_bytes(type);
+    for (size_t e = 0; e < values.size(); ++e)
+      values[e] = gguf::reference::element(type, table.data() + e / be * bb, static_cast<int>(e % be));
+    std::vector<std::unique_ptr<attn::AttentionBackend>> backends;
+    auto model = load_with_best_backend(path, backends);
+    const ModelConfig& c = model->config();
+    const testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+                                        c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
+                                        c.qk_norm};
+    for (const auto& prompt : testing::read_golden("llama-gqa-f32")) {
+      const std::vector<double> ref = testing::reference_last_logits(shape, weights, prompt.ids);
+      EXPECT_LE(testing::relative_error(testing::prefill_alone(*model, prompt, DType::kF32),
+                                        std::vector<float>(ref.begin(), ref.end())),
+                kF32Tolerance)
+          << gguf::ggml_type_name(type) << ": " << prompt.text;
+    }
+  }
 }
 
 // Repacked bytes of a [n, k] weight (quant_linear.h's layout): ceil(n / 16) groups of k / block
