@@ -27,7 +27,8 @@ Engine::Engine(Runner& runner, const tokenizer::Tokenizer& tokenizer, const toke
       allocator_(pool.allocator(options_.dp_rank)),
       prefix_cache_(allocator_, options_.enable_prefix_cache),
       scheduler_(allocator_, prefix_cache_, options_.scheduler),
-      output_(tokenizer, runner.model().config().eos_token_ids, options_.scheduler.max_model_len, metrics),
+      output_(tokenizer, runner.model().config().eos_token_ids, options_.scheduler.max_model_len, metrics,
+              runner.model().config().vocab_size),
       speculator_({.proposer = options_.proposer,
                    .num_draft_tokens = options_.num_draft_tokens,
                    .speculate_always = options_.speculate_always,
@@ -70,6 +71,11 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_choices(std::vector<T
                                                                    std::vector<SamplingParams> params) {
   SPINDLE_CHECK(!params.empty(), "submit_choices needs at least one choice");
   const int n = static_cast<int>(params.size());
+  for (SamplingParams& p : params) {
+    if (!p.grammar) continue;
+    p.speculative = false;       // constrained requests do not speculate (engine.h)
+    output_.grammar_tokenizer();  // built here, on the caller's thread, the first time
+  }
   std::vector<std::shared_ptr<RequestStream>> streams;
   {
     std::lock_guard lock(mutex_);

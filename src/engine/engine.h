@@ -14,6 +14,13 @@
 //   - speculative::Speculator (speculative/speculator.h): proposals, acceptance, the cost model;
 //   - OutputProcessor (output_processor.h): each request's RequestOutputState: detokenizing, stop
 //     policies (finishing is decided there alone), logprobs, stream transformers, the stream.
+//
+// Structured output (SamplingParams::grammar, compiled by the caller): the request's matcher is a
+// fork of its grammar's root matcher on the engine thread (grammar_state.h); each step its mask
+// is applied to its logits before anything else of sampling (host: engine::Sampler; device: the
+// sampling rows); the token drawn advances the matcher; the grammar ends it (GrammarStopPolicy).
+// Constrained requests do not speculate (submit sets SamplingParams::speculative false: drafts
+// are not checked against the matcher), and while one runs steps do not overlap (step_executor.h).
 #pragma once
 
 #include <algorithm>

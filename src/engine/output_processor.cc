@@ -11,29 +11,50 @@ RequestOutputState::RequestOutputState(SamplingParams params, uint64_t seed, std
       detokenizer(tokenizer, /*skip_special_tokens=*/true) {}
 
 OutputProcessor::OutputProcessor(const tokenizer::Tokenizer& tokenizer, std::vector<TokenId> model_eos_ids,
-                                 int max_model_len, Metrics& metrics)
-    : tokenizer_(tokenizer), model_eos_ids_(std::move(model_eos_ids)), max_model_len_(max_model_len), metrics_(metrics) {}
+                                 int max_model_len, Metrics& metrics, int vocab_size)
+    : tokenizer_(tokenizer),
+      model_eos_ids_(std::move(model_eos_ids)),
+      max_model_len_(max_model_len),
+      metrics_(metrics),
+      grammar_tokenizer_(tokenizer, model_eos_ids_, vocab_size > 0 ? vocab_size : tokenizer.vocab_size()) {}
 
 std::unique_ptr<RequestOutputState> OutputProcessor::make_state(SamplingParams params, uint64_t seed,
                                                                 std::shared_ptr<RequestStream> stream) const {
   auto state = std::make_unique<RequestOutputState>(std::move(params), seed, std::move(stream), tokenizer_);
   const SamplingParams& p = state->sampler.params();
   auto& policies = state->stop_policies;
-  policies.reserve(3);
+  policies.reserve(4);
   std::vector<TokenId> ids = stop_token_ids(tokenizer_.eos_ids(), model_eos_ids_, p.ignore_eos, p.stop_token_ids);
   if (!ids.empty()) policies.push_back(std::make_unique<StopTokenPolicy>(std::move(ids)));
   if (!p.stop.empty()) policies.push_back(std::make_unique<StopStringPolicy>(p.stop));
+  if (p.grammar) {
+    // Before the length: a document completed by the last token allowed is "stop", not "length".
+    state->grammar_tokenizer = grammar_tokenizer_.get();
+    policies.push_back(std::make_unique<GrammarStopPolicy>(state->grammar));
+  }
   policies.push_back(std::make_unique<LengthPolicy>(p.max_tokens, max_model_len_));
   return state;
 }
 
 void OutputProcessor::add(uint64_t request_id, std::unique_ptr<RequestOutputState> state) {
+  const SamplingParams& p = state->sampler.params();
+  if (p.grammar && !state->grammar) {
+    state->grammar = std::make_unique<GrammarState>(grammar_matchers_.start(p.grammar, state->grammar_tokenizer));
+  }
   states_[request_id] = std::move(state);
 }
 
 void OutputProcessor::accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled) {
   if (sampled.non_finite) {
     fail_non_finite(r, o);
+    return;
+  }
+  if (o.grammar && !o.grammar->matcher.accept_token(sampled.token)) {
+    fail(r, o,
+         fmt::format("the grammar of this request allows no token of the model's vocabulary after {} output tokens "
+                     "(token {} was drawn)",
+                     r.output.size(), sampled.token),
+         /*failed=*/false);
     return;
   }
   const auto now = Clock::now();
@@ -117,15 +138,20 @@ void OutputProcessor::accept_verified(Request& r, RequestOutputState& o, std::sp
 }
 
 void OutputProcessor::fail_non_finite(Request& r, RequestOutputState& o) {
-  RequestOutput out;  // NaN or Inf logits: no token; this request ends with an error
+  // NaN or Inf logits: no token; its KV may hold non-finite values, the prefix cache must not keep them.
+  metrics_.update([](MetricsSnapshot& s) { ++s.non_finite_logits_total; });
+  fail(r, o, "the model produced non-finite logits (NaN or Inf)", /*failed=*/true);
+}
+
+void OutputProcessor::fail(Request& r, RequestOutputState& o, std::string message, bool failed) {
+  RequestOutput out;
   out.finished = true;
   out.finish_reason = FinishReason::kError;
-  out.error = "the model produced non-finite logits (NaN or Inf)";
+  out.error = std::move(message);
   out.num_prompt_tokens = static_cast<int>(r.prompt.size());
   out.num_output_tokens = static_cast<int>(r.output.size());
   r.finished = true;
-  r.failed = true;  // its KV may hold non-finite values: the prefix cache must not keep them
-  metrics_.update([](MetricsSnapshot& s) { ++s.non_finite_logits_total; });
+  r.failed = failed;
   push(o, out);
 }
 

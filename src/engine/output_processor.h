@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/grammar_state.h"
 #include "engine/metrics.h"
 #include "engine/request.h"
 #include "engine/request_stream.h"
@@ -39,28 +40,41 @@ struct RequestOutputState {
   // Every event passes through these, in order, before the stream (stream_transformer.h).
   std::vector<std::unique_ptr<StreamTransformer>> transformers;
   std::optional<Clock::time_point> last_token_time;
+  // Structured output (SamplingParams::grammar): the tokenizer's grammar view (set by make_state)
+  // and the request's matcher, made on the engine thread by OutputProcessor::add (a fork of the
+  // grammar's root there). Null when unconstrained.
+  std::shared_ptr<const grammar::TokenizerInfo> grammar_tokenizer;
+  std::unique_ptr<GrammarState> grammar;
 };
 
 class OutputProcessor {
  public:
   // model_eos_ids: the model's own end-of-sequence ids (config.json's eos_token_id, or the GGUF's);
   // the tokenizer's eos_ids() (tokenizer_config.json's eos_token, generation_config.json's
-  // eos_token_id) join them. Borrows the tokenizer and the metrics.
+  // eos_token_id) join them. Borrows the tokenizer and the metrics. vocab_size: the width of a
+  // logit row (the grammar masks' width; 0: the tokenizer's vocabulary).
   OutputProcessor(const tokenizer::Tokenizer& tokenizer, std::vector<TokenId> model_eos_ids, int max_model_len,
-                  Metrics& metrics);
+                  Metrics& metrics, int vocab_size = 0);
 
   // Any thread. A request's state with its stop policies: its stop token ids (end-of-sequence
-  // ids unless ignore_eos, and its stop_token_ids), its stop strings (when it has any), its length.
+  // ids unless ignore_eos, and its stop_token_ids), its stop strings (when it has any), its
+  // grammar (GrammarStopPolicy, when constrained: the first make_state of a constrained request
+  // builds the tokenizer's grammar view, ~1 s for 128k tokens), its length.
   std::unique_ptr<RequestOutputState> make_state(SamplingParams params, uint64_t seed,
                                                  std::shared_ptr<RequestStream> stream) const;
 
+  // Engine thread: takes the state in (a constrained request's matcher is made here).
   void add(uint64_t request_id, std::unique_ptr<RequestOutputState> state);
+  // Any thread: the tokenizer's grammar view, built on first use (GrammarTokenizer).
+  std::shared_ptr<const grammar::TokenizerInfo> grammar_tokenizer() const { return grammar_tokenizer_.get(); }
   RequestOutputState& at(uint64_t request_id) { return *states_.at(request_id); }
   const RequestOutputState& at(uint64_t request_id) const { return *states_.at(request_id); }
   void erase(uint64_t request_id) { states_.erase(request_id); }
 
   // A drawn token of r (non_finite: the request ends with an error instead): appended to
-  // r.output, one event pushed; r.finished set when it ends the request.
+  // r.output, one event pushed; r.finished set when it ends the request. A constrained request's
+  // matcher advances by it first; a token its grammar refuses (possible only where the grammar
+  // allowed no token of the vocabulary at all) ends the request with an error.
   void accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled);
   // A verify's tokens (the accepted drafts first, then one more), until one ends the request.
   void accept_verified(Request& r, RequestOutputState& o, std::span<const SampledToken> tokens, int num_accepted_drafts);
@@ -83,6 +97,8 @@ class OutputProcessor {
   // Through the request's transformers to its stream.
   static void push(RequestOutputState& o, RequestOutput& out);
   void fail_non_finite(Request& r, RequestOutputState& o);
+  // Ends r with an error event (no token emitted); r.failed when its KV is not to be cached.
+  void fail(Request& r, RequestOutputState& o, std::string message, bool failed);
   void count_finished(const Request& r, Clock::time_point now);
 
   const tokenizer::Tokenizer& tokenizer_;
@@ -90,6 +106,8 @@ class OutputProcessor {
   int max_model_len_;
   Metrics& metrics_;
   std::unordered_map<uint64_t, std::unique_ptr<RequestOutputState>> states_;  // by Request::id
+  GrammarTokenizer grammar_tokenizer_;
+  GrammarMatchers grammar_matchers_;  // engine thread
   uint64_t num_accepted_tokens_ = 0;
 };
 

@@ -168,7 +168,32 @@ void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledTo
   k = std::min<int>(k, static_cast<int>(ids.size()));
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
                     [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-  for (int i = 0; i < k; ++i) out.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - log_z)});
+  for (int i = 0; i < k; ++i) {
+    if (std::isinf(logits[ids[i]])) break;  // refused by a grammar mask (the row is finite otherwise)
+    out.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - log_z)});
+  }
+}
+
+int apply_grammar_mask(std::span<float> logits, std::span<const uint32_t> mask) {
+  const size_t n = logits.size();
+  SPINDLE_CHECK(mask.size() * 32 >= n, "grammar mask of {} words for a row of {} logits", mask.size(), n);
+  int allowed = 0;
+  for (size_t w = 0; w * 32 < n; ++w) {
+    const uint32_t bits = mask[w];
+    const size_t end = std::min(n, w * 32 + 32);
+    if (bits == 0xffffffffu && end == w * 32 + 32) {
+      allowed += 32;
+      continue;
+    }
+    for (size_t i = w * 32; i < end; ++i) {
+      if ((bits >> (i % 32)) & 1u) {
+        ++allowed;
+      } else {
+        logits[i] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+  return allowed;
 }
 
 namespace {
@@ -203,7 +228,7 @@ bool all_finite(std::span<const float> logits) {
 }
 
 SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> prompt,
-                             std::span<const TokenId> output) {
+                             std::span<const TokenId> output, std::span<const uint32_t> mask) {
   if (const SamplerFault fault = sampler_fault(); fault.kind != SamplerFault::Kind::kNone && fault.seed == seed_) {
     SPINDLE_CHECK(fault.kind != SamplerFault::Kind::kThrow, "injected step failure (SPINDLE_SAMPLER_FAULT)");
     std::fill(logits.begin(), logits.end(), std::numeric_limits<float>::quiet_NaN());
@@ -212,6 +237,9 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
     SampledToken bad;
     bad.non_finite = true;
     return bad;
+  }
+  if (!mask.empty()) {
+    SPINDLE_CHECK(apply_grammar_mask(logits, mask) > 0, "the grammar mask allows no token");
   }
   const bool want_logprobs = params_.logprobs || params_.top_logprobs > 0;
   std::vector<float> raw;
@@ -301,6 +329,12 @@ void sample_rows_on_host(std::span<float> logits, int vocab, const SamplingBatch
     if (!all_finite(row)) {
       o.non_finite = true;
       continue;
+    }
+    if (r.mask_offset >= 0) {
+      const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
+      SPINDLE_CHECK(static_cast<size_t>(r.mask_offset) + words <= batch.masks.size(),
+                    "host sampling: row {}'s grammar mask is outside the batch's {} words", i, batch.masks.size());
+      apply_grammar_mask(row, std::span<const uint32_t>(batch.masks).subspan(static_cast<size_t>(r.mask_offset), words));
     }
     const bool want_logprobs = r.want_logprob != 0 || r.top_logprobs > 0;
     if (want_logprobs) raw.assign(row.begin(), row.end());

@@ -1,10 +1,12 @@
 // Turns one row of logits into the next token, per request (DESIGN.md: engine/).
 //
-// Order of operations (as vLLM): repetition, presence and frequency penalties -> logit bias ->
+// Order of operations (as vLLM): the grammar mask (structured output) -> repetition, presence and frequency penalties -> logit bias ->
 // (greedy: argmax) -> temperature -> top-k -> top-p -> min-p -> draw from the renormalised
 // distribution with the request's own generator. Without top-k and top-p nothing is sorted (a
 // full sort of a 128k vocabulary per token was the cost of plain temperature sampling). Log-probabilities are reported from the raw
-// model distribution (log_softmax of the unprocessed logits), as OpenAI and vLLM do.
+// model distribution (log_softmax of the unprocessed logits), as OpenAI and vLLM do; under a
+// grammar mask, of the masked logits (vLLM applies its bitmask to the logits its sampler then
+// reads): a refused token's logprob is -inf and it is never listed among the alternatives.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,10 @@ class Sampler {
   // Test-only fault: switches().sampler_fault (SPINDLE_SAMPLER_FAULT) ="nan:SEED" fills the row with NaN, "throw:SEED"
   // throws spindle::Error (a failed step, as a device error is), for requests of that seed.
   // prompt and output: this request's tokens so far (penalties look at them).
-  SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
+  // mask: the grammar's [ceil(vocab / 32)] words (grammar::Matcher::fill_mask), applied first
+  // (apply_grammar_mask); empty: unconstrained. The mask must allow at least one token.
+  SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output,
+                      std::span<const uint32_t> mask = {});
 
   // Speculative verification (engine/speculative/): the processed distribution this sampler would draw
   // from for `logits` (penalties and bias applied in place, as sample() does), the kept candidates
@@ -81,6 +86,10 @@ class Sampler {
 
 // No NaN and no infinity in the row.
 bool all_finite(std::span<const float> logits);
+
+// logits[i] = -inf for every i whose bit in mask (bit i % 32 of word i / 32) is clear; returns
+// how many tokens the mask allows within the row. mask holds at least ceil(logits.size() / 32) words.
+int apply_grammar_mask(std::span<float> logits, std::span<const uint32_t> mask);
 
 // log_softmax of one row, for the top `k` entries (best first) and for `token`.
 void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledToken& out);

@@ -3,11 +3,16 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "util/token_id.h"
+
+namespace spindle::grammar {
+class CompiledGrammar;
+}
 
 namespace spindle::engine {
 
@@ -28,6 +33,13 @@ struct SamplingParams {
   int top_logprobs = 0;             // alternatives to report per token, [0, 20]
   bool logprobs = false;            // report the chosen token's log-probability
   bool speculative = true;          // may use speculative decoding where the server runs it
+  // Structured output (grammar/): every token is drawn from the tokens this grammar allows next
+  // (the mask applies first: before penalties, bias, temperature, top-k, top-p, min-p, and the
+  // logprobs reported are those of the masked distribution); the request ends ("stop") when the
+  // grammar is complete and nothing but end-of-sequence may follow, or when an allowed EOS is
+  // drawn. Null: unconstrained. Constrained requests never speculate and never run ahead in the
+  // overlap schedule (engine.h).
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
   // A penalty reads the tokens drawn so far (so the next draw needs the last one on the host).

@@ -82,8 +82,12 @@ bool StepExecutor::can_overlap() const {
   // step later (bench/e2e_gpu run -12: TTFT p50 at C=32 180 ms overlapped vs 126 ms one at a time).
   if (scheduler_.num_waiting() > 0) return false;
   for (const Request* r : scheduler_.running_requests()) {
+    const RequestOutputState& o = output_.at(r->id);
     // Its next draw's penalties need the pending token on the host.
-    if (r->num_pending_tokens > 0 && output_.at(r->id).sampler.params().has_penalties()) return false;
+    if (r->num_pending_tokens > 0 && o.sampler.params().has_penalties()) return false;
+    // Its next mask is the grammar's state after its last token: steps run one at a time while a
+    // constrained request runs (its mask is filled when its step is launched, every token known).
+    if (o.grammar) return false;
   }
   return true;
 }
@@ -159,6 +163,7 @@ void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) 
     if (s.num_draft_tokens == 0) {
       add_sampling_row(sampler.params(), sampler.seed(), drawn, r.prompt, r.output, static_cast<size_t>(s.logits_row),
                        sampling_);
+      add_grammar_mask(output_.at(r.id), static_cast<size_t>(s.logits_row));
       continue;
     }
     context_.assign(r.output.begin(), r.output.end());
@@ -168,6 +173,18 @@ void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) 
                        static_cast<size_t>(s.logits_row + i), sampling_);
     }
   }
+}
+
+void StepExecutor::add_grammar_mask(RequestOutputState& o, size_t row) {
+  if (!o.grammar) return;
+  // No draft rows (constrained requests do not speculate) and no pending token (nor run ahead:
+  // can_overlap), so the matcher stands after the request's last token.
+  const std::span<const uint32_t> mask = o.grammar->fill_mask();
+  // A mask allowing nothing is left off: the token drawn is refused by the matcher, which ends
+  // the request with an error (OutputProcessor::accept_token).
+  if (!o.grammar->mask_allows_any()) return;
+  sampling_.rows[row].mask_offset = static_cast<int32_t>(sampling_.masks.size());
+  sampling_.masks.insert(sampling_.masks.end(), mask.begin(), mask.end());
 }
 
 void StepExecutor::collect_in_flight() {
@@ -218,7 +235,12 @@ void StepExecutor::sample_sequence(const ScheduledSequence& s, Request& r, Reque
     sampled = to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row)]);
   } else {
     const std::span<float> row = logits.subspan(static_cast<size_t>(s.logits_row) * vocab_, vocab_);
-    sampled = o.sampler.sample(row, r.prompt, r.output);
+    std::span<const uint32_t> mask;
+    if (o.grammar) {  // the grammar's mask, between the forward and the sampler (see add_grammar_mask)
+      mask = o.grammar->fill_mask();
+      if (!o.grammar->mask_allows_any()) mask = {};
+    }
+    sampled = o.sampler.sample(row, r.prompt, r.output, mask);
   }
   t.sample += timer.lap();
   output_.accept_token(r, o, sampled);

@@ -20,7 +20,13 @@
 // (Request::hold). Steps whose next draw needs the last token on the host (a penalty of a request
 // with a pending token), speculative decoding and host sampling run one step at a time, as without
 // it; so do steps with prefill work, and the step after a request arrives or waits (collecting
-// first admits it one step sooner): only decode steps run ahead.
+// first admits it one step sooner): only decode steps run ahead. So do the steps of a batch holding
+// a constrained request (structured output): its grammar mask is filled from its matcher when its
+// step is built, which needs its last token on the host; its steps equal one-at-a-time ones.
+//
+// Structured output: host logits get the request's grammar mask between the forward and the
+// sampler (engine::Sampler::sample); device sampling gets it in the sampling rows
+// (SamplingBatch::masks), uploaded with them after the forward is queued.
 #pragma once
 
 #include <optional>
@@ -81,6 +87,8 @@ class StepExecutor {
   void launch(LaunchedStep& step, int num_logit_rows, bool overlap, Timer& timer);
   // sampling_'s rows for the plan's logit rows (kernels/sampling_batch.h).
   void fill_sampling_rows(const StepPlan& plan, int num_logit_rows);
+  // A constrained request's grammar mask for sampling_.rows[row] (structured output).
+  void add_grammar_mask(RequestOutputState& o, size_t row);
   void collect_in_flight();  // finish_step of in_flight_, if any
   // Collects `step` (launched; not in_flight_ any more) and emits its tokens.
   void finish_step(LaunchedStep& step);

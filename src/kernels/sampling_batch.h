@@ -3,7 +3,8 @@
 // host logits with engine::Sampler). Plain data, C++17 (CUDA .cu files include it).
 //
 // Per logit row, in the order of the step's logit rows: the processing engine::Sampler applies,
-// in the same order (sampler.h): repetition, presence and frequency penalties -> logit bias ->
+// in the same order (sampler.h): the grammar mask (structured output: a token whose bit is clear
+// gets -inf before anything else looks at the row) -> repetition, presence and frequency penalties -> logit bias ->
 // (greedy: argmax) -> temperature -> top-k -> top-p -> min-p -> a draw. The draw is a function of
 // (seed, counter, token) only: the same request seed and the same number of tokens drawn before
 // give the same token whatever else is in the batch.
@@ -37,6 +38,9 @@ struct SamplingRow {
   int32_t want_logprob = 0;    // 1: the chosen token's raw log-probability
   uint64_t seed = 0;
   uint64_t counter = 0;        // tokens this request drew before
+  // The row's grammar mask: masks[mask_offset .. + ceil(vocab / 32)), bit (id % 32) of word
+  // id / 32 set when id is allowed; -1: no mask (every token allowed).
+  int32_t mask_offset = -1;
 };
 
 // A token the request has seen (prompt or output), listed once per row, with how often it occurs
@@ -55,11 +59,13 @@ struct SamplingBatch {
   std::vector<SamplingRow> rows;
   std::vector<PenaltyToken> penalty_tokens;
   std::vector<LogitBiasEntry> biases;
+  std::vector<uint32_t> masks;  // the rows' grammar masks, ceil(vocab / 32) words each
 
   void clear() {
     rows.clear();
     penalty_tokens.clear();
     biases.clear();
+    masks.clear();
   }
 };
 

@@ -1,0 +1,89 @@
+// Structured output in the engine (grammar/ does the matching): a request's matcher and mask
+// scratch, the engine thread's root matchers (one per compiled grammar; a request's matcher is a
+// fork of its grammar's root, so requests with the same grammar share the lazily built DFA and
+// mask caches), and the stop policy of a grammar.
+//
+// Threads: a matcher family belongs to one thread; everything here but GrammarTokenizer is
+// touched by the engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "engine/stop_policy.h"
+#include "grammar/matcher.h"
+#include "tokenizer/tokenizer.h"
+
+namespace spindle::engine {
+
+// The grammar's view of the engine's tokenizer (grammar::TokenizerInfo: decoded bytes per id, the
+// trie, special and EOS ids), built once, on the first thread that asks (the HTTP work pool that
+// submits the first constrained request: 0.8-1 s for a 128k vocabulary, never on the engine
+// thread). Thread-safe.
+class GrammarTokenizer {
+ public:
+  // eos_ids: the model's end-of-sequence ids (they join the tokenizer's); vocab_size: the width of
+  // a logit row (the masks' width). Borrows the tokenizer.
+  GrammarTokenizer(const tokenizer::Tokenizer& tokenizer, std::vector<TokenId> eos_ids, int vocab_size);
+  std::shared_ptr<const grammar::TokenizerInfo> get() const;
+
+ private:
+  const tokenizer::Tokenizer& tokenizer_;
+  std::vector<TokenId> eos_ids_;
+  int vocab_size_;
+  mutable std::once_flag once_;
+  mutable std::shared_ptr<const grammar::TokenizerInfo> info_;
+};
+
+// One request's position in its grammar.
+struct GrammarState {
+  explicit GrammarState(grammar::Matcher m) : matcher(std::move(m)), mask(matcher.tokenizer().mask_words()) {}
+  grammar::Matcher matcher;
+  std::vector<uint32_t> mask;  // [ceil(vocab / 32)] the last fill_mask()
+
+  // The tokens allowed next (EOS ids exactly when the document may end), into `mask`; returns it.
+  std::span<const uint32_t> fill_mask();
+  // Whether `mask` (as last filled) allows any token.
+  bool mask_allows_any() const;
+};
+
+// The root matchers of the engine thread, by compiled grammar, the least recently used dropped
+// beyond `capacity`.
+class GrammarMatchers {
+ public:
+  explicit GrammarMatchers(size_t capacity = 64) : capacity_(capacity) {}
+  // A matcher at the grammar's start, forked from its root.
+  grammar::Matcher start(const std::shared_ptr<const grammar::CompiledGrammar>& grammar,
+                         const std::shared_ptr<const grammar::TokenizerInfo>& tokenizer);
+  size_t size() const { return roots_.size(); }
+
+ private:
+  struct Root {
+    const grammar::CompiledGrammar* key;
+    const grammar::TokenizerInfo* tokenizer;
+    grammar::Matcher matcher;
+  };
+  size_t capacity_;
+  std::list<Root> roots_;  // most recently used first
+};
+
+// Ends a constrained request where its grammar does (the matcher was advanced by the token
+// already, OutputProcessor::accept_token): an end-of-sequence id the grammar accepted ends it
+// before the token's text; a document after which only end-of-sequence may follow ends it after
+// the token's text (even with ignore_eos). Both with finish reason "stop".
+class GrammarStopPolicy final : public StopPolicy {
+ public:
+  // slot: the request's RequestOutputState::grammar (filled on the engine thread before the first
+  // token; it outlives the policy).
+  explicit GrammarStopPolicy(const std::unique_ptr<GrammarState>& slot) : slot_(slot) {}
+  StopVerdict check_token(const Request& request, TokenId token) override;
+
+ private:
+  const std::unique_ptr<GrammarState>& slot_;
+};
+
+}  // namespace spindle::engine
