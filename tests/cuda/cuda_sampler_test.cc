@@ -7,7 +7,10 @@
 //     empirical frequencies of 40,000 draws (40 batches of 1,000 rows, counters 0..39,999) by a
 //     chi-square test at significance 1e-6 (critical value from the Wilson-Hilferty
 //     approximation); tokens outside the kept set must never be drawn;
-//   - determinism: the same (seed, counter) gives the same token whatever row it sits in.
+//   - determinism: the same (seed, counter) gives the same token whatever row it sits in;
+//   - grammar masks (structured output): every token drawn is allowed, greedy is the CPU sampler's
+//     choice under the same mask, log-probabilities are engine::raw_logprobs of the masked row
+//     (refused tokens never listed), a NaN at a refused position still makes the row non-finite.
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
@@ -284,6 +287,68 @@ TEST(CudaSamplerTest, BadBatchesAreRefused) {
   batch.penalty_tokens.push_back({100, 1});  // outside the vocabulary
   batch.rows[0].penalty_count = 1;
   EXPECT_THROW(sample_on_device(logits, 100, batch), Error);
+}
+
+TEST(CudaSamplerTest, GrammarMasksRestrictEveryRow) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kVocab = 32003, kRows = 12, kWords = (kVocab + 31) / 32;
+  std::vector<float> logits = random_logits(kRows, kVocab, 21, 3.0f);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> token(0, kVocab - 1);
+  SamplingBatch batch;
+  batch.rows.resize(kRows);
+  std::vector<engine::SamplingParams> params(kRows);
+  std::vector<std::vector<uint32_t>> masks(kRows, std::vector<uint32_t>(kWords, 0));
+  std::vector<std::vector<TokenId>> prompts(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    engine::SamplingParams& p = params[r];
+    p.temperature = r % 2 == 0 ? 0.0f : 0.9f;
+    if (r % 3 == 1) p.top_k = 40;
+    if (r % 4 == 3) p.top_p = 0.7f;
+    if (r % 5 == 2) p.repetition_penalty = 1.4f;
+    p.logprobs = true;
+    p.top_logprobs = r % 3 == 0 ? 20 : 2;
+    const int allowed = r == 4 ? 1 : (r == 5 ? 3 : 300);  // fewer allowed than top_logprobs asks for too
+    for (int i = 0; i < allowed; ++i) {
+      const int t = token(rng);
+      masks[r][t / 32] |= 1u << (t % 32);
+    }
+    prompts[r] = {token(rng), token(rng)};
+    engine::add_sampling_row(p, 77, 3, prompts[r], {}, r, batch);
+    if (r == kRows - 1) continue;  // the last row has no mask
+    batch.rows[r].mask_offset = static_cast<int32_t>(batch.masks.size());
+    batch.masks.insert(batch.masks.end(), masks[r].begin(), masks[r].end());
+  }
+  // A NaN where row 7's mask refuses: still a non-finite row.
+  for (int t = 0; t < kVocab; ++t) {
+    if (((masks[7][t / 32] >> (t % 32)) & 1u) == 0) {
+      logits[7 * static_cast<size_t>(kVocab) + t] = std::numeric_limits<float>::quiet_NaN();
+      break;
+    }
+  }
+  const std::vector<SampledRow> device = sample_on_device(logits, kVocab, batch);
+  ASSERT_EQ(device.size(), static_cast<size_t>(kRows));
+  for (int r = 0; r < kRows; ++r) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    EXPECT_EQ(device[r].non_finite, r == 7);
+    if (r == 7 || r == kRows - 1) continue;
+    const TokenId t = device[r].token;
+    EXPECT_TRUE((masks[r][t / 32] >> (t % 32)) & 1u) << "token " << t << " is refused by the mask";
+    std::vector<float> row(logits.begin() + static_cast<ptrdiff_t>(r) * kVocab,
+                           logits.begin() + static_cast<ptrdiff_t>(r + 1) * kVocab);
+    engine::apply_grammar_mask(row, masks[r]);
+    engine::SampledToken host;
+    engine::raw_logprobs(row, t, params[r].top_logprobs, host);
+    EXPECT_NEAR(device[r].logprob, host.logprob, 1e-5);
+    ASSERT_EQ(device[r].top_tokens.size(), host.top.size());
+    for (size_t i = 0; i < host.top.size(); ++i) EXPECT_EQ(device[r].top_tokens[i], host.top[i].token);
+    if (params[r].greedy()) {
+      std::vector<float> raw(logits.begin() + static_cast<ptrdiff_t>(r) * kVocab,
+                             logits.begin() + static_cast<ptrdiff_t>(r + 1) * kVocab);
+      engine::Sampler cpu(params[r], 77);
+      EXPECT_EQ(t, cpu.sample(raw, prompts[r], {}, masks[r]).token) << "greedy: the CPU sampler's masked choice";
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kernels/cuda/device_sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -29,6 +30,10 @@ void check_batch(const SamplingBatch& b, int64_t vocab) {
                   "device sampling: row {} asks for {} top logprobs (0 to {})", i, r.top_logprobs, kMaxTopLogprobs);
     SPINDLE_CHECK(r.repetition_penalty > 0.0f, "device sampling: row {}: repetition penalty {} must be positive", i,
                   r.repetition_penalty);
+    const int64_t mask_words = (vocab + 31) / 32;
+    SPINDLE_CHECK(r.mask_offset < 0 || r.mask_offset + mask_words <= static_cast<int64_t>(b.masks.size()),
+                  "device sampling: row {}'s grammar mask [{}, +{}) is outside the batch's {} words", i, r.mask_offset,
+                  mask_words, b.masks.size());
   }
   for (const PenaltyToken& p : b.penalty_tokens) {
     SPINDLE_CHECK(p.token >= 0 && p.token < vocab, "device sampling: penalty token {} is outside [0, {})", p.token,
@@ -88,16 +93,19 @@ void DeviceSampler::queue(float* logits, int64_t vocab, const SamplingBatch& bat
     return;
   }
 
-  // Device layout: rows | penalty tokens | biases | saved penalty logits | saved bias logits | results.
+  // Device layout: rows | penalty tokens | biases | grammar masks | saved penalty logits | saved
+  // bias logits | results.
   const size_t rows_bytes = num_rows * sizeof(SamplingRow);
   const size_t pen_bytes = batch.penalty_tokens.size() * sizeof(PenaltyToken);
   const size_t bias_bytes = batch.biases.size() * sizeof(LogitBiasEntry);
+  const size_t mask_bytes = batch.masks.size() * sizeof(uint32_t);
   const size_t saved_pen_bytes = batch.penalty_tokens.size() * sizeof(float);
   const size_t saved_bias_bytes = batch.biases.size() * sizeof(float);
   const size_t result_bytes = num_rows * sizeof(detail::SampleResult);
   const size_t off_pen = aligned(rows_bytes);
   const size_t off_bias = off_pen + aligned(pen_bytes);
-  const size_t upload_bytes = off_bias + bias_bytes;
+  const size_t off_masks = off_bias + aligned(bias_bytes);
+  const size_t upload_bytes = off_masks + mask_bytes;
   const size_t off_saved_pen = aligned(upload_bytes);
   const size_t off_saved_bias = off_saved_pen + aligned(saved_pen_bytes);
   const size_t off_results = off_saved_bias + aligned(saved_bias_bytes);
@@ -117,6 +125,7 @@ void DeviceSampler::queue(float* logits, int64_t vocab, const SamplingBatch& bat
   std::memcpy(staging_, batch.rows.data(), rows_bytes);
   if (pen_bytes > 0) std::memcpy(staging_ + off_pen, batch.penalty_tokens.data(), pen_bytes);
   if (bias_bytes > 0) std::memcpy(staging_ + off_bias, batch.biases.data(), bias_bytes);
+  if (mask_bytes > 0) std::memcpy(staging_ + off_masks, batch.masks.data(), mask_bytes);
   auto* base = device_.as<std::byte>();
   CUDA_CHECK(cudaMemcpyAsync(base, staging_, upload_bytes, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(uploaded_, stream));
@@ -128,6 +137,7 @@ void DeviceSampler::queue(float* logits, int64_t vocab, const SamplingBatch& bat
   a.rows = reinterpret_cast<const SamplingRow*>(base);
   a.penalty_tokens = reinterpret_cast<const PenaltyToken*>(base + off_pen);
   a.biases = reinterpret_cast<const LogitBiasEntry*>(base + off_bias);
+  a.masks = reinterpret_cast<const uint32_t*>(base + off_masks);
   a.saved_penalty = reinterpret_cast<float*>(base + off_saved_pen);
   a.saved_bias = reinterpret_cast<float*>(base + off_saved_bias);
   a.results = reinterpret_cast<detail::SampleResult*>(base + off_results);
@@ -166,6 +176,7 @@ void DeviceSampler::collect(std::vector<SampledRow>& out) {
     });
     const size_t k = std::min<size_t>(order.size(), static_cast<size_t>(top_logprobs));
     for (size_t j = 0; j < k; ++j) {
+      if (std::isinf(res.candidate_logits[order[j]])) break;  // refused by the grammar mask
       o.top_tokens.push_back(res.candidate_tokens[order[j]]);
       o.top_logprobs.push_back(static_cast<float>(static_cast<double>(res.candidate_logits[order[j]]) - res.log_z));
     }

@@ -237,7 +237,23 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   const int64_t n = a.vocab;
   SampleResult& out = a.results[row_index];
 
-  // 1. Raw log-probabilities (before any processing).
+  // 0. The grammar mask: a refused token's logit becomes -inf. A NaN or Inf among the original
+  // logits is looked for here (the later passes cannot tell it from the -inf written here).
+  const bool masked = r.mask_offset >= 0;
+  int masked_non_finite = 0;
+  if (masked) {
+    const uint32_t* mask = a.masks + r.mask_offset;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float v = row[i];
+      masked_non_finite |= !isfinite(v);
+      if (((mask[i >> 5] >> (i & 31)) & 1u) == 0) row[i] = -INFINITY;
+    }
+    masked_non_finite = __syncthreads_or(masked_non_finite);
+  }
+  // Whether a logit of the (masked) row is NaN or Inf other than a mask's -inf.
+  auto non_finite_at = [masked](float v) -> int { return masked ? (isnan(v) || v == INFINITY) : !isfinite(v); };
+
+  // 1. Raw log-probabilities (before any processing but the mask).
   const bool want_logprobs = r.want_logprob != 0 || r.top_logprobs > 0;
   double log_z = 0.0;
   if (want_logprobs) {
@@ -291,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   int non_finite = 0;
   if (r.temperature <= 0.0f || r.top_k == 1) {
     for_each_logit(row, n, [&](int64_t i, float v) {
-      non_finite |= !isfinite(v);
+      non_finite |= non_finite_at(v);
       best = better(best, ArgMax{v, static_cast<int32_t>(i)});
     });
     non_finite = __syncthreads_or(non_finite);
@@ -299,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
   } else {
     float m = -INFINITY;
     for_each_logit(row, n, [&](int64_t, float v) {
-      non_finite |= !isfinite(v);
+      non_finite |= non_finite_at(v);
       m = fmaxf(m, v);
     });
     non_finite = __syncthreads_or(non_finite);
@@ -338,6 +354,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
     });
     best = block_argmax(best, s);
   }
+  non_finite |= masked_non_finite;
   const int32_t token = best.index == INT_MAX ? 0 : best.index;
 
   // 4. The chosen token's raw logit: saved where a penalty or the bias changed it.

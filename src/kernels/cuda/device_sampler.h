@@ -2,6 +2,9 @@
 // says what a row asks for); only the chosen ids, and the log-probabilities asked for, come back.
 //
 // One block per row (device_sampler.cu):
+//   the grammar mask (structured output), when the row has one: a refused token's logit becomes
+//     -inf before anything reads the row (a NaN or Inf among the original logits still makes the
+//     row non-finite; the -inf written here does not);
 //   raw log-probabilities, when wanted: max and log-sum-exp of the raw row (f64 sums), the top
 //     top_logprobs candidates by radix select (ties at the boundary included, the host orders
 //     them by logit then id, as engine::raw_logprobs does);
@@ -46,6 +49,7 @@ struct SampleLaunch {
   const SamplingRow* rows;
   const PenaltyToken* penalty_tokens;
   const LogitBiasEntry* biases;
+  const uint32_t* masks;  // the rows' grammar masks (SamplingRow::mask_offset)
   float* saved_penalty;  // [num penalty tokens] raw logits before the penalties
   float* saved_bias;     // [num biases] logits before the bias
   SampleResult* results;  // [num_rows]
