@@ -102,6 +102,8 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   } catch (const Error& e) {
     bad_request("", e.message());
   }
+  // Compiled here, on the HTTP work pool, before anything is queued (cached by canonical text).
+  if (r.constraint.kind != OutputConstraint::Kind::kNone) r.sampling.grammar = compile_output_constraint(r.constraint);
   s.num_prompt_tokens = n;
   std::vector<engine::SamplingParams> choices;
   for (int i = 0; i < r.n; ++i) {

@@ -277,6 +277,7 @@ GenerationRequest parse_completion_request(const std::string& body, size_t max_b
   }
   // best_of is refused unless 1 (request_fields.cc); OpenAI's rule best_of >= n still holds.
   if (f.integer("best_of", 1, 1) && r.n > 1) bad_request("best_of", "'best_of' must be at least 'n'");
+  r.constraint = parse_output_constraint(j, body);
   return r;
 }
 
@@ -299,6 +300,7 @@ GenerationRequest parse_chat_request(const std::string& body, size_t max_body_by
     if (!r.sampling.logprobs) bad_request("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     r.sampling.top_logprobs = static_cast<int>(*v);
   }
+  r.constraint = parse_output_constraint(j, body);
   return r;
 }
 

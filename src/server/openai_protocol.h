@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "server/structured_output.h"
 
 namespace spindle::server {
 
@@ -55,6 +56,8 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;            // stream_options.include_usage
   bool echo = false;                     // completions: prepend the prompt
+  // Structured output (structured_output.h); submit_request compiles it into sampling.grammar.
+  OutputConstraint constraint;
 };
 
 // Body of POST /v1/completions or /v1/chat/completions. Throws ApiError.

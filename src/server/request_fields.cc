@@ -14,12 +14,11 @@ using U = FieldUse;
 constexpr uint8_t kC = kCompletionBody, kCh = kChatBody, kB = kBothBodies, kM = kMessage, kP = kContentPart,
                   kSo = kStreamOptions;
 
-constexpr std::string_view kNoConstraints =
-    "constrained decoding (JSON schema, regex, grammar, choice) is not built yet; the output would be unconstrained";
 constexpr std::string_view kNoTools = "tool calling is not built yet";
 
 // The three lists. Order: honoured, no-op, refused; within each, the pinned client's fields
-// first, then the extensions.
+// first, then the extensions (the structured-output fields, honoured now, keep their places among
+// the extensions below).
 constexpr std::array kFields = std::to_array<RequestField>({
     // ---- honoured ----
     {kB, "model", U::kHonoured, "", "must name the served model (404 otherwise); may be absent"},
@@ -72,17 +71,17 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kCh, "prediction", U::kRefused, "", "predicted outputs are not built yet"},
     {kCh, "reasoning_effort", U::kRefused, "", "the chat template is not given reasoning_effort yet"},
     {kCh, "web_search_options", U::kRefused, "", "Spindle does not search the web"},
-    {kB, "response_format", U::kRefused, "{\"type\":\"text\"}", kNoConstraints},
+    {kB, "response_format", U::kHonoured, "", "text, json_object, or json_schema {name, schema, strict}: the output follows it"},
     {kC, "best_of", U::kRefused, "1", "choosing the best of several candidates is not built (as in vLLM V1)"},
     {kC, "suffix", U::kRefused, "", "fill-in-the-middle is not built yet"},
     // vLLM
-    {kB, "structured_outputs", U::kRefused, "", kNoConstraints},
-    {kB, "guided_json", U::kRefused, "", kNoConstraints},
-    {kB, "guided_regex", U::kRefused, "", kNoConstraints},
-    {kB, "guided_choice", U::kRefused, "", kNoConstraints},
-    {kB, "guided_grammar", U::kRefused, "", kNoConstraints},
-    {kB, "guided_decoding_backend", U::kRefused, "", kNoConstraints},
-    {kB, "guided_whitespace_pattern", U::kRefused, "", kNoConstraints},
+    {kB, "structured_outputs", U::kHonoured, "", "vLLM: one of json, regex, choice, grammar, json_object; whitespace_pattern, disable_additional_properties"},
+    {kB, "guided_json", U::kHonoured, "", "vLLM before 0.12: the output follows this JSON Schema"},
+    {kB, "guided_regex", U::kHonoured, "", "vLLM before 0.12: the whole output matches this regex"},
+    {kB, "guided_choice", U::kHonoured, "", "vLLM before 0.12: the output is one of these strings"},
+    {kB, "guided_grammar", U::kHonoured, "", "vLLM before 0.12: the output follows this GBNF grammar"},
+    {kB, "guided_decoding_backend", U::kRefused, "", "Spindle has one grammar engine (vLLM dropped the field in 0.12)"},
+    {kB, "guided_whitespace_pattern", U::kHonoured, "", "vLLM before 0.12: the whitespace between JSON tokens"},
     {kB, "skip_special_tokens", U::kRefused, "true", "special tokens are always left out of the text"},
     {kB, "include_stop_str_in_output", U::kRefused, "false", "stop strings are always left out of the text"},
     {kB, "min_tokens", U::kRefused, "0", "a minimum output length is not built yet"},
@@ -90,10 +89,10 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kCh, "continue_final_message", U::kRefused, "false", "continuing the last message is not built yet"},
     {kCh, "chat_template_kwargs", U::kRefused, "", "the chat template takes no arguments yet"},
     // SGLang (and llama.cpp: grammar, json_schema)
-    {kB, "regex", U::kRefused, "", kNoConstraints},
-    {kB, "ebnf", U::kRefused, "", kNoConstraints},
-    {kB, "json_schema", U::kRefused, "", kNoConstraints},
-    {kB, "grammar", U::kRefused, "", kNoConstraints},
+    {kB, "regex", U::kHonoured, "", "SGLang: the whole output matches this regex"},
+    {kB, "ebnf", U::kHonoured, "", "SGLang: the output follows this grammar (GBNF syntax)"},
+    {kB, "json_schema", U::kHonoured, "", "SGLang (a string), llama.cpp (an object): the output follows this JSON Schema"},
+    {kB, "grammar", U::kHonoured, "", "llama.cpp: the output follows this GBNF grammar"},
     // message fields
     {kM, "tool_calls", U::kRefused, "[]", kNoTools},
     {kM, "tool_call_id", U::kRefused, "", kNoTools},
