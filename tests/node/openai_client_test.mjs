@@ -131,12 +131,56 @@ const tests = {
     assert.deepEqual(noop.usage, plain.usage);
   },
 
+  // Structured output through the client: beta.chat.completions.parse (openai 4.x) with a json_schema response
+  // format (strict, as zodResponseFormat sends it) parses the content into an object with the
+  // schema's keys; json_object gives a parsable object; streaming deltas join into the same kind.
+  async structuredOutputParses() {
+    const schema = {
+      type: 'object',
+      properties: { verse: { type: 'integer', minimum: 1, maximum: 176 }, word: { type: 'string', enum: ['light', 'water'] } },
+      required: ['verse', 'word'],
+      additionalProperties: false,
+    };
+    const response_format = { type: 'json_schema', json_schema: { name: 'v', schema, strict: true } };
+    for (const seed of [1, 2, 3]) {
+      const r = await client.beta.chat.completions.parse({
+        model: 'kjv-tiny', messages: [{ role: 'user', content: 'A verse?' }], max_tokens: 300, temperature: 1, seed,
+        response_format,
+      });
+      assert.equal(r.choices[0].finish_reason, 'stop');
+      const parsed = r.choices[0].message.parsed;
+      assert.deepEqual(Object.keys(parsed), ['verse', 'word']);
+      assert.ok(Number.isInteger(parsed.verse) && parsed.verse >= 1 && parsed.verse <= 176, JSON.stringify(parsed));
+      assert.ok(['light', 'water'].includes(parsed.word));
+    }
+    const obj = await client.chat.completions.create({
+      model: 'kjv-tiny', messages: [{ role: 'user', content: 'JSON?' }], max_tokens: 300, temperature: 0.7, seed: 5,
+      response_format: { type: 'json_object' },
+    });
+    if (obj.choices[0].finish_reason === 'stop') {
+      const value = JSON.parse(obj.choices[0].message.content);
+      assert.equal(typeof value, 'object');
+      assert.ok(value !== null && !Array.isArray(value));
+    } else {
+      assert.equal(obj.choices[0].finish_reason, 'length');
+      assert.ok(obj.choices[0].message.content.trimStart().startsWith('{'));
+    }
+    const stream = await client.chat.completions.create({
+      model: 'kjv-tiny', messages: [{ role: 'user', content: 'A verse?' }], max_tokens: 300, temperature: 1, seed: 9,
+      response_format, stream: true,
+    });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    assert.deepEqual(Object.keys(JSON.parse(text)), ['verse', 'word']);
+  },
+
   // Refused and unknown fields: a 400 whose param names the field, as the client reads it.
   async refusedFieldsNameTheirParam() {
     const messages = [{ role: 'user', content: 'Amen.' }];
     const cases = [
-      [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } }, 'response_format'],
-      [{ response_format: { type: 'json_object' } }, 'response_format'],
+      [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: {} } } } },
+        'response_format.json_schema.schema'],
+      [{ response_format: { type: 'json_object' }, guided_regex: 'a+' }, 'guided_regex'],
       [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }] }, 'tools'],
       [{ tool_choice: 'required' }, 'tool_choice'],
       [{ store: true }, 'store'],
