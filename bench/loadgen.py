@@ -29,7 +29,8 @@ Per level: output tok/s and prompt tok/s over the level's wall time; TTFT and TP
 spindle_steps_total{phase}, ms per step of each part over the level and the host fraction (every
 part but forward and device); where the server speculates, the level's verifies, accepted tokens
 (bonus included), accept length (accepted / verifies), accept rate (accepted drafts / drafts) and
-skipped steps from SGLang's and vLLM's counters. --json writes a list with one object per level
+skipped steps from SGLang's and vLLM's counters. --extra-body JSON merges an object into every request (the structured-output bench sends a
+constraint with it). --json writes a list with one object per level
 (keys as printed: label, concurrency, requests, ok, output_tok_s, ttft_ms.p50, tpot_ms.mean,
 steps, cache, spec, ...); --jsonl appends the same objects to a file, one line each.
 Exit status 1 when any request failed (after printing and writing what was measured), 2 on bad
@@ -83,6 +84,7 @@ class Server:
         if u.scheme != "http" or not u.hostname:
             raise SystemExit(f"loadgen.py: --url {url!r} is not http://HOST[:PORT]")
         self.host, self.port = u.hostname, u.port or 80
+        self.extra_body = {}  # merged into every completion request (--extra-body)
 
     def get(self, path):
         c = http.client.HTTPConnection(self.host, self.port, timeout=30)
@@ -127,9 +129,10 @@ class Server:
 
     def complete(self, model, prompt, output_tokens, temperature=0.0, seed=1):
         """One streaming request: {t0, first, last, tokens} (times from perf_counter) or raises."""
-        body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_tokens, "temperature": temperature,
-                           "seed": seed, "ignore_eos": True, "stream": True,
-                           "stream_options": {"include_usage": True}})
+        body = {"model": model, "prompt": prompt, "max_tokens": output_tokens, "temperature": temperature,
+                "seed": seed, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        body.update(self.extra_body)
+        body = json.dumps(body)
         c = http.client.HTTPConnection(self.host, self.port, timeout=600)
         t0 = time.perf_counter()
         first = last = 0.0
@@ -254,6 +257,8 @@ def parse_args(argv):
     p.add_argument("--set", help="with --prompts: which list")
     p.add_argument("--repeats", type=positive, default=1, help="with --prompts: times each prompt is sent (1)")
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--extra-body", default="", help="a JSON object merged into every request body (a constraint: "
+                   "'{\"guided_json\": {...}}'; it must not let a document end before --output-tokens)")
     p.add_argument("--jsonl", default="", help="append one JSON line per level to this file")
     p.add_argument("--warmup", action="store_true")
     p.add_argument("--label", default="")
@@ -364,6 +369,13 @@ def print_row(a, row):
 def main(argv):
     a = parse_args(argv)
     server = Server(a.url)
+    if a.extra_body:
+        try:
+            server.extra_body = json.loads(a.extra_body)
+        except ValueError as e:
+            raise SystemExit(f"loadgen.py: --extra-body is not JSON: {e}")
+        if not isinstance(server.extra_body, dict):
+            raise SystemExit("loadgen.py: --extra-body must be a JSON object")
     model = a.model or server.model_id()
     prompts = Prompts(a)
     if a.warmup:

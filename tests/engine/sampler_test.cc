@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -188,6 +189,73 @@ TEST(StopMatcherTest, NoStopsPassesThroughAndFlushReturnsTheRest) {
   const auto r = within.feed("abc");
   EXPECT_TRUE(r.stopped);
   EXPECT_EQ(r.emit, "a");
+}
+
+// The grammar mask (structured output) applies before everything else: greedy takes the best
+// allowed token even under a penalty and a bias; draws never take a refused token and follow the
+// softmax renormalised over the allowed ones (20,000 draws, each frequency within 0.015 of its
+// f64 probability, ~5 sigma); logprobs are the masked row's log-softmax, refused tokens never
+// listed; sample_rows_on_host (the device sampler's contract) reads the batch's masks the same way.
+TEST(SamplerTest, GrammarMaskComesFirst) {
+  const std::vector<float> base = {3.0f, 2.5f, 0.5f, 2.0f, -1.0f, 1.0f, 4.0f, 0.0f, 1.5f, -0.5f};
+  std::vector<uint32_t> mask = {(1u << 1) | (1u << 3) | (1u << 5) | (1u << 8)};
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.logprobs = true;
+  greedy.top_logprobs = 6;
+  greedy.logit_bias = {{6, 5.0f}};  // refused: the bias cannot bring it back
+  std::vector<float> row = base;
+  const SampledToken g = Sampler(greedy, 1).sample(row, {}, {}, mask);
+  EXPECT_EQ(g.token, 1);
+  double z = 0;
+  for (int t : {1, 3, 5, 8}) z += std::exp(double{base[t]});
+  EXPECT_NEAR(g.logprob, base[1] - std::log(z), 1e-5);
+  ASSERT_EQ(g.top.size(), 4u) << "only the four allowed tokens are alternatives";
+  EXPECT_EQ(g.top[1].token, 3);
+
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.95f;
+  Sampler s(sampled, 42);
+  std::map<int, int> counts;
+  constexpr int kDraws = 20000;
+  for (int i = 0; i < kDraws; ++i) {
+    std::vector<float> r = base;
+    ++counts[s.sample(r, {}, {}, mask).token];
+  }
+  // The expected kept set: the allowed tokens by weight at T = 0.8, the smallest prefix reaching 0.95.
+  std::vector<std::pair<double, int>> w;
+  double total = 0;
+  for (int t : {1, 3, 5, 8}) {
+    w.push_back({std::exp(base[t] / 0.8), t});
+    total += w.back().first;
+  }
+  std::sort(w.rbegin(), w.rend());
+  double mass = 0, kept = 0;
+  std::map<int, double> expected;
+  for (const auto& [weight, t] : w) {
+    expected[t] = weight;
+    kept += weight;
+    mass += weight / total;
+    if (mass >= 0.95) break;
+  }
+  for (const auto& [t, n] : counts) EXPECT_TRUE(expected.count(t)) << "drew token " << t << " outside the kept allowed set";
+  for (const auto& [t, weight] : expected) EXPECT_NEAR(counts[t] / double{kDraws}, weight / kept, 0.015) << t;
+
+  SamplingBatch batch;
+  batch.rows.resize(2);
+  add_sampling_row(greedy, 1, 0, {}, {}, 0, batch);
+  add_sampling_row(sampled, 9, 0, {}, {}, 1, batch);
+  batch.rows[0].mask_offset = 0;
+  batch.rows[1].mask_offset = 1;
+  batch.masks = {mask[0], 1u << 7};
+  std::vector<float> logits = base;
+  logits.insert(logits.end(), base.begin(), base.end());
+  std::vector<SampledRow> out;
+  sample_rows_on_host(logits, 10, batch, out);
+  EXPECT_EQ(out[0].token, 1);
+  EXPECT_NEAR(out[0].logprob, base[1] - std::log(z), 1e-5);
+  EXPECT_EQ(out[1].token, 7) << "the only allowed token";
 }
 
 }  // namespace
