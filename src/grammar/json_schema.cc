@@ -7,41 +7,16 @@
 #include <unordered_map>
 
 #include "grammar/json_lexemes.h"
+#include "grammar/json_schema_algebra.h"
 #include "grammar/regex_parser.h"
 #include "util/error.h"
 
 namespace spindle::grammar {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using namespace json_schema_detail;  // NOLINT: the schema algebra (json_schema_algebra.h)
 
-constexpr int kMaxDepth = 64;
 constexpr int64_t kMaxExpansion = 4096;  // explicit array positions / string length bounds
-
-const std::set<std::string, std::less<>> kAnnotations = {
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
-    "writeOnly", "$defs", "definitions", "contentMediaType", "contentEncoding", "$anchor"};
-// JSON Schema keywords (any draft) this converter does not implement: an error naming them.
-// Keywords outside the vocabulary (vendor extensions, draft-4 "id", ...) are annotations.
-const std::set<std::string, std::less<>> kUnsupported = {
-    "not", "patternProperties", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames",
-    "if", "then", "else", "contains", "minContains", "maxContains", "unevaluatedProperties",
-    "unevaluatedItems", "multipleOf", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"};
-const std::set<std::string, std::less<>> kKeywords = {
-    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
-    "minItems", "maxItems", "uniqueItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "pattern",
-    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "format",
-    "minProperties", "maxProperties"};
-
-std::string escape_pointer(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
-  }
-  return out;
-}
 
 class Converter {
  public:
@@ -79,9 +54,6 @@ class Converter {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& ptr, const std::string& what) const {
-    SPINDLE_FAIL("json_schema: {} at #{}", what, ptr);
-  }
 
   void tick(const std::string& ptr, int depth) {
     if (depth > kMaxDepth) fail(ptr, fmt::format("schema nested deeper than {} levels", kMaxDepth));
@@ -111,114 +83,15 @@ class Converter {
     return any_;
   }
 
-  const Json& resolve(const std::string& ref, const std::string& ptr, std::string& target) {
-    if (ref.empty() || ref[0] != '#') fail(ptr + "/$ref", "only local $ref (\"#...\") is supported, not '" + ref + "'");
-    target = ref.substr(1);
-    std::string decoded;
-    for (size_t i = 0; i < target.size(); ++i) {  // percent-decoding
-      if (target[i] == '%' && i + 2 < target.size() + 0 && std::isxdigit(static_cast<unsigned char>(target[i + 1])) &&
-          std::isxdigit(static_cast<unsigned char>(target[i + 2]))) {
-        decoded += static_cast<char>(std::stoi(target.substr(i + 1, 2), nullptr, 16));
-        i += 2;
-      } else {
-        decoded += target[i];
-      }
-    }
-    target = decoded;
-    try {
-      return root_.at(Json::json_pointer(target));
-    } catch (const std::exception&) {
-      fail(ptr + "/$ref", "$ref '" + ref + "' points to nothing");
-    }
-  }
-
-  bool only_annotations(const Json& s, std::initializer_list<const char*> also = {}) const {
-    for (const auto& item : s.items()) {
-      const std::string& k = item.key();
-      if (kAnnotations.count(k) || (!kKeywords.count(k) && !kUnsupported.count(k))) continue;
-      if (std::find_if(also.begin(), also.end(), [&](const char* a) { return k == a; }) != also.end()) continue;
-      return false;
-    }
-    return true;
-  }
-
-  Json without(const Json& s, std::initializer_list<const char*> keys) const {
-    Json out = s;
-    for (const char* k : keys) out.erase(k);
-    return out;
-  }
-
-  // A subschema with its $ref replaced by the target (merged with its siblings).
-  Json inline_ref(const Json& s, const std::string& ptr, int depth) {
-    if (!s.is_object() || !s.contains("$ref")) return s;
-    std::string target;
-    const Json& t = resolve(s["$ref"].get<std::string>(), ptr, target);
-    if (depth > kMaxDepth) fail(ptr, "$ref chain too deep to merge");
-    return merge(inline_ref(t, target, depth + 1), without(s, {"$ref"}), ptr);
-  }
-
-  Json merge(const Json& a, const Json& b, const std::string& ptr) {
-    if (a.is_boolean() || b.is_boolean()) {
-      if ((a.is_boolean() && !a.get<bool>()) || (b.is_boolean() && !b.get<bool>())) fail(ptr, "allOf contains false");
-      return a.is_boolean() ? b : a;
-    }
-    Json out = a;
-    for (const auto& [k, v] : b.items()) {
-      if (!out.contains(k)) {
-        out[k] = v;
-        continue;
-      }
-      Json& cur = out[k];
-      if (cur == v || kAnnotations.count(k) || (!kKeywords.count(k) && !kUnsupported.count(k))) continue;
-      if (k == "type") {
-        auto as_list = [](const Json& t) { return t.is_array() ? t : Json::array({t}); };
-        Json both = Json::array();
-        for (const auto& x : as_list(cur)) {
-          for (const auto& y : as_list(v)) {
-            if (x == y) both.push_back(x);
-            else if ((x == "integer" && y == "number") || (x == "number" && y == "integer")) both.push_back("integer");
-          }
-        }
-        if (both.empty()) fail(ptr, "allOf: the subschemas' types do not intersect");
-        cur = both.size() == 1 ? both[0] : both;
-      } else if (k == "required") {
-        for (const auto& r : v) {
-          if (std::find(cur.begin(), cur.end(), r) == cur.end()) cur.push_back(r);
-        }
-      } else if (k == "properties") {
-        for (const auto& [p, ps] : v.items()) {
-          cur[p] = cur.contains(p) ? Json{{"allOf", Json::array({cur[p], ps})}} : ps;
-        }
-      } else if (k == "minimum" || k == "minLength" || k == "minItems" || k == "minProperties") {
-        cur = std::max(cur.get<double>(), v.get<double>());
-      } else if (k == "maximum" || k == "maxLength" || k == "maxItems" || k == "maxProperties") {
-        cur = std::min(cur.get<double>(), v.get<double>());
-      } else if (k == "enum") {
-        Json both = Json::array();
-        for (const auto& x : cur) {
-          if (std::find(v.begin(), v.end(), x) != v.end()) both.push_back(x);
-        }
-        cur = both;
-      } else if (k == "additionalProperties" && (v == false || cur == false)) {
-        cur = false;
-      } else if (k == "allOf") {
-        for (const auto& x : v) cur.push_back(x);
-      } else {
-        fail(ptr, "allOf: subschemas that disagree on '" + k + "' are not supported");
-      }
-    }
-    return out;
-  }
-
   void check_keywords(const Json& s, const std::string& ptr) const {
     for (const auto& [k, v] : s.items()) {
-      if (kUnsupported.count(k)) fail(ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
+      if (is_unsupported(k)) fail(ptr + "/" + escape_pointer(k), "unsupported keyword '" + k + "'");
     }
   }
 
   int32_t ref_symbol(const std::string& ref, const std::string& ptr, int depth) {
     std::string target;
-    const Json& t = resolve(ref, ptr, target);
+    const Json& t = resolve(root_, ref, ptr, target);
     auto it = ref_nt_.find(target);
     if (it != ref_nt_.end()) return it->second;
     const int32_t nt = g_.add_nonterminal("ref:" + target);
@@ -238,14 +111,14 @@ class Converter {
     if (s.contains("$ref")) {
       if (!s["$ref"].is_string()) fail(ptr + "/$ref", "$ref must be a string");
       if (only_annotations(s, {"$ref"})) return ref_symbol(s["$ref"].get<std::string>(), ptr, depth);
-      return value(inline_ref(s, ptr, depth), ptr, depth + 1);
+      return value(inline_ref(root_, s, ptr, depth), ptr, depth + 1);
     }
     if (s.contains("allOf")) {
       const Json& all = s["allOf"];
       if (!all.is_array() || all.empty()) fail(ptr + "/allOf", "allOf must be a non-empty array");
       Json merged = without(s, {"allOf"});
       for (size_t i = 0; i < all.size(); ++i) {
-        merged = merge(merged, inline_ref(all[i], ptr + "/allOf/" + std::to_string(i), depth), ptr + "/allOf/" + std::to_string(i));
+        merged = merge(merged, inline_ref(root_, all[i], ptr + "/allOf/" + std::to_string(i), depth), ptr + "/allOf/" + std::to_string(i));
       }
       return value(merged, ptr, depth + 1);
     }
@@ -256,11 +129,11 @@ class Converter {
       if (s.contains("anyOf") && s.contains("oneOf")) fail(ptr, "anyOf together with oneOf is not supported");
       const Json base = without(s, {comb});
       const bool plain = only_annotations(base);
-      if (std::string(comb) == "oneOf") check_exclusive(base, alts, ptr + "/oneOf", depth);
+      if (std::string(comb) == "oneOf") check_exclusive(branches(base, alts, ptr + "/oneOf", depth), ptr + "/oneOf");
       std::vector<std::vector<int32_t>> out;
       for (size_t i = 0; i < alts.size(); ++i) {
         const std::string p = ptr + "/" + comb + "/" + std::to_string(i);
-        out.push_back({plain ? value(alts[i], p, depth + 1) : value(merge(base, inline_ref(alts[i], p, depth), p), p, depth + 1)});
+        out.push_back({plain ? value(alts[i], p, depth + 1) : value(merge(base, inline_ref(root_, alts[i], p, depth), p), p, depth + 1)});
       }
       return seq(std::move(out), comb);
     }
@@ -284,88 +157,14 @@ class Converter {
     return out.size() == 1 ? out[0][0] : seq(std::move(out), "types");
   }
 
-  // The JSON types a (ref-inlined) schema admits, as a bit set (object, array, string, number,
-  // boolean, null); all six when it does not say.
-  static unsigned types_of(const Json& s) {
-    static const char* const kNames[] = {"object", "array", "string", "number", "boolean", "null"};
-    auto bit = [](const std::string& t) -> unsigned {
-      if (t == "integer") return 1u << 3;
-      for (unsigned i = 0; i < 6; ++i) {
-        if (t == kNames[i]) return 1u << i;
-      }
-      return 0;
-    };
-    auto of_value = [](const Json& v) -> unsigned {
-      return v.is_object() ? 1u : v.is_array() ? 2u : v.is_string() ? 4u : v.is_number() ? 8u : v.is_boolean() ? 16u : 32u;
-    };
-    if (!s.is_object()) return 63;
-    unsigned out = 63;
-    if (s.contains("type")) {
-      unsigned t = 0;
-      for (const auto& x : s["type"].is_array() ? s["type"] : Json::array({s["type"]})) {
-        if (x.is_string()) t |= bit(x.get<std::string>());
-      }
-      out &= t;
-    }
-    if (s.contains("const")) out &= of_value(s["const"]);
-    if (s.contains("enum") && s["enum"].is_array()) {
-      unsigned t = 0;
-      for (const auto& v : s["enum"]) t |= of_value(v);
-      out &= t;
+  // oneOf's branches, each merged with the schema around it.
+  std::vector<Json> branches(const Json& base, const Json& alts, const std::string& ptr, int depth) {
+    std::vector<Json> out;
+    for (size_t i = 0; i < alts.size(); ++i) {
+      const std::string p = ptr + "/" + std::to_string(i);
+      out.push_back(merge(base, inline_ref(root_, alts[i], p, depth), p));
     }
     return out;
-  }
-
-  // The values a schema pins property `name` to (const or enum), or nullopt.
-  static std::optional<std::vector<Json>> pinned(const Json& s, const std::string& name) {
-    if (!s.is_object() || !s.contains("properties") || !s["properties"].contains(name)) return std::nullopt;
-    const Json& p = s["properties"][name];
-    if (!p.is_object()) return std::nullopt;
-    if (p.contains("const")) return std::vector<Json>{p["const"]};
-    if (p.contains("enum") && p["enum"].is_array()) return std::vector<Json>(p["enum"].begin(), p["enum"].end());
-    return std::nullopt;
-  }
-
-  static bool required_in(const Json& s, const std::string& name) {
-    if (!s.is_object() || !s.contains("required") || !s["required"].is_array()) return false;
-    for (const auto& r : s["required"]) {
-      if (r == name) return true;
-    }
-    return false;
-  }
-
-  // oneOf is matched as anyOf, which is exact only when no value can satisfy two branches: each
-  // pair must admit disjoint types, or pin a property both require to disjoint constants.
-  void check_exclusive(const Json& base, const Json& alts, const std::string& ptr, int depth) {
-    std::vector<Json> branches;
-    for (size_t i = 0; i < alts.size(); ++i) {
-      branches.push_back(merge(base, inline_ref(alts[i], ptr + "/" + std::to_string(i), depth), ptr + "/" + std::to_string(i)));
-    }
-    for (size_t i = 0; i < branches.size(); ++i) {
-      for (size_t j = i + 1; j < branches.size(); ++j) {
-        const Json& a = branches[i];
-        const Json& b = branches[j];
-        if ((types_of(a) & types_of(b)) == 0) continue;
-        bool disjoint = false;
-        if (a.is_object() && a.contains("properties") && a["properties"].is_object()) {
-          for (const auto& item : a["properties"].items()) {
-            const std::string& name = item.key();
-            const auto va = pinned(a, name), vb = pinned(b, name);
-            if (!va || !vb || !required_in(a, name) || !required_in(b, name)) continue;
-            bool overlap = false;
-            for (const Json& x : *va) overlap = overlap || std::find(vb->begin(), vb->end(), x) != vb->end();
-            if (!overlap) {
-              disjoint = true;
-              break;
-            }
-          }
-        }
-        if (!disjoint) {
-          fail(ptr, fmt::format("oneOf branches {} and {} may both match a value (only types or a required "
-                                "const/enum property that tell them apart are supported)", i, j));
-        }
-      }
-    }
   }
 
   int32_t literals(const Json& s, const std::string& ptr) {
