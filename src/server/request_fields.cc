@@ -75,7 +75,7 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kC, "best_of", U::kRefused, "1", "choosing the best of several candidates is not built (as in vLLM V1)"},
     {kC, "suffix", U::kRefused, "", "fill-in-the-middle is not built yet"},
     // vLLM
-    {kB, "structured_outputs", U::kHonoured, "", "vLLM: one of json, regex, choice, grammar, json_object; whitespace_pattern, disable_additional_properties"},
+    {kB, "structured_outputs", U::kHonoured, "", "vLLM: one of json, regex, choice, grammar, json_object; whitespace_pattern, disable_any_whitespace, disable_additional_properties"},
     {kB, "guided_json", U::kHonoured, "", "vLLM before 0.12: the output follows this JSON Schema"},
     {kB, "guided_regex", U::kHonoured, "", "vLLM before 0.12: the whole output matches this regex"},
     {kB, "guided_choice", U::kHonoured, "", "vLLM before 0.12: the output is one of these strings"},

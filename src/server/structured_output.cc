@@ -153,8 +153,10 @@ class ConstraintReader {
   void structured_outputs(const json& v) {
     const std::string p = "structured_outputs.";
     if (!v.is_object()) bad_request("structured_outputs", "'structured_outputs' must be an object");
-    check_keys(v, {"json", "regex", "choice", "grammar", "json_object", "whitespace_pattern", "disable_additional_properties"},
-               p, " (Spindle reads json, regex, choice, grammar, json_object, whitespace_pattern, disable_additional_properties)");
+    check_keys(v, {"json", "regex", "choice", "grammar", "json_object", "whitespace_pattern", "disable_any_whitespace",
+                   "disable_additional_properties"},
+               p, " (Spindle reads json, regex, choice, grammar, json_object, whitespace_pattern, disable_any_whitespace, "
+                  "disable_additional_properties)");
     const size_t before = out_.kind == Kind::kNone ? 0 : 1;
     if (field(v, "json")) set(schema({"structured_outputs", "json"}, p + "json"));
     if (const json* x = field(v, "regex")) set(text(Kind::kRegex, *x, p + "regex"));
@@ -168,6 +170,15 @@ class ConstraintReader {
       bad_request("structured_outputs", "'structured_outputs' needs one of json, regex, choice, grammar, json_object");
     }
     if (const json* x = field(v, "whitespace_pattern")) whitespace(*x, p + "whitespace_pattern");
+    if (const json* x = field(v, "disable_any_whitespace")) {
+      if (!x->is_boolean()) bad_request(p + "disable_any_whitespace", "'structured_outputs.disable_any_whitespace' must be a boolean");
+      if (x->get<bool>()) {
+        if (field(v, "whitespace_pattern")) {
+          bad_request(p + "disable_any_whitespace", "'structured_outputs.disable_any_whitespace' and 'whitespace_pattern' contradict");
+        }
+        whitespace(json("(?:)"), p + "disable_any_whitespace");  // no byte between JSON tokens
+      }
+    }
     if (const json* x = field(v, "disable_additional_properties")) {
       if (!x->is_boolean()) bad_request(p + "disable_additional_properties", "'structured_outputs.disable_additional_properties' must be a boolean");
       if (out_.kind != Kind::kJsonSchema) {

@@ -35,7 +35,9 @@ struct OutputConstraint {
   // JSON: OpenAI's strict (an unspecified additionalProperties means false), also vLLM's
   // disable_additional_properties.
   bool strict = false;
-  std::string whitespace_pattern;  // JSON: a regex for the whitespace between tokens ("" = compact)
+  // JSON: a regex for the whitespace between tokens ("" = compact; vLLM's disable_any_whitespace
+  // is "(?:)", nothing at all).
+  std::string whitespace_pattern;
 };
 
 // The constraint fields of a request body. `j` is the parsed body, `body` its text (a schema is

@@ -127,6 +127,8 @@ TEST_F(ServerStructuredTest, EveryConstraintFieldConstrains) {
       {"response_format json_schema", {{"response_format", strict_rf}}, Case::kSchema, kVerse, "", {}},
       {"response_format json_object", {{"response_format", {{"type", "json_object"}}}}, Case::kObject, {}, "", {}},
       {"structured_outputs.json", {{"structured_outputs", {{"json", kList}}}}, Case::kSchema, kList, "", {}},
+      {"structured_outputs.json without whitespace", {{"structured_outputs", {{"json", kList}, {"disable_any_whitespace", true}}}},
+       Case::kSchema, kList, "", {}},
       {"structured_outputs.regex", {{"structured_outputs", {{"regex", "[0-9]{2,4}-[a-z]{3}"}}}}, Case::kRegex, {}, "[0-9]{2,4}-[a-z]{3}", {}},
       {"structured_outputs.choice", {{"structured_outputs", {{"choice", {"light", "darkness"}}}}}, Case::kChoice, {}, "", {"light", "darkness"}},
       {"structured_outputs.grammar", {{"structured_outputs", {{"grammar", gbnf}}}}, Case::kRegex, {}, gbnf_re, {}},
@@ -154,6 +156,9 @@ TEST_F(ServerStructuredTest, EveryConstraintFieldConstrains) {
         if (!r.contains("choices")) continue;
         const std::string text = text_of(r);
         EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << what << ": " << text;
+        if (c.what.ends_with("without whitespace")) {
+          EXPECT_EQ(text.find_first_of(" \n\t\r"), std::string::npos) << what << ": " << text;
+        }
         if (c.check == Case::kSchema) {
           to_validate.emplace_back(c.schema, text);
           where.push_back(what + ": " + text);
@@ -199,6 +204,8 @@ TEST_F(ServerStructuredTest, BadConstraintsAre400sNamingTheField) {
       {j(R"({"structured_outputs": {"structural_tag": "x"}})"), "structured_outputs.structural_tag", "not supported"},
       {j(R"({"structured_outputs": {"regex": "a", "choice": ["b"]}})"), "structured_outputs.choice", "only one"},
       {j(R"({"guided_whitespace_pattern": " ", "guided_regex": "a"})"), "guided_whitespace_pattern", "JSON"},
+      {j(R"({"structured_outputs": {"json": {}, "disable_any_whitespace": true, "whitespace_pattern": " "}})"),
+       "structured_outputs.disable_any_whitespace", "contradict"},
       {j(R"({"response_format": {"type": "json_object"}, "guided_choice": ["a"]})"), "guided_choice", "only one"},
   };
   for (const std::string& path : {kCompletions, kChat}) {
