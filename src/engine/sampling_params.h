@@ -28,6 +28,9 @@ struct SamplingParams {
   int top_logprobs = 0;             // alternatives to report per token, [0, 20]
   bool logprobs = false;            // report the chosen token's log-probability
   bool speculative = true;          // may use speculative decoding where the server runs it
+  // Special tokens left out of the text (false: kept, for tool-call formats whose markers are
+  // special tokens, e.g. Mistral's [TOOL_CALLS]); end-of-sequence tokens are never text.
+  bool skip_special_tokens = true;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
   // A penalty reads the tokens drawn so far (so the next draw needs the last one on the host).

@@ -51,8 +51,8 @@ TEST(RequestFieldsTest, EachFieldIsInExactlyOneListPerPlace) {
       EXPECT_TRUE(nlohmann::json::accept(f.accepted)) << f.accepted;
     }
   }
-  ASSERT_NE(find_request_field(kChatBody, "tools"), nullptr);
-  EXPECT_EQ(find_request_field(kChatBody, "tools")->use, FieldUse::kRefused);
+  ASSERT_NE(find_request_field(kChatBody, "functions"), nullptr);
+  EXPECT_EQ(find_request_field(kChatBody, "functions")->use, FieldUse::kRefused);
   EXPECT_EQ(find_request_field(kCompletionBody, "tools"), nullptr) << "tools is a chat field";
   EXPECT_EQ(find_request_field(kChatBody, "foo"), nullptr);
 }
@@ -185,7 +185,15 @@ const std::map<std::string, std::string> kEffectTests = {
     {"chat:metadata", "server_fields_test.cc:NoOpFieldsChangeNothing"},
     {"chat:store", "server_fields_test.cc:NoOpFieldsChangeNothing"},
     {"chat:service_tier", "server_fields_test.cc:NoOpFieldsChangeNothing"},
-    {"message:name", "server_fields_test.cc:NoOpFieldsChangeNothing"},
+    {"chat:tools", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"chat:tool_choice", "server_tools_test.cc:ToolChoiceNoneAndTheRefusedChoices"},
+    {"chat:parallel_tool_calls", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"chat:chat_template_kwargs", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},
+    {"chat:reasoning_effort", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},
+    {"message:name", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"message:tool_calls", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"message:tool_call_id", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"message:reasoning_content", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
 };
 
 TEST(RequestFieldsTest, EachHonouredOrNoOpFieldHasATestOfItsEffect) {
