@@ -1,5 +1,6 @@
 #include "chat/tool_call_parser.h"
 
+#include <algorithm>
 #include <array>
 #include <random>
 
@@ -18,10 +19,10 @@ constexpr std::array kFormats = std::to_array<ToolCallFormat>({
     {"qwen3_coder", ToolCallIdStyle::kOpenAi, false},
     {"llama3_json", ToolCallIdStyle::kOpenAi, false},
     {"mistral", ToolCallIdStyle::kMistral, true},
+    {"deepseek_v3", ToolCallIdStyle::kOpenAi, true},
 });
 
-constexpr std::string_view kToolCallOpen = "<tool_call>";
-constexpr std::string_view kToolCallClose = "</tool_call>";
+constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
@@ -67,14 +68,45 @@ std::optional<ToolCall> decode_xml_block(std::string_view body, ToolCallIdStyle 
   return call_from_json(call, style);
 }
 
-// Calls in marked blocks (<tool_call>...</tool_call>), each released as soon as it closes.
+// "function<｜tool▁sep｜>name\n```json\n{...}\n```" (DeepSeek R1 / V3)
+std::optional<ToolCall> decode_deepseek_block(std::string_view body, ToolCallIdStyle style) {
+  const size_t sep = body.find(kDeepSeekSep);
+  if (sep == std::string_view::npos) return std::nullopt;
+  std::string_view rest = body.substr(sep + kDeepSeekSep.size());
+  const size_t newline = rest.find('\n');
+  if (newline == std::string_view::npos) return std::nullopt;
+  const std::string name(trim(rest.substr(0, newline)));
+  std::string_view args = trim(rest.substr(newline + 1));
+  if (!args.starts_with("```json") || !args.ends_with("```") || args.size() < 10) return std::nullopt;
+  auto j = parse_json(args.substr(7, args.size() - 10));
+  if (!j) return std::nullopt;
+  return call_from_json(ordered_json{{"name", name}, {"arguments", std::move(*j)}}, style);
+}
+
+// A block format: its markers, the markers around a group of calls (dropped), how a body reads.
+struct BlockSyntax {
+  std::string_view open, close;
+  std::array<std::string_view, 2> dropped;
+  BlockDecoder decode;
+};
+
+constexpr BlockSyntax kHermes{"<tool_call>", "</tool_call>", {}, decode_json_block};
+constexpr BlockSyntax kQwen3Coder{"<tool_call>", "</tool_call>", {}, decode_xml_block};
+constexpr BlockSyntax kDeepSeek{"<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+                                {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"}, decode_deepseek_block};
+
+// Calls in marked blocks (<tool_call>...</tool_call>), each released as soon as it closes. The
+// group markers (special tokens, so each arrives whole) are dropped wherever they appear.
 class BlockParser final : public ToolCallParser {
  public:
-  BlockParser(BlockDecoder decode, ToolCallIdStyle style) : decode_(decode), style_(style) {}
+  BlockParser(const BlockSyntax& syntax, ToolCallIdStyle style) : syntax_(syntax), style_(style) {}
 
   ToolCallDelta push(std::string_view text) override {
     ToolCallDelta out;
     held_ += text;
+    for (std::string_view marker : syntax_.dropped) {
+      for (size_t at; !marker.empty() && (at = held_.find(marker)) != std::string::npos;) held_.erase(at, marker.size());
+    }
     while (state_ == State::kInCall ? close_call(out) : open_call(out)) {
     }
     return out;
@@ -83,11 +115,11 @@ class BlockParser final : public ToolCallParser {
   ToolCallDelta finish() override {
     ToolCallDelta out;
     if (state_ == State::kInCall) {
-      auto call = decode_(held_, style_);
+      auto call = syntax_.decode(held_, style_);
       if (call) {
         out.calls.push_back(std::move(*call));
       } else {
-        out.content = std::string(kToolCallOpen) + held_;
+        out.content = std::string(syntax_.open) + held_;
       }
     } else {
       between_ += held_;
@@ -103,10 +135,14 @@ class BlockParser final : public ToolCallParser {
 
   // Text state: content up to an opening marker (true: one was found, the loop goes on).
   bool open_call(ToolCallDelta& out) {
-    const size_t open = held_.find(kToolCallOpen);
-    const size_t cut = open != std::string::npos ? open : held_.size() - partial_marker_suffix(held_, kToolCallOpen);
+    const size_t open = held_.find(syntax_.open);
+    size_t keep = partial_marker_suffix(held_, syntax_.open);  // bytes that may begin a marker
+    for (std::string_view marker : syntax_.dropped) {
+      if (!marker.empty()) keep = std::max(keep, partial_marker_suffix(held_, marker));
+    }
+    const size_t cut = open != std::string::npos ? open : held_.size() - keep;
     between_ += held_.substr(0, cut);
-    held_.erase(0, open != std::string::npos ? open + kToolCallOpen.size() : cut);
+    held_.erase(0, open != std::string::npos ? open + syntax_.open.size() : cut);
     // Before the first call everything is content; after a call, whitespace waits (dropped at the end).
     if (state_ == State::kText || !all_space(between_)) {
       out.content += between_;
@@ -120,21 +156,21 @@ class BlockParser final : public ToolCallParser {
   }
 
   bool close_call(ToolCallDelta& out) {
-    const size_t close = held_.find(kToolCallClose);
+    const size_t close = held_.find(syntax_.close);
     if (close == std::string::npos) return false;
     const std::string body = held_.substr(0, close);
-    if (auto call = decode_(body, style_)) {
+    if (auto call = syntax_.decode(body, style_)) {
       out.calls.push_back(std::move(*call));
       state_ = State::kAfterCall;
     } else {
-      out.content += std::string(kToolCallOpen) + body + std::string(kToolCallClose);
+      out.content += std::string(syntax_.open) + body + std::string(syntax_.close);
       state_ = State::kText;
     }
-    held_.erase(0, close + kToolCallClose.size());
+    held_.erase(0, close + syntax_.close.size());
     return true;
   }
 
-  BlockDecoder decode_;
+  const BlockSyntax& syntax_;
   ToolCallIdStyle style_;
   State state_ = State::kText;
   std::string held_;
@@ -280,6 +316,7 @@ const ToolCallFormat* detect_tool_call_format(std::string_view t) {
   if (has("<tool_call>") && has("<function=")) return &find_tool_call_format("qwen3_coder");
   if (has("<tool_call>")) return &find_tool_call_format("hermes");
   if (has("[TOOL_CALLS]")) return &find_tool_call_format("mistral");
+  if (has("<｜tool▁call▁begin｜>")) return &find_tool_call_format("deepseek_v3");
   if (has("<|start_header_id|>") && (has("<|python_tag|>") || has("\"parameters\": "))) {
     return &find_tool_call_format("llama3_json");
   }
@@ -297,8 +334,9 @@ std::string make_tool_call_id(ToolCallIdStyle style) {
 }
 
 std::unique_ptr<ToolCallParser> make_tool_call_parser(const ToolCallFormat& format) {
-  if (format.name == "hermes") return std::make_unique<BlockParser>(decode_json_block, format.id_style);
-  if (format.name == "qwen3_coder") return std::make_unique<BlockParser>(decode_xml_block, format.id_style);
+  if (format.name == "hermes") return std::make_unique<BlockParser>(kHermes, format.id_style);
+  if (format.name == "qwen3_coder") return std::make_unique<BlockParser>(kQwen3Coder, format.id_style);
+  if (format.name == "deepseek_v3") return std::make_unique<BlockParser>(kDeepSeek, format.id_style);
   if (format.name == "llama3_json") return std::make_unique<LeadingJsonParser>();
   return std::make_unique<MistralParser>();
 }

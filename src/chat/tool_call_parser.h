@@ -11,6 +11,9 @@
 //   mistral      Mistral: [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...] (Nemo) or
 //                [TOOL_CALLS]f[ARGS]{...} (Small 3.2 and later); the markers are special
 //                tokens, so such requests are detokenized with special tokens kept
+//   deepseek_v3  DeepSeek R1 (and its distills' templates), V3: <｜tool▁calls▁begin｜>
+//                <｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>
+//                ...<｜tool▁calls▁end｜> (special tokens kept, as for mistral)
 // A call that does not parse is returned as content, never dropped. Text before the first call is
 // content; whitespace between and after calls is dropped, other text after them is content.
 #pragma once

@@ -56,7 +56,8 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
                  "How reasoning sections are read into reasoning_content: deepseek_r1, qwen3, none, or auto "
                  "(from the chat template)");
   app.add_option("--tool-call-parser", f.tool_call_parser,
-                 "How tool calls are read from the output: hermes, qwen3_coder, llama3_json, mistral, none, or auto "
+                 "How tool calls are read from the output: hermes, qwen3_coder, llama3_json, mistral, deepseek_v3, none, "
+                 "or auto "
                  "(from the chat template)");
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);

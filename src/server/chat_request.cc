@@ -6,6 +6,7 @@
 #include <array>
 
 #include "server/request_fields.h"
+#include "tokenizer/chat_template.h"
 
 namespace spindle::server {
 
@@ -102,8 +103,11 @@ ordered_json parse_message(const ordered_json& m, size_t i, ChatContext& c, std:
   if (role == "developer") role = "system";
   check_fields(kMessage, m, path);
   const bool assistant = role == "assistant";
-  for (const char* key : {"tool_calls", "reasoning_content"}) {
-    if (get(m, key) && !assistant) bad_request(path + key, fmt::format("'{}{}' is for assistant messages", path, key));
+  for (const char* key : {"tool_calls", "reasoning_content"}) {  // an empty tool_calls list asks for nothing
+    const ordered_json* v = get(m, key);
+    if (v && !assistant && !(v->is_array() && v->empty())) {
+      bad_request(path + key, fmt::format("'{}{}' is for assistant messages", path, key));
+    }
   }
   if (get(m, "tool_call_id") && role != "tool") {
     bad_request(path + "tool_call_id", fmt::format("'{}tool_call_id' is for tool messages", path));
@@ -203,10 +207,23 @@ void parse_chat_context(const ordered_json& body, GenerationRequest& r) {
   parse_template_kwargs(body, c);
 }
 
-ordered_json template_context(const ChatContext& c) {
-  ordered_json context = {{"messages", c.template_messages}, {"tools", c.tools}, {"add_generation_prompt", true}};
+ordered_json template_context(const ChatContext& c, bool add_generation_prompt) {
+  ordered_json context = {{"messages", c.template_messages}, {"tools", c.tools},
+                          {"add_generation_prompt", add_generation_prompt}};
   for (const auto& [key, value] : c.template_kwargs.items()) context[key] = value;
   return context;
+}
+
+std::string render_chat(const tokenizer::ChatTemplate& t, const GenerationRequest& r, bool add_generation_prompt) {
+  const ChatContext& c = r.chat_context;
+  if (t.format() == tokenizer::ChatFormat::kJinja) return t.render_context(template_context(c, add_generation_prompt));
+  const std::string why = fmt::format("the built-in {} chat template does not render tools; serve a Jinja template "
+                                      "(the model's own, or --chat-template FILE)", tokenizer::to_string(t.format()));
+  if (c.has_tools()) bad_request("tools", why);
+  if (c.has_tool_turns) bad_request("messages", why);
+  std::vector<tokenizer::ChatMessage> messages;
+  for (const auto& m : r.messages) messages.push_back({m.role, m.content});
+  return t.render(messages, add_generation_prompt);
 }
 
 }  // namespace spindle::server

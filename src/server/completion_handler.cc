@@ -39,20 +39,6 @@ json finish_reason_json(bool finished, engine::FinishReason reason) {
   return std::string(engine::finish_reason_name(reason));
 }
 
-// The chat prompt: a Jinja template gets the whole context (tools, tool turns, kwargs); a built-in
-// one renders plain turns only, so tools and tool turns are a 400 there.
-std::string render_chat(const tokenizer::ChatTemplate& t, const GenerationRequest& r) {
-  const ChatContext& c = r.chat_context;
-  if (t.format() == tokenizer::ChatFormat::kJinja) return t.render_context(template_context(c));
-  const std::string why = fmt::format("the built-in {} chat template does not render tools; serve a Jinja template "
-                                      "(the model's own, or --chat-template FILE)", tokenizer::to_string(t.format()));
-  if (c.has_tools()) bad_request("tools", why);
-  if (c.has_tool_turns) bad_request("messages", why);
-  std::vector<tokenizer::ChatMessage> messages;
-  for (const auto& m : r.messages) messages.push_back({m.role, m.content});
-  return t.render(messages, /*add_generation_prompt=*/true);
-}
-
 // How the choices' text is read: the template's reasoning format (whether the prompt opened the
 // section), its tool-call format when tools are given and tool_choice is not "none".
 OutputParsing output_parsing(const tokenizer::ChatTemplate& t, GenerationRequest& r, const std::string& prompt) {
@@ -65,7 +51,7 @@ OutputParsing output_parsing(const tokenizer::ChatTemplate& t, GenerationRequest
   if (!c.has_tools() || c.tool_choice == ToolChoice::kNone) return p;
   if (t.tool_call_parser().empty()) {
     bad_request("tools", "this model's chat template has no tool-call format Spindle reads; start the server with "
-                         "--tool-call-parser NAME (hermes, qwen3_coder, llama3_json, mistral)");
+                         "--tool-call-parser NAME (hermes, qwen3_coder, llama3_json, mistral, deepseek_v3)");
   }
   p.tool_calls = &chat::find_tool_call_format(t.tool_call_parser());
   p.parallel_tool_calls = c.parallel_tool_calls;
@@ -95,7 +81,7 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   try {
     if (r.chat) {
       if (engine.chat_template() == nullptr) bad_request("messages", "this model has no chat template");
-      s.prompt_text = render_chat(*engine.chat_template(), r);
+      s.prompt_text = render_chat(*engine.chat_template(), r, /*add_generation_prompt=*/true);
       s.parsing = output_parsing(*engine.chat_template(), r, s.prompt_text);
       ids = tok.encode(s.prompt_text, /*add_special_tokens=*/false);
     } else if (!r.prompt_token_ids.empty()) {

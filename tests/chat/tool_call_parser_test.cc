@@ -116,6 +116,16 @@ TEST(ToolCallParserTest, MistralBothForms) {
   expect_every_split("mistral", "[TOOL_CALLS]oops", "[TOOL_CALLS]oops", {});
 }
 
+TEST(ToolCallParserTest, DeepSeek) {
+  expect_every_split("deepseek_v3",
+                     "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+                     "{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>b\n```json\n{}\n```"
+                     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                     "Checking.", {{"get_weather", {{"city", "Paris"}}}, {"b", json::object()}});
+  const std::string bad = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n{}<｜tool▁call▁end｜>";
+  expect_every_split("deepseek_v3", bad, bad, {});
+}
+
 TEST(ToolCallParserTest, IdsHaveTheFamilysShape) {
   const Parsed hermes = run("hermes", {"<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"a\"}</tool_call>"});
   ASSERT_EQ(hermes.ids.size(), 2u);
@@ -158,6 +168,8 @@ TEST(ToolCallParserTest, DetectionFromTemplates) {
   EXPECT_EQ(detect("meta-llama-Llama-3.2-3B-Instruct.jinja"), "llama3_json");
   EXPECT_EQ(detect("mistralai-Mistral-Nemo-Instruct-2407.jinja"), "mistral");
   EXPECT_EQ(detect("Mistral-Small-3.2-24B-Instruct-2506.jinja"), "mistral");
+  EXPECT_EQ(detect("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"), "deepseek_v3");
+  EXPECT_EQ(detect("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"), "deepseek_v3");
   EXPECT_EQ(detect("google-gemma-2-2b-it.jinja"), "none");
   EXPECT_EQ(detect("microsoft-Phi-3.5-mini-instruct.jinja"), "none");
 }

@@ -137,6 +137,7 @@ const tests = {
     const cases = [
       [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } }, 'response_format'],
       [{ response_format: { type: 'json_object' } }, 'response_format'],
+      // kjv-tiny's chat template teaches no tool-call format: tools under tool_choice auto are refused.
       [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }] }, 'tools'],
       [{ tool_choice: 'required' }, 'tool_choice'],
       [{ store: true }, 'store'],

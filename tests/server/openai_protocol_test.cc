@@ -195,7 +195,7 @@ TEST(OpenAiProtocolTest, RulesBetweenFields) {
   const std::vector<std::pair<std::string, std::string>> tool_rules = {
       {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id"},
       {R"({"messages":[{"role":"user","content":"x","tool_call_id":"c"}]})", "messages[0].tool_call_id"},
-      {R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})", "messages[0].tool_calls"},
+      {R"({"messages":[{"role":"user","content":"x","tool_calls":[{"id":"c"}]}]})", "messages[0].tool_calls"},
       {R"({"messages":[{"role":"function","content":"x","name":"f"}]})", "messages[0].role"},
       {R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c"}]}]})",
        "messages[0].tool_calls[0].function"},

@@ -187,7 +187,7 @@ const std::map<std::string, std::string> kEffectTests = {
     {"chat:service_tier", "server_fields_test.cc:NoOpFieldsChangeNothing"},
     {"chat:tools", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
     {"chat:tool_choice", "server_tools_test.cc:ToolChoiceNoneAndTheRefusedChoices"},
-    {"chat:parallel_tool_calls", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"chat:parallel_tool_calls", "chat_output_test.cc:ParallelToolCallsFalseKeepsTheFirstCall"},
     {"chat:chat_template_kwargs", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},
     {"chat:reasoning_effort", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},
     {"message:name", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
