@@ -96,17 +96,6 @@ int token_id(const json& v, const char* param, const char* what) {
   return v.get<int>();
 }
 
-json parse_body(const std::string& body, size_t max_body_bytes) {
-  if (body.size() > max_body_bytes) {
-    throw ApiError(413, "invalid_request_error", "",
-                   fmt::format("request body is {} bytes; the limit is {}", body.size(), max_body_bytes));
-  }
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad_request("", "request body is not valid JSON");
-  if (!j.is_object()) bad_request("", fmt::format("request body must be a JSON object, got {}", type_name(j)));
-  return j;
-}
-
 std::vector<std::string> parse_stop(const json* v) {
   std::vector<std::string> out;
   if (!v) return out;
@@ -207,6 +196,17 @@ void parse_common(const json& j, FieldScope scope, GenerationRequest& r) {
 }
 
 }  // namespace
+
+json parse_body(const std::string& body, size_t max_body_bytes) {
+  if (body.size() > max_body_bytes) {
+    throw ApiError(413, "invalid_request_error", "",
+                   fmt::format("request body is {} bytes; the limit is {}", body.size(), max_body_bytes));
+  }
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad_request("", "request body is not valid JSON");
+  if (!j.is_object()) bad_request("", fmt::format("request body must be a JSON object, got {}", type_name(j)));
+  return j;
+}
 
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes) {
   const json j = parse_body(body, max_body_bytes);

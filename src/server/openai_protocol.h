@@ -75,6 +75,9 @@ struct GenerationRequest {
   bool echo = false;                     // completions: prepend the prompt
 };
 
+// A request body as a JSON object: 413 past max_body_bytes, 400 when it is not a JSON object.
+nlohmann::json parse_body(const std::string& body, size_t max_body_bytes);
+
 // Body of POST /v1/completions or /v1/chat/completions. Throws ApiError.
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes);
 GenerationRequest parse_chat_request(const std::string& body, size_t max_body_bytes);
