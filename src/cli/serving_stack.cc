@@ -16,6 +16,8 @@
 
 #include "cli/format.h"
 #include "attn/attention_backend.h"
+#include "chat/reasoning_parser.h"
+#include "chat/tool_call_parser.h"
 #include "config/switch_config.h"
 #include "kernels/cpu/linear.h"
 #include "startup/backend_selection.h"
@@ -50,6 +52,13 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   app.add_option("--served-model-name", f.served_model_name, "Model name in the API (default: the folder name)");
   app.add_option("--chat-template", f.server.chat_template,
                  "a built-in template (chatml, llama3, llama2) or a path to a Jinja file (default: the model's own Jinja template)");
+  app.add_option("--reasoning-parser", f.reasoning_parser,
+                 "How reasoning sections are read into reasoning_content: deepseek_r1, qwen3, none, or auto "
+                 "(from the chat template)");
+  app.add_option("--tool-call-parser", f.tool_call_parser,
+                 "How tool calls are read from the output: hermes, qwen3_coder, llama3_json, mistral, deepseek_v3, none, "
+                 "or auto "
+                 "(from the chat template)");
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_weights_memory_flag(app, f.server);
@@ -57,6 +66,30 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   config::add_spec_flags(app, f.server.spec);
   config::add_dp_flags(app, f.server.dp);
 }
+
+namespace {
+
+// --reasoning-parser / --tool-call-parser: a name (checked), none, or auto (detected from the
+// Jinja template's texts).
+void choose_output_parsers(tokenizer::ChatTemplate& t, const ServingFlags& flags) {
+  const std::string texts = t.text() + t.tool_use_text();
+  std::string reasoning, tool_calls;
+  if (flags.reasoning_parser == "auto") {
+    if (const auto* f = chat::detect_reasoning_format(texts)) reasoning = f->name;
+  } else if (flags.reasoning_parser != "none") {
+    reasoning = chat::find_reasoning_format(flags.reasoning_parser).name;
+  }
+  if (flags.tool_call_parser == "auto") {
+    if (const auto* f = chat::detect_tool_call_format(texts)) tool_calls = f->name;
+  } else if (flags.tool_call_parser != "none") {
+    tool_calls = chat::find_tool_call_format(flags.tool_call_parser).name;
+  }
+  spdlog::info("output parsers: reasoning {}, tool calls {}", reasoning.empty() ? "none" : reasoning,
+               tool_calls.empty() ? "none" : tool_calls);
+  t.set_output_parsers(std::move(reasoning), std::move(tool_calls));
+}
+
+}  // namespace
 
 ServingStack::~ServingStack() {
   for (auto& r : ranks) {
@@ -257,6 +290,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
     }
   }
   if (s->chat_template) {
+    choose_output_parsers(*s->chat_template, flags);
     spdlog::info("chat template: {}", s->chat_template->format() == tokenizer::ChatFormat::kJinja
                                           ? s->chat_template->source() + " (Jinja)"
                                           : std::string(tokenizer::to_string(s->chat_template->format())) + " (built in)");

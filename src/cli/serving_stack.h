@@ -45,10 +45,14 @@ struct ServingFlags {
   std::string model_dir;  // empty: the embedded model
   std::string served_model_name;
   config::ServerConfig server;
+  // How chat output is read (src/chat): a format name, "none", or "auto" (detected from the
+  // chat template's text; none for the built-ins).
+  std::string reasoning_parser = "auto";
+  std::string tool_call_parser = "auto";
 };
 
 // --attention..., --kv..., --speculative-..., --dp-size and the router flags, --max-running-requests,
-// --max-queued-requests, --chat-template.
+// --max-queued-requests, --chat-template, --reasoning-parser, --tool-call-parser.
 void add_serving_flags(CLI::App& app, ServingFlags& flags);
 
 // One data-parallel rank: its device, its choices and its engine.

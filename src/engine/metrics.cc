@@ -81,7 +81,7 @@ void render_spec(const MetricsSnapshot& s, std::string& out) {
 }
 }  // namespace
 
-Metrics::Metrics() : ttft_(kLatencyBuckets), itl_(kLatencyBuckets), e2e_(kLatencyBuckets) {}
+Metrics::Metrics() : ttft_(kLatencyBuckets), itl_(kLatencyBuckets), e2e_(kLatencyBuckets), queue_(kLatencyBuckets) {}
 
 void Metrics::set_info(std::map<std::string, std::string> labels) {
   std::lock_guard lock(mutex_);
@@ -98,6 +98,10 @@ void Metrics::observe_inter_token_latency(double s) {
 void Metrics::observe_e2e_latency(double s) {
   std::lock_guard lock(mutex_);
   e2e_.observe(s);
+}
+void Metrics::observe_queue_time(double s) {
+  std::lock_guard lock(mutex_);
+  queue_.observe(s);
 }
 void Metrics::observe_step(const StepSeconds& t) {
   std::lock_guard lock(mutex_);
@@ -166,6 +170,9 @@ std::string Metrics::render() const {
   out += "# HELP spindle_e2e_request_latency_seconds Time from arrival to the last token.\n"
          "# TYPE spindle_e2e_request_latency_seconds histogram\n";
   e2e_.render("spindle_e2e_request_latency_seconds", out);
+  out += "# HELP spindle_request_queue_time_seconds Time from arrival to first being scheduled.\n"
+         "# TYPE spindle_request_queue_time_seconds histogram\n";
+  queue_.render("spindle_request_queue_time_seconds", out);
   out += "# HELP spindle_step_seconds_total Engine step wall time by part (forward: the forward pass, or where the "
          "device samples only its launches; device: waiting for the device's forward and sampling; the rest is host "
          "work).\n# TYPE spindle_step_seconds_total counter\n";

@@ -103,6 +103,8 @@ class Metrics {
   void observe_time_to_first_token(double seconds);
   void observe_inter_token_latency(double seconds);
   void observe_e2e_latency(double seconds);
+  // Arrival to first being scheduled (vLLM's request_queue_time_seconds).
+  void observe_queue_time(double seconds);
   void observe_step(const StepSeconds& step);
   // Totals since start: [0] prefill or mixed steps, [1] decode steps.
   StepTotals step_totals(bool decode) const;
@@ -113,7 +115,7 @@ class Metrics {
   mutable std::mutex mutex_;
   MetricsSnapshot snapshot_;
   std::map<std::string, std::string> info_;
-  Histogram ttft_, itl_, e2e_;
+  Histogram ttft_, itl_, e2e_, queue_;
   StepTotals steps_[2];
 };
 

@@ -8,7 +8,7 @@ RequestOutputState::RequestOutputState(SamplingParams params, uint64_t seed, std
                                        const tokenizer::Tokenizer& tokenizer)
     : sampler(std::move(params), seed),
       stream(std::move(stream_)),
-      detokenizer(tokenizer, /*skip_special_tokens=*/true) {}
+      detokenizer(tokenizer, sampler.params().skip_special_tokens) {}
 
 OutputProcessor::OutputProcessor(const tokenizer::Tokenizer& tokenizer, std::vector<TokenId> model_eos_ids,
                                  int max_model_len, Metrics& metrics, int vocab_size)

@@ -58,6 +58,7 @@ struct Request {
   // sure (max_tokens or the model length), so computing past it would be thrown away.
   bool hold = false;
   Clock::time_point arrival = Clock::now();
+  bool queue_time_observed = false;  // its arrival-to-first-schedule time is in the metrics
 
   // prompt + output + pending tokens: the context the scheduler plans for.
   int num_tokens() const { return static_cast<int>(prompt.size() + output.size()) + num_pending_tokens; }

@@ -40,6 +40,9 @@ struct SamplingParams {
   // drawn. Null: unconstrained. Constrained requests never speculate and never run ahead in the
   // overlap schedule (engine.h).
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Special tokens left out of the text (false: kept, for tool-call formats whose markers are
+  // special tokens, e.g. Mistral's [TOOL_CALLS]); end-of-sequence tokens are never text.
+  bool skip_special_tokens = true;
 
   bool greedy() const { return temperature == 0.0f || top_k == 1; }
   // A penalty reads the tokens drawn so far (so the next draw needs the last one on the host).

@@ -66,6 +66,12 @@ bool StepExecutor::schedule(StepPlan& plan) {
   if (plan.num_preempted > 0) {
     metrics_.update([&](MetricsSnapshot& s) { s.preemptions_total += plan.num_preempted; });
   }
+  const auto now = Clock::now();
+  for (const auto& s : plan.sequences) {
+    if (s.request->queue_time_observed) continue;
+    s.request->queue_time_observed = true;
+    metrics_.observe_queue_time(seconds_between(s.request->arrival, now));
+  }
   finish_over_capacity();
   if (plan.empty()) {
     collect_in_flight();  // nothing to launch behind it

@@ -7,6 +7,8 @@
 #include <ctime>
 
 #include "engine/dp_group.h"
+#include "server/chat_request.h"
+#include "tokenizer/chat_template.h"
 #include "util/error.h"
 
 namespace spindle::server {
@@ -37,6 +39,26 @@ json finish_reason_json(bool finished, engine::FinishReason reason) {
   return std::string(engine::finish_reason_name(reason));
 }
 
+// How the choices' text is read: the template's reasoning format (whether the prompt opened the
+// section), its tool-call format when tools are given and tool_choice is not "none".
+OutputParsing output_parsing(const tokenizer::ChatTemplate& t, GenerationRequest& r, const std::string& prompt) {
+  OutputParsing p;
+  if (!t.reasoning_parser().empty()) {
+    p.reasoning = &chat::find_reasoning_format(t.reasoning_parser());
+    p.reasoning_opened = chat::prompt_opens_reasoning(*p.reasoning, prompt);
+  }
+  const ChatContext& c = r.chat_context;
+  if (!c.has_tools() || c.tool_choice == ToolChoice::kNone) return p;
+  if (t.tool_call_parser().empty()) {
+    bad_request("tools", "this model's chat template has no tool-call format Spindle reads; start the server with "
+                         "--tool-call-parser NAME (hermes, qwen3_coder, llama3_json, mistral, deepseek_v3)");
+  }
+  p.tool_calls = &chat::find_tool_call_format(t.tool_call_parser());
+  p.parallel_tool_calls = c.parallel_tool_calls;
+  if (p.tool_calls->keeps_special_tokens) r.sampling.skip_special_tokens = false;
+  return p;
+}
+
 }  // namespace
 
 std::string logprob_token_text(const tokenizer::Tokenizer& tokenizer, TokenId token) {
@@ -59,9 +81,8 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   try {
     if (r.chat) {
       if (engine.chat_template() == nullptr) bad_request("messages", "this model has no chat template");
-      std::vector<tokenizer::ChatMessage> messages;
-      for (const auto& m : r.messages) messages.push_back({m.role, m.content});
-      s.prompt_text = engine.chat_template()->render(messages, /*add_generation_prompt=*/true);
+      s.prompt_text = render_chat(*engine.chat_template(), r, /*add_generation_prompt=*/true);
+      s.parsing = output_parsing(*engine.chat_template(), r, s.prompt_text);
       ids = tok.encode(s.prompt_text, /*add_special_tokens=*/false);
     } else if (!r.prompt_token_ids.empty()) {
       ids = r.prompt_token_ids;
@@ -119,8 +140,9 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   return s;
 }
 
-CompletionRelay::Choice::Choice(const tokenizer::Tokenizer& tokenizer)
-    : completion_lp(empty_completion_logprobs()),
+CompletionRelay::Choice::Choice(const tokenizer::Tokenizer& tokenizer, const OutputParsing& parsing)
+    : fields(parsing),
+      completion_lp(empty_completion_logprobs()),
       chat_lp(json::array()),
       offsets(tokenizer, /*skip_special_tokens=*/true) {}  // as the engine detokenizes
 
@@ -134,7 +156,7 @@ CompletionRelay::CompletionRelay(engine::DpGroup& engine, std::shared_ptr<const 
   SPINDLE_CHECK(!submitted_.streams.empty(), "a relay needs at least one submitted choice");
   choices_.reserve(submitted_.streams.size());
   for (size_t i = 0; i < submitted_.streams.size(); ++i) {
-    Choice& c = choices_.emplace_back(engine_.tokenizer());
+    Choice& c = choices_.emplace_back(engine_.tokenizer(), submitted_.parsing);
     if (!request_->chat && request_->echo) {
       c.text_offset = submitted_.prompt_text.size();
       if (!request_->stream) c.text = submitted_.prompt_text;
@@ -233,17 +255,16 @@ std::string CompletionRelay::take_events() {
       c.finished = o.finished;
       c.finish_reason = o.finish_reason;
       if (o.text.empty() && !o.finished && o.logprobs.empty()) continue;
-      json choice = {{"index", i}, {"finish_reason", finish_reason_json(o.finished, o.finish_reason)}};
       json completion_lp = empty_completion_logprobs();
       json chat_lp = json::array();
       append_logprobs(c, o, completion_lp, chat_lp);
       if (r.chat) {
-        choice["delta"] = o.text.empty() ? json::object() : json{{"content", o.text}};
-        choice["logprobs"] = r.sampling.logprobs ? json{{"content", chat_lp}} : json(nullptr);
-      } else {
-        choice["text"] = o.text;
-        choice["logprobs"] = r.sampling.logprobs ? completion_lp : json(nullptr);
+        out += chat_events(i, c, o, std::move(chat_lp));
+        continue;
       }
+      json choice = {{"index", i}, {"finish_reason", finish_reason_json(o.finished, o.finish_reason)}};
+      choice["text"] = o.text;
+      choice["logprobs"] = r.sampling.logprobs ? completion_lp : json(nullptr);
       out += event(chunk(json::array({std::move(choice)})));
     }
     all_finished = all_finished && c.finished;
@@ -256,6 +277,29 @@ std::string CompletionRelay::take_events() {
     }
     out += "data: [DONE]\n\n";
     done_ = true;
+  }
+  return out;
+}
+
+std::string CompletionRelay::chat_events(size_t index, Choice& c, const engine::RequestOutput& o, json chat_lp) {
+  const int first_call = c.fields.num_calls();
+  ChoiceDelta d = c.fields.push(o.text, o.finished);
+  std::vector<json> deltas;  // each its own chunk: the text first, then each call's two deltas
+  json text = json::object();
+  if (!d.reasoning.empty()) text["reasoning_content"] = d.reasoning;
+  if (!d.content.empty()) text["content"] = d.content;
+  const bool logprobs = request_->sampling.logprobs;
+  if (!text.empty() || (logprobs && !chat_lp.empty()) || (d.calls.empty() && o.finished)) deltas.push_back(std::move(text));
+  for (json& t : tool_call_deltas(d.calls, first_call)) deltas.push_back({{"tool_calls", json::array({std::move(t)})}});
+  std::string out;
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    json j = {{"index", index}, {"delta", std::move(deltas[k])}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    if (logprobs) j["logprobs"] = {{"content", k == 0 ? std::move(chat_lp) : json::array()}};
+    if (o.finished && k + 1 == deltas.size()) {
+      const bool calls = c.fields.num_calls() > 0 && o.finish_reason == engine::FinishReason::kStop;
+      j["finish_reason"] = calls ? json("tool_calls") : finish_reason_json(true, o.finish_reason);
+    }
+    out += event(chunk(json::array({std::move(j)})));
   }
   return out;
 }
@@ -282,7 +326,10 @@ bool CompletionRelay::poll() {
         done_ = true;
         return true;
       }
-      c.text += o.text;
+      ChoiceDelta d = c.fields.push(o.text, o.finished);
+      c.text += d.content;
+      c.reasoning += d.reasoning;
+      for (auto& call : d.calls) c.calls.push_back(std::move(call));
       c.num_output_tokens = o.num_output_tokens;
       c.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
       c.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
@@ -294,6 +341,16 @@ bool CompletionRelay::poll() {
   return done_;
 }
 
+// {"role": "assistant", "content", ["reasoning_content",] ["tool_calls"]}: content null when the
+// choice made calls and said nothing else; reasoning_content present (null when empty) whenever
+// the model has a reasoning format.
+json CompletionRelay::message(const Choice& c) const {
+  json m = {{"role", "assistant"}, {"content", c.text.empty() && !c.calls.empty() ? json(nullptr) : json(c.text)}};
+  if (submitted_.parsing.reasoning) m["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+  if (!c.calls.empty()) m["tool_calls"] = tool_calls_json(c.calls);
+  return m;
+}
+
 json CompletionRelay::response() const {
   const GenerationRequest& r = *request_;
   json choices = json::array();
@@ -302,7 +359,8 @@ json CompletionRelay::response() const {
     if (!c.error.empty()) throw ApiError(500, "internal_error", "", "generation failed: " + c.error);
     json choice = {{"index", i}, {"finish_reason", finish_reason_json(c.finished, c.finish_reason)}};
     if (r.chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.calls.empty() && c.finish_reason == engine::FinishReason::kStop) choice["finish_reason"] = "tool_calls";
+      choice["message"] = message(c);
       choice["logprobs"] = r.sampling.logprobs ? json{{"content", c.chat_lp}} : json(nullptr);
     } else {
       choice["text"] = c.text;

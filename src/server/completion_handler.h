@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/request_stream.h"
+#include "server/chat_output.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/incremental_detokenizer.h"
 
@@ -26,6 +27,7 @@ struct Submitted {
   std::vector<std::shared_ptr<engine::RequestStream>> streams;  // [request.n]
   int num_prompt_tokens = 0;
   std::string prompt_text;  // for echo
+  OutputParsing parsing;    // chat: how each choice's text is sorted into message fields
 };
 
 // Validates a parsed request against the engine (model name, context length, vocabulary),
@@ -72,8 +74,11 @@ class CompletionRelay {
 
  private:
   struct Choice {
-    explicit Choice(const tokenizer::Tokenizer& tokenizer);
-    std::string text;
+    Choice(const tokenizer::Tokenizer& tokenizer, const OutputParsing& parsing);
+    std::string text;                // content
+    std::string reasoning;           // reasoning_content
+    std::vector<chat::ToolCall> calls;
+    ChoiceFields fields;             // sorts the engine's text into the three
     nlohmann::json completion_lp;    // {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
     nlohmann::json chat_lp;          // [{"token", "logprob", "bytes", "top_logprobs"}]
     size_t text_offset = 0;          // bytes of the choice's text before the next token
@@ -90,6 +95,9 @@ class CompletionRelay {
   void append_logprobs(Choice& c, const engine::RequestOutput& out, nlohmann::json& completion_lp,
                        nlohmann::json& chat_lp);
   nlohmann::json chunk(nlohmann::json choices) const;
+  // Streaming: the chat chunks of one event's sorted text (none when it adds nothing).
+  std::string chat_events(size_t index, Choice& c, const engine::RequestOutput& o, nlohmann::json chat_lp);
+  nlohmann::json message(const Choice& c) const;
   std::string event(const nlohmann::json& j) const;
   nlohmann::json usage() const;
 

@@ -36,7 +36,8 @@ class Session;
 
 // What a request's head asks for.
 enum class Route {
-  kHealth, kMetrics, kModels, kModel, kCompletions, kChat, kKvIntegrity, kPreflight, kNotFound, kWrongMethod
+  kHealth, kMetrics, kModels, kModel, kCompletions, kChat, kTokenize, kDetokenize, kKvIntegrity, kPreflight, kNotFound,
+  kWrongMethod
 };
 
 // Why a connection or request was refused or cut: the label of spindle_http_rejected_total.

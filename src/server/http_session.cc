@@ -6,6 +6,7 @@
 #include <boost/algorithm/string/predicate.hpp>
 
 #include "engine/dp_group.h"
+#include "server/tokenize_handler.h"
 #include "util/error.h"
 
 namespace spindle::server {
@@ -366,9 +367,31 @@ void Session::dispatch() {
       return;
     case Route::kCompletions:
     case Route::kChat: run_generation(route_ == Route::kChat); return;
+    case Route::kTokenize:
+    case Route::kDetokenize: run_tokenize(route_ == Route::kTokenize); return;
     default: break;
   }
   reject(Reject::kCount, ApiError(404, "invalid_request_error", "", "no such route"));
+}
+
+// /tokenize, /detokenize: on the work pool (a body may be megabytes), answered back on the strand.
+void Session::run_tokenize(bool tokenize) {
+  engine::DpGroup* engine = server_.engine.load();
+  asio::post(*server_.work, [self = shared_from_this(), engine, tokenize, body = std::move(parser_->get().body())] {
+    HttpResponse res;
+    try {
+      const size_t limit = self->server_.options.max_body_bytes;
+      const json j = tokenize ? tokenize_response(*engine, body, limit) : detokenize_response(*engine, body, limit);
+      res = make_response(http::status::ok, self->version_, to_json_text(j));
+    } catch (const ApiError& e) {
+      res = error_response(e, self->version_);
+    } catch (const std::exception& e) {
+      res = error_response(ApiError(500, "internal_error", "", e.what()), self->version_);
+    }
+    asio::post(self->stream_.get_executor(), [self, res = std::move(res)]() mutable {
+      if (self->state_ != State::kClosed) self->respond(std::move(res));
+    });
+  });
 }
 
 // Parse, validate, tokenize and submit on the work pool; the generation starts back on the strand.

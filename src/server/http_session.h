@@ -55,6 +55,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_read_error(beast::error_code ec);
   void set_activity(ConnectionRegistry::Activity activity);
   void dispatch();
+  void run_tokenize(bool tokenize);
   void run_generation(bool chat);
   void start_generation(std::shared_ptr<GenerationRequest> request, Submitted submitted);
   void pump();

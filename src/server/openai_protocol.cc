@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "server/chat_request.h"
 #include "server/request_fields.h"
 
 namespace spindle::server {
@@ -93,17 +94,6 @@ int token_id(const json& v, const char* param, const char* what) {
     bad_request(param, fmt::format("{} holds {}, which is not a token id", what, v.dump()));
   }
   return v.get<int>();
-}
-
-json parse_body(const std::string& body, size_t max_body_bytes) {
-  if (body.size() > max_body_bytes) {
-    throw ApiError(413, "invalid_request_error", "",
-                   fmt::format("request body is {} bytes; the limit is {}", body.size(), max_body_bytes));
-  }
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) bad_request("", "request body is not valid JSON");
-  if (!j.is_object()) bad_request("", fmt::format("request body must be a JSON object, got {}", type_name(j)));
-  return j;
 }
 
 std::vector<std::string> parse_stop(const json* v) {
@@ -205,49 +195,18 @@ void parse_common(const json& j, FieldScope scope, GenerationRequest& r) {
   parse_stream(f, r);
 }
 
-std::string message_content(const json& m, size_t index) {
-  const json& c = m.at("content");
-  if (c.is_string()) return c.get<std::string>();
-  if (c.is_array()) {  // [{"type": "text", "text": "..."}]
-    std::string text;
-    for (size_t k = 0; k < c.size(); ++k) {
-      const json& part = c[k];
-      const bool text_part = part.is_object() && part.contains("type") && part["type"].is_string() &&
-                             part["type"].get<std::string>() == "text" && part.contains("text") && part["text"].is_string();
-      if (!text_part) {
-        bad_request(fmt::format("messages[{}].content", index), "only text content parts are supported");
-      }
-      check_request_fields(kContentPart, part, fmt::format("messages[{}].content[{}].", index, k));
-      text += part["text"].get<std::string>();
-    }
-    return text;
-  }
-  bad_request(fmt::format("messages[{}].content", index), "message content must be a string or text parts");
-}
-
-// messages[i]: its role first (tool and function turns are refused by it), then its fields.
-ChatMessage parse_message(const json& m, size_t i) {
-  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-    bad_request(fmt::format("messages[{}]", i), "each message needs a string 'role' and a 'content'");
-  }
-  const std::string role = m["role"].get<std::string>();
-  if (role != "system" && role != "user" && role != "assistant" && role != "developer") {
-    bad_request(fmt::format("messages[{}].role", i),
-                fmt::format("role '{}' is not supported (system, developer, user, assistant){}", role,
-                            role == "tool" || role == "function" ? "; tool calling is not built yet" : ""));
-  }
-  const std::string path = fmt::format("messages[{}].", i);
-  check_request_fields(kMessage, m, path);
-  if (m.contains("name") && !m["name"].is_string() && !m["name"].is_null()) {
-    bad_request(path + "name", fmt::format("'{}name' must be a string, got {}", path, type_name(m["name"])));
-  }
-  if (!m.contains("content")) {
-    bad_request(fmt::format("messages[{}]", i), "each message needs a string 'role' and a 'content'");
-  }
-  return {role == "developer" ? "system" : role, message_content(m, i)};
-}
-
 }  // namespace
+
+json parse_body(const std::string& body, size_t max_body_bytes) {
+  if (body.size() > max_body_bytes) {
+    throw ApiError(413, "invalid_request_error", "",
+                   fmt::format("request body is {} bytes; the limit is {}", body.size(), max_body_bytes));
+  }
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) bad_request("", "request body is not valid JSON");
+  if (!j.is_object()) bad_request("", fmt::format("request body must be a JSON object, got {}", type_name(j)));
+  return j;
+}
 
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes) {
   const json j = parse_body(body, max_body_bytes);
@@ -287,11 +246,8 @@ GenerationRequest parse_chat_request(const std::string& body, size_t max_body_by
   r.chat = true;
   parse_common(j, kChatBody, r);
   const Fields f(j);
-  const json* messages = f.get("messages");
-  if (!messages || !messages->is_array() || messages->empty()) {
-    bad_request("messages", "'messages' must be a non-empty array");
-  }
-  for (size_t i = 0; i < messages->size(); ++i) r.messages.push_back(parse_message((*messages)[i], i));
+  // Parsed again keeping the client's key order: tools and arguments reach the template as sent.
+  parse_chat_context(nlohmann::ordered_json::parse(body), r);
   auto max_tokens = f.integer("max_completion_tokens", 1, kMaxTokensLimit);
   if (!max_tokens) max_tokens = f.integer("max_tokens", 1, kMaxTokensLimit);
   r.sampling.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : -1;  // -1: up to the context

@@ -38,8 +38,25 @@ class ApiError : public std::runtime_error {
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);
 
 struct ChatMessage {
-  std::string role;     // system | user | assistant (developer is read as system)
-  std::string content;
+  std::string role;     // system | user | assistant | tool (developer is read as system)
+  std::string content;  // text parts joined; "" for an assistant turn with null content
+};
+
+enum class ToolChoice { kAuto, kNone };
+
+// Chat: what the Jinja chat template is given (apply_chat_template's arguments) and how tool
+// calls are read back (chat_request.h parses them).
+struct ChatContext {
+  // messages as transformers passes them: role, content (a string), name, and tool_calls (with
+  // each call's JSON-string arguments as an object), tool_call_id, reasoning_content where sent.
+  nlohmann::ordered_json template_messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null, or the request's tools (function dicts), in the client's key order
+  // chat_template_kwargs (enable_thinking, ...) and reasoning_effort: extra template variables.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  bool parallel_tool_calls = true;  // false: at most one call is returned
+  bool has_tool_turns = false;      // a tool message or an assistant turn with tool_calls
+  bool has_tools() const { return !tools.is_null(); }
 };
 
 // The most choices one request may ask for ("n").
@@ -52,6 +69,7 @@ struct GenerationRequest {
   std::string prompt;                    // completions: the prompt text
   std::vector<TokenId> prompt_token_ids;     // completions: a prompt given as token ids
   std::vector<ChatMessage> messages;     // chat
+  ChatContext chat_context;              // chat
   engine::SamplingParams sampling;
   bool stream = false;
   bool include_usage = false;            // stream_options.include_usage
@@ -59,6 +77,9 @@ struct GenerationRequest {
   // Structured output (structured_output.h); submit_request compiles it into sampling.grammar.
   OutputConstraint constraint;
 };
+
+// A request body as a JSON object: 413 past max_body_bytes, 400 when it is not a JSON object.
+nlohmann::json parse_body(const std::string& body, size_t max_body_bytes);
 
 // Body of POST /v1/completions or /v1/chat/completions. Throws ApiError.
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes);

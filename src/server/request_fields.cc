@@ -14,7 +14,7 @@ using U = FieldUse;
 constexpr uint8_t kC = kCompletionBody, kCh = kChatBody, kB = kBothBodies, kM = kMessage, kP = kContentPart,
                   kSo = kStreamOptions;
 
-constexpr std::string_view kNoTools = "tool calling is not built yet";
+constexpr std::string_view kNoFunctions = "the deprecated functions API is not supported; send tools and tool_choice";
 
 // The three lists. Order: honoured, no-op, refused; within each, the pinned client's fields
 // first, then the extensions (the structured-output fields, honoured now, keep their places among
@@ -47,7 +47,16 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kB, "ignore_eos", U::kHonoured, "", "vLLM/SGLang: generate past end-of-sequence tokens"},
     {kB, "stop_token_ids", U::kHonoured, "", "vLLM/SGLang: token ids that end the output"},
     {kB, "speculative", U::kHonoured, "", "Spindle: false keeps the request out of speculative decoding"},
-    {kM, "role", U::kHonoured, "", "system, developer (as system), user, assistant; tool and function are refused"},
+    {kCh, "tools", U::kHonoured, "", "function tools, given to the chat template; calls parsed back (--tool-call-parser)"},
+    {kCh, "tool_choice", U::kHonoured, "", "\"auto\" or \"none\" (no calls parsed); \"required\" and a named function are refused"},
+    {kCh, "parallel_tool_calls", U::kHonoured, "", "false: at most the first call is returned"},
+    {kCh, "reasoning_effort", U::kHonoured, "", "given to the chat template as reasoning_effort"},
+    {kCh, "chat_template_kwargs", U::kHonoured, "", "extra chat template variables (enable_thinking, ...)"},
+    {kM, "role", U::kHonoured, "", "system, developer (as system), user, assistant, tool; function is refused"},
+    {kM, "name", U::kHonoured, "", "given to the Jinja chat template (printed where the template prints it)"},
+    {kM, "tool_calls", U::kHonoured, "", "an assistant turn's calls, given to the template with arguments as objects"},
+    {kM, "tool_call_id", U::kHonoured, "", "a tool message's call id, given to the template"},
+    {kM, "reasoning_content", U::kHonoured, "", "an assistant turn's reasoning, given to the template"},
     {kM, "content", U::kHonoured, "", "a string or text parts"},
     {kP, "type", U::kHonoured, "", "\"text\" only; image, audio, file and refusal parts are refused"},
     {kP, "text", U::kHonoured, "", "the part's text"},
@@ -57,19 +66,13 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kCh, "metadata", U::kNoOp, "", "tags for stored completions; Spindle stores none"},
     {kCh, "store", U::kNoOp, "false", "Spindle stores no completions, so true is refused"},
     {kCh, "service_tier", U::kNoOp, "", "Spindle has one tier"},
-    {kM, "name", U::kNoOp, "", "a participant's name; the chat formats Spindle renders (ChatML, Llama-3, Llama-2) do "
-                               "not print it, as their Hugging Face templates do not"},
 
     // ---- refused until built ----
-    {kCh, "tools", U::kRefused, "[]", kNoTools},
-    {kCh, "tool_choice", U::kRefused, "\"none\"", kNoTools},
-    {kCh, "parallel_tool_calls", U::kRefused, "", kNoTools},
-    {kCh, "functions", U::kRefused, "[]", kNoTools},
-    {kCh, "function_call", U::kRefused, "\"none\"", kNoTools},
+    {kCh, "functions", U::kRefused, "[]", kNoFunctions},
+    {kCh, "function_call", U::kRefused, "\"none\"", kNoFunctions},
     {kCh, "audio", U::kRefused, "", "audio output is not supported"},
     {kCh, "modalities", U::kRefused, "[\"text\"]", "only text output is supported"},
     {kCh, "prediction", U::kRefused, "", "predicted outputs are not built yet"},
-    {kCh, "reasoning_effort", U::kRefused, "", "the chat template is not given reasoning_effort yet"},
     {kCh, "web_search_options", U::kRefused, "", "Spindle does not search the web"},
     {kB, "response_format", U::kHonoured, "", "text, json_object, or json_schema {name, schema, strict}: the output follows it"},
     {kC, "best_of", U::kRefused, "1", "choosing the best of several candidates is not built (as in vLLM V1)"},
@@ -87,16 +90,13 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kB, "min_tokens", U::kRefused, "0", "a minimum output length is not built yet"},
     {kCh, "add_generation_prompt", U::kRefused, "true", "the assistant's turn is always opened"},
     {kCh, "continue_final_message", U::kRefused, "false", "continuing the last message is not built yet"},
-    {kCh, "chat_template_kwargs", U::kRefused, "", "the chat template takes no arguments yet"},
     // SGLang (and llama.cpp: grammar, json_schema)
     {kB, "regex", U::kHonoured, "", "SGLang: the whole output matches this regex"},
     {kB, "ebnf", U::kHonoured, "", "SGLang: the output follows this grammar (GBNF syntax)"},
     {kB, "json_schema", U::kHonoured, "", "SGLang (a string), llama.cpp (an object): the output follows this JSON Schema"},
     {kB, "grammar", U::kHonoured, "", "llama.cpp: the output follows this GBNF grammar"},
     // message fields
-    {kM, "tool_calls", U::kRefused, "[]", kNoTools},
-    {kM, "tool_call_id", U::kRefused, "", kNoTools},
-    {kM, "function_call", U::kRefused, "", kNoTools},
+    {kM, "function_call", U::kRefused, "", kNoFunctions},
     {kM, "refusal", U::kRefused, "", "chat templates do not render a refusal; send it as content"},
     {kM, "audio", U::kRefused, "", "audio is not supported"},
 });

@@ -68,6 +68,8 @@ ChatTemplate ChatTemplate::from_jinja(std::string_view text, std::string source,
   if (!tool_use_text.empty())
     t.jinja_tool_use_ = std::make_shared<const jinja::Template>(tool_use_text, source + " (tool_use)");
   t.source_ = std::move(source);
+  t.text_ = text;
+  t.tool_use_text_ = tool_use_text;
   return t;
 }
 

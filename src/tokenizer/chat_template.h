@@ -63,6 +63,18 @@ class ChatTemplate {
   // Where a Jinja template came from ("" for the built-ins).
   const std::string& source() const { return source_; }
   bool has_tool_use_template() const { return jinja_tool_use_ != nullptr; }
+  // The Jinja source texts ("" for the built-ins and for no tool_use template): what the output
+  // formats are detected from.
+  const std::string& text() const { return text_; }
+  const std::string& tool_use_text() const { return tool_use_text_; }
+  // The formats the model's output is read in, chosen at start-up (--reasoning-parser,
+  // --tool-call-parser, or detected from the template's text): src/chat's names, "" for none.
+  void set_output_parsers(std::string reasoning, std::string tool_calls) {
+    reasoning_parser_ = std::move(reasoning);
+    tool_call_parser_ = std::move(tool_calls);
+  }
+  const std::string& reasoning_parser() const { return reasoning_parser_; }
+  const std::string& tool_call_parser() const { return tool_call_parser_; }
   // The prompt text (with BOS text where the format has one): encode it with
   // add_special_tokens = false. add_generation_prompt opens an assistant turn.
   // A template's failure (raise_exception, an undefined value used, a bound exceeded) is a
@@ -84,6 +96,10 @@ class ChatTemplate {
   std::string bos_token_;
   std::string eos_token_;
   std::string source_;
+  std::string text_;
+  std::string tool_use_text_;
+  std::string reasoning_parser_;
+  std::string tool_call_parser_;
   std::shared_ptr<const jinja::Template> jinja_;
   std::shared_ptr<const jinja::Template> jinja_tool_use_;
 };

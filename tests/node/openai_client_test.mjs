@@ -181,6 +181,7 @@ const tests = {
       [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', not: {} } } } },
         'response_format.json_schema.schema'],
       [{ response_format: { type: 'json_object' }, guided_regex: 'a+' }, 'guided_regex'],
+      // kjv-tiny's chat template teaches no tool-call format: tools under tool_choice auto are refused.
       [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }] }, 'tools'],
       [{ tool_choice: 'required' }, 'tool_choice'],
       [{ store: true }, 'store'],

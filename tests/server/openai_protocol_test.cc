@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "server/chat_request.h"
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
 
@@ -75,7 +76,7 @@ TEST(OpenAiProtocolTest, BadInputsAre400sNamingTheParameter) {
       {R"({"prompt":["a","b"]})", false, "prompt", "batches are not supported"},
       {R"({"messages":[]})", true, "messages", "non-empty array"},
       {R"({"messages":[{"role":"wizard","content":"x"}]})", true, "messages[0].role", "not supported"},
-      {R"({"messages":[{"role":"user"}]})", true, "messages[0]", "'content'"},
+      {R"({"messages":[{"role":"user"}]})", true, "messages[0].content", "'messages[0].content' is required"},
       {R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true, "top_logprobs", "needs 'logprobs'"},
   };
   for (const auto& c : cases) {
@@ -189,12 +190,75 @@ TEST(OpenAiProtocolTest, RulesBetweenFields) {
   EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","stream_options":{"include_usage":true}})")), "stream_options");
   EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","stream":true,"stream_options":{"include_usage":1}})")),
             "stream_options.include_usage");
-  // A tool message is refused by its role, before its fields.
-  EXPECT_EQ(std::get<1>(error_of(R"({"messages":[{"role":"tool","content":"x","tool_call_id":"c"}]})", true)),
-            "messages[0].role");
-  // An assistant turn with tool calls is refused by them, not by its null content.
-  EXPECT_EQ(std::get<1>(error_of(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c"}]}]})", true)),
-            "messages[0].tool_calls");
+  // Tool turns: each field where its role allows it, arguments that are JSON, the tool choices
+  // Spindle can honour without constrained decoding.
+  const std::vector<std::pair<std::string, std::string>> tool_rules = {
+      {R"({"messages":[{"role":"tool","content":"x"}]})", "messages[0].tool_call_id"},
+      {R"({"messages":[{"role":"user","content":"x","tool_call_id":"c"}]})", "messages[0].tool_call_id"},
+      {R"({"messages":[{"role":"user","content":"x","tool_calls":[{"id":"c"}]}]})", "messages[0].tool_calls"},
+      {R"({"messages":[{"role":"function","content":"x","name":"f"}]})", "messages[0].role"},
+      {R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c"}]}]})",
+       "messages[0].tool_calls[0].function"},
+      {R"({"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{x"}}]}]})",
+       "messages[0].tool_calls[0].function.arguments"},
+      {R"({"messages":[{"role":"assistant","tool_calls":[{"id":"c","function":{"name":"f","arguments":"{}","extra":1}}]}]})",
+       "messages[0].tool_calls[0].function.extra"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":""}}]})",
+       "tools[0].function.name"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"code_interpreter"}]})", "tools[0].type"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":{}})", "tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+       "tool_choice"},
+      {R"({"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":1})", "parallel_tool_calls"},
+      {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[]})", "chat_template_kwargs"},
+      {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"tools":[]}})",
+       "chat_template_kwargs.tools"},
+      {R"({"messages":[{"role":"user","content":"x"}],"reasoning_effort":"max"})", "reasoning_effort"},
+      {R"({"messages":[{"role":"user","content":"x"}],"functions":[{"name":"f"}]})", "functions"},
+  };
+  for (const auto& [body, param] : tool_rules) {
+    const auto [status, p, message] = error_of(body, true);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_EQ(p, param) << body << ": " << message;
+  }
+}
+
+// What the Jinja template is given: transformers' message shapes (arguments as objects, null
+// content as "", name / tool_call_id / reasoning_content kept), the tools in the client's key
+// order, the kwargs; written out by hand.
+TEST(OpenAiProtocolTest, ParsesToolsAndToolTurnsForTheTemplate) {
+  const auto r = parse_chat_request(R"({"messages":[
+      {"role":"developer","content":"Be brief.","name":"ops"},
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":null,"reasoning_content":"Call it.",
+       "tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"days\":2}"}}]},
+      {"role":"tool","tool_call_id":"call_1","content":[{"type":"text","text":"18 C"}]}],
+    "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"z":{},"a":{}}}}}],
+    "tool_choice":"auto","parallel_tool_calls":false,"chat_template_kwargs":{"enable_thinking":false},
+    "reasoning_effort":"low"})",
+                                    kLimit);
+  const ChatContext& c = r.chat_context;
+  const auto expected = nlohmann::ordered_json::parse(R"([
+      {"role":"system","content":"Be brief.","name":"ops"},
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function",
+        "function":{"name":"get_weather","arguments":{"city":"Paris","days":2}}}],"reasoning_content":"Call it."},
+      {"role":"tool","content":"18 C","tool_call_id":"call_1"}])");
+  EXPECT_EQ(c.template_messages, expected) << c.template_messages.dump();
+  EXPECT_EQ(c.tools[0]["function"]["parameters"]["properties"].dump(), R"({"z":{},"a":{}})");
+  EXPECT_TRUE(c.has_tool_turns);
+  EXPECT_FALSE(c.parallel_tool_calls);
+  EXPECT_EQ(c.tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(c.template_kwargs.dump(), R"({"enable_thinking":false,"reasoning_effort":"low"})");
+  const auto context = template_context(c);
+  EXPECT_EQ(context["add_generation_prompt"], true);
+  EXPECT_EQ(context["enable_thinking"], false);
+  // No tools, or an empty list: the template sees none; tool_choice none is kept.
+  const auto plain = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"tools":[],"tool_choice":"none"})", kLimit);
+  EXPECT_FALSE(plain.chat_context.has_tools());
+  EXPECT_EQ(plain.chat_context.tool_choice, ToolChoice::kNone);
+  EXPECT_TRUE(template_context(plain.chat_context)["tools"].is_null());
 }
 
 TEST(OpenAiProtocolTest, OversizedBodyIs413) {

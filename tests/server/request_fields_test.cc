@@ -51,8 +51,8 @@ TEST(RequestFieldsTest, EachFieldIsInExactlyOneListPerPlace) {
       EXPECT_TRUE(nlohmann::json::accept(f.accepted)) << f.accepted;
     }
   }
-  ASSERT_NE(find_request_field(kChatBody, "tools"), nullptr);
-  EXPECT_EQ(find_request_field(kChatBody, "tools")->use, FieldUse::kRefused);
+  ASSERT_NE(find_request_field(kChatBody, "functions"), nullptr);
+  EXPECT_EQ(find_request_field(kChatBody, "functions")->use, FieldUse::kRefused);
   EXPECT_EQ(find_request_field(kCompletionBody, "tools"), nullptr) << "tools is a chat field";
   EXPECT_EQ(find_request_field(kChatBody, "foo"), nullptr);
 }
@@ -185,7 +185,6 @@ const std::map<std::string, std::string> kEffectTests = {
     {"chat:metadata", "server_fields_test.cc:NoOpFieldsChangeNothing"},
     {"chat:store", "server_fields_test.cc:NoOpFieldsChangeNothing"},
     {"chat:service_tier", "server_fields_test.cc:NoOpFieldsChangeNothing"},
-    {"message:name", "server_fields_test.cc:NoOpFieldsChangeNothing"},
     {"completions:response_format", "server_structured_test.cc:EveryConstraintFieldConstrains"},
     {"chat:response_format", "server_structured_test.cc:EveryConstraintFieldConstrains"},
     {"completions:structured_outputs", "server_structured_test.cc:EveryConstraintFieldConstrains"},
@@ -208,6 +207,15 @@ const std::map<std::string, std::string> kEffectTests = {
     {"chat:json_schema", "server_structured_test.cc:EveryConstraintFieldConstrains"},
     {"completions:grammar", "server_structured_test.cc:EveryConstraintFieldConstrains"},
     {"chat:grammar", "server_structured_test.cc:EveryConstraintFieldConstrains"},
+    {"chat:tools", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"chat:tool_choice", "server_tools_test.cc:ToolChoiceNoneAndTheRefusedChoices"},
+    {"chat:parallel_tool_calls", "chat_output_test.cc:ParallelToolCallsFalseKeepsTheFirstCall"},
+    {"chat:chat_template_kwargs", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},
+    {"chat:reasoning_effort", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},
+    {"message:name", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"message:tool_calls", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"message:tool_call_id", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"message:reasoning_content", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
 };
 
 TEST(RequestFieldsTest, EachHonouredOrNoOpFieldHasATestOfItsEffect) {

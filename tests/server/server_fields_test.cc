@@ -288,8 +288,9 @@ TEST_F(ServerFieldsTest, RefusedAndUnknownFieldsAre400sNamingThem) {
   };
   const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}};
   const std::vector<Case> cases = {
-      {"tools", kChat, {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, "tools", "tool calling"},
-      {"tool_choice required", kChat, {{"tool_choice", "required"}}, "tool_choice", ""},
+      // kjv-tiny's template teaches no tool-call format, so tools under tool_choice auto are refused.
+      {"tools", kChat, {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, "tools", "--tool-call-parser"},
+      {"tool_choice required", kChat, {{"tool_choice", "required"}}, "tool_choice", "constrained decoding"},
       {"unknown field", kChat, {{"foo_unknown", 1}}, "foo_unknown", "Unrecognized request argument supplied: foo_unknown"},
       {"unknown field set to null", kCompletions, {{"foo_unknown", nullptr}}, "foo_unknown", "Unrecognized"},
       {"best_of 3", kCompletions, {{"best_of", 3}}, "best_of", ""},
@@ -330,9 +331,10 @@ TEST_F(ServerFieldsTest, RefusedAndUnknownFieldsAre400sNamingThem) {
   EXPECT_THAT(r.json["error"].value("param", ""), ::testing::AnyOf("tools", "tool_choice", "best_of", "foo_unknown"));
   // Message fields.
   const std::vector<std::pair<json, std::string>> messages = {
-      {{{"role", "tool"}, {"content", "42"}, {"tool_call_id", "c1"}}, "messages[0].role"},
+      {{{"role", "tool"}, {"content", "42"}}, "messages[0].tool_call_id"},
       {{{"role", "function"}, {"content", "42"}, {"name", "f"}}, "messages[0].role"},
-      {{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {{{"id", "c1"}, {"type", "function"}}}}}, "messages[0].tool_calls"},
+      {{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {{{"id", "c1"}, {"type", "function"}}}}},
+       "messages[0].tool_calls[0].function"},
       {{{"role", "assistant"}, {"content", "x"}, {"refusal", "no"}}, "messages[0].refusal"},
       {{{"role", "assistant"}, {"content", "x"}, {"audio", {{"id", "a"}}}}, "messages[0].audio"},
       {{{"role", "user"}, {"content", "x"}, {"name", 5}}, "messages[0].name"},

@@ -1,0 +1,29 @@
+// The chat-specific parts of a /v1/chat/completions body: messages (every role, tool calls and
+// tool results), tools, tool_choice, parallel_tool_calls, chat_template_kwargs, reasoning_effort.
+// Throws ApiError (400 naming the parameter, e.g. messages[2].tool_calls[0].function.arguments).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_protocol.h"
+
+namespace spindle::tokenizer {
+class ChatTemplate;
+}
+
+namespace spindle::server {
+
+// Reads them from `body` (the request, parsed keeping the client's key order) into r.messages
+// and r.chat_context. The top-level keys have been checked against the field lists already.
+void parse_chat_context(const nlohmann::ordered_json& body, GenerationRequest& r);
+
+// The context a Jinja chat template renders (ChatTemplate::render_context): messages, tools,
+// add_generation_prompt, then the template kwargs.
+nlohmann::ordered_json template_context(const ChatContext& c, bool add_generation_prompt = true);
+
+// The chat prompt: a Jinja template gets the whole context (tools, tool turns, kwargs); a built-in
+// one renders plain turns only, so tools and tool turns are a 400 there. A template's failure is
+// a spindle::Error (the caller's 400 naming messages).
+std::string render_chat(const tokenizer::ChatTemplate& t, const GenerationRequest& r, bool add_generation_prompt);
+
+}  // namespace spindle::server
