@@ -60,7 +60,9 @@ std::vector<uint8_t> random_file(QuantType type, int64_t n, int64_t k, std::mt19
   std::vector<int> fp16_at;
   switch (type) {
     case QuantType::kQ8_0:
-    case QuantType::kQ4_0: fp16_at = {0}; break;
+    case QuantType::kQ4_0:
+    case QuantType::kQ5_0: fp16_at = {0}; break;
+    case QuantType::kQ5_1:
     case QuantType::kQ4_K:
     case QuantType::kQ5_K: fp16_at = {0, 2}; break;
     case QuantType::kQ6_K: fp16_at = {208}; break;
@@ -217,7 +219,7 @@ void bench_type(QuantType type, const std::vector<QuantKernelIsa>& isas, const O
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"Quantized CPU linear kernels: decode GB/s vs the read bound, prefill GFLOP/s", "bench_quant_linear"};
-  app.add_option("--types", o.types, "Weight types (default all: Q8_0 Q4_0 Q4_K Q5_K Q6_K)");
+  app.add_option("--types", o.types, "Weight types (default all: Q8_0 Q4_0 Q5_0 Q5_1 Q4_K Q5_K Q6_K)");
   app.add_option("--isas", o.isas, "Kernels (default every one this CPU runs: avx2 avx_vnni avx512_vnni amx_int8)");
   app.add_option("--rows", o.rows, "Decode row counts")->check(CLI::Range(1, 64));
   app.add_option("--prefill-rows", o.prefill_rows, "Prefill rows (0: no prefill)")->check(CLI::Range(0, 4096));

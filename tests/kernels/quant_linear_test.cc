@@ -47,6 +47,8 @@ gguf::GgmlType ggml_type(QuantType type) {
   switch (type) {
     case QuantType::kQ8_0: return gguf::GgmlType::kQ8_0;
     case QuantType::kQ4_0: return gguf::GgmlType::kQ4_0;
+    case QuantType::kQ5_0: return gguf::GgmlType::kQ5_0;
+    case QuantType::kQ5_1: return gguf::GgmlType::kQ5_1;
     case QuantType::kQ4_K: return gguf::GgmlType::kQ4_K;
     case QuantType::kQ5_K: return gguf::GgmlType::kQ5_K;
     case QuantType::kQ6_K: return gguf::GgmlType::kQ6_K;
@@ -72,7 +74,12 @@ std::vector<uint8_t> random_weight(QuantType type, int64_t n, int64_t k, std::mt
     uint8_t* block = data.data() + b * bb;
     switch (type) {
       case QuantType::kQ8_0:
-      case QuantType::kQ4_0: random_fp16(block, rng, true); break;
+      case QuantType::kQ4_0:
+      case QuantType::kQ5_0: random_fp16(block, rng, true); break;
+      case QuantType::kQ5_1:  // d and m (m of either sign: the min is added)
+        random_fp16(block, rng, true);
+        random_fp16(block + 2, rng, true);
+        break;
       case QuantType::kQ4_K:
       case QuantType::kQ5_K:
         random_fp16(block, rng, false);
@@ -234,19 +241,21 @@ TEST(QuantLinear, AmxEqualsAvx512VnniBitForBit) {
   }
 }
 
-// The check can fail: one flipped quant bit in the repacked weight moves an output far past it.
-TEST(QuantLinear, CorruptedWeightFails) {
-  if (auto reason = skip_reason(QuantKernelIsa::kAvx2); !reason.empty()) GTEST_SKIP() << reason;
+// The check can fail: one flipped quant bit in the repacked weight (at byte `at` of group 0, `mask`,
+// a bit of row 3's first quant) moves that output far past the tolerance and no other output.
+void expect_corruption_fails(QuantType type, int64_t at, uint8_t mask) {
+  SCOPED_TRACE(std::string(quant_type_name(type)));
   std::mt19937 rng(9);
   const int64_t n = 16, k = 256;
-  const auto file = random_weight(QuantType::kQ4_K, n, k, rng);
-  const auto x = random_x(1, k, rng);
-  PackedQuantWeight packed = repack_quant_weight(QuantType::kQ4_K, file.data(), int64_t(file.size()), n, k);
+  const auto file = random_weight(type, n, k, rng);
+  auto x = random_x(1, k, rng);
+  x[0] = 3.0f;  // the corrupted quant's activation: far from zero
+  PackedQuantWeight packed = repack_quant_weight(type, file.data(), int64_t(file.size()), n, k);
   std::vector<float> good(n), bad(n);
   quant_linear_forward(QuantKernelIsa::kAvx2, packed, x.data(), 1, good.data(), nullptr);
-  packed.storage[packed.offset + 320 + 4 * 3] ^= 0x08;  // bit 3 of row 3's first quant (sub-block 0)
+  packed.storage[packed.offset + at] ^= mask;
   quant_linear_forward(QuantKernelIsa::kAvx2, packed, x.data(), 1, bad.data(), nullptr);
-  const auto w64 = dequantize64(QuantType::kQ4_K, file, n, k);
+  const auto w64 = dequantize64(type, file, n, k);
   double mag = 0;
   for (int64_t e = 0; e < k; ++e) mag += std::fabs(w64[3 * k + e] * x[e]);
   const double tol = 4.0 * double(k / 32 + 2) * std::ldexp(1.0, -24) * mag;
@@ -256,6 +265,14 @@ TEST(QuantLinear, CorruptedWeightFails) {
       EXPECT_EQ(bad[c], good[c]) << c;
     }
   }
+}
+
+TEST(QuantLinear, CorruptedWeightFails) {
+  if (auto reason = skip_reason(QuantKernelIsa::kAvx2); !reason.empty()) GTEST_SKIP() << reason;
+  expect_corruption_fails(QuantType::kQ4_K, 320 + 4 * 3, 0x08);  // bit 3 of a nibble (sub-block 0)
+  // Fifth bits: byte 4 * 3 = 12 of vector 0 is bit 12 of the first 64-bit word (byte 1, bit 4).
+  expect_corruption_fails(QuantType::kQ5_0, 32 + 256 + 1, 0x10);
+  expect_corruption_fails(QuantType::kQ5_1, 64 + 256 + 1, 0x10);
 }
 
 TEST(QuantLinear, BadShapesAreErrors) {

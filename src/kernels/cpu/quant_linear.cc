@@ -25,6 +25,8 @@ struct FileBlock {
   uint16_t d = 0, dmin = 0;  // fp16 bits
   uint8_t sc[16] = {}, mn[8] = {};  // Q4_K/Q5_K: 6-bit scale and min of sub-block s; Q6_K: int8 scale of s (16)
 };
+// Q5_1's min as the kernels' subtracted min: the file's m with its sign bit flipped (exact).
+constexpr uint16_t kFp16Sign = 0x8000;
 
 uint16_t le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
@@ -49,6 +51,18 @@ void unpack_block(QuantType type, const uint8_t* b, FileBlock& out) {
       out.d = le16(b);
       for (int e = 0; e < 32; ++e) out.q[e] = nibble32(b + 2, e);
       return;
+    case QuantType::kQ5_0:
+    case QuantType::kQ5_1: {  // d | (Q5_1: m) | qh u32 | qs: bit e of qh is bit 4 of element e
+      const bool q5_1 = type == QuantType::kQ5_1;
+      out.d = le16(b);
+      if (q5_1) out.dmin = static_cast<uint16_t>(le16(b + 2) ^ kFp16Sign);
+      const uint8_t* qh = b + (q5_1 ? 4 : 2);
+      for (int e = 0; e < 32; ++e) {
+        const int high = (qh[e / 8] >> (e % 8)) & 1;
+        out.q[e] = static_cast<uint8_t>(nibble32(qh + 4, e) | high << 4);
+      }
+      return;
+    }
     case QuantType::kQ4_K:
     case QuantType::kQ5_K: {
       out.d = le16(b);
@@ -123,6 +137,8 @@ int64_t unit_bytes(QuantType type) {  // repacked bytes of one file block (16 ro
   switch (type) {
     case QuantType::kQ8_0: return ql::kQ8_0Block;
     case QuantType::kQ4_0: return ql::kQ4_0Block;
+    case QuantType::kQ5_0: return ql::kQ5_0Block;
+    case QuantType::kQ5_1: return ql::kQ5_1Block;
     case QuantType::kQ4_K: return ql::kQ4_KSuper;
     case QuantType::kQ5_K: return ql::kQ5_KSuper;
     case QuantType::kQ6_K: return ql::kQ6_KSuper;
@@ -130,33 +146,30 @@ int64_t unit_bytes(QuantType type) {  // repacked bytes of one file block (16 ro
   return 0;
 }
 
-// One file block column (block index kb) of group g: rows [16 g, 16 g + num_rows) into `out`.
-void repack_unit(QuantType type, const FileBlock* rows, int num_rows, uint8_t* out) {
-  BlockQuants q{};
-  const auto gather = [&](int e0) {
-    std::memset(q, 0, sizeof(q));
-    for (int r = 0; r < num_rows; ++r) std::memcpy(q[r], rows[r].q + e0, 32);
-  };
-  write_fp16s(rows, num_rows, false, out);
-  if (type == QuantType::kQ8_0 || type == QuantType::kQ4_0) {
-    gather(0);
-    if (type == QuantType::kQ8_0) write_bytes8(q, out + ql::kScaleBytes);
-    else write_nibbles(q, out + ql::kScaleBytes);
-    return;
+// The quants of one 32-element block (elements e0 .. e0 + 31) of rows [0, num_rows), zero-padded to 16.
+void gather(const FileBlock* rows, int num_rows, int e0, BlockQuants& q) {
+  std::memset(q, 0, sizeof(q));
+  for (int r = 0; r < num_rows; ++r) std::memcpy(q[r], rows[r].q + e0, 32);
+}
+
+// Q6_K: sc[16][16], then per block of 32 its nibble chunks and high-bit chunks.
+void repack_q6_k(const FileBlock* rows, int num_rows, uint8_t* out) {
+  BlockQuants q;
+  uint8_t* sc = out + ql::kScaleBytes;
+  std::memset(sc, 0, 256);
+  for (int s = 0; s < 16; ++s)
+    for (int r = 0; r < num_rows; ++r) sc[16 * s + r] = rows[r].sc[s];
+  for (int b = 0; b < 8; ++b) {
+    uint8_t* unit = out + ql::kQ6_KHeader + b * ql::kQ6_KSub;
+    gather(rows, num_rows, 32 * b, q);
+    write_nibbles(q, unit);
+    write_high2(q, unit + ql::kNibbleBytes);
   }
-  if (type == QuantType::kQ6_K) {
-    uint8_t* sc = out + ql::kScaleBytes;
-    std::memset(sc, 0, 256);
-    for (int s = 0; s < 16; ++s)
-      for (int r = 0; r < num_rows; ++r) sc[16 * s + r] = rows[r].sc[s];
-    for (int b = 0; b < 8; ++b) {
-      uint8_t* unit = out + ql::kQ6_KHeader + b * ql::kQ6_KSub;
-      gather(32 * b);
-      write_nibbles(q, unit);
-      write_high2(q, unit + ql::kNibbleBytes);
-    }
-    return;
-  }
+}
+
+// Q4_K / Q5_K: dmin, sc[8][16], m[8][16], then per sub-block its nibbles (Q5_K: and fifth bits).
+void repack_k_super(QuantType type, const FileBlock* rows, int num_rows, uint8_t* out) {
+  BlockQuants q;
   write_fp16s(rows, num_rows, true, out + ql::kScaleBytes);
   uint8_t* sc = out + 2 * ql::kScaleBytes;
   uint8_t* mn = sc + 128;
@@ -166,9 +179,35 @@ void repack_unit(QuantType type, const FileBlock* rows, int num_rows, uint8_t* o
   const int64_t sub = type == QuantType::kQ4_K ? ql::kQ4_KSub : ql::kQ5_KSub;
   for (int b = 0; b < 8; ++b) {
     uint8_t* unit = out + ql::kKHeader + b * sub;
-    gather(32 * b);
+    gather(rows, num_rows, 32 * b, q);
     write_nibbles(q, unit);
     if (type == QuantType::kQ5_K) write_fifth_bits(q, unit + ql::kNibbleBytes);
+  }
+}
+
+// One file block column (block index kb) of group g: rows [16 g, 16 g + num_rows) into `out`.
+void repack_unit(QuantType type, const FileBlock* rows, int num_rows, uint8_t* out) {
+  write_fp16s(rows, num_rows, false, out);
+  BlockQuants q;
+  uint8_t* unit = out + ql::kScaleBytes;
+  switch (type) {
+    case QuantType::kQ8_0:
+      gather(rows, num_rows, 0, q);
+      return write_bytes8(q, unit);
+    case QuantType::kQ4_0:
+      gather(rows, num_rows, 0, q);
+      return write_nibbles(q, unit);
+    case QuantType::kQ5_1:  // -m, then as Q5_0
+      write_fp16s(rows, num_rows, true, unit);
+      unit += ql::kScaleBytes;
+      [[fallthrough]];
+    case QuantType::kQ5_0:
+      gather(rows, num_rows, 0, q);
+      write_nibbles(q, unit);
+      return write_fifth_bits(q, unit + ql::kNibbleBytes);
+    case QuantType::kQ6_K: return repack_q6_k(rows, num_rows, out);
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K: return repack_k_super(type, rows, num_rows, out);
   }
 }
 
@@ -185,6 +224,8 @@ std::string_view quant_type_name(QuantType type) {
   switch (type) {
     case QuantType::kQ8_0: return "Q8_0";
     case QuantType::kQ4_0: return "Q4_0";
+    case QuantType::kQ5_0: return "Q5_0";
+    case QuantType::kQ5_1: return "Q5_1";
     case QuantType::kQ4_K: return "Q4_K";
     case QuantType::kQ5_K: return "Q5_K";
     case QuantType::kQ6_K: return "Q6_K";
@@ -203,19 +244,31 @@ std::string_view quant_kernel_isa_name(QuantKernelIsa isa) {
 }
 
 std::vector<QuantType> quant_types() {
-  return {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+  return {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ5_1,
+          QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
 }
 std::vector<QuantKernelIsa> quant_kernel_isas() {
   return {QuantKernelIsa::kAvx2, QuantKernelIsa::kAvxVnni, QuantKernelIsa::kAvx512Vnni, QuantKernelIsa::kAmxInt8};
 }
 
 int64_t quant_file_block_elements(QuantType type) {
-  return type == QuantType::kQ8_0 || type == QuantType::kQ4_0 ? 32 : 256;
+  switch (type) {
+    case QuantType::kQ8_0:
+    case QuantType::kQ4_0:
+    case QuantType::kQ5_0:
+    case QuantType::kQ5_1: return 32;
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K:
+    case QuantType::kQ6_K: return 256;
+  }
+  return 0;
 }
 int64_t quant_file_block_bytes(QuantType type) {
   switch (type) {
     case QuantType::kQ8_0: return 34;
     case QuantType::kQ4_0: return 18;
+    case QuantType::kQ5_0: return 22;
+    case QuantType::kQ5_1: return 24;
     case QuantType::kQ4_K: return 144;
     case QuantType::kQ5_K: return 176;
     case QuantType::kQ6_K: return 210;

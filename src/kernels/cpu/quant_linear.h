@@ -1,5 +1,5 @@
 // Quantized linear products on the CPU: y[m, n] = x[m, k] . W[n, k]^T with W in a ggml block type
-// (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) and x f32, quantized per block of 32 on the fly.
+// (Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) and x f32, quantized per block of 32 on the fly.
 //
 // Weights: repack_quant_weight() takes the GGUF tensor's bytes (n rows of k / block_elements
 // blocks, exactly as the file stores them) and writes the layout every int8 kernel here reads:
@@ -11,6 +11,10 @@
 //   Q8_0 block (544 B): d fp16[16] | 8 vectors of int8 q                      w = d q
 //   Q4_0 block (288 B): d fp16[16] | 4 chunks of 64 B: chunk c low nibbles = vector c,
 //                       high nibbles = vector c + 4                             w = d (q - 8)
+//   Q5_0 block (352 B): d fp16[16] | 4 nibble chunks as Q4_0 | 64 B of fifth bits as Q5_K's
+//                                                                               w = d (q - 16)
+//   Q5_1 block (384 B): d fp16[16] | -m fp16[16] (the file's m, sign flipped: the kernels' min) |
+//                       4 nibble chunks | 64 B of fifth bits                    w = d q - (-m)
 //   Q4_K super-block of 256 (2368 B): d fp16[16] | dmin fp16[16] | sc u8[8][16] | m u8[8][16] |
 //                       8 sub-blocks of 32, each 4 nibble chunks as Q4_0        w = d sc q - dmin m
 //   Q5_K super-block (2880 B): as Q4_K, each sub-block's nibble chunks followed by 64 B of fifth
@@ -20,16 +24,17 @@
 //                       bits 2u, 2u+1 of byte e of chunk h = bits 4, 5 of vector 4h + u's byte e
 //                                                                               w = d sc (q - 32)
 // Per row and block this is the file's size, except Q4_K / Q5_K: 148 / 180 bytes per 256 instead of
-// 144 / 176 (their 6-bit scales and mins kept one per byte).
+// 144 / 176 (their 6-bit scales and mins kept one per byte); Q5_0 / Q5_1 keep their 22 / 24.
 //
 // Activations: quantize_activations() rounds x per block of 32 to int8 with an f32 scale
 // dx = max|x| / 127 (q = nearest-even(x / dx), |q| <= 127; a zero block has dx = 0), and keeps the
 // int sums of each half block of 16 (for the offsets and mins). The kernels compute, per block b
 // and row n, the exact integer dot of the quants and then, in f32,
-//   y += (scale_b[n] * dx_b) * isum_b - (min_b[n] * dx_b) * xsum_b
-// (Q6_K: per half block of 16, one scale each). So a kernel differs from the float64 product of
-// the dequantized W and the dequantized activations only by the f32 rounding of those per-block
-// terms and of their running sum (tests/kernels/quant_linear_test.cc states the bound).
+//   y += isum_b * (scale_b[n] * dx_b) - min_b[n] * (dx_b * xsum_b)
+// (Q6_K: per half block of 16, one scale each; the min term only for Q4_K, Q5_K and Q5_1; isum_b
+// has the type's offset, 8 for Q4_0, 16 for Q5_0, 32 for Q6_K, already taken out exactly). So a
+// kernel differs from the float64 product of the dequantized W and the dequantized activations only
+// by the f32 rounding of those per-block terms and of their running sum (tests/kernels/quant_linear_test.cc states the bound).
 //
 // Kernels (QuantKernelIsa), the same arithmetic on each ISA:
 //   avx2        _mm256_maddubs_epi16 + _mm256_madd_epi16 (Q8_0: sign trick on |w|), 8 rows a vector
@@ -52,7 +57,7 @@ struct CpuInfo;
 
 namespace spindle::kernels::cpu {
 
-enum class QuantType { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
+enum class QuantType { kQ8_0, kQ4_0, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
 enum class QuantKernelIsa { kAvx2, kAvxVnni, kAvx512Vnni, kAmxInt8 };
 
 inline constexpr int64_t kQuantGroupRows = 16;
@@ -62,7 +67,7 @@ std::string_view quant_type_name(QuantType type);  // "Q8_0", ...
 std::string_view quant_kernel_isa_name(QuantKernelIsa isa);  // "avx2", "avx_vnni", ...
 std::vector<QuantType> quant_types();
 std::vector<QuantKernelIsa> quant_kernel_isas();
-// The GGUF block of the type: elements (32 or 256) and bytes (34, 18, 144, 176, 210).
+// The GGUF block of the type: elements (32 or 256) and bytes (34, 18, 22, 24, 144, 176, 210).
 int64_t quant_file_block_elements(QuantType type);
 int64_t quant_file_block_bytes(QuantType type);
 

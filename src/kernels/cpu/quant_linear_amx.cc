@@ -40,7 +40,7 @@ void load_config(int rows, int kb) {
 }
 
 template <QuantType T>
-constexpr int32_t kOffset = T == QuantType::kQ4_0 ? 8 : T == QuantType::kQ6_K ? 32 : 0;
+constexpr int32_t kOffset = T == QuantType::kQ4_0 ? 8 : T == QuantType::kQ5_0 ? 16 : T == QuantType::kQ6_K ? 32 : 0;
 
 // Per-task scratch: the unsigned activation quants of a row chunk, the B tile, the C tiles.
 struct Scratch {
@@ -78,7 +78,7 @@ void epilogue(const Block& blk, const QuantizedActivations& x, int64_t i0, int r
                                      _mm512_slli_epi32(_mm512_add_epi32(qsum_lo, qsum_hi), 7));
       if constexpr (kOffset<T> != 0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(kOffset<T> * (s16[0] + s16[1])));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(blk.scale_lo, vdx), acc[i]);
-      if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
+      if constexpr (ql::kHasMin<T>) {
         acc[i] = _mm512_fnmadd_ps(blk.min, _mm512_set1_ps(dx * static_cast<float>(s16[0] + s16[1])), acc[i]);
       }
     }
@@ -156,6 +156,8 @@ void quant_linear_groups_amx(const QuantGroupsParams& p, int64_t group_begin, in
   switch (p.w->type) {
     case QuantType::kQ8_0: groups<QuantType::kQ8_0>(p, group_begin, group_end); break;
     case QuantType::kQ4_0: groups<QuantType::kQ4_0>(p, group_begin, group_end); break;
+    case QuantType::kQ5_0: groups<QuantType::kQ5_0>(p, group_begin, group_end); break;
+    case QuantType::kQ5_1: groups<QuantType::kQ5_1>(p, group_begin, group_end); break;
     case QuantType::kQ4_K: groups<QuantType::kQ4_K>(p, group_begin, group_end); break;
     case QuantType::kQ5_K: groups<QuantType::kQ5_K>(p, group_begin, group_end); break;
     case QuantType::kQ6_K: groups<QuantType::kQ6_K>(p, group_begin, group_end); break;

@@ -57,6 +57,15 @@ inline __m256i bits_to_16s(uint32_t bits) {
   return _mm256_and_si256(set, _mm256_set1_epi8(16));
 }
 
+// The 64 B of fifth bits at p (bit e of 64-bit word t: vector t's byte e) added as 16 to w[t].
+inline void fifth_bits(const uint8_t* p, int h, __m256i* w) {
+  for (int t = 0; t < 8; ++t) {
+    uint32_t bits;
+    std::memcpy(&bits, p + 8 * t + 4 * h, 4);
+    w[t] = _mm256_or_si256(w[t], bits_to_16s(bits));
+  }
+}
+
 template <QuantType T, bool kVnni>
 inline void decode(const uint8_t* gw, int64_t b, int h, Block& out) {
   if constexpr (T == QuantType::kQ8_0) {
@@ -71,6 +80,14 @@ inline void decode(const uint8_t* gw, int64_t b, int h, Block& out) {
     const uint8_t* u = gw + b * ql::kQ4_0Block;
     out.scale_lo = out.scale_hi = fp16x8(u + 16 * h);
     nibbles(u + ql::kScaleBytes, h, out.w);
+  } else if constexpr (T == QuantType::kQ5_0 || T == QuantType::kQ5_1) {
+    constexpr bool kMin = T == QuantType::kQ5_1;
+    const uint8_t* u = gw + b * (kMin ? ql::kQ5_1Block : ql::kQ5_0Block);
+    out.scale_lo = out.scale_hi = fp16x8(u + 16 * h);
+    if constexpr (kMin) out.min = fp16x8(u + ql::kScaleBytes + 16 * h);
+    const uint8_t* q = u + (kMin ? 2 : 1) * ql::kScaleBytes;
+    nibbles(q, h, out.w);
+    fifth_bits(q + ql::kNibbleBytes, h, out.w);
   } else if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
     constexpr int64_t kSuper = T == QuantType::kQ4_K ? ql::kQ4_KSuper : ql::kQ5_KSuper;
     constexpr int64_t kSub = T == QuantType::kQ4_K ? ql::kQ4_KSub : ql::kQ5_KSub;
@@ -81,13 +98,7 @@ inline void decode(const uint8_t* gw, int64_t b, int h, Block& out) {
                             u8x8(s + 2 * ql::kScaleBytes + 128 + 16 * sub + 8 * h));
     const uint8_t* u = s + ql::kKHeader + sub * kSub;
     nibbles(u, h, out.w);
-    if constexpr (T == QuantType::kQ5_K) {
-      for (int t = 0; t < 8; ++t) {
-        uint32_t bits;
-        std::memcpy(&bits, u + ql::kNibbleBytes + 8 * t + 4 * h, 4);
-        out.w[t] = _mm256_or_si256(out.w[t], bits_to_16s(bits));
-      }
-    }
+    if constexpr (T == QuantType::kQ5_K) fifth_bits(u + ql::kNibbleBytes, h, out.w);
   } else {  // Q6_K
     const uint8_t* s = gw + (b / 8) * ql::kQ6_KSuper;
     const int64_t blk = b % 8;
@@ -111,6 +122,7 @@ inline void decode(const uint8_t* gw, int64_t b, int h, Block& out) {
 template <QuantType T, bool kVnni>
 constexpr int32_t kOffset = T == QuantType::kQ8_0   ? (kVnni ? 128 : 0)
                             : T == QuantType::kQ4_0 ? 8
+                            : T == QuantType::kQ5_0 ? 16
                             : T == QuantType::kQ6_K ? 32
                                                     : 0;
 
@@ -164,7 +176,7 @@ inline void rows_block(const Block& blk, const QuantizedActivations& x, int64_t 
       __m256i sum = _mm256_add_epi32(lo, hi);
       if constexpr (off != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(off * (s16[0] + s16[1])));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(blk.scale_lo, vdx), acc[i]);
-      if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
+      if constexpr (ql::kHasMin<T>) {
         acc[i] = _mm256_fnmadd_ps(blk.min, _mm256_set1_ps(dx * static_cast<float>(s16[0] + s16[1])), acc[i]);
       }
     }
@@ -226,6 +238,8 @@ void groups_any(const QuantGroupsParams& p, int64_t group_begin, int64_t group_e
   switch (p.w->type) {
     case QuantType::kQ8_0: groups<QuantType::kQ8_0, kVnni>(p, group_begin, group_end); break;
     case QuantType::kQ4_0: groups<QuantType::kQ4_0, kVnni>(p, group_begin, group_end); break;
+    case QuantType::kQ5_0: groups<QuantType::kQ5_0, kVnni>(p, group_begin, group_end); break;
+    case QuantType::kQ5_1: groups<QuantType::kQ5_1, kVnni>(p, group_begin, group_end); break;
     case QuantType::kQ4_K: groups<QuantType::kQ4_K, kVnni>(p, group_begin, group_end); break;
     case QuantType::kQ5_K: groups<QuantType::kQ5_K, kVnni>(p, group_begin, group_end); break;
     case QuantType::kQ6_K: groups<QuantType::kQ6_K, kVnni>(p, group_begin, group_end); break;

@@ -31,7 +31,7 @@ inline int32_t load32(const int8_t* p) {
 }
 
 // The decoded weights of one block of a group: 8 vectors of unsigned quants, the f32 scales of
-// its halves (equal except Q6_K) and its mins (Q4_K/Q5_K).
+// its halves (equal except Q6_K) and its mins (Q4_K/Q5_K/Q5_1).
 struct Block {
   __m512i w[8];
   __m512 scale_lo, scale_hi, min;
@@ -43,6 +43,16 @@ inline void nibbles(const uint8_t* p, __m512i* w) {
     const __m512i v = load(p + 64 * c);
     w[c] = _mm512_and_si512(v, low);
     w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+  }
+}
+
+// The 64 B of fifth bits at p (bit e of 64-bit word t: vector t's byte e) added as 16 to w[t].
+inline void fifth_bits(const uint8_t* p, __m512i* w) {
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  for (int t = 0; t < 8; ++t) {
+    uint64_t bits;
+    std::memcpy(&bits, p + 8 * t, 8);
+    w[t] = _mm512_mask_add_epi8(w[t], _cvtu64_mask64(bits), w[t], sixteen);
   }
 }
 
@@ -61,6 +71,14 @@ inline void decode(const uint8_t* gw, int64_t b, Block& out) {
     const uint8_t* u = gw + b * ql::kQ4_0Block;
     out.scale_lo = out.scale_hi = fp16x16(u);
     nibbles(u + ql::kScaleBytes, out.w);
+  } else if constexpr (T == QuantType::kQ5_0 || T == QuantType::kQ5_1) {
+    constexpr bool kMin = T == QuantType::kQ5_1;
+    const uint8_t* u = gw + b * (kMin ? ql::kQ5_1Block : ql::kQ5_0Block);
+    out.scale_lo = out.scale_hi = fp16x16(u);
+    if constexpr (kMin) out.min = fp16x16(u + ql::kScaleBytes);
+    const uint8_t* q = u + (kMin ? 2 : 1) * ql::kScaleBytes;
+    nibbles(q, out.w);
+    fifth_bits(q + ql::kNibbleBytes, out.w);
   } else if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
     constexpr int64_t kSuper = T == QuantType::kQ4_K ? ql::kQ4_KSuper : ql::kQ5_KSuper;
     constexpr int64_t kSub = T == QuantType::kQ4_K ? ql::kQ4_KSub : ql::kQ5_KSub;
@@ -70,14 +88,7 @@ inline void decode(const uint8_t* gw, int64_t b, Block& out) {
     out.min = _mm512_mul_ps(fp16x16(s + ql::kScaleBytes), u8x16(s + 2 * ql::kScaleBytes + 128 + 16 * sub));
     const uint8_t* u = s + ql::kKHeader + sub * kSub;
     nibbles(u, out.w);
-    if constexpr (T == QuantType::kQ5_K) {
-      const __m512i sixteen = _mm512_set1_epi8(16);
-      for (int t = 0; t < 8; ++t) {
-        uint64_t bits;
-        std::memcpy(&bits, u + ql::kNibbleBytes + 8 * t, 8);
-        out.w[t] = _mm512_mask_add_epi8(out.w[t], _cvtu64_mask64(bits), out.w[t], sixteen);
-      }
-    }
+    if constexpr (T == QuantType::kQ5_K) fifth_bits(u + ql::kNibbleBytes, out.w);
   } else {  // Q6_K
     const uint8_t* s = gw + (b / 8) * ql::kQ6_KSuper;
     const int64_t blk = b % 8;

@@ -4,9 +4,9 @@
 // Per 32-element block b, weight group g (16 rows) and activation row i: the eight vectors of
 // unsigned quants (Q8_0: q xor 0x80 = q + 128) are dotted with the broadcast int8 activations in
 // two int32 chains (vectors 0-3, k 0..15 and 4-7, k 16..31); the integer offset (Q8_0 128, Q4_0 8,
-// Q6_K 32) times the activation half-block sum is subtracted exactly; then, in f32,
+// Q5_0 16, Q6_K 32) times the activation half-block sum is subtracted exactly; then, in f32,
 //   acc += float(isum) * (scale * dx)          (Q6_K: once per half, each with its own scale)
-//   acc -= min * (dx * xsum)                   (Q4_K, Q5_K)
+//   acc -= min * (dx * xsum)                   (Q4_K, Q5_K, Q5_1)
 // in that order for every block, whatever the number of rows computed together.
 #include <algorithm>
 
@@ -16,7 +16,11 @@ namespace spindle::kernels::cpu {
 namespace {
 
 template <QuantType T>
-constexpr int32_t kOffset = T == QuantType::kQ8_0 ? 128 : T == QuantType::kQ4_0 ? 8 : T == QuantType::kQ6_K ? 32 : 0;
+constexpr int32_t kOffset = T == QuantType::kQ8_0   ? 128
+                            : T == QuantType::kQ4_0 ? 8
+                            : T == QuantType::kQ5_0 ? 16
+                            : T == QuantType::kQ6_K ? 32
+                                                    : 0;
 
 // acc[i] += block b of activation rows i0 .. i0 + MT - 1 against the decoded block.
 template <QuantType T, int MT>
@@ -41,7 +45,7 @@ inline void rows_block(const Block& blk, const QuantizedActivations& x, int64_t 
       __m512i sum = _mm512_add_epi32(lo, hi);
       if constexpr (kOffset<T> != 0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(kOffset<T> * (s16[0] + s16[1])));
       acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(blk.scale_lo, vdx), acc[i]);
-      if constexpr (T == QuantType::kQ4_K || T == QuantType::kQ5_K) {
+      if constexpr (ql::kHasMin<T>) {
         acc[i] = _mm512_fnmadd_ps(blk.min, _mm512_set1_ps(dx * static_cast<float>(s16[0] + s16[1])), acc[i]);
       }
     }
@@ -95,6 +99,8 @@ void quant_linear_groups_avx512_vnni(const QuantGroupsParams& p, int64_t group_b
   switch (p.w->type) {
     case QuantType::kQ8_0: groups<QuantType::kQ8_0>(p, group_begin, group_end); break;
     case QuantType::kQ4_0: groups<QuantType::kQ4_0>(p, group_begin, group_end); break;
+    case QuantType::kQ5_0: groups<QuantType::kQ5_0>(p, group_begin, group_end); break;
+    case QuantType::kQ5_1: groups<QuantType::kQ5_1>(p, group_begin, group_end); break;
     case QuantType::kQ4_K: groups<QuantType::kQ4_K>(p, group_begin, group_end); break;
     case QuantType::kQ5_K: groups<QuantType::kQ5_K>(p, group_begin, group_end); break;
     case QuantType::kQ6_K: groups<QuantType::kQ6_K>(p, group_begin, group_end); break;

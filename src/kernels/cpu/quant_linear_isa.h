@@ -15,6 +15,9 @@ inline constexpr int64_t kNibbleBytes = 4 * kVectorBytes;  // 8 vectors of 4-bit
 // Q8_0 / Q4_0: one 32-element block per unit.
 inline constexpr int64_t kQ8_0Block = kScaleBytes + 8 * kVectorBytes;  // 544
 inline constexpr int64_t kQ4_0Block = kScaleBytes + kNibbleBytes;      // 288
+// Q5_0 / Q5_1: d (Q5_1: then -m), 8 vectors of nibbles, 64 B of fifth bits.
+inline constexpr int64_t kQ5_0Block = kScaleBytes + kNibbleBytes + kVectorBytes;      // 352
+inline constexpr int64_t kQ5_1Block = 2 * kScaleBytes + kNibbleBytes + kVectorBytes;  // 384
 // Q4_K / Q5_K: one super-block of 256: d, dmin, sc[8][16], m[8][16], then 8 sub-blocks.
 inline constexpr int64_t kKHeader = 2 * kScaleBytes + 2 * 8 * 16;       // 320
 inline constexpr int64_t kQ4_KSub = kNibbleBytes;                       // 256
@@ -25,6 +28,10 @@ inline constexpr int64_t kQ5_KSuper = kKHeader + 8 * kQ5_KSub;          // 2880
 inline constexpr int64_t kQ6_KHeader = kScaleBytes + 16 * 16;           // 288
 inline constexpr int64_t kQ6_KSub = kNibbleBytes + 2 * kVectorBytes;    // 384
 inline constexpr int64_t kQ6_KSuper = kQ6_KHeader + 8 * kQ6_KSub;       // 3360
+
+// Whether the type's blocks carry a min term (subtracted after the scaled integer dot).
+template <QuantType T>
+inline constexpr bool kHasMin = T == QuantType::kQ4_K || T == QuantType::kQ5_K || T == QuantType::kQ5_1;
 
 }  // namespace spindle::kernels::cpu::quant_layout
 
