@@ -31,28 +31,12 @@
 
 #include <cstring>
 
+#include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/linear_isa.h"
 
 namespace spindle::kernels::cpu {
 namespace {
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-void load_tile_config() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 inline __mmask16 lane_mask(int64_t count) {  // the first min(max(count, 0), 16) lanes
   return count >= 16 ? __mmask16(0xffff) : count <= 0 ? __mmask16(0) : __mmask16((1u << count) - 1);
@@ -149,7 +133,7 @@ void slice_amx(const LinearSliceParams& p, const uint16_t* packed, int64_t col_b
   alignas(64) uint16_t a_tail[16 * kLinearAmxChunk];
   alignas(64) float ct[kLinearAmxMaxBlocks][16 * 16];
 
-  load_tile_config();
+  load_full_amx_tiles(8);
   int64_t j = col_begin;
   for (; j + 16 <= col_end; j += 16) {
     _tile_zero(0);

@@ -41,6 +41,7 @@
 // and AMX rounds Q and P to bf16; paged_attention.h).
 #include <immintrin.h>
 
+#include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/paged_attention_avx512_isa.h"
@@ -52,14 +53,6 @@ namespace {
 constexpr int kAmxRows = 16;  // query rows per task (M), tile rows
 constexpr int kAmxKeys = 32;  // keys per tile (two 16-key S^T tiles, one 32-key P.V step)
 // kLog2E, kLn2: paged_attention_tiled.h.
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tile registers, all 16 rows x 64 bytes (GCC's _tile_* macros paste the register number, so the
 // calls below spell these numbers literally):
@@ -75,15 +68,6 @@ constexpr int kMaxResidentBlocks = 4;  // O of head_dim <= 64 stays in tiles 4..
 // The scores may exceed a row's reference max by this much (log2 units) before O and l are rebased
 // on a new one, so P <= 2^8 (finite in f32 and bf16) and most tiles skip the rescale of O.
 constexpr float kRebaseLog2 = 8.0f;
-
-void load_tile_config() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  _tile_loadconfig(&cfg);
-}
 
 struct AmxScratch {
   Scratch<uint16_t> q_pairs;  // [Dp / 2][16 rows][2]
@@ -296,7 +280,7 @@ void amx_task(const PagedAttentionParams& p, const Task& t, float* partials) {
     }
   };
 
-  load_tile_config();
+  load_full_amx_tiles(8);
   if (resident) o_tiles_zero(num_vblocks);
   // The scores of the next tile are computed before this tile's softmax, so the AMX unit works on
   // them while the vector units run the softmax (st holds two tiles' scores, alternating).

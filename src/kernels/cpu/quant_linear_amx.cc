@@ -16,27 +16,20 @@
 // The tile configuration is loaded per tile and released at the end of each task.
 #include <algorithm>
 
+#include "kernels/cpu/amx_tile_config.h"
 #include "kernels/cpu/quant_linear_avx512_decode.h"
 
 namespace spindle::kernels::cpu {
 namespace {
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // Tiles: 0, 1 C (lo, hi halves for Q6_K; else only 0); 2, 3 A; 4, 5 B. kb: bytes of k per
 // product (32, or 16 for Q6_K's halves).
 void load_config(int rows, int kb) {
-  TileConfig cfg;
-  for (int t = 0; t < 2; ++t) cfg.rows[t] = static_cast<uint8_t>(rows), cfg.colsb[t] = 64;
-  for (int t = 2; t < 4; ++t) cfg.rows[t] = static_cast<uint8_t>(rows), cfg.colsb[t] = static_cast<uint16_t>(kb);
-  for (int t = 4; t < 6; ++t) cfg.rows[t] = static_cast<uint8_t>(kb / 4), cfg.colsb[t] = 64;
-  _tile_loadconfig(&cfg);
+  AmxTileConfig cfg;
+  for (int t = 0; t < 2; ++t) cfg.tile(t, rows, 64);
+  for (int t = 2; t < 4; ++t) cfg.tile(t, rows, kb);
+  for (int t = 4; t < 6; ++t) cfg.tile(t, kb / 4, 64);
+  cfg.load();
 }
 
 template <QuantType T>
