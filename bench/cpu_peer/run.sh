@@ -101,20 +101,16 @@ check() {
     vocab=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$MODELS/$m/config.json")
     start_spindle "$MODELS/$m" "$out/check-$m-spindle.log"
     start_llama "$MODELS/$m.gguf" "$out/check-$m-llama.log"
-    for seed in 1 2 3; do
+    for seed in 1; do  # 8 prompts x 32 tokens per call
       $PY bench/cpu_peer/check_logits.py --spindle http://127.0.0.1:8291 --llama http://127.0.0.1:8292 \
         --vocab "$vocab" --seed "$seed" --label "$m seed $seed" | tee -a "$out/check.log" || rc=1
     done
     if [ "$m" = small-hd64 ]; then  # negative control: HF's q/k row order in the GGUF
       kill "$LPID"; wait "$LPID" 2>/dev/null || true; LPID=""
       start_llama "$MODELS/small-hd64-nopermute.gguf" "$out/check-nopermute-llama.log"
-      if $PY bench/cpu_peer/check_logits.py --spindle http://127.0.0.1:8291 --llama http://127.0.0.1:8292 \
-           --vocab "$vocab" --seed 1 --label "NEGATIVE CONTROL small-hd64 without the q/k permutation" \
-           | tee -a "$out/check.log"; then
-        echo "negative control agreed: the check cannot see the rope row order" | tee -a "$out/check.log"; rc=1
-      else
-        echo "negative control disagrees, as it must" | tee -a "$out/check.log"
-      fi
+      $PY bench/cpu_peer/check_logits.py --spindle http://127.0.0.1:8291 --llama http://127.0.0.1:8292 \
+        --vocab "$vocab" --seed 1 --negative-control \
+        --label "NEGATIVE CONTROL small-hd64 without the q/k permutation" | tee -a "$out/check.log" || rc=1
     fi
     stop_servers
   done

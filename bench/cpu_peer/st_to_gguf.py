@@ -22,8 +22,14 @@ merges, then filler tokens "w<i>" up to vocab_size (plain ASCII, never produced 
 every id decodes to text). Pre-tokenizer: GPT-2's regex on both sides (ByteLevel use_regex in
 tokenizer.json, "gpt-2" in GGUF). No BOS is added by either tokenizer.
 
+With --own-tokenizer PRE the folder's own tokenizer.json (a byte-level BPE: vocab, merges, added
+tokens; e.g. models/kjv-tiny) goes into the GGUF instead, with tokenizer.ggml.pre = PRE (the
+llama.cpp name of its split regex, e.g. llama-bpe), special added tokens as CONTROL, the eos list's
+first id as eos and its others as eot, and the chat template of tokenizer_config.json or
+chat_template.jinja.
+
 usage: PYTHONPATH=.../gguf-py python3 st_to_gguf.py MODEL_DIR OUT.gguf [--write-tokenizer] [--verify]
-       [--no-rope-permute]
+       [--no-rope-permute] [--own-tokenizer PRE]
 """
 import argparse
 import json
@@ -106,6 +112,33 @@ def tokenizer_json(tokens, merges, control):
     }
 
 
+def own_vocabulary(model_dir, vocab_size):
+    """(tokens in id order, merges as 'a b' strings, ids of the control tokens, chat template or None)
+    from MODEL_DIR/tokenizer.json (a byte-level BPE)."""
+    with open(os.path.join(model_dir, "tokenizer.json")) as f:
+        tj = json.load(f)
+    model = tj["model"]
+    assert model["type"] == "BPE", f"tokenizer.json model {model['type']}: only BPE"
+    tokens = [None] * vocab_size
+    for text, i in list(model["vocab"].items()) + [(a["content"], a["id"]) for a in tj.get("added_tokens", [])]:
+        assert 0 <= i < vocab_size, f"token {text!r} id {i} outside vocab_size {vocab_size}"
+        tokens[i] = text
+    missing = [i for i, t in enumerate(tokens) if t is None]
+    assert not missing, f"ids without a token: {missing[:10]}"
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    control = [a["id"] for a in tj.get("added_tokens", []) if a.get("special")]
+    template = None
+    cfg_path = os.path.join(model_dir, "tokenizer_config.json")
+    if os.path.exists(cfg_path):
+        with open(cfg_path) as f:
+            template = json.load(f).get("chat_template")
+    jinja = os.path.join(model_dir, "chat_template.jinja")
+    if template is None and os.path.exists(jinja):
+        with open(jinja) as f:
+            template = f.read()
+    return tokens, merges, control, template
+
+
 def interleave_rope_rows(w, n_head):
     """HF rows per head [x_0..x_{d/2-1} | y_0..y_{d/2-1}] -> GGML's [x_0, y_0, x_1, y_1, ...]."""
     out_dim = w.shape[0]
@@ -186,6 +219,8 @@ def main():
     ap.add_argument("--write-tokenizer", action="store_true", help="also write MODEL_DIR/tokenizer.json")
     ap.add_argument("--verify", action="store_true",
                     help="write nothing: read OUT.gguf back and check every tensor against the safetensors bit for bit")
+    ap.add_argument("--own-tokenizer", metavar="PRE",
+                    help="use MODEL_DIR/tokenizer.json (byte-level BPE) with tokenizer.ggml.pre = PRE")
     ap.add_argument("--no-rope-permute", action="store_true",
                     help="negative control only: keep HF's q/k row order (a wrong GGUF; check_logits.py must fail)")
     args = ap.parse_args()
@@ -200,8 +235,13 @@ def main():
     layers, vocab_size = cfg["num_hidden_layers"], cfg["vocab_size"]
     tensors = read_safetensors(os.path.join(args.model_dir, "model.safetensors"))
 
-    tokens, merges, control = vocabulary(vocab_size)
+    template = None
+    if args.own_tokenizer:
+        tokens, merges, control, template = own_vocabulary(args.model_dir, vocab_size)
+    else:
+        tokens, merges, control = vocabulary(vocab_size)
     if args.write_tokenizer:
+        assert not args.own_tokenizer, "--write-tokenizer writes the synthetic vocabulary only"
         with open(os.path.join(args.model_dir, "tokenizer.json"), "w") as f:
             json.dump(tokenizer_json(tokens, merges, control), f)
         with open(os.path.join(args.model_dir, "tokenizer_config.json"), "w") as f:
@@ -219,25 +259,34 @@ def main():
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     w.add_rope_dimension_count(head_dim)
-    w.add_rope_freq_base(float(cfg.get("rope_theta", 10000.0)))
+    rope = cfg.get("rope_parameters") or {}  # newer Hugging Face configs keep rope_theta here
+    rope_theta = float(cfg.get("rope_theta", rope.get("rope_theta", 10000.0)))
+    w.add_rope_freq_base(rope_theta)
     w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-5)))
     w.add_vocab_size(vocab_size)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
+    w.add_tokenizer_pre(args.own_tokenizer or "gpt-2")
     w.add_token_list(tokens)
     w.add_token_types([gguf.TokenType.CONTROL if i in control else gguf.TokenType.NORMAL
                        for i in range(vocab_size)])
     w.add_token_merges(merges)
     w.add_bos_token_id(cfg.get("bos_token_id", 0))
-    w.add_eos_token_id(cfg.get("eos_token_id", 1))
+    eos = cfg.get("eos_token_id", 1)
+    eos = eos if isinstance(eos, list) else [eos]
+    w.add_eos_token_id(eos[0])
+    if len(eos) > 1:
+        w.add_eot_token_id(eos[1])
+    if template:
+        w.add_chat_template(template)
     w.add_add_bos_token(False)
     w.add_add_eos_token(False)
 
-    scaling = cfg.get("rope_scaling") or {}
-    if scaling.get("rope_type", scaling.get("type", "")) == "llama3":
-        w.add_tensor("rope_freqs.weight", llama3_rope_factors(float(cfg.get("rope_theta", 10000.0)), head_dim, scaling))
-    elif scaling:
+    scaling = cfg.get("rope_scaling") or {k: v for k, v in rope.items() if k != "rope_theta"}
+    kind = scaling.get("rope_type", scaling.get("type", ""))
+    if kind == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(rope_theta, head_dim, scaling))
+    elif scaling and kind != "default":
         sys.exit(f"rope_scaling {scaling} not handled")
 
     def add(gguf_name, hf_name, permute_heads=None):
