@@ -37,6 +37,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "attn/attention_backend.h"
 #include "bench_cli.h"
 #include "bench_model_writer.h"
@@ -242,10 +244,10 @@ int main(int argc, char** argv) {
     std::string readers;
     for (const auto& r : bench::memory_read_gbps_all(pool)) {
       bw = std::max(bw, r.gbps);
-      readers += (readers.empty() ? "" : ", ") + std::string(r.reader) + " " + std::to_string(r.gbps).substr(0, 5);
+      readers += fmt::format("{}{} {:.2f} (cpu {:.1f})", readers.empty() ? "" : ", ", r.reader, r.gbps, r.cpu_gbps);
     }
     std::printf("memory read bandwidth (1 GiB streaming sum, all threads): %.1f GB/s\n", bw);
-    std::printf("  read bandwidth by reader (GB/s): %s\n", readers.c_str());
+    std::printf("  read bandwidth by reader (GB/s; cpu: over the readers' own CPU time): %s\n", readers.c_str());
 
     std::filesystem::path dir = args.model_dir;
     std::unique_ptr<bench::TempDir> temp;
