@@ -32,7 +32,8 @@ library only.
 
 usage: check_logits.py --reference URL --candidate URL --vocab V [--tolerance 0.1] [--prompts 8]
        [--tokens 32] [--prompt-tokens 16] [--min-id 258] [--seed 1] [--model NAME]
-       [--reference-api llama|openai] [--candidate-api openai|llama] [--negative-control] [--label L]
+       [--reference-api llama|openai] [--candidate-api openai|llama] [--match auto|text]
+       [--negative-control] [--label L]
 """
 import argparse
 import json
@@ -121,9 +122,11 @@ def compare_top(ref, cand, use_ids, tol):
     return failures, worst
 
 
-def compare_prompt(ref, cand, tol):
-    """Per-prompt result: positions compared, ids checked, tie-break divergence, failures."""
-    use_ids = all(p.id is not None for p in ref + cand)
+def compare_prompt(ref, cand, tol, match="auto"):
+    """Per-prompt result: positions compared, ids checked, tie-break divergence, failures. match:
+    "auto" (ids where both sides give them, else texts) or "text"."""
+    use_ids = match == "auto" and all(p.id is not None for p in ref + cand)
+    use_ids = use_ids and all(t[0] is not None for p in ref + cand for t in p.top)
     res = {"compared": 0, "ids_checked": 0, "tie_break_at": None, "max_abs_logprob_diff": 0.0, "failures": []}
     for i, (r, c) in enumerate(zip(ref, cand)):
         res["compared"] += 1
@@ -162,6 +165,8 @@ def parse_args():
     ap.add_argument("--tolerance", type=float, default=0.1, help="nats (default 0.1)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--model", default="", help="the OpenAI request's model field (default none)")
+    ap.add_argument("--match", choices=["auto", "text"], default="auto",
+                    help="match tokens by id where both sides give ids (auto) or always by text")
     ap.add_argument("--negative-control", action="store_true", help="expect a difference: exit 0 when found")
     ap.add_argument("--label", default="")
     args = ap.parse_args()
@@ -180,7 +185,7 @@ def main():
                                                                                      args.prompt_tokens))]
         ref = generate(args.reference_api, args.reference, prompt, args.tokens, args.model)
         cand = generate(args.candidate_api, args.candidate, prompt, args.tokens, args.model)
-        res = compare_prompt(ref, cand, args.tolerance)
+        res = compare_prompt(ref, cand, args.tolerance, args.match)
         print(json.dumps({"label": args.label, "prompt_index": p, "prompt": prompt,
                           "reference": [x.text for x in ref], "candidate": [x.text for x in cand], **res}))
         total["prompts"] += 1
