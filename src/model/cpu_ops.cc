@@ -26,12 +26,14 @@ kc::QuantType cpu_quant_type(const WeightView& w) {
   switch (*w.block) {
     case gguf::GgmlType::kQ8_0: return kc::QuantType::kQ8_0;
     case gguf::GgmlType::kQ4_0: return kc::QuantType::kQ4_0;
+    case gguf::GgmlType::kQ5_0: return kc::QuantType::kQ5_0;
+    case gguf::GgmlType::kQ5_1: return kc::QuantType::kQ5_1;
     case gguf::GgmlType::kQ4_K: return kc::QuantType::kQ4_K;
     case gguf::GgmlType::kQ5_K: return kc::QuantType::kQ5_K;
     case gguf::GgmlType::kQ6_K: return kc::QuantType::kQ6_K;
     default: break;
   }
-  SPINDLE_FAIL("{} is {}; the CPU linear kernels compute F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights",
+  SPINDLE_FAIL("{} is {}; the CPU linear kernels compute F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights",
                w.where(), w.type_name());
 }
 

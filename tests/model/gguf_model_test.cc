@@ -122,8 +122,8 @@ TEST(GgufHugePages, PlainFileCopiedAndQuantizedFileMappedBothCompute) {
   EXPECT_EQ(with(q8, huge), with(q8, {}));
 }
 
-// An embedding table in a type with no linear kernel (Q5_0, Q4_1: the embedding lookup dequantizes
-// rows, gguf::dequantize_row) and F32 projections: the logits match a float64 forward over the
+// An embedding table in a type read by the lookup's dequantization (Q5_0, Q4_1: gguf::dequantize_row;
+// Q4_1 has no linear kernel) and F32 projections: the logits match a float64 forward over the
 // reference-decoded table at kF32Tolerance (nothing is rounded but in f32). The table's blocks are
 // random: fp16 scales of magnitude in [2^-8, 2^-7), random signs, quants and high bits.
 TEST(GgufEmbeddingTable, BlockTypesWithoutLinearKernelsAreLookedUp) {
