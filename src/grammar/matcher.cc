@@ -18,15 +18,118 @@ struct StateMasks {
 class MatcherCache {
  public:
   MatcherCache(const CompiledGrammar& g) : dfa(g.nfa(), g.limits().max_dfa_states) {}
+  // Every well-formed non-ASCII character read from s leads back to s (through live states).
+  bool loops_on_utf8(int32_t s);
   LexerDfa dfa;
   std::unordered_map<int32_t, std::unique_ptr<StateMasks>> masks;
+  std::vector<int8_t> utf8_loop;  // [dfa states] -1 unknown, 0 / 1
   size_t cached_bytes = 0;
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
 };
 
+bool MatcherCache::loops_on_utf8(int32_t s) {
+  const auto i = static_cast<size_t>(s);
+  if (utf8_loop.size() <= i) utf8_loop.resize(dfa.num_states() + 1, -1);
+  if (utf8_loop[i] >= 0) return utf8_loop[i] != 0;
+  // Lead bytes, the first continuation's range, then (n - 1) continuations 80-BF.
+  struct Group {
+    uint8_t lead_lo, lead_hi, lo, hi;
+    int n;
+  };
+  static constexpr Group kGroups[] = {{0xC2, 0xDF, 0x80, 0xBF, 1}, {0xE0, 0xE0, 0xA0, 0xBF, 2},
+                                      {0xE1, 0xEC, 0x80, 0xBF, 2}, {0xED, 0xED, 0x80, 0x9F, 2},
+                                      {0xEE, 0xEF, 0x80, 0xBF, 2}, {0xF0, 0xF0, 0x90, 0xBF, 3},
+                                      {0xF1, 0xF3, 0x80, 0xBF, 3}, {0xF4, 0xF4, 0x80, 0x8F, 3}};
+  bool ok = true;
+  std::vector<int32_t> cur, nxt;
+  for (const Group& g : kGroups) {
+    cur.clear();
+    for (int b = g.lead_lo; b <= g.lead_hi; ++b) cur.push_back(dfa.next(s, static_cast<uint8_t>(b)));
+    for (int k = 0; k < g.n && ok; ++k) {
+      std::sort(cur.begin(), cur.end());
+      cur.erase(std::unique(cur.begin(), cur.end()), cur.end());
+      const int lo = k == 0 ? g.lo : 0x80, hi = k == 0 ? g.hi : 0xBF;
+      nxt.clear();
+      for (int32_t x : cur) {
+        if (x == LexerDfa::kDead) ok = false;
+        for (int b = lo; b <= hi && ok; ++b) nxt.push_back(dfa.next(x, static_cast<uint8_t>(b)));
+      }
+      cur.swap(nxt);
+    }
+    for (int32_t x : cur) ok = ok && x == s;
+    if (!ok) break;
+  }
+  if (utf8_loop.size() <= i) utf8_loop.resize(dfa.num_states() + 1, -1);
+  utf8_loop[i] = ok ? 1 : 0;
+  return ok;
+}
+
 namespace {
 
 void set_bit(uint32_t* mask, TokenId id) { mask[id >> 5] |= uint32_t{1} << (id & 31); }
+void clear_bit(uint32_t* mask, TokenId id) { mask[id >> 5] &= ~(uint32_t{1} << (id & 31)); }
+
+// Every token of node i's subtree stays inside the lexeme from state s (the state after node
+// i's byte): s loops on every byte below, or on the ASCII bytes below and on every non-ASCII
+// character, the bytes below being well-formed UTF-8.
+bool subtree_within(const TokenizerInfo& t, MatcherCache& cache, size_t i, int32_t s) {
+  const auto& loop = cache.dfa.loop_bytes(s);
+  if ((loop[0] | loop[1]) == 0) return false;
+  const auto& below = t.bytes_below(i);
+  if ((below[0] & ~loop[0]) != 0 || (below[1] & ~loop[1]) != 0) return false;
+  if (((below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0) return true;
+  return t.utf8_below(i) && cache.loops_on_utf8(s);
+}
+
+// The lexer-only walk from lex: tokens staying inside the lexeme(s) and the exit nodes. With
+// `dense` the bits start full and rejected subtrees are cleared (cheap when most tokens stay
+// within, as inside a string); otherwise they start empty and within tokens are set.
+std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCache& cache, int32_t lex) {
+  auto out = std::make_unique<StateMasks>();
+  const auto& start_loop = cache.dfa.loop_bytes(lex);
+  const bool dense = __builtin_popcountll(start_loop[0]) + __builtin_popcountll(start_loop[1]) >= 48;
+  std::vector<uint32_t> bits(t.mask_words(), 0);
+  if (dense) std::copy(t.trie_token_bits().begin(), t.trie_token_bits().end(), bits.begin());
+  std::vector<int32_t> state(static_cast<size_t>(t.max_depth()) + 1);
+  state[0] = lex;
+  auto drop = [&](uint32_t i) {
+    for (uint32_t k = t.token_begin(i); k < t.token_begin(t.next(i)); ++k) clear_bit(bits.data(), t.tokens()[k]);
+  };
+  for (uint32_t i = 1; i < t.num_nodes();) {
+    const int32_t p = state[t.depth(i) - 1u];
+    const int32_t s = cache.dfa.next(p, t.byte(i));
+    if (s == LexerDfa::kDead) {
+      if (cache.dfa.accepting(p)) out->exits.push_back({i, p});
+      if (dense) drop(i);
+      i = t.next(i);
+      continue;
+    }
+    state[t.depth(i)] = s;
+    if (t.next(i) != i + 1 && subtree_within(t, cache, i, s)) {
+      if (!dense) {
+        for (uint32_t k = t.token_begin(i); k < t.token_begin(t.next(i)); ++k) set_bit(bits.data(), t.tokens()[k]);
+      }
+      i = t.next(i);
+      continue;
+    }
+    if (!dense) {
+      for (TokenId id : t.tokens_at(i)) set_bit(bits.data(), id);
+    }
+    ++i;
+  }
+  size_t count = 0;
+  for (uint32_t w : bits) count += static_cast<size_t>(__builtin_popcount(w));
+  if (count < t.mask_words()) {
+    for (size_t w = 0; w < bits.size(); ++w) {
+      for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
+        out->within_ids.push_back(static_cast<TokenId>(w * 32 + static_cast<size_t>(__builtin_ctz(x))));
+      }
+    }
+  } else {
+    out->within_bits = std::move(bits);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -209,46 +312,7 @@ void Matcher::fill_mask(std::span<uint32_t> mask) {
   StateMasks* sm = it != cache.masks.end() ? it->second.get() : nullptr;
   std::unique_ptr<StateMasks> fresh;
   if (sm == nullptr) {
-    // One lexer-only walk from lex_: within tokens and exit nodes.
-    fresh = std::make_unique<StateMasks>();
-    std::vector<int32_t> lex(static_cast<size_t>(t.max_depth()) + 1);
-    lex[0] = lex_;
-    std::vector<uint32_t> bits(t.mask_words(), 0);
-    size_t count = 0;
-    LexerDfa& dfa = cache.dfa;
-    for (uint32_t i = 1; i < t.num_nodes();) {
-      const int32_t p = lex[t.depth(i) - 1u];
-      const int32_t s = dfa.next(p, t.byte(i));
-      if (s == LexerDfa::kDead) {
-        if (dfa.accepting(p)) fresh->exits.push_back({i, p});
-        i = t.next(i);
-        continue;
-      }
-      lex[t.depth(i)] = s;
-      const auto& loop = dfa.loop_bytes(s);
-      if ((loop[0] | loop[1] | loop[2] | loop[3]) != 0) {
-        const auto& below = t.bytes_below(i);
-        if ((below[0] & ~loop[0]) == 0 && (below[1] & ~loop[1]) == 0 && (below[2] & ~loop[2]) == 0 &&
-            (below[3] & ~loop[3]) == 0) {
-          // Every token of this subtree stays in s: all within, no exits below.
-          const uint32_t end = t.next(i);
-          for (uint32_t k = t.token_begin(i); k < t.token_begin(end); ++k) set_bit(bits.data(), t.tokens()[k]), ++count;
-          i = end;
-          continue;
-        }
-      }
-      for (TokenId id : t.tokens_at(i)) set_bit(bits.data(), id), ++count;
-      ++i;
-    }
-    if (count < t.mask_words()) {
-      for (size_t w = 0; w < bits.size(); ++w) {
-        for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
-          fresh->within_ids.push_back(static_cast<TokenId>(w * 32 + static_cast<size_t>(__builtin_ctz(x))));
-        }
-      }
-    } else {
-      fresh->within_bits = std::move(bits);
-    }
+    fresh = build_state_masks(t, cache, lex_);
     const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 + fresh->exits.size() * 8;
     sm = fresh.get();
     if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {

@@ -6,6 +6,58 @@
 #include "util/error.h"
 
 namespace spindle::grammar {
+namespace {
+
+// UTF-8 decoder states: 0 at a character boundary; 1-3 that many continuation bytes (80-BF) to
+// come; 4 after E0 (A0-BF, then 1); 5 after ED (80-9F, then 1); 6 after F0 (90-BF, then 2);
+// 7 after F4 (80-8F, then 2). -1: not well-formed.
+int utf8_next(int u, uint8_t b) {
+  auto cont = [&](uint8_t lo, uint8_t hi, int then) { return b >= lo && b <= hi ? then : -1; };
+  switch (u) {
+    case 0:
+      if (b < 0x80) return 0;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b == 0xE0) return 4;
+      if (b == 0xED) return 5;
+      if (b >= 0xE1 && b <= 0xEF) return 2;
+      if (b == 0xF0) return 6;
+      if (b >= 0xF1 && b <= 0xF3) return 3;
+      return b == 0xF4 ? 7 : -1;
+    case 1: return cont(0x80, 0xBF, 0);
+    case 2: return cont(0x80, 0xBF, 1);
+    case 3: return cont(0x80, 0xBF, 2);
+    case 4: return cont(0xA0, 0xBF, 1);
+    case 5: return cont(0x80, 0x9F, 1);
+    case 6: return cont(0x90, 0xBF, 2);
+    default: return cont(0x80, 0x8F, 2);
+  }
+}
+
+}  // namespace
+
+void TokenizerInfo::build_utf8_below() {
+  // ok[i] bit u: every path below node i, read from decoder state u, is well-formed (or cut
+  // short). Computed from the end: a node's children come after it, each depth accumulating.
+  const size_t num = byte_.size();
+  std::vector<uint8_t> ok(num, 0xFF);
+  std::vector<uint8_t> acc(static_cast<size_t>(max_depth_) + 2, 0xFF);
+  for (size_t i = num; i-- > 0;) {
+    const size_t d = depth_[i];
+    ok[i] = acc[d + 1];
+    acc[d + 1] = 0xFF;
+    if (i == 0) break;
+    uint8_t contrib = 0;
+    for (int u = 0; u < 8; ++u) {
+      const int v = utf8_next(u, byte_[i]);
+      if (v >= 0 && ((ok[i] >> v) & 1)) contrib |= static_cast<uint8_t>(1u << u);
+    }
+    acc[d] &= contrib;
+  }
+  utf8_below_.resize(num);
+  for (size_t i = 0; i < num; ++i) utf8_below_[i] = ok[i] & 1;
+  trie_bits_.assign(mask_words(), 0);
+  for (TokenId id : tokens_) trie_bits_[static_cast<size_t>(id) >> 5] |= uint32_t{1} << (id & 31);
+}
 
 TokenizerInfo::TokenizerInfo(Vocabulary vocab) : vocab_(std::move(vocab)) {
   const auto n = static_cast<int32_t>(vocab_.token_bytes.size());
@@ -76,6 +128,7 @@ TokenizerInfo::TokenizerInfo(Vocabulary vocab) : vocab_(std::move(vocab)) {
     for (int w = 0; w < 4; ++w) acc[d][w] |= below_[i][w];
     if (i > 0) acc[d][byte_[i] >> 6] |= uint64_t{1} << (byte_[i] & 63);
   }
+  build_utf8_below();
 }
 
 bool TokenizerInfo::is_eos(TokenId id) const {

@@ -49,11 +49,20 @@ class TokenizerInfo {
   // The bytes on every path strictly below node i (256 bits): a lexer state that loops on all of
   // them keeps every token of the subtree inside the lexeme, so the walk can skip it whole.
   const std::array<uint64_t, 4>& bytes_below(size_t i) const { return below_[i]; }
+  // Every path strictly below node i, read from a UTF-8 character boundary at node i, is
+  // well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), possibly cut
+  // short at its end: a lexer state that returns to itself on every non-ASCII character (and on
+  // the ASCII bytes below) keeps the whole subtree inside the lexeme.
+  bool utf8_below(size_t i) const { return utf8_below_[i] != 0; }
+  // [mask_words()] the bits of every token in the trie (those that may match grammar bytes).
+  std::span<const uint32_t> trie_token_bits() const { return trie_bits_; }
   // Tokens of node i's whole subtree: tokens()[token_begin(i) .. token_begin(next(i))).
   uint32_t token_begin(size_t i) const { return token_begin_[i]; }
   const std::vector<TokenId>& tokens() const { return tokens_; }
 
  private:
+  void build_utf8_below();
+
   Vocabulary vocab_;
   std::vector<uint8_t> is_eos_;
   std::vector<uint8_t> byte_;
@@ -62,6 +71,8 @@ class TokenizerInfo {
   std::vector<uint32_t> token_begin_;
   std::vector<TokenId> tokens_;
   std::vector<std::array<uint64_t, 4>> below_;
+  std::vector<uint8_t> utf8_below_;
+  std::vector<uint32_t> trie_bits_;
   uint16_t max_depth_ = 0;
 };
 
