@@ -296,16 +296,31 @@ const std::array<uint64_t, 4>& LexerDfa::compute_loop_bytes(int32_t s) {
 }
 
 int32_t LexerDfa::compute(int32_t s, uint8_t b) {
-  std::vector<uint32_t> next;
+  // The whole row at once: bytes between consecutive edge bounds of s's NFA states reach the
+  // same set, so each such interval costs one closure instead of one per byte.
+  std::vector<Nfa::Edge> edges;
+  std::vector<uint16_t> cuts = {0, 256};
   for (uint32_t st : sets_[static_cast<size_t>(s)]) {
     for (const Nfa::Edge& e : nfa_.edges(st)) {
-      if (e.lo <= b && b <= e.hi) next.push_back(e.to);
+      edges.push_back(e);
+      cuts.push_back(e.lo);
+      cuts.push_back(static_cast<uint16_t>(e.hi + 1));
     }
   }
-  closure(next);
-  const int32_t t = intern(next);
-  trans_[static_cast<size_t>(s) * 256 + b] = t;
-  return t;
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<uint32_t> next;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const int lo = cuts[k];
+    next.clear();
+    for (const Nfa::Edge& e : edges) {
+      if (e.lo <= lo && lo <= e.hi) next.push_back(e.to);
+    }
+    closure(next);
+    const int32_t t = intern(next);
+    for (int c = lo; c < cuts[k + 1]; ++c) trans_[static_cast<size_t>(s) * 256 + static_cast<size_t>(c)] = t;
+  }
+  return trans_[static_cast<size_t>(s) * 256 + b];
 }
 
 }  // namespace spindle::grammar
