@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "util/error.h"
@@ -67,18 +68,34 @@ bool MatcherCache::loops_on_utf8(int32_t s) {
 namespace {
 
 void set_bit(uint32_t* mask, TokenId id) { mask[id >> 5] |= uint32_t{1} << (id & 31); }
-void clear_bit(uint32_t* mask, TokenId id) { mask[id >> 5] &= ~(uint32_t{1} << (id & 31)); }
 
 // Every token of node i's subtree stays inside the lexeme from state s (the state after node
 // i's byte): s loops on every byte below, or on the ASCII bytes below and on every non-ASCII
 // character, the bytes below being well-formed UTF-8.
-bool subtree_within(const TokenizerInfo& t, MatcherCache& cache, size_t i, int32_t s) {
+bool subtree_within(const TokenizerInfo& t, MatcherCache& cache, size_t i, const TokenizerInfo::WalkNode& n,
+                    int32_t s) {
   const auto& loop = cache.dfa.loop_bytes(s);
   if ((loop[0] | loop[1]) == 0) return false;
+  if ((n.ascii_below[0] & ~loop[0]) != 0 || (n.ascii_below[1] & ~loop[1]) != 0) return false;
+  if ((n.flags & TokenizerInfo::kNonAsciiBelow) == 0) return true;
   const auto& below = t.bytes_below(i);
-  if ((below[0] & ~loop[0]) != 0 || (below[1] & ~loop[1]) != 0) return false;
   if (((below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0) return true;
-  return t.utf8_below(i) && cache.loops_on_utf8(s);
+  return (n.flags & TokenizerInfo::kUtf8Below) != 0 && cache.loops_on_utf8(s);
+}
+
+// Moves the within tokens of a finished walk into out: a bitmask, or a list when they are few.
+void store_within(std::vector<uint32_t>& bits, StateMasks& out) {
+  size_t count = 0;
+  for (uint32_t w : bits) count += static_cast<size_t>(std::popcount(w));
+  if (count >= bits.size()) {
+    out.within_bits = std::move(bits);
+    return;
+  }
+  for (size_t w = 0; w < bits.size(); ++w) {
+    for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
+      out.within_ids.push_back(static_cast<TokenId>(w * 32 + static_cast<size_t>(std::countr_zero(x))));
+    }
+  }
 }
 
 // The lexer-only walk from lex: tokens staying inside the lexeme(s) and the exit nodes. With
@@ -87,47 +104,40 @@ bool subtree_within(const TokenizerInfo& t, MatcherCache& cache, size_t i, int32
 std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCache& cache, int32_t lex) {
   auto out = std::make_unique<StateMasks>();
   const auto& start_loop = cache.dfa.loop_bytes(lex);
-  const bool dense = __builtin_popcountll(start_loop[0]) + __builtin_popcountll(start_loop[1]) >= 48;
+  const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
   std::vector<uint32_t> bits(t.mask_words(), 0);
   if (dense) std::copy(t.trie_token_bits().begin(), t.trie_token_bits().end(), bits.begin());
+  const std::vector<TokenId>& tokens = t.tokens();
+  auto mark = [&](uint32_t from, uint32_t to, bool on) {
+    for (uint32_t k = from; k < to; ++k) {
+      const uint32_t bit = uint32_t{1} << (tokens[k] & 31);
+      uint32_t& w = bits[static_cast<size_t>(tokens[k]) >> 5];
+      w = on ? (w | bit) : (w & ~bit);
+    }
+  };
   std::vector<int32_t> state(static_cast<size_t>(t.max_depth()) + 1);
   state[0] = lex;
-  auto drop = [&](uint32_t i) {
-    for (uint32_t k = t.token_begin(i); k < t.token_begin(t.next(i)); ++k) clear_bit(bits.data(), t.tokens()[k]);
-  };
   for (uint32_t i = 1; i < t.num_nodes();) {
-    const int32_t p = state[t.depth(i) - 1u];
-    const int32_t s = cache.dfa.next(p, t.byte(i));
+    const TokenizerInfo::WalkNode& n = t.walk_node(i);
+    const int32_t p = state[n.depth - 1u];
+    const int32_t s = cache.dfa.next(p, n.byte);
     if (s == LexerDfa::kDead) {
       if (cache.dfa.accepting(p)) out->exits.push_back({i, p});
-      if (dense) drop(i);
-      i = t.next(i);
+      if (dense) mark(n.token_begin, n.token_end, false);
+      i = n.next;
       continue;
     }
-    state[t.depth(i)] = s;
-    if (t.next(i) != i + 1 && subtree_within(t, cache, i, s)) {
-      if (!dense) {
-        for (uint32_t k = t.token_begin(i); k < t.token_begin(t.next(i)); ++k) set_bit(bits.data(), t.tokens()[k]);
-      }
-      i = t.next(i);
+    state[n.depth] = s;
+    const bool leaf = (n.flags & TokenizerInfo::kLeaf) != 0;
+    if (leaf || subtree_within(t, cache, i, n, s)) {
+      if (!dense) mark(n.token_begin, n.token_end, true);
+      i = n.next;
       continue;
     }
-    if (!dense) {
-      for (TokenId id : t.tokens_at(i)) set_bit(bits.data(), id);
-    }
+    if (!dense) mark(n.token_begin, t.walk_node(i + 1).token_begin, true);
     ++i;
   }
-  size_t count = 0;
-  for (uint32_t w : bits) count += static_cast<size_t>(__builtin_popcount(w));
-  if (count < t.mask_words()) {
-    for (size_t w = 0; w < bits.size(); ++w) {
-      for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
-        out->within_ids.push_back(static_cast<TokenId>(w * 32 + static_cast<size_t>(__builtin_ctz(x))));
-      }
-    }
-  } else {
-    out->within_bits = std::move(bits);
-  }
+  store_within(bits, *out);
   return out;
 }
 

@@ -55,6 +55,18 @@ void TokenizerInfo::build_utf8_below() {
   }
   utf8_below_.resize(num);
   for (size_t i = 0; i < num; ++i) utf8_below_[i] = ok[i] & 1;
+  walk_.resize(num);
+  for (size_t i = 0; i < num; ++i) {
+    WalkNode& w = walk_[i];
+    w.ascii_below = {below_[i][0], below_[i][1]};
+    w.next = next_[i];
+    w.token_begin = token_begin_[i];
+    w.token_end = token_begin_[next_[i]];
+    w.depth = depth_[i];
+    w.byte = byte_[i];
+    w.flags = static_cast<uint8_t>((next_[i] == i + 1 ? kLeaf : 0) | ((below_[i][2] | below_[i][3]) != 0 ? kNonAsciiBelow : 0) |
+                                   (utf8_below_[i] ? kUtf8Below : 0));
+  }
   trie_bits_.assign(mask_words(), 0);
   for (TokenId id : tokens_) trie_bits_[static_cast<size_t>(id) >> 5] |= uint32_t{1} << (id & 31);
 }

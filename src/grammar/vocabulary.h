@@ -56,6 +56,18 @@ class TokenizerInfo {
   bool utf8_below(size_t i) const { return utf8_below_[i] != 0; }
   // [mask_words()] the bits of every token in the trie (those that may match grammar bytes).
   std::span<const uint32_t> trie_token_bits() const { return trie_bits_; }
+  // What a mask walk reads of node i, in one 32-byte record (one cache line per visited node).
+  struct WalkNode {
+    std::array<uint64_t, 2> ascii_below;  // bytes_below(i) below 0x80
+    uint32_t next;                        // next(i)
+    uint32_t token_begin;                 // token_begin(i)
+    uint32_t token_end;                   // token_begin(next(i)): the subtree's tokens end
+    uint16_t depth;
+    uint8_t byte;
+    uint8_t flags;  // kLeaf | kNonAsciiBelow | kUtf8Below
+  };
+  static constexpr uint8_t kLeaf = 1, kNonAsciiBelow = 2, kUtf8Below = 4;
+  const WalkNode& walk_node(size_t i) const { return walk_[i]; }
   // Tokens of node i's whole subtree: tokens()[token_begin(i) .. token_begin(next(i))).
   uint32_t token_begin(size_t i) const { return token_begin_[i]; }
   const std::vector<TokenId>& tokens() const { return tokens_; }
@@ -72,6 +84,7 @@ class TokenizerInfo {
   std::vector<TokenId> tokens_;
   std::vector<std::array<uint64_t, 4>> below_;
   std::vector<uint8_t> utf8_below_;
+  std::vector<WalkNode> walk_;
   std::vector<uint32_t> trie_bits_;
   uint16_t max_depth_ = 0;
 };
