@@ -241,6 +241,15 @@ std::optional<RegexPtr> json_format_regex(std::string_view format) {
   if (format == "uri") {
     return rx(R"([A-Za-z][A-Za-z0-9+.\-]*:([A-Za-z0-9\-._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})*)");
   }
+  if (format == "uri-template") {
+    // RFC 6570: literals (no space, " ' % < > \ ^ ` { | }, pct-encoded allowed) and expressions
+    // "{" [operator] varspec *("," varspec) "}"; non-ASCII literals within the BMP only.
+    const std::string pct = "%[0-9A-Fa-f]{2}";
+    const std::string varchar = "([A-Za-z0-9_]|" + pct + ")";
+    const std::string varspec = varchar + "(\\.?" + varchar + ")*(:[1-9][0-9]{0,3}|\\*)?";
+    return rx(R"(([!#$&()*+,\-./0-9:;=?@A-Z\[\]_a-z~\u00A0-\uD7FF\uE000-\uFFFD]|)" + pct + R"(|\{[+#./;?&=,!@|]?)" +
+              varspec + "(," + varspec + R"()*\})*)");
+  }
   if (format == "uuid") return rx(kHex + "{8}-" + kHex + "{4}-" + kHex + "{4}-" + kHex + "{4}-" + kHex + "{12}");
   return std::nullopt;
 }

@@ -230,10 +230,14 @@ class Converter {
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) fail(ptr + "/properties", "properties must be an object");
       for (const auto& [name, ps] : s["properties"].items()) {
+        declared.insert(name);
+        if (ps == false) {  // the key may not appear (e.g. closed by another allOf branch)
+          if (required.count(name)) return g_.add_nonterminal("never");  // no object matches
+          continue;
+        }
         const std::string p = ptr + "/properties/" + escape_pointer(name);
         const int32_t key = key_lexeme(re_literal(Json(name).dump()));
         props.push_back({seq({{key, value(ps, p, depth + 1)}}, "property"), required.count(name) > 0});
-        declared.insert(name);
       }
     }
     // Extra keys: additionalProperties (unspecified: allowed unless strict).
@@ -245,7 +249,7 @@ class Converter {
     }
     for (const std::string& r : required) {
       if (declared.count(r)) continue;
-      if (!additional) fail(ptr + "/required", "required property '" + r + "' is not allowed by additionalProperties");
+      if (!additional) return g_.add_nonterminal("never");  // a required key no object may have
       const int32_t key = key_lexeme(re_literal(Json(r).dump()));
       props.push_back({seq({{key, value(*additional, ptr + "/additionalProperties", depth + 1)}}, "property"), true});
     }

@@ -88,6 +88,23 @@ Json inline_ref(const Json& root, const Json& s, const std::string& ptr, int dep
   return merge(inline_ref(root, t, target, depth + 1), without(s, {"$ref"}), ptr);
 }
 
+namespace {
+
+// Under allOf a property that `from` declares and `other` does not must also satisfy other's
+// additionalProperties (false: the key may not appear at all).
+void close_undeclared(const Json& from, const Json& other, Json& out) {
+  if (!from.contains("properties") || !from["properties"].is_object() || !other.contains("additionalProperties")) return;
+  const Json& add = other["additionalProperties"];
+  if (add == true) return;
+  const bool other_declares = other.contains("properties") && other["properties"].is_object();
+  for (const auto& [p, ps] : from["properties"].items()) {
+    if (other_declares && other["properties"].contains(p)) continue;
+    out["properties"][p] = add == false ? Json(false) : Json{{"allOf", Json::array({ps, add})}};
+  }
+}
+
+}  // namespace
+
 Json merge(const Json& a, const Json& b, const std::string& ptr) {
   if (a.is_boolean() || b.is_boolean()) {
     if ((a.is_boolean() && !a.get<bool>()) || (b.is_boolean() && !b.get<bool>())) fail(ptr, "allOf contains false");
@@ -138,6 +155,8 @@ Json merge(const Json& a, const Json& b, const std::string& ptr) {
       fail(ptr, "allOf: subschemas that disagree on '" + k + "' are not supported");
     }
   }
+  close_undeclared(a, b, out);
+  close_undeclared(b, a, out);
   return out;
 }
 

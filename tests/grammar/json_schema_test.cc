@@ -99,6 +99,24 @@ Json corpus() {
   return Json::parse(ss.str());
 }
 
+// format uri-template (RFC 6570 section 2): reduced from MaskBench MCPspec---CompleteRequest,
+// whose invalid instance (an unclosed expression) was accepted while the format was ignored.
+// Debian's python3-jsonschema cannot check this format (its uri_template module is not
+// packaged), so the verdicts are read from RFC 6570's grammar: literals exclude space, " ' % < >
+// \ ^ ` { | } (except pct-encoded); an expression is "{" [operator] varspec *("," varspec) "}",
+// varspec = varname [":" 1-9 *3DIGIT / "*"].
+TEST(JsonSchema, UriTemplateFormat) {
+  const auto g = CompiledGrammar::compile(grammar_from_json_schema(R"({"type":"string","format":"uri-template"})"));
+  for (const char* ok : {R"("http://example.com/resource/{id}")", R"("{+path}/here{?q,lang}")", R"("{var:3}{list*}")",
+                         R"("/search{?q}&x=%20")", R"("{a.b,c_d}")", R"("")"}) {
+    EXPECT_TRUE(matches(g, ok)) << ok;
+  }
+  for (const char* bad : {R"("http://example.com/resource/{")", R"("{}")", R"("a b")", R"("{var:0}")",
+                          R"("{va r}")", R"("x}")", R"("100%")", R"("{a,}")"}) {
+    EXPECT_FALSE(matches(g, bad)) << bad;
+  }
+}
+
 TEST(JsonSchema, CorpusAgainstJsonschema) {
   const Json entries = corpus();
   ASSERT_GE(entries.size(), 10u);
