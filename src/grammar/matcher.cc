@@ -83,10 +83,9 @@ bool subtree_within(const TokenizerInfo& t, MatcherCache& cache, size_t i, const
   return (n.flags & TokenizerInfo::kUtf8Below) != 0 && cache.loops_on_utf8(s);
 }
 
-// Moves the within tokens of a finished walk into out: a bitmask, or a list when they are few.
-void store_within(std::vector<uint32_t>& bits, StateMasks& out) {
-  size_t count = 0;
-  for (uint32_t w : bits) count += static_cast<size_t>(std::popcount(w));
+// Moves the within tokens of a finished walk into out: a bitmask, or a list when they are few
+// (count: how many bits are set).
+void store_within(std::vector<uint32_t>& bits, size_t count, StateMasks& out) {
   if (count >= bits.size()) {
     out.within_bits = std::move(bits);
     return;
@@ -108,7 +107,9 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
   std::vector<uint32_t> bits(t.mask_words(), 0);
   if (dense) std::copy(t.trie_token_bits().begin(), t.trie_token_bits().end(), bits.begin());
   const std::vector<TokenId>& tokens = t.tokens();
+  size_t set_count = 0;  // tokens set (sparse walk; a dense one keeps a bitmask anyway)
   auto mark = [&](uint32_t from, uint32_t to, bool on) {
+    if (on) set_count += to - from;
     for (uint32_t k = from; k < to; ++k) {
       const uint32_t bit = uint32_t{1} << (tokens[k] & 31);
       uint32_t& w = bits[static_cast<size_t>(tokens[k]) >> 5];
@@ -137,7 +138,7 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
     if (!dense) mark(n.token_begin, t.walk_node(i + 1).token_begin, true);
     ++i;
   }
-  store_within(bits, *out);
+  store_within(bits, dense ? bits.size() : set_count, *out);
   return out;
 }
 
