@@ -253,6 +253,17 @@ void check_weights(const ModelConfig& config, const Checkpoint& checkpoint) {
                 config.num_hidden_layers, config.hidden_size, check.report());
 }
 
+ExpertStats expert_stats(const ModelConfig& config, const std::vector<TensorInfo>& tensors) {
+  ExpertStats stats;
+  if (!config.moe.enabled()) return stats;
+  for (const auto& t : tensors) {
+    if (t.name.find(".experts.") != std::string::npos) stats.bytes += t.num_bytes();
+  }
+  stats.active_bytes = stats.bytes / static_cast<uint64_t>(config.moe.num_experts) *
+                       static_cast<uint64_t>(config.moe.num_experts_per_tok);
+  return stats;
+}
+
 WeightStats weight_stats(const std::vector<TensorInfo>& tensors) {
   WeightStats stats;
   for (const auto& t : tensors) {

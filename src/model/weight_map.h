@@ -121,6 +121,15 @@ inline WeightStats weight_stats(const Checkpoint& checkpoint) {
   return weight_stats(checkpoint.tensors());
 }
 
+// The routed experts of a checkpoint (tensors named "*.experts.*", either layout; not the router
+// or the shared expert): their bytes, and the bytes one token reads (top_k of num_experts per
+// sparse layer). Zero for a dense model.
+struct ExpertStats {
+  uint64_t bytes = 0;
+  uint64_t active_bytes = 0;
+};
+ExpertStats expert_stats(const ModelConfig& config, const std::vector<TensorInfo>& tensors);
+
 // "[2048, 128256]"
 std::string format_shape(const std::vector<int64_t>& shape);
 

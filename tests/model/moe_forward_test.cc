@@ -26,6 +26,7 @@
 #include "forward_scenarios.h"
 #include "golden_fixtures.h"
 #include "model/model.h"
+#include "model/model_loader.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
 #include "safetensors_writer.h"
@@ -251,6 +252,23 @@ TEST(MoeActiveExperts, BatchOneRunsOnlyTheTopKExperts) {
       if (c.moe.shared_expert_intermediate_size > 0) expected += 3;
     }
     EXPECT_EQ(ran.size(), expected);
+  }
+}
+
+// CUDA refuses a mixture of experts at load, naming the architecture (the GPU path is later work;
+// the check runs before any CUDA call, so it holds on a machine without a GPU too).
+TEST(MoeCuda, RefusedAtLoadNamingTheArchitecture) {
+  LoadOptions options;
+  options.device = attn::Device::kCuda;
+  try {
+    load_model(model_dir("mixtral-bf16"), options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.message();
+    EXPECT_TRUE(m.find("MixtralForCausalLM is a mixture of experts, which Spindle serves on the CPU only") !=
+                    std::string::npos ||
+                m.find("built without CUDA") != std::string::npos)
+        << m;
   }
 }
 
