@@ -66,7 +66,8 @@ struct Loaded {
   std::string label;
 };
 
-Loaded load(const std::filesystem::path& dir, bool best) {
+// label_name: the model's name in the printed label (default: the folder's).
+Loaded load(const std::filesystem::path& dir, bool best, const std::string& label_name = "") {
   ModelOptions options;
   if (!best) options.make_linear = kernels::cpu::make_reference_linear_kernel;
   Loaded l;
@@ -75,7 +76,7 @@ Loaded load(const std::filesystem::path& dir, bool best) {
   const std::string name = best ? testing::best_cpu_backend(shape) : "reference";
   l.backend = attn::create_attention_backend(name, shape, {});
   l.model->set_attention_backends(l.backend.get(), l.backend.get());
-  l.label = dir.filename().string() + " with " + name + " attention, " + l.model->linear_kernel_name() + " linear";
+  l.label = (label_name.empty() ? dir.filename().string() : label_name) + " with " + name + " attention, " + l.model->linear_kernel_name() + " linear";
   return l;
 }
 
@@ -174,7 +175,7 @@ TEST(MoeLayoutTest, Fused3dLayoutMatchesHuggingFace) {
     testing::TempDir dir;
     write_fused_layout(name, dir.path());
     ASSERT_EQ(detect_expert_layout(Checkpoint(dir.path()).tensors()), ExpertLayout::kFused3d);
-    Loaded l = load(dir.path(), /*best=*/true);
+    Loaded l = load(dir.path(), /*best=*/true, name);
     EXPECT_EQ(l.model->weight_bytes(), load(model_dir(name), true).model->weight_bytes());
     testing::expect_golden_prefill_and_greedy(*l.model, read_golden(name), kBf16Tolerance, l.label + " (fused 3-D)");
   }
