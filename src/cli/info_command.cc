@@ -36,6 +36,7 @@ struct ModelFacts {
   uint64_t num_parameters = 0;  // elements of every stored tensor
   uint64_t num_bytes = 0;       // as stored
   std::map<std::string, uint64_t> bytes_per_type;  // "BF16", "Q4_K", ...
+  ExpertStats experts;  // mixtures of experts (safetensors folders)
   uint64_t kv_bytes_bf16 = 0;
   uint64_t kv_bytes_f32 = 0;
 };
@@ -57,6 +58,7 @@ ModelFacts read_model_facts(const std::string& dir) {
     const WeightStats stats = weight_stats(checkpoint);
     facts.num_parameters = stats.num_parameters;
     facts.num_bytes = stats.num_bytes;
+    facts.experts = expert_stats(facts.config, checkpoint.tensors());
     for (const auto& [dtype, n] : stats.bytes_per_dtype) facts.bytes_per_type[std::string(dtype_name(dtype))] = n;
   }
   facts.kv_bytes_bf16 = kv_bytes_per_token(facts.config, DType::kBF16);
@@ -68,8 +70,20 @@ nlohmann::json model_json(const ModelFacts& m) {
   const ModelConfig& c = m.config;
   nlohmann::json bytes = nlohmann::json::object();
   for (const auto& [type, n] : m.bytes_per_type) bytes[type] = n;
+  nlohmann::json moe = nullptr;
+  if (c.moe.enabled()) {
+    moe = {{"num_experts", c.moe.num_experts},
+           {"num_experts_per_tok", c.moe.num_experts_per_tok},
+           {"moe_intermediate_size", c.moe.moe_intermediate_size},
+           {"shared_expert_intermediate_size", c.moe.shared_expert_intermediate_size},
+           {"norm_topk_prob", c.moe.norm_topk_prob},
+           {"expert_bytes", m.experts.bytes},
+           {"active_expert_bytes_per_token", m.experts.active_bytes}};
+  }
   return {{"architecture", architecture_name(c.architecture)},
           {"num_parameters", m.num_parameters},
+          {"num_active_parameters", active_parameter_count(c)},
+          {"moe", moe},
           {"weight_bytes", m.num_bytes},
           {"weight_bytes_per_dtype", bytes},
           {"num_hidden_layers", c.num_hidden_layers},
@@ -119,6 +133,16 @@ void print_model(const std::string& dir, const ModelFacts& m) {
   fmt::print("  Parameters    {} ({})\n", m.num_parameters, format_count(m.num_parameters));
   fmt::print("  Layers        {}, hidden {}, intermediate {}, vocab {}\n", c.num_hidden_layers, c.hidden_size,
              c.intermediate_size, c.vocab_size);
+  if (c.moe.enabled()) {
+    const uint64_t active = active_parameter_count(c);
+    fmt::print("  Experts       {} per sparse layer, top {}, width {}{}; {} of the weights, {} read per token\n",
+               c.moe.num_experts, c.moe.num_experts_per_tok, c.moe.moe_intermediate_size,
+               c.moe.shared_expert_intermediate_size > 0
+                   ? fmt::format(", shared expert {}", c.moe.shared_expert_intermediate_size)
+                   : "",
+               format_bytes(m.experts.bytes), format_bytes(m.experts.active_bytes));
+    fmt::print("  Active        {} ({}) parameters per token\n", active, format_count(active));
+  }
   fmt::print("  Attention     {} heads, {} KV heads, head_dim {}\n", c.num_attention_heads,
              c.num_key_value_heads, c.head_dim);
   fmt::print("  Weights       {}", format_bytes(m.num_bytes));

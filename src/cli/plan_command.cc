@@ -53,7 +53,7 @@ struct PlanArgs {
 };
 
 nlohmann::json plan_json(const std::string& dir, const ModelConfig& model, const kv::KvLayout& layout,
-                         const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p) {
+                         const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p, const ExpertStats& experts) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const auto& r : p.ranks) {
     ranks.push_back({{"rank", r.rank},
@@ -102,11 +102,16 @@ nlohmann::json plan_json(const std::string& dir, const ModelConfig& model, const
           {"prefix_cache", kv_config.enable_prefix_cache},
           {"draft_kv_bytes_per_token", p.draft_kv_bytes_per_token},
           {"draft_kv_bytes_per_rank", p.draft_kv_bytes_per_rank},
-          {"ranks", ranks}};
+          {"ranks", ranks},
+          {"num_parameters", parameter_count(model)},
+          {"num_active_parameters", active_parameter_count(model)},
+          {"expert_bytes", experts.bytes},
+          {"active_expert_bytes_per_token", experts.active_bytes}};
 }
 
 void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLayout& layout,
-                const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p, bool on_cuda) {
+                const config::ResolvedKvConfig& kv_config, const kv::KvPlan& p, bool on_cuda,
+                const ExpertStats& experts) {
   fmt::print("KV cache plan for {} ({}, {} KV, page {}, dp {})\n", dir, architecture_name(model.architecture),
              dtype_name(layout.dtype), p.page_size, p.dp_size);
   fmt::print("  usable memory       {:>12}  bound: {}\n", format_bytes(p.usable_bytes), p.usable_bound);
@@ -116,6 +121,13 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
   } else {
     fmt::print("    weights           {:>12}  resident on the device: already out of usable\n",
                format_bytes(p.weight_bytes));
+  }
+  if (model.moe.enabled()) {
+    fmt::print("    of which experts  {:>12}  {} experts, top {}: all of them in the weights; {} read per token "
+               "({} of {} parameters active)\n",
+               format_bytes(experts.bytes), model.moe.num_experts, model.moe.num_experts_per_tok,
+               format_bytes(experts.active_bytes), format_count(active_parameter_count(model)),
+               format_count(parameter_count(model)));
   }
   const std::string how = p.workspace_source == "measured"
                               ? fmt::format("measured: profiling step at {} tokens{}", p.max_num_batched_tokens,
@@ -252,10 +264,12 @@ void run_plan(const PlanArgs& args) {
         [&](int tokens) { return measured(tokens) + draft_workspace; },
         /*usable_after_weights=*/on_cuda, on_cuda ? 0 : resolved.max_running_requests, draft_kv_bytes_per_token);
   }
+  const ExpertStats experts =
+      model.moe.enabled() ? expert_stats(model, Checkpoint(args.model_dir).tensors()) : ExpertStats{};
   if (args.json) {
-    std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan).dump(2) << std::endl;
+    std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan, experts).dump(2) << std::endl;
   } else {
-    print_plan(args.model_dir, model, layout, resolved.kv, plan, on_cuda);
+    print_plan(args.model_dir, model, layout, resolved.kv, plan, on_cuda, experts);
   }
 }
 

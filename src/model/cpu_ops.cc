@@ -218,6 +218,7 @@ void CpuOps::reserve(int64_t t, int64_t n) {
   grow(buffer(Scratch::kGateUp), t * 2 * int64_t{c.intermediate_size});
   grow(buffer(Scratch::kActivation), t * c.intermediate_size);
   grow(buffer(Scratch::kFinalRows), n * c.hidden_size);
+  if (c.moe.enabled()) moe_scratch_.reserve(c, t);
 }
 
 float* CpuOps::logits_target(float* host) {
@@ -228,7 +229,7 @@ float* CpuOps::logits_target(float* host) {
 uint64_t CpuOps::workspace_bytes() const {
   uint64_t n = 0;
   for (const auto& b : scratch_) n += b.capacity() * sizeof(float);
-  return n + rope_->table_bytes();
+  return n + rope_->table_bytes() + moe_scratch_.bytes();
 }
 
 void CpuOps::parallel_rows(int64_t rows, int64_t cost_per_row, const std::function<void(int64_t, int64_t)>& fn) {

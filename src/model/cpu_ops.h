@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/ops.h"
+#include "model/cpu_moe.h"
 #include "model/device_ops.h"
 #include "model/model.h"
 #include "model/model_config.h"
@@ -67,8 +68,14 @@ class CpuOps final : public DeviceOps {
   void qk_norm_rope(float* q, float* k, int64_t rows, int num_heads, int num_kv_heads, WeightId q_norm,
                     WeightId k_norm, const int64_t* positions) override;
   void silu_mul(const float* gate, const float* up, int64_t stride, float* out, int64_t rows, int64_t cols) override;
+  // Routes each row, gathers the step's rows per selected expert, runs each selected expert's
+  // products once per chunk over its rows, and scatters back weighted (cpu_moe.cc).
+  void moe(const float* x, int64_t rows, const MoeBlock& block, float* y) override;
 
  private:
+  void moe_chunk(const float* x, int64_t rows, const MoeBlock& block, float* y);   // cpu_moe.cc
+  void run_experts(const MoeBlock& block, int64_t hidden);                         // cpu_moe.cc
+  void add_shared_expert(const float* x, int64_t rows, const MoeBlock& block, float* y);  // cpu_moe.cc
   int64_t linear_choose_rows(int64_t rows) const;  // see cpu_ops.cc
   struct Placed {
     kernels::cpu::TypedWeight vector;                     // kVector, plain
@@ -99,6 +106,7 @@ class CpuOps final : public DeviceOps {
   float eps_ = 0.0f;
   std::unique_ptr<kernels::cpu::RopeTable> rope_;
   std::vector<float> scratch_[static_cast<int>(Scratch::kCount)];
+  CpuMoeScratch moe_scratch_;  // sparse layers only
   StepBatchView step_;
 };
 

@@ -527,6 +527,10 @@ std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, c
   SPINDLE_CHECK(!is_gguf_path(dir), "{}: GGUF files are served on the CPU only; run without --device cuda "
                 "(or serve the Hugging Face folder of this model on the GPU)", dir.string());
   ModelFiles files = open_model_files(dir);  // the folder's problems first, as load_cpu_model reports them
+  SPINDLE_CHECK(!files.config.moe.enabled(),
+                "{}: {} is a mixture of experts, which Spindle serves on the CPU only for now (the CUDA path is "
+                "later work, issue 48); use --device cpu",
+                dir.string(), architecture_name(files.config.architecture));
 
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

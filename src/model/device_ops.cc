@@ -75,4 +75,8 @@ void LayerMath::swiglu(const float* x, int64_t rows, const LinearGroup& gate_up,
   silu_mul(gate_up_scratch, up, im, act, rows, im);
 }
 
+void LayerMath::moe(const float* /*x*/, int64_t /*rows*/, const MoeBlock& /*block*/, float* /*y*/) {
+  SPINDLE_FAIL("mixture-of-experts layers are not available on this device");
+}
+
 }  // namespace spindle

@@ -61,6 +61,24 @@ struct LinearGroup {
   std::array<WeightId, 3> biases{kNoWeight, kNoWeight, kNoWeight};
 };
 
+// The placed weights and shape of one sparse (mixture-of-experts) layer's MLP (MoeConfig in
+// model_config.h): E experts of width F, each a kGateUp group (gate [F, H], up [F, H]; joined
+// where the device joins them, e.g. a fused 3-D checkpoint's [2F, H] slice) and a down [H, F];
+// the router [E, H] and, for Qwen2-MoE, a shared expert of width S and its gate [1, H].
+struct MoeBlock {
+  int num_experts = 0;
+  int top_k = 0;
+  bool norm_topk_prob = false;
+  int64_t expert_width = 0;  // F
+  int64_t shared_width = 0;  // S; 0: no shared expert
+  WeightId router = kNoWeight;         // kLinear [E, H]
+  std::vector<LinearGroup> gate_up;    // [E]
+  std::vector<WeightId> down;          // [E], kLinear [H, F]
+  LinearGroup shared_gate_up;          // S > 0
+  WeightId shared_down = kNoWeight;    // kLinear [H, S]
+  WeightId shared_gate = kNoWeight;    // kLinear [1, H]
+};
+
 // The per-step activation buffers the transformer asks for (f32, grown on demand).
 enum class Scratch : int {
   kHidden,     // [T, H] the residual stream
@@ -247,6 +265,13 @@ class LayerMath {
   // rows]) and silu_mul of them.
   virtual void swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, float* gate_up_scratch, float* act,
                       int64_t im);
+  // A sparse layer's MLP: y [rows, H] from x [rows, H] (the post-attention norm's output):
+  //   logits = x W_router^T (f32 accumulation); per row the top_k experts and weights w as
+  //   kernels/cpu/moe_routing.h defines them; y[r] = sum_j w_rj * expert_(e_rj)(x[r])
+  //   (+ sigmoid(x[r] . w_shared_gate) * shared_expert(x[r]) when shared_width > 0)
+  // with expert(x) = (silu(x W_gate^T) * (x W_up^T)) W_down^T. Default: refused (a device that
+  // serves mixtures of experts overrides it; CpuOps in cpu_moe.cc).
+  virtual void moe(const float* x, int64_t rows, const MoeBlock& block, float* y);
 };
 
 // One device's three roles, owned together by the Transformer.

@@ -17,12 +17,17 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<Architecture, std::string_view>, 4> kArchitectures = {{
+constexpr std::array<std::pair<Architecture, std::string_view>, 7> kArchitectures = {{
     {Architecture::kLlama, "LlamaForCausalLM"},
     {Architecture::kMistral, "MistralForCausalLM"},
     {Architecture::kQwen2, "Qwen2ForCausalLM"},
     {Architecture::kQwen3, "Qwen3ForCausalLM"},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM"},
+    {Architecture::kMixtral, "MixtralForCausalLM"},
+    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM"},
 }};
+
+bool is_qwen_moe(Architecture a) { return a == Architecture::kQwen3Moe || a == Architecture::kQwen2Moe; }
 
 // A json value for an error message: compact, at most ~80 characters.
 std::string describe(const json& value) {
@@ -70,6 +75,29 @@ class FieldReader {
     SPINDLE_CHECK(value != nullptr, "{}: field '{}' is missing (must be a positive integer)",
                   source_, label(name));
     return positive_int(name, *value);
+  }
+
+  // A non-negative integer (0 allowed), or fallback when absent.
+  int non_negative_int(std::string_view name, int fallback) const {
+    const json* value = find(name);
+    if (value == nullptr) return fallback;
+    if (value->is_number_integer() && value->get<int64_t>() == 0) return 0;
+    return positive_int(name, *value);
+  }
+
+  // A list of integers in [0, limit), or empty when absent.
+  std::vector<int> int_list(std::string_view name, int limit) const {
+    const json* value = find(name);
+    if (value == nullptr) return {};
+    if (!value->is_array()) fail_type(name, "a list of integers", *value);
+    std::vector<int> out;
+    for (const auto& item : *value) {
+      SPINDLE_CHECK(item.is_number_integer() && item.get<int64_t>() >= 0 && item.get<int64_t>() < limit,
+                    "{}: field '{}' holds {}, which is not a layer index in [0, {})", source_, label(name),
+                    describe(item), limit);
+      out.push_back(item.get<int>());
+    }
+    return out;
   }
 
   std::optional<int> optional_positive_int(std::string_view name) const {
@@ -195,14 +223,14 @@ RopeScaling read_rope_scaling(const FieldReader& fields, const std::string& key)
 
 // Rejects configurations whose attention uses a sliding window (not implemented).
 void check_sliding_window(const FieldReader& fields, ModelConfig& config) {
-  const auto window = fields.optional_positive_int("sliding_window");
-  if (config.architecture == Architecture::kMistral) {
+  if (config.architecture == Architecture::kMistral || config.architecture == Architecture::kMixtral) {
+    const auto window = fields.optional_positive_int("sliding_window");
     SPINDLE_CHECK(!window || *window >= config.max_position_embeddings,
                   "{}: field 'sliding_window' is {}, smaller than max_position_embeddings {}: "
                   "sliding-window attention is not supported",
                   fields.source(), *window, config.max_position_embeddings);
-  } else if (config.architecture == Architecture::kQwen2 ||
-             config.architecture == Architecture::kQwen3) {
+  } else if (config.architecture == Architecture::kQwen2 || config.architecture == Architecture::kQwen3 ||
+             is_qwen_moe(config.architecture)) {
     SPINDLE_CHECK(!fields.boolean("use_sliding_window", false),
                   "{}: field 'use_sliding_window' is true: sliding-window attention is not "
                   "supported",
@@ -251,7 +279,44 @@ void check_shapes(const FieldReader& fields, const ModelConfig& c) {
                 fields.source(), c.num_attention_heads, c.head_dim);
 }
 
+// The mixture-of-experts fields of Qwen3-MoE, Mixtral and Qwen2-MoE (model_config.h); needs
+// num_hidden_layers and intermediate_size read.
+MoeConfig read_moe(const FieldReader& fields, const ModelConfig& c) {
+  MoeConfig moe;
+  auto experts = fields.optional_positive_int("num_experts");
+  if (!experts) experts = fields.optional_positive_int("num_local_experts");
+  SPINDLE_CHECK(experts.has_value(), "{}: field 'num_experts' (or 'num_local_experts') is missing ({} is a "
+                "mixture of experts)", fields.source(), architecture_name(c.architecture));
+  moe.num_experts = *experts;
+  moe.num_experts_per_tok = fields.required_positive_int("num_experts_per_tok");
+  SPINDLE_CHECK(moe.num_experts_per_tok <= moe.num_experts,
+                "{}: field 'num_experts_per_tok' ({}) must not exceed the {} experts", fields.source(),
+                moe.num_experts_per_tok, moe.num_experts);
+  if (c.architecture == Architecture::kMixtral) {
+    moe.moe_intermediate_size = c.intermediate_size;
+    moe.norm_topk_prob = true;
+    return moe;
+  }
+  moe.moe_intermediate_size = fields.required_positive_int("moe_intermediate_size");
+  moe.norm_topk_prob = fields.boolean("norm_topk_prob", false);
+  moe.decoder_sparse_step = fields.optional_positive_int("decoder_sparse_step").value_or(1);
+  moe.mlp_only_layers = fields.int_list("mlp_only_layers", c.num_hidden_layers);
+  if (c.architecture == Architecture::kQwen2Moe) {
+    SPINDLE_CHECK(fields.find("shared_expert_intermediate_size") != nullptr,
+                  "{}: field 'shared_expert_intermediate_size' is missing (Qwen2-MoE's shared expert)",
+                  fields.source());
+    moe.shared_expert_intermediate_size = fields.non_negative_int("shared_expert_intermediate_size", 0);
+  }
+  return moe;
+}
+
 }  // namespace
+
+bool MoeConfig::is_sparse_layer(int layer) const {
+  if (num_experts <= 0) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
 
 std::string_view architecture_name(Architecture architecture) {
   for (const auto& [a, name] : kArchitectures) {
@@ -313,10 +378,15 @@ ModelConfig parse_model_config(const json& json_config, std::string_view source_
     c.rope_scaling = read_rope_scaling(fields, "rope_scaling");
   }
   c.tie_word_embeddings = fields.boolean("tie_word_embeddings", false);
-  c.attention_bias = c.architecture == Architecture::kQwen2
-                         ? true
-                         : fields.boolean("attention_bias", false);
-  c.qk_norm = c.architecture == Architecture::kQwen3;
+  if (c.architecture == Architecture::kQwen2) {
+    c.attention_bias = true;
+  } else if (c.architecture == Architecture::kQwen2Moe) {
+    c.attention_bias = fields.boolean("qkv_bias", true);
+  } else {
+    c.attention_bias = fields.boolean("attention_bias", false);
+  }
+  c.qk_norm = c.architecture == Architecture::kQwen3 || c.architecture == Architecture::kQwen3Moe;
+  if (is_qwen_moe(c.architecture) || c.architecture == Architecture::kMixtral) c.moe = read_moe(fields, c);
 
   auto dtype_field = "torch_dtype";
   auto dtype_text = fields.string(dtype_field);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/model_files.h"
+#include "model/moe_layer.h"
 #include "model/weight_view.h"
 #include "model/weight_map.h"
 #include "util/error.h"
@@ -47,6 +48,7 @@ void Transformer::place_weights(WeightSource& weights) {
   auto vector = [&](const std::string& name) { return ops_->place(views({name}), WeightUse::kVector); };
   auto linear = [&](const std::string& name) { return ops_->place(views({name}), WeightUse::kLinear); };
 
+  const ExpertLayout expert_layout = moe_expert_layout(c, weights);
   embed_ = vector("model.embed_tokens.weight");
   final_norm_ = vector("model.norm.weight");
   layers_.assign(static_cast<size_t>(c.num_hidden_layers), Layer{});
@@ -67,6 +69,10 @@ void Transformer::place_weights(WeightSource& weights) {
     if (c.qk_norm) {
       l.q_norm = vector(name("self_attn.q_norm.weight"));
       l.k_norm = vector(name("self_attn.k_norm.weight"));
+    }
+    if (c.is_moe_layer(i)) {
+      l.moe = place_moe_block(*ops_, weights, c, expert_layout, i);
+      continue;
     }
     l.gate_up = ops_->place_group(LinearGroupKind::kGateUp,
                                   views({name("mlp.gate_proj.weight"), name("mlp.up_proj.weight")}), {});
@@ -199,10 +205,20 @@ void Transformer::run_layer(int index, int64_t t, attn::AttentionBackend& attent
   const LayerMath::Product o{l.o, proj, kNoWeight};
   ops.linear_add_rms_norm(attn_out, t, o, hidden, normed, h, l.post_norm);
 
-  // MLP block.
+  // MLP block: the dense MLP, or a sparse layer's mixture of experts.
+  const bool last = index + 1 == c.num_hidden_layers;
+  if (l.moe) {
+    ops.moe(normed, t, *l.moe, proj);
+    if (last) {
+      ops.add(hidden, proj, t, h);
+    } else {
+      ops.add_rms_norm(hidden, proj, normed, t, h, layers_[static_cast<size_t>(index) + 1].input_norm);
+    }
+    return;
+  }
   ops.swiglu(normed, t, l.gate_up, gate_up, act, im);
   const LayerMath::Product down{l.down, proj, kNoWeight};
-  if (index + 1 < c.num_hidden_layers) {  // the residual add and the next layer's input norm
+  if (!last) {  // the residual add and the next layer's input norm
     ops.linear_add_rms_norm(act, t, down, hidden, normed, h, layers_[static_cast<size_t>(index) + 1].input_norm);
   } else {
     ops.linear(act, t, {&down, 1});

@@ -1,6 +1,7 @@
-// Transformer: THE forward pass of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and
-// Qwen3ForCausalLM, written once over DeviceOps (device_ops.h); the config switches q/k/v bias,
-// q/k norm, tied embeddings and rope scaling. load_cpu_model (model.h) runs it on CpuOps,
+// Transformer: THE forward pass of LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM and the mixtures of experts Qwen3MoeForCausalLM, MixtralForCausalLM and
+// Qwen2MoeForCausalLM, written once over DeviceOps (device_ops.h); the config switches q/k/v bias,
+// q/k norm, tied embeddings, rope scaling and, per layer, the dense MLP or the MoE block. load_cpu_model (model.h) runs it on CpuOps,
 // load_cuda_model (cuda_model.h) on CudaOps.
 //
 // One forward() is one engine step over a StepBatch (kernels/step_batch.h): every sequence's new
@@ -9,6 +10,8 @@
 //   Qwen3: q, k = RMSNorm per head over head_dim (q_norm, k_norm)
 //   q, k = RoPE(q, k, position); a = attention(q, k, v) (the backend writes k, v into the pages)
 //   x = x + a W_o^T; h = RMSNorm(x); x = x + (silu(h W_gate^T) * (h W_up^T)) W_down^T
+//   (a sparse layer of Qwen3-MoE, Mixtral or Qwen2-MoE: x = x + LayerMath::moe(h), the mixture
+//   of experts of model_config.h's MoeConfig)
 // then the final RMSNorm and the LM head on the batch's logit rows only. Which ops run fused
 // (q/k/v as one product, the K/V page write in the RoPE pass, gate_proj and up_proj as one
 // [2I, H] product, CUDA graphs) the device decides behind DeviceOps' entries: nothing here asks.
@@ -20,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -121,6 +125,7 @@ class Transformer {
     WeightId o = kNoWeight;                                  // [H, Q]
     LinearGroup gate_up;                                     // gate [I,H], up [I,H]
     WeightId down = kNoWeight;  // [H, I]
+    std::optional<MoeBlock> moe;  // a sparse layer's MLP (then gate_up and down stay empty)
   };
 
   void place_weights(WeightSource& weights);

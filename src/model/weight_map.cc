@@ -39,10 +39,9 @@ std::string layer_weight_name(int layer, std::string_view suffix) {
 
 namespace {
 
-// The tensors of decoder layer `layer`.
-std::vector<ExpectedTensor> layer_tensors(const ModelConfig& c, int layer) {
+// The attention tensors and norms of decoder layer `layer`.
+std::vector<ExpectedTensor> attention_tensors(const ModelConfig& c, int layer) {
   const int64_t h = c.hidden_size;
-  const int64_t inter = c.intermediate_size;
   const int64_t q = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
   const int64_t kv = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
   std::vector<ExpectedTensor> out;
@@ -64,9 +63,47 @@ std::vector<ExpectedTensor> layer_tensors(const ModelConfig& c, int layer) {
     add("self_attn.k_norm.weight", {c.head_dim});
   }
   add("post_attention_layernorm.weight", {h});
-  add("mlp.gate_proj.weight", {inter, h});
-  add("mlp.up_proj.weight", {inter, h});
-  add("mlp.down_proj.weight", {h, inter});
+  return out;
+}
+
+// The MLP tensors of layer `layer`: the dense MLP, or a sparse layer's router, experts (all of
+// them, or the first `experts` when counting active parameters) and shared expert.
+std::vector<ExpectedTensor> mlp_tensors(const ModelConfig& c, int layer, ExpertLayout layout, int experts) {
+  const int64_t h = c.hidden_size;
+  std::vector<ExpectedTensor> out;
+  if (!c.is_moe_layer(layer)) {
+    const int64_t inter = c.intermediate_size;
+    out.push_back({layer_weight_name(layer, "mlp.gate_proj.weight"), {inter, h}});
+    out.push_back({layer_weight_name(layer, "mlp.up_proj.weight"), {inter, h}});
+    out.push_back({layer_weight_name(layer, "mlp.down_proj.weight"), {h, inter}});
+    return out;
+  }
+  const MoeLayerNames n = moe_layer_names(c, layout, layer);
+  const int64_t f = c.moe.moe_intermediate_size;
+  out.push_back({n.router, {c.moe.num_experts, h}});
+  if (layout == ExpertLayout::kFused3d && experts == c.moe.num_experts) {
+    out.push_back({n.gate_up, {experts, 2 * f, h}});
+    out.push_back({n.down, {experts, h, f}});
+  } else {
+    for (int e = 0; e < experts; ++e) {
+      out.push_back({n.expert_gate(e), {f, h}});
+      out.push_back({n.expert_up(e), {f, h}});
+      out.push_back({n.expert_down(e), {h, f}});
+    }
+  }
+  if (const int64_t s = c.moe.shared_expert_intermediate_size; s > 0) {
+    out.push_back({n.shared_gate, {s, h}});
+    out.push_back({n.shared_up, {s, h}});
+    out.push_back({n.shared_down, {h, s}});
+    out.push_back({n.shared_expert_gate, {1, h}});
+  }
+  return out;
+}
+
+// The tensors of decoder layer `layer`.
+std::vector<ExpectedTensor> layer_tensors(const ModelConfig& c, int layer, ExpertLayout layout) {
+  auto out = attention_tensors(c, layer);
+  for (auto& t : mlp_tensors(c, layer, layout, c.moe.num_experts)) out.push_back(std::move(t));
   return out;
 }
 
@@ -96,26 +133,75 @@ uint64_t count_elements(const std::vector<ExpectedTensor>& tensors) {
 
 }  // namespace
 
-std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
+std::string MoeLayerNames::expert_gate(int e) const { return fmt::format("{}{}.{}.weight", expert_prefix, e, gate_name); }
+std::string MoeLayerNames::expert_up(int e) const { return fmt::format("{}{}.{}.weight", expert_prefix, e, up_name); }
+std::string MoeLayerNames::expert_down(int e) const { return fmt::format("{}{}.{}.weight", expert_prefix, e, down_name); }
+
+MoeLayerNames moe_layer_names(const ModelConfig& c, ExpertLayout layout, int layer) {
+  const bool mixtral_names = c.architecture == Architecture::kMixtral && layout == ExpertLayout::kPerExpert;
+  const std::string prefix = layer_weight_name(layer, mixtral_names ? "block_sparse_moe." : "mlp.");
+  MoeLayerNames n;
+  n.router = prefix + "gate.weight";
+  n.gate_up = prefix + "experts.gate_up_proj";
+  n.down = prefix + "experts.down_proj";
+  n.shared_gate = prefix + "shared_expert.gate_proj.weight";
+  n.shared_up = prefix + "shared_expert.up_proj.weight";
+  n.shared_down = prefix + "shared_expert.down_proj.weight";
+  n.shared_expert_gate = prefix + "shared_expert_gate.weight";
+  n.expert_prefix = prefix + "experts.";
+  n.gate_name = mixtral_names ? "w1" : "gate_proj";
+  n.up_name = mixtral_names ? "w3" : "up_proj";
+  n.down_name = mixtral_names ? "w2" : "down_proj";
+  return n;
+}
+
+ExpertLayout detect_expert_layout(const std::vector<TensorInfo>& tensors) {
+  for (const auto& t : tensors) {
+    if (ends_with(t.name, ".experts.gate_up_proj")) return ExpertLayout::kFused3d;
+  }
+  return ExpertLayout::kPerExpert;
+}
+
+std::string_view expert_layout_name(ExpertLayout layout) {
+  return layout == ExpertLayout::kFused3d ? "fused 3-D" : "per-expert";
+}
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c, ExpertLayout layout) {
   auto outer = outer_tensors(c);
   std::vector<ExpectedTensor> out;
   out.push_back(std::move(outer[0]));
   for (int i = 0; i < c.num_hidden_layers; ++i) {
-    for (auto& t : layer_tensors(c, i)) out.push_back(std::move(t));
+    for (auto& t : layer_tensors(c, i, layout)) out.push_back(std::move(t));
   }
   out.push_back(std::move(outer[1]));
   out.push_back(std::move(outer[2]));
   return out;
 }
 
-uint64_t parameter_count(const ModelConfig& config) {
-  uint64_t total = 0;
-  const bool overflow =
-      __builtin_mul_overflow(count_elements(layer_tensors(config, 0)),
-                             static_cast<uint64_t>(config.num_hidden_layers), &total) ||
-      __builtin_add_overflow(total, count_elements(outer_tensors(config)), &total);
-  SPINDLE_CHECK(!overflow, "parameter count of the model overflows 64 bits");
+namespace {
+
+// The parameters of every layer (experts_per_layer experts in a sparse one) and the outer tensors.
+uint64_t count_parameters(const ModelConfig& c, int experts_per_layer) {
+  uint64_t total = count_elements(outer_tensors(c));
+  // Layers of one kind have equal counts: count the first dense and the first sparse layer once.
+  uint64_t dense = 0, sparse = 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    uint64_t& cached = c.is_moe_layer(i) ? sparse : dense;
+    if (cached == 0) {
+      cached = count_elements(attention_tensors(c, i)) +
+               count_elements(mlp_tensors(c, i, ExpertLayout::kPerExpert, c.is_moe_layer(i) ? experts_per_layer : 0));
+    }
+    SPINDLE_CHECK(!__builtin_add_overflow(total, cached, &total), "parameter count of the model overflows 64 bits");
+  }
   return total;
+}
+
+}  // namespace
+
+uint64_t parameter_count(const ModelConfig& config) { return count_parameters(config, config.moe.num_experts); }
+
+uint64_t active_parameter_count(const ModelConfig& config) {
+  return count_parameters(config, config.moe.num_experts_per_tok);
 }
 
 std::string WeightCheck::report() const {
@@ -132,7 +218,7 @@ WeightCheck compare_weights(const ModelConfig& config, const std::vector<TensorI
   for (const auto& t : tensors) by_name.emplace(t.name, &t);
   WeightCheck check;
   std::unordered_map<std::string_view, bool> expected_names;
-  const auto expected = expected_tensors(config);
+  const auto expected = expected_tensors(config, detect_expert_layout(tensors));
   for (const auto& e : expected) {
     expected_names.emplace(e.name, true);
     const auto it = by_name.find(e.name);
@@ -165,6 +251,17 @@ void check_weights(const ModelConfig& config, const Checkpoint& checkpoint) {
                 "{}: the checkpoint does not match config.json ({}, {} layers, hidden {}):{}",
                 checkpoint.dir().string(), architecture_name(config.architecture),
                 config.num_hidden_layers, config.hidden_size, check.report());
+}
+
+ExpertStats expert_stats(const ModelConfig& config, const std::vector<TensorInfo>& tensors) {
+  ExpertStats stats;
+  if (!config.moe.enabled()) return stats;
+  for (const auto& t : tensors) {
+    if (t.name.find(".experts.") != std::string::npos) stats.bytes += t.num_bytes();
+  }
+  stats.active_bytes = stats.bytes / static_cast<uint64_t>(config.moe.num_experts) *
+                       static_cast<uint64_t>(config.moe.num_experts_per_tok);
+  return stats;
 }
 
 WeightStats weight_stats(const std::vector<TensorInfo>& tensors) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "model/cpu_moe.h"
 #include "platform/cuda_info.h"
 #include "util/error.h"
 
@@ -26,7 +27,14 @@ uint64_t estimate_workspace_bytes(const ModelConfig& m, int max_num_batched_toke
   const uint64_t floats_per_token = 3 * uint64_t(m.hidden_size) + 2 * uint64_t(m.q_size()) +
                                     2 * uint64_t(m.kv_size()) + 2 * uint64_t(m.intermediate_size) +
                                     uint64_t(m.vocab_size);
-  return uint64_t(max_num_batched_tokens) * sizeof(float) * floats_per_token;
+  uint64_t bytes = uint64_t(max_num_batched_tokens) * sizeof(float) * floats_per_token;
+  if (m.moe.enabled()) {  // CpuMoeScratch (model/cpu_moe.h): one chunk of rows, top_k copies of each
+    const uint64_t rows = std::min<uint64_t>(uint64_t(max_num_batched_tokens), uint64_t(kMoeChunkRows));
+    const uint64_t k = m.moe.num_experts_per_tok, h = m.hidden_size, f = m.moe.moe_intermediate_size;
+    const uint64_t s = m.moe.shared_expert_intermediate_size;
+    bytes += rows * sizeof(float) * (uint64_t(m.moe.num_experts) + 2 * k + k * (2 * h + 3 * f) + 3 * s + h + 1);
+  }
+  return bytes;
 }
 
 MemoryInfo cuda_usable_memory(int cuda_device) {

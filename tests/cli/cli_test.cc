@@ -104,6 +104,32 @@ TEST(CliTest, InfoPrintsHandComputedCounts) {
   fs::remove_all(dir);
 }
 
+// A mixture of experts (tests/golden/mixtral-bf16: hidden 128, vocab 1024, 2 layers, 4 heads of 64,
+// 2 KV heads, 4 experts of width 96, top 2, bf16): info and plan count every expert and the share a
+// token reads. Per layer: q 32768 + k 16384 + v 16384 + o 32768 + norms 256 + router 512 + experts
+// 4 x 3 x 96 x 128 = 147456 (246528); outer: embed 131072 + lm_head 131072 + norm 128 = 262272.
+TEST(CliTest, InfoAndPlanCountTheExperts) {
+  const fs::path dir = fs::path(SPINDLE_FIXTURES_DIR) / ".." / "golden" / "mixtral-bf16";
+  const RunResult r = run_spindle("info " + dir.string() + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto m = nlohmann::json::parse(r.out)["model"];
+  EXPECT_EQ(m["architecture"], "MixtralForCausalLM");
+  EXPECT_EQ(m["num_parameters"], 2 * 246528 + 262272);
+  EXPECT_EQ(m["num_active_parameters"], 2 * (246528 - 2 * 36864) + 262272);  // 2 of 4 experts
+  EXPECT_EQ(m["moe"]["num_experts"], 4);
+  EXPECT_EQ(m["moe"]["expert_bytes"], 2 * 147456 * 2);
+  EXPECT_EQ(m["moe"]["active_expert_bytes_per_token"], 2 * 147456);
+  const RunResult plan = run_spindle("plan " + dir.string() + " --estimate-workspace --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const auto p = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(p["weight_bytes"], 2 * (2 * 246528 + 262272));  // every expert is loaded
+  EXPECT_EQ(p["expert_bytes"], 2 * 147456 * 2);
+  EXPECT_EQ(p["num_active_parameters"], 2 * (246528 - 2 * 36864) + 262272);
+  const RunResult text = run_spindle("plan " + dir.string() + " --estimate-workspace");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("of which experts"));
+}
+
 TEST(CliTest, InfoWithoutModelPrintsMachineFacts) {
   const RunResult r = run_spindle("info");
   ASSERT_EQ(r.exit_code, 0) << r.err;
