@@ -19,7 +19,7 @@ ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory
   files.config = load_model_config(path);
   auto checkpoint = std::make_unique<Checkpoint>(path, memory);
   check_weights(files.config, *checkpoint);
-  files.weights = std::make_unique<CheckpointWeights>(std::move(checkpoint));
+  files.weights = std::make_unique<CheckpointWeights>(std::move(checkpoint), files.config.fp8);
   return files;
 }
 

@@ -17,7 +17,8 @@
 //   model.layers.{i}.mlp.down_proj.weight             [H, I]
 //   model.norm.weight                                 [H]
 //   lm_head.weight                                    [V, H]   (optional when tie_word_embeddings)
-// Weights must be F32, F16 or BF16. Tensors named *.rotary_emb.inv_freq (saved by old Llama
+// Weights must be F32, F16 or BF16; an FP8 config's linear weights may be F8_E4M3 with their
+// scales (fp8_weights.h). Tensors named *.rotary_emb.inv_freq (saved by old Llama
 // exports, recomputed at load) are ignored.
 #pragma once
 
