@@ -351,7 +351,7 @@ void CpuOps::silu_mul(const float* gate, const float* up, int64_t stride, float*
 }
 
 std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& path, const ModelOptions& options) {
-  ModelFiles files = open_model_files(path, options.weights_memory);
+  ModelFiles files = open_model_files(path, options.weights_memory, options.quantize_fp8);
   auto ops = std::make_unique<CpuOps>(files.config, options, std::move(files.weights));
   WeightSource& weights = ops->weights();
   return std::make_unique<Transformer>(std::move(files.config), std::move(ops), weights);

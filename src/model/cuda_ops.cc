@@ -545,7 +545,7 @@ std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, c
   // A GGUF file: its block types run on the CPU only (the GPU path of quantized weights is the FP8 issue's).
   SPINDLE_CHECK(!is_gguf_path(dir), "{}: GGUF files are served on the CPU only; run without --device cuda "
                 "(or serve the Hugging Face folder of this model on the GPU)", dir.string());
-  ModelFiles files = open_model_files(dir);  // the folder's problems first, as load_cpu_model reports them
+  ModelFiles files = open_model_files(dir, FileMemory::kMapped, options.quantize_fp8);  // the folder's problems first, as load_cpu_model reports them
 
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

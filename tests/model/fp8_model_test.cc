@@ -11,7 +11,10 @@
 // 2. Negative control: the same codes with every scale written as 1.0 (what a loader that ignored
 //    the scales computes) must miss that tolerance (the codes are W / s with s = max|W| / 448, so
 //    the weights come out ~10^3-10^4 times too large).
-// 3. Start-up errors name the folder and the tensor: a missing scale, a misshaped scale, an FP8
+// 3. --quantization fp8 (ModelOptions::quantize_fp8) on the golden F32 folders: the same check
+//    against the float64 forward over the per-channel quantization golden_fp8.h writes (the codes
+//    and scales as fp8_quantize.h defines them, computed by the test), within kFp8Tolerance.
+// 4. Start-up errors name the folder and the tensor: a missing scale, a misshaped scale, an FP8
 //    weight without a quantization_config, a scale of no FP8 weight.
 #include <gtest/gtest.h>
 
@@ -36,9 +39,16 @@ constexpr double kFp8Tolerance = 1e-5;
 using testing::Fp8Format;
 using testing::kPageSize;
 
+ModelOptions quantizing_fp8() {
+  ModelOptions o;
+  o.quantize_fp8 = true;
+  return o;
+}
+
 std::unique_ptr<testing::ModelStepper> load_with_best_backend(const std::filesystem::path& path,
-                                                              std::vector<std::unique_ptr<attn::AttentionBackend>>& keep) {
-  auto model = std::make_unique<testing::ModelStepper>(load_cpu_model(path));
+                                                              std::vector<std::unique_ptr<attn::AttentionBackend>>& keep,
+                                                              const ModelOptions& options = {}) {
+  auto model = std::make_unique<testing::ModelStepper>(load_cpu_model(path, options));
   const attn::AttentionShape shape = model->attention_shape(DType::kF32, kPageSize);
   keep.push_back(attn::create_attention_backend(testing::best_cpu_backend(shape), shape, {}));
   model->set_attention_backends(keep.back().get(), keep.back().get());
@@ -47,9 +57,10 @@ std::unique_ptr<testing::ModelStepper> load_with_best_backend(const std::filesys
 
 // The worst relative error of Spindle's last logits on `dir` against the float64 forward over
 // `weights`, over the golden prompts of `model`.
-double worst_error(const std::string& model, const std::filesystem::path& dir, const testing::Float64Weights& weights) {
+double worst_error(const std::string& model, const std::filesystem::path& dir, const testing::Float64Weights& weights,
+                   const ModelOptions& options = {}) {
   std::vector<std::unique_ptr<attn::AttentionBackend>> backends;
-  auto m = load_with_best_backend(dir, backends);
+  auto m = load_with_best_backend(dir, backends, options);
   const ModelConfig& c = m->config();
   const testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
                                       c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
@@ -109,9 +120,20 @@ INSTANTIATE_TEST_SUITE_P(Golden, Fp8GoldenTest, ::testing::ValuesIn(fp8_cases())
   return n;
 });
 
-std::string load_error(const std::filesystem::path& dir) {
+TEST(Fp8QuantizeAtLoad, LogitsMatchFloat64ForwardOverPerChannelFp8) {
+  for (const std::string model : {"llama-gqa-f32", "qwen2-tied-f32", "qwen3-qknorm-f32"}) {
+    testing::TempDir dir;  // (only the float64 weights of this folder are used)
+    const testing::Float64Weights weights =
+        testing::write_golden_fp8(model, dir.path(), {.format = Fp8Format::kCtChannel});
+    const double err = worst_error(model, testing::model_dir(model), weights, quantizing_fp8());
+    EXPECT_LE(err, kFp8Tolerance) << model;
+    std::printf("%s with --quantization fp8: relative error %.3g against the float64 forward\n", model.c_str(), err);
+  }
+}
+
+std::string load_error(const std::filesystem::path& dir, const ModelOptions& options = {}) {
   try {
-    load_cpu_model(dir);
+    load_cpu_model(dir, options);
   } catch (const Error& e) {
     return e.what();
   }
@@ -127,6 +149,14 @@ TEST(Fp8Errors, MissingScaleNamesTheTensor) {
   EXPECT_NE(error.find("missing tensors"), std::string::npos) << error;
   EXPECT_NE(error.find(scale + " [1, 2]"), std::string::npos) << error;
   EXPECT_NE(error.find("FP8 weight model.layers.1.mlp.down_proj.weight"), std::string::npos) << error;
+}
+
+TEST(Fp8Errors, QuantizeAtLoadRefusesAnFp8Folder) {
+  testing::TempDir dir;
+  testing::write_golden_fp8("llama-gqa-f32", dir.path());
+  const std::string error = load_error(dir.path(), quantizing_fp8());
+  EXPECT_NE(error.find("--quantization fp8 was given, but the checkpoint is FP8 already (fp8)"), std::string::npos)
+      << error;
 }
 
 TEST(Fp8Errors, MisshapedScaleNamesTheTensor) {

@@ -34,7 +34,7 @@ enum class Fp8Format { kFp8Block, kFp8Tensor, kCtChannel, kCtTensor };
 struct Fp8FolderOptions {
   Fp8Format format = Fp8Format::kFp8Block;
   // Called with each tensor before it is written (bad folders for the error tests); false drops it.
-  std::function<bool(NamedTensor&)> edit;
+  std::function<bool(NamedTensor&)> edit = {};
   // Every scale written as 1.0 (the codes unchanged): what a loader that ignored the scale computes.
   bool unit_scales = false;
 };
