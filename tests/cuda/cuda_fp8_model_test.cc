@@ -14,6 +14,7 @@
 //   kPrefillTolerance = 2e-2 more rows: the interim path, each weight dequantized to bf16 (one
 //                            rounding, <= 2^-9 relative) and cuBLAS's split bf16 product: the bf16
 //                            weight models' tolerance of cuda_model_test.cc.
+// --quantization fp8: the same comparison on the golden F32 folders quantized per channel at load.
 // Negative control: the CUDA model of a folder whose scales are all 1 (the same codes) must miss
 // kPrefillTolerance against the CPU model of the real folder.
 #include <gtest/gtest.h>
@@ -49,10 +50,14 @@ struct Loaded {
   std::unique_ptr<attn::AttentionBackend> backend;
 };
 
-Loaded load(const std::filesystem::path& dir, attn::Device device) {
+Loaded load(const std::filesystem::path& dir, attn::Device device, bool quantize_fp8 = false) {
   Loaded l;
-  l.model = std::make_unique<testing::ModelStepper>(device == attn::Device::kCuda ? load_cuda_model(dir, {})
-                                                                                  : load_cpu_model(dir));
+  CudaModelOptions cuda_options;
+  cuda_options.quantize_fp8 = quantize_fp8;
+  ModelOptions cpu_options;
+  cpu_options.quantize_fp8 = quantize_fp8;
+  l.model = std::make_unique<testing::ModelStepper>(device == attn::Device::kCuda ? load_cuda_model(dir, cuda_options)
+                                                                                  : load_cpu_model(dir, cpu_options));
   const attn::AttentionShape shape = l.model->attention_shape(DType::kF32, kPageSize);
   l.backend = attn::create_attention_backend(
       device == attn::Device::kCuda ? std::string("cuda_reference") : testing::best_cpu_backend(shape), shape, {});
@@ -129,6 +134,22 @@ TEST_P(CudaFp8Test, NegativeControlScalesIgnoredMissTheTolerance) {
   EXPECT_FALSE(std::max(e.prefill, e.prefill_short) <= kPrefillTolerance);
   std::printf("%s FP8 %s, CUDA with every scale 1: prefill error %.3g\n", fc.model.c_str(), fc.label,
               std::max(e.prefill, e.prefill_short));
+}
+
+// --quantization fp8 (per channel at load) of the golden F32 folders, CUDA against the CPU.
+TEST(CudaFp8QuantizeAtLoad, LogitsMatchTheCpuPath) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const std::string model : {"llama-gqa-f32", "qwen3-qknorm-f32"}) {
+    Loaded cpu = load(testing::model_dir(model), attn::Device::kCpu, true);
+    Loaded gpu = load(testing::model_dir(model), attn::Device::kCuda, true);
+    Errors e;
+    for (const auto& prompt : testing::read_golden(model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
+    EXPECT_LE(e.decode, kDecodeTolerance) << model;
+    EXPECT_LE(e.prefill_short, kDecodeTolerance) << model;
+    EXPECT_LE(e.prefill, kPrefillTolerance) << model;
+    std::printf("%s --quantization fp8 on CUDA vs CPU: decode %.3g, short prefill %.3g, longer prefill %.3g\n",
+                model.c_str(), e.decode, e.prefill_short, e.prefill);
+  }
 }
 
 std::vector<Fp8CudaCase> cases() {
