@@ -79,6 +79,9 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
                 "--matmul-precision '{}' is not one of: auto, exact, bf16", flags.matmul_precision);
   r.bf16_activations = flags.matmul_precision == "bf16";  // auto: decided from the checkpoint (below)
   r.weights_memory = resolve_weights_memory(flags.weights_memory, r.device, device.memory);
+  SPINDLE_CHECK(flags.quantization == "none" || flags.quantization == "fp8",
+                "--quantization '{}' is not one of: none, fp8", flags.quantization);
+  r.quantize_fp8 = flags.quantization == "fp8";
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
@@ -187,6 +190,13 @@ void add_weights_memory_flag(CLI::App& app, ServerConfig& f) {
                  "huge pages, else mapped; generate's default is mapped), mapped (the checkpoint's file pages, no copy) or huge-pages (a copy in 2 MiB "
                  "pages: faster decode, read at start, its own memory)")
       ->check(CLI::IsMember({"auto", "mapped", "huge-pages"}));
+}
+
+void add_quantization_flag(CLI::App& app, ServerConfig& f) {
+  app.add_option("--quantization", f.quantization,
+                 "none (the checkpoint as stored) or fp8: a bf16/f16/f32 folder's linear weights quantized to FP8 "
+                 "E4M3 per output channel at load (W8A16 on the CPU and CUDA); FP8 checkpoints need no flag")
+      ->check(CLI::IsMember({"none", "fp8"}));
 }
 
 void add_scheduler_flags(CLI::App& app, ServerConfig& f) {

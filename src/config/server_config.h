@@ -38,6 +38,7 @@ struct ServerConfig {
   std::string chat_template;  // "": the model's Jinja template; or chatml | llama3 | llama2 | a Jinja file
   std::string matmul_precision = "auto";  // auto | exact | bf16
   std::string weights_memory = "auto";    // auto | mapped | huge-pages
+  std::string quantization = "none";      // none | fp8 (linear weights quantized per channel at load)
   int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   bool disable_cuda_graph = false;
@@ -77,6 +78,9 @@ struct ResolvedConfig {
   // 1B shape's batch-1 decode ran 4-7% faster on a Zen 3, bench/results/2026-12-04-zen3-hugepage-weights),
   // else the mapped file. CUDA uploads the weights: mapped. (generate sets mapped before parsing.)
   FileMemory weights_memory = FileMemory::kMapped;
+  // --quantization fp8: an unquantized folder's linear weights quantized to FP8 per channel at load
+  // (model/fp8_quantize.h), on either device.
+  bool quantize_fp8 = false;
   int max_running_requests = 0;  // requests in the running batch at most
   int max_queued_requests = 0;   // waiting requests before the server answers 503
   // CUDA: decode steps of at most this many sequences replay step graphs (0: none).
@@ -126,5 +130,7 @@ void add_scheduler_flags(CLI::App& app, ServerConfig& flags);
 FileMemory resolve_weights_memory(const std::string& flag, attn::Device device, const MemoryInfo& memory);
 // --weights-memory (serve, generate and plan).
 void add_weights_memory_flag(CLI::App& app, ServerConfig& flags);
+// --quantization none | fp8 (serve and generate).
+void add_quantization_flag(CLI::App& app, ServerConfig& flags);
 
 }  // namespace spindle::config

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "gguf/dequantize.h"
+#include "kernels/cpu/fp8_linear.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
@@ -39,6 +40,10 @@ kc::QuantType cpu_quant_type(const WeightView& w) {
 
 // Throws naming the tensor and file for a linear weight the CPU cannot compute.
 void check_linear_type(const WeightView& w) {
+  if (w.dtype == DType::kF8E4M3 && !w.quantized()) {
+    SPINDLE_CHECK(w.scale.has_value(), "{} is FP8 without a scale", w.where());
+    return;
+  }
   if (w.quantized()) {
     cpu_quant_type(w);
     return;
@@ -46,6 +51,14 @@ void check_linear_type(const WeightView& w) {
   SPINDLE_CHECK(is_plain_float(w.dtype),
                 "{} is {}; the CPU linear kernels take F32, F16 or BF16 weights (convert the checkpoint, e.g. save "
                 "it with torch_dtype=bfloat16)", w.where(), w.type_name());
+}
+
+// An FP8 weight (its scales as f32 in `scales`) as the FP8 kernel's descriptor.
+kc::Fp8LinearWeight fp8_linear_weight(const WeightView& w, const std::vector<float>& scales) {
+  const kc::Fp8ScaleLayout layout = w.scale->mode == Fp8ScaleMode::kPerTensor    ? kc::Fp8ScaleLayout::kPerTensor
+                                    : w.scale->mode == Fp8ScaleMode::kPerChannel ? kc::Fp8ScaleLayout::kPerChannel
+                                                                                 : kc::Fp8ScaleLayout::kBlock128;
+  return {reinterpret_cast<const uint8_t*>(w.bytes.data()), w.rows(), w.cols(), layout, scales.data()};
 }
 
 void grow(std::vector<float>& buffer, int64_t size) {
@@ -149,6 +162,14 @@ WeightId CpuOps::place(std::span<const WeightView> parts, WeightUse use) {
         // Parts join only in one type (and shape along k).
         if (t.type_name() != first.type_name() || t.cols() != first.cols()) return kNoWeight;
       }
+      if (first.dtype == DType::kF8E4M3 && !first.quantized()) {  // W8A16, read in place; parts not joined
+        if (parts.size() > 1) return kNoWeight;
+        p.fp8_scales = fp8_scales_f32(first);
+        p.linear = kc::make_fp8_linear_kernel(fp8_linear_weight(first, p.fp8_scales));
+        count_bytes(first);
+        weight_bytes_ += p.fp8_scales.size() * sizeof(float);
+        break;
+      }
       if (first.quantized() || first.dtype == DType::kF16) {
         p = place_converted(parts);
         p.linear = make_linear_(p.linear_weight);
@@ -183,7 +204,8 @@ LinearGroup CpuOps::place_group(LinearGroupKind kind, std::span<const WeightView
 
 WeightId CpuOps::place_leading_rows(WeightId linear, int64_t rows) {
   const kc::LinearWeight full = placed(linear).linear_weight;
-  if (full.quantized()) return kNoWeight;  // (a repacked weight's leading rows: not made yet)
+  // (a repacked or FP8 weight's leading rows: not made yet)
+  if (full.quantized() || !placed(linear).fp8_scales.empty()) return kNoWeight;
   SPINDLE_CHECK(full.data != nullptr, "place_leading_rows: weight {} is not a linear weight", linear);
   SPINDLE_CHECK(rows >= 1 && rows <= full.out_features, "place_leading_rows: {} rows of a weight of {}", rows,
                 full.out_features);
@@ -330,7 +352,7 @@ void CpuOps::silu_mul(const float* gate, const float* up, int64_t stride, float*
 }
 
 std::unique_ptr<Transformer> load_cpu_model(const std::filesystem::path& path, const ModelOptions& options) {
-  ModelFiles files = open_model_files(path, options.weights_memory);
+  ModelFiles files = open_model_files(path, options.weights_memory, options.quantize_fp8);
   auto ops = std::make_unique<CpuOps>(files.config, options, std::move(files.weights));
   WeightSource& weights = ops->weights();
   return std::make_unique<Transformer>(std::move(files.config), std::move(ops), weights);

@@ -11,6 +11,8 @@
 //   Q5_K, Q6_K            source released (WeightView::release); a tied LM head too
 //   any dequantize_row     embedding table read in place, the looked-up rows dequantized
 //   type
+//   F8_E4M3 + scale        linear weights read in place (W8A16, kernels/cpu/fp8_linear.h), the
+//                          scales widened to f32; parts not joined
 // Anything else is an error naming the type, the tensor and the file.
 #pragma once
 
@@ -85,6 +87,7 @@ class CpuOps final : public DeviceOps {
     kernels::cpu::LinearWeight linear_weight;             // kLinear: what `linear` reads
     std::unique_ptr<kernels::cpu::PackedQuantWeight> packed;  // kLinear: a repacked block type
     std::vector<float> widened;                           // kLinear: an F16 weight as f32
+    std::vector<float> fp8_scales;                        // kLinear: an FP8 weight's scales (read in place)
     std::vector<float> bias;                              // kBias
   };
   Placed place_vector(const WeightView& w);

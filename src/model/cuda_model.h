@@ -20,6 +20,8 @@ struct CudaModelOptions {
   // bf16/f16 weights: round activations to 16 bits before each product (faster prefill, ~1e-2
   // relative logit error) instead of the default hi/lo split (~1e-5). See cublas_linear.h.
   bool allow_16bit_activations = false;
+  // --quantization fp8: linear weights quantized to FP8 per channel at load (model/fp8_quantize.h).
+  bool quantize_fp8 = false;
 };
 
 // Reads dir/config.json, maps and checks the checkpoint (as load_cpu_model), then uploads the

@@ -56,8 +56,10 @@ CudaOps::CudaOps(const ModelConfig& config, const CudaModelOptions& options) : c
   CUDA_CHECK(cudaStreamCreate(&stream_));
   try {
     linear_ = std::make_unique<kcu::CublasLinear>(stream_, options.allow_16bit_activations);
+    fp8_linear_ = std::make_unique<kcu::Fp8Linear>(*linear_, stream_);
     upload_rope(rope_table_positions(config_, options.rope_table_positions));
   } catch (...) {
+    fp8_linear_.reset();
     linear_.reset();
     cudaStreamDestroy(stream_);
     throw;
@@ -67,6 +69,7 @@ CudaOps::CudaOps(const ModelConfig& config, const CudaModelOptions& options) : c
 CudaOps::~CudaOps() {
   for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);  // no throw from a destructor
   cudaStreamSynchronize(stream_);
+  fp8_linear_.reset();
   linear_.reset();
   cudaStreamDestroy(stream_);
 }
@@ -94,6 +97,10 @@ WeightId CudaOps::place(std::span<const WeightView> parts, WeightUse use) {
       p.parts.push_back(std::as_bytes(std::span<const float>(p.bias)));
       break;
     case WeightUse::kLinear: {
+      if (first.dtype == DType::kF8E4M3) {
+        if (!place_fp8(parts, p)) return kNoWeight;
+        break;
+      }
       int64_t rows = 0;
       for (const WeightView& t : parts) {
         if (t.dtype != first.dtype) return kNoWeight;  // joined parts share one dtype
@@ -137,7 +144,9 @@ void CudaOps::finish_loading() {
     if (linear_dtype && *linear_dtype != p.weight.dtype) one_dtype = false;
     linear_dtype = p.weight.dtype;
   }
-  linear16_dtype_ = one_dtype && linear_dtype && *linear_dtype != DType::kF32 ? *linear_dtype : DType::kF32;
+  linear16_dtype_ = one_dtype && linear_dtype && *linear_dtype != DType::kF32 && *linear_dtype != DType::kF8E4M3
+                        ? *linear_dtype
+                        : DType::kF32;
   weights_.reserve(std::max<size_t>(cursor_, 1));
   auto* base = weights_.as<std::byte>();
   for (Placed& p : placed_) {
@@ -154,6 +163,7 @@ void CudaOps::finish_loading() {
     p.bias = {};
   }
   slot_of_.clear();
+  finish_fp8();
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -189,7 +199,7 @@ void CudaOps::upload_rope(int64_t table_positions) {
 }
 
 uint64_t CudaOps::workspace_bytes() const {
-  uint64_t n = rope_table_.size() + inv_freq_.size() + linear_->workspace_bytes() + batch_.device_bytes() +
+  uint64_t n = rope_table_.size() + inv_freq_.size() + linear_->workspace_bytes() + fp8_linear_->workspace_bytes() + batch_.device_bytes() +
                sampler_.device_bytes() + graph_stats_.memory_bytes;
   for (const auto& b : scratch_) n += b.size();
   return n;
@@ -480,9 +490,18 @@ kcu::CublasLinear::Input CudaOps::input_for(const float* x, int64_t rows, const 
 void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> products) {
   kcu::CublasLinear::Input in;  // x converted once per weight dtype and width
   for (const Product& p : products) {
-    const kcu::DeviceWeight& w = placed(p.weight).weight;
-    if (in.x != x || in.dtype != w.dtype || in.cols != w.in_features) in = input_for(x, rows, w);
+    const Placed& placed_weight = placed(p.weight);
+    const kcu::DeviceWeight& w = placed_weight.weight;
     const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
+    if (w.dtype == DType::kF8E4M3) {  // bf16 activations for the FP8 product (split or rounded)
+      if (in.x != x || in.dtype != DType::kBF16 || in.cols != w.in_features) {
+        ready16_ = {};
+        in = linear_->prepare(x, rows, w.in_features, DType::kBF16);
+      }
+      fp8_linear_->forward(placed_weight.fp8, in, p.y, bias);
+      continue;
+    }
+    if (in.x != x || in.dtype != w.dtype || in.cols != w.in_features) in = input_for(x, rows, w);
     linear_->forward(w, in, p.y, bias);
   }
 }
@@ -526,7 +545,7 @@ std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, c
   // A GGUF file: its block types run on the CPU only (the GPU path of quantized weights is the FP8 issue's).
   SPINDLE_CHECK(!is_gguf_path(dir), "{}: GGUF files are served on the CPU only; run without --device cuda "
                 "(or serve the Hugging Face folder of this model on the GPU)", dir.string());
-  ModelFiles files = open_model_files(dir);  // the folder's problems first, as load_cpu_model reports them
+  ModelFiles files = open_model_files(dir, FileMemory::kMapped, options.quantize_fp8);  // the folder's problems first, as load_cpu_model reports them
   SPINDLE_CHECK(!files.config.moe.enabled(),
                 "{}: {} is a mixture of experts, which Spindle serves on the CPU only for now (the CUDA path is "
                 "later work, issue 48); use --device cpu",

@@ -5,7 +5,11 @@
 // up_proj) is placed side by side as one [2I, H] weight when the dtypes agree; a tensor placed
 // twice (a tied LM head reads the embedding table) has one slot. Projections: cuBLAS
 // (kernels/cuda/cublas_linear.h; 16-bit weights get split activations unless
-// allow_16bit_activations). Other ops: kernels/cuda/model_ops.h. RoPE reads the CPU RopeTable's
+// allow_16bit_activations). FP8 linear weights (F8_E4M3 with their scale, model/fp8_config.h) are
+// uploaded as bytes with their scales as f32 after them in the slot and run on
+// kernels/cuda/fp8_linear.h (the FP8 gemv up to 8 rows, a bf16 dequantization + cuBLAS above);
+// they are not joined with other parts, and with FP8 weights no op writes a fused 16-bit copy of
+// its output (the products convert their input themselves). Other ops: kernels/cuda/model_ops.h. RoPE reads the CPU RopeTable's
 // cos/sin for positions below the table size and computes later positions with the same
 // arithmetic. The step's batch is uploaded once (kernels::cuda::DeviceBatch) and shared with the
 // attention backend.
@@ -28,6 +32,7 @@
 #include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_sampler.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/cuda_model.h"
@@ -127,6 +132,9 @@ class CudaOps final : public DeviceOps {
     size_t offset = 0;                              // slot offset in weights_
     bool shares_slot = false;                       // placed before (a tied LM head): nothing to copy
     kernels::cuda::DeviceWeight weight;             // kLinear (data set at finish_loading)
+    std::vector<float> fp8_scales;                  // kLinear FP8: the scales to upload after the codes
+    size_t fp8_scale_offset = 0;                    //   their offset in the slot
+    kernels::cuda::DeviceFp8Weight fp8;             //   the device view (set at finish_loading)
     kernels::cuda::WeightType type = kernels::cuda::WeightType::kF32;  // kVector
     const void* data = nullptr;                     // the device slot, after finish_loading
   };
@@ -155,6 +163,12 @@ class CudaOps final : public DeviceOps {
   uint64_t epoch_at_capture_ = 0;
   kernels::cuda::DeviceSampler sampler_;
   std::unique_ptr<kernels::cuda::CublasLinear> linear_;
+  std::unique_ptr<kernels::cuda::Fp8Linear> fp8_linear_;
+  // An FP8 weight's placement (codes, padding, f32 scales in one slot); false where its parts
+  // cannot be one weight.
+  bool place_fp8(std::span<const WeightView> parts, Placed& p);
+  // The FP8 views and scratch once the slots are uploaded.
+  void finish_fp8();
   std::vector<Placed> placed_;
   std::map<const void*, size_t> slot_of_;  // host data -> offset (a tensor placed twice shares a slot)
   size_t cursor_ = 0;                      // bytes of the layout so far

@@ -32,6 +32,8 @@ struct ModelOptions {
   // Where the checkpoint's bytes (which the CPU kernels read in place) live: the file mapped, or a
   // copy in transparent huge pages (util/mapped_file.h; config::resolve decides, --weights-memory).
   FileMemory weights_memory = FileMemory::kMapped;
+  // --quantization fp8: linear weights quantized to FP8 per channel at load (model/fp8_quantize.h).
+  bool quantize_fp8 = false;
 };
 
 // A folder: reads dir/config.json, maps the checkpoint, checks every weight's name, shape and dtype

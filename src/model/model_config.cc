@@ -254,17 +254,6 @@ void check_unsupported_features(const FieldReader& fields) {
                 "{}: field 'hidden_act' is '{}'; only 'silu' is supported", fields.source(), *act);
   SPINDLE_CHECK(!fields.boolean("mlp_bias", false),
                 "{}: field 'mlp_bias' is true; MLP biases are not supported", fields.source());
-  if (const json* quant = fields.find("quantization_config")) {
-    std::string method = "?";
-    if (quant->is_object() && quant->contains("quant_method") &&
-        (*quant)["quant_method"].is_string()) {
-      method = (*quant)["quant_method"].get<std::string>();
-    }
-    SPINDLE_FAIL(
-        "{}: field 'quantization_config' is present (quant_method '{}'); quantized checkpoints "
-        "are not supported, use an unquantized (bf16/fp16/fp32) checkpoint",
-        fields.source(), method);
-  }
 }
 
 void check_shapes(const FieldReader& fields, const ModelConfig& c) {
@@ -349,6 +338,7 @@ ModelConfig parse_model_config(const json& json_config, std::string_view source_
   c.architecture = read_architecture(fields);
   c.model_type = fields.string("model_type").value_or("");
   check_unsupported_features(fields);
+  c.fp8 = parse_quantization_config(json_config, source_name);
 
   c.vocab_size = fields.required_positive_int("vocab_size");
   c.hidden_size = fields.required_positive_int("hidden_size");

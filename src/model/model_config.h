@@ -25,6 +25,7 @@
 //                             accepted as the newer spelling of "torch_dtype"
 //   bos/eos_token_id        = int, list of ints, null or absent (empty list)
 //   hidden_act              = "silu"; any other activation is rejected
+// quantization_config: FP8 only (fp8_config.h), others rejected naming their quant_method.
 // Rejected (not implemented): sliding-window attention in use, rope_scaling types other than
 // "default"/"linear"/"llama3", mlp_bias true.
 #pragma once
@@ -37,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/fp8_config.h"
 #include "util/dtype.h"
 #include "util/token_id.h"
 
@@ -104,6 +106,9 @@ struct ModelConfig {
   // rejected today, so a parsed config always has nullopt here.
   std::optional<int> sliding_window;
   MoeConfig moe;  // num_experts 0 for the dense architectures
+  // An FP8 checkpoint's quantization_config (fp8_config.h); nullopt: unquantized. Any other
+  // quantization_config is rejected.
+  std::optional<Fp8Quantization> fp8;
 
   int q_size() const { return num_attention_heads * head_dim; }   // q_proj rows
   int kv_size() const { return num_key_value_heads * head_dim; }  // k_proj, v_proj rows

@@ -2,14 +2,19 @@
 
 #include <algorithm>
 
+#include "model/fp8_quantize.h"
 #include "model/gguf_model_config.h"
 #include "model/gguf_weights.h"
 #include "model/weight_map.h"
+#include "util/error.h"
 
 namespace spindle {
 
-ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory) {
+ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory, bool quantize_fp8) {
   ModelFiles files;
+  SPINDLE_CHECK(!quantize_fp8 || !is_gguf_path(path),
+                "{}: --quantization fp8 takes a Hugging Face folder of bf16, f16 or f32 weights, not a GGUF file",
+                path.string());
   if (is_gguf_path(path)) {
     auto gguf = std::make_unique<GgufWeights>(path, memory);
     files.config = gguf->config();
@@ -19,7 +24,12 @@ ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory
   files.config = load_model_config(path);
   auto checkpoint = std::make_unique<Checkpoint>(path, memory);
   check_weights(files.config, *checkpoint);
-  files.weights = std::make_unique<CheckpointWeights>(std::move(checkpoint));
+  files.weights = std::make_unique<CheckpointWeights>(std::move(checkpoint), files.config.fp8);
+  if (quantize_fp8) {
+    SPINDLE_CHECK(!files.config.fp8, "{}: --quantization fp8 was given, but the checkpoint is FP8 already ({}); "
+                  "serve it without --quantization", path.string(), files.config.fp8->method);
+    files.weights = std::make_unique<Fp8QuantizedWeights>(std::move(files.weights));
+  }
   return files;
 }
 

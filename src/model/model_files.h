@@ -21,9 +21,11 @@ struct ModelFiles {
 
 // A folder: reads dir/config.json, maps (or, with FileMemory::kHugePageCopy, reads) the checkpoint
 // and checks every weight's name, shape and dtype (check_weights). A .gguf file (is_gguf_path):
-// the config from its metadata and its tensors checked (GgufWeights). Throws spindle::Error naming
-// the folder or file.
-ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory = FileMemory::kMapped);
+// the config from its metadata and its tensors checked (GgufWeights). quantize_fp8 (--quantization
+// fp8): an unquantized folder's linear weights quantized per channel at load (fp8_quantize.h); a GGUF
+// file or an FP8 folder is then an error. Throws spindle::Error naming the folder or file.
+ModelFiles open_model_files(const std::filesystem::path& path, FileMemory memory = FileMemory::kMapped,
+                            bool quantize_fp8 = false);
 
 // True when the LM head reads model.embed_tokens.weight: tie_word_embeddings, or a checkpoint
 // without lm_head.weight.

@@ -18,6 +18,7 @@ std::unique_ptr<Transformer> load_model(const std::filesystem::path& dir, const 
   CudaModelOptions cuda;
   cuda.device = options.cuda_device;
   cuda.allow_16bit_activations = options.cuda_16bit_activations;
+  cuda.quantize_fp8 = options.cpu.quantize_fp8;
   return load_cuda_model(dir, cuda);
 #else
   SPINDLE_FAIL("cannot load {} on a CUDA device: this spindle was built without CUDA", dir.string());

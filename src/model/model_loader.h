@@ -15,7 +15,7 @@ struct LoadOptions {
   attn::Device device = attn::Device::kCpu;
   int cuda_device = 0;      // the CUDA ordinal, for kCuda (bound by the caller)
   bool cuda_16bit_activations = false;  // kCuda: CudaModelOptions::allow_16bit_activations
-  ModelOptions cpu;         // for kCpu
+  ModelOptions cpu;         // for kCpu (its quantize_fp8 for kCuda too)
 };
 
 // Throws spindle::Error naming the folder (and, for kCuda in a build without CUDA, saying so).

@@ -4,6 +4,7 @@
 
 #include <unordered_map>
 
+#include "model/fp8_weights.h"
 #include "util/error.h"
 
 namespace spindle {
@@ -232,16 +233,18 @@ WeightCheck compare_weights(const ModelConfig& config, const std::vector<TensorI
                                                    format_shape(e.shape),
                                                    format_shape(found.shape)));
     }
-    if (!is_float_weight(found.dtype)) {
-      check.wrong_dtypes.push_back(fmt::format("{}: {} (weights must be F32, F16 or BF16)",
-                                               e.name, dtype_name(found.dtype)));
+    if (!is_float_weight(found.dtype)) {  // (an FP8 weight of an FP8 config passes: fp8_weights.h)
+      if (std::string why = fp8_weight_problem(config, found); !why.empty()) check.wrong_dtypes.push_back(why);
     }
   }
   for (const auto& t : tensors) {
-    if (expected_names.count(t.name) != 0 || ends_with(t.name, kIgnoredSuffix)) continue;
+    if (expected_names.count(t.name) != 0 || ends_with(t.name, kIgnoredSuffix) || is_fp8_aux_name(config, t.name)) {
+      continue;
+    }
     check.unexpected.push_back(
         fmt::format("{} {} {}", t.name, format_shape(t.shape), dtype_name(t.dtype)));
   }
+  compare_fp8_scales(config, tensors, check);
   return check;
 }
 

@@ -31,7 +31,8 @@
 //   Qwen2-MoE with S > 0:
 //     model.layers.{i}.mlp.shared_expert.gate_proj.weight [S, H] (up_proj [S, H], down_proj [H, S])
 //     model.layers.{i}.mlp.shared_expert_gate.weight      [1, H]
-// Weights must be F32, F16 or BF16. Tensors named *.rotary_emb.inv_freq (saved by old Llama
+// Weights must be F32, F16 or BF16; an FP8 config's linear weights may be F8_E4M3 with their
+// scales (fp8_weights.h). Tensors named *.rotary_emb.inv_freq (saved by old Llama
 // exports, recomputed at load) are ignored.
 #pragma once
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf/ggml_type.h"
+#include "model/fp8_config.h"
 #include "model/safetensors.h"
 #include "util/dtype.h"
 
@@ -24,7 +25,17 @@ namespace spindle {
 // a norm [n], an embedding table [V, H]), its rows back to back in `bytes`. The element encoding
 // is a plain dtype (F32, F16, BF16: `block` empty) or a ggml block type (`block` set, `dtype`
 // unused): then each row is shape.back() / block_elements() blocks of block_bytes() bytes
-// (gguf/ggml_type.h). (FP8 with scales adds its scale tensor and block shape here.)
+// (gguf/ggml_type.h). An FP8 weight (dtype kF8E4M3, e4m3 bytes [out, in]) carries its scale:
+// dequantized = fp8 * scale in the scale's mode (fp8_config.h); a source never hands out an FP8
+// weight without one.
+struct WeightScale {
+  std::string name;  // the scale tensor, for errors
+  Fp8ScaleMode mode = Fp8ScaleMode::kPerTensor;
+  DType dtype = DType::kF32;  // F32, BF16 or F16
+  std::vector<int64_t> shape;
+  std::span<const std::byte> bytes;  // fp8_scale_count(mode) elements, possibly unaligned
+};
+
 struct WeightView {
   std::string name;    // as the file names it, for errors
   std::string source;  // the file or folder, for errors
@@ -32,6 +43,7 @@ struct WeightView {
   std::optional<gguf::GgmlType> block;
   std::vector<int64_t> shape;
   std::span<const std::byte> bytes;
+  std::optional<WeightScale> scale;  // FP8 weights only
   // Called by a device that has copied or converted the bytes and will not read them again (a
   // repacked quantized weight): the source may give the range back to the OS. Empty: nothing to do.
   std::function<void()> release;
@@ -52,6 +64,12 @@ struct WeightView {
 // A safetensors tensor as a WeightView.
 WeightView weight_view(const TensorView& view, std::string_view source);
 
+// An FP8 weight's scales as f32: 1 (per-tensor), out (per-channel) or ceil(out/128) * ceil(in/128)
+// (block, row-major) floats. Throws naming the weight when it has no scale or the scale's size is
+// not that.
+std::vector<float> fp8_scales_f32(const WeightView& view);
+int64_t fp8_scale_count(Fp8ScaleMode mode, int64_t out, int64_t in);
+
 // A plain (F32, F16, BF16) weight widened to f32, e.g. a bias; throws naming it for a block type.
 std::vector<float> weight_to_f32(const WeightView& view);
 
@@ -71,14 +89,17 @@ class WeightSource {
 // A safetensors folder (the checkpoint checked against the config by the caller), read in place.
 class CheckpointWeights final : public WeightSource {
  public:
-  explicit CheckpointWeights(std::unique_ptr<Checkpoint> checkpoint) : checkpoint_(std::move(checkpoint)) {}
+  // fp8: the config's quantization_config; an F8_E4M3 weight gets its scale tensor (fp8_weights.h).
+  explicit CheckpointWeights(std::unique_ptr<Checkpoint> checkpoint, std::optional<Fp8Quantization> fp8 = {})
+      : checkpoint_(std::move(checkpoint)), fp8_(std::move(fp8)) {}
   const Checkpoint& checkpoint() const { return *checkpoint_; }
   std::string name() const override { return checkpoint_->dir().string(); }
   bool contains(std::string_view hf_name) const override { return checkpoint_->find(hf_name) != nullptr; }
-  WeightView weight(std::string_view hf_name) override { return weight_view(checkpoint_->tensor(hf_name), name()); }
+  WeightView weight(std::string_view hf_name) override;
 
  private:
   std::unique_ptr<Checkpoint> checkpoint_;
+  std::optional<Fp8Quantization> fp8_;
 };
 
 }  // namespace spindle

@@ -263,8 +263,8 @@ TEST(ModelConfig, UnsupportedFeatures) {
   j["hidden_act"] = "gelu";
   EXPECT_THAT(parse_error(j), HasSubstr("field 'hidden_act' is 'gelu'"));
   j = read_fixture("llama-3.2-1b");
-  j["quantization_config"] = {{"quant_method", "fp8"}};
-  EXPECT_THAT(parse_error(j), HasSubstr("quantized checkpoints are not supported"));
+  j["quantization_config"] = {{"quant_method", "awq"}};
+  EXPECT_THAT(parse_error(j), HasSubstr("quant_method 'awq', which is not supported"));
 }
 
 TEST(ModelConfig, LoadErrorsNameThePath) {

@@ -1,0 +1,172 @@
+// FP8 checkpoints on CUDA (CudaOps' FP8 weights through kernels/cuda/fp8_linear.h) against the CPU
+// path on the same folder (tests/model/fp8_model_test.cc checks the CPU against a float64 forward
+// over the dequantized weights within 1e-5). Folders: the golden F32 models written as FP8
+// (tests/model/golden_fp8.h: 128x128 blocks, compressed-tensors per channel, per-tensor with a
+// static input_scale). Each prompt: one prefill, then kDecodeSteps single-token decode steps fed the
+// CPU's argmax ids, the CUDA logits of every step compared with the CPU's (relative error: max |d| /
+// max |cpu logit|). Skips without a CUDA device (cc >= 8.0).
+//
+// Tolerances:
+//   kDecodeTolerance = 1e-3  rows <= 8 run launch_gemv_fp8 on the split bf16 activations (hi + lo,
+//                            ~16 significant bits, relative 2^-17) with the e4m3 weights exact and
+//                            f32 sums: expected ~1e-5 (printed). A prompt of at most 8 tokens
+//                            prefills on this path too.
+//   kPrefillTolerance = 2e-2 more rows: the interim path, each weight dequantized to bf16 (one
+//                            rounding, <= 2^-9 relative) and cuBLAS's split bf16 product: the bf16
+//                            weight models' tolerance of cuda_model_test.cc.
+// --quantization fp8: the same comparison on the golden F32 folders quantized per channel at load.
+// Negative control: the CUDA model of a folder whose scales are all 1 (the same codes) must miss
+// kPrefillTolerance against the CPU model of the real folder.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "cuda/cuda_skip.h"
+#include "model/cuda_model.h"
+#include "model/forward_scenarios.h"
+#include "model/golden_fixtures.h"
+#include "model/golden_fp8.h"
+#include "model/model.h"
+#include "model/model_loader.h"
+
+namespace spindle {
+namespace {
+
+using testing::Fp8Format;
+using testing::kPageSize;
+
+constexpr double kDecodeTolerance = 1e-3;
+constexpr double kPrefillTolerance = 2e-2;
+constexpr int kDecodeSteps = 8;
+constexpr int kGemvRows = 8;  // kernels::cuda::kGemvFp8MaxRows
+
+struct Loaded {
+  std::unique_ptr<testing::ModelStepper> model;
+  std::unique_ptr<attn::AttentionBackend> backend;
+};
+
+Loaded load(const std::filesystem::path& dir, attn::Device device, bool quantize_fp8 = false) {
+  Loaded l;
+  CudaModelOptions cuda_options;
+  cuda_options.quantize_fp8 = quantize_fp8;
+  ModelOptions cpu_options;
+  cpu_options.quantize_fp8 = quantize_fp8;
+  l.model = std::make_unique<testing::ModelStepper>(device == attn::Device::kCuda ? load_cuda_model(dir, cuda_options)
+                                                                                  : load_cpu_model(dir, cpu_options));
+  const attn::AttentionShape shape = l.model->attention_shape(DType::kF32, kPageSize);
+  l.backend = attn::create_attention_backend(
+      device == attn::Device::kCuda ? std::string("cuda_reference") : testing::best_cpu_backend(shape), shape, {});
+  l.model->set_attention_backends(l.backend.get(), l.backend.get());
+  return l;
+}
+
+struct Errors {
+  double prefill = 0, prefill_short = 0, decode = 0;  // worst relative errors (short: <= 8 tokens)
+};
+
+// One prompt on both models: prefill, then decode steps on the CPU's argmax ids.
+void compare_prompt(testing::ModelStepper& cpu, testing::ModelStepper& gpu, const testing::GoldenPrompt& prompt,
+                    Errors& e) {
+  const ModelConfig& c = cpu.config();
+  testing::KvPages cpu_kv(c, DType::kF32, 8, attn::Device::kCpu), gpu_kv(c, DType::kF32, 8, attn::Device::kCuda);
+  cpu.bind_kv_caches(cpu_kv.caches());
+  gpu.bind_kv_caches(gpu_kv.caches());
+  std::vector<int32_t> cpu_pages, gpu_pages;
+  const int n = static_cast<int>(prompt.ids.size());
+  std::vector<float> a(static_cast<size_t>(c.vocab_size)), b(a.size());
+  auto step = [&](std::span<const int32_t> ids, int cached) {
+    testing::BatchMetadata cb, gb;
+    cb.sequences.push_back(cpu_kv.step(cpu_pages, cached, static_cast<int>(ids.size())));
+    gb.sequences.push_back(gpu_kv.step(gpu_pages, cached, static_cast<int>(ids.size())));
+    const int64_t last = static_cast<int64_t>(ids.size()) - 1;
+    cpu.forward(ids, cb, {&last, 1}, a.data());
+    gpu.forward(ids, gb, {&last, 1}, b.data());
+    return testing::relative_error(b, a);
+  };
+  const double prefill = step(prompt.ids, 0);
+  double& worst = n <= kGemvRows ? e.prefill_short : e.prefill;
+  worst = std::max(worst, prefill);
+  for (int s = 0; s < kDecodeSteps; ++s) {
+    const int32_t next = testing::argmax(a);
+    e.decode = std::max(e.decode, step({&next, 1}, n + s));
+  }
+}
+
+struct Fp8CudaCase {
+  std::string model;
+  Fp8Format format;
+  const char* label;
+};
+
+class CudaFp8Test : public ::testing::TestWithParam<Fp8CudaCase> {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_CUDA_DEVICE(); }
+};
+
+TEST_P(CudaFp8Test, LogitsMatchTheCpuPath) {
+  const Fp8CudaCase& fc = GetParam();
+  testing::TempDir dir;
+  testing::write_golden_fp8(fc.model, dir.path(), {.format = fc.format});
+  Loaded cpu = load(dir.path(), attn::Device::kCpu), gpu = load(dir.path(), attn::Device::kCuda);
+  Errors e;
+  for (const auto& prompt : testing::read_golden(fc.model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
+  EXPECT_LE(e.decode, kDecodeTolerance);
+  EXPECT_LE(e.prefill_short, kDecodeTolerance);
+  EXPECT_LE(e.prefill, kPrefillTolerance);
+  std::printf("%s FP8 %s on CUDA (%s) vs CPU: decode %.3g, prefill <= 8 tokens %.3g (tolerance %.3g), longer "
+              "prefill %.3g (tolerance %.3g)\n", fc.model.c_str(), fc.label, gpu.model->linear_kernel_name(), e.decode,
+              e.prefill_short, kDecodeTolerance, e.prefill, kPrefillTolerance);
+}
+
+TEST_P(CudaFp8Test, NegativeControlScalesIgnoredMissTheTolerance) {
+  const Fp8CudaCase& fc = GetParam();
+  testing::TempDir real, unit;
+  testing::write_golden_fp8(fc.model, real.path(), {.format = fc.format});
+  testing::write_golden_fp8(fc.model, unit.path(), {.format = fc.format, .unit_scales = true});
+  Loaded cpu = load(real.path(), attn::Device::kCpu), gpu = load(unit.path(), attn::Device::kCuda);
+  Errors e;
+  compare_prompt(*cpu.model, *gpu.model, testing::read_golden(fc.model).front(), e);
+  EXPECT_FALSE(std::max(e.prefill, e.prefill_short) <= kPrefillTolerance);
+  std::printf("%s FP8 %s, CUDA with every scale 1: prefill error %.3g\n", fc.model.c_str(), fc.label,
+              std::max(e.prefill, e.prefill_short));
+}
+
+// --quantization fp8 (per channel at load) of the golden F32 folders, CUDA against the CPU.
+TEST(CudaFp8QuantizeAtLoad, LogitsMatchTheCpuPath) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const std::string model : {"llama-gqa-f32", "qwen3-qknorm-f32"}) {
+    Loaded cpu = load(testing::model_dir(model), attn::Device::kCpu, true);
+    Loaded gpu = load(testing::model_dir(model), attn::Device::kCuda, true);
+    Errors e;
+    for (const auto& prompt : testing::read_golden(model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
+    EXPECT_LE(e.decode, kDecodeTolerance) << model;
+    EXPECT_LE(e.prefill_short, kDecodeTolerance) << model;
+    EXPECT_LE(e.prefill, kPrefillTolerance) << model;
+    std::printf("%s --quantization fp8 on CUDA vs CPU: decode %.3g, short prefill %.3g, longer prefill %.3g\n",
+                model.c_str(), e.decode, e.prefill_short, e.prefill);
+  }
+}
+
+std::vector<Fp8CudaCase> cases() {
+  std::vector<Fp8CudaCase> out;
+  for (const char* model : {"llama-gqa-f32", "qwen2-tied-f32", "qwen3-qknorm-f32"}) {
+    out.push_back({model, Fp8Format::kFp8Block, "block128"});
+    out.push_back({model, Fp8Format::kCtChannel, "ct_channel"});
+    out.push_back({model, Fp8Format::kFp8Tensor, "per_tensor_static"});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CudaFp8Test, ::testing::ValuesIn(cases()), [](const auto& info) {
+  std::string n = info.param.model + "_" + info.param.label;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+});
+
+}  // namespace
+}  // namespace spindle
