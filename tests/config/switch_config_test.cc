@@ -34,8 +34,7 @@ TEST(SwitchConfigTest, AnEmptyEnvironmentGivesTheDefaults) {
   const config::ResolvedSwitches r = config::resolve(Environment{});
   EXPECT_EQ(r.values.log_level, "info");
   EXPECT_EQ(r.values.num_threads, 0);
-  EXPECT_EQ(r.values.linear_amx_bf16_min_rows, 9);
-  EXPECT_EQ(r.values.linear_bf16_dot_min_rows, 1);
+  EXPECT_TRUE(r.values.linear_fault.empty());
   EXPECT_EQ(r.values.flash_decode_min_chunk, 64);
   EXPECT_EQ(r.values.flash_decode_blocks_per_sm, 1);
   EXPECT_TRUE(r.values.api_key.empty());

@@ -114,7 +114,8 @@ TEST_P(EveryKernel, PassesTheCheckOnOddShapesOrSaysWhyNot) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Registered, EveryKernel, ::testing::ValuesIn(linear_registry().names()));
+INSTANTIATE_TEST_SUITE_P(Registered, EveryKernel, ::testing::ValuesIn(linear_registry().names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // The check must be able to fail: an injected wrong answer (+0.5 per output) is a mismatch.
 TEST(LinearCheckTest, AWrongKernelFailsTheCheck) {
