@@ -10,7 +10,8 @@
 // (f32 accumulation of terms that are exact or rounded identically in both: tests/kernels/
 // linear_test.cc states the same bound). Large shapes check a strided sample of the output columns
 // (every column when out * in * rows <= kCheckFullMacs) plus the last 64, all rows.
-// Then, when asked, it times forward() at each requested row count (best of repeats).
+// Then, when asked, it times forward() at each requested row count (best of repeats after a
+// warm-up; prefill rows of a very large product on a leading part of W, scaled: linear_check.cc).
 #pragma once
 
 #include <cstdint>
