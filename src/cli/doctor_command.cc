@@ -161,6 +161,9 @@ std::string linear_validation_cell(const kernels::cpu::LinearKernelRow& r) {
   if (!r.outcome) return r.unsupported_reasons.empty() ? "-" : "";
   if (r.outcome->status != kernels::cpu::LinearCheckStatus::kPass)
     return std::string(kernels::cpu::linear_check_status_name(r.outcome->status));
+  if (r.outcome->report.end_to_end_error > 0) {  // int8: and against the unquantized x
+    return fmt::format("pass {:.1e}/{:.0e}", r.outcome->report.max_error, r.outcome->report.end_to_end_error);
+  }
   return fmt::format("pass {:.1e}", r.outcome->report.max_error);
 }
 
@@ -168,7 +171,8 @@ std::string linear_validation_cell(const kernels::cpu::LinearKernelRow& r) {
 void print_linear_table(const kernels::cpu::LinearSelection& s) {
   std::vector<int64_t> rows = s.decode_rows;
   rows.push_back(s.prefill_rows);
-  fmt::print("\nCPU linear kernels{} (us per product at each row count; decode rows up to {}, prefill {})\n",
+  fmt::print("\nCPU linear kernels{} (validation: max error / sum|x w|, int8: over the same quantized x / over x; us per "
+             "product at each row count; decode rows up to {}, prefill {})\n",
              s.from_cache ? " (from cache)" : "", s.decode_rows.back(), s.prefill_rows);
   std::string header = fmt::format("{:<12} {:<18} {:<5} {:<14}", "kernel", "shape", "avail", "validation");
   for (int64_t r : rows) header += fmt::format(" {:>9}", r);
@@ -193,12 +197,13 @@ std::optional<kernels::cpu::LinearSelection> select_linear(const DoctorArgs& a, 
                                                            const DeviceInfo& device) {
   std::vector<kernels::cpu::LinearShape> shapes;
   config::ResolvedConfig rc;
+  for (const auto& text : a.linear_shapes) shapes.push_back(kernels::cpu::parse_linear_shape(text));
   if (!a.model_dir.empty()) {
     const ModelConfig m = load_model_config(a.model_dir);
     rc = config::resolve(a.flags, detected, m);
-    shapes = startup::model_linear_shapes(m);
+    const auto model_shapes = startup::model_linear_shapes(m);
+    shapes.insert(shapes.begin(), model_shapes.begin(), model_shapes.end());
   } else {
-    for (const auto& text : a.linear_shapes) shapes.push_back(kernels::cpu::parse_linear_shape(text));
     if (shapes.empty()) return std::nullopt;
     rc = config::resolve(a.flags, detected, dims_from(a));
     rc.linear = kernels::cpu::linear_rows_for(rc.max_running_requests, config::kDefaultMaxNumBatchedTokens, rc.linear);
@@ -244,7 +249,8 @@ void add_doctor_command(CLI::App& app) {
   cmd->add_option("--head-dim", args->dims.head_dim, "Head dimension");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_option("--linear-shape", args->linear_shapes,
-                  "Without MODEL_DIR: a CPU linear weight shape OUTxIN:DTYPE to select kernels for (repeatable)");
+                  "A CPU linear weight shape OUTxIN:TYPE (F32, BF16, Q4_K, ...) to select kernels for, beside "
+                  "MODEL_DIR's (repeatable)");
   config::add_attention_flags(*cmd, args->flags);
   cmd->add_option("--dp-size", args->dp_size, "Data-parallel ranks: select per rank, on its device as serve binds it (1)");
   cmd->add_option("--base-gpu-id", args->flags.dp.base_gpu_id, "CUDA: the GPU of DP rank 0");

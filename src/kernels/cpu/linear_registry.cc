@@ -35,7 +35,12 @@ void add_features(std::vector<std::string>& reasons, const CpuInfo& cpu, std::in
 }
 
 void add_bf16_only(std::vector<std::string>& reasons, const LinearShape& shape) {
-  if (shape.dtype != DType::kBF16) reasons.push_back(fmt::format("serves bf16 weights only (weight is {})", dtype_name(shape.dtype)));
+  if (shape.quant || shape.dtype != DType::kBF16)
+    reasons.push_back(fmt::format("serves bf16 weights only (weight is {})", shape.type_name()));
+}
+
+void add_plain_only(std::vector<std::string>& reasons, const LinearShape& shape) {
+  if (shape.quant) reasons.push_back(fmt::format("serves F32 / BF16 weights only (weight is {})", shape.type_name()));
 }
 
 void add_bf16_activations(std::vector<std::string>& reasons, const LinearOptions& options) {
@@ -50,7 +55,11 @@ ReasonsFn needs(std::initializer_list<std::string_view> features, bool bf16_weig
   return [f, bf16_weights, bf16_activations](const CpuInfo& cpu, const LinearShape& shape, const LinearOptions& o) {
     std::vector<std::string> reasons;
     for (std::string_view n : f) add_features(reasons, cpu, {n});
-    if (bf16_weights) add_bf16_only(reasons, shape);
+    if (bf16_weights) {
+      add_bf16_only(reasons, shape);
+    } else {
+      add_plain_only(reasons, shape);
+    }
     if (bf16_activations) add_bf16_activations(reasons, o);
     return reasons;
   };
@@ -127,11 +136,27 @@ class RowTableLinear final : public LinearKernel {
 
 }  // namespace
 
-std::string LinearShape::to_string() const {
-  return fmt::format("{}x{}:{}", out_features, in_features, dtype_name(dtype));
+std::string LinearShape::type_name() const {
+  return quant ? std::string(quant_type_name(*quant)) : std::string(dtype_name(dtype));
 }
 
-LinearShape linear_shape_of(const LinearWeight& w) { return {w.out_features, w.in_features, w.dtype}; }
+std::string LinearShape::to_string() const { return fmt::format("{}x{}:{}", out_features, in_features, type_name()); }
+
+LinearShape linear_shape_of(const LinearWeight& w) {
+  if (w.quantized()) return {w.out_features, w.in_features, DType::kF32, w.quant->type};
+  return {w.out_features, w.in_features, w.dtype, std::nullopt};
+}
+
+namespace {
+
+std::optional<QuantType> parse_quant_type(std::string_view text) {
+  for (QuantType t : quant_types()) {
+    if (quant_type_name(t) == text) return t;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 LinearShape parse_linear_shape(std::string_view text) {
   const size_t x = text.find('x'), colon = text.find(':');
@@ -145,10 +170,13 @@ LinearShape parse_linear_shape(std::string_view text) {
     s.in_features = std::strtoll(in.c_str(), &end, 10);
     ok = ok && !in.empty() && *end == '\0' && s.out_features > 0 && s.in_features > 0;
     const auto dtype = parse_dtype(text.substr(colon + 1));
-    ok = ok && dtype.has_value() && (*dtype == DType::kF32 || *dtype == DType::kBF16);
-    if (ok) s.dtype = *dtype;
+    s.quant = parse_quant_type(text.substr(colon + 1));
+    ok = ok && (s.quant || (dtype.has_value() && (*dtype == DType::kF32 || *dtype == DType::kBF16)));
+    if (ok && !s.quant) s.dtype = *dtype;
+    if (ok && s.quant) s.dtype = DType::kF32;
   }
-  SPINDLE_CHECK(ok, "linear shape '{}' is not OUTxIN:DTYPE (positive sizes, F32 or BF16)", text);
+  SPINDLE_CHECK(ok, "linear shape '{}' is not OUTxIN:TYPE (positive sizes; F32, BF16 or a quantized type such as Q4_K)",
+                text);
   return s;
 }
 
@@ -193,16 +221,41 @@ void register_cpu_linear_kernels(LinearRegistry& r) {
                      needs({"avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"}, true, true),
                      [](const LinearWeight& w) { return make_amx_linear(w, true); }});
   r.register_kernel({"onednn_f32", "oneDNN f32 matmul (bf16 weights widened block by block)", false, false, 0, 40,
-                     [](const CpuInfo&, const LinearShape&, const LinearOptions&) { return std::vector<std::string>{}; },
-                     [](const LinearWeight& w) { return make_onednn_linear(w, false); }});
+                     needs({}, false, false), [](const LinearWeight& w) { return make_onednn_linear(w, false); }});
   r.register_kernel({"onednn_bf16", "oneDNN bf16 matmul, x rounded to bf16", true, false, 5, 50, onednn_bf16_reasons,
                      [](const LinearWeight& w) { return make_onednn_linear(w, true); }});
+}
+
+// The int8 kernels (quant_linear.h): every QuantType on each ISA; rows computed alike whatever m
+// (amx_int8 computes avx512_vnni's integers and f32 epilogue).
+void register_quant_kernels(LinearRegistry& r) {
+  struct Entry {
+    const char* name;
+    QuantKernelIsa isa;
+    int decode_priority, prefill_priority;
+  };
+  for (const Entry& e : {Entry{"int8_avx2", QuantKernelIsa::kAvx2, 20, 20},
+                         Entry{"int8_avx_vnni", QuantKernelIsa::kAvxVnni, 30, 30},
+                         Entry{"int8_avx512_vnni", QuantKernelIsa::kAvx512Vnni, 40, 40},
+                         Entry{"amx_int8", QuantKernelIsa::kAmxInt8, 10, 50}}) {
+    const QuantKernelIsa isa = e.isa;
+    r.register_kernel({e.name, fmt::format("int8 dot products of per-block quantized x ({})", quant_kernel_isa_name(isa)),
+                       false, true, e.decode_priority, e.prefill_priority,
+                       [isa](const CpuInfo& cpu, const LinearShape& shape, const LinearOptions&) {
+                         std::vector<std::string> reasons = quant_linear_unsupported_reasons(isa, cpu);
+                         if (!shape.quant)
+                           reasons.push_back(fmt::format("serves quantized weights only (weight is {})", shape.type_name()));
+                         return reasons;
+                       },
+                       [isa](const LinearWeight& w) { return make_quant_linear_kernel(w, isa); }});
+  }
 }
 
 LinearRegistry& linear_registry() {
   static LinearRegistry registry = [] {
     LinearRegistry r;
     register_cpu_linear_kernels(r);
+    register_quant_kernels(r);
     return r;
   }();
   return registry;
@@ -215,7 +268,7 @@ std::vector<std::string> linear_unsupported_reasons(const LinearKernelDescriptor
 
 std::unique_ptr<LinearKernel> create_linear_kernel(std::string_view name, const LinearWeight& weight,
                                                    const LinearOptions& options, const LinearRegistry& registry) {
-  check_linear_weight(weight);
+  if (!weight.quantized()) check_linear_weight(weight);
   const LinearKernelDescriptor& d = registry.get(name);
   const auto reasons = linear_unsupported_reasons(d, linear_shape_of(weight), options);
   SPINDLE_CHECK(reasons.empty(), "linear kernel '{}' unavailable for {}: {}", name, linear_shape_of(weight).to_string(),
@@ -247,7 +300,7 @@ std::unique_ptr<LinearKernel> make_row_table_linear(const LinearWeight& weight, 
     if (!k) k = create_linear_kernel(c.kernel, weight, options, registry);
     min_rows.push_back(c.min_rows);
     kernels.push_back(k);
-    parts.push_back(fmt::format("{}:{}", c.kernel, c.min_rows));
+    parts.push_back(fmt::format("{}:{}", k->name(), c.min_rows));
   }
   return std::make_unique<RowTableLinear>(std::move(min_rows), std::move(kernels), fmt::format("{}", fmt::join(parts, ",")));
 }
@@ -270,12 +323,8 @@ std::string best_by_priority(const LinearShape& shape, const LinearOptions& opti
 
 }  // namespace
 
-// quant_linear_kernel.cc
-std::unique_ptr<LinearKernel> make_default_quant_linear_kernel(const LinearWeight& weight);
-
 std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options) {
-  if (weight.quantized()) return make_default_quant_linear_kernel(weight);
-  check_linear_weight(weight);
+  if (!weight.quantized()) check_linear_weight(weight);
   const LinearShape shape = linear_shape_of(weight);
   const std::string decode = best_by_priority(shape, options, true);
   const std::string prefill = best_by_priority(shape, options, false);
@@ -302,7 +351,7 @@ std::string linear_kernel_unsupported_reason(std::string_view name, const Linear
 
 std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, const LinearWeight& weight,
                                                        const LinearOptions& options) {
-  check_linear_weight(weight);
+  if (!weight.quantized() || name == "reference") check_linear_weight(weight);
   if (name == "reference") return make_reference_linear_kernel(weight);
   LinearOptions named = options;
   named.allow_bf16_activations = true;  // a kernel named by the caller may round x to bf16

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,12 +20,15 @@ struct CpuInfo;
 
 namespace spindle::kernels::cpu {
 
-// The shape class of a weight: what validation and timing depend on (the bytes do not).
+// The shape class of a weight: what validation and timing depend on (the bytes do not). A
+// quantized weight (GGUF block type, repacked: quant_linear.h) has `quant` set; dtype is then unused.
 struct LinearShape {
   int64_t out_features = 0;
   int64_t in_features = 0;
   DType dtype = DType::kBF16;
-  std::string to_string() const;  // "2048x8192:BF16" (out x in : dtype)
+  std::optional<QuantType> quant;
+  std::string type_name() const;  // "BF16", "F32", "Q4_K", ...
+  std::string to_string() const;   // "2048x8192:BF16" (out x in : type)
   auto operator<=>(const LinearShape&) const = default;
 };
 LinearShape linear_shape_of(const LinearWeight& weight);
@@ -64,7 +68,9 @@ class LinearRegistry {
   std::vector<LinearKernelDescriptor> descriptors_;
 };
 
-// The process-wide registry: avx2, avx512, avx512_bf16, amx, amx_bf16, onednn_f32, onednn_bf16.
+// The process-wide registry: avx2, avx512, avx512_bf16, amx, amx_bf16, onednn_f32, onednn_bf16
+// (F32 / BF16 weights), and the int8 kernels of quant_linear.h (quantized weights, every
+// QuantType): int8_avx2, int8_avx_vnni, int8_avx512_vnni, amx_int8.
 LinearRegistry& linear_registry();
 // Registers them into `registry` (tests build their own registries with extra kernels).
 void register_cpu_linear_kernels(LinearRegistry& registry);

@@ -7,8 +7,12 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <cstring>
 #include <random>
+#include <span>
 
+#include "gguf/dequantize.h"
+#include "util/error.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
 
@@ -24,8 +28,9 @@ double LinearShapeReport::seconds_at(int64_t rows) const {
 nlohmann::json to_json(const LinearShapeReport& r) {
   nlohmann::json seconds = nlohmann::json::array();
   for (const auto& [rows, s] : r.seconds) seconds.push_back({rows, s});
-  return {{"shape", r.shape},       {"passed", r.passed},   {"max_error", r.max_error},
-          {"tolerance", r.tolerance}, {"seconds", seconds}, {"error", r.error}};
+  return {{"shape", r.shape},         {"passed", r.passed},   {"max_error", r.max_error},
+          {"tolerance", r.tolerance},   {"seconds", seconds}, {"error", r.error},
+          {"end_to_end_error", r.end_to_end_error}};
 }
 
 LinearShapeReport linear_shape_report_from_json(const nlohmann::json& j) {
@@ -37,6 +42,7 @@ LinearShapeReport linear_shape_report_from_json(const nlohmann::json& j) {
   r.tolerance = j.at("tolerance").get<double>();
   for (const auto& p : j.at("seconds")) r.seconds.emplace_back(p.at(0).get<int64_t>(), p.at(1).get<double>());
   r.error = j.at("error").get<std::string>();
+  r.end_to_end_error = j.value("end_to_end_error", 0.0);
   return r;
 }
 
@@ -55,21 +61,89 @@ LinearCheckReport linear_check_report_from_json(const nlohmann::json& j) {
 
 namespace {
 
-// Random weights of one shape in its dtype (bf16 bits or f32), and a bias.
+gguf::GgmlType ggml_type_of(QuantType type) {
+  switch (type) {
+    case QuantType::kQ8_0: return gguf::GgmlType::kQ8_0;
+    case QuantType::kQ4_0: return gguf::GgmlType::kQ4_0;
+    case QuantType::kQ5_0: return gguf::GgmlType::kQ5_0;
+    case QuantType::kQ5_1: return gguf::GgmlType::kQ5_1;
+    case QuantType::kQ4_K: return gguf::GgmlType::kQ4_K;
+    case QuantType::kQ5_K: return gguf::GgmlType::kQ5_K;
+    case QuantType::kQ6_K: return gguf::GgmlType::kQ6_K;
+    default: break;
+  }
+  SPINDLE_FAIL("linear check: no GGUF type for {}", quant_type_name(type));
+}
+
+// Byte offsets of the fp16 scales (d, and dmin / m) in one GGUF block of the type (ggml_blocks.h).
+std::vector<int64_t> fp16_offsets(QuantType type) {
+  switch (type) {
+    case QuantType::kQ8_0:
+    case QuantType::kQ4_0:
+    case QuantType::kQ5_0: return {0};
+    case QuantType::kQ5_1:
+    case QuantType::kQ4_K:
+    case QuantType::kQ5_K: return {0, 2};
+    case QuantType::kQ6_K: return {208};
+    default: break;
+  }
+  SPINDLE_FAIL("linear check: no random block recipe for {}", quant_type_name(type));
+}
+
+// Random weights of one shape: plain (bf16 bits or f32 uniform in [-1, 1]) or GGUF blocks of
+// random bytes with fp16 scales in [2^-7, 2^-1) (repacked as the loader repacks), and a bias.
 struct RandomWeight {
   std::vector<uint16_t> w16;
   std::vector<float> w32, bias;
+  std::vector<uint8_t> file;  // quantized: the GGUF rows
+  PackedQuantWeight packed;
   LinearWeight weight;
-  double at(int64_t index) const {
-    return weight.dtype == DType::kF32 ? double{w32[index]} : double{bf16_bits_to_float(w16[index])};
+
+  // Row j of W as doubles (quantized: dequantized by gguf::dequantize_row, the format's definition,
+  // each element exact or rounded once to f32).
+  std::vector<double> row(int64_t j) const {
+    const int64_t k = weight.in_features;
+    std::vector<double> out(static_cast<size_t>(k));
+    if (weight.quantized()) {
+      const int64_t row_bytes = k / quant_file_block_elements(packed.type) * quant_file_block_bytes(packed.type);
+      std::vector<float> f(static_cast<size_t>(k));
+      gguf::dequantize_row(ggml_type_of(packed.type),
+                           std::as_bytes(std::span(file.data() + j * row_bytes, size_t(row_bytes))), f);
+      for (int64_t t = 0; t < k; ++t) out[t] = f[t];
+    } else if (weight.dtype == DType::kF32) {
+      for (int64_t t = 0; t < k; ++t) out[t] = w32[j * k + t];
+    } else {
+      for (int64_t t = 0; t < k; ++t) out[t] = bf16_bits_to_float(w16[j * k + t]);
+    }
+    return out;
   }
 };
+
+void fill_quantized(const LinearShape& s, std::mt19937& rng, RandomWeight& r) {
+  const QuantType type = *s.quant;
+  const int64_t block = quant_file_block_bytes(type), per_row = s.in_features / quant_file_block_elements(type);
+  SPINDLE_CHECK(s.in_features % quant_file_block_elements(type) == 0, "linear check: {} rows of {} are not whole blocks",
+                quant_type_name(type), s.in_features);
+  r.file.resize(size_t(s.out_features * per_row * block));
+  for (auto& b : r.file) b = static_cast<uint8_t>(rng());
+  const auto offsets = fp16_offsets(type);
+  for (size_t b0 = 0; b0 < r.file.size(); b0 += size_t(block)) {
+    for (int64_t o : offsets) {
+      const uint16_t bits = float_to_fp16_bits(std::ldexp(1.0f + float(rng() % 1024) / 1024, -7 + int(rng() % 6)));
+      std::memcpy(&r.file[b0 + size_t(o)], &bits, 2);
+    }
+  }
+  r.packed = repack_quant_weight(type, r.file.data(), int64_t(r.file.size()), s.out_features, s.in_features);
+  r.weight = LinearWeight::from_quant(r.packed);
+}
 
 RandomWeight make_weight(const LinearShape& s, std::mt19937& rng) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   RandomWeight r;
   const int64_t n = s.out_features * s.in_features;
-  if (s.dtype == DType::kF32) {
+  if (s.quant) {
+    fill_quantized(s, rng, r);
+  } else if (s.dtype == DType::kF32) {
     r.w32.resize(size_t(n));
     for (auto& v : r.w32) v = uni(rng);
   } else {
@@ -78,8 +152,10 @@ RandomWeight make_weight(const LinearShape& s, std::mt19937& rng) {
   }
   r.bias.resize(size_t(s.out_features));
   for (auto& v : r.bias) v = uni(rng);
-  r.weight = {s.dtype == DType::kF32 ? static_cast<const void*>(r.w32.data()) : r.w16.data(), s.dtype, s.out_features,
-              s.in_features};
+  if (!s.quant) {
+    r.weight = {s.dtype == DType::kF32 ? static_cast<const void*>(r.w32.data()) : r.w16.data(), s.dtype,
+                s.out_features, s.in_features};
+  }
   return r;
 }
 
@@ -90,10 +166,11 @@ double max_error(const RandomWeight& w, const std::vector<float>& x_ref, int64_t
   double worst = 0;
   for (int64_t j = 0; j < n; ++j) {
     if (j % stride != 0 && j < n - 64) continue;
+    const std::vector<double> wr = w.row(j);
     for (int64_t i = 0; i < m; ++i) {
       double acc = w.bias[j], mag = std::fabs(double{w.bias[j]});
       for (int64_t t = 0; t < k; ++t) {
-        const double term = double{x_ref[i * k + t]} * w.at(j * k + t);
+        const double term = double{x_ref[i * k + t]} * wr[t];
         acc += term;
         mag += std::fabs(term);
       }
@@ -105,19 +182,34 @@ double max_error(const RandomWeight& w, const std::vector<float>& x_ref, int64_t
   return worst;
 }
 
-double check_shape(LinearKernel& kernel, const RandomWeight& w, bool rounds_x, std::mt19937& rng) {
+// The activations the kernel multiplies: x itself, x rounded to bf16, or x quantized per block of
+// 32 exactly as quantize_activations rounds it (q * dx).
+std::vector<float> reference_activations(const std::vector<float>& x, int64_t m, int64_t k, bool rounds_x, bool quantized) {
+  std::vector<float> r = x;
+  if (quantized) {
+    QuantizedActivations qa;
+    quantize_activations(x.data(), m, k, qa);
+    for (int64_t e = 0; e < m * k; ++e) r[e] = qa.scale[size_t(e / kQuantBlock)] * float(qa.q[size_t(e)]);
+  } else if (rounds_x) {
+    for (auto& v : r) v = bf16_bits_to_float(float_to_bf16_bits(v));
+  }
+  return r;
+}
+
+// Max error ratio of the kernel over kCheckRows rows; `end_to_end`: the int8 kernels' ratio against
+// the unquantized activations.
+double check_shape(LinearKernel& kernel, const RandomWeight& w, bool rounds_x, std::mt19937& rng, double& end_to_end) {
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   double worst = 0;
   for (const int64_t m : kCheckRows) {
     std::vector<float> x(size_t(m * w.weight.in_features));
     for (auto& v : x) v = uni(rng);
-    std::vector<float> x_ref = x;
-    if (rounds_x) {
-      for (auto& v : x_ref) v = bf16_bits_to_float(float_to_bf16_bits(v));
-    }
+    const bool quantized = w.weight.quantized();
+    const std::vector<float> x_ref = reference_activations(x, m, w.weight.in_features, rounds_x, quantized);
     std::vector<float> y(size_t(m * w.weight.out_features), std::numeric_limits<float>::quiet_NaN());
     kernel.forward(x.data(), m, y.data(), &ThreadPool::global(), w.bias.data());
     worst = std::max(worst, max_error(w, x_ref, m, y));
+    if (quantized) end_to_end = std::max(end_to_end, max_error(w, x, m, y));
   }
   return worst;
 }
@@ -153,7 +245,9 @@ constexpr int64_t kTimedMacs = int64_t{1} << 32;
 double time_shape_rows(const LinearCheckRequest& request, const RandomWeight& w, LinearKernel& kernel, int64_t rows) {
   const int64_t out = w.weight.out_features, in = w.weight.in_features;
   const int64_t part = std::max<int64_t>(64, kTimedMacs / (in * rows) / 64 * 64);
-  if (rows <= kLinearDecodeMaxRows || part >= out) return time_rows(kernel, w.weight, w.bias.data(), rows);
+  if (rows <= kLinearDecodeMaxRows || part >= out || w.weight.quantized()) {
+    return time_rows(kernel, w.weight, w.bias.data(), rows);
+  }
   LinearWeight leading = w.weight;
   leading.out_features = part;
   LinearOptions options;
@@ -171,7 +265,8 @@ LinearShapeReport check_one_shape(const LinearCheckRequest& request, const Linea
     LinearOptions options;
     options.allow_bf16_activations = request.allow_bf16_activations;
     auto kernel = create_linear_kernel(request.kernel, w.weight, options);
-    report.max_error = check_shape(*kernel, w, d.rounds_activations_to_bf16, rng);
+    if (shape.quant) report.tolerance = quant_check_tolerance(shape.in_features);
+    report.max_error = check_shape(*kernel, w, d.rounds_activations_to_bf16, rng, report.end_to_end_error);
     report.passed = report.max_error <= report.tolerance;
     if (report.passed) {
       for (const int64_t rows : request.timing_rows) {

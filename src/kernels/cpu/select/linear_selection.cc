@@ -118,8 +118,9 @@ std::vector<LinearKernelRow> validated_rows(const CpuInfo& cpu, const std::vecto
 bool passed(const LinearKernelRow& r) { return r.outcome && r.outcome->status == LinearCheckStatus::kPass; }
 
 // The winner among `shape`'s passed rows for `rows` rows (decode or prefill class), or null.
+// `keep` (the previous decode row count's winner) counts kLinearKeepFraction faster than timed.
 LinearKernelRow* choose(std::vector<LinearKernelRow>& all, const LinearShape& shape, const std::string& flag,
-                        int64_t rows, bool decode, const LinearRegistry& registry) {
+                        int64_t rows, bool decode, const LinearRegistry& registry, const std::string& keep = "") {
   LinearKernelRow* best = nullptr;
   double best_s = 0;
   int best_p = 0;
@@ -128,7 +129,7 @@ LinearKernelRow* choose(std::vector<LinearKernelRow>& all, const LinearShape& sh
     const LinearKernelDescriptor& d = registry.get(r.kernel);
     if (decode && !d.row_independent) continue;  // see LinearKernelDescriptor::row_independent
     const int p = decode ? d.decode_priority : d.prefill_priority;
-    const double s = r.outcome->report.seconds_at(rows);
+    const double s = r.outcome->report.seconds_at(rows) * (r.kernel == keep ? 1 - kLinearKeepFraction : 1.0);
     bool better = best == nullptr;
     if (!better && s > 0 && best_s > 0) {
       better = s < best_s * (1 - kLinearTieFraction) || (s <= best_s * (1 + kLinearTieFraction) && p > best_p);
@@ -158,7 +159,8 @@ LinearShapeChoice choose_for_shape(std::vector<LinearKernelRow>& all, const Line
                                    const LinearSelectionOptions& o, const LinearRegistry& registry) {
   LinearShapeChoice c{shape, {}};
   auto pick = [&](const std::string& flag, int64_t rows, bool decode) -> std::string {
-    LinearKernelRow* r = choose(all, shape, flag, rows, decode, registry);
+    const std::string keep = decode && !c.table.empty() ? c.table.back().kernel : "";
+    LinearKernelRow* r = choose(all, shape, flag, rows, decode, registry, keep);
     SPINDLE_CHECK(flag == "auto" || r != nullptr, "linear kernel '{}' ({} rows) cannot run {}: {}", flag,
                   decode ? "decode" : "prefill", shape.to_string(), explicit_failure(all, shape, flag));
     SPINDLE_CHECK(r != nullptr, "no linear kernel passed validation for {} on this CPU", shape.to_string());

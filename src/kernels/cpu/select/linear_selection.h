@@ -5,8 +5,10 @@
 //     crash (SIGILL), a hang or a wrong answer rejects it; the parent survives.
 //  2. Policy `benchmark`: each validated kernel is timed at every decode row count
 //     (LinearSelectionOptions::decode_rows) and at the prefill row count; at each, the fastest
-//     wins (within kLinearTieFraction, priority breaks the tie). Policy `priority`: no timing, the
-//     highest decode / prefill priority wins.
+//     wins (within kLinearTieFraction, priority breaks the tie; at a decode row count the previous
+//     count's winner stays unless another is kLinearKeepFraction faster, so timing noise on a busy
+//     machine does not make the table switch kernels back and forth). Policy `priority`: no
+//     timing, the highest decode / prefill priority wins.
 //  3. The outcome per shape is a row table (make_row_table_linear): the decode rows' choices from
 //     their row counts up (a count between two measured ones takes the lower one's kernel), the
 //     prefill choice above the largest decode row count. A speculative verify chooses by its number
@@ -37,6 +39,9 @@ struct CpuInfo;
 namespace spindle::kernels::cpu {
 
 inline constexpr double kLinearTieFraction = 0.03;
+// On the 2-core dev VM at load 16 the same product's time varied by 10-40% between row counts
+// (bench/results/2026-12-07-linear-registry-devvm-zen4, run 1).
+inline constexpr double kLinearKeepFraction = 0.10;
 
 enum class LinearPolicy { kBenchmark, kPriority };
 LinearPolicy parse_linear_policy(std::string_view name);  // throws naming benchmark, priority
