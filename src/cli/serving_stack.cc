@@ -153,7 +153,9 @@ void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r
   r.selection = startup::select_attention(r.resolved, r.device);
   if (!on_cuda) {
     r.linear = std::make_shared<startup::LinearKernelChooser>(r.resolved, r.device);
-    r.linear->select(startup::model_linear_shapes(s.model_config));
+    // A safetensors checkpoint's shapes are known from config.json: one round of children for all.
+    // A GGUF file's types vary per tensor (Q4_K_M: Q4_K, Q6_K, ...): its shapes are selected as placed.
+    if (!is_gguf_path(s.model_dir)) r.linear->select(startup::model_linear_shapes(s.model_config));
   }
   LoadOptions load_options;
   load_options.device = r.resolved.device;
