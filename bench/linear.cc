@@ -5,8 +5,8 @@
 //       (>= 512 MiB together) that a sweep over them reads from memory, not from cache, as a real
 //       forward over all layers does.
 //   rows sweep: every kernel over m = 1 .. 256 on one shape, weights from memory, as GB/s of W and
-//       % of the read bandwidth, with the fastest per m: where kLinearDirectMaxRows and
-//       kLinearAmxMinRows (the "auto" policy) come from.
+//       % of the read bandwidth, with the fastest per m (a server measures this per shape at start:
+//       kernels/cpu/select; "auto" here is make_linear_kernel's unmeasured priority choice).
 //   shapes sweep (--shapes-only runs it alone): every 1B shape at m = 1, 2, 4, 8, 16, 32, 64 for
 //       the direct kernels and "auto" (exact, and with bf16 activations): GB/s of W, % of the read
 //       bandwidth, GFLOP/s, and which kernel "auto" ran at that m.
@@ -44,6 +44,18 @@ using namespace spindle;
 using namespace spindle::kernels::cpu;
 using spindle::bench::best_time;
 using spindle::bench::memory_read_gbps;
+
+namespace {
+
+// "auto": the registry's priority choice (make_linear_kernel); else the named kernel.
+std::unique_ptr<spindle::kernels::cpu::LinearKernel> make_bench_kernel(const std::string& name,
+                                                                       const spindle::kernels::cpu::LinearWeight& w,
+                                                                       const spindle::kernels::cpu::LinearOptions& o = {}) {
+  if (name == "auto") return spindle::kernels::cpu::make_linear_kernel(w, o);
+  return spindle::kernels::cpu::make_named_linear_kernel(name, w, o);
+}
+
+}  // namespace
 
 namespace {
 
@@ -137,7 +149,7 @@ void small_m_sweep(ThreadPool& pool, double mem_gbps, bool cpu_time, const std::
     for (size_t i = 0; i < shapes.size(); ++i) {
       const Shape& s = shapes[i];
       weights.push_back(bf16_weights(size_t(s.out) * s.in, unsigned(i + 1)));
-      kernels.push_back(make_named_linear_kernel(kernel, {weights.back().data(), DType::kBF16, s.out, s.in}));
+      kernels.push_back(make_bench_kernel(kernel, {weights.back().data(), DType::kBF16, s.out, s.in}));
       bytes += size_t(s.out) * s.in * 2;
       macs_per_row += double(s.out) * s.in;
     }
@@ -193,7 +205,11 @@ int main(int argc, char** argv) {
     for (CLI::Option* b : modes)
       if (a != b) a->excludes(b);
   app.add_option("kernel", small_m_kernel, "With --small-m(-cpu): the kernel instead of auto")
-      ->check(CLI::IsMember(linear_kernel_names()));  // "auto" among them
+      ->check(CLI::IsMember([] {
+        auto names = linear_kernel_names();
+        names.push_back("auto");
+        return names;
+      }()));
   bench::parse_or_exit(app, argc, argv);
   const bool small_m = small_m_cpu || small_m_wall;
   if (small_m_kernel != "auto" && !small_m) {
@@ -248,7 +264,7 @@ int main(int argc, char** argv) {
       for (const Row& row : rows) {
         std::vector<std::unique_ptr<LinearKernel>> kernels;
         for (auto& w : weights)
-          kernels.push_back(make_named_linear_kernel(row.name, {w.data(), DType::kBF16, s.out, s.in}, row.options));
+          kernels.push_back(make_bench_kernel(row.name, {w.data(), DType::kBF16, s.out, s.in}, row.options));
         std::printf("    %-18s", row.label.c_str());
         for (int64_t m : ms) {
           const double t = best_time(2, [&] {
@@ -257,21 +273,7 @@ int main(int argc, char** argv) {
           const double gbps = double(bytes) * copies / t / 1e9;
           const double gflops = 2.0 * m * double(elems) * copies / t / 1e9;
           std::string ran;
-          if (row.name == "auto") {
-            // The policy's pick at this m (linear.h): the direct kernel's halves, else oneDNN.
-            const std::string full = kernels[0]->name();  // auto(direct,large)
-            const size_t open = full.find('('), comma = full.find(','), plus = full.find('+');
-            if (m > kLinearDirectMaxRows)
-              ran = full.substr(comma + 1, full.size() - comma - 2);
-            else if (plus != std::string::npos && plus < comma) {
-              const std::string large = full.substr(plus + 1, comma - plus - 1);
-              const int64_t min_rows = large == "avx512_bf16" ? linear_bf16_dot_min_rows()
-                                       : large == "amx_bf16"  ? linear_amx_bf16_min_rows()
-                                                              : kLinearAmxMinRows;
-              ran = m < min_rows ? full.substr(open + 1, plus - open - 1) : large;
-            } else
-              ran = full.substr(open + 1, comma - open - 1);
-          }
+          if (row.name == "auto") ran = kernels[0]->name();  // the row table "kernel:min_rows,..."
           std::printf(" m=%-2lld %6.1f GB/s (%3.0f%%) %7.1f GF%s", (long long)m, gbps, 100 * gbps / mem_gbps, gflops,
                       ran.empty() ? "" : (" [" + ran + "]").c_str());
         }
@@ -316,8 +318,8 @@ int main(int argc, char** argv) {
 
   // The policy's evidence: every kernel over m (gate/up shape, bf16, weights streamed from memory),
   // as GB/s of W read per product and % of the read bandwidth (a product at the bandwidth bound
-  // reads W once at the memory's rate, whatever m). "auto" is the policy (kLinearDirectMaxRows,
-  // kLinearAmxMinRows); "fastest" names the best named kernel at each m.
+  // reads W once at the memory's rate, whatever m). "fastest" names the best named kernel at each m
+  // (what kernels/cpu/select measures per shape at a server's start).
   if (!prefill_only) {
     const Shape s = kShapes[2];
     const size_t elems = size_t(s.out) * s.in;
@@ -326,10 +328,8 @@ int main(int argc, char** argv) {
     const int64_t ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128, 256};
     const std::vector<float> x = random_floats(256 * s.in, -1, 1, 7);
     std::vector<float> y(256 * s.out);
-    std::printf("\nrows sweep (%s [%lld x %lld] bf16, %zu copies = %.0f MiB; kLinearDirectMaxRows = %lld, "
-                "kLinearAmxMinRows = %lld): GB/s of W, %% of read bandwidth\n",
-                s.name, (long long)s.out, (long long)s.in, weights.size(), elems * 2.0 * weights.size() / (1 << 20),
-                (long long)kLinearDirectMaxRows, (long long)kLinearAmxMinRows);
+    std::printf("\nrows sweep (%s [%lld x %lld] bf16, %zu copies = %.0f MiB): GB/s of W, %% of read bandwidth\n",
+                s.name, (long long)s.out, (long long)s.in, weights.size(), elems * 2.0 * weights.size() / (1 << 20));
     std::printf("  %-28s", "kernel");
     for (int64_t m : ms) std::printf(" %5s%-3lld", "m=", (long long)m);
     std::printf("\n");
@@ -404,7 +404,7 @@ int main(int argc, char** argv) {
         std::printf("    %-28s unavailable: %s\n", row.name, reason.c_str());
         continue;
       }
-      auto kernel = make_named_linear_kernel(row.name, weight, row.options);
+      auto kernel = make_bench_kernel(row.name, weight, row.options);
       const double t = best_time(2, [&] { kernel->forward(x.data(), m, y.data(), &pool); });
       const double gflops = flops / t / 1e9;
       std::printf("    %-28s %8.1f GFLOP/s  %5.1f%% of oneDNN f32", kernel->name(), gflops, 100 * gflops / ref32);

@@ -9,7 +9,7 @@
 // the highest-priority CPU attention backend usable here, make_linear_kernel's linear kernels,
 // ThreadPool::global() (SPINDLE_NUM_THREADS). --matmul-precision as `spindle serve` has it (default
 // auto: bf16 activations for a bf16 checkpoint, which changes only products of more than
-// kLinearDirectMaxRows rows on a CPU with AMX-BF16 or AVX512-BF16; exact: f32 activations always).
+// kLinearDecodeMaxRows rows on a CPU with AMX-BF16 or AVX512-BF16; exact: f32 activations always).
 //
 // usage: bench_model_forward [--model DIR] [--layers N] [--context 512] [--prompt 512] [--steps 8]
 //                            [--attention-backend NAME] [--matmul-precision auto|exact|bf16]

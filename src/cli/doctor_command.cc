@@ -2,18 +2,22 @@
 // one row per attention backend and phase: available or why not, validation error, speed, chosen.
 // With --dp-size N: the same per data-parallel rank, each selected on its own device as serve binds
 // it (CPU: pinned to the rank's core share, so the validation children time that share; CUDA: the
-// rank's GPU).
+// rank's GPU). On the CPU with MODEL_DIR (or --linear-shape): the linear kernels' table too, per
+// weight shape: available or why not, validation, microseconds per product at each row count, and
+// the row counts each kernel won (kernels/cpu/select).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
 #include "config/server_config.h"
 #include "startup/backend_selection.h"
+#include "startup/linear_selection.h"
 #include "model/model_config.h"
 #include "platform/cpu_topology.h"
 #include "platform/device_info.h"
@@ -25,6 +29,7 @@ namespace {
 
 struct DoctorArgs {
   std::string model_dir;
+  std::vector<std::string> linear_shapes;  // OUTxIN:DTYPE, without a model folder
   config::ModelAttentionDims dims;
   config::ServerConfig flags;
   int dp_size = 1;
@@ -152,6 +157,64 @@ void run_doctor_per_rank(const DoctorArgs& a, const DeviceInfo& detected, config
   }
 }
 
+std::string linear_validation_cell(const kernels::cpu::LinearKernelRow& r) {
+  if (!r.outcome) return r.unsupported_reasons.empty() ? "-" : "";
+  if (r.outcome->status != kernels::cpu::LinearCheckStatus::kPass)
+    return std::string(kernels::cpu::linear_check_status_name(r.outcome->status));
+  if (r.outcome->report.end_to_end_error > 0) {  // int8: and against the unquantized x
+    return fmt::format("pass {:.1e}/{:.0e}", r.outcome->report.max_error, r.outcome->report.end_to_end_error);
+  }
+  return fmt::format("pass {:.1e}", r.outcome->report.max_error);
+}
+
+// One row per kernel and shape: microseconds per product at each measured row count.
+void print_linear_table(const kernels::cpu::LinearSelection& s) {
+  std::vector<int64_t> rows = s.decode_rows;
+  rows.push_back(s.prefill_rows);
+  fmt::print("\nCPU linear kernels{} (validation: max error / sum|x w|, int8: over the same quantized x / over x; us per "
+             "product at each row count; decode rows up to {}, prefill {})\n",
+             s.from_cache ? " (from cache)" : "", s.decode_rows.back(), s.prefill_rows);
+  std::string header = fmt::format("{:<12} {:<18} {:<5} {:<14}", "kernel", "shape", "avail", "validation");
+  for (int64_t r : rows) header += fmt::format(" {:>9}", r);
+  fmt::print("{}  {}\n", header, "chosen at rows / why not");
+  for (const auto& r : s.rows) {
+    std::string line = fmt::format("{:<12} {:<18} {:<5} {:<14}", r.kernel, r.shape.to_string(),
+                                   r.unsupported_reasons.empty() ? "yes" : "no", linear_validation_cell(r));
+    for (int64_t n : rows) {
+      const double sec = r.outcome ? r.outcome->report.seconds_at(n) : 0;
+      line += sec > 0 ? fmt::format(" {:>9.1f}", sec * 1e6) : fmt::format(" {:>9}", "-");
+    }
+    std::string why = fmt::format("{}", fmt::join(r.unsupported_reasons, "; "));
+    if (!r.chosen_rows.empty()) why = fmt::format("* {}", fmt::join(r.chosen_rows, ","));
+    if (r.outcome && r.outcome->status != kernels::cpu::LinearCheckStatus::kPass) why = r.outcome->detail;
+    fmt::print("{}  {}\n", line, why);
+  }
+  for (const std::string& line : startup::describe_linear_choices(s)) fmt::print("Chosen: {}\n", line);
+}
+
+// The linear kernels' selection for MODEL_DIR's weight shapes (or --linear-shape); empty: none asked.
+std::optional<kernels::cpu::LinearSelection> select_linear(const DoctorArgs& a, const DeviceInfo& detected,
+                                                           const DeviceInfo& device) {
+  std::vector<kernels::cpu::LinearShape> shapes;
+  config::ResolvedConfig rc;
+  for (const auto& text : a.linear_shapes) shapes.push_back(kernels::cpu::parse_linear_shape(text));
+  if (!a.model_dir.empty()) {
+    const ModelConfig m = load_model_config(a.model_dir);
+    rc = config::resolve(a.flags, detected, m);
+    const auto model_shapes = startup::model_linear_shapes(m);
+    shapes.insert(shapes.begin(), model_shapes.begin(), model_shapes.end());
+  } else {
+    if (shapes.empty()) return std::nullopt;
+    rc = config::resolve(a.flags, detected, dims_from(a));
+    rc.linear = kernels::cpu::linear_rows_for(rc.max_running_requests, config::kDefaultMaxNumBatchedTokens, rc.linear);
+    rc.linear.linear.allow_bf16_activations = a.flags.matmul_precision != "exact";
+  }
+  if (rc.device != attn::Device::kCpu) return std::nullopt;
+  startup::LinearKernelChooser chooser(rc, device);
+  chooser.select(shapes);
+  return chooser.selection();
+}
+
 void run_doctor(const DoctorArgs& a) {
   const DeviceInfo detected = detect_device_info();
   const config::ResolvedConfig rc = config::resolve(a.flags, detected, dims_from(a));
@@ -162,14 +225,17 @@ void run_doctor(const DoctorArgs& a) {
   }
   const DeviceInfo device = config::bind_worker_device(rc, detected);
   const attn::AttentionSelection s = startup::select_attention(rc, device);
+  const auto linear = select_linear(a, detected, device);
   if (a.json) {
     nlohmann::json j = attn::to_json(s);
     j["shape"] = rc.attention_shape.to_string();
     j["device"] = device_line(rc, device);
+    if (linear) j["linear"] = kernels::cpu::to_json(*linear);
     std::cout << j.dump(2) << std::endl;
     return;
   }
   print_table(rc, device, s);
+  if (linear) print_linear_table(*linear);
 }
 
 }  // namespace
@@ -182,6 +248,9 @@ void add_doctor_command(CLI::App& app) {
   cmd->add_option("--kv-heads", args->dims.num_kv_heads, "KV heads (default: --heads)");
   cmd->add_option("--head-dim", args->dims.head_dim, "Head dimension");
   cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->add_option("--linear-shape", args->linear_shapes,
+                  "A CPU linear weight shape OUTxIN:TYPE (F32, BF16, Q4_K, ...) to select kernels for, beside "
+                  "MODEL_DIR's (repeatable)");
   config::add_attention_flags(*cmd, args->flags);
   cmd->add_option("--dp-size", args->dp_size, "Data-parallel ranks: select per rank, on its device as serve binds it (1)");
   cmd->add_option("--base-gpu-id", args->flags.dp.base_gpu_id, "CUDA: the GPU of DP rank 0");

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   spindle::cli::add_serve_command(app);
   spindle::cli::add_plan_command(app);
   spindle::cli::add_check_attention_command(app, exit_code);
+  spindle::cli::add_check_linear_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

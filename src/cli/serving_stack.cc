@@ -117,18 +117,14 @@ class AffinityGuard {
   std::vector<int> cpus_;
 };
 
-ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPool* pool) {
+// chooser: the measured linear kernels (null on CUDA, where the CPU kernels do not run).
+ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPool* pool,
+                               std::shared_ptr<startup::LinearKernelChooser> chooser) {
   ModelOptions model_options;
   model_options.pool = pool;
   model_options.weights_memory = resolved.weights_memory;
   model_options.quantize_fp8 = resolved.quantize_fp8;
-  if (resolved.bf16_activations) {
-    model_options.make_linear = [](const kernels::cpu::LinearWeight& w) {
-      kernels::cpu::LinearOptions o;
-      o.allow_bf16_activations = true;
-      return kernels::cpu::make_linear_kernel(w, o);
-    };
-  }
+  if (chooser) model_options.make_linear = startup::make_linear_with(std::move(chooser));
   return model_options;
 }
 
@@ -157,11 +153,17 @@ void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r
     r.pool = std::make_unique<ThreadPool>(r.resolved.num_threads);
   }
   r.selection = startup::select_attention(r.resolved, r.device);
+  if (!on_cuda) {
+    r.linear = std::make_shared<startup::LinearKernelChooser>(r.resolved, r.device);
+    // A safetensors checkpoint's shapes are known from config.json: one round of children for all.
+    // A GGUF file's types vary per tensor (Q4_K_M: Q4_K, Q6_K, ...): its shapes are selected as placed.
+    if (!is_gguf_path(s.model_dir)) r.linear->select(startup::model_linear_shapes(s.model_config));
+  }
   LoadOptions load_options;
   load_options.device = r.resolved.device;
   load_options.cuda_device = r.resolved.cuda_device;
   load_options.cuda_16bit_activations = r.resolved.bf16_activations;
-  load_options.cpu = cpu_model_options(r.resolved, r.pool.get());
+  load_options.cpu = cpu_model_options(r.resolved, r.pool.get(), r.linear);
   r.model = load_model(s.model_dir, load_options);
   const attn::AttentionShape shape = r.model->attention_shape(r.resolved.kv_dtype, r.resolved.page_size);
   attn::BackendOptions backend_options;
@@ -181,7 +183,6 @@ void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r
   } else if (spec.algorithm == config::SpecAlgorithm::kNgram) {
     r.ngram = std::make_unique<engine::speculative::NgramProposer>(spec.ngram_min_window, spec.ngram_max_window);
   }
-  (void)on_cuda;
 }
 
 // Plans the KV cache of the ranks sharing one pool (one memory: the host, or one GPU) with

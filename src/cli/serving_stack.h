@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/speculative/ngram_proposer.h"
 #include "startup/draft_model.h"
+#include "startup/linear_selection.h"
 #include "kv/capacity_planner.h"
 #include "kv/page_pool.h"
 #include "engine/runner.h"
@@ -65,6 +66,8 @@ struct ServingRank {
   DeviceInfo device;                // as bound for this rank
   std::optional<CpuShare> cpus;     // CPU with --dp-size > 1: its core share (threads pinned)
   attn::AttentionSelection selection;
+  // CPU: the measured linear kernels (the draft model's shapes are selected as it loads).
+  std::shared_ptr<startup::LinearKernelChooser> linear;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Transformer> model;  // on the CPU, or on the GPU with --device cuda:N
   std::unique_ptr<attn::AttentionBackend> prefill_backend;

@@ -72,6 +72,14 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   r.attention.decode_attention_backend = flags.decode_attention_backend;
   r.attention.policy = attn::parse_policy(flags.attention_backend_policy);
   r.attention.skip_validation = flags.skip_backend_validation;
+  r.linear.decode_kernel = flags.decode_linear_kernel != "auto" ? flags.decode_linear_kernel : flags.linear_kernel;
+  r.linear.prefill_kernel = flags.prefill_linear_kernel != "auto" ? flags.prefill_linear_kernel : flags.linear_kernel;
+  for (const std::string* name : {&r.linear.decode_kernel, &r.linear.prefill_kernel}) {
+    if (*name != "auto") kernels::cpu::linear_registry().get(*name);  // unknown: lists the registered kernels
+  }
+  r.linear.policy = kernels::cpu::parse_linear_policy(
+      flags.linear_kernel_policy == "auto" ? flags.attention_backend_policy : flags.linear_kernel_policy);
+  r.linear.skip_validation = flags.skip_backend_validation;
   r.attention.device = r.device;
 
   SPINDLE_CHECK(flags.matmul_precision == "auto" || flags.matmul_precision == "exact" ||
@@ -129,6 +137,8 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   // auto: activations in the checkpoint's precision, as Hugging Face transformers, vLLM and
   // SGLang compute a bf16 checkpoint; f32 (and f16) checkpoints keep exact f32 products.
   if (flags.matmul_precision == "auto") r.bf16_activations = model.torch_dtype == DType::kBF16;
+  r.linear = kernels::cpu::linear_rows_for(r.max_running_requests, r.kv.max_num_batched_tokens, r.linear);
+  r.linear.linear.allow_bf16_activations = r.bf16_activations;
   return r;
 }
 
@@ -149,6 +159,14 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_option("--attention-backend-policy", f.attention_backend_policy,
                  "How auto chooses: benchmark (fastest validated) or priority")
       ->check(CLI::IsMember({"benchmark", "priority"}));
+  app.add_option("--linear-kernel", f.linear_kernel,
+                 "CPU linear kernel for every product (auto: validated and timed per weight shape and row class; "
+                 "spindle doctor MODEL_DIR lists them)");
+  app.add_option("--decode-linear-kernel", f.decode_linear_kernel, "CPU linear kernel for decode rows (auto)");
+  app.add_option("--prefill-linear-kernel", f.prefill_linear_kernel, "CPU linear kernel for prefill rows (auto)");
+  app.add_option("--linear-kernel-policy", f.linear_kernel_policy,
+                 "How auto chooses linear kernels: benchmark (fastest validated), priority, or auto (as --attention-backend-policy)")
+      ->check(CLI::IsMember({"auto", "benchmark", "priority"}));
   app.add_flag("--skip-backend-validation", f.skip_backend_validation,
                "Trust backends without validating them (experts only)");
   app.add_flag("--no-backend-cache", f.no_backend_cache, "Ignore and do not write the backend selection cache");

@@ -12,6 +12,7 @@
 #include "config/dp_config.h"
 #include "config/kv_config.h"
 #include "config/spec_config.h"
+#include "kernels/cpu/select/linear_selection.h"
 #include "model/model_config.h"
 #include "platform/device_info.h"
 #include "util/mapped_file.h"
@@ -29,6 +30,10 @@ struct ServerConfig {
   std::string prefill_attention_backend = "auto";
   std::string decode_attention_backend = "auto";
   std::string attention_backend_policy = "benchmark";
+  std::string linear_kernel = "auto";          // CPU linear kernel for both row classes
+  std::string decode_linear_kernel = "auto";   // overrides linear_kernel for decode rows
+  std::string prefill_linear_kernel = "auto";  // overrides linear_kernel for prefill rows
+  std::string linear_kernel_policy = "auto";   // auto: --attention-backend-policy's
   bool skip_backend_validation = false;
   bool no_backend_cache = false;
   double backend_validation_timeout_s = 30.0;
@@ -65,6 +70,10 @@ struct ResolvedConfig {
   int num_threads = 1;
   attn::AttentionShape attention_shape;
   attn::AttentionSelectionOptions attention;
+  // The CPU linear kernels' selection (kernels/cpu/select): names, policy, activation precision
+  // (bf16_activations) and the row counts it measures (decode rows up to max_running_requests,
+  // prefill rows up to max_num_batched_tokens: the ModelConfig overload of resolve()).
+  kernels::cpu::LinearSelectionOptions linear;
   double backend_validation_timeout_s = 30.0;
   bool use_backend_cache = true;
   std::filesystem::path backend_cache_dir;

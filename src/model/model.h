@@ -22,10 +22,11 @@ class ThreadPool;
 
 struct ModelOptions {
   ThreadPool* pool = nullptr;  // CPU workers for the linear kernels and ops; null: ThreadPool::global()
-  // Makes the kernel of each projection; empty: kernels::cpu::make_linear_kernel (the fastest
-  // for this machine). Tests pass make_reference_linear_kernel.
-  std::function<std::unique_ptr<kernels::cpu::LinearKernel>(const kernels::cpu::LinearWeight&)>
-      make_linear;
+  // Makes the kernel of each projection; empty: kernels::cpu::make_linear_kernel (the registry's
+  // priority choice, unmeasured). A server passes its measured choice
+  // (startup::LinearKernelChooser); tests pass make_reference_linear_kernel.
+  using MakeLinear = std::function<std::unique_ptr<kernels::cpu::LinearKernel>(const kernels::cpu::LinearWeight&)>;
+  MakeLinear make_linear;
   // RoPE cos/sin positions precomputed at load; 0: max_position_embeddings (capped at 1 << 20).
   // Later positions are computed on the fly with the same arithmetic.
   int64_t rope_table_positions = 0;

@@ -90,6 +90,12 @@ const std::array kDeclarations = {
         false, [](Switches& s, std::string_view t) { s.attn_fault = std::string(t); },
         [](const Switches& s) { return unless(s.attn_fault.empty(), s.attn_fault); }},
     SwitchDeclaration{
+        "SPINDLE_LINEAR_FAULT", SwitchKind::kTest, "none",
+        "name=crash|wrong,...: the named CPU linear kernel raises SIGILL or adds 0.5 to its outputs "
+        "(kernels/cpu/linear_registry.h)",
+        false, [](Switches& s, std::string_view t) { s.linear_fault = std::string(t); },
+        [](const Switches& s) { return unless(s.linear_fault.empty(), s.linear_fault); }},
+    SwitchDeclaration{
         "SPINDLE_SAMPLER_FAULT", SwitchKind::kTest, "none",
         "nan:SEED|throw:SEED: the sampler poisons the row of that seed (engine/sampler.h)", false,
         [](Switches& s, std::string_view t) {
@@ -118,32 +124,6 @@ const std::array kDeclarations = {
         "set to 1 with OMP_WAIT_POLICY=PASSIVE when Spindle re-executes itself (platform/openmp_policy.h)", false,
         [](Switches& s, std::string_view t) { s.openmp_policy_defaulted = t == "1"; },
         [](const Switches& s) { return unless(!s.openmp_policy_defaulted, "1"); }},
-    // kMeasured
-    SwitchDeclaration{
-        "SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", SwitchKind::kMeasured, "9",
-        "bf16-activation products of this many rows and up run amx_bf16 on AMX CPUs; 9 keeps a verify of up "
-        "to 8 rows f32-exact, the served A/B at 2 gave no clear gain (Xeon, merge 176b911); until the linear "
-        "registry measures it",
-        false,
-        [](Switches& s, std::string_view t) {
-          s.linear_amx_bf16_min_rows = parse_integer("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", t, 1, 65);
-        },
-        [](const Switches& s) {
-          return unless(s.linear_amx_bf16_min_rows == kDefaults.linear_amx_bf16_min_rows,
-                        std::to_string(s.linear_amx_bf16_min_rows));
-        }},
-    SwitchDeclaration{
-        "SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", SwitchKind::kMeasured, "1",
-        "bf16-activation products of this many rows and up run avx512_bf16 on AVX512-BF16 CPUs without AMX "
-        "(Zen 4, 7446ef2); until the linear registry measures it",
-        false,
-        [](Switches& s, std::string_view t) {
-          s.linear_bf16_dot_min_rows = parse_integer("SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", t, 1, 65);
-        },
-        [](const Switches& s) {
-          return unless(s.linear_bf16_dot_min_rows == kDefaults.linear_bf16_dot_min_rows,
-                        std::to_string(s.linear_bf16_dot_min_rows));
-        }},
     // kExternal
     SwitchDeclaration{
         "HOME", SwitchKind::kExternal, "unset", "the cache's last fallback, ~/.cache/spindle", false,
@@ -220,9 +200,11 @@ constexpr std::array kFormer = {
                  "measured at start with the chunk size (split_policy.h); 1, the default, from 8d85149 "
                  "(checks-10..13); no variable"},
     FormerSwitch{"SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", SwitchFate::kMeasured,
-                 "declared (kMeasured) until the quantized-CPU issue's linear registry measures it per machine"},
+                 "the linear registry measures each kernel per weight shape and row class at start "
+                 "(kernels/cpu/select, issue 45 item 4); the row thresholds are its table"},
     FormerSwitch{"SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", SwitchFate::kMeasured,
-                 "declared (kMeasured) until the quantized-CPU issue's linear registry measures it per machine"},
+                 "the linear registry measures each kernel per weight shape and row class at start "
+                 "(kernels/cpu/select, issue 45 item 4); the row thresholds are its table"},
     FormerSwitch{"SPINDLE_LINEAR_BF16_LARGE", SwitchFate::kDeleted,
                  "amx_bf16 above 64 rows beat oneDNN's bf16 matmul: 1277 vs 785 tok/s at 16 threads, 1B prefill "
                  "(9fed82e, merge 176b911, bench/results/2026-12-02-xeon-cpu-2); the oneDNN branch on AMX is gone"},

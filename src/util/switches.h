@@ -48,13 +48,11 @@ struct Switches {
   std::string cudnn_library;       // SPINDLE_CUDNN_LIBRARY: the file to dlopen; "" = libcudnn.so.9
   // kTest
   std::string attn_fault;          // SPINDLE_ATTN_FAULT: attn/fault_injection.h's spec; "" = none
+  std::string linear_fault;        // SPINDLE_LINEAR_FAULT: "name=crash|wrong,..." (kernels/cpu/linear_registry.h)
   std::string sampler_fault;       // SPINDLE_SAMPLER_FAULT: "nan:SEED" | "throw:SEED"; "" = none
   std::string cudnn_ragged;        // SPINDLE_CUDNN_RAGGED: "0" padded / "1" packed Q/O; "" = by cuDNN version
   // kInternal
   bool openmp_policy_defaulted = false;  // SPINDLE_OMP_WAIT_POLICY_DEFAULTED=1 (platform/openmp_policy.h)
-  // kMeasured
-  int64_t linear_amx_bf16_min_rows = 9;  // SPINDLE_LINEAR_AMX_BF16_MIN_ROWS (1..65)
-  int64_t linear_bf16_dot_min_rows = 1;  // SPINDLE_LINEAR_BF16_DOT_MIN_ROWS (1..65)
   // Measured, no variable: cuda_flash's start-time measurement sets them on the GPU
   // (kernels/cuda/split_policy.h, attn::BackendDescriptor::measure_machine); tests set them.
   int flash_decode_min_chunk = 64;       // flash decode's smallest split (keys; multiple of 16, 16..1024)

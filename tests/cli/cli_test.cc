@@ -307,6 +307,8 @@ TEST(CliTest, SecondGenerateTakesTheWorkspaceFromTheCache) {
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_THAT(second.err, HasSubstr("cached: measured by an earlier start"));
   EXPECT_THAT(second.err, ::testing::Not(HasSubstr("validating attention backend")));
+  EXPECT_THAT(first.err, HasSubstr("validating linear kernel"));
+  EXPECT_THAT(second.err, ::testing::Not(HasSubstr("validating linear kernel")));
   EXPECT_EQ(first.out, second.out);
   // --no-backend-cache measures again.
   const RunResult third = run_spindle(args + " --no-backend-cache", env);
@@ -346,6 +348,42 @@ TEST(CliTest, DoctorRejectsAnUnknownBackendListingTheNames) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("unknown attention backend 'flash'"));
   EXPECT_THAT(r.err, HasSubstr("cpu_avx2"));
+}
+
+// doctor's CPU linear table (kernels/cpu/select): a row per kernel and shape; a crashing kernel
+// (SPINDLE_LINEAR_FAULT raises SIGILL in its validation child) is rejected while doctor goes on;
+// --linear-kernel puts one kernel in every table; an unknown one lists the registered kernels.
+TEST(CliTest, DoctorShowsTheLinearKernelsAndHonoursTheFlags) {
+  const std::string base =
+      "doctor --heads 8 --head-dim 64 --linear-shape 96x80:F32 --linear-shape 64x48:BF16 --json --no-backend-cache "
+      "--attention-backend-policy priority";
+  const RunResult faulty = run_spindle(base, "SPINDLE_LINEAR_FAULT=onednn_f32=crash");
+  ASSERT_EQ(faulty.exit_code, 0) << faulty.err;
+  const auto j = nlohmann::json::parse(faulty.out)["linear"];
+  EXPECT_EQ(j["choices"].size(), 2u);
+  bool avx2_available = false;
+  for (const auto& row : j["rows"]) {
+    if (row["kernel"] == "onednn_f32") {
+      EXPECT_EQ(row["outcome"]["status"], "crash") << row.dump();
+      EXPECT_THAT(row["outcome"]["detail"].get<std::string>(), HasSubstr("SIGILL"));
+      EXPECT_TRUE(row["chosen_rows"].empty());
+    }
+    if (row["kernel"] == "amx" && row["shape"] == "96x80:F32") {
+      EXPECT_THAT(row["unsupported_reasons"].dump(), HasSubstr("bf16 weights only"));
+    }
+    if (row["kernel"] == "avx2") avx2_available = row["unsupported_reasons"].empty();
+  }
+  const RunResult unknown = run_spindle(base + " --linear-kernel avx1024");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown linear kernel 'avx1024'"));
+  EXPECT_THAT(unknown.err, HasSubstr("onednn_bf16"));
+  if (!avx2_available) GTEST_SKIP() << "this CPU lacks AVX2: the --linear-kernel avx2 half is not run";
+  const RunResult forced = run_spindle(base + " --linear-kernel avx2");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  for (const auto& c : nlohmann::json::parse(forced.out)["linear"]["choices"]) {
+    ASSERT_EQ(c["table"].size(), 1u) << c.dump();
+    EXPECT_EQ(c["table"][0]["kernel"], "avx2");
+  }
 }
 
 }  // namespace

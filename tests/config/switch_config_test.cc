@@ -34,8 +34,7 @@ TEST(SwitchConfigTest, AnEmptyEnvironmentGivesTheDefaults) {
   const config::ResolvedSwitches r = config::resolve(Environment{});
   EXPECT_EQ(r.values.log_level, "info");
   EXPECT_EQ(r.values.num_threads, 0);
-  EXPECT_EQ(r.values.linear_amx_bf16_min_rows, 9);
-  EXPECT_EQ(r.values.linear_bf16_dot_min_rows, 1);
+  EXPECT_TRUE(r.values.linear_fault.empty());
   EXPECT_EQ(r.values.flash_decode_min_chunk, 64);
   EXPECT_EQ(r.values.flash_decode_blocks_per_sm, 1);
   EXPECT_TRUE(r.values.api_key.empty());
@@ -51,8 +50,7 @@ TEST(SwitchConfigTest, DeclaredVariablesAreParsed) {
                            {"SPINDLE_NUM_THREADS", "3"},
                            {"SPINDLE_CACHE_DIR", "/tmp/c"},
                            {"SPINDLE_API_KEY", "k-123"},
-                           {"SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", "2"},
-                           {"SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", "4"},
+                           {"SPINDLE_LINEAR_FAULT", "avx2=crash"},
                            {"SPINDLE_FLASH_DECODE_MIN_CHUNK", "256"},  // measured, not a variable: ignored
                            {"SPINDLE_SAMPLER_FAULT", "nan:7"},
                            {"SPINDLE_OMP_WAIT_POLICY_DEFAULTED", "1"},
@@ -64,8 +62,7 @@ TEST(SwitchConfigTest, DeclaredVariablesAreParsed) {
   EXPECT_EQ(s.num_threads, 3);
   EXPECT_EQ(s.cache_dir, "/tmp/c");
   EXPECT_EQ(s.api_key, "k-123");
-  EXPECT_EQ(s.linear_amx_bf16_min_rows, 2);
-  EXPECT_EQ(s.linear_bf16_dot_min_rows, 4);
+  EXPECT_EQ(s.linear_fault, "avx2=crash");
   EXPECT_EQ(s.flash_decode_min_chunk, 64);
   EXPECT_EQ(s.sampler_fault, "nan:7");
   EXPECT_TRUE(s.openmp_policy_defaulted);
@@ -80,9 +77,6 @@ TEST(SwitchConfigTest, MalformedValuesAreErrorsNamingTheVariable) {
       {"SPINDLE_NUM_THREADS", "-1"},
       {"SPINDLE_NUM_THREADS", "3x"},
       {"SPINDLE_LOG_LEVEL", "loud"},
-      {"SPINDLE_LINEAR_AMX_BF16_MIN_ROWS", "0"},
-      {"SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", "66"},
-      {"SPINDLE_LINEAR_BF16_DOT_MIN_ROWS", ""},
       {"SPINDLE_SAMPLER_FAULT", "oops:1"},
       {"SPINDLE_SAMPLER_FAULT", "nan:x"},
       {"SPINDLE_CUDNN_RAGGED", "yes"},
@@ -120,22 +114,23 @@ TEST(SwitchConfigTest, ChildArgumentsCarryTheValuesButNoSecretAndRoundTrip) {
   Switches s;
   s.api_key = "secret-key";
   s.attn_fault = "cpu_avx2=wrong@1";
-  s.linear_amx_bf16_min_rows = 2;
+  s.linear_fault = "avx2=wrong";
   s.flash_decode_min_chunk = 128;    // measured in each process, no variable: not passed
   s.openmp_policy_defaulted = true;  // internal: the child's own environment says it
   s.home = "/h";                     // external: inherited with the environment
   const std::vector<std::string> args = switch_arguments(s);
   EXPECT_THAT(args, ElementsAre("--switch", "SPINDLE_ATTN_FAULT=cpu_avx2=wrong@1", "--switch",
-                                "SPINDLE_LINEAR_AMX_BF16_MIN_ROWS=2"));
+                                "SPINDLE_LINEAR_FAULT=avx2=wrong"));
   Switches child;
   for (size_t i = 1; i < args.size(); i += 2) apply_switch_argument(child, args[i]);
   EXPECT_EQ(child.attn_fault, s.attn_fault);
-  EXPECT_EQ(child.linear_amx_bf16_min_rows, 2);
+  EXPECT_EQ(child.linear_fault, "avx2=wrong");
   EXPECT_TRUE(child.api_key.empty());
   EXPECT_THAT(error_of([&] { apply_switch_argument(child, "SPINDLE_NOT_A_SWITCH=1"); }),
               HasSubstr("SPINDLE_NOT_A_SWITCH"));
   EXPECT_THAT(error_of([&] { apply_switch_argument(child, "SPINDLE_API_KEY=x"); }), HasSubstr("SPINDLE_API_KEY"));
-  EXPECT_THAT(error_of([&] { apply_switch_argument(child, "SPINDLE_LINEAR_AMX_BF16_MIN_ROWS=0"); }),
+  // A retired switch (measured by the linear registry now) is no switch.
+  EXPECT_THAT(error_of([&] { apply_switch_argument(child, "SPINDLE_LINEAR_AMX_BF16_MIN_ROWS=9"); }),
               HasSubstr("SPINDLE_LINEAR_AMX_BF16_MIN_ROWS"));
 }
 

@@ -2,16 +2,17 @@
 //
 // Tolerances, per output element y[i, j], relative to the magnitude of its terms
 // S = sum_t |x[i, t] * w[j, t]| + |bias[j]|:
-//   f32 accumulation (avx2, avx512, amx, onednn_f32, auto by default): |y - ref| <= 1e-5 * S + 1e-30
+//   f32 accumulation (avx2, avx512, amx, onednn_f32, the priority choice by default): |y - ref| <= 1e-5 * S + 1e-30
 //   bf16 activations (onednn_bf16, x rounded to bf16 = relative 2^-9 per term): |y - ref| <= 1e-2 * S
 //   amx_bf16 (x rounded to bf16, f32 accumulation) against the reference of bf16-rounded x: the
 //   f32 tolerance (1e-5 * S), which x left unrounded (errors ~2^-9 * S) would fail.
 // Shapes: m in 1..17 (every row-group split of the direct kernels: avx2 and avx512 run ceil(m / 4) passes of
-// 1-4 rows, 5 = 3 + 2, 9 = 3 + 3 + 3, ...), 64 and 129 (both sides of kLinearDirectMaxRows),
+// 1-4 rows, 5 = 3 + 2, 9 = 3 + 3 + 3, ...), 64 and 129 (both sides of the AMX kernel's 64-row group),
 // in in {1, 13, 64, 80, 136, 2048} (13 and 1 exercise the non-vector k tail), out in {1, 15, 96, 257};
 // bf16 and f32 weights, with and without bias; y is poisoned with NaN before every call.
 // Variants whose ISA this CPU lacks are skipped with the reason.
 #include "kernels/cpu/linear.h"
+#include "kernels/cpu/linear_registry.h"
 
 #include <gtest/gtest.h>
 
@@ -91,11 +92,19 @@ Data make_data(const Case& c, std::mt19937& rng, bool reference_of_bf16_x = fals
   return d;
 }
 
+// "auto": make_linear_kernel's priority choice; else the named kernel.
+std::string reason_of(const std::string& name, const LinearWeight& w, const LinearOptions& options) {
+  return name == "auto" ? "" : linear_kernel_unsupported_reason(name, w, options);
+}
+std::unique_ptr<LinearKernel> make_variant(const std::string& name, const LinearWeight& w, const LinearOptions& options) {
+  return name == "auto" ? make_linear_kernel(w, options) : make_named_linear_kernel(name, w, options);
+}
+
 // Runs `name` over every shape and weight dtype it serves; failures are reported per element.
 void check_variant(const std::string& name, double tolerance, const LinearOptions& options = {},
                    bool reference_of_bf16_x = false) {
   std::vector<uint16_t> probe(64 * 64);
-  const std::string reason = linear_kernel_unsupported_reason(name, {probe.data(), DType::kBF16, 64, 64}, options);
+  const std::string reason = reason_of(name, {probe.data(), DType::kBF16, 64, 64}, options);
   if (!reason.empty()) GTEST_SKIP() << name << ": " << reason;
   ThreadPool pool(3);  // more threads than this VM's cores: exercises the split, not the speed
   std::mt19937 rng(42);
@@ -107,8 +116,8 @@ void check_variant(const std::string& name, double tolerance, const LinearOption
           const Case c{m, in, out, dtype, (m + in + out) % 2 == 0};
           const Data d = make_data(c, rng, reference_of_bf16_x);
           // Variants that serve only one weight dtype (onednn_bf16) skip the other one.
-          if (!linear_kernel_unsupported_reason(name, d.weight, options).empty()) continue;
-          auto kernel = make_named_linear_kernel(name, d.weight, options);
+          if (!reason_of(name, d.weight, options).empty()) continue;
+          auto kernel = make_variant(name, d.weight, options);
           std::vector<float> y(m * out, std::numeric_limits<float>::quiet_NaN());
           kernel->forward(d.x.data(), m, y.data(), &pool, c.with_bias ? d.bias.data() : nullptr);
           int bad = 0;
@@ -243,31 +252,31 @@ TEST(LinearTest, AmxBf16RowsMatchOneRowCallsBitwise) { check_rows_independent("a
 TEST(LinearTest, AmxRowsMatchOneRowCallsBitwise) { check_rows_independent("amx"); }
 TEST(LinearTest, Avx512Bf16RowsMatchOneRowCallsBitwise) { check_rows_independent("avx512_bf16"); }
 
-// "auto" called for m rows but choosing its kernel for fewer (LinearKernel::forward_choosing_for, a
-// speculative verify of B sequences choosing for B): each row has the bits of the same rows in a
-// call of choose_rows rows, exact and with bf16 activations. On AMX CPUs 20 rows choosing for 2 run
-// avx512 where a plain 20-row call runs amx, so the test fails if the choice is ignored there.
-TEST(LinearTest, AutoChoosingForFewerRowsGivesTheirBits) {
+// A row table (make_row_table_linear, what the measured selection builds) called for m rows but
+// choosing its kernel for fewer (LinearKernel::forward_choosing_for, a speculative verify of B
+// sequences choosing for B): the rows get the decode kernel's bits, while a plain call of as many
+// rows takes the prefill kernel. Fails if the choice is ignored.
+TEST(LinearTest, RowTableChoosingForFewerRowsGivesTheDecodeKernelsBits) {
+  std::vector<uint16_t> probe(64 * 64);
+  const std::string reason = linear_kernel_unsupported_reason("avx2", {probe.data(), DType::kBF16, 64, 64});
+  if (!reason.empty()) GTEST_SKIP() << "avx2: " << reason;
   ThreadPool pool(3);
   std::mt19937 rng(11);
-  for (const bool bf16_activations : {false, true}) {
-    const Case c{20, 384, 640, DType::kBF16, true};
-    const Data d = make_data(c, rng);
-    LinearOptions options;
-    options.allow_bf16_activations = bf16_activations;
-    auto kernel = make_linear_kernel(d.weight, options);
-    for (const int64_t choose : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{12}}) {
-      std::vector<float> chosen(c.m * c.out), plain(choose * c.out);
-      kernel->forward_choosing_for(d.x.data(), c.m, choose, chosen.data(), &pool, d.bias.data());
-      for (int64_t r0 = 0; r0 < c.m; r0 += choose) {  // the same rows in calls of `choose` rows
-        const int64_t rows = std::min(choose, c.m - r0);
-        kernel->forward(d.x.data() + r0 * c.in, rows, plain.data(), &pool, d.bias.data());
-        if (rows < choose) continue;  // a shorter tail call may pick another kernel
-        EXPECT_EQ(0, std::memcmp(chosen.data() + r0 * c.out, plain.data(), sizeof(float) * rows * c.out))
-            << kernel->name() << " bf16_activations " << bf16_activations << " choose " << choose << " rows " << r0;
-      }
-    }
-  }
+  const Case c{20, 384, 640, DType::kBF16, true};
+  const Data d = make_data(c, rng);
+  auto table = make_row_table_linear(d.weight, {{1, "avx2"}, {9, "onednn_f32"}});
+  EXPECT_EQ(std::string(table->name()), "avx2:1,onednn_f32:9");
+  auto avx2 = make_named_linear_kernel("avx2", d.weight);
+  auto onednn = make_named_linear_kernel("onednn_f32", d.weight);
+  std::vector<float> chosen(c.m * c.out), want(c.m * c.out), plain(c.m * c.out);
+  table->forward_choosing_for(d.x.data(), c.m, 2, chosen.data(), &pool, d.bias.data());
+  avx2->forward(d.x.data(), c.m, want.data(), &pool, d.bias.data());
+  EXPECT_EQ(0, std::memcmp(chosen.data(), want.data(), sizeof(float) * chosen.size()));
+  table->forward(d.x.data(), c.m, plain.data(), &pool, d.bias.data());
+  onednn->forward(d.x.data(), c.m, want.data(), &pool, d.bias.data());
+  EXPECT_EQ(0, std::memcmp(plain.data(), want.data(), sizeof(float) * plain.size()));
+  EXPECT_THROW(make_row_table_linear(d.weight, {{2, "avx2"}}), Error);
+  EXPECT_THROW(make_row_table_linear(d.weight, {{1, "avx2"}, {1, "onednn_f32"}}), Error);
 }
 
 TEST(LinearTest, BothBiasCasesAreCovered) {
@@ -280,92 +289,23 @@ TEST(LinearTest, BothBiasCasesAreCovered) {
   EXPECT_GT(without, 50);
 }
 
-TEST(LinearTest, AutoIsExactByDefault) {
+// make_linear_kernel (unmeasured: the registry's priorities) keeps f32 activations unless allowed,
+// and never serves decode rows with a kernel whose rows depend on m (oneDNN).
+TEST(LinearTest, PriorityChoiceIsExactByDefault) {
   std::vector<uint16_t> w(64 * 64);
   const LinearWeight weight{w.data(), DType::kBF16, 64, 64};
   const std::string name = make_linear_kernel(weight)->name();
   EXPECT_EQ(name.find("bf16"), std::string::npos) << name;
-  EXPECT_NE(name.find("onednn_f32"), std::string::npos) << name;
+  EXPECT_EQ(name.rfind("onednn", 0), std::string::npos) << name << ": oneDNN serving decode rows";
 }
 
-TEST(LinearTest, AutoWithBf16ActivationsUsesAmxBf16ForAmxRows) {
+TEST(LinearTest, PriorityChoiceWithBf16ActivationsUsesABf16Kernel) {
   std::vector<uint16_t> w(64 * 64);
   const LinearWeight weight{w.data(), DType::kBF16, 64, 64};
-  const std::string reason = linear_kernel_unsupported_reason("amx_bf16", weight);
-  if (!reason.empty()) GTEST_SKIP() << "amx_bf16: " << reason;
-  const std::string exact = make_linear_kernel(weight)->name();
-  const std::string bf16 = make_linear_kernel(weight, LinearOptions{.allow_bf16_activations = true})->name();
-  EXPECT_EQ(exact, "auto(avx512+amx,onednn_f32)");
-  EXPECT_EQ(bf16, "auto(avx512+amx_bf16,amx_bf16)");
-}
-
-// The registry's kMeasured crossovers (util/switches.h) default to the constants measured here, and
-// linear_*_min_rows() read the registry (a test or, until the linear registry exists, the
-// environment moves them).
-TEST(LinearTest, TheCrossoversAreTheRegistrysValues) {
-  EXPECT_EQ(Switches{}.linear_amx_bf16_min_rows, kLinearAmxBf16MinRows);
-  EXPECT_EQ(Switches{}.linear_bf16_dot_min_rows, kLinearBf16DotMinRows);
-  Switches moved;
-  moved.linear_amx_bf16_min_rows = 3;
-  moved.linear_bf16_dot_min_rows = 5;
-  const ScopedSwitches scoped(moved);
-  EXPECT_EQ(linear_amx_bf16_min_rows(), 3);
-  EXPECT_EQ(linear_bf16_dot_min_rows(), 5);
-}
-
-// The bf16-activation policy on an AMX CPU, by its outputs: up to 8 rows are the exact avx512
-// product (a decode step and a verify of up to 8 rows stay f32-exact), 9 .. 64 rows and more than
-// 64 rows are amx_bf16's, bit for bit (linear.h: kLinearAmxBf16MinRows = 9; amx_bf16, not oneDNN,
-// above kLinearDirectMaxRows), with the registry's values at their defaults whatever the
-// environment says (SPINDLE_LINEAR_AMX_BF16_MIN_ROWS).
-TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512BelowNineRowsAndAmxBf16From) {
-  std::vector<uint16_t> probe(64 * 64);
-  const std::string reason = linear_kernel_unsupported_reason("amx_bf16", {probe.data(), DType::kBF16, 64, 64});
-  if (!reason.empty()) GTEST_SKIP() << "amx_bf16: " << reason;
-  const ScopedSwitches defaults(Switches{});
-  ThreadPool pool(3);
-  std::mt19937 rng(11);
-  const Case c{129, 384, 257, DType::kBF16, true};
-  const Data d = make_data(c, rng);
-  auto automatic = make_linear_kernel(d.weight, LinearOptions{.allow_bf16_activations = true});
-  auto avx512 = make_named_linear_kernel("avx512", d.weight);
-  auto amx_bf16 = make_named_linear_kernel("amx_bf16", d.weight);
-  for (const int64_t m :
-       {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{8}, int64_t{9}, int64_t{64}, int64_t{65}, int64_t{129}}) {
-    std::vector<float> got(m * c.out, std::numeric_limits<float>::quiet_NaN()), want(got);
-    automatic->forward(d.x.data(), m, got.data(), &pool, d.bias.data());
-    const bool exact = m < kLinearAmxBf16MinRows;
-    (exact ? avx512 : amx_bf16)->forward(d.x.data(), m, want.data(), &pool, d.bias.data());
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
-        << "m=" << m << ": auto with bf16 activations is not " << (exact ? "avx512" : "amx_bf16");
-  }
-}
-
-// The bf16-activation policy on a CPU with AVX512-BF16 but no AMX (Zen 4), by its outputs: every
-// row count up to kLinearDirectMaxRows is avx512_bf16's product, bit for bit (linear.h:
-// kLinearBf16DotMinRows = 1), and the exact default does not use it; the registry's values at
-// their defaults whatever the environment says (SPINDLE_LINEAR_BF16_DOT_MIN_ROWS).
-TEST(LinearTest, AutoWithBf16ActivationsRunsAvx512Bf16WithoutAmx) {
-  std::vector<uint16_t> probe(64 * 64);
-  const LinearWeight probe_weight{probe.data(), DType::kBF16, 64, 64};
-  const std::string reason = linear_kernel_unsupported_reason("avx512_bf16", probe_weight);
+  const std::string reason = linear_kernel_unsupported_reason("avx512_bf16", weight);
   if (!reason.empty()) GTEST_SKIP() << "avx512_bf16: " << reason;
-  if (linear_kernel_unsupported_reason("amx_bf16", probe_weight).empty()) GTEST_SKIP() << "this CPU has AMX";
-  const ScopedSwitches defaults(Switches{});
-  EXPECT_EQ(make_linear_kernel(probe_weight)->name(), std::string("auto(avx512,onednn_f32)"));
-  ThreadPool pool(3);
-  std::mt19937 rng(5);
-  const Case c{kLinearDirectMaxRows, 384, 257, DType::kBF16, true};
-  const Data d = make_data(c, rng);
-  auto automatic = make_linear_kernel(d.weight, LinearOptions{.allow_bf16_activations = true});
-  auto dot = make_named_linear_kernel("avx512_bf16", d.weight);
-  for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{9}, int64_t{16}, kLinearDirectMaxRows}) {
-    std::vector<float> got(m * c.out), want(m * c.out);
-    automatic->forward(d.x.data(), m, got.data(), &pool, d.bias.data());
-    dot->forward(d.x.data(), m, want.data(), &pool, d.bias.data());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), sizeof(float) * m * c.out))
-        << "m=" << m << ": " << automatic->name() << " is not avx512_bf16";
-  }
+  const std::string name = make_linear_kernel(weight, LinearOptions{.allow_bf16_activations = true})->name();
+  EXPECT_NE(name.find("bf16"), std::string::npos) << name;
 }
 
 TEST(LinearTest, RejectsBadWeightsAndNames) {
@@ -376,7 +316,7 @@ TEST(LinearTest, RejectsBadWeightsAndNames) {
   const LinearWeight ok{w.data(), DType::kBF16, 4, 4};
   EXPECT_NE(linear_kernel_unsupported_reason("nope", ok).find("known: reference"), std::string::npos);
   EXPECT_THROW(make_named_linear_kernel("nope", ok), Error);
-  EXPECT_EQ(linear_kernel_names().back(), "auto");
+  EXPECT_EQ(linear_kernel_names().front(), "reference");
 }
 
 TEST(LinearTest, ZeroRowsWritesNothing) {

@@ -8,14 +8,13 @@
 // rounding of the activations itself.
 //
 // Two modes, each on all four bf16 goldens:
-//   serving   the linear kernels exactly as `spindle serve`/`generate` build them with bf16
-//             activations allowed (kernels::cpu::LinearOptions::allow_bf16_activations). On a CPU
-//             with AMX every product of kLinearAmxBf16MinRows (9) rows or more runs amx_bf16,
-//             which rounds x to bf16 (the prefill here); smaller ones (every decode step here)
-//             stay exact. With AVX512-BF16 but no AMX, products of more than kLinearDirectMaxRows (64)
-//             rows go to oneDNN's bf16 matmul, which rounds x as well. Elsewhere (AVX2 only, like
-//             the dev VM) this mode is the exact path. The prefill below batches every prompt
-//             twice (80 rows).
+//   serving   the linear kernels with bf16 activations allowed
+//             (kernels::cpu::LinearOptions::allow_bf16_activations), as the registry's priority
+//             choice makes them (make_linear_kernel; `spindle serve` measures and picks among the
+//             same validated kernels per shape and row count): with AMX or AVX512-BF16 the decode
+//             rows (up to kLinearDecodeMaxRows = 64) and the prefill rows round x to bf16
+//             (amx_bf16 / avx512_bf16, amx_bf16 / onednn_bf16). Elsewhere (AVX2 only) this mode is
+//             the exact path. The prefill below batches every prompt twice (80 rows).
 //   emulated  every product input rounded to bf16 (round to nearest even) before an exact
 //             product with the bf16 weights, at every row count, prefill and decode: what
 //             onednn_bf16 computes (bf16 x bf16, f32 accumulation), on every machine, in every
@@ -77,7 +76,7 @@ namespace {
 constexpr double kBf16ActivationLogitBound = 5e-2;
 constexpr int kMaxTeacherForcedMisses = 4;
 constexpr int kGreedyAgreeTokens = 3;
-constexpr int kCopies = 2;  // 4 prompts x 2 copies: 80 prefill rows > kLinearDirectMaxRows
+constexpr int kCopies = 2;  // 4 prompts x 2 copies: 80 prefill rows > kLinearDecodeMaxRows
 
 using testing::GoldenPrompt;
 using testing::KvPages;
@@ -94,7 +93,7 @@ class Bf16InputLinear final : public kernels::cpu::LinearKernel {
     for (size_t i = 0; i < rounded.size(); ++i) rounded[i] = bf16_bits_to_float(float_to_bf16_bits(x[i]));
     exact_->forward(rounded.data(), m, y, pool, bias);
   }
-  const char* name() const override { return "bf16-input(auto)"; }
+  const char* name() const override { return "bf16-input(priority choice)"; }
 
  private:
   std::unique_ptr<kernels::cpu::LinearKernel> exact_;
@@ -171,7 +170,7 @@ TEST_P(GoldenBf16ActivationsTest, LogitsWithinTheBoundAndGreedyAgreesWithHugging
       rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
       length[s] = static_cast<int>(ids.size());
     }
-    ASSERT_GT(static_cast<int64_t>(tokens.size()), kernels::cpu::kLinearDirectMaxRows);
+    ASSERT_GT(static_cast<int64_t>(tokens.size()), kernels::cpu::kLinearDecodeMaxRows);
     model.forward(tokens, batch, rows, logits.data());
   }
   double max_error = 0;

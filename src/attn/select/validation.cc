@@ -2,12 +2,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +15,7 @@
 #include "attn/random_batch.h"
 #include "attn/staged_batch.h"
 #include "platform/cuda_info.h"
+#include "util/child_process.h"
 #include "util/error.h"
 #include "util/switches.h"
 
@@ -291,103 +287,25 @@ std::vector<std::string> child_arguments(const std::string& executable, const st
   return args;
 }
 
-std::string signal_description(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  const char* text = strsignal(sig);
-  return fmt::format("SIG{} ({})", abbrev ? abbrev : std::to_string(sig).c_str(), text ? text : "?");
-}
-
-// Drains whatever is readable from fd into out; false at EOF.
-bool drain(int fd, std::string& out) {
-  char buf[4096];
-  const ssize_t n = ::read(fd, buf, sizeof(buf));
-  if (n > 0) {
-    out.append(buf, static_cast<size_t>(n));
-    return true;
-  }
-  return n < 0 && (errno == EINTR || errno == EAGAIN);
-}
-
-// The last line of the child's stdout that is a JSON object (a library may print after it).
-std::string last_json_line(const std::string& text) {
-  size_t end = text.size();
-  while (end > 0) {
-    const size_t begin = text.rfind('\n', end - 1);
-    const size_t start = begin == std::string::npos ? 0 : begin + 1;
-    const std::string line = text.substr(start, end - start);
-    if (!line.empty() && line.front() == '{' && nlohmann::json::accept(line)) return line;
-    if (begin == std::string::npos) break;
-    end = begin;
-  }
-  return "";
-}
-
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of("\n");
-  if (end == std::string::npos) return "";
-  auto begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
-
 }  // namespace
 
 ValidationOutcome validate_in_child(const std::string& backend, const AttentionShape& shape,
                                     const ChildOptions& options) {
   const std::string executable = options.executable.empty() ? "/proc/self/exe" : options.executable;
-  const auto args = child_arguments(executable, backend, shape, options.timing, options.cuda_device);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-
-  int out_pipe[2], err_pipe[2];
-  SPINDLE_CHECK(::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0,
-                "pipe2 failed: {}", std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], STDERR_FILENO);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, executable.c_str(), &actions, nullptr, argv.data(), process_environment_block());
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  if (rc != 0) {
-    ::close(out_pipe[0]);
-    ::close(err_pipe[0]);
-    SPINDLE_FAIL("cannot start validation child {}: {}", executable, std::strerror(rc));
-  }
-
-  std::string out, err;
-  bool out_open = true, err_open = true, timed_out = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options.timeout_s);
-  while (out_open || err_open) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd fds[2] = {{out_open ? out_pipe[0] : -1, POLLIN, 0}, {err_open ? err_pipe[0] : -1, POLLIN, 0}};
-    const int ready = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
-    if (ready < 0 && errno != EINTR) break;
-    if (out_open && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) out_open = drain(out_pipe[0], out);
-    if (err_open && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) err_open = drain(err_pipe[0], err);
-  }
-  if (timed_out) ::kill(pid, SIGKILL);
-  int wstatus = 0;
-  while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
-  }
-  ::close(out_pipe[0]);
-  ::close(err_pipe[0]);
-
+  const ChildRun run =
+      run_child_process(child_arguments(executable, backend, shape, options.timing, options.cuda_device), options.timeout_s);
+  const bool timed_out = run.timed_out;
+  const std::string& out = run.out;
+  const std::string& err = run.err;
   ValidationOutcome outcome;
   if (timed_out) {
     outcome.status = ValidationStatus::kTimeout;
     outcome.detail = fmt::format("no answer within {:g} s; killed", options.timeout_s);
     return outcome;
   }
-  if (WIFSIGNALED(wstatus)) {
+  if (run.signaled) {
     outcome.status = ValidationStatus::kCrash;
-    outcome.detail = "crashed with " + signal_description(WTERMSIG(wstatus));
+    outcome.detail = "crashed with " + signal_description(run.signal);
     return outcome;
   }
   try {
@@ -395,7 +313,7 @@ ValidationOutcome validate_in_child(const std::string& backend, const AttentionS
   } catch (const std::exception& e) {
     outcome.status = ValidationStatus::kError;
     outcome.detail = fmt::format("child exited with status {} without a report: {}",
-                                 WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1,
+                                 run.exit_status,
                                  last_line(err).empty() ? last_line(out) : last_line(err));
     return outcome;
   }

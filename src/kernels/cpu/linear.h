@@ -9,34 +9,28 @@
 // happen in the constructor or lazily) and reused for every forward. forward() may be called
 // from several threads at once.
 //
-// Implementations (names for make_named_linear_kernel; see linear.cc for the policy):
-//   reference    plain loops, float64 accumulation: the ground truth for tests.
+// Implementations (registered in kernels/cpu/linear_registry.h, which states each one's
+// availability; chosen per weight shape and row class by measurement, kernels/cpu/select):
+//   reference    plain loops, float64 accumulation: the ground truth for tests (never chosen).
 //   avx2         AVX2+FMA register-tiled dot products straight from the stored weights (bf16 is
 //                widened to f32 in registers), f32 accumulation; rows of W split over the
 //                ThreadPool. Memory-bound decode path (small m).
 //   avx512       the same with AVX-512F/BW/VL.
 //   avx512_bf16  bf16 weights only: x ROUNDED TO BF16 (as amx_bf16), AVX512-BF16 dot products
 //                (vdpbf16ps: 32 bf16 pairs per instruction, W used as stored), f32 accumulation;
-//                the avx512 kernel's tiling and thread split. The direct kernel of bf16
-//                activations on CPUs with AVX512-BF16 but no AMX (Zen 4).
+//                the avx512 kernel's tiling and thread split.
 //   amx          bf16 weights only: AMX-BF16 tiles with W as the A operand read in place and x
 //                split into three bf16 parts (hi + mid + lo, exact to 2^-27 relative), so the
-//                products are f32-accurate like avx2/avx512 while the tile unit keeps up with
-//                memory for m up to 64 (the f32 FMA kernels are compute-bound from m ~ 8).
+//                products are f32-accurate like avx2/avx512.
 //   amx_bf16     the amx kernel with x ROUNDED TO BF16 (one part instead of three: a third of
 //                the tile work), f32 accumulation: the same product as onednn_bf16.
-//   onednn_f32   prefill path: bf16 weights are widened block by block (~8 MiB of f32 per block)
-//                into a per-thread buffer and multiplied by oneDNN's f32 matmul (its own OpenMP
-//                threads; the ThreadPool is not used). f32 weights go to oneDNN directly.
+//   onednn_f32   bf16 weights are widened block by block (~8 MiB of f32 per block) into a
+//                per-thread buffer and multiplied by oneDNN's f32 matmul (its own OpenMP threads;
+//                the ThreadPool is not used). f32 weights go to oneDNN directly.
 //   onednn_bf16  oneDNN bf16 matmul (AMX / AVX512-BF16): x is ROUNDED TO BF16 first (relative
 //                error ~4e-3), f32 accumulation and output. bf16 weights only.
-//   auto         what make_linear_kernel returns: the direct kernel for m <= kLinearDirectMaxRows
-//                (bf16 weights with AMX: avx512 for m < kLinearAmxMinRows, amx from there; with
-//                LinearOptions::allow_bf16_activations avx512 for m < kLinearAmxBf16MinRows and
-//                amx_bf16 from there; with allow_bf16_activations on a CPU with AVX512-BF16 and
-//                no AMX avx512_bf16 from kLinearBf16DotMinRows rows; else avx512 > avx2), above that amx_bf16 (bf16
-//                activations on an AMX CPU) or oneDNN (onednn_bf16 with allow_bf16_activations on a CPU that has
-//                AVX512-BF16 but no AMX, else onednn_f32).
+// Every kernel computes a row of x alike whatever m (tested), so a kernel chosen by row count
+// gives a speculative verify's rows the bits of a decode step's (forward_choosing_for).
 #pragma once
 
 #include <cstdint>
@@ -73,51 +67,18 @@ struct LinearWeight {
 };
 
 struct LinearOptions {
-  // Exactness first: by default every path accumulates f32 products of the f32 activations
-  // (relative error ~1e-6 of sum |x||w|). When true AND the CPU has AMX-BF16 or AVX512-BF16 AND
-  // the weights are bf16, large-m products use oneDNN's bf16 matmul, which rounds x to bf16
-  // (relative error ~4e-3) for 2-4x the f32 rate (2.6-3.3 TFLOP/s on a 16-core AMX Xeon), and on a
-  // CPU with AMX the direct kernel's amx rows (kLinearAmxMinRows <= m <= kLinearDirectMaxRows)
-  // round x to bf16 as well (amx_bf16). Fewer rows (batch-1 decode) stay f32-exact.
+  // Exactness first: by default every kernel accumulates f32 products of the f32 activations
+  // (relative error ~1e-6 of sum |x||w|). When true the kernels that round x to bf16
+  // (avx512_bf16, amx_bf16, onednn_bf16: relative error ~4e-3, 2-4x the f32 rate) are candidates
+  // too; without it their availability says why not.
   bool allow_bf16_activations = false;
 };
 
-// Batches up to this many rows take the direct kernel in "auto". Measured (bench/linear.cc,
-// crossover table, bench/results/2026-11-29-linear-cpu-epyc.md): on a 16-core AVX-512 Xeon the
-// direct kernel beats widening + oneDNN f32 up to m = 256 (912 vs 445 GFLOP/s at m = 64); on a
-// 2-core AVX2 EPYC it is slightly ahead at m = 64 (153 vs 146) and even from m = 128.
-inline constexpr int64_t kLinearDirectMaxRows = 64;
-// With bf16 activations allowed on a CPU with AVX512-BF16 but no AMX (Zen 4), "auto" runs
-// avx512_bf16 from this many rows (up to kLinearDirectMaxRows) and the exact avx512 below it.
-// 1: every row count, so a decode step and a speculative verify compute each row alike. Measured
-// on 2 Zen 4 cores (Llama-3.2-1B shape, bench/results/2026-12-04-devvm-zen4): a 16-row decode step
-// 291-340 ms with avx512 (f32 FMAs, compute-bound) -> 200-228 ms; at 1 row within the noise of the
-// shared VM (the kernel's own prefetch rule took its 1-row step from a median 112 to 94 ms).
-// linear_bf16_dot_min_rows() is the registry's value (util/switches.h: this default, or
-// SPINDLE_LINEAR_BF16_DOT_MIN_ROWS until the linear registry measures it per machine).
-inline constexpr int64_t kLinearBf16DotMinRows = 1;
-int64_t linear_bf16_dot_min_rows();
-// With AMX and bf16 weights, "auto" runs the amx kernel from this many rows (up to
-// kLinearDirectMaxRows) and avx512 below it. Measured (bench_linear's rows sweep, 16-core
-// Sapphire Rapids, bench/results/2026-12-01-cpu-linear.md): avx512 reads W at 100-120 GB/s up
-// to m = 4, then its FMAs fall behind (79-89 GB/s at m = 8, 59-67 at 12, 46-52 at 16); amx holds
-// 65-87 GB/s (three runs) from m = 1 to 16, then 48-51 at 24-32 and 24 at 64, still the fastest
-// kernel there. At m = 8 avx512 is still slightly ahead, from m = 12 amx by 15-40%.
-inline constexpr int64_t kLinearAmxMinRows = 9;
-// With bf16 activations allowed (amx_bf16: x rounded to bf16, one tile product per W tile), "auto"
-// runs amx_bf16 from this many rows and avx512 below it. Kept at 9: a 1-row decode and a
-// speculative verify of up to 8 rows then compute each row alike (f32-exact), so greedy
-// speculation stays identical to plain decoding. From m = 2 amx_bf16 is faster (a 5-row kjv-tiny
-// verify 1.65-1.68x a decode step instead of 2.08-2.14x), but the served A/B on the Xeon gave no
-// clear gain (one round: draft 1.09x vs 1.18x, n-gram 1.28x vs 1.14x) and 1 of 8 greedy kjv texts
-// differed between draft speculation and plain decoding (bench/results/2026-12-02-xeon-cpu-2/run2).
-// linear_amx_bf16_min_rows() is the registry's value (util/switches.h: this default, or
-// SPINDLE_LINEAR_AMX_BF16_MIN_ROWS until the linear registry measures it per machine).
-inline constexpr int64_t kLinearAmxBf16MinRows = 9;
-int64_t linear_amx_bf16_min_rows();
-// With bf16 activations allowed and AMX usable, products of more than kLinearDirectMaxRows rows
-// run amx_bf16 too, not oneDNN's bf16 matmul (16 Xeon threads, 1B prefill: 1277 vs 785 tok/s;
-// 2 cores, m = 512: bench/results/2026-12-02-xeon-cpu-2/; the former SPINDLE_LINEAR_BF16_LARGE).
+// The row classes a choice covers: products of up to kLinearDecodeMaxRows rows are "decode" rows
+// (a decode step of that many sequences, or a speculative verify choosing for them), more are
+// "prefill" rows. Where no measured choice is given (make_linear_kernel) the registry's
+// priorities pick one kernel per class.
+inline constexpr int64_t kLinearDecodeMaxRows = 64;
 
 class LinearKernel {
  public:
@@ -127,9 +88,9 @@ class LinearKernel {
   // oneDNN's own threads and must not be called from inside pool->parallel_for.
   virtual void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias = nullptr) = 0;
   // forward(), with the kernel that a call of `choose_rows` rows would take where a kernel picks one
-  // by the row count ("auto": avx512 below kLinearAmxMinRows / kLinearAmxBf16MinRows, amx from
-  // there; each of them computes a row alike whatever m, tested). A speculative verify of B
-  // sequences passes B, so that its rows get the bits of a B-row decode step's. Default: forward().
+  // by the row count (the measured choice of kernels/cpu/select: a table of row thresholds; each
+  // kernel computes a row alike whatever m, tested). A speculative verify of B sequences passes
+  // B, so that its rows get the bits of a B-row decode step's. Default: forward().
   virtual void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
                                     const float* bias = nullptr) {
     (void)choose_rows;
@@ -138,26 +99,20 @@ class LinearKernel {
   virtual const char* name() const = 0;
 };
 
-// The fastest correct implementation for this machine and weight (checked with CpuInfo); a
-// quantized weight gets make_quant_linear_kernel's default. Throws spindle::Error for a plain
-// weight that is not kF32/kBF16, or non-positive sizes / null data.
+// The registry's priority choice for this machine and weight, without measurement (tests,
+// benchmarks; a server measures: kernels/cpu/select): the highest-priority available decode
+// kernel up to kLinearDecodeMaxRows rows, the highest-priority prefill kernel above.
+// Throws spindle::Error for a weight that is not kF32/kBF16 or has non-positive sizes / null data.
 std::unique_ptr<LinearKernel> make_linear_kernel(const LinearWeight& weight, const LinearOptions& options = {});
 // Plain loops with double accumulation: the ground truth for tests.
 std::unique_ptr<LinearKernel> make_reference_linear_kernel(const LinearWeight& weight);
 
 // Quantized weights (weight.quantized()): y = quantized x . W^T (+ bias) through
 // quant_linear_forward on `isa`, which must be supported on this CPU (throws naming the reasons
-// otherwise). Its name is "q8_0/avx512_vnni" and so on.
+// otherwise). Its name is "q8_0/avx512_vnni" and so on. Registered per ISA in linear_registry.h.
 std::unique_ptr<LinearKernel> make_quant_linear_kernel(const LinearWeight& weight, QuantKernelIsa isa);
-// The ISA "auto" runs quantized weights on for decode rows: the best supported of avx512_vnni >
-// avx_vnni > avx2 (nullopt when none is: no AVX2). Until the linear-kernel registry measures it.
-std::optional<QuantKernelIsa> default_quant_decode_isa();
-// From this many rows "auto" runs quantized weights on amx_int8 where it is supported (it computes
-// the same integers and the same f32 epilogue as avx512_vnni, so a row's outputs do not depend on
-// the choice). A placeholder the linear-kernel registry replaces by a measured crossover.
-inline constexpr int64_t kQuantAmxMinRows = 16;
 
-// Every implementation name, in the order above ("reference", ..., "auto").
+// Every implementation name: "reference" and the registered kernels.
 std::vector<std::string> linear_kernel_names();
 // Why `name` cannot run this weight on this CPU; empty when it can. Unknown names get a reason
 // that lists the known ones.
@@ -167,6 +122,9 @@ std::string linear_kernel_unsupported_reason(std::string_view name, const Linear
 // when it is unsupported here.
 std::unique_ptr<LinearKernel> make_named_linear_kernel(std::string_view name, const LinearWeight& weight,
                                                        const LinearOptions& options = {});
+
+// Checks a weight a kernel is made for (dtype kF32 / kBF16, positive sizes, data); throws naming it.
+void check_linear_weight(const LinearWeight& weight);
 
 // The OpenMP threads oneDNN's products (and the loops around them) use when called from the
 // calling thread (omp_set_num_threads is per thread): a DP rank's engine thread sets its core

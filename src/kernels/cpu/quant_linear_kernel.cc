@@ -1,5 +1,6 @@
 // LinearKernel over quantized weights (linear.h's make_quant_linear_kernel): an adapter from the
-// LinearKernel interface to quant_linear_forward, and "auto"'s default ISA for them.
+// LinearKernel interface to quant_linear_forward (the registry, linear_registry.cc, lists one entry
+// per ISA; which one runs is measured, kernels/cpu/select).
 #include <string>
 #include <vector>
 
@@ -15,8 +16,6 @@ const CpuInfo& cpu() {
   static const CpuInfo info = detect_cpu_info();
   return info;
 }
-
-bool supported(QuantKernelIsa isa) { return quant_linear_unsupported_reasons(isa, cpu()).empty(); }
 
 // y = quantized x . W^T (+ bias) on one ISA.
 class QuantLinear final : public LinearKernel {
@@ -43,27 +42,6 @@ class QuantLinear final : public LinearKernel {
   std::string name_;
 };
 
-// "auto" for quantized weights: `small` below kQuantAmxMinRows rows (by choose_rows), amx_int8 from there.
-class QuantRowSplit final : public LinearKernel {
- public:
-  QuantRowSplit(std::unique_ptr<LinearKernel> small, std::unique_ptr<LinearKernel> large)
-      : small_(std::move(small)), large_(std::move(large)) {
-    name_ = std::string(small_->name()) + "+" + large_->name();
-  }
-  const char* name() const override { return name_.c_str(); }
-  void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
-    forward_choosing_for(x, m, m, y, pool, bias);
-  }
-  void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
-                            const float* bias) override {
-    (choose_rows < kQuantAmxMinRows ? small_ : large_)->forward(x, m, y, pool, bias);
-  }
-
- private:
-  std::unique_ptr<LinearKernel> small_, large_;
-  std::string name_;
-};
-
 }  // namespace
 
 std::unique_ptr<LinearKernel> make_quant_linear_kernel(const LinearWeight& weight, QuantKernelIsa isa) {
@@ -79,24 +57,6 @@ std::unique_ptr<LinearKernel> make_quant_linear_kernel(const LinearWeight& weigh
     SPINDLE_FAIL("quantized linear kernel {} cannot run here: {}", quant_kernel_isa_name(isa), joined);
   }
   return std::make_unique<QuantLinear>(w, isa);
-}
-
-std::optional<QuantKernelIsa> default_quant_decode_isa() {
-  for (QuantKernelIsa isa : {QuantKernelIsa::kAvx512Vnni, QuantKernelIsa::kAvxVnni, QuantKernelIsa::kAvx2}) {
-    if (supported(isa)) return isa;
-  }
-  return std::nullopt;
-}
-
-// make_linear_kernel's quantized branch (linear.cc).
-std::unique_ptr<LinearKernel> make_default_quant_linear_kernel(const LinearWeight& weight) {
-  const std::optional<QuantKernelIsa> isa = default_quant_decode_isa();
-  SPINDLE_CHECK(isa.has_value(), "a {} weight needs AVX2+FMA+F16C on this CPU for the int8 kernels: {}",
-                quant_type_name(weight.quant->type),
-                quant_linear_unsupported_reasons(QuantKernelIsa::kAvx2, cpu()).front());
-  auto small = make_quant_linear_kernel(weight, *isa);
-  if (!supported(QuantKernelIsa::kAmxInt8)) return small;
-  return std::make_unique<QuantRowSplit>(std::move(small), make_quant_linear_kernel(weight, QuantKernelIsa::kAmxInt8));
 }
 
 }  // namespace spindle::kernels::cpu
