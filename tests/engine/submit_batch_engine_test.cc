@@ -7,6 +7,7 @@
 // generated alone. The batch is all or none against the queue limit.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "engine/spec_harness.h"
@@ -61,13 +62,18 @@ std::vector<engine::Submission> batch_of(const std::vector<std::vector<TokenId>>
   return batch;
 }
 
-TEST(SubmitBatchEngineTest, TheFirstStepSchedulesTheWholeBatch) {
-  const auto dir = model_dir("kjv-tiny");
+// kjv-tiny loaded once per test, its 16 prompts, and the engine's metrics.
+class SubmitBatchEngineTest : public ::testing::Test {
+ protected:
+  const std::filesystem::path dir = model_dir("kjv-tiny");
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
-  const auto prompts = numbered_prompts(tok);
+  const std::vector<std::vector<TokenId>> prompts = numbered_prompts(tok);
   const SpecRun run;
-  LoadedModel target(dir, run);
+  LoadedModel target{dir, run};
   engine::Metrics metrics;
+};
+
+TEST_F(SubmitBatchEngineTest, TheFirstStepSchedulesTheWholeBatch) {
   std::vector<std::vector<TokenId>> outputs;
   {
     engine::Engine engine(*target.runner, tok, nullptr, *target.pool, metrics, engine_options(run, 64));
@@ -87,13 +93,7 @@ TEST(SubmitBatchEngineTest, TheFirstStepSchedulesTheWholeBatch) {
   }
 }
 
-TEST(SubmitBatchEngineTest, AllOrNoneAgainstTheQueueLimit) {
-  const auto dir = model_dir("kjv-tiny");
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
-  const auto prompts = numbered_prompts(tok);
-  const SpecRun run;
-  LoadedModel target(dir, run);
-  engine::Metrics metrics;
+TEST_F(SubmitBatchEngineTest, AllOrNoneAgainstTheQueueLimit) {
   engine::Engine engine(*target.runner, tok, nullptr, *target.pool, metrics, engine_options(run, 4));
   // Not started: nothing leaves the queue while the limit is probed.
   const std::vector<std::vector<TokenId>> five(prompts.begin(), prompts.begin() + 5);
