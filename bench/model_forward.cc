@@ -135,8 +135,8 @@ struct KvPool {
     for (int l = 0; l < c.num_hidden_layers; ++l) {
       storage.emplace_back(bytes);
       storage.emplace_back(bytes);
-      caches.push_back({storage[2 * l].data(), storage[2 * l + 1].data(), pages, page_size,
-                        c.num_key_value_heads, c.head_dim, DType::kBF16});
+      caches.push_back({storage[2 * l].data(), storage[2 * l + 1].data(),
+                        {c.num_hidden_layers, c.num_key_value_heads, c.head_dim, page_size, DType::kBF16, pages, 0}});
     }
   }
   std::vector<int32_t> take(int tokens) {

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/kv_geometry.h"
 #include "kernels/step_batch.h"
 #include "util/dtype.h"
 
@@ -27,6 +28,11 @@ struct AttentionShape {
   int page_size = 16;
 
   std::string to_string() const;  // "32q/8kv x 128, bf16 KV, page 16"
+  // The KV geometry of pages in this shape (kernels/kv_geometry.h): its KV heads, head_dim, page
+  // size and dtype, with the layers and the page range given.
+  KvGeometry kv_geometry(int num_layers, int num_pages, int first_page = 0) const {
+    return {num_layers, num_kv_heads, head_dim, page_size, kv_dtype, num_pages, first_page};
+  }
 };
 
 // The KV pool a backend sees is rank-local when dp_size > 1.
@@ -35,18 +41,15 @@ struct DpConfig {
   int dp_rank = 0;
 };
 
-// One layer's KV pages: k_pages and v_pages are each [num_pages, page_size, num_kv_heads, head_dim]
-// of dtype, in the memory of `device` (host memory, or CUDA device memory of the device the
-// calling thread has bound). With data parallelism the pool holds every rank's pages, rank r owning the contiguous
-// range [r * num_pages / dp_size, (r + 1) * num_pages / dp_size); page tables are rank-local.
+// One layer's KV pages: k_pages and v_pages are each [kv.num_pages, kv.page_size, kv.num_kv_heads,
+// kv.head_dim] of kv.dtype, in the memory of `device` (host memory, or CUDA device memory of the
+// device the calling thread has bound). kv is the whole pool's geometry (kernels/kv_geometry.h:
+// kv.first_page 0, kv.num_pages every rank's pages). With data parallelism rank r owns the
+// contiguous range rank_page_range(kv.num_pages, dp_size, r); page tables are rank-local.
 struct LayerKvCache {
   void* k_pages = nullptr;
   void* v_pages = nullptr;
-  int num_pages = 0;
-  int page_size = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-  DType dtype = DType::kBF16;
+  KvGeometry kv;
   Device device = Device::kCpu;
 };
 

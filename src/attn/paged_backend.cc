@@ -24,24 +24,23 @@ void PagedBackend::prepare(const StepBatch& batch, const kernels::cuda::DeviceBa
 }
 
 void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
+  const KvGeometry want = shape_.kv_geometry(0, 0);
   for (size_t i = 0; i < layers.size(); ++i) {
-    const auto& l = layers[i];
-    SPINDLE_CHECK(l.num_kv_heads == shape_.num_kv_heads && l.head_dim == shape_.head_dim &&
-                      l.page_size == shape_.page_size && l.dtype == shape_.kv_dtype,
+    const KvGeometry& kv = layers[i].kv;
+    SPINDLE_CHECK(kv.same_page_layout(want),
                   "layer {} KV cache ({} kv heads, head_dim {}, page {}, {}) does not match the backend shape {}", i,
-                  l.num_kv_heads, l.head_dim, l.page_size, dtype_name(l.dtype), shape_.to_string());
-    SPINDLE_CHECK(l.device == device_, "layer {}: {} needs its KV pages in {} memory, they are in {} memory", i,
-                  name_, device_name(device_), device_name(l.device));
-    SPINDLE_CHECK(l.num_pages >= dp_.dp_size, "layer {}: {} pages cannot be split over {} DP ranks", i, l.num_pages,
+                  kv.num_kv_heads, kv.head_dim, kv.page_size, dtype_name(kv.dtype), shape_.to_string());
+    SPINDLE_CHECK(layers[i].device == device_, "layer {}: {} needs its KV pages in {} memory, they are in {} memory",
+                  i, name_, device_name(device_), device_name(layers[i].device));
+    SPINDLE_CHECK(kv.num_pages >= dp_.dp_size, "layer {}: {} pages cannot be split over {} DP ranks", i, kv.num_pages,
                   dp_.dp_size);
-    SPINDLE_CHECK(l.num_pages == layers.front().num_pages, "layer {} has {} KV pages, layer 0 has {}", i, l.num_pages,
-                  layers.front().num_pages);
+    SPINDLE_CHECK(kv.num_pages == layers.front().kv.num_pages, "layer {} has {} KV pages, layer 0 has {}", i,
+                  kv.num_pages, layers.front().kv.num_pages);
   }
   layers_.assign(layers.begin(), layers.end());
-  const int pool_pages = layers.empty() ? 0 : layers.front().num_pages;
+  const int pool_pages = layers.empty() ? 0 : layers.front().kv.num_pages;
   const PageRange range = rank_page_range(pool_pages, dp_.dp_size, dp_.dp_rank);  // (no pages: {0, 0})
-  geometry_ = {static_cast<int>(layers.size()), shape_.num_kv_heads, shape_.head_dim, shape_.page_size,
-               shape_.kv_dtype, range.count, range.first};
+  geometry_ = shape_.kv_geometry(static_cast<int>(layers.size()), range.count, range.first);
   checked_ = false;
   on_bind();
 }

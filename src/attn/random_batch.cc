@@ -15,11 +15,7 @@ LayerKvCache RandomBatch::layer_cache() {
   LayerKvCache c;
   c.k_pages = k_pages.data();
   c.v_pages = v_pages.data();
-  c.num_pages = num_pages;
-  c.page_size = shape.page_size;
-  c.num_kv_heads = shape.num_kv_heads;
-  c.head_dim = shape.head_dim;
-  c.dtype = shape.kv_dtype;
+  c.kv = shape.kv_geometry(/*num_layers=*/1, num_pages);
   return c;
 }
 

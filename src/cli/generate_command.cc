@@ -1,5 +1,5 @@
 // spindle generate [MODEL_DIR] --prompt "..." [--prompt ...] [--chat] [sampling flags]: streams the
-// continuation of one prompt (or prints those of several, submitted at once) to stdout through the
+// continuation of one prompt (or prints those of several, queued under one lock) to stdout through the
 // same engine the server uses, then prints prefill and decode tokens/s.
 #include <fmt/format.h>
 
@@ -91,14 +91,16 @@ void run_generate(GenerateArgs& a) {
   if (a.seed >= 0) a.sampling.seed = static_cast<uint64_t>(a.seed);
   const int max_len = stack->group->max_model_len();
   GenerateTiming t{.start = Clock::now()};
-  std::vector<std::shared_ptr<engine::RequestStream>> streams;
+  std::vector<engine::Submission> batch;
   for (auto& ids : prompts) {
     engine::SamplingParams sampling = a.sampling;
     sampling.max_tokens = std::min(sampling.max_tokens, max_len - static_cast<int>(ids.size()));
     engine::validate_sampling_params(sampling, stack->tokenizer->vocab_size());
     t.num_prompt_tokens += static_cast<int>(ids.size());
-    streams.push_back(stack->group->submit(std::move(ids), sampling));
+    batch.push_back({std::move(ids), std::move(sampling)});
   }
+  // All at once (one lock): the engine's first step sees every prompt, whatever the threads' timing.
+  const std::vector<std::shared_ptr<engine::RequestStream>> streams = stack->group->submit_batch(std::move(batch));
   const bool one = streams.size() == 1;
   engine::FinishReason finish = engine::FinishReason::kNone;
   for (size_t i = 0; i < streams.size(); ++i) {

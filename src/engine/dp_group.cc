@@ -3,10 +3,17 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "engine/dp_metrics.h"
 #include "util/error.h"
 
 namespace spindle::engine {
+namespace {
+bool any_available(const std::vector<RankLoad>& loads) {
+  return std::any_of(loads.begin(), loads.end(), [](const RankLoad& l) { return l.available; });
+}
+}  // namespace
 
 DpGroup::DpGroup(std::vector<Rank> ranks, RouterOptions router)
     : ranks_(std::move(ranks)), router_(static_cast<int>(ranks_.size()), router) {
@@ -34,22 +41,72 @@ std::vector<std::shared_ptr<RequestStream>> DpGroup::submit_choices(std::vector<
     return streams;
   }
   std::lock_guard lock(mutex_);
+  std::vector<RankLoad> loads = rank_loads();
+  return route_choices(prompt, params, loads);
+}
+
+std::vector<std::shared_ptr<RequestStream>> DpGroup::submit_batch(std::vector<Submission> batch) {
+  SPINDLE_CHECK(!batch.empty(), "submit_batch needs at least one request");
+  const uint64_t n = batch.size();
+  if (ranks_.size() == 1) {
+    auto streams = front().submit_batch(std::move(batch));
+    std::lock_guard lock(mutex_);
+    num_routed_[0] += n;
+    return streams;
+  }
+  std::lock_guard lock(mutex_);
+  std::vector<RankLoad> loads = rank_loads();
+  std::vector<std::vector<size_t>> shares(ranks_.size());  // batch indices per rank
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!any_available(loads)) throw EngineOverloaded("every data-parallel rank has failed");
+    const int rank = router_.route(batch[i].prompt, loads).rank;
+    loads[static_cast<size_t>(rank)].load_tokens += static_cast<int64_t>(batch[i].prompt.size());
+    shares[static_cast<size_t>(rank)].push_back(i);
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams(batch.size());
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    if (!shares[r].empty()) submit_share(static_cast<int>(r), shares[r], batch, loads, streams);
+  }
+  return streams;
+}
+
+void DpGroup::submit_share(int rank, const std::vector<size_t>& share, std::vector<Submission>& batch,
+                           std::vector<RankLoad>& loads, std::vector<std::shared_ptr<RequestStream>>& streams) {
+  std::vector<Submission> part;
+  for (const size_t i : share) part.push_back(batch[i]);  // copies: a refused share is routed again
+  try {
+    auto got = ranks_[static_cast<size_t>(rank)].engine->submit_batch(std::move(part));
+    for (size_t k = 0; k < share.size(); ++k) {
+      router_.record(rank, batch[share[k]].prompt);
+      streams[share[k]] = std::move(got[k]);
+    }
+    num_routed_[static_cast<size_t>(rank)] += share.size();
+  } catch (const EngineOverloaded&) {
+    loads[static_cast<size_t>(rank)].available = false;
+    for (const size_t i : share) streams[i] = route_choices(batch[i].prompt, {batch[i].params}, loads).front();
+  }
+}
+
+std::vector<RankLoad> DpGroup::rank_loads() const {
   std::vector<RankLoad> loads(ranks_.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
     loads[r].available = health_[r].up && ranks_[r].metrics->snapshot().unhealthy_reason.empty();
     loads[r].load_tokens = ranks_[r].engine->num_load_tokens();
   }
+  return loads;
+}
+
+std::vector<std::shared_ptr<RequestStream>> DpGroup::route_choices(const std::vector<TokenId>& prompt,
+                                                                   const std::vector<SamplingParams>& params,
+                                                                   std::vector<RankLoad>& loads) {
   std::string last_error = "every data-parallel rank has failed";
   for (;;) {
-    bool any = false;
-    for (const RankLoad& l : loads) any = any || l.available;
-    if (!any) throw EngineOverloaded(last_error);
+    if (!any_available(loads)) throw EngineOverloaded(last_error);
     const RouteDecision d = router_.route(prompt, loads);
     try {
-      // submit_choices() copies nothing it needs later: the prompt is kept for record().
       auto streams = ranks_[static_cast<size_t>(d.rank)].engine->submit_choices(prompt, params);
       router_.record(d.rank, prompt);
-      num_routed_[static_cast<size_t>(d.rank)] += n;
+      num_routed_[static_cast<size_t>(d.rank)] += params.size();
       return streams;
     } catch (const EngineOverloaded& e) {
       last_error = e.what();

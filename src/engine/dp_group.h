@@ -58,6 +58,12 @@ class DpGroup {
   // prompt (Engine::submit_choices, all or none), so they share its prompt pages there.
   std::vector<std::shared_ptr<RequestStream>> submit_choices(std::vector<TokenId> prompt,
                                                              std::vector<SamplingParams> params);
+  // Several requests at once (`spindle generate` with several prompts); the streams in batch's
+  // order. One rank: Engine::submit_batch (one lock, all or none). N ranks: each prompt is routed
+  // in order (the loads counting the prompts routed before it), then each rank's share is queued
+  // there with one Engine::submit_batch; a share its rank refuses (queue full) is routed again one
+  // prompt at a time, as submit() would. Throws spindle::Error on an empty batch.
+  std::vector<std::shared_ptr<RequestStream>> submit_batch(std::vector<Submission> batch);
 
   const tokenizer::Tokenizer& tokenizer() const { return front().tokenizer(); }
   const tokenizer::ChatTemplate* chat_template() const { return front().chat_template(); }
@@ -82,6 +88,18 @@ class DpGroup {
 
  private:
   Engine& front() const { return *ranks_.front().engine; }
+  // mutex_ held. Each rank's availability and load tokens, as the router sees them.
+  std::vector<RankLoad> rank_loads() const;
+  // mutex_ held. Routes the prompt among loads' available ranks and submits the choices there; a
+  // rank whose queue is full is marked unavailable in loads and the next choice tried.
+  // EngineOverloaded when no rank is left.
+  std::vector<std::shared_ptr<RequestStream>> route_choices(const std::vector<TokenId>& prompt,
+                                                            const std::vector<SamplingParams>& params,
+                                                            std::vector<RankLoad>& loads);
+  // mutex_ held. Queues batch[share...] on rank (Engine::submit_batch) and fills their streams;
+  // when the rank refuses them all, it is marked unavailable and each is routed by route_choices.
+  void submit_share(int rank, const std::vector<size_t>& share, std::vector<Submission>& batch,
+                    std::vector<RankLoad>& loads, std::vector<std::shared_ptr<RequestStream>>& streams);
 
   std::vector<Rank> ranks_;
   mutable std::mutex mutex_;  // guards everything below

@@ -70,11 +70,21 @@ std::shared_ptr<RequestStream> Engine::submit(std::vector<TokenId> prompt, Sampl
 std::vector<std::shared_ptr<RequestStream>> Engine::submit_choices(std::vector<TokenId> prompt,
                                                                    std::vector<SamplingParams> params) {
   SPINDLE_CHECK(!params.empty(), "submit_choices needs at least one choice");
-  const int n = static_cast<int>(params.size());
-  for (SamplingParams& p : params) {
-    if (!p.grammar) continue;
-    p.speculative = false;       // constrained requests do not speculate (engine.h)
-    output_.grammar_tokenizer();  // built here, on the caller's thread, the first time
+  std::vector<Submission> batch(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    batch[i].prompt = i + 1 == params.size() ? std::move(prompt) : prompt;
+    batch[i].params = std::move(params[i]);
+  }
+  return submit_batch(std::move(batch));
+}
+
+std::vector<std::shared_ptr<RequestStream>> Engine::submit_batch(std::vector<Submission> batch) {
+  SPINDLE_CHECK(!batch.empty(), "submit_batch needs at least one request");
+  const int n = static_cast<int>(batch.size());
+  for (Submission& s : batch) {
+    if (!s.params.grammar) continue;
+    s.params.speculative = false;  // constrained requests do not speculate (engine.h)
+    output_.grammar_tokenizer();   // built here, on the caller's thread, the first time
   }
   std::vector<std::shared_ptr<RequestStream>> streams;
   {
@@ -84,12 +94,12 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_choices(std::vector<T
       throw EngineOverloaded("too many requests are waiting (" + std::to_string(options_.max_queued_requests) +
                              "); retry later");
     }
-    for (int i = 0; i < n; ++i) {
+    for (Submission& s : batch) {
       auto stream = std::make_shared<RequestStream>();
-      incoming_tokens_ += static_cast<int64_t>(prompt.size());
+      incoming_tokens_ += static_cast<int64_t>(s.prompt.size());
       Incoming in;
-      in.request = std::make_unique<Request>(next_id_++, i + 1 == n ? std::move(prompt) : prompt, allocator_);
-      in.output = output_.make_state(std::move(params[static_cast<size_t>(i)]), random_seed(), stream);
+      in.request = std::make_unique<Request>(next_id_++, std::move(s.prompt), allocator_);
+      in.output = output_.make_state(std::move(s.params), random_seed(), stream);
       incoming_.push_back(std::move(in));
       streams.push_back(std::move(stream));
     }

@@ -59,6 +59,12 @@ class EngineOverloaded : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One request of a batch (Engine::submit_batch, DpGroup::submit_batch): its prompt and sampling.
+struct Submission {
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+};
+
 // No defaults here: config::resolve() decides them (config/server_config.h).
 struct EngineOptions {
   SchedulerOptions scheduler;
@@ -109,6 +115,12 @@ class Engine {
   // streams are in params' order.
   std::vector<std::shared_ptr<RequestStream>> submit_choices(std::vector<TokenId> prompt,
                                                              std::vector<SamplingParams> params);
+  // Several requests queued under one lock, all or none (EngineOverloaded when fewer than
+  // batch.size() places are left), in batch's order: the engine thread takes them into the
+  // scheduler together, so the first step that schedules one of them has seen all of them
+  // (`spindle generate` with several prompts: the same batches whatever the threads' timing).
+  // The streams are in batch's order. Throws spindle::Error on an empty batch.
+  std::vector<std::shared_ptr<RequestStream>> submit_batch(std::vector<Submission> batch);
 
   // Helpers for clients (thread-safe: the tokenizer is immutable).
   const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }

@@ -128,15 +128,13 @@ const PageAllocator& PagePool::allocator(int rank) const {
 std::vector<attn::LayerKvCache> PagePool::layer_caches() const {
   std::vector<attn::LayerKvCache> caches;
   caches.reserve(static_cast<size_t>(layout_.num_layers));
+  const KvGeometry pool_geometry{layout_.num_layers, layout_.num_kv_heads, layout_.head_dim, layout_.page_size,
+                                 layout_.dtype, num_pages_, 0};  // every rank's pages
   for (int layer = 0; layer < layout_.num_layers; ++layer) {
     attn::LayerKvCache c;
     c.k_pages = array(layer, 0, 0);
     c.v_pages = array(layer, 1, 0);
-    c.num_pages = num_pages_;
-    c.page_size = layout_.page_size;
-    c.num_kv_heads = layout_.num_kv_heads;
-    c.head_dim = layout_.head_dim;
-    c.dtype = layout_.dtype;
+    c.kv = pool_geometry;
     c.device = device_;
     caches.push_back(c);
   }

@@ -49,7 +49,7 @@ TEST_P(DpIsolationTest, BackendTouchesOnlyItsRanksPages) {
   const auto v_before = v_pool;
 
   auto backend = create_attention_backend(c.backend, shape, {c.dp_size, c.dp_rank});
-  LayerKvCache pool{k_pool.data(), v_pool.data(), pages_per_rank * c.dp_size, 4, 2, 64, DType::kF32};
+  LayerKvCache pool{k_pool.data(), v_pool.data(), shape.kv_geometry(1, pages_per_rank * c.dp_size)};
   std::vector<float> out(local.num_tokens() * local.q_cols(), std::numeric_limits<float>::quiet_NaN());
   backend->prepare(local.step);
   backend->bind_kv_caches({&pool, 1});
@@ -80,7 +80,7 @@ TEST(DpIsolationTest, PageOutsideTheRankIsRejected) {
   RandomBatch local = make_random_batch(shape, {{3, 2}}, 7, true, 0);
   std::vector<std::byte> k_pool(local.k_pages.size() * 2), v_pool(k_pool.size());
   auto backend = create_attention_backend("reference", shape, {2, 0});
-  LayerKvCache pool{k_pool.data(), v_pool.data(), local.num_pages * 2, 4, 1, 64, DType::kF32};
+  LayerKvCache pool{k_pool.data(), v_pool.data(), shape.kv_geometry(1, local.num_pages * 2)};
   local.step.page_tables[local.step.sequences[0].page_table_offset] = local.num_pages;  // first page of rank 1
   std::vector<float> out(local.num_tokens() * local.q_cols());
   backend->prepare(local.step);
@@ -100,7 +100,7 @@ TEST(DpIsolationTest, EachStepIsCheckedAgain) {
   RandomBatch local = make_random_batch(shape, {{3, 2}}, 7, true, 0);
   std::vector<std::byte> k_pool(local.k_pages.size() * 2), v_pool(k_pool.size());
   auto backend = create_attention_backend("reference", shape, {2, 0});
-  const LayerKvCache pool{k_pool.data(), v_pool.data(), local.num_pages * 2, 4, 1, 64, DType::kF32};
+  const LayerKvCache pool{k_pool.data(), v_pool.data(), shape.kv_geometry(2, local.num_pages * 2)};
   const std::vector<LayerKvCache> layers(2, pool);
   std::vector<float> out(local.num_tokens() * local.q_cols());
   auto forward = [&](int layer) {

@@ -317,7 +317,7 @@ TEST(CliTest, SecondGenerateTakesTheWorkspaceFromTheCache) {
   fs::remove_all(cache);
 }
 
-// Several --prompt flags are submitted at once (one batch) and printed in order, "[i] prompt" then
+// Several --prompt flags are queued at once (Engine::submit_batch: one batch) and printed in order, "[i] prompt" then
 // the continuation; greedy, each equals that prompt's continuation generated alone.
 TEST(CliTest, GenerateSubmitsSeveralPromptsAtOnce) {
   const std::string flags = " -n 6 --temperature 0 --threads 1 --no-stats";
@@ -329,6 +329,11 @@ TEST(CliTest, GenerateSubmitsSeveralPromptsAtOnce) {
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(both.out, "[0] " + first.out + "[1] " + second.out);
   EXPECT_GT(first.out.size(), std::string("And God said\n").size());
+  // Two data-parallel ranks (DpGroup::submit_batch routes one prompt to each): the same texts.
+  const RunResult dp = run_spindle("generate -p 'And God said' -p 'In the beginning' --dp-size 2 "
+                                   "--load-balance-method round_robin" + flags);
+  ASSERT_EQ(dp.exit_code, 0) << dp.err;
+  EXPECT_EQ(dp.out, both.out);
 }
 
 // Where no GPU is usable (this test's usual machine), --device cuda stops with the probe's reason;

@@ -264,7 +264,7 @@ TEST_P(CudaBackendTest, DataParallelRankUsesItsOwnPages) {
   LayerKvCache pool = staged.layer_cache();
   pool.k_pages = k_device.data();
   pool.v_pages = v_device.data();
-  pool.num_pages = 2 * local.num_pages;
+  pool.kv.num_pages = 2 * local.num_pages;
 
   auto cuda = create_attention_backend(backend, shape, {2, 1});
   cuda->prepare(local.step);

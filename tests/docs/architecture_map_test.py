@@ -14,6 +14,8 @@ import re
 import sys
 import tempfile
 
+from doc_check import finish
+
 
 def table_cells(line):
     """The cells of a Markdown table row (a line starting with '|'); escaped pipes stay in a cell."""
@@ -80,12 +82,7 @@ def main():
     if not a.path:
         p.error("give the path of ARCHITECTURE.md (or --self-test)")
     size, problems = check(a.path, a.max_bytes, a.max_cell)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if problems:
-        return 1
-    print(f"{a.path}: {size} bytes (limit {a.max_bytes}); every table cell within {a.max_cell} characters")
-    return 0
+    return finish(problems, f"{a.path}: {size} bytes (limit {a.max_bytes}); every table cell within {a.max_cell} characters")
 
 
 if __name__ == "__main__":

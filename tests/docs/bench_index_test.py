@@ -15,6 +15,8 @@ import os
 import re
 import sys
 
+from doc_check import files_under, finish
+
 RAW_KINDS = (".log", ".err", ".diff", ".patch", ".cc", ".cu", ".py", ".sh")
 CITING = ("src", "tests", "bench", "tools", "scripts", "docs", "README.md", "ARCHITECTURE.md")
 CITE = re.compile(r"bench/results/([A-Za-z0-9._*/-]+)")
@@ -34,8 +36,7 @@ def index_names(index_path):
 def cited_paths(root):
     for top in CITING:
         base = os.path.join(root, top)
-        files = [base] if os.path.isfile(base) else [os.path.join(d, f) for d, _, fs in os.walk(base) for f in fs]
-        for path in files:
+        for path in files_under(base):
             if os.sep + os.path.join("bench", "results") + os.sep in path + os.sep and top == "bench":
                 continue  # the summaries themselves cite raw files through their "Raw files" sections
             try:
@@ -63,7 +64,7 @@ def main():
     for name in sorted(names - entries):
         if not (name.startswith("(") and name.endswith(")")):
             problems.append(f"bench/results/INDEX.md names '{name}', which is not in bench/results")
-    files = [os.path.join(d, f) for d, _, fs in os.walk(results) for f in fs]
+    files = files_under(results)
     if len(files) >= 400:
         problems.append(f"bench/results holds {len(files)} files (limit 399): raw files belong in git history")
     for f in sorted(files):
@@ -76,12 +77,7 @@ def main():
         if not (glob.glob(pattern) or glob.glob(pattern + "*")):
             problems.append(f"{path}:{number}: cites bench/results/{cited}, which is not in the tree "
                             f"(cite its INDEX entry's folder)")
-    for p in problems:
-        print(p, file=sys.stderr)
-    if problems:
-        return 1
-    print(f"bench/results: {len(entries)} entries, all indexed; {len(files)} files; every cited path exists")
-    return 0
+    return finish(problems, f"bench/results: {len(entries)} entries, all indexed; {len(files)} files; every cited path exists")
 
 
 if __name__ == "__main__":

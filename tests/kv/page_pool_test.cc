@@ -34,11 +34,13 @@ TEST(PagePoolTest, LayerArraysArePageAlignedDisjointAndZeroed) {
   std::set<const void*> starts;
   const uint64_t array_bytes = 7 * layout.bytes_per_layer_page();
   for (const auto& c : caches) {
-    EXPECT_EQ(c.num_pages, 7);
-    EXPECT_EQ(c.page_size, 16);
-    EXPECT_EQ(c.num_kv_heads, 2);
-    EXPECT_EQ(c.head_dim, 80);
-    EXPECT_EQ(c.dtype, DType::kBF16);
+    EXPECT_EQ(c.kv.num_layers, 3);
+    EXPECT_EQ(c.kv.num_pages, 7);
+    EXPECT_EQ(c.kv.first_page, 0);
+    EXPECT_EQ(c.kv.page_size, 16);
+    EXPECT_EQ(c.kv.num_kv_heads, 2);
+    EXPECT_EQ(c.kv.head_dim, 80);
+    EXPECT_EQ(c.kv.dtype, DType::kBF16);
     for (const void* p : {c.k_pages, c.v_pages}) {
       EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 4096, 0u);
       starts.insert(p);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "model/llama32_1b_expectations.h"
 #include "util/error.h"
 
 namespace spindle {
@@ -55,24 +56,8 @@ gguf::HyperParams llama_params() {
 
 TEST(GgufModelConfig, FieldsMapOneToOne) {
   const ModelConfig c = model_config_from_gguf(llama_params(), "m.gguf");
-  EXPECT_EQ(c.architecture, Architecture::kLlama);
-  EXPECT_EQ(c.model_type, "llama");
-  EXPECT_EQ(c.vocab_size, 128256);
-  EXPECT_EQ(c.hidden_size, 2048);
-  EXPECT_EQ(c.intermediate_size, 8192);
-  EXPECT_EQ(c.num_hidden_layers, 16);
-  EXPECT_EQ(c.num_attention_heads, 32);
-  EXPECT_EQ(c.num_key_value_heads, 8);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.max_position_embeddings, 131072);
-  EXPECT_EQ(c.rms_norm_eps, 1e-5);
-  EXPECT_EQ(c.rope_theta, 500000);
-  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kNone);
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.attention_bias);
-  EXPECT_FALSE(c.qk_norm);
-  EXPECT_EQ(c.torch_dtype, DType::kBF16);
-  EXPECT_EQ(c.bos_token_ids, std::vector<TokenId>{128000});
+  testing::expect_llama32_1b_shape(c);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::kNone);  // no rope_freqs.weight here
   EXPECT_EQ(c.eos_token_ids, std::vector<TokenId>{128009});
 
   gguf::HyperParams qwen = llama_params();

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/llama32_1b_expectations.h"
 #include "model/weight_map.h"
 #include "util/error.h"
 
@@ -34,28 +35,12 @@ std::string parse_error(const json& config) {
 
 TEST(ModelConfig, Llama32_1B) {
   const ModelConfig c = load_model_config(kModels / "llama-3.2-1b");
-  EXPECT_EQ(c.architecture, Architecture::kLlama);
-  EXPECT_EQ(c.model_type, "llama");
-  EXPECT_EQ(c.vocab_size, 128256);
-  EXPECT_EQ(c.hidden_size, 2048);
-  EXPECT_EQ(c.intermediate_size, 8192);
-  EXPECT_EQ(c.num_hidden_layers, 16);
-  EXPECT_EQ(c.num_attention_heads, 32);
-  EXPECT_EQ(c.num_key_value_heads, 8);
-  EXPECT_EQ(c.head_dim, 64);
-  EXPECT_EQ(c.max_position_embeddings, 131072);
-  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
-  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  testing::expect_llama32_1b_shape(c);
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::kLlama3);
   EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
   EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
   EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
   EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
-  EXPECT_TRUE(c.tie_word_embeddings);
-  EXPECT_FALSE(c.attention_bias);
-  EXPECT_FALSE(c.qk_norm);
-  EXPECT_EQ(c.torch_dtype, DType::kBF16);
-  EXPECT_EQ(c.bos_token_ids, std::vector<int>{128000});
   EXPECT_EQ(c.eos_token_ids, std::vector<int>{128001});
   EXPECT_FALSE(c.sliding_window.has_value());
   // 16 layers * 2 (K, V) * 8 kv heads * 64 * 2 bytes

@@ -234,14 +234,16 @@ void CudnnSdpa::run(const detail::PagedLayerLaunch& a, cudaStream_t stream) {
   Impl& m = *impl_;
   const detail::PagedBatchView& batch = a.batch;
   if (batch.num_rows == 0 || batch.num_sequences == 0) return;
-  SPINDLE_CHECK(a.num_heads == m.num_heads && a.num_kv_heads == m.num_kv_heads && a.head_dim == m.head_dim &&
-                    a.kv_type == m.kv_type && a.page_size == m.page_size,
+  const KvGeometry& kv = a.kv;
+  const detail::KvType kv_type = detail::kv_type_of(kv);
+  SPINDLE_CHECK(a.num_heads == m.num_heads && kv.num_kv_heads == m.num_kv_heads && kv.head_dim == m.head_dim &&
+                    kv_type == m.kv_type && kv.page_size == m.page_size,
                 "cudnn_sdpa: launch shape (heads {}/{}, head_dim {}, KV {}, page_size {}) differs from the one it "
                 "was created for (heads {}/{}, head_dim {}, KV {}, page_size {})",
-                a.num_heads, a.num_kv_heads, a.head_dim, kv_type_name(a.kv_type), a.page_size, m.num_heads,
+                a.num_heads, kv.num_kv_heads, kv.head_dim, kv_type_name(kv_type), kv.page_size, m.num_heads,
                 m.num_kv_heads, m.head_dim, kv_type_name(m.kv_type), m.page_size);
-  SPINDLE_CHECK(a.num_pages > 0 && batch.max_new_tokens >= 1 && batch.max_kv_len >= batch.max_new_tokens,
-                "cudnn_sdpa: bad batch (pages {}, max_new_tokens {}, max_kv_len {})", a.num_pages,
+  SPINDLE_CHECK(kv.num_pages > 0 && batch.max_new_tokens >= 1 && batch.max_kv_len >= batch.max_new_tokens,
+                "cudnn_sdpa: bad batch (pages {}, max_new_tokens {}, max_kv_len {})", kv.num_pages,
                 batch.max_new_tokens, batch.max_kv_len);
   if (m.handle == nullptr) m.init();
 
@@ -250,7 +252,7 @@ void CudnnSdpa::run(const detail::PagedLayerLaunch& a, cudaStream_t stream) {
   key.batch = round_up_pow2(batch.num_sequences, 1);
   key.max_q = decode ? 1 : round_up_pow2(batch.max_new_tokens, kMinSeqBucket);
   key.max_kv = round_up_pow2(batch.max_kv_len, kMinSeqBucket);
-  key.num_pages = a.num_pages;
+  key.num_pages = kv.num_pages;
   key.ragged = !decode && m.ragged_allowed;
   key.causal = batch.causal && !decode;
   const CudnnSdpaPlan& plan = m.plan_for(key);  // may clear key.ragged

@@ -656,9 +656,9 @@ int target_blocks_per_sm() {
 // when clamped from below, ceil(kv_len / kMaxChunkKeys) from above.
 DecodePlan make_decode_plan(const PagedLayerLaunch& a) {
   DecodePlan plan;
-  const int group_size = a.num_heads / std::max(1, a.num_kv_heads);
+  const int group_size = a.num_heads / std::max(1, a.kv.num_kv_heads);
   plan.num_head_tiles = (group_size + kHeadsPerTile - 1) / kHeadsPerTile;
-  const int64_t pairs = std::max<int64_t>(1, int64_t{a.batch.num_sequences} * a.num_kv_heads * plan.num_head_tiles);
+  const int64_t pairs = std::max<int64_t>(1, int64_t{a.batch.num_sequences} * a.kv.num_kv_heads * plan.num_head_tiles);
   const int64_t target_blocks = int64_t{std::max(1, a.num_sms)} * target_blocks_per_sm();
   const int64_t max_kv_len = std::max(1, a.batch.max_kv_len);
   const int64_t target_splits = std::clamp<int64_t>((target_blocks + pairs - 1) / pairs, 1, max_kv_len);
@@ -731,15 +731,15 @@ size_t flash_decode_workspace_bytes(const PagedLayerLaunch& a) {
   if (plan.num_splits <= 1) return 0;
   // partial_out [num_sequences, num_heads, num_splits, head_dim] + partial_lse [.., num_splits]
   return sizeof(float) * size_t(a.batch.num_sequences) * size_t(a.num_heads) * size_t(plan.num_splits) *
-         (size_t(a.head_dim) + 1);
+         (size_t(a.kv.head_dim) + 1);
 }
 
 void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   if (a.batch.num_sequences == 0) return;
   if (a.batch.max_new_tokens != 1) fail("launch_flash_decode: needs exactly one new token per sequence");
-  if (!flash_decode_supports(a.head_dim, a.kv_type)) fail("launch_flash_decode: unsupported head_dim or KV type");
-  if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0) fail("launch_flash_decode: num_heads % num_kv_heads");
-  if (a.page_size < 1) fail("launch_flash_decode: page_size < 1");
+  if (!flash_decode_supports(a.kv.head_dim, kv_type_of(a.kv))) fail("launch_flash_decode: unsupported head_dim or KV type");
+  if (a.kv.num_kv_heads <= 0 || a.num_heads % a.kv.num_kv_heads != 0) fail("launch_flash_decode: num_heads % num_kv_heads");
+  if (a.kv.page_size < 1) fail("launch_flash_decode: page_size < 1");
   if (a.batch.num_sequences > 65535) fail("launch_flash_decode: more than 65535 sequences");
 
   const DecodePlan plan = make_decode_plan(a);
@@ -762,22 +762,22 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   p.page_tables = a.batch.page_tables;
   p.partial_out = workspace_bytes > 0 ? static_cast<float*>(a.workspace) : nullptr;
   p.partial_lse = workspace_bytes > 0 ? p.partial_out + size_t(a.batch.num_sequences) * a.num_heads *
-                                                            plan.num_splits * a.head_dim
+                                                            plan.num_splits * a.kv.head_dim
                                       : nullptr;
   p.num_heads = a.num_heads;
-  p.num_kv_heads = a.num_kv_heads;
-  p.head_dim = a.head_dim;
-  p.page_size = a.page_size;
-  p.group_size = a.num_heads / a.num_kv_heads;
+  p.num_kv_heads = a.kv.num_kv_heads;
+  p.head_dim = a.kv.head_dim;
+  p.page_size = a.kv.page_size;
+  p.group_size = a.num_heads / a.kv.num_kv_heads;
   p.num_head_tiles = plan.num_head_tiles;
   p.rule = plan.rule;
   p.num_splits = plan.num_splits;
   p.scale_log2 = a.scale * kLog2e;
   p.early = pdl_enabled() && !a.new_keys_before_last;  // early reads assume only the last key is new
 
-  const dim3 grid(static_cast<unsigned>(a.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
+  const dim3 grid(static_cast<unsigned>(a.kv.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
                   static_cast<unsigned>(a.batch.num_sequences));
-  if (a.kv_type == KvType::kBF16) {
+  if (kv_type_of(a.kv) == KvType::kBF16) {
     launch_split_kernel_for_head_dim<true>(p, grid, stream);
   } else {
     launch_split_kernel_for_head_dim<false>(p, grid, stream);
@@ -792,7 +792,7 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   m.out16 = p.out16;
   m.out16_bf16 = p.out16_bf16;
   m.num_heads = a.num_heads;
-  m.head_dim = a.head_dim;
+  m.head_dim = a.kv.head_dim;
   m.rule = plan.rule;
   m.num_splits = plan.num_splits;
   m.early = p.early;

@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
 
   const bool causal = a.batch.causal;
   const int head = blockIdx.x;
-  const int kv_head = head / (a.num_heads / a.num_kv_heads);
+  const int kv_head = head / (a.num_heads / a.kv.num_kv_heads);
   const int num_q_rows = min(kBlockM, seq.num_new_tokens - m0);
   const int q_row0 = seq.query_offset + m0;
   const int first_pos = seq.num_cached_tokens + m0;  // position of the block's row 0
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int kv_end = causal ? first_pos + num_q_rows : kv_len;  // keys any row of the block sees
   const int num_kv_tiles = (kv_end + kBlockN - 1) / kBlockN;
   const int64_t row_pitch = int64_t{a.num_heads} * kHeadDim;  // q and out
-  const int64_t token_pitch = int64_t{a.num_kv_heads} * kHeadDim;
+  const int64_t token_pitch = int64_t{a.kv.num_kv_heads} * kHeadDim;
   const int64_t kv_head_offset = int64_t{kv_head} * kHeadDim;
   const auto* k_pages = static_cast<const uint16_t*>(a.k_pages);
   const auto* v_pages = static_cast<const uint16_t*>(a.v_pages);
@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int copy_row = threadIdx.x / Tile::kThreadsPerKvRow;
   const uint32_t copy_offset = copy_row * Tile::kRowStride * 2;
   KvRowCopier<Tile> copier;
-  copier.init(a.batch.page_tables + seq.page_table_offset, kv_len, a.page_size, copy_row,
+  copier.init(a.batch.page_tables + seq.page_table_offset, kv_len, a.kv.page_size, copy_row,
               threadIdx.x % Tile::kThreadsPerKvRow);
   auto issue_next_tile = [&](int stage) {
     copier.issue(k_base + stage * kStageBytes + copy_offset, v_base + stage * kStageBytes + copy_offset, k_pages,
@@ -560,7 +560,7 @@ void launch_tile(const PagedLayerLaunch& a, cudaStream_t stream) {
 
 template <bool kBf16>
 void launch_for_head_dim(const PagedLayerLaunch& a, cudaStream_t stream) {
-  switch (a.head_dim) {
+  switch (a.kv.head_dim) {
     case 64: return launch_tile<PrefillTile<64, 1, 64>, kBf16>(a, stream);
     case 80: return launch_tile<PrefillTile<80, 1, 64>, kBf16>(a, stream);
     case 96: return launch_tile<PrefillTile<96, 1, 64>, kBf16>(a, stream);
@@ -584,15 +584,15 @@ bool flash_prefill_supports(int head_dim, KvType kv_type) {
 size_t flash_prefill_workspace_bytes(const PagedLayerLaunch&) { return 0; }
 
 void launch_flash_prefill(const PagedLayerLaunch& a, cudaStream_t stream) {
-  require(flash_prefill_supports(a.head_dim, a.kv_type), "flash_prefill: unsupported head_dim or KV type");
+  require(flash_prefill_supports(a.kv.head_dim, kv_type_of(a.kv)), "flash_prefill: unsupported head_dim or KV type");
   if (a.batch.num_rows == 0 || a.batch.max_new_tokens == 0 || a.batch.num_sequences == 0) return;
-  require(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0, "flash_prefill: num_heads % num_kv_heads");
-  require(a.page_size > 0, "flash_prefill: page_size must be positive");
+  require(a.kv.num_kv_heads > 0 && a.num_heads % a.kv.num_kv_heads == 0, "flash_prefill: num_heads % num_kv_heads");
+  require(a.kv.page_size > 0, "flash_prefill: page_size must be positive");
   require(aligned16(a.q) && aligned16(a.out) && aligned16(a.k_pages) && aligned16(a.v_pages),
           "flash_prefill: q, out and K/V pages must be 16-byte aligned");
   require(a.batch.num_sequences <= 65535 && (a.batch.max_new_tokens + kBlockM - 1) / kBlockM <= 65535,
           "flash_prefill: batch exceeds the launch grid");
-  if (a.kv_type == KvType::kBF16) {
+  if (kv_type_of(a.kv) == KvType::kBF16) {
     launch_for_head_dim<true>(a, stream);
   } else {
     launch_for_head_dim<false>(a, stream);

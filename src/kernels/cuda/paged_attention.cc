@@ -28,6 +28,14 @@ detail::KvType kv_type_of(DType dtype) {
   }
 }
 
+namespace {
+// The geometry a launch carries, once its dtype is one the kernels read (kv_type_of throws otherwise).
+KvGeometry checked_kv(const KvGeometry& kv) {
+  kv_type_of(kv.dtype);
+  return kv;
+}
+}  // namespace
+
 DeviceBatch::~DeviceBatch() {
   if (copied_ != nullptr) cudaEventDestroy(copied_);
   if (staging_ != nullptr) cudaFreeHost(staging_);
@@ -177,12 +185,8 @@ detail::PagedLayerLaunch make_layer_launch(const cpu::PagedAttentionParams& p, c
   a.out = p.out;
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
-  a.kv_type = kv_type_of(p.kv.dtype);
-  a.num_pages = p.kv.num_pages;
-  a.page_size = p.kv.page_size;
+  a.kv = checked_kv(p.kv);
   a.num_heads = p.num_heads;
-  a.num_kv_heads = p.kv.num_kv_heads;
-  a.head_dim = p.kv.head_dim;
   a.scale = p.scale;
   a.batch = batch.view();
   a.num_sms = num_sms;
@@ -198,9 +202,8 @@ void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch) {
   a.v = p.v;
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
-  a.kv_type = kv_type_of(p.kv.dtype);
+  a.kv = checked_kv(p.kv);
   a.num_rows = batch.view().num_rows;
-  a.kv_cols = int64_t{p.kv.num_kv_heads} * p.kv.head_dim;
   a.slots = batch.slots();
   detail::launch_write_kv(a, stream);
 }
@@ -216,12 +219,9 @@ void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceB
   a.out = p.out;
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
-  a.kv_type = kv_type_of(p.kv.dtype);
+  a.kv = checked_kv(p.kv);
   a.num_rows = batch.view().num_rows;
   a.num_heads = p.num_heads;
-  a.num_kv_heads = p.kv.num_kv_heads;
-  a.head_dim = p.kv.head_dim;
-  a.page_size = p.kv.page_size;
   a.scale = p.scale;
   a.rows = static_cast<const detail::RowInfo*>(batch.rows());
   a.page_tables = batch.view().page_tables;

@@ -22,14 +22,11 @@ struct RowInfo {
 struct AttentionLaunch {
   const float* q = nullptr;
   float* out = nullptr;
-  const void* k_pages = nullptr;
+  const void* k_pages = nullptr;  // the rank's first page
   const void* v_pages = nullptr;
-  KvType kv_type = KvType::kBF16;
+  KvGeometry kv;                   // the rank's pages (paged_layer_launch.h)
   int num_rows = 0;
   int num_heads = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
-  int page_size = 0;
   float scale = 1.0f;
   const RowInfo* rows = nullptr;
   const int32_t* page_tables = nullptr;
@@ -38,11 +35,10 @@ struct AttentionLaunch {
 struct KvWriteLaunch {
   const float* k = nullptr;
   const float* v = nullptr;
-  void* k_pages = nullptr;
+  void* k_pages = nullptr;        // the rank's first page
   void* v_pages = nullptr;
-  KvType kv_type = KvType::kBF16;
+  KvGeometry kv;                  // the rank's pages; a row is kv.num_kv_heads * kv.head_dim values
   int num_rows = 0;
-  int64_t kv_cols = 0;            // num_kv_heads * head_dim
   const int64_t* slots = nullptr; // per row: page * page_size + position % page_size; < 0: skip
 };
 

@@ -58,19 +58,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
   pdl_begin();
   extern __shared__ float smem[];
   float* q_s = smem;                // [head_dim]
-  float* p_s = smem + a.head_dim;   // [kThreads]
+  float* p_s = smem + a.kv.head_dim;   // [kThreads]
   __shared__ float red[kWarps];
 
   const int row = blockIdx.x;
   const int head = blockIdx.y;
   const int tid = threadIdx.x;
   const RowInfo info = a.rows[row];
-  const int kv_head = head / (a.num_heads / a.num_kv_heads);
-  const int64_t kv_cols = int64_t{a.num_kv_heads} * a.head_dim;
-  const int64_t q_index = (int64_t{row} * a.num_heads + head) * a.head_dim;
+  const int kv_head = head / (a.num_heads / a.kv.num_kv_heads);
+  const int64_t kv_cols = int64_t{a.kv.num_kv_heads} * a.kv.head_dim;
+  const int64_t q_index = (int64_t{row} * a.num_heads + head) * a.kv.head_dim;
   const int32_t* table = a.page_tables + info.page_table_offset;
 
-  for (int d = tid; d < a.head_dim; d += kThreads) q_s[d] = a.q[q_index + d];
+  for (int d = tid; d < a.kv.head_dim; d += kThreads) q_s[d] = a.q[q_index + d];
   __syncthreads();
 
   float running_max = -INFINITY;
@@ -82,10 +82,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
     const int j = start + tid;
     float score = -INFINITY;
     if (j < info.kv_len) {
-      const int64_t slot = int64_t{table[j / a.page_size]} * a.page_size + j % a.page_size;
-      const int64_t base = slot * kv_cols + int64_t{kv_head} * a.head_dim;
+      const int64_t slot = int64_t{table[j / a.kv.page_size]} * a.kv.page_size + j % a.kv.page_size;
+      const int64_t base = slot * kv_cols + int64_t{kv_head} * a.kv.head_dim;
       float dot = 0.0f;
-      for (int d = 0; d < a.head_dim; ++d) dot += q_s[d] * load_kv<kKv>(a.k_pages, base + d);
+      for (int d = 0; d < a.kv.head_dim; ++d) dot += q_s[d] * load_kv<kKv>(a.k_pages, base + d);
       score = dot * a.scale;
     }
     const float tile_max = block_reduce(score, red, true);
@@ -100,12 +100,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
     const int n = min(kThreads, info.kv_len - start);
     for (int c = 0; c < kAccPerThread; ++c) {
       const int d = tid + c * kThreads;
-      if (d >= a.head_dim) break;
+      if (d >= a.kv.head_dim) break;
       float sum = acc[c] * alpha;
       for (int jj = 0; jj < n; ++jj) {
         const int pos = start + jj;
-        const int64_t slot = int64_t{table[pos / a.page_size]} * a.page_size + pos % a.page_size;
-        sum += p_s[jj] * load_kv<kKv>(a.v_pages, slot * kv_cols + int64_t{kv_head} * a.head_dim + d);
+        const int64_t slot = int64_t{table[pos / a.kv.page_size]} * a.kv.page_size + pos % a.kv.page_size;
+        sum += p_s[jj] * load_kv<kKv>(a.v_pages, slot * kv_cols + int64_t{kv_head} * a.kv.head_dim + d);
       }
       acc[c] = sum;
     }
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
   const float inv = 1.0f / running_sum;
   for (int c = 0; c < kAccPerThread; ++c) {
     const int d = tid + c * kThreads;
-    if (d < a.head_dim) a.out[q_index + d] = acc[c] * inv;
+    if (d < a.kv.head_dim) a.out[q_index + d] = acc[c] * inv;
   }
 }
 
@@ -124,9 +124,10 @@ __global__ void write_kv_kernel(KvWriteLaunch a) {
   pdl_begin();
   const int row = blockIdx.x;
   if (a.slots[row] < 0) return;  // a padding row (DeviceBatch): nothing to keep
-  const int64_t dst = a.slots[row] * a.kv_cols;
-  const int64_t src = int64_t{row} * a.kv_cols;
-  for (int64_t e = threadIdx.x; e < a.kv_cols; e += blockDim.x) {
+  const int64_t kv_cols = int64_t{a.kv.num_kv_heads} * a.kv.head_dim;  // one token's K (or V)
+  const int64_t dst = a.slots[row] * kv_cols;
+  const int64_t src = int64_t{row} * kv_cols;
+  for (int64_t e = threadIdx.x; e < kv_cols; e += blockDim.x) {
     if constexpr (kKv == KvType::kBF16) {
       static_cast<uint16_t*>(a.k_pages)[dst + e] = float_to_bf16_bits(a.k[src + e]);
       static_cast<uint16_t*>(a.v_pages)[dst + e] = float_to_bf16_bits(a.v[src + e]);
@@ -153,8 +154,8 @@ __global__ void add_constant_kernel(float* data, int64_t n, float value) {
 void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
   const dim3 grid(static_cast<unsigned>(a.num_rows), static_cast<unsigned>(a.num_heads));
-  const size_t shared = sizeof(float) * (static_cast<size_t>(a.head_dim) + kThreads);
-  switch (a.kv_type) {
+  const size_t shared = sizeof(float) * (static_cast<size_t>(a.kv.head_dim) + kThreads);
+  switch (kv_type_of(a.kv)) {
     case KvType::kBF16:
       launch_pdl(paged_attention_reference_kernel<KvType::kBF16>, grid, kThreads, shared, stream, a);
       break;
@@ -171,7 +172,7 @@ void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t str
 void launch_write_kv(const KvWriteLaunch& a, cudaStream_t stream) {
   if (a.num_rows == 0) return;
   constexpr int kWriteThreads = 256;
-  switch (a.kv_type) {
+  switch (kv_type_of(a.kv)) {
     case KvType::kBF16:
       launch_pdl(write_kv_kernel<KvType::kBF16>, a.num_rows, kWriteThreads, 0, stream, a);
       break;

@@ -4,7 +4,8 @@
 //
 // Layouts (the contract of kernels/cpu/paged_attention.h, on the device):
 //   q, out      [num_rows, num_heads, head_dim] f32, every sequence's rows concatenated in order
-//   k/v pages   [num_pages, page_size, num_kv_heads, head_dim] of kv_type (this rank's pages)
+//   k/v pages   [kv.num_pages, kv.page_size, kv.num_kv_heads, kv.head_dim] of kv.dtype (this
+//               rank's pages; kernels/kv_geometry.h)
 //   Token t of sequence s lives in page page_tables[s.page_table_offset + t / page_size],
 //   slot t % page_size. Query row i of sequence s sits at position s.num_cached_tokens + i and
 //   attends, when causal, to positions [0, num_cached_tokens + i]; otherwise to all
@@ -19,11 +20,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/kv_geometry.h"
 #include "kernels/step_batch.h"
 
 namespace spindle::kernels::cuda::detail {
 
 enum class KvType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+// The kernels' element type of a geometry's KV dtype. The host accepted the dtype before it built
+// the launch (kernels::cuda::kv_type_of(DType) refuses all but bf16, f16 and f32).
+inline KvType kv_type_of(const KvGeometry& kv) {
+  return kv.dtype == DType::kBF16 ? KvType::kBF16 : kv.dtype == DType::kF16 ? KvType::kF16 : KvType::kF32;
+}
 
 // One sequence of the step, in device memory: the StepBatch's own record (kernels/step_batch.h),
 // uploaded as it is once per step and shared by all layers.
@@ -54,14 +62,10 @@ struct PagedBatchView {
 struct PagedLayerLaunch {
   const float* q = nullptr;
   float* out = nullptr;
-  const void* k_pages = nullptr;
+  const void* k_pages = nullptr;  // the rank's first page (kv.first_page already applied)
   const void* v_pages = nullptr;
-  KvType kv_type = KvType::kBF16;
-  int num_pages = 0;
-  int page_size = 0;
+  KvGeometry kv;                   // the rank's pages: kv.num_pages, page_size, heads, head_dim, dtype
   int num_heads = 0;
-  int num_kv_heads = 0;
-  int head_dim = 0;
   float scale = 1.0f;
   PagedBatchView batch;
   int num_sms = 0;                 // multiprocessors of the current device (grid sizing)

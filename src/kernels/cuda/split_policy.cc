@@ -35,7 +35,14 @@ void build_step(StepInputs& s, const SplitStep& step, int num_heads, int num_kv_
                 detail::KvType kv_type, int num_sms) {
   const int pages_per_sequence = (step.kv_len + kPageSize - 1) / kPageSize;
   const int num_pages = step.batch * pages_per_sequence;
-  const size_t page_bytes = size_t{kPageSize} * size_t(num_kv_heads) * size_t(head_dim) * sizeof(uint16_t);
+  const KvGeometry kv{.num_layers = 1,
+                      .num_kv_heads = num_kv_heads,
+                      .head_dim = head_dim,
+                      .page_size = kPageSize,
+                      .dtype = kv_type == detail::KvType::kF16 ? DType::kF16 : DType::kBF16,
+                      .num_pages = num_pages,
+                      .first_page = 0};
+  const size_t page_bytes = kv.layer_page_bytes();
   const size_t rows_bytes = size_t(step.batch) * size_t(num_heads) * size_t(head_dim) * sizeof(float);
   s.k_pages.reserve(page_bytes * size_t(num_pages));
   s.v_pages.reserve(page_bytes * size_t(num_pages));
@@ -65,12 +72,8 @@ void build_step(StepInputs& s, const SplitStep& step, int num_heads, int num_kv_
   a.out = s.out.as<float>();
   a.k_pages = s.k_pages.data();
   a.v_pages = s.v_pages.data();
-  a.kv_type = kv_type;
-  a.num_pages = num_pages;
-  a.page_size = kPageSize;
+  a.kv = kv;
   a.num_heads = num_heads;
-  a.num_kv_heads = num_kv_heads;
-  a.head_dim = head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   a.batch.sequences = s.sequences.as<StepSequence>();
   a.batch.page_tables = s.page_tables.as<int32_t>();
