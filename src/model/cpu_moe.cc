@@ -118,10 +118,10 @@ void CpuOps::run_experts(const MoeBlock& block, int64_t h) {
   int64_t max_rows = 0;
   for (const int32_t e : g.active) max_rows = std::max(max_rows, g.count(e));
   // In a step of decode-sized sequences every expert's kernel is the one for as many rows as the
-  // step has sequences (capped at the direct kernels' range), as linear_choose_rows does for the
+  // step has sequences (capped at the decode-row class, kLinearDecodeMaxRows), as linear_choose_rows does for the
   // dense products: a verify row then computes as the decode step of that row does.
   const bool decode_sized = step_.num_sequences > 0 && step_.max_new_tokens <= kc::kDecodeSizedMaxNewTokens;
-  const int64_t step_choice = std::min<int64_t>(step_.num_sequences, kc::kLinearDirectMaxRows);
+  const int64_t step_choice = std::min<int64_t>(step_.num_sequences, kc::kLinearDecodeMaxRows);
   auto run = [&](int32_t e, ThreadPool* pool) {
     const int64_t off = g.offsets[static_cast<size_t>(e)], m = g.count(e);
     const int64_t choose = decode_sized ? step_choice : m;
@@ -141,7 +141,7 @@ void CpuOps::run_experts(const MoeBlock& block, int64_t h) {
         .linear->forward_choosing_for(act, m, choose, s.out.data() + off * h, pool);
   };
   const auto active = static_cast<int64_t>(g.active.size());
-  if (active >= pool_->num_threads() && active > 1 && max_rows <= kc::kLinearDirectMaxRows) {
+  if (active >= pool_->num_threads() && active > 1 && max_rows <= kc::kLinearDecodeMaxRows) {
     pool_->parallel_for(active, [&](int64_t i) { run(g.active[static_cast<size_t>(i)], nullptr); });
   } else {
     for (const int32_t e : g.active) run(e, pool_);
