@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv16.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/row_dispatch.cuh"
 #include "kernels/cuda/qkv_rope.cuh"
 #include "kernels/cuda/round16.cuh"
 #include "kernels/cuda/stream_load.cuh"
@@ -25,7 +26,9 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;  // 16-byte loads of W in flight per lane (one output row per warp, the fused kernels)
 
+using detail::aligned16;
 using detail::load_stream;
+using detail::with_rows;
 
 // Two 16-bit values of one 32-bit word as f32 (low half first).
 template <bool kBf16>
@@ -412,19 +415,6 @@ void launch_rows(const void* w, const void* x, int64_t in, int64_t out, bool bf1
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// f(std::integral_constant<int, rows>{}) for rows in 1..kMax (the callers checked the range;
-// only those row counts are instantiated).
-template <int kMax, int kRows = 1, typename F>
-void with_rows(int64_t rows, F f) {
-  if constexpr (kRows == kMax) {
-    f(std::integral_constant<int, kRows>{});
-  } else {
-    if (rows == kRows) return f(std::integral_constant<int, kRows>{});
-    with_rows<kMax, kRows + 1>(rows, f);
-  }
-}
 
 }  // namespace
 

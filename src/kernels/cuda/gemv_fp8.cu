@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv_fp8.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/row_dispatch.cuh"
 #include "kernels/cuda/stream_load.cuh"
 
 namespace spindle::kernels::cuda {
@@ -23,7 +24,9 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;
 
+using detail::aligned16;
 using detail::load_stream;
+using detail::with_rows;
 
 // Two e4m3 weights (low byte first) as f32.
 __device__ __forceinline__ float2 fp8x2_to_float2(uint16_t pair) {
@@ -130,17 +133,6 @@ void launch_rows(const uint8_t* w, const float* scale, Fp8Scale mode, const uint
   }
 }
 
-template <int kMax, int kRows = 1, typename F>
-void with_rows(int64_t rows, F f) {
-  if constexpr (kRows == kMax) {
-    f(std::integral_constant<int, kRows>{});
-  } else {
-    if (rows == kRows) return f(std::integral_constant<int, kRows>{});
-    with_rows<kMax, kRows + 1>(rows, f);
-  }
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
