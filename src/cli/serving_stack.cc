@@ -62,6 +62,7 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_weights_memory_flag(app, f.server);
+  config::add_quantization_flag(app, f.server);
   config::add_kv_flags(app, f.server.kv);
   config::add_spec_flags(app, f.server.spec);
   config::add_dp_flags(app, f.server.dp);
@@ -120,6 +121,7 @@ ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPoo
   ModelOptions model_options;
   model_options.pool = pool;
   model_options.weights_memory = resolved.weights_memory;
+  model_options.quantization = resolved.quantization;
   if (resolved.bf16_activations) {
     model_options.make_linear = [](const kernels::cpu::LinearWeight& w) {
       kernels::cpu::LinearOptions o;

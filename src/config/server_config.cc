@@ -79,6 +79,8 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
                 "--matmul-precision '{}' is not one of: auto, exact, bf16", flags.matmul_precision);
   r.bf16_activations = flags.matmul_precision == "bf16";  // auto: decided from the checkpoint (below)
   r.weights_memory = resolve_weights_memory(flags.weights_memory, r.device, device.memory);
+  r.quantization = resolve_quantization(flags.quantization, r.device);
+  if (r.quantization != WeightQuantization::kNone && flags.weights_memory == "auto") r.weights_memory = FileMemory::kMapped;
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
@@ -171,6 +173,22 @@ FileMemory resolve_weights_memory(const std::string& flag, attn::Device device, 
   const bool huge_pages =
       flag == "huge-pages" || (flag == "auto" && device == attn::Device::kCpu && memory.huge_pages_on_advice());
   return huge_pages ? FileMemory::kHugePageCopy : FileMemory::kMapped;
+}
+
+WeightQuantization resolve_quantization(const std::string& flag, attn::Device device) {
+  SPINDLE_CHECK(flag == "none" || flag == "q8_0", "--quantization '{}' is not one of: none, q8_0", flag);
+  if (flag == "none") return WeightQuantization::kNone;
+  SPINDLE_CHECK(device == attn::Device::kCpu,
+                "--quantization {} is for the CPU device ({} computes the checkpoint's own dtype; leave the flag out "
+                "or use --device cpu)",
+                flag, attn::device_name(device));
+  return WeightQuantization::kQ8_0;
+}
+
+void add_quantization_flag(CLI::App& app, ServerConfig& f) {
+  app.add_option("--quantization", f.quantization,
+                 "Linear weights of an F32/BF16 checkpoint: none (the checkpoint's dtype) or q8_0 (CPU: quantized to "
+                 "GGUF Q8_0 at load and run by the int8 kernels, as a Q8_0 GGUF file is)");
 }
 
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {

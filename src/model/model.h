@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "model/transformer.h"
+#include "model/weight_quantization.h"
 #include "util/mapped_file.h"
 
 namespace spindle {
@@ -32,6 +33,8 @@ struct ModelOptions {
   // Where the checkpoint's bytes (which the CPU kernels read in place) live: the file mapped, or a
   // copy in transparent huge pages (util/mapped_file.h; config::resolve decides, --weights-memory).
   FileMemory weights_memory = FileMemory::kMapped;
+  // Plain-float linear weights quantized at load (weight_quantization.h, --quantization).
+  WeightQuantization quantization = WeightQuantization::kNone;
 };
 
 // A folder: reads dir/config.json, maps the checkpoint, checks every weight's name, shape and dtype
