@@ -186,9 +186,14 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
 }
 
 // The bytes the weights hold once loaded on the CPU, without a forward: a folder's tensors as
-// stored; a GGUF file's as CpuOps converts them (repacked block types, widened F16), so it is loaded.
-uint64_t stored_weight_bytes(const std::string& path, const ModelConfig& model) {
-  if (is_gguf_path(path)) return load_model(path, LoadOptions{})->weight_bytes();
+// stored; a GGUF file's, or a folder's with --quantization, as CpuOps converts them (repacked block types,
+// widened F16), so it is loaded.
+uint64_t stored_weight_bytes(const std::string& path, const ModelConfig& model, WeightQuantization quantization) {
+  if (is_gguf_path(path) || quantization != WeightQuantization::kNone) {
+    LoadOptions options;  // quantized at load: the repacked bytes as serve holds them
+    options.cpu.quantization = quantization;
+    return load_model(path, options)->weight_bytes();
+  }
   const Checkpoint checkpoint(path);
   check_weights(model, checkpoint);
   return weight_stats(checkpoint).num_bytes;
@@ -236,7 +241,7 @@ void run_plan(const PlanArgs& args) {
 
   kv::KvPlan plan;
   if (args.estimate_workspace) {
-    const uint64_t weight_bytes = stored_weight_bytes(args.model_dir, model);
+    const uint64_t weight_bytes = stored_weight_bytes(args.model_dir, model, resolved.quantization);
     const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
     const startup::WorkspaceProbe estimate = [&](int tokens) {
       return startup::estimate_workspace_bytes(model, tokens) + draft_workspace;
@@ -252,6 +257,7 @@ void run_plan(const PlanArgs& args) {
     options.device = resolved.device;
     options.cuda_device = resolved.cuda_device;
     options.cpu.pool = &pool;
+    options.cpu.quantization = resolved.quantization;
     const std::unique_ptr<Transformer> loaded = load_model(args.model_dir, options);
     const startup::UnvalidatedBackends backends = startup::make_unvalidated_backends(resolved, device, &pool);
     engine::Runner runner(*loaded, *backends.prefill, *backends.decode);
@@ -284,6 +290,7 @@ void add_plan_command(CLI::App& app) {
   config::add_kv_flags(*cmd, args->flags.kv);
   config::add_scheduler_flags(*cmd, args->flags);
   config::add_weights_memory_flag(*cmd, args->flags);
+  config::add_quantization_flag(*cmd, args->flags);
   config::add_spec_flags(*cmd, args->flags.spec);
   cmd->add_option("--device", args->flags.device,
                   "Plan for cpu (default) or cuda / cuda:N (weights loaded onto that GPU, its free memory read)");

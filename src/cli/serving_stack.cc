@@ -124,6 +124,7 @@ ModelOptions cpu_model_options(const config::ResolvedConfig& resolved, ThreadPoo
   model_options.pool = pool;
   model_options.weights_memory = resolved.weights_memory;
   model_options.quantize_fp8 = resolved.quantize_fp8;
+  model_options.quantization = resolved.quantization;
   if (chooser) model_options.make_linear = startup::make_linear_with(std::move(chooser));
   return model_options;
 }

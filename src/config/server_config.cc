@@ -87,9 +87,9 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
                 "--matmul-precision '{}' is not one of: auto, exact, bf16", flags.matmul_precision);
   r.bf16_activations = flags.matmul_precision == "bf16";  // auto: decided from the checkpoint (below)
   r.weights_memory = resolve_weights_memory(flags.weights_memory, r.device, device.memory);
-  SPINDLE_CHECK(flags.quantization == "none" || flags.quantization == "fp8",
-                "--quantization '{}' is not one of: none, fp8", flags.quantization);
+  r.quantization = resolve_quantization(flags.quantization, r.device);
   r.quantize_fp8 = flags.quantization == "fp8";
+  if (r.quantization != WeightQuantization::kNone && flags.weights_memory == "auto") r.weights_memory = FileMemory::kMapped;
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
   r.use_backend_cache = !flags.no_backend_cache;
@@ -194,6 +194,24 @@ FileMemory resolve_weights_memory(const std::string& flag, attn::Device device, 
   return huge_pages ? FileMemory::kHugePageCopy : FileMemory::kMapped;
 }
 
+WeightQuantization resolve_quantization(const std::string& flag, attn::Device device) {
+  SPINDLE_CHECK(flag == "none" || flag == "q8_0" || flag == "fp8", "--quantization '{}' is not one of: none, q8_0, fp8",
+                flag);
+  if (flag == "none" || flag == "fp8") return WeightQuantization::kNone;  // fp8: ResolvedConfig::quantize_fp8
+  SPINDLE_CHECK(device == attn::Device::kCpu,
+                "--quantization {} is for the CPU device ({} computes the checkpoint's own dtype; leave the flag out "
+                "or use --device cpu)",
+                flag, attn::device_name(device));
+  return WeightQuantization::kQ8_0;
+}
+
+void add_quantization_flag(CLI::App& app, ServerConfig& f) {
+  app.add_option("--quantization", f.quantization,
+                 "Linear weights of an F32/BF16 checkpoint: none (the checkpoint's dtype), q8_0 (CPU: quantized to "
+                 "GGUF Q8_0 at load and run by the int8 kernels, as a Q8_0 GGUF file is) or fp8 (FP8 E4M3 per output "
+                 "channel at load, W8A16 on the CPU and CUDA; FP8 checkpoints need no flag)");
+}
+
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {
   SPINDLE_CHECK(flags.max_running_requests >= 0 && flags.max_queued_requests >= 0,
                 "--max-running-requests {} and --max-queued-requests {} must be positive (0: the default)",
@@ -210,12 +228,6 @@ void add_weights_memory_flag(CLI::App& app, ServerConfig& f) {
       ->check(CLI::IsMember({"auto", "mapped", "huge-pages"}));
 }
 
-void add_quantization_flag(CLI::App& app, ServerConfig& f) {
-  app.add_option("--quantization", f.quantization,
-                 "none (the checkpoint as stored) or fp8: a bf16/f16/f32 folder's linear weights quantized to FP8 "
-                 "E4M3 per output channel at load (W8A16 on the CPU and CUDA); FP8 checkpoints need no flag")
-      ->check(CLI::IsMember({"none", "fp8"}));
-}
 
 void add_scheduler_flags(CLI::App& app, ServerConfig& f) {
   app.add_flag("--disable-cuda-graph", f.disable_cuda_graph, "CUDA: run every step kernel by kernel (no step graphs)");

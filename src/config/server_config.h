@@ -14,6 +14,7 @@
 #include "config/spec_config.h"
 #include "kernels/cpu/select/linear_selection.h"
 #include "model/model_config.h"
+#include "model/weight_quantization.h"
 #include "platform/device_info.h"
 #include "util/mapped_file.h"
 
@@ -43,7 +44,7 @@ struct ServerConfig {
   std::string chat_template;  // "": the model's Jinja template; or chatml | llama3 | llama2 | a Jinja file
   std::string matmul_precision = "auto";  // auto | exact | bf16
   std::string weights_memory = "auto";    // auto | mapped | huge-pages
-  std::string quantization = "none";      // none | fp8 (linear weights quantized per channel at load)
+  std::string quantization = "none";      // none | q8_0 (CPU) | fp8 (linear weights quantized at load)
   int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   bool disable_cuda_graph = false;
@@ -90,6 +91,10 @@ struct ResolvedConfig {
   // --quantization fp8: an unquantized folder's linear weights quantized to FP8 per channel at load
   // (model/fp8_quantize.h), on either device.
   bool quantize_fp8 = false;
+  // --quantization: none, or q8_0 (CPU only: an F32/BF16 checkpoint's linear weights quantized at
+  // load, model/weight_quantization.h). With q8_0, weights_memory auto is mapped: a huge-page copy
+  // would hold the plain linear weights that the repacked Q8_0 copies replace.
+  WeightQuantization quantization = WeightQuantization::kNone;
   int max_running_requests = 0;  // requests in the running batch at most
   int max_queued_requests = 0;   // waiting requests before the server answers 503
   // CUDA: decode steps of at most this many sequences replay step graphs (0: none).
@@ -139,7 +144,10 @@ void add_scheduler_flags(CLI::App& app, ServerConfig& flags);
 FileMemory resolve_weights_memory(const std::string& flag, attn::Device device, const MemoryInfo& memory);
 // --weights-memory (serve, generate and plan).
 void add_weights_memory_flag(CLI::App& app, ServerConfig& flags);
-// --quantization none | fp8 (serve and generate).
+// --quantization's rule: none, q8_0 (the CPU device only) or fp8 (quantize_fp8; returns kNone);
+// throws naming the flag and its values for another word.
+WeightQuantization resolve_quantization(const std::string& flag, attn::Device device);
+// --quantization (serve, generate and plan).
 void add_quantization_flag(CLI::App& app, ServerConfig& flags);
 
 }  // namespace spindle::config

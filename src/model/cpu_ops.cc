@@ -2,8 +2,11 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "gguf/dequantize.h"
 #include "kernels/cpu/fp8_linear.h"
+#include "gguf/quantize_q8_0.h"
 #include "kernels/cpu/paged_attention.h"
 #include "model/model_files.h"
 #include "model/safetensors.h"
@@ -73,6 +76,7 @@ CpuOps::CpuOps(const ModelConfig& config, const ModelOptions& options, std::uniq
       make_linear_(options.make_linear ? options.make_linear
                                        : [](const kc::LinearWeight& w) { return kc::make_linear_kernel(w); }),
       weights_(std::move(weights)),
+      quantization_(options.quantization),
       eps_(static_cast<float>(config.rms_norm_eps)),
       rope_(std::make_unique<kc::RopeTable>(rope_params(config),
                                             rope_table_positions(config, options.rope_table_positions))) {}
@@ -141,6 +145,40 @@ CpuOps::Placed CpuOps::place_converted(std::span<const WeightView> parts) {
   return p;
 }
 
+std::vector<CpuOps::QuantizedPart> CpuOps::quantize_parts(std::span<const WeightView> parts) {
+  std::vector<QuantizedPart> out;
+  if (quantization_ != WeightQuantization::kQ8_0) return out;
+  const WeightView& first = parts.front();
+  if (first.quantized() || (first.dtype != DType::kF32 && first.dtype != DType::kBF16)) return out;
+  if (first.cols() % 32 != 0) {
+    spdlog::info("--quantization q8_0: {} stays {} (in_features {} is not a multiple of 32)", first.where(),
+                 first.type_name(), first.cols());
+    return out;
+  }
+  out.reserve(parts.size());
+  for (const WeightView& t : parts) {
+    QuantizedPart& q = out.emplace_back();
+    q.blocks.resize(static_cast<size_t>(gguf::q8_0_bytes(t.rows() * t.cols())));
+    const int64_t rows = t.rows(), cols = t.cols();
+    const size_t row_out = static_cast<size_t>(gguf::q8_0_bytes(cols));
+    // Blocks never straddle rows: row ranges quantize independently.
+    parallel_rows(rows, cols * 4, [&](int64_t b, int64_t e) {
+      const auto n = static_cast<size_t>((e - b) * cols);
+      const std::span<std::byte> dst(q.blocks.data() + static_cast<size_t>(b) * row_out, static_cast<size_t>(e - b) * row_out);
+      if (t.dtype == DType::kF32) {
+        gguf::quantize_row_q8_0({reinterpret_cast<const float*>(t.bytes.data()) + b * cols, n}, dst);
+      } else {
+        gguf::quantize_row_q8_0({reinterpret_cast<const bf16*>(t.bytes.data()) + b * cols, n}, dst);
+      }
+    });
+    q.view = t;
+    q.view.block = gguf::GgmlType::kQ8_0;
+    q.view.bytes = q.blocks;
+    q.view.release = nullptr;  // the plain source stays (a tied LM head's table is the embedding)
+  }
+  return out;
+}
+
 WeightId CpuOps::place(std::span<const WeightView> parts, WeightUse use) {
   SPINDLE_CHECK(!parts.empty(), "place: no tensor");
   Placed p;
@@ -168,6 +206,13 @@ WeightId CpuOps::place(std::span<const WeightView> parts, WeightUse use) {
         p.linear = kc::make_fp8_linear_kernel(fp8_linear_weight(first, p.fp8_scales));
         count_bytes(first);
         weight_bytes_ += p.fp8_scales.size() * sizeof(float);
+        break;
+      }
+      if (std::vector<QuantizedPart> q = quantize_parts(parts); !q.empty()) {
+        std::vector<WeightView> views;
+        for (const QuantizedPart& part : q) views.push_back(part.view);
+        p = place_converted(views);  // repacked as a Q8_0 GGUF weight; `q`'s blocks freed on return
+        p.linear = make_linear_(p.linear_weight);
         break;
       }
       if (first.quantized() || first.dtype == DType::kF16) {

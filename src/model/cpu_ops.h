@@ -13,6 +13,8 @@
 //   type
 //   F8_E4M3 + scale        linear weights read in place (W8A16, kernels/cpu/fp8_linear.h), the
 //                          scales widened to f32; parts not joined
+//   F32 / BF16 with        linear weights quantized to Q8_0 at load, one tensor at a time
+//   --quantization q8_0    (quantize_parts), then repacked as Q8_0 above; the source stays mapped
 // Anything else is an error naming the type, the tensor and the file.
 #pragma once
 
@@ -94,6 +96,15 @@ class CpuOps final : public DeviceOps {
   // A linear weight that is not read in place: repacked (block types) or widened (F16), its parts
   // joined; the sources released.
   Placed place_converted(std::span<const WeightView> parts);
+  // --quantization q8_0: plain F32 / BF16 linear parts (in_features a multiple of 32) as Q8_0
+  // blocks (gguf/quantize_q8_0.h), each view reading its part's blocks; empty when the parts stay
+  // in their dtype (no quantization asked, a block or F16 type, or in_features not a multiple of 32:
+  // logged).
+  struct QuantizedPart {
+    std::vector<std::byte> blocks;  // [rows, cols / 32] Q8_0 blocks
+    WeightView view;
+  };
+  std::vector<QuantizedPart> quantize_parts(std::span<const WeightView> parts);
   // fn(begin, end) over [0, rows) in chunks, spread over the pool when the work is large.
   void parallel_rows(int64_t rows, int64_t cost_per_row, const std::function<void(int64_t, int64_t)>& fn);
   void count_bytes(const WeightView& t);
@@ -103,6 +114,7 @@ class CpuOps final : public DeviceOps {
   ThreadPool* pool_ = nullptr;
   std::function<std::unique_ptr<kernels::cpu::LinearKernel>(const kernels::cpu::LinearWeight&)> make_linear_;
   std::unique_ptr<WeightSource> weights_;
+  WeightQuantization quantization_ = WeightQuantization::kNone;
   std::vector<Placed> placed_;
   std::set<const void*> counted_;  // tensors already in weight_bytes_ (a tied LM head reads the embedding)
   uint64_t weight_bytes_ = 0;

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/linear.h"
 #include "model/transformer.h"
+#include "model/weight_quantization.h"
 #include "util/mapped_file.h"
 
 namespace spindle {
@@ -35,6 +36,8 @@ struct ModelOptions {
   FileMemory weights_memory = FileMemory::kMapped;
   // --quantization fp8: linear weights quantized to FP8 per channel at load (model/fp8_quantize.h).
   bool quantize_fp8 = false;
+  // Plain-float linear weights quantized at load (weight_quantization.h, --quantization).
+  WeightQuantization quantization = WeightQuantization::kNone;
 };
 
 // A folder: reads dir/config.json, maps the checkpoint, checks every weight's name, shape and dtype

@@ -317,6 +317,21 @@ TEST(CliTest, SecondGenerateTakesTheWorkspaceFromTheCache) {
   fs::remove_all(cache);
 }
 
+// --quantization q8_0 runs models/kjv-tiny (BF16) through the int8 kernels; the output is
+// text of its own (Q8_0 and BF16 may pick other tokens, so it is not compared); another value is a
+// start-up error naming the flag and the values.
+TEST(CliTest, GenerateWithQuantization) {
+  const std::string model = (fs::path(SPINDLE_FIXTURES_DIR) / ".." / ".." / "models" / "kjv-tiny").string();
+  const RunResult q8 = run_spindle("generate " + model + " --quantization q8_0 -p 'And God said' -n 6 "
+                                   "--temperature 0 --threads 1 --no-stats");
+  ASSERT_EQ(q8.exit_code, 0) << q8.err;
+  EXPECT_GT(q8.out.size(), std::string("And God said\n").size());
+  EXPECT_THAT(q8.err, HasSubstr("q8_0/"));  // the linear kernel's name in the start-up log
+  const RunResult bad = run_spindle("generate " + model + " --quantization q4 -p 'x' -n 1 --threads 1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--quantization 'q4' is not one of: none, q8_0, fp8"));
+}
+
 // Several --prompt flags are queued at once (Engine::submit_batch: one batch) and printed in order, "[i] prompt" then
 // the continuation; greedy, each equals that prompt's continuation generated alone.
 TEST(CliTest, GenerateSubmitsSeveralPromptsAtOnce) {

@@ -204,6 +204,28 @@ TEST(ServerConfigTest, WeightsMemory) {
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--weights-memory 'hugetlb' is not one of")));
 }
 
+// --quantization: none by default; q8_0 on the CPU (and then weights_memory auto maps the file:
+// the repacked Q8_0 copies replace the plain linears a huge-page copy would hold); q8_0 on CUDA, or
+// another word, is an error naming the flag (and, for a word, the values).
+TEST(ServerConfigTest, Quantization) {
+  DeviceInfo machine = testing::avx2_machine(8);
+  machine.memory.transparent_hugepage = "always";
+  ServerConfig f;
+  EXPECT_EQ(resolve(f, machine, kLlama8B).quantization, WeightQuantization::kNone);
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kHugePageCopy);
+  f.quantization = "q8_0";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).quantization, WeightQuantization::kQ8_0);
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kMapped);
+  f.weights_memory = "huge-pages";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).weights_memory, FileMemory::kHugePageCopy);
+  f.quantization = "q4";
+  EXPECT_THAT([&] { resolve(f, machine, kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--quantization 'q4' is not one of: none, q8_0")));
+  EXPECT_THAT([] { resolve_quantization("q8_0", attn::Device::kCuda); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--quantization q8_0 is for the CPU device")));
+  EXPECT_EQ(resolve_quantization("none", attn::Device::kCuda), WeightQuantization::kNone);
+}
+
 // --max-mixed-prefill-tokens: 0 (no cap of its own) unless given; it must fit in
 // --max-num-batched-tokens, and a negative one is an error naming the flag.
 TEST(ServerConfigTest, MixedPrefillTokens) {

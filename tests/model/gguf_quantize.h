@@ -36,11 +36,14 @@ inline double max_abs(const float* x, int n) {
   return m;
 }
 
-// Q8_0: d fp16 | 32 int8; w = d q.
+// Q8_0: d fp16 | 32 int8; w = d q. The quants use the f32 d = max|x| / 127 and q = round-half-away(
+// x * (1 / d)) in f32, not the stored fp16 d: ggml's reference quantizer's arithmetic, so these
+// blocks equal llama-quantize's (and --quantization q8_0's, tests/model/quantize_on_load_test.cc).
 inline void q8_0(const float* x, uint8_t* b) {
-  const float d = fp16_value(static_cast<float>(max_abs(x, 32) / 127));
-  put_fp16(b, d);
-  for (int e = 0; e < 32; ++e) b[2 + e] = static_cast<uint8_t>(static_cast<int8_t>(d == 0 ? 0 : clamp_round(x[e] / d, -127, 127)));
+  const float d = static_cast<float>(max_abs(x, 32)) / 127.0f;
+  const float id = d == 0 ? 0.0f : 1.0f / d;
+  put_fp16(b, fp16_value(d));
+  for (int e = 0; e < 32; ++e) b[2 + e] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(static_cast<int>(std::round(x[e] * id)), -127, 127)));
 }
 
 // Q4_0: d fp16 | 16 bytes, element e < 16 the low nibble of byte e, e >= 16 the high nibble of

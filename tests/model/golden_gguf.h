@@ -41,6 +41,9 @@ namespace spindle::testing {
 struct GoldenGgufOptions {
   std::optional<gguf::GgmlType> type;  // none: F32 throughout
   bool permute_qk = true;
+  // false: the embedding table stays F32 while the other 2-D tensors take `type` (what
+  // --quantization q8_0 makes of a checkpoint: linear weights only).
+  bool quantize_embedding = true;
   // Called with each tensor before it is written (bad files for the error tests); false drops it.
   std::function<bool(gguf::testing::TestTensor&)> edit;
 };
@@ -193,7 +196,7 @@ inline Float64Weights write_golden_gguf(const std::string& model, const std::fil
     const auto* f = reinterpret_cast<const float*>(checkpoint.tensor(info.name).bytes.data());
     const int64_t cols = info.shape.back(), rows = static_cast<int64_t>(info.num_elements()) / cols;
     gguf::GgmlType type = gguf::GgmlType::kF32;
-    if (options.type && info.shape.size() == 2) {
+    if (options.type && info.shape.size() == 2 && (options.quantize_embedding || info.name != "model.embed_tokens.weight")) {
       type = cols % gguf::ggml_block_elements(*options.type) == 0 ? *options.type : gguf::GgmlType::kQ8_0;
     }
     std::vector<uint8_t> bytes = d::encode_rows(type, f, rows, cols, weights[info.name]);
