@@ -169,9 +169,17 @@ TEST(ServerToolsTest, ToolChoiceRequiredAndNamedAreEnforced) {
       "properties": {"city": {"type": "string", "maxLength": 10}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
       "required": ["city", "days"], "additionalProperties": false}}},
     {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
-      "properties": {"zone": {"type": "string", "enum": ["UTC", "Europe/Paris"]}}, "required": ["zone"]}}}])");
+      "properties": {"zone": {"type": "string", "enum": ["UTC", "Europe/Paris"]}}, "required": ["zone"],
+      "additionalProperties": false}}}])");
   const json user = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
-  auto server = serve_with("Qwen-Qwen2.5-7B-Instruct.jinja");
+  // Real templates' tool prompts outgrow kjv-tiny's 512-token context: a compact Hermes-style one.
+  // Every string is bounded (maxLength, enum, no extra keys): kjv-tiny would otherwise write text
+  // into a string until max_tokens, a valid prefix but no call.
+  std::string error;
+  auto server = SpindleServer::start(
+      {"--chat-template", (kSource / "tests" / "server" / "data" / "hermes_compact.jinja").string()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  EXPECT_THAT(server->log(), ::testing::HasSubstr("tool calls hermes"));
   ASSERT_NE(server, nullptr);
   auto client = server->client(120, "");
   std::vector<std::pair<nlohmann::ordered_json, std::string>> jobs;
