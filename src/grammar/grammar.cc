@@ -62,6 +62,21 @@ int32_t Grammar::choice(std::vector<std::vector<int32_t>> sequences, std::string
   return nt;
 }
 
+int32_t Grammar::embed(const Grammar& other) {
+  SPINDLE_CHECK(other.start_ >= 0, "embedded grammar has no start symbol");
+  const auto base = static_cast<int32_t>(names_.size());
+  for (const std::string& name : other.names_) add_nonterminal(name);
+  std::vector<int32_t> lexeme_map(other.lexemes_.size());
+  for (size_t i = 0; i < other.lexemes_.size(); ++i) lexeme_map[i] = lexeme(other.lexemes_[i]);
+  for (const Production& p : other.productions_) {
+    std::vector<int32_t> rhs;
+    rhs.reserve(p.rhs.size());
+    for (int32_t s : p.rhs) rhs.push_back(is_lexeme(s) ? lexeme_map[static_cast<size_t>(lexeme_of(s))] : base + s);
+    add_production(base + p.lhs, std::move(rhs));
+  }
+  return base + other.start_;
+}
+
 std::string Grammar::to_string() const {
   std::string out;
   for (const Production& p : productions_) {

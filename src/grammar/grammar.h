@@ -43,6 +43,9 @@ class Grammar {
   int32_t repeat(int32_t symbol, int min, int max, std::string_view name = "rep");
   // A fresh nonterminal deriving one of the sequences.
   int32_t choice(std::vector<std::vector<int32_t>> sequences, std::string_view name = "alt");
+  // Copies other's nonterminals and productions into this grammar (its lexemes interned here);
+  // returns the symbol of other's start, which derives exactly other's language.
+  int32_t embed(const Grammar& other);
 
   int32_t start() const { return start_; }
   size_t num_nonterminals() const { return names_.size(); }

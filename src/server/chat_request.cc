@@ -157,10 +157,32 @@ void parse_tool_choice(const ordered_json& body, ChatContext& c) {
   if (const ordered_json* choice = get(body, "tool_choice")) {
     if (*choice == "none") {
       c.tool_choice = ToolChoice::kNone;
+    } else if (*choice == "required") {
+      c.tool_choice = ToolChoice::kRequired;
+    } else if (choice->is_object()) {  // {"type": "function", "function": {"name": "f"}}
+      check_keys(*choice, {"type", "function"}, "tool_choice.");
+      if (string_at(*choice, "type", "tool_choice.", true) != "function") {
+        bad_request("tool_choice.type", "'tool_choice.type' must be \"function\"");
+      }
+      const ordered_json* f = get(*choice, "function");
+      if (!f || !f->is_object()) bad_request("tool_choice.function", "'tool_choice.function' must be an object");
+      check_keys(*f, {"name"}, "tool_choice.function.");
+      c.tool_choice = ToolChoice::kNamed;
+      c.tool_choice_name = string_at(*f, "name", "tool_choice.function.", true);
+      bool known = false;
+      for (const auto& tool : c.tools.is_array() ? c.tools : ordered_json::array()) {
+        known = known || tool["function"]["name"] == c.tool_choice_name;
+      }
+      if (!known) {
+        bad_request("tool_choice.function.name",
+                    fmt::format("'tool_choice.function.name' is '{}', which is not among the tools", c.tool_choice_name));
+      }
     } else if (*choice != "auto") {
-      bad_request("tool_choice",
-                  "'tool_choice' may be \"auto\" or \"none\": \"required\" and a named function need constrained "
-                  "decoding, which is not built yet");
+      bad_request("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                                 "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (c.tool_choice == ToolChoice::kRequired && !c.has_tools()) {
+      bad_request("tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
     }
   }
   if (const ordered_json* parallel = get(body, "parallel_tool_calls")) {

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <ctime>
 
+#include "chat/tool_call_grammar.h"
 #include "engine/dp_group.h"
+#include "grammar/grammar.h"
 #include "server/chat_request.h"
 #include "tokenizer/chat_template.h"
 #include "util/error.h"
@@ -39,6 +41,27 @@ json finish_reason_json(bool finished, engine::FinishReason reason) {
   return std::string(engine::finish_reason_name(reason));
 }
 
+bool forces_tool_calls(const ChatContext& c) {
+  return c.tool_choice == ToolChoice::kRequired || c.tool_choice == ToolChoice::kNamed;
+}
+
+// The grammar of the calls tool_choice forces (chat/tool_call_grammar.h), compiled on the calling
+// (HTTP work pool) thread; a tool schema that does not convert is a 400 naming it.
+std::shared_ptr<const grammar::CompiledGrammar> forced_tool_call_grammar(const ChatContext& c,
+                                                                         const chat::ToolCallFormat& format) {
+  const chat::ForcedToolCalls forced{&c.tools, c.tool_choice == ToolChoice::kNamed ? c.tool_choice_name : "",
+                                     c.parallel_tool_calls};
+  try {
+    return grammar::CompiledGrammar::compile(chat::tool_call_grammar(format, forced));
+  } catch (const Error& e) {
+    const std::string what = e.message();
+    const size_t colon = what.find(": ");
+    // "tools[k].function.parameters: <reason>" names the tool's schema; anything else tool_choice.
+    if (what.starts_with("tools[") && colon != std::string::npos) bad_request(what.substr(0, colon), what);
+    bad_request("tool_choice", what);
+  }
+}
+
 // How the choices' text is read: the template's reasoning format (whether the prompt opened the
 // section), its tool-call format when tools are given and tool_choice is not "none".
 OutputParsing output_parsing(const tokenizer::ChatTemplate& t, GenerationRequest& r, const std::string& prompt) {
@@ -55,6 +78,11 @@ OutputParsing output_parsing(const tokenizer::ChatTemplate& t, GenerationRequest
   }
   p.tool_calls = &chat::find_tool_call_format(t.tool_call_parser());
   p.parallel_tool_calls = c.parallel_tool_calls;
+  if (forces_tool_calls(c)) {
+    if (std::string why = chat::tool_call_grammar_unsupported(*p.tool_calls); !why.empty()) {
+      bad_request("tool_choice", fmt::format("'tool_choice' \"required\" and a named function: {}", why));
+    }
+  }
   if (p.tool_calls->keeps_special_tokens) r.sampling.skip_special_tokens = false;
   return p;
 }
@@ -124,7 +152,15 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
     bad_request("", e.message());
   }
   // Compiled here, on the HTTP work pool, before anything is queued (cached by canonical text).
-  if (r.constraint.kind != OutputConstraint::Kind::kNone) r.sampling.grammar = compile_output_constraint(r.constraint);
+  if (r.chat && forces_tool_calls(r.chat_context)) {
+    if (r.constraint.kind != OutputConstraint::Kind::kNone) {
+      bad_request("tool_choice", fmt::format("'tool_choice' \"required\" or a named function constrains the output "
+                                             "to tool calls and cannot be combined with '{}'", r.constraint.param));
+    }
+    r.sampling.grammar = forced_tool_call_grammar(r.chat_context, *s.parsing.tool_calls);
+  } else if (r.constraint.kind != OutputConstraint::Kind::kNone) {
+    r.sampling.grammar = compile_output_constraint(r.constraint);
+  }
   s.num_prompt_tokens = n;
   std::vector<engine::SamplingParams> choices;
   for (int i = 0; i < r.n; ++i) {

@@ -42,7 +42,9 @@ struct ChatMessage {
   std::string content;  // text parts joined; "" for an assistant turn with null content
 };
 
-enum class ToolChoice { kAuto, kNone };
+// kRequired: one or more calls of the tools (one when parallel_tool_calls is false); kNamed: one
+// call of ChatContext::tool_choice_name. Both are enforced by the tool-call grammar.
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
 
 // Chat: what the Jinja chat template is given (apply_chat_template's arguments) and how tool
 // calls are read back (chat_request.h parses them).
@@ -54,6 +56,7 @@ struct ChatContext {
   // chat_template_kwargs (enable_thinking, ...) and reasoning_effort: extra template variables.
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;  // kNamed: the function's name (one of the tools')
   bool parallel_tool_calls = true;  // false: at most one call is returned
   bool has_tool_turns = false;      // a tool message or an assistant turn with tool_calls
   bool has_tools() const { return !tools.is_null(); }

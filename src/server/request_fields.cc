@@ -48,7 +48,7 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kB, "stop_token_ids", U::kHonoured, "", "vLLM/SGLang: token ids that end the output"},
     {kB, "speculative", U::kHonoured, "", "Spindle: false keeps the request out of speculative decoding"},
     {kCh, "tools", U::kHonoured, "", "function tools, given to the chat template; calls parsed back (--tool-call-parser)"},
-    {kCh, "tool_choice", U::kHonoured, "", "\"auto\" or \"none\" (no calls parsed); \"required\" and a named function are refused"},
+    {kCh, "tool_choice", U::kHonoured, "", "\"auto\", \"none\" (no calls parsed), \"required\" (one or more calls; one with parallel_tool_calls false) and a named function (one call of it), the last two enforced by a grammar of the tools' schemas for the hermes and llama3_json parsers (other parsers: a 400)"},
     {kCh, "parallel_tool_calls", U::kHonoured, "", "false: at most the first call is returned"},
     {kCh, "reasoning_effort", U::kHonoured, "", "given to the chat template as reasoning_effort"},
     {kCh, "chat_template_kwargs", U::kHonoured, "", "extra chat template variables (enable_thinking, ...)"},

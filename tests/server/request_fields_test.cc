@@ -208,7 +208,7 @@ const std::map<std::string, std::string> kEffectTests = {
     {"completions:grammar", "server_structured_test.cc:EveryConstraintFieldConstrains"},
     {"chat:grammar", "server_structured_test.cc:EveryConstraintFieldConstrains"},
     {"chat:tools", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
-    {"chat:tool_choice", "server_tools_test.cc:ToolChoiceNoneAndTheRefusedChoices"},
+    {"chat:tool_choice", "server_tools_test.cc:ToolChoiceRequiredAndNamedAreEnforced"},
     {"chat:parallel_tool_calls", "chat_output_test.cc:ParallelToolCallsFalseKeepsTheFirstCall"},
     {"chat:chat_template_kwargs", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},
     {"chat:reasoning_effort", "server_tools_test.cc:TemplateKwargsReachTheTemplate"},

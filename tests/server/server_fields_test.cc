@@ -290,7 +290,7 @@ TEST_F(ServerFieldsTest, RefusedAndUnknownFieldsAre400sNamingThem) {
   const std::vector<Case> cases = {
       // kjv-tiny's template teaches no tool-call format, so tools under tool_choice auto are refused.
       {"tools", kChat, {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, "tools", "--tool-call-parser"},
-      {"tool_choice required", kChat, {{"tool_choice", "required"}}, "tool_choice", "constrained decoding"},
+      {"tool_choice required without tools", kChat, {{"tool_choice", "required"}}, "tool_choice", "needs a non-empty 'tools'"},
       {"unknown field", kChat, {{"foo_unknown", 1}}, "foo_unknown", "Unrecognized request argument supplied: foo_unknown"},
       {"unknown field set to null", kCompletions, {{"foo_unknown", nullptr}}, "foo_unknown", "Unrecognized"},
       {"best_of 3", kCompletions, {{"best_of", 3}}, "best_of", ""},
