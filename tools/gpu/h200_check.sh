@@ -13,6 +13,8 @@
 #   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
 #   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
+#   fp8_*, memcheck_fp8  tests/cuda/cuda_gemv_fp8_test, cuda_fp8_model_test (step fp8)
+#   templates        tests/jinja/transformers_check.py: jinja_oracle.py vs transformers' renderer
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
 #   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
 #   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
@@ -86,6 +88,14 @@ has splits && run splits 120 $bin/split_policy_test --gtest_brief=1  # flash dec
 has server_cuda && run server_cuda 150 $bin/server_cuda_test --gtest_brief=1  # greedy over HTTP on the GPU vs HF and the CPU
 has gemv && run gemv 150 $bin/bench_gemv16 --reps 20  # gemv16 vs cuBLAS, 8B projection shapes, 1-16 rows
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
+if has fp8; then  # issue 47: the FP8 decode product and FP8 models on CUDA against the CPU, memcheck over both
+  run fp8_gemv 120 $bin/cuda_gemv_fp8_test --gtest_brief=1
+  run fp8_model 200 $bin/cuda_fp8_model_test --gtest_brief=1
+  run memcheck_fp8 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_model_test --gtest_brief=1 \
+    "--gtest_filter=*llama_gqa_f32_block128*:*llama_gqa_f32_ct_channel*:*QuantizeAtLoad*"
+fi
+# issue 46: the Jinja oracle (tests/jinja/jinja_oracle.py) against transformers' own renderer on the corpus
+has templates && run templates 200 python3 tests/jinja/transformers_check.py
 if has memcheck_ops; then  # the norms, SwiGLU with their 16-bit copies, gemv16
   run memcheck_ops 120 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_ops_test --gtest_brief=1
 fi
