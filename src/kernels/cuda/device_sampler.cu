@@ -270,7 +270,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(SampleLaunch a) {
       const uint32_t threshold = select_from_top(
           row, n, k, [](float, uint32_t) -> unsigned long long { return 1ull; }, s);
       for_each_logit(row, n, [&](int64_t i, float v) {
-        if (order_key(v) < threshold) return;
+        // A masked-out token (-inf) is never a candidate, also where fewer tokens are allowed than k.
+        if (v == -INFINITY || order_key(v) < threshold) return;
         const int slot = atomicAdd(&s.num_candidates, 1);
         if (slot < kTopLogprobCandidates) {
           out.candidate_tokens[slot] = static_cast<int32_t>(i);
