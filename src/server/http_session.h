@@ -19,6 +19,9 @@
 
 namespace spindle::server {
 
+// The read that ends a keep-alive wait, and that watches a streaming client for a disconnect.
+inline constexpr size_t kFirstReadBytes = 1024;
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   enum class Mode {
