@@ -63,6 +63,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void start_generation(std::shared_ptr<GenerationRequest> request, Submitted submitted);
   void pump();
   void write_events(std::string text);
+  void on_stream_written(beast::error_code ec);
   void finish_events();
   void watch_client();
   void reject(Reject why, const ApiError& e);

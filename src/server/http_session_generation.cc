@@ -114,16 +114,22 @@ void Session::start_generation(std::shared_ptr<GenerationRequest> request, Submi
   head_sr_ = std::make_unique<http::response_serializer<http::empty_body>>(*head_);
   writing_ = true;
   stream_.expires_after(seconds(server_.options.write_timeout_s));
-  http::async_write_header(stream_, *head_sr_, [self = shared_from_this()](beast::error_code ec, size_t) {
-    self->writing_ = false;
-    if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
-    if (self->state_ == State::kClosed) return;
-    if (ec) {
-      self->close();
-      return;
-    }
-    self->pump();
-  });
+  http::async_write_header(stream_, *head_sr_,
+                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_stream_written(ec); });
+}
+
+// A streamed response's head or event chunk written: a client that does not read is cut off here
+// (counted even when the hang-up watch saw the closed socket first; closing cancels its request);
+// else the next events go out.
+void Session::on_stream_written(beast::error_code ec) {
+  writing_ = false;
+  if (ec == beast::error::timeout) server_.count(Reject::kWriteTimeout);
+  if (state_ == State::kClosed) return;
+  if (ec) {
+    close();
+    return;
+  }
+  pump();
 }
 
 // Moves what the engine produced to the client: one write at a time, the events that arrived
@@ -155,18 +161,7 @@ void Session::write_events(std::string text) {
   writing_ = true;
   stream_.expires_after(seconds(server_.options.write_timeout_s));
   asio::async_write(stream_, http::make_chunk(asio::buffer(events_)),
-                    [self = shared_from_this()](beast::error_code ec, size_t) {
-                      self->writing_ = false;
-                      // A client that does not read is cut off here (counted even when the hang-up
-                      // watch saw the closed socket first); closing cancels its request.
-                      if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
-                      if (self->state_ == State::kClosed) return;
-                      if (ec) {
-                        self->close();
-                        return;
-                      }
-                      self->pump();
-                    });
+                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_stream_written(ec); });
 }
 
 void Session::finish_events() {

@@ -235,15 +235,7 @@ void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
 
 template <bool kVnni>
 void groups_any(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end) {
-  switch (p.w->type) {
-    case QuantType::kQ8_0: groups<QuantType::kQ8_0, kVnni>(p, group_begin, group_end); break;
-    case QuantType::kQ4_0: groups<QuantType::kQ4_0, kVnni>(p, group_begin, group_end); break;
-    case QuantType::kQ5_0: groups<QuantType::kQ5_0, kVnni>(p, group_begin, group_end); break;
-    case QuantType::kQ5_1: groups<QuantType::kQ5_1, kVnni>(p, group_begin, group_end); break;
-    case QuantType::kQ4_K: groups<QuantType::kQ4_K, kVnni>(p, group_begin, group_end); break;
-    case QuantType::kQ5_K: groups<QuantType::kQ5_K, kVnni>(p, group_begin, group_end); break;
-    case QuantType::kQ6_K: groups<QuantType::kQ6_K, kVnni>(p, group_begin, group_end); break;
-  }
+  with_quant_type(p.w->type, [&](auto t) { groups<decltype(t)::value, kVnni>(p, group_begin, group_end); });
 }
 
 }  // namespace

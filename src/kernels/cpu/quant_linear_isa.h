@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cpu/quant_linear.h"
 
@@ -48,5 +49,20 @@ void quant_linear_groups_avx2(const QuantGroupsParams& p, int64_t group_begin, i
 void quant_linear_groups_avx_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 void quant_linear_groups_avx512_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 void quant_linear_groups_amx(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
+
+// f(std::integral_constant<QuantType, t>{}) for the run-time type t: every kernel's one dispatch
+// from the weight's type to its code instantiated per type.
+template <typename F>
+void with_quant_type(QuantType type, F&& f) {
+  switch (type) {
+    case QuantType::kQ8_0: f(std::integral_constant<QuantType, QuantType::kQ8_0>{}); break;
+    case QuantType::kQ4_0: f(std::integral_constant<QuantType, QuantType::kQ4_0>{}); break;
+    case QuantType::kQ5_0: f(std::integral_constant<QuantType, QuantType::kQ5_0>{}); break;
+    case QuantType::kQ5_1: f(std::integral_constant<QuantType, QuantType::kQ5_1>{}); break;
+    case QuantType::kQ4_K: f(std::integral_constant<QuantType, QuantType::kQ4_K>{}); break;
+    case QuantType::kQ5_K: f(std::integral_constant<QuantType, QuantType::kQ5_K>{}); break;
+    case QuantType::kQ6_K: f(std::integral_constant<QuantType, QuantType::kQ6_K>{}); break;
+  }
+}
 
 }  // namespace spindle::kernels::cpu
