@@ -4,7 +4,7 @@
 //            projection weight and the LM head once (plus the KV of the context).
 //   prefill: tokens/s and TFLOP/s of one --prompt-token sequence vs oneDNN's matmul rate at the
 //            MLP shape [prompt, hidden] x [hidden, intermediate], measured in the same run.
-// The model: --model DIR, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
+// The model: --model DIR or FILE.gguf, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
 // into a temporary folder (bench_model_writer.h) and removed at exit. KV cache bf16, page 16,
 // the highest-priority CPU attention backend usable here, make_linear_kernel's linear kernels,
 // ThreadPool::global() (SPINDLE_NUM_THREADS). --matmul-precision as `spindle serve` has it (default
@@ -45,8 +45,10 @@
 #include "bench_util.h"
 #include "config/server_config.h"
 #include "engine/runner.h"
+#include "gguf/gguf_file.h"
 #include "kernels/cpu/linear.h"
 #include "model/model.h"
+#include "model/gguf_model_config.h"
 #include "model/model_config.h"
 #include "platform/device_info.h"
 #include "platform/openmp_policy.h"
@@ -74,8 +76,9 @@ Args parse_args(int argc, char** argv) {
   Args a;
   CLI::App app{"Whole-model CPU forward: decode and prefill throughput against this machine's rates",
                "bench_model_forward"};
-  app.add_option("--model", a.model_dir, "Hugging Face model folder (default: a random Llama-3.2-1B-shaped one)")
-      ->check(CLI::ExistingDirectory);
+  app.add_option("--model", a.model_dir,
+                 "Hugging Face model folder or GGUF file (default: a random Llama-3.2-1B-shaped folder)")
+      ->check(CLI::ExistingPath);
   app.add_option("--layers", a.layers, "Layers of the written model (16)")->check(CLI::Range(1, 1024));
   app.add_option("--context", a.context, "Cached tokens per decode sequence (512)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--prompt", a.prompt, "Prefill tokens (512)")->check(CLI::Range(1, 1 << 20));
@@ -227,6 +230,17 @@ class TimedBackend final : public attn::AttentionBackend {
   attn::AttentionBackend& inner_;
 };
 
+// The bytes of a GGUF file's tensors that one decode step reads: all of them, less the token
+// embedding when the file has its own output tensor (a step then reads one embedding row).
+double gguf_step_bytes(const std::filesystem::path& path) {
+  const gguf::GgufFile file(path);
+  const bool tied = file.find_tensor("output.weight") == nullptr;
+  double bytes = 0;
+  for (const gguf::TensorInfo& t : file.tensors())
+    if (tied || t.name != "token_embd.weight") bytes += double(t.size);
+  return bytes;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -301,12 +315,16 @@ int main(int argc, char** argv) {
                   bench::now_s() - t0);
     }
 
-    // Bytes a decode step reads: every projection and the LM head once (bf16 or f32 as stored).
+    // Bytes a decode step reads: every projection and the LM head once, as the file stores them
+    // (bf16 or f32; a GGUF file: its tensors' bytes, the "read bound for the file's bytes").
     const double elem = double(dtype_size(c.torch_dtype));
     const double h = c.hidden_size, im = c.intermediate_size, v = c.vocab_size;
     const double layer_params = h * c.q_size() + 2 * h * c.kv_size() + c.q_size() * h + 3 * h * im;
     const double linear_params = layer_params * c.num_hidden_layers;
-    const double step_weight_bytes = (linear_params + v * h) * elem;
+    const double step_weight_bytes = is_gguf_path(dir) ? gguf_step_bytes(dir) : (linear_params + v * h) * elem;
+    if (is_gguf_path(dir))
+      std::printf("a decode step reads %.3f GB of the file's tensors (held in memory as %.3f GB after repacking)\n",
+                  step_weight_bytes / 1e9, model->weight_bytes() / 1e9);
     const double kv_token_bytes = double(c.num_hidden_layers) * 2 * c.kv_size() * 2;  // bf16 KV
 
     // Prefill yardstick: oneDNN at the MLP shape, f32 (the exact path) and bf16 where supported.

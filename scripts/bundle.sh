@@ -5,6 +5,8 @@
 #   scripts/bundle.sh                      build/ -> .bundle/
 #   scripts/bundle.sh OUT_DIR              build/ -> OUT_DIR
 #   SPINDLE_BUILD_DIR=build-x scripts/bundle.sh
+#   SPINDLE_BUNDLE_BINARIES="tests/kernels/quant_linear_test ..." scripts/bundle.sh OUT_DIR
+#                                          spindle and these binaries (build-relative) only
 #   scripts/bundle.sh --archive [OUT_DIR]  also writes OUT_DIR.tar.gz (e.g. .bundle.tar.gz, ignored
 #                                          by git): the bundle is ~90 MB, over the device tool's 64 MiB
 #                                          carry limit; the archive is ~31 MB. There:
@@ -35,10 +37,19 @@ command -v patchelf >/dev/null || { echo "bundle: patchelf not found (apt-get in
 [[ -x $build_dir/bin/spindle ]] || { echo "bundle: $build_dir/bin/spindle not built (ninja -C $build_dir spindle)" >&2; exit 1; }
 
 binaries=("$build_dir/bin/spindle")
-for optional in tests/cuda/cuda_attention_test tests/cuda/cuda_model_test tests/cuda/cuda_sampler_test \
-    tests/cuda/cuda_engine_test tests/cuda/cuda_ops_test tests/cuda/split_policy_test tests/cuda/cuda_gemv_fp8_test \
-    tests/cuda/cuda_fp8_model_test bench/bench_attention_cuda bench/bench_spec_verify bench/bench_gemv_fp8 \
-    bench/bench_gemv16 tests/server/server_cuda_test; do
+optionals=(tests/cuda/cuda_attention_test tests/cuda/cuda_model_test tests/cuda/cuda_sampler_test
+    tests/cuda/cuda_engine_test tests/cuda/cuda_ops_test tests/cuda/split_policy_test tests/cuda/cuda_gemv_fp8_test
+    tests/cuda/cuda_fp8_model_test bench/bench_attention_cuda bench/bench_spec_verify bench/bench_gemv_fp8
+    bench/bench_gemv16 tests/server/server_cuda_test)
+# SPINDLE_BUNDLE_BINARIES="tests/kernels/quant_linear_test bench/bench_model_forward ...": these
+# build-relative binaries instead of the list above (each must be built).
+if [[ -n ${SPINDLE_BUNDLE_BINARIES:-} ]]; then
+  read -r -a optionals <<<"$SPINDLE_BUNDLE_BINARIES"
+  for b in "${optionals[@]}"; do
+    [[ -x $build_dir/$b ]] || { echo "bundle: $build_dir/$b not built" >&2; exit 1; }
+  done
+fi
+for optional in "${optionals[@]}"; do
   if [[ -x $build_dir/$optional ]]; then binaries+=("$build_dir/$optional"); fi
 done
 
