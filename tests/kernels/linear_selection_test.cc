@@ -129,6 +129,38 @@ TEST(LinearSelectionTest, ExplicitNamesOverrideTheirRowClass) {
   EXPECT_EQ(s.choices[0].table.size(), 2u);
 }
 
+// With both row classes named there is nothing to choose: the kernels are validated, not timed
+// (a timed validation of an LM head took over a minute on a loaded 2-core machine).
+TEST(LinearSelectionTest, BothClassesNamedTimesNothing) {
+  const LinearRegistry registry = made_up_registry();
+  std::vector<std::vector<int64_t>> rows_asked;
+  auto validator = [&](const std::string& kernel, const std::vector<LinearShape>& shapes, const std::vector<int64_t>& rows) {
+    rows_asked.push_back(rows);
+    return MadeUpValidator{}(kernel, shapes, rows);
+  };
+  LinearSelectionOptions o = options_of({1, 8}, 512);
+  o.decode_kernel = "fast_small";
+  o.prefill_kernel = "fast_large";
+  const auto s = select_linear_kernels(detect_cpu_info(), {kSquare}, o, validator, registry);
+  ASSERT_EQ(s.choices[0].table.size(), 2u);
+  EXPECT_EQ(s.choices[0].table[0].kernel, "fast_small");
+  EXPECT_EQ(s.choices[0].table[1].kernel, "fast_large");
+  ASSERT_FALSE(rows_asked.empty());
+  for (const auto& r : rows_asked) EXPECT_TRUE(r.empty());
+  // One class named: the other is still chosen by timing.
+  rows_asked.clear();
+  o.prefill_kernel = "auto";
+  select_linear_kernels(detect_cpu_info(), {kSquare}, o, validator, registry);
+  for (const auto& r : rows_asked) EXPECT_EQ(r, (std::vector<int64_t>{1, 8, 512}));
+}
+
+TEST(LinearSelectionTest, TheChildsTimeLimitGrowsWithTheWeights) {
+  EXPECT_DOUBLE_EQ(shape_timeout_s(LinearShape{512, 2048, DType::kBF16}, 30), 30);
+  EXPECT_DOUBLE_EQ(shape_timeout_s(LinearShape{8192, 2048, DType::kBF16}, 30), 30);
+  EXPECT_DOUBLE_EQ(shape_timeout_s(LinearShape{16384, 2048, DType::kBF16}, 30), 60);
+  EXPECT_NEAR(shape_timeout_s(LinearShape{128256, 2048, DType::kBF16}, 30), 30 * 128256.0 / 8192, 1e-9);
+}
+
 TEST(LinearSelectionTest, ExplicitNamesThatCannotServeAreErrorsWithTheReason) {
   const LinearRegistry registry = made_up_registry();
   MadeUpValidator v;

@@ -196,7 +196,9 @@ LinearSelection select_linear_kernels(const CpuInfo& cpu, const std::vector<Line
   s.decode_rows = o.decode_rows;
   s.prefill_rows = o.prefill_rows;
   std::vector<int64_t> timing_rows;
-  if (o.policy == LinearPolicy::kBenchmark) {
+  // Timed only when there is a choice to make: with both classes named, nothing is timed.
+  const bool both_named = o.decode_kernel != "auto" && o.prefill_kernel != "auto";
+  if (o.policy == LinearPolicy::kBenchmark && !both_named) {
     timing_rows = o.decode_rows;
     timing_rows.push_back(o.prefill_rows);
   }

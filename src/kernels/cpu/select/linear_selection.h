@@ -104,9 +104,15 @@ LinearSelection select_linear_kernels(const CpuInfo& cpu, const std::vector<Line
 
 struct LinearChildOptions {
   std::string executable;  // the spindle binary; empty: /proc/self/exe
-  double timeout_s = 30.0;  // per shape
+  double timeout_s = 30.0;  // per shape of up to kTimeoutReferenceWeights weights (shape_timeout_s)
   bool allow_bf16_activations = false;
 };
+// The time a child may take for one shape: base_s for up to kTimeoutReferenceWeights weights (the
+// 1B shape's gate/up, 8192 x 2048), proportionally more above (an LM head of 128256 x 2048: 15.7x),
+// since its check and its timings do work proportional to the weights. The limit catches a hung
+// child; on a loaded machine a fixed one also killed healthy children of large shapes.
+inline constexpr double kTimeoutReferenceWeights = 8192.0 * 2048.0;
+double shape_timeout_s(const LinearShape& shape, double base_s);
 // Spawns `executable __check-linear ...` (util/child_process.h) and classifies its answer per shape.
 std::map<LinearShape, LinearOutcome> validate_linear_in_child(const std::string& kernel,
                                                               const std::vector<LinearShape>& shapes,

@@ -52,12 +52,19 @@ LinearOutcome classify(const LinearShapeReport& r) {
 
 }  // namespace
 
+double shape_timeout_s(const LinearShape& shape, double base_s) {
+  const double weights = double(shape.out_features) * double(shape.in_features);
+  return base_s * std::max(1.0, weights / kTimeoutReferenceWeights);
+}
+
 std::map<LinearShape, LinearOutcome> validate_linear_in_child(const std::string& kernel,
                                                               const std::vector<LinearShape>& shapes,
                                                               const std::vector<int64_t>& timing_rows,
                                                               const LinearChildOptions& options) {
   const std::string executable = options.executable.empty() ? "/proc/self/exe" : options.executable;
-  const double timeout = options.timeout_s * double(std::max<size_t>(1, shapes.size()));
+  double timeout = 0;
+  for (const LinearShape& s : shapes) timeout += shape_timeout_s(s, options.timeout_s);
+  timeout = std::max(timeout, options.timeout_s);
   const ChildRun run = run_child_process(
       child_arguments(executable, kernel, shapes, timing_rows, options.allow_bf16_activations), timeout);
   LinearOutcome failed;
