@@ -45,6 +45,7 @@ bool CudaOps::place_fp8(std::span<const WeightView> parts, Placed& p) {
 
 void CudaOps::finish_fp8() {
   int64_t max_out = 0, max_elements = 0;
+  bool has_block_scales = false;
   for (Placed& p : placed_) {
     if (p.use != WeightUse::kLinear || p.weight.dtype != DType::kF8E4M3) continue;
     const auto* slot = static_cast<const std::byte*>(p.data);
@@ -52,9 +53,10 @@ void CudaOps::finish_fp8() {
     p.fp8.scales = reinterpret_cast<const float*>(slot + p.fp8_scale_offset);
     max_out = std::max(max_out, p.fp8.out_features);
     max_elements = std::max(max_elements, p.fp8.out_features * p.fp8.in_features);
+    has_block_scales = has_block_scales || p.fp8.mode == kcu::Fp8Scale::kBlock128;
     p.fp8_scales = {};
   }
-  if (max_out > 0) fp8_linear_->reserve(max_out, max_elements);
+  if (max_out > 0) fp8_linear_->reserve(max_out, max_elements, has_block_scales);
 }
 
 }  // namespace spindle

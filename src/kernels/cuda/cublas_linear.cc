@@ -166,6 +166,16 @@ void CublasLinear::forward(const DeviceWeight& w, const Input& x, float* y, cons
   if (bias != nullptr) launch_add_bias(y, bias, x.rows, out, stream_);
 }
 
+void CublasLinear::accumulate(const DeviceWeight& w, const Input& x, float* y) {
+  SPINDLE_CHECK(x.dtype == w.dtype && x.cols == w.in_features && w.dtype != DType::kF32,
+                "cuBLAS linear: accumulate() of {} x {} ({}) activations with a [{}, {}] {} weight (16-bit only)",
+                x.rows, x.cols, dtype_name(x.dtype), w.out_features, w.in_features, dtype_name(w.dtype));
+  SPINDLE_CHECK(w.data != nullptr && w.out_features > 0 && w.in_features > 0, "cuBLAS linear: empty weight");
+  if (x.rows == 0) return;
+  gemm(w, x.converted, x.rows, y, 1.0f);
+  if (x.split) gemm(w, static_cast<const uint16_t*>(x.converted) + x.rows * x.cols, x.rows, y, 1.0f);
+}
+
 void CublasLinear::forward(const DeviceWeight& w, const float* x, int64_t rows, float* y, const float* bias) {
   forward(w, prepare(x, rows, w.in_features, w.dtype), y, bias);
 }

@@ -100,6 +100,9 @@ class CublasLinear {
   // y [x.rows, w.out_features] = x . W^T (+ bias [w.out_features] f32, device). Overwrites y.
   // Throws when x was prepared for another dtype or width.
   void forward(const DeviceWeight& w, const Input& x, float* y, const float* bias = nullptr);
+  // y [x.rows, w.out_features] += x . W^T for a 16-bit weight (no bias, never gemv16): the second
+  // term of a weight held as two bf16 weights (fp8_linear.h's hi + lo).
+  void accumulate(const DeviceWeight& w, const Input& x, float* y);
   // The joined [gate; up] product of a SwiGLU MLP (gate_up [2 im, in]) and its activation in one
   // launch (gemv16.h launch_gemv16_swiglu): act [x.rows, im], act16 its 16-bit copy (Out16), the
   // bits forward() + launch_silu_mul give. Only where gemv16 takes the product (rounding mode, at

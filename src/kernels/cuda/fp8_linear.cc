@@ -7,9 +7,10 @@
 
 namespace spindle::kernels::cuda {
 
-void Fp8Linear::reserve(int64_t max_out, int64_t max_elements) {
+void Fp8Linear::reserve(int64_t max_out, int64_t max_elements, bool has_block_scales) {
   product_.reserve(static_cast<size_t>(2 * kGemvFp8MaxRows * std::max<int64_t>(max_out, 1)) * sizeof(float));
-  dequantized_.reserve(static_cast<size_t>(std::max<int64_t>(max_elements, 1)) * sizeof(uint16_t));
+  const int64_t copies = has_block_scales ? 2 : 1;
+  dequantized_.reserve(static_cast<size_t>(copies * std::max<int64_t>(max_elements, 1)) * sizeof(uint16_t));
 }
 
 void Fp8Linear::forward(const DeviceFp8Weight& w, const CublasLinear::Input& x, float* y, const float* bias) {
@@ -33,10 +34,20 @@ void Fp8Linear::forward(const DeviceFp8Weight& w, const CublasLinear::Input& x, 
     launch_add_row_halves(halves, rows, out, bias, y, stream_);
     return;
   }
-  SPINDLE_CHECK(dequantized_.size() >= static_cast<size_t>(out * in) * sizeof(uint16_t),
-                "fp8 linear: scratch for a [{}, {}] weight not reserved", out, in);
-  launch_fp8_dequantize_bf16(w.codes, w.scales, w.mode, out, in, dequantized_.as<uint16_t>(), stream_);
-  linear_.forward(DeviceWeight{dequantized_.data(), DType::kBF16, out, in}, x, y, bias);
+  const int64_t copies = w.mode == Fp8Scale::kBlock128 ? 2 : 1;
+  SPINDLE_CHECK(dequantized_.size() >= static_cast<size_t>(copies * out * in) * sizeof(uint16_t),
+                "fp8 linear: scratch for a [{}, {}] weight ({} bf16 copies) not reserved", out, in, copies);
+  auto* first = dequantized_.as<uint16_t>();
+  if (w.mode != Fp8Scale::kBlock128) {
+    launch_fp8_codes_bf16(w.codes, out, in, first, stream_);
+    linear_.forward(DeviceWeight{first, DType::kBF16, out, in}, x, y, nullptr);
+    launch_scale_columns(y, rows, out, w.scales, w.mode, bias, stream_);
+    return;
+  }
+  uint16_t* second = first + out * in;
+  launch_fp8_dequantize_bf16_split(w.codes, w.scales, w.mode, out, in, first, second, stream_);
+  linear_.forward(DeviceWeight{first, DType::kBF16, out, in}, x, y, bias);
+  linear_.accumulate(DeviceWeight{second, DType::kBF16, out, in}, x, y);
 }
 
 }  // namespace spindle::kernels::cuda

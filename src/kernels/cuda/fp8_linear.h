@@ -8,10 +8,16 @@
 //     (1 byte per weight read). Split: the hi and lo rows run as 2 * rows rows of the gemv (one or
 //     two launches of at most 8 rows) into scratch and y = hi + lo (+ bias) (launch_add_row_halves),
 //     so the activations keep ~16 significant bits as the bf16 path's split does.
-//   more rows: the interim path until the cuBLASLt FP8 GEMM (issue 47 item 2): the weight is
-//     dequantized to bf16 into one scratch weight (launch_fp8_dequantize_bf16: one rounding to bf16
-//     per weight, <= 2^-9 relative) and multiplied by CublasLinear's bf16 path. That reads and writes
-//     the weight once more per product: correct, not fast.
+//   more rows: the weight is converted to bf16 without rounding it and multiplied by CublasLinear's
+//     bf16 path (until the cuBLASLt FP8 GEMM of fp8_lt_linear.h is chosen by measurement):
+//       kPerTensor, kPerChannel: the codes alone (launch_fp8_codes_bf16, exact), y = (x . codes^T)
+//         * s + bias in f32 (launch_scale_columns): the scale never rounded to bf16.
+//       kBlock128: the scale varies along `in`, so the f32 dequantized weight d is held as
+//         hi + lo (launch_fp8_dequantize_bf16_split, |hi + lo - d| <= 2^-18 |d|) and
+//         y = x . hi^T + x . lo^T (+ bias): twice the products, ~f32 accuracy.
+//     (The former interim path rounded code * scale to bf16, 2^-9 per weight: on the H100 two of
+//     nine long prefills of cuda_fp8_model_test missed 2e-2, bench/results/2026-12-07-h100-merged-checks.)
+//     Each reads and writes the weight once more per product: correct, not fast.
 // Not thread-safe; one stream (CublasLinear's).
 #pragma once
 
@@ -37,9 +43,10 @@ class Fp8Linear {
  public:
   Fp8Linear(CublasLinear& linear, cudaStream_t stream) : linear_(linear), stream_(stream) {}
 
-  // Scratch for FP8 weights of at most max_out outputs and max_elements weights. Call at load
-  // (growing moves the buffers: captured graphs would point at freed memory).
-  void reserve(int64_t max_out, int64_t max_elements);
+  // Scratch for FP8 weights of at most max_out outputs and max_elements weights (twice that when
+  // any weight has block scales: hi and lo). Call at load (growing moves the buffers: captured
+  // graphs would point at freed memory).
+  void reserve(int64_t max_out, int64_t max_elements, bool has_block_scales = true);
 
   // y = x . dequant(w)^T (+ bias [out] f32); x prepared for DType::kBF16 with w.in_features columns.
   void forward(const DeviceFp8Weight& w, const CublasLinear::Input& x, float* y, const float* bias);
@@ -50,7 +57,7 @@ class Fp8Linear {
   CublasLinear& linear_;
   cudaStream_t stream_ = nullptr;
   DeviceBuffer product_;      // f32 [2 * kGemvFp8MaxRows, max_out]: split gemv rows
-  DeviceBuffer dequantized_;  // bf16 [max_elements]: the many-row path's weight
+  DeviceBuffer dequantized_;  // bf16 [max_elements] (codes, or hi), then [max_elements] (lo) for blocks
 };
 
 }  // namespace spindle::kernels::cuda
