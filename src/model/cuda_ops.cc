@@ -51,7 +51,8 @@ uint64_t free_device_bytes() {
 
 }  // namespace
 
-CudaOps::CudaOps(const ModelConfig& config, const CudaModelOptions& options) : config_(config), device_(options.device) {
+CudaOps::CudaOps(const ModelConfig& config, const CudaModelOptions& options)
+    : config_(config), device_(options.device), fp8_prefill_kernel_(options.fp8_prefill_kernel) {
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreate(&stream_));
   try {
@@ -201,6 +202,7 @@ void CudaOps::upload_rope(int64_t table_positions) {
 uint64_t CudaOps::workspace_bytes() const {
   uint64_t n = rope_table_.size() + inv_freq_.size() + linear_->workspace_bytes() + fp8_linear_->workspace_bytes() + batch_.device_bytes() +
                sampler_.device_bytes() + graph_stats_.memory_bytes;
+  for (const auto& [name, product] : fp8_prefill_) n += product->workspace_bytes();
   for (const auto& b : scratch_) n += b.size();
   return n;
 }
@@ -232,6 +234,7 @@ void CudaOps::reserve(int64_t t, int64_t n) {
     linear_->reserve(t, std::max({h, qs, im}), std::max({qs + 2 * ks, h, 2 * im}));
     linear_->reserve(n, h, c.vocab_size);
   }
+  for (auto& [name, product] : fp8_prefill_) product->reserve(t, fp8_max_in_, fp8_max_out_, fp8_max_elements_, fp8_has_block_);
 }
 
 void CudaOps::finish_step(float* host, int64_t count) {
@@ -493,6 +496,10 @@ void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> prod
     const Placed& placed_weight = placed(p.weight);
     const kcu::DeviceWeight& w = placed_weight.weight;
     const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
+    if (w.dtype == DType::kF8E4M3 && rows > kcu::kGemvFp8MaxRows && placed_weight.fp8_prefill != nullptr) {
+      placed_weight.fp8_prefill->forward(placed_weight.fp8, x, rows, p.y, bias);  // f32 x, its own quantization
+      continue;
+    }
     if (w.dtype == DType::kF8E4M3) {  // bf16 activations for the FP8 product (split or rounded)
       if (in.x != x || in.dtype != DType::kBF16 || in.cols != w.in_features) {
         ready16_ = {};

@@ -33,6 +33,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_sampler.h"
 #include "kernels/cuda/fp8_linear.h"
+#include "kernels/cuda/fp8_linear_registry.h"
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/cuda_model.h"
@@ -135,6 +136,7 @@ class CudaOps final : public DeviceOps {
     std::vector<float> fp8_scales;                  // kLinear FP8: the scales to upload after the codes
     size_t fp8_scale_offset = 0;                    //   their offset in the slot
     kernels::cuda::DeviceFp8Weight fp8;             //   the device view (set at finish_loading)
+    kernels::cuda::Fp8PrefillProduct* fp8_prefill = nullptr;  // > 8 rows; null: fp8_linear_ (W8A16)
     kernels::cuda::WeightType type = kernels::cuda::WeightType::kF32;  // kVector
     const void* data = nullptr;                     // the device slot, after finish_loading
   };
@@ -167,8 +169,14 @@ class CudaOps final : public DeviceOps {
   // An FP8 weight's placement (codes, padding, f32 scales in one slot); false where its parts
   // cannot be one weight.
   bool place_fp8(std::span<const WeightView> parts, Placed& p);
-  // The FP8 views and scratch once the slots are uploaded.
+  // The FP8 views and scratch once the slots are uploaded, and the prefill products chosen.
   void finish_fp8();
+  // The FP8 prefill entry of each FP8 weight shape (fp8_prefill_kernel_: a name or "auto").
+  void choose_fp8_prefill();
+  std::string fp8_prefill_kernel_;
+  std::map<std::string, std::unique_ptr<kernels::cuda::Fp8PrefillProduct>> fp8_prefill_;  // by entry name
+  int64_t fp8_max_in_ = 0, fp8_max_out_ = 0, fp8_max_elements_ = 0;
+  bool fp8_has_block_ = false;
   std::vector<Placed> placed_;
   std::map<const void*, size_t> slot_of_;  // host data -> offset (a tensor placed twice shares a slot)
   size_t cursor_ = 0;                      // bytes of the layout so far

@@ -1,8 +1,18 @@
 // CudaOps' FP8 linear weights (cuda_ops.h): placed as one slot of e4m3 codes, zero padding to the
-// slot alignment and the f32 scales; run by kernels::cuda::Fp8Linear.
+// slot alignment and the f32 scales; run by kernels::cuda::Fp8Linear up to 8 rows, and above by the
+// FP8 prefill entry chosen per shape (kernels/cuda/fp8_linear_registry.h; fp8_w8a16: Fp8Linear).
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <array>
+#include <map>
+#include <string>
+#include <vector>
 
+#include "kernels/cuda/cuda_check.h"
 #include "model/cuda_ops.h"
 #include "util/error.h"
 
@@ -13,6 +23,9 @@ namespace kcu = kernels::cuda;
 namespace {
 
 constexpr size_t kScaleAlign = 256;  // the scales start on the slot alignment
+// "auto": each FP8 prefill entry checked and timed on the model's shapes at this many rows.
+constexpr int64_t kFp8PrefillCheckRows = 512;
+constexpr int kFp8PrefillCheckReps = 5;
 
 kcu::Fp8Scale device_mode(Fp8ScaleMode mode) {
   switch (mode) {
@@ -57,6 +70,54 @@ void CudaOps::finish_fp8() {
     p.fp8_scales = {};
   }
   if (max_out > 0) fp8_linear_->reserve(max_out, max_elements, has_block_scales);
+  fp8_max_out_ = max_out;
+  fp8_max_elements_ = max_elements;
+  fp8_has_block_ = has_block_scales;
+  if (max_out > 0) choose_fp8_prefill();
+}
+
+void CudaOps::choose_fp8_prefill() {
+  std::vector<kcu::Fp8LinearShape> shapes;
+  for (const Placed& p : placed_) {
+    if (p.use != WeightUse::kLinear || p.weight.dtype != DType::kF8E4M3) continue;
+    const kcu::Fp8LinearShape s{p.fp8.out_features, p.fp8.in_features, p.fp8.mode};
+    if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
+    fp8_max_in_ = std::max(fp8_max_in_, s.in_features);
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  std::map<kcu::Fp8LinearShape, std::string> chosen;
+  if (fp8_prefill_kernel_ == "auto") {
+    std::vector<kcu::Fp8PrefillCheck> checks;
+    for (const auto& c : kcu::choose_fp8_prefill_kernels(shapes, kFp8PrefillCheckRows, kFp8PrefillCheckReps,
+                                                         prop.major, prop.minor, &checks)) {
+      chosen[c.shape] = c.kernel;
+    }
+    for (const auto& c : checks) {
+      spdlog::info("fp8 prefill {} on {}: {}", c.kernel, c.shape.to_string(),
+               !c.unsupported_reasons.empty() ? "unavailable (" + c.unsupported_reasons.front() + ")"
+               : !c.error.empty()             ? "error (" + c.error + ")"
+                                              : fmt::format("{} (error {:.3g} of tolerance {:.3g}), {:.1f} us at {} rows",
+                                                            c.passed ? "passed" : "FAILED", c.max_error, c.tolerance,
+                                                            c.seconds * 1e6, kFp8PrefillCheckRows));
+    }
+  } else {
+    const kcu::Fp8PrefillDescriptor& d = kcu::fp8_prefill_kernel(fp8_prefill_kernel_);  // throws listing the names
+    for (const auto& s : shapes) {
+      const std::vector<std::string> reasons = d.unsupported_reasons(prop.major, prop.minor, s);
+      SPINDLE_CHECK(reasons.empty(), "FP8 prefill kernel {} cannot run the {} weights here: {}", d.name, s.to_string(),
+                    fmt::join(reasons, "; "));
+      chosen[s] = d.name;
+    }
+  }
+  for (Placed& p : placed_) {
+    if (p.use != WeightUse::kLinear || p.weight.dtype != DType::kF8E4M3) continue;
+    const std::string& name = chosen.at({p.fp8.out_features, p.fp8.in_features, p.fp8.mode});
+    if (name == kcu::kFp8PrefillDefault) continue;  // fp8_linear_'s own path
+    auto& product = fp8_prefill_[name];
+    if (!product) product = kcu::fp8_prefill_kernel(name).factory(*linear_, stream_);
+    p.fp8_prefill = product.get();
+  }
 }
 
 }  // namespace spindle

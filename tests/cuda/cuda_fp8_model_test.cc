@@ -11,9 +11,17 @@
 //                            ~16 significant bits, relative 2^-17) with the e4m3 weights exact and
 //                            f32 sums: expected ~1e-5 (printed). A prompt of at most 8 tokens
 //                            prefills on this path too.
-//   kPrefillTolerance = 2e-2 more rows: the interim path, each weight dequantized to bf16 (one
-//                            rounding, <= 2^-9 relative) and cuBLAS's split bf16 product: the bf16
-//                            weight models' tolerance of cuda_model_test.cc.
+//   kPrefillTolerance = 2e-2 more rows: fp8_w8a16 (fp8_linear.h), the weights converted to bf16
+//                            without rounding (the codes with the scale applied in f32 to the
+//                            product; 128x128 blocks as bf16 hi + lo, <= 2^-18 relative) and
+//                            cuBLAS's split bf16 product: the bf16 weight models' tolerance of
+//                            cuda_model_test.cc. (Until 2026-12-07 the weights were rounded to bf16
+//                            here, and 2 of 9 long prefills missed it on the H100: 0.0325, 0.0292.)
+//   kW8a8PrefillTolerance = 0.1  the cuBLASLt FP8 tensor-core entry (fp8_lt_linear.h; SM 9.0 only):
+//                            each activation rounded to e4m3 (2^-4 relative) per token, so the
+//                            logits move by far more than the W8A16 paths'; this bound was set
+//                            before any H100 run (the printed errors are the measurement) and is an
+//                            order below the scales-ignored negative control.
 // --quantization fp8: the same comparison on the golden F32 folders quantized per channel at load.
 // Negative control: the CUDA model of a folder whose scales are all 1 (the same codes) must miss
 // kPrefillTolerance against the CPU model of the real folder.
@@ -27,12 +35,14 @@
 
 #include "attn/attention_backend.h"
 #include "cuda/cuda_skip.h"
+#include "kernels/cuda/fp8_lt_linear.h"
 #include "model/cuda_model.h"
 #include "model/forward_scenarios.h"
 #include "model/golden_fixtures.h"
 #include "model/golden_fp8.h"
 #include "model/model.h"
 #include "model/model_loader.h"
+#include "platform/cuda_info.h"
 
 namespace spindle {
 namespace {
@@ -42,6 +52,7 @@ using testing::kPageSize;
 
 constexpr double kDecodeTolerance = 1e-3;
 constexpr double kPrefillTolerance = 2e-2;
+constexpr double kW8a8PrefillTolerance = 0.1;
 constexpr int kDecodeSteps = 8;
 constexpr int kGemvRows = 8;  // kernels::cuda::kGemvFp8MaxRows
 
@@ -50,10 +61,12 @@ struct Loaded {
   std::unique_ptr<attn::AttentionBackend> backend;
 };
 
-Loaded load(const std::filesystem::path& dir, attn::Device device, bool quantize_fp8 = false) {
+Loaded load(const std::filesystem::path& dir, attn::Device device, bool quantize_fp8 = false,
+            const std::string& fp8_prefill_kernel = "fp8_w8a16") {
   Loaded l;
   CudaModelOptions cuda_options;
   cuda_options.quantize_fp8 = quantize_fp8;
+  cuda_options.fp8_prefill_kernel = fp8_prefill_kernel;
   ModelOptions cpu_options;
   cpu_options.quantize_fp8 = quantize_fp8;
   l.model = std::make_unique<testing::ModelStepper>(device == attn::Device::kCuda ? load_cuda_model(dir, cuda_options)
@@ -140,6 +153,29 @@ TEST_P(CudaFp8Test, NegativeControlScalesIgnoredMissTheTolerance) {
   EXPECT_FALSE(std::max(e.prefill, e.prefill_short) <= kPrefillTolerance);
   std::printf("%s FP8 %s, CUDA with every scale 1: prefill error %.3g\n", fc.model.c_str(), fc.label,
               std::max(e.prefill, e.prefill_short));
+}
+
+// Prefill on the FP8 tensor cores (cublaslt_fp8, per-token activations) against the CPU's W8A16:
+// the golden shapes' 128x128-block weights have 1-2 column blocks, which cuBLASLt cannot read in
+// place (fp8_lt_unsupported_reasons), so the block folders are skipped.
+TEST_P(CudaFp8Test, TensorCorePrefillWithinTheW8a8Bound) {
+  const Fp8CudaCase& fc = GetParam();
+  if (fc.format == Fp8Format::kFp8Block) GTEST_SKIP() << "the golden shapes' block scales are not cuBLASLt's layout";
+  const auto& d = probe_cuda_devices().devices.front();
+  const auto reasons = kernels::cuda::fp8_lt_unsupported_reasons(d.cc_major, d.cc_minor, kernels::cuda::Fp8Scale::kPerChannel, 128, 128);
+  if (!reasons.empty()) GTEST_SKIP() << reasons.front();
+  testing::TempDir dir;
+  testing::write_golden_fp8(fc.model, dir.path(), {.format = fc.format});
+  Loaded cpu = load(dir.path(), attn::Device::kCpu), gpu = load(dir.path(), attn::Device::kCuda, false, "cublaslt_fp8");
+  Errors e;
+  for (const auto& prompt : testing::read_golden(fc.model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
+  EXPECT_LE(e.decode, kDecodeTolerance);
+  EXPECT_LE(e.prefill_short, kDecodeTolerance);
+  EXPECT_LE(e.prefill, kW8a8PrefillTolerance);
+  EXPECT_LE(e.decode_after_long, kW8a8PrefillTolerance);
+  std::printf("%s FP8 %s, prefill on cublaslt_fp8 vs CPU W8A16: decode %.3g, prefill <= 8 tokens %.3g, longer "
+              "prefill %.3g and the decode after it %.3g (tolerance %.3g)\n", fc.model.c_str(), fc.label, e.decode,
+              e.prefill_short, e.prefill, e.decode_after_long, kW8a8PrefillTolerance);
 }
 
 // --quantization fp8 (per channel at load) of the golden F32 folders, CUDA against the CPU.
