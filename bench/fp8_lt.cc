@@ -105,8 +105,8 @@ int main(int argc, char** argv) try {
   kcu::Fp8Linear w8a16(split, stream);
   w8a16.reserve(max_out, max_elements, true);
   kcu::Fp8LtLinear lt(stream, false), lt_fast(stream, true);
-  lt.reserve(max_rows, max_in);
-  lt_fast.reserve(max_rows, max_in);
+  lt.reserve(max_rows, max_in, max_out);
+  lt_fast.reserve(max_rows, max_in, max_out);
   kcu::DeviceBuffer x(static_cast<size_t>(max_rows * max_in) * 4), y(static_cast<size_t>(max_rows * max_out) * 4);
   kcu::DeviceBuffer codes(static_cast<size_t>(max_rows * max_in));
   kcu::DeviceBuffer scales(static_cast<size_t>(

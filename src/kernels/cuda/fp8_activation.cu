@@ -1,6 +1,7 @@
 // Kernels of fp8_activation.h. Per token: one block per row (max reduction, then the codes); per
 // token and 128 columns: one warp per (row, block); per tensor: an atomic max (non-negative floats
 // order as their bits), then the codes, then the scale written.
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -88,9 +89,26 @@ __global__ void per_tensor_codes_kernel(const float* __restrict__ x, int64_t n, 
 
 __global__ void amax_to_scale_kernel(float* scale) { *scale = scale_of(*scale); }
 
+__global__ void bf16_to_f32_bias_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols,
+                                        const float* __restrict__ bias, float* __restrict__ y) {
+  const int64_t n = rows * cols;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
+    const float v = __bfloat162float(in[e]);
+    y[e] = bias != nullptr ? v + bias[e % cols] : v;
+  }
+}
+
 int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096)); }
 
 }  // namespace
+
+void launch_bf16_to_f32_bias(const uint16_t* in, int64_t rows, int64_t cols, const float* bias, float* y,
+                             cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  bf16_to_f32_bias_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(in), rows, cols, bias, y);
+  CUDA_CHECK_LAUNCH();
+}
 
 int64_t fp8_activation_scale_count(Fp8ActScale mode, int64_t rows, int64_t in) {
   switch (mode) {

@@ -29,4 +29,8 @@ int64_t fp8_activation_scale_count(Fp8ActScale mode, int64_t rows, int64_t in);
 void launch_quantize_fp8_activations(const float* x, int64_t rows, int64_t in, Fp8ActScale mode, uint8_t* codes,
                                      float* scales, cudaStream_t stream);
 
+// y[r, c] = f32(in[r, c]) (+ bias[c] when bias is not null): in bf16 [rows, cols], y f32.
+void launch_bf16_to_f32_bias(const uint16_t* in, int64_t rows, int64_t cols, const float* bias, float* y,
+                             cudaStream_t stream);
+
 }  // namespace spindle::kernels::cuda

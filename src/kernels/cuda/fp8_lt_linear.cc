@@ -39,6 +39,7 @@ struct Fp8LtLinear::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool bf16_out = false;  // D (and C) bf16: no f32-output algorithm
   ~Plan() {
     const CublasLtApi& lt = cublaslt_api();
     if (d != nullptr) lt.MatrixLayoutDestroy(d);
@@ -108,8 +109,9 @@ Fp8LtLinear::~Fp8LtLinear() {
   if (handle_ != nullptr) cublaslt_api().Destroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-void Fp8LtLinear::reserve(int64_t max_rows, int64_t max_in) {
-  SPINDLE_CHECK(max_rows >= 0 && max_in >= 0, "cuBLASLt FP8: negative scratch size");
+void Fp8LtLinear::reserve(int64_t max_rows, int64_t max_in, int64_t max_out) {
+  SPINDLE_CHECK(max_rows >= 0 && max_in >= 0 && max_out >= 0, "cuBLASLt FP8: negative scratch size");
+  out16_.reserve(static_cast<size_t>(max_rows * max_out) * sizeof(uint16_t));
   codes_.reserve(static_cast<size_t>(max_rows * max_in));
   const int64_t max_scales = std::max<int64_t>(fp8_activation_scale_count(Fp8ActScale::kPerToken128, max_rows, max_in),
                                                std::max<int64_t>(max_rows, 1));
@@ -140,19 +142,26 @@ Fp8LtLinear::Plan& Fp8LtLinear::plan_for(Fp8Scale mode, int64_t out, int64_t in,
   // D: y col-major [out, rows] (ld out) = row-major [rows, out].
   CUBLASLT_CHECK(lt.MatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, in, out, in));
   CUBLASLT_CHECK(lt.MatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, in, rows, in));
-  CUBLASLT_CHECK(lt.MatrixLayoutCreate(&plan->d, CUDA_R_32F, out, rows, out));
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLASLT_CHECK(lt.MatmulPreferenceCreate(&pref));
   const uint64_t max_workspace = workspace_.size();
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = [&] {
-    const cublasStatus_t s = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                             &max_workspace, sizeof(max_workspace));
-    if (s != CUBLAS_STATUS_SUCCESS) return s;
-    return lt.MatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->d,
-                                     plan->d, pref, 1, &result, &found);
-  }();
+  cublasStatus_t status = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &max_workspace, sizeof(max_workspace));
+  for (const cudaDataType_t d_type : {CUDA_R_32F, CUDA_R_16BF}) {  // f32 output, else bf16 (the fallback)
+    if (status != CUBLAS_STATUS_SUCCESS) break;
+    if (plan->d != nullptr) lt.MatrixLayoutDestroy(plan->d);
+    plan->d = nullptr;
+    status = lt.MatrixLayoutCreate(&plan->d, d_type, out, rows, out);
+    if (status != CUBLAS_STATUS_SUCCESS) break;
+    found = 0;
+    status = lt.MatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->d,
+                                       plan->d, pref, 1, &result, &found);
+    plan->bf16_out = d_type == CUDA_R_16BF;
+    if (status == CUBLAS_STATUS_SUCCESS && found > 0) break;
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED) status = CUBLAS_STATUS_SUCCESS;  // try the next output type
+  }
   lt.MatmulPreferenceDestroy(pref);
   SPINDLE_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0,
                 "cuBLASLt FP8: no algorithm for a {} weight [{}, {}] x {} rows{} (status {}, cuBLASLt {})",
@@ -180,10 +189,24 @@ void Fp8LtLinear::forward_quantized(const DeviceFp8Weight& w, const uint8_t* x_c
   CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
                                            sizeof(x_scales)));
   const float alpha = 1.0f, beta = 0.0f;
+  void* d = y;
+  if (plan.bf16_out) {
+    SPINDLE_CHECK(out16_.size() >= static_cast<size_t>(rows * out) * sizeof(uint16_t),
+                  "cuBLASLt FP8: bf16 output scratch for {} x {} not reserved", rows, out);
+    d = out16_.data();
+  }
   CUBLASLT_CHECK(lt.Matmul(static_cast<cublasLtHandle_t>(handle_), plan.desc, &alpha, w.codes, plan.a, x_codes,
-                           plan.b, &beta, y, plan.d, y, plan.d, &plan.algo, workspace_.data(), workspace_.size(),
+                           plan.b, &beta, d, plan.d, d, plan.d, &plan.algo, workspace_.data(), workspace_.size(),
                            stream_));
-  if (bias != nullptr) launch_add_bias(y, bias, rows, out, stream_);
+  if (plan.bf16_out) {
+    launch_bf16_to_f32_bias(out16_.as<uint16_t>(), rows, out, bias, y, stream_);
+  } else if (bias != nullptr) {
+    launch_add_bias(y, bias, rows, out, stream_);
+  }
+}
+
+bool Fp8LtLinear::output_bf16(Fp8Scale mode, int64_t out, int64_t in, int64_t rows) {
+  return plan_for(mode, out, in, rows).bf16_out;
 }
 
 void Fp8LtLinear::forward(const DeviceFp8Weight& w, const float* x, int64_t rows, float* y, const float* bias) {

@@ -10,7 +10,9 @@
 // The block mode reads the checkpoint's [ceil(out/128), ceil(in/128)] scales in place: cuBLASLt
 // wants each row of block scales 16-byte aligned, so ceil(in/128) % 4 == 0 (and in % 128 == 0 for
 // the activations' blocks); other shapes are unsupported (a reason, not a copy).
-// Accumulation f32, D f32; the bias is added by a separate launch. fast_accum: cuBLASLt's
+// Accumulation f32, D f32; where cuBLASLt has no f32-output algorithm for a mode (the heuristic
+// finds none), D is bf16 in a scratch, widened to f32 with the bias (one more rounding, <= 2^-9 of
+// |y|: output_bf16() says so). Otherwise the bias is added by a separate launch. fast_accum: cuBLASLt's
 // FAST_ACCUM (no periodic promotion of the tensor cores' partial sums; faster, less exact): a
 // second registry entry (fp8_linear_registry.h), chosen only by measurement.
 //
@@ -54,8 +56,9 @@ class Fp8LtLinear {
   Fp8LtLinear(const Fp8LtLinear&) = delete;
   Fp8LtLinear& operator=(const Fp8LtLinear&) = delete;
 
-  // Scratch for the quantized activations of up to max_rows x max_in. Growing frees the old buffers.
-  void reserve(int64_t max_rows, int64_t max_in);
+  // Scratch for the quantized activations of up to max_rows x max_in, and a bf16 output of
+  // max_rows x max_out (the fallback above). Growing frees the old buffers.
+  void reserve(int64_t max_rows, int64_t max_in, int64_t max_out);
 
   // y = x . dequant(w)^T (+ bias [out] f32): x f32 [rows, w.in_features] quantized into the scratch.
   // Throws when the shape is unsupported (the reasons) or the scratch too small.
@@ -65,9 +68,11 @@ class Fp8LtLinear {
   void forward_quantized(const DeviceFp8Weight& w, const uint8_t* x_codes, const float* x_scales, int64_t rows,
                          float* y, const float* bias);
 
+  // Whether products of this mode and shape write bf16 first (plans the product when not yet planned).
+  bool output_bf16(Fp8Scale mode, int64_t out, int64_t in, int64_t rows);
   // "cublaslt_fp8" or "cublaslt_fp8_fast_accum".
   const char* name() const { return fast_accum_ ? "cublaslt_fp8_fast_accum" : "cublaslt_fp8"; }
-  uint64_t workspace_bytes() const { return workspace_.size() + codes_.size() + scales_.size(); }
+  uint64_t workspace_bytes() const { return workspace_.size() + codes_.size() + scales_.size() + out16_.size(); }
 
  private:
   struct Plan;
@@ -79,6 +84,7 @@ class Fp8LtLinear {
   DeviceBuffer workspace_;
   DeviceBuffer codes_;   // e4m3 [max_rows, max_in]
   DeviceBuffer scales_;  // f32, the activations' scales
+  DeviceBuffer out16_;   // bf16 [max_rows, max_out]: the bf16-output fallback
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
 };
 
