@@ -14,6 +14,9 @@
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
 #   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
 #   fp8_*, memcheck_fp8  tests/cuda/cuda_gemv_fp8_test, cuda_fp8_model_test (step fp8)
+#   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
+#                    (the FP8 prefill entries checked and timed on the 8B shapes), bench_fp8_lt
+#                    (prefill FP8 vs cuBLAS bf16 at 512..8192 rows), memcheck (step fp8lt)
 #   templates        tests/jinja/transformers_check.py: jinja_oracle.py vs transformers' renderer
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
 #   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
@@ -67,6 +70,8 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
   case $name in
     doctor*|quickbench|torchbench|plan*|generate*) tail -30 "$out/$name.txt" ;;
     gemv) tail -24 "$out/$name.txt" ;;
+    fp8lt_bench) tail -26 "$out/$name.txt" ;;
+    fp8lt_*) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|max \||unavailable|: (fp8|cublas)" "$out/$name.txt" | head -80 ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
   esac
   pack  # after every step: a command killed at the device's limit still returns what it has
@@ -93,6 +98,13 @@ if has fp8; then  # issue 47: the FP8 decode product and FP8 models on CUDA agai
   run fp8_model 200 $bin/cuda_fp8_model_test --gtest_brief=1
   run memcheck_fp8 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_model_test --gtest_brief=1 \
     "--gtest_filter=*llama_gqa_f32_block128*:*llama_gqa_f32_ct_channel*:*QuantizeAtLoad*"
+fi
+if has fp8lt; then  # issue 47: prefill on the FP8 tensor cores (cuBLASLt), the registry's checks, the bench
+  run fp8lt_test 150 $bin/cuda_fp8_lt_test --gtest_brief=1
+  run fp8lt_registry 240 $bin/cuda_fp8_registry_test --gtest_brief=1
+  run fp8lt_bench 200 $bin/bench_fp8_lt --reps 5
+  run memcheck_fp8lt 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_lt_test --gtest_brief=1 \
+    "--gtest_filter=*/per_tensor:*/per_channel:*/block128_partial:*/block128_partial_fast"
 fi
 # issue 46: the Jinja oracle (tests/jinja/jinja_oracle.py) against transformers' own renderer on the corpus
 has templates && run templates 200 python3 tests/jinja/transformers_check.py
