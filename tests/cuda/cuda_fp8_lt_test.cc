@@ -4,7 +4,8 @@
 // 128x128 block (a partial last row block included), random activations with row magnitudes over
 // 2^-4..2^4, rows 17..300.
 //
-// The quantizer: scale = f32(amax / 448) over its group (1 for an all-zero group) and every code ==
+// The quantizer (per token; per token and 128 columns for block weights): scale = f32(amax / 448)
+// over its group (1 for an all-zero group) and every code ==
 // util/fp8.h's float_to_fp8_e4m3(f32(x / scale)): exact equality (both are correctly rounded).
 //
 // The product, per output element, against ref = sum_i xd[r, i] wd[o, i] (+ bias) in float64 over the
@@ -125,7 +126,6 @@ double weight_scale(const Problem& p, int64_t o, int64_t i, bool transposed_bloc
 // The activations' scale of x[r, i] in the layout of mode.
 double act_scale(const std::vector<float>& scales, kcu::Fp8ActScale mode, int64_t rows, int64_t r, int64_t i) {
   switch (mode) {
-    case kcu::Fp8ActScale::kPerTensor: return scales[0];
     case kcu::Fp8ActScale::kPerToken: return scales[static_cast<size_t>(r)];
     case kcu::Fp8ActScale::kPerToken128: return scales[static_cast<size_t>((i / 128) * rows + r)];
   }
@@ -140,11 +140,7 @@ void check_quantized(const Problem& p, kcu::Fp8ActScale mode, const std::vector<
   for (int64_t r = 0; r < p.rows; ++r) {
     for (int64_t i0 = 0; i0 < p.in; i0 += group) {
       float amax = 0;
-      if (mode == kcu::Fp8ActScale::kPerTensor) {
-        for (float v : p.x) amax = std::max(amax, std::fabs(v));
-      } else {
-        for (int64_t i = i0; i < i0 + group; ++i) amax = std::max(amax, std::fabs(p.x[static_cast<size_t>(r * p.in + i)]));
-      }
+      for (int64_t i = i0; i < i0 + group; ++i) amax = std::max(amax, std::fabs(p.x[static_cast<size_t>(r * p.in + i)]));
       const float s = amax > 0 ? amax / kFp8E4m3Max : 1.0f;
       ASSERT_EQ(static_cast<float>(act_scale(scales, mode, p.rows, r, i0)), s) << "row " << r << " column " << i0;
       for (int64_t i = i0; i < i0 + group; ++i) {

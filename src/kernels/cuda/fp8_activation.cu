@@ -1,6 +1,5 @@
 // Kernels of fp8_activation.h. Per token: one block per row (max reduction, then the codes); per
-// token and 128 columns: one warp per (row, block); per tensor: an atomic max (non-negative floats
-// order as their bits), then the codes, then the scale written.
+// token and 128 columns: one warp per (row, block).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -70,24 +69,12 @@ __global__ void per_token128_kernel(const float* __restrict__ x, int64_t rows, i
   if (lane == 0) scales[kb * rows + r] = s;
 }
 
-__global__ void amax_kernel(const float* __restrict__ x, int64_t n, unsigned int* __restrict__ amax_bits) {
-  float m = 0.0f;
+__global__ void broadcast_kernel(const float* __restrict__ scale, int64_t n, float* __restrict__ dst) {
+  const float v = *scale;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    m = fmaxf(m, abs_of(x[e]));
-  }
-  m = warp_max(m);
-  if (threadIdx.x % 32 == 0) atomicMax(amax_bits, __float_as_uint(m));  // m >= 0: bits order as values
-}
-
-__global__ void per_tensor_codes_kernel(const float* __restrict__ x, int64_t n, const float* __restrict__ amax,
-                                        uint8_t* __restrict__ codes) {
-  const float s = scale_of(*amax);
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n; e += int64_t{gridDim.x} * blockDim.x) {
-    codes[e] = encode(x[e], s);
+    dst[e] = v;
   }
 }
-
-__global__ void amax_to_scale_kernel(float* scale) { *scale = scale_of(*scale); }
 
 __global__ void bf16_to_f32_bias_kernel(const __nv_bfloat16* __restrict__ in, int64_t rows, int64_t cols,
                                         const float* __restrict__ bias, float* __restrict__ y) {
@@ -102,6 +89,12 @@ int grid_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThread
 
 }  // namespace
 
+void launch_broadcast_scale(const float* scale, int64_t n, float* dst, cudaStream_t stream) {
+  if (n <= 0) return;
+  broadcast_kernel<<<grid_for(n), kThreads, 0, stream>>>(scale, n, dst);
+  CUDA_CHECK_LAUNCH();
+}
+
 void launch_bf16_to_f32_bias(const uint16_t* in, int64_t rows, int64_t cols, const float* bias, float* y,
                              cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
@@ -112,7 +105,6 @@ void launch_bf16_to_f32_bias(const uint16_t* in, int64_t rows, int64_t cols, con
 
 int64_t fp8_activation_scale_count(Fp8ActScale mode, int64_t rows, int64_t in) {
   switch (mode) {
-    case Fp8ActScale::kPerTensor: return 1;
     case Fp8ActScale::kPerToken: return rows;
     case Fp8ActScale::kPerToken128: return rows * ((in + kFp8ActBlock - 1) / kFp8ActBlock);
   }
@@ -137,14 +129,6 @@ void launch_quantize_fp8_activations(const float* x, int64_t rows, int64_t in, F
           x, rows, in, codes, scales);
       break;
     }
-    case Fp8ActScale::kPerTensor:
-      CUDA_CHECK(cudaMemsetAsync(scales, 0, sizeof(float), stream));
-      amax_kernel<<<grid_for(rows * in), kThreads, 0, stream>>>(x, rows * in, reinterpret_cast<unsigned int*>(scales));
-      CUDA_CHECK_LAUNCH();
-      per_tensor_codes_kernel<<<grid_for(rows * in), kThreads, 0, stream>>>(x, rows * in, scales, codes);
-      CUDA_CHECK_LAUNCH();
-      amax_to_scale_kernel<<<1, 1, 0, stream>>>(scales);
-      break;
   }
   CUDA_CHECK_LAUNCH();
 }

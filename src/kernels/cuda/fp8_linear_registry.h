@@ -8,6 +8,7 @@
 //   fp8_w8a16                W8A16: the weight converted to bf16 exactly (codes, or hi + lo), x
 //                            split to ~16 bits (fp8_linear.h); tolerance kW8a16Tolerance
 //   cublaslt_fp8             W8A8 on the FP8 tensor cores (fp8_lt_linear.h); x quantized per token
+//                            (per 128 columns too for block weights)
 //   cublaslt_fp8_fast_accum  the same with cuBLASLt's fast accumulation
 //
 // Tolerances (per output, |y - ref| <= tolerance * S, ref = the float64 product over the f32 x and

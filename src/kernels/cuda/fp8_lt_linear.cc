@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -84,7 +85,7 @@ std::vector<std::string> fp8_lt_unsupported_reasons(int cc_major, int cc_minor, 
 
 Fp8ActScale fp8_lt_activation_scale(Fp8Scale mode) {
   switch (mode) {
-    case Fp8Scale::kPerTensor: return Fp8ActScale::kPerTensor;
+    case Fp8Scale::kPerTensor: return Fp8ActScale::kPerToken;
     case Fp8Scale::kPerChannel: return Fp8ActScale::kPerToken;
     case Fp8Scale::kBlock128: return Fp8ActScale::kPerToken128;
   }
@@ -112,6 +113,7 @@ Fp8LtLinear::~Fp8LtLinear() {
 void Fp8LtLinear::reserve(int64_t max_rows, int64_t max_in, int64_t max_out) {
   SPINDLE_CHECK(max_rows >= 0 && max_in >= 0 && max_out >= 0, "cuBLASLt FP8: negative scratch size");
   out16_.reserve(static_cast<size_t>(max_rows * max_out) * sizeof(uint16_t));
+  wscale_.reserve(static_cast<size_t>(std::max<int64_t>(max_out, 1)) * sizeof(float));
   codes_.reserve(static_cast<size_t>(max_rows * max_in));
   const int64_t max_scales = std::max<int64_t>(fp8_activation_scale_count(Fp8ActScale::kPerToken128, max_rows, max_in),
                                                std::max<int64_t>(max_rows, 1));
@@ -129,10 +131,8 @@ Fp8LtLinear::Plan& Fp8LtLinear::plan_for(Fp8Scale mode, int64_t out, int64_t in,
   CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
   const int8_t fast = fast_accum_ ? 1 : 0;
   CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
-  int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
-  if (mode == Fp8Scale::kPerChannel) {
-    a_mode = b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  } else if (mode == Fp8Scale::kBlock128) {
+  int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  if (mode == Fp8Scale::kBlock128) {
     a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   }
@@ -184,8 +184,15 @@ void Fp8LtLinear::forward_quantized(const DeviceFp8Weight& w, const uint8_t* x_c
   if (rows == 0) return;
   Plan& plan = plan_for(w.mode, out, in, rows);
   const CublasLtApi& lt = cublaslt_api();
-  CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w.scales,
-                                           sizeof(w.scales)));
+  const float* a_scale = w.scales;
+  if (w.mode == Fp8Scale::kPerTensor) {  // OUTER_VEC_32F: the one scale as `out` floats
+    SPINDLE_CHECK(wscale_.size() >= static_cast<size_t>(out) * sizeof(float),
+                  "cuBLASLt FP8: scale scratch for {} outputs not reserved", out);
+    launch_broadcast_scale(w.scales, out, wscale_.as<float>(), stream_);
+    a_scale = wscale_.as<float>();
+  }
+  CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                           sizeof(a_scale)));
   CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
                                            sizeof(x_scales)));
   const float alpha = 1.0f, beta = 0.0f;

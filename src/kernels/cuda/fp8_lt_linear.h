@@ -2,11 +2,15 @@
 // the prefill half; W8A8): y [rows, out] = x [rows, in] . dequant(W)^T (+ bias), x and y f32, W
 // e4m3 [out, in] with its f32 scales (gemv_fp8.h's modes), all in device memory.
 //
-// x is quantized on the device (fp8_activation.h), with the activation scale that pairs with the
-// weight's (cuBLASLt's scale modes; A = W, op T; B = x^T, op N; D = y^T col-major, ld out):
-//   weight kPerTensor   A SCALAR_32F      x kPerTensor   B SCALAR_32F     (dynamic per tensor)
+// x is quantized on the device per token (fp8_activation.h), with the activation scale that pairs
+// with the weight's (cuBLASLt's scale modes; A = W, op T; B = x^T, op N; D = y^T col-major, ld out):
+//   weight kPerTensor   A OUTER_VEC_32F   x kPerToken    B OUTER_VEC_32F  (the weight's scale
+//                       broadcast to `out` floats in a scratch, launch_broadcast_scale)
 //   weight kPerChannel  A OUTER_VEC_32F   x kPerToken    B OUTER_VEC_32F
 //   weight kBlock128    A BLK128x128_32F  x kPerToken128 B VEC128_32F
+// (SCALAR_32F on both sides, the pairing for per-tensor weights, needs ONE activation scale
+// for the whole batch: each request's precision would depend on the other requests' magnitudes in
+// the step. Per-token scales keep every row's numerics its own.)
 // The block mode reads the checkpoint's [ceil(out/128), ceil(in/128)] scales in place: cuBLASLt
 // wants each row of block scales 16-byte aligned, so ceil(in/128) % 4 == 0 (and in % 128 == 0 for
 // the activations' blocks); other shapes are unsupported (a reason, not a copy).
@@ -56,8 +60,9 @@ class Fp8LtLinear {
   Fp8LtLinear(const Fp8LtLinear&) = delete;
   Fp8LtLinear& operator=(const Fp8LtLinear&) = delete;
 
-  // Scratch for the quantized activations of up to max_rows x max_in, and a bf16 output of
-  // max_rows x max_out (the fallback above). Growing frees the old buffers.
+  // Scratch for the quantized activations of up to max_rows x max_in, a per-tensor scale broadcast
+  // to max_out floats, and a bf16 output of max_rows x max_out (the fallback above). Growing frees
+  // the old buffers.
   void reserve(int64_t max_rows, int64_t max_in, int64_t max_out);
 
   // y = x . dequant(w)^T (+ bias [out] f32): x f32 [rows, w.in_features] quantized into the scratch.
@@ -72,7 +77,9 @@ class Fp8LtLinear {
   bool output_bf16(Fp8Scale mode, int64_t out, int64_t in, int64_t rows);
   // "cublaslt_fp8" or "cublaslt_fp8_fast_accum".
   const char* name() const { return fast_accum_ ? "cublaslt_fp8_fast_accum" : "cublaslt_fp8"; }
-  uint64_t workspace_bytes() const { return workspace_.size() + codes_.size() + scales_.size() + out16_.size(); }
+  uint64_t workspace_bytes() const {
+    return workspace_.size() + codes_.size() + scales_.size() + out16_.size() + wscale_.size();
+  }
 
  private:
   struct Plan;
@@ -85,6 +92,7 @@ class Fp8LtLinear {
   DeviceBuffer codes_;   // e4m3 [max_rows, max_in]
   DeviceBuffer scales_;  // f32, the activations' scales
   DeviceBuffer out16_;   // bf16 [max_rows, max_out]: the bf16-output fallback
+  DeviceBuffer wscale_;  // f32 [max_out]: a per-tensor weight scale broadcast
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
 };
 
