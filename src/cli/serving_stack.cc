@@ -164,6 +164,7 @@ void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r
   load_options.device = r.resolved.device;
   load_options.cuda_device = r.resolved.cuda_device;
   load_options.cuda_16bit_activations = r.resolved.bf16_activations;
+  load_options.cuda_fp8_prefill_kernel = r.resolved.fp8_prefill_kernel;
   load_options.cpu = cpu_model_options(r.resolved, r.pool.get(), r.linear);
   r.model = load_model(s.model_dir, load_options);
   const attn::AttentionShape shape = r.model->attention_shape(r.resolved.kv_dtype, r.resolved.page_size);

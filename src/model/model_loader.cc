@@ -19,6 +19,7 @@ std::unique_ptr<Transformer> load_model(const std::filesystem::path& dir, const 
   cuda.device = options.cuda_device;
   cuda.allow_16bit_activations = options.cuda_16bit_activations;
   cuda.quantize_fp8 = options.cpu.quantize_fp8;
+  cuda.fp8_prefill_kernel = options.cuda_fp8_prefill_kernel;
   return load_cuda_model(dir, cuda);
 #else
   SPINDLE_FAIL("cannot load {} on a CUDA device: this spindle was built without CUDA", dir.string());

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 
 #include "attn/attention_types.h"
 #include "model/model.h"
@@ -15,6 +16,7 @@ struct LoadOptions {
   attn::Device device = attn::Device::kCpu;
   int cuda_device = 0;      // the CUDA ordinal, for kCuda (bound by the caller)
   bool cuda_16bit_activations = false;  // kCuda: CudaModelOptions::allow_16bit_activations
+  std::string cuda_fp8_prefill_kernel = "fp8_w8a16";  // kCuda: CudaModelOptions::fp8_prefill_kernel
   ModelOptions cpu;         // for kCpu (its quantize_fp8 for kCuda too)
 };
 
