@@ -43,6 +43,9 @@ class LtProduct final : public Fp8PrefillProduct {
     lt_.forward(w, x, rows, y, bias);
   }
   uint64_t workspace_bytes() const override { return lt_.workspace_bytes(); }
+  std::string why_unsupported(const DeviceFp8Weight& w, int64_t rows) override {
+    return lt_.why_unsupported(w.mode, w.out_features, w.in_features, rows);
+  }
 
  private:
   Fp8LtLinear lt_;
@@ -128,71 +131,93 @@ DeviceBuffer upload(const std::vector<T>& host) {
   return b;
 }
 
+struct StreamAndEvents {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t a = nullptr, b = nullptr;
+  StreamAndEvents() = default;
+  StreamAndEvents(const StreamAndEvents&) = delete;
+  StreamAndEvents& operator=(const StreamAndEvents&) = delete;
+  ~StreamAndEvents() {
+    if (a != nullptr) cudaEventDestroy(a);
+    if (b != nullptr) cudaEventDestroy(b);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+// max over every row and a strided sample of columns (and the last) of |y - ref| / S (module comment).
+double max_relative_error(const Fp8LinearShape& s, const Problem& p, int64_t rows, const std::vector<float>& got) {
+  double worst = 0;
+  const int64_t stride = std::max<int64_t>(1, s.out_features / 48);
+  std::vector<int64_t> columns;
+  for (int64_t o = 0; o < s.out_features; o += stride) columns.push_back(o);
+  if (columns.back() != s.out_features - 1) columns.push_back(s.out_features - 1);
+  std::vector<double> wd(static_cast<size_t>(s.in_features));
+  for (const int64_t o : columns) {
+    for (int64_t i = 0; i < s.in_features; ++i) {
+      wd[static_cast<size_t>(i)] = double(fp8_e4m3_to_float(p.w[static_cast<size_t>(o * s.in_features + i)])) *
+                                   weight_scale(s, p.scale, o, i);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      double ref = p.bias[static_cast<size_t>(o)], mag = std::fabs(ref);
+      const float* xr = p.x.data() + r * s.in_features;
+      for (int64_t i = 0; i < s.in_features; ++i) {
+        ref += double(xr[i]) * wd[static_cast<size_t>(i)];
+        mag += std::fabs(double(xr[i]) * wd[static_cast<size_t>(i)]);
+      }
+      const double err = std::fabs(double(got[static_cast<size_t>(r * s.out_features + o)]) - ref) / mag;
+      worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+    }
+  }
+  return worst;
+}
+
+// The median seconds of `run` over reps timed repetitions after two warm-ups, on o.stream.
+template <typename Run>
+double median_seconds(StreamAndEvents& o, int reps, Run run) {
+  CUDA_CHECK(cudaEventCreate(&o.a));
+  CUDA_CHECK(cudaEventCreate(&o.b));
+  std::vector<double> t;
+  for (int i = 0; i < reps + 2; ++i) {
+    CUDA_CHECK(cudaEventRecord(o.a, o.stream));
+    run();
+    CUDA_CHECK(cudaEventRecord(o.b, o.stream));
+    CUDA_CHECK(cudaEventSynchronize(o.b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, o.a, o.b));
+    if (i >= 2) t.push_back(ms * 1e-3);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 void run_check(const Fp8PrefillDescriptor& d, Fp8PrefillCheck& c, int64_t rows, int reps) {
   const Fp8LinearShape& s = c.shape;
   const Problem p = make_problem(s, rows);
   DeviceBuffer w = upload(p.w), scale = upload(p.scale), x = upload(p.x), bias = upload(p.bias);
   DeviceBuffer y(static_cast<size_t>(rows * s.out_features) * sizeof(float));
-  cudaStream_t stream = nullptr;
-  CUDA_CHECK(cudaStreamCreate(&stream));
-  cudaEvent_t a = nullptr, b = nullptr;
-  try {
+  StreamAndEvents owned;  // destroyed after everything below that uses them
+  CUDA_CHECK(cudaStreamCreate(&owned.stream));
+  cudaStream_t stream = owned.stream;
+  {
     CublasLinear linear(stream);
     auto product = d.factory(linear, stream);
     product->reserve(rows, s.in_features, s.out_features, s.out_features * s.in_features,
                      s.mode == Fp8Scale::kBlock128);
     const DeviceFp8Weight dw{w.as<uint8_t>(), scale.as<float>(), s.mode, s.out_features, s.in_features};
+    if (std::string why = product->why_unsupported(dw, rows); !why.empty()) {
+      c.unsupported_reasons.push_back(std::move(why));
+      return;
+    }
     product->forward(dw, x.as<float>(), rows, y.as<float>(), bias.as<float>());
     CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> got(static_cast<size_t>(rows * s.out_features));
     copy_to_host(got.data(), y.data(), got.size() * sizeof(float));
-    const int64_t stride = std::max<int64_t>(1, s.out_features / 48);
-    std::vector<int64_t> columns;
-    for (int64_t o = 0; o < s.out_features; o += stride) columns.push_back(o);
-    if (columns.back() != s.out_features - 1) columns.push_back(s.out_features - 1);
-    std::vector<double> wd(static_cast<size_t>(s.in_features));
-    for (const int64_t o : columns) {
-      for (int64_t i = 0; i < s.in_features; ++i) {
-        wd[static_cast<size_t>(i)] = double(fp8_e4m3_to_float(p.w[static_cast<size_t>(o * s.in_features + i)])) *
-                                     weight_scale(s, p.scale, o, i);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        double ref = p.bias[static_cast<size_t>(o)], mag = std::fabs(ref);
-        const float* xr = p.x.data() + r * s.in_features;
-        for (int64_t i = 0; i < s.in_features; ++i) {
-          ref += double(xr[i]) * wd[static_cast<size_t>(i)];
-          mag += std::fabs(double(xr[i]) * wd[static_cast<size_t>(i)]);
-        }
-        const double err = std::fabs(double(got[static_cast<size_t>(r * s.out_features + o)]) - ref) / mag;
-        c.max_error = std::max(c.max_error, std::isnan(err) ? INFINITY : err);
-      }
-    }
+    c.max_error = max_relative_error(s, p, rows, got);
     c.passed = c.max_error <= c.tolerance;
     if (reps > 0 && c.passed) {
-      CUDA_CHECK(cudaEventCreate(&a));
-      CUDA_CHECK(cudaEventCreate(&b));
-      std::vector<double> t;
-      for (int i = 0; i < reps + 2; ++i) {
-        CUDA_CHECK(cudaEventRecord(a, stream));
-        product->forward(dw, x.as<float>(), rows, y.as<float>(), bias.as<float>());
-        CUDA_CHECK(cudaEventRecord(b, stream));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (i >= 2) t.push_back(ms * 1e-3);
-      }
-      std::sort(t.begin(), t.end());
-      c.seconds = t[t.size() / 2];
+      c.seconds = median_seconds(owned, reps, [&] { product->forward(dw, x.as<float>(), rows, y.as<float>(), bias.as<float>()); });
     }
-  } catch (...) {
-    if (a != nullptr) cudaEventDestroy(a);
-    if (b != nullptr) cudaEventDestroy(b);
-    cudaStreamDestroy(stream);
-    throw;
   }
-  if (a != nullptr) cudaEventDestroy(a);
-  if (b != nullptr) cudaEventDestroy(b);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

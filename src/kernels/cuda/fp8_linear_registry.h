@@ -58,6 +58,8 @@ class Fp8PrefillProduct {
   // y [rows, out] = x [rows, in] . dequant(w)^T (+ bias [out]); x, y f32; every pointer device memory.
   virtual void forward(const DeviceFp8Weight& w, const float* x, int64_t rows, float* y, const float* bias) = 0;
   virtual uint64_t workspace_bytes() const = 0;
+  // "" when it can run this weight shape at `rows`; else why not (a library without an algorithm).
+  virtual std::string why_unsupported(const DeviceFp8Weight& w, int64_t rows) { return {}; }
 };
 
 struct Fp8PrefillDescriptor {

@@ -149,24 +149,24 @@ Fp8LtLinear::Plan& Fp8LtLinear::plan_for(Fp8Scale mode, int64_t out, int64_t in,
   int found = 0;
   cublasStatus_t status = lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                           &max_workspace, sizeof(max_workspace));
+  cublasStatus_t last = status;  // the last heuristic's answer, for the error
   for (const cudaDataType_t d_type : {CUDA_R_32F, CUDA_R_16BF}) {  // f32 output, else bf16 (the fallback)
-    if (status != CUBLAS_STATUS_SUCCESS) break;
+    if (status != CUBLAS_STATUS_SUCCESS) break;  // the preference itself failed
     if (plan->d != nullptr) lt.MatrixLayoutDestroy(plan->d);
     plan->d = nullptr;
-    status = lt.MatrixLayoutCreate(&plan->d, d_type, out, rows, out);
-    if (status != CUBLAS_STATUS_SUCCESS) break;
+    CUBLASLT_CHECK(lt.MatrixLayoutCreate(&plan->d, d_type, out, rows, out));
     found = 0;
-    status = lt.MatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->d,
-                                       plan->d, pref, 1, &result, &found);
+    last = lt.MatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->desc, plan->a, plan->b, plan->d,
+                                     plan->d, pref, 1, &result, &found);
     plan->bf16_out = d_type == CUDA_R_16BF;
-    if (status == CUBLAS_STATUS_SUCCESS && found > 0) break;
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED) status = CUBLAS_STATUS_SUCCESS;  // try the next output type
+    if (last == CUBLAS_STATUS_SUCCESS && found > 0) break;  // else (not supported, invalid): the next type
   }
   lt.MatmulPreferenceDestroy(pref);
-  SPINDLE_CHECK(status == CUBLAS_STATUS_SUCCESS && found > 0,
-                "cuBLASLt FP8: no algorithm for a {} weight [{}, {}] x {} rows{} (status {}, cuBLASLt {})",
+  SPINDLE_CHECK(status == CUBLAS_STATUS_SUCCESS && last == CUBLAS_STATUS_SUCCESS && found > 0,
+                "cuBLASLt FP8: no algorithm for a {} weight [{}, {}] x {} rows{} with an f32 or bf16 output (status "
+                "{}, cuBLASLt {})",
                 mode_name(mode), out, in, rows, fast_accum_ ? " with fast accumulation" : "",
-                static_cast<int>(status), lt.version);
+                static_cast<int>(status != CUBLAS_STATUS_SUCCESS ? status : last), lt.version);
   plan->algo = result.algo;
   slot = std::move(plan);
   return *slot;
@@ -209,6 +209,15 @@ void Fp8LtLinear::forward_quantized(const DeviceFp8Weight& w, const uint8_t* x_c
     launch_bf16_to_f32_bias(out16_.as<uint16_t>(), rows, out, bias, y, stream_);
   } else if (bias != nullptr) {
     launch_add_bias(y, bias, rows, out, stream_);
+  }
+}
+
+std::string Fp8LtLinear::why_unsupported(Fp8Scale mode, int64_t out, int64_t in, int64_t rows) {
+  try {
+    plan_for(mode, out, in, rows);
+    return {};
+  } catch (const Error& e) {
+    return e.what();
   }
 }
 

@@ -73,6 +73,9 @@ class Fp8LtLinear {
   void forward_quantized(const DeviceFp8Weight& w, const uint8_t* x_codes, const float* x_scales, int64_t rows,
                          float* y, const float* bias);
 
+  // "" when cuBLASLt has an algorithm for this product (planning it), else why not (its heuristic
+  // found none: a scale mode, fast accumulation or output type this cuBLASLt lacks on this device).
+  std::string why_unsupported(Fp8Scale mode, int64_t out, int64_t in, int64_t rows);
   // Whether products of this mode and shape write bf16 first (plans the product when not yet planned).
   bool output_bf16(Fp8Scale mode, int64_t out, int64_t in, int64_t rows);
   // "cublaslt_fp8" or "cublaslt_fp8_fast_accum".
