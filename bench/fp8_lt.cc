@@ -138,13 +138,18 @@ int main(int argc, char** argv) try {
       const auto fp8 = [&](kcu::Fp8LtLinear& l, const kcu::DeviceFp8Weight& wt) {
         const std::vector<std::string> why = kcu::fp8_lt_unsupported_reasons(dev.cc_major, dev.cc_minor, wt.mode, s.out, s.in);
         if (!why.empty()) return -1.0;
+        if (const std::string lt_why = l.why_unsupported(wt.mode, s.out, s.in, rows); !lt_why.empty()) {
+          std::printf("{\"unsupported\": \"%s %s %lld rows: %s\"}\n", l.name(), s.name.c_str(),
+                      static_cast<long long>(rows), lt_why.c_str());
+          return -1.0;
+        }
         return bench::timed([&] { l.forward(wt, x.as<float>(), rows, y.as<float>(), nullptr); }, flush, reps, stream);
       };
       const double tt = fp8(lt, tensor), tc = fp8(lt, channel), tcf = fp8(lt_fast, channel);
       const double tb = fp8(lt, block), tbf = fp8(lt_fast, block);
       // The product alone (activations quantized once, outside the timing).
       double tc_only = -1, tb_only = -1;
-      if (tc > 0) {
+      if (tc > 0) {  // (tc > 0: lt has this plan)
         kcu::launch_quantize_fp8_activations(x.as<float>(), rows, s.in, kcu::Fp8ActScale::kPerToken, codes.as<uint8_t>(), scales.as<float>(), stream);
         tc_only = bench::timed([&] { lt.forward_quantized(channel, codes.as<uint8_t>(), scales.as<float>(), rows, y.as<float>(), nullptr); }, flush, reps, stream);
       }
