@@ -17,6 +17,8 @@
 #   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
 #                    (the FP8 prefill entries checked and timed on the 8B shapes), bench_fp8_lt
 #                    (prefill FP8 vs cuBLAS bf16 at 512..8192 rows), memcheck (step fp8lt)
+#   cpu_*            the CPU kernel tests (quant_linear, linear, linear_selection, linear_registry,
+#                    paged_attention) on this host's Xeon (AMX), when bundled (step cpu_amx)
 #   templates        tests/jinja/transformers_check.py: jinja_oracle.py vs transformers' renderer
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
 #   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
@@ -35,6 +37,7 @@
 #   spec-cpu/        bench/spec/run.sh on this host's CPU (SPEC_ROUNDS, SPEC_TIMEOUT)
 #   dp.txt, dp_check_dp{1,2}.log   tools/gpu/dp_check.py: serve --dp-size 2 with both ranks on GPU 0
 #                    (each rank's KV plan half of one rank's, dp 1 greedy outputs, both ranks serve)
+# MEMCHECK=0 leaves out the fp8 and fp8lt steps' compute-sanitizer runs.
 # STEPS (default "env attention model memcheck doctor bench") picks steps; each has a time limit
 # so one command stays inside the device tool's 10 minutes.
 set -uo pipefail
@@ -96,15 +99,22 @@ has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILT
 if has fp8; then  # issue 47: the FP8 decode product and FP8 models on CUDA against the CPU, memcheck over both
   run fp8_gemv 120 $bin/cuda_gemv_fp8_test --gtest_brief=1
   run fp8_model 200 $bin/cuda_fp8_model_test --gtest_brief=1
-  run memcheck_fp8 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_model_test --gtest_brief=1 \
+  [[ ${MEMCHECK:-1} == 1 ]] && run memcheck_fp8 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_model_test --gtest_brief=1 \
     "--gtest_filter=*llama_gqa_f32_block128*:*llama_gqa_f32_ct_channel*:*QuantizeAtLoad*"
 fi
 if has fp8lt; then  # issue 47: prefill on the FP8 tensor cores (cuBLASLt), the registry's checks, the bench
   run fp8lt_test 150 $bin/cuda_fp8_lt_test --gtest_brief=1
   run fp8lt_registry 240 $bin/cuda_fp8_registry_test --gtest_brief=1
   run fp8lt_bench 200 $bin/bench_fp8_lt --reps 5
-  run memcheck_fp8lt 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_lt_test --gtest_brief=1 \
+  [[ ${MEMCHECK:-1} == 1 ]] && run memcheck_fp8lt 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_lt_test --gtest_brief=1 \
     "--gtest_filter=*/per_tensor:*/per_channel:*/block128_partial:*/block128_partial_fast"
+fi
+# issue 45: the CPU kernel tests that skip on the dev VMs (this host's Xeon has AMX), when bundled
+if has cpu_amx; then
+  grep -o -w -E 'amx_int8|amx_bf16|avx512_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ' >"$out/cpu_flags.txt"
+  for t in quant_linear_test linear_test linear_selection_test linear_registry_test paged_attention_test; do
+    [[ -x $bin/$t ]] && run "cpu_$t" 120 $bin/$t --gtest_brief=1
+  done
 fi
 # issue 46: the Jinja oracle (tests/jinja/jinja_oracle.py) against transformers' own renderer on the corpus
 has templates && run templates 200 python3 tests/jinja/transformers_check.py
