@@ -27,12 +27,54 @@ enum class Key {
   kRopeScalingFactor,
   kRopeScaleLinear,
   kRopeScalingAttnFactor,
+  kSlidingWindow,
   kExpertCount,
+  kExpertUsedCount,
+  kExpertFeedForwardLength,
+  kExpertSharedFeedForwardLength,
+  kExpertWeightsNorm,
+  kExpertWeightsScale,
+  kExpertGatingFunc,
 };
 
 struct KeyName {
   Key key;
-  std::string_view name;
+  std::string_view suffix;  // the metadata key is "{arch}.{suffix}"
+};
+
+// Every architecture spells its keys "{arch}.{suffix}" with these suffixes (llama.cpp's
+// LLM_KV_NAMES); a table lists the keys its architecture reads.
+constexpr KeyName kKeyNames[] = {
+    {Key::kContextLength, "context_length"},
+    {Key::kEmbeddingLength, "embedding_length"},
+    {Key::kBlockCount, "block_count"},
+    {Key::kFeedForwardLength, "feed_forward_length"},
+    {Key::kHeadCount, "attention.head_count"},
+    {Key::kHeadCountKv, "attention.head_count_kv"},
+    {Key::kKeyLength, "attention.key_length"},
+    {Key::kValueLength, "attention.value_length"},
+    {Key::kRmsNormEps, "attention.layer_norm_rms_epsilon"},
+    {Key::kRopeFreqBase, "rope.freq_base"},
+    {Key::kRopeDimensionCount, "rope.dimension_count"},
+    {Key::kRopeScalingType, "rope.scaling.type"},
+    {Key::kRopeScalingFactor, "rope.scaling.factor"},
+    {Key::kRopeScaleLinear, "rope.scale_linear"},
+    {Key::kRopeScalingAttnFactor, "rope.scaling.attn_factor"},
+    {Key::kSlidingWindow, "attention.sliding_window"},
+    {Key::kExpertCount, "expert_count"},
+    {Key::kExpertUsedCount, "expert_used_count"},
+    {Key::kExpertFeedForwardLength, "expert_feed_forward_length"},
+    {Key::kExpertSharedFeedForwardLength, "expert_shared_feed_forward_length"},
+    {Key::kExpertWeightsNorm, "expert_weights_norm"},
+    {Key::kExpertWeightsScale, "expert_weights_scale"},
+    {Key::kExpertGatingFunc, "expert_gating_func"},
+};
+
+// How an architecture treats mixture-of-experts keys.
+enum class Experts {
+  kNone,      // dense only: a nonzero expert_count is an error naming the key
+  kOptional,  // llama: expert_count > 0 makes it Mixtral (experts of width feed_forward_length)
+  kRequired,  // qwen2moe, qwen3moe: expert_count > 0 required, width expert_feed_forward_length
 };
 
 struct ArchitectureTable {
@@ -40,72 +82,20 @@ struct ArchitectureTable {
   RopeLayout rope_layout;
   bool attention_bias;
   bool qk_norm;
-  std::span<const KeyName> keys;
-};
-
-constexpr KeyName kLlamaKeys[] = {
-    {Key::kContextLength, "llama.context_length"},
-    {Key::kEmbeddingLength, "llama.embedding_length"},
-    {Key::kBlockCount, "llama.block_count"},
-    {Key::kFeedForwardLength, "llama.feed_forward_length"},
-    {Key::kHeadCount, "llama.attention.head_count"},
-    {Key::kHeadCountKv, "llama.attention.head_count_kv"},
-    {Key::kKeyLength, "llama.attention.key_length"},
-    {Key::kValueLength, "llama.attention.value_length"},
-    {Key::kRmsNormEps, "llama.attention.layer_norm_rms_epsilon"},
-    {Key::kRopeFreqBase, "llama.rope.freq_base"},
-    {Key::kRopeDimensionCount, "llama.rope.dimension_count"},
-    {Key::kRopeScalingType, "llama.rope.scaling.type"},
-    {Key::kRopeScalingFactor, "llama.rope.scaling.factor"},
-    {Key::kRopeScaleLinear, "llama.rope.scale_linear"},
-    {Key::kRopeScalingAttnFactor, "llama.rope.scaling.attn_factor"},
-    {Key::kExpertCount, "llama.expert_count"},
-};
-
-constexpr KeyName kQwen2Keys[] = {
-    {Key::kContextLength, "qwen2.context_length"},
-    {Key::kEmbeddingLength, "qwen2.embedding_length"},
-    {Key::kBlockCount, "qwen2.block_count"},
-    {Key::kFeedForwardLength, "qwen2.feed_forward_length"},
-    {Key::kHeadCount, "qwen2.attention.head_count"},
-    {Key::kHeadCountKv, "qwen2.attention.head_count_kv"},
-    {Key::kKeyLength, "qwen2.attention.key_length"},
-    {Key::kValueLength, "qwen2.attention.value_length"},
-    {Key::kRmsNormEps, "qwen2.attention.layer_norm_rms_epsilon"},
-    {Key::kRopeFreqBase, "qwen2.rope.freq_base"},
-    {Key::kRopeDimensionCount, "qwen2.rope.dimension_count"},
-    {Key::kRopeScalingType, "qwen2.rope.scaling.type"},
-    {Key::kRopeScalingFactor, "qwen2.rope.scaling.factor"},
-    {Key::kRopeScaleLinear, "qwen2.rope.scale_linear"},
-    {Key::kRopeScalingAttnFactor, "qwen2.rope.scaling.attn_factor"},
-    {Key::kExpertCount, "qwen2.expert_count"},
-};
-
-constexpr KeyName kQwen3Keys[] = {
-    {Key::kContextLength, "qwen3.context_length"},
-    {Key::kEmbeddingLength, "qwen3.embedding_length"},
-    {Key::kBlockCount, "qwen3.block_count"},
-    {Key::kFeedForwardLength, "qwen3.feed_forward_length"},
-    {Key::kHeadCount, "qwen3.attention.head_count"},
-    {Key::kHeadCountKv, "qwen3.attention.head_count_kv"},
-    {Key::kKeyLength, "qwen3.attention.key_length"},
-    {Key::kValueLength, "qwen3.attention.value_length"},
-    {Key::kRmsNormEps, "qwen3.attention.layer_norm_rms_epsilon"},
-    {Key::kRopeFreqBase, "qwen3.rope.freq_base"},
-    {Key::kRopeDimensionCount, "qwen3.rope.dimension_count"},
-    {Key::kRopeScalingType, "qwen3.rope.scaling.type"},
-    {Key::kRopeScalingFactor, "qwen3.rope.scaling.factor"},
-    {Key::kRopeScaleLinear, "qwen3.rope.scale_linear"},
-    {Key::kRopeScalingAttnFactor, "qwen3.rope.scaling.attn_factor"},
-    {Key::kExpertCount, "qwen3.expert_count"},
+  Experts experts;
+  bool expert_weights_norm;  // the default of {arch}.expert_weights_norm (llama.cpp's norm_w)
+  bool shared_expert;        // qwen2moe: a shared expert with a sigmoid gate
 };
 
 // One table per architecture. llama.cpp's converter permutes llama's q/k rows for its
-// interleaved RoPE (LlamaModel.permute); Qwen2/Qwen3 are converted without it.
+// interleaved RoPE (LlamaModel.permute); the Qwen models are converted without it. llama.cpp
+// renormalizes the top-k weights of Mixtral and Qwen3-MoE, not those of Qwen2-MoE.
 constexpr ArchitectureTable kArchitectures[] = {
-    {"llama", RopeLayout::kInterleaved, false, false, kLlamaKeys},
-    {"qwen2", RopeLayout::kNeox, true, false, kQwen2Keys},
-    {"qwen3", RopeLayout::kNeox, false, true, kQwen3Keys},
+    {"llama", RopeLayout::kInterleaved, false, false, Experts::kOptional, true, false},
+    {"qwen2", RopeLayout::kNeox, true, false, Experts::kNone, false, false},
+    {"qwen3", RopeLayout::kNeox, false, true, Experts::kNone, false, false},
+    {"qwen2moe", RopeLayout::kNeox, true, false, Experts::kRequired, false, true},
+    {"qwen3moe", RopeLayout::kNeox, false, true, Experts::kRequired, true, false},
 };
 
 const ArchitectureTable& find_architecture(const Metadata& metadata) {
@@ -123,13 +113,13 @@ class KeyReader {
   KeyReader(const Metadata& metadata, const ArchitectureTable& table)
       : metadata_(metadata), table_(table) {}
 
-  std::string_view name(Key key) const {
-    for (const KeyName& k : table_.keys) {
-      if (k.key == key) return k.name;
+  std::string name(Key key) const {
+    for (const KeyName& k : kKeyNames) {
+      if (k.key == key) return fmt::format("{}.{}", table_.name, k.suffix);
     }
-    SPINDLE_FAIL("architecture '{}' has no key #{} in its table", table_.name,
-                 static_cast<int>(key));
+    SPINDLE_FAIL("architecture '{}': no name for key #{}", table_.name, static_cast<int>(key));
   }
+  std::optional<bool> find_bool(Key key) const { return metadata_.find_bool(name(key)); }
   std::optional<int64_t> find_int(Key key) const { return metadata_.find_int(name(key)); }
   std::optional<double> find_float(Key key) const { return metadata_.find_float(name(key)); }
   std::optional<std::string_view> find_string(Key key) const {
@@ -141,6 +131,7 @@ class KeyReader {
     return check_positive(key, find_int(key).value_or(fallback));
   }
   const std::string& source() const { return metadata_.source_name(); }
+  const ArchitectureTable& table() const { return table_; }
 
  private:
   int64_t check_positive(Key key, int64_t value) const {
@@ -154,9 +145,6 @@ class KeyReader {
 };
 
 void read_shape(const KeyReader& keys, HyperParams& hp) {
-  const int64_t experts = keys.find_int(Key::kExpertCount).value_or(0);
-  SPINDLE_CHECK(experts == 0, "{}: metadata key '{}' is {}: mixture-of-experts models are not "
-                "supported yet", keys.source(), keys.name(Key::kExpertCount), experts);
   hp.context_length = keys.positive(Key::kContextLength);
   hp.embedding_length = keys.positive(Key::kEmbeddingLength);
   hp.block_count = keys.positive(Key::kBlockCount);
@@ -184,6 +172,69 @@ void read_shape(const KeyReader& keys, HyperParams& hp) {
   hp.rms_norm_eps = *eps;
   SPINDLE_CHECK(hp.rms_norm_eps > 0 && hp.rms_norm_eps < 1, "{}: metadata key '{}' is {}",
                 keys.source(), keys.name(Key::kRmsNormEps), hp.rms_norm_eps);
+}
+
+// A window smaller than the context is sliding-window attention, which Spindle does not compute.
+void check_sliding_window(const KeyReader& keys, const HyperParams& hp) {
+  const int64_t window = keys.find_int(Key::kSlidingWindow).value_or(0);
+  SPINDLE_CHECK(window <= 0 || window >= hp.context_length,
+                "{}: metadata key '{}' is {}, smaller than the context length {}: sliding-window "
+                "attention is not supported", keys.source(), keys.name(Key::kSlidingWindow), window,
+                hp.context_length);
+}
+
+// The routing keys Spindle computes as the architecture does, else an error naming the key:
+// softmax gating (expert_gating_func 1), no weight scale (expert_weights_scale 0 or 1), and the
+// renormalization of the top-k weights the architecture applies.
+void check_routing(const KeyReader& keys, HyperParams& hp) {
+  const int64_t gating = keys.find_int(Key::kExpertGatingFunc).value_or(1);
+  SPINDLE_CHECK(gating == 1, "{}: metadata key '{}' is {}: Spindle routes with a softmax (1) only",
+                keys.source(), keys.name(Key::kExpertGatingFunc), gating);
+  const double scale = keys.find_float(Key::kExpertWeightsScale).value_or(0.0);
+  SPINDLE_CHECK(scale == 0.0 || scale == 1.0, "{}: metadata key '{}' is {}: Spindle does not scale the "
+                "routing weights", keys.source(), keys.name(Key::kExpertWeightsScale), scale);
+  hp.expert_weights_norm = keys.find_bool(Key::kExpertWeightsNorm).value_or(keys.table().expert_weights_norm);
+  SPINDLE_CHECK(hp.expert_weights_norm || keys.table().experts != Experts::kOptional,
+                "{}: metadata key '{}' is false: Mixtral's routing renormalizes its top-k weights",
+                keys.source(), keys.name(Key::kExpertWeightsNorm));
+}
+
+// The mixture-of-experts keys and which blocks are sparse: a block is sparse when its router
+// blk.N.ffn_gate_inp.weight is there (GGUF has no key for Qwen's mlp_only_layers or
+// decoder_sparse_step; llama.cpp's converter writes a dense block's ffn_gate/up/down instead).
+void read_experts(const TensorSource& file, const KeyReader& keys, HyperParams& hp) {
+  const ArchitectureTable& table = keys.table();
+  const int64_t experts = keys.find_int(Key::kExpertCount).value_or(0);
+  if (table.experts == Experts::kNone || (table.experts == Experts::kOptional && experts == 0)) {
+    SPINDLE_CHECK(experts == 0, "{}: metadata key '{}' is {}: architecture '{}' has no mixture-of-experts "
+                  "form in Spindle (its MoE forms: llama with expert_count, qwen2moe, qwen3moe)", keys.source(),
+                  keys.name(Key::kExpertCount), experts, table.name);
+    return;
+  }
+  hp.expert_count = keys.positive(Key::kExpertCount);
+  hp.expert_used_count = keys.positive(Key::kExpertUsedCount);
+  SPINDLE_CHECK(hp.expert_used_count <= hp.expert_count, "{}: metadata key '{}' = {} exceeds '{}' = {}",
+                keys.source(), keys.name(Key::kExpertUsedCount), hp.expert_used_count,
+                keys.name(Key::kExpertCount), hp.expert_count);
+  if (table.experts == Experts::kOptional) {
+    hp.expert_feed_forward_length = hp.feed_forward_length;  // Mixtral: its experts' width
+  } else {  // (llama.cpp's default when the key is absent)
+    hp.expert_feed_forward_length =
+        keys.positive_or(Key::kExpertFeedForwardLength, hp.feed_forward_length / hp.expert_used_count);
+  }
+  if (table.shared_expert) {
+    hp.expert_shared_feed_forward_length =
+        keys.positive_or(Key::kExpertSharedFeedForwardLength, hp.feed_forward_length);
+  }
+  check_routing(keys, hp);
+  for (int64_t block = 0; block < hp.block_count; ++block) {
+    if (file.find_tensor(fmt::format("blk.{}.ffn_gate_inp.weight", block)) == nullptr) {
+      hp.dense_blocks.push_back(block);
+    }
+  }
+  SPINDLE_CHECK(hp.dense_blocks.size() < static_cast<size_t>(hp.block_count),
+                "{}: metadata key '{}' is {}, but no block has a router (tensor 'blk.N.ffn_gate_inp.weight')",
+                keys.source(), keys.name(Key::kExpertCount), hp.expert_count);
 }
 
 void read_rope_scaling(const KeyReader& keys, HyperParams& hp) {
@@ -290,6 +341,8 @@ HyperParams read_hyper_params(const TensorSource& file) {
   hp.attention_bias = table.attention_bias;
   hp.qk_norm = table.qk_norm;
   read_shape(keys, hp);
+  check_sliding_window(keys, hp);
+  read_experts(file, keys, hp);
   read_rope(file, keys, hp);
   read_vocab(file, hp);
   return hp;

@@ -1,6 +1,7 @@
 // Hyper-parameters of a decoder-only transformer read from a GGUF file's metadata, through one
 // key table per architecture (general.architecture): "llama" (also what Mistral and Mixtral
-// checkpoints convert to), "qwen2", "qwen3". Supporting another architecture means adding its
+// checkpoints convert to), "qwen2", "qwen3", and the mixtures of experts "qwen2moe", "qwen3moe"
+// (and "llama" with expert_count > 0: Mixtral). Supporting another architecture means adding its
 // table in gguf_hparams.cc.
 //
 // Keys (with {arch} the architecture name):
@@ -17,7 +18,20 @@
 //   .rope.scaling.factor / .rope.scale_linear   the linear factor
 //   .rope.scaling.attn_factor                   must be 1 when present
 //   tensor rope_freqs.weight                    F32 [rope dims / 2]: Llama-3 per-frequency divisors
-//   .expert_count                               absent or 0 (mixture-of-experts is refused)
+//   .attention.sliding_window                   absent, 0 or >= context_length (a smaller window
+//                                               is an error naming the key)
+// Mixtures of experts (llama: when .expert_count > 0; qwen2moe, qwen3moe: required):
+//   .expert_count, .expert_used_count           required, 1 <= used <= count (qwen2/qwen3: absent or 0)
+//   .expert_feed_forward_length                 qwen*moe: default feed_forward_length / used count
+//                                               (llama.cpp's default); llama: feed_forward_length
+//   .expert_shared_feed_forward_length          qwen2moe: default feed_forward_length
+//   .expert_weights_norm                        renormalize the top-k weights; default true for
+//                                               llama and qwen3moe, false for qwen2moe (llama.cpp);
+//                                               false is an error for llama (Mixtral)
+//   .expert_gating_func                         absent or 1 (softmax); else an error naming the key
+//   .expert_weights_scale                       absent, 0 or 1; else an error naming the key
+//   tensors blk.N.ffn_gate_inp.weight           present: block N is sparse; absent: dense (what
+//                                               mlp_only_layers / decoder_sparse_step convert to)
 //   tokenizer.ggml.tokens (length)              the vocabulary size (else token_embd.weight's rows)
 // The RoPE layout is the architecture's: llama.cpp's converter permutes the q/k projection rows of
 // "llama" models so that RoPE rotates adjacent pairs (2i, 2i+1) (kInterleaved), which a loader
@@ -77,6 +91,13 @@ struct HyperParams {
   bool tied_embeddings = false;  // no output.weight: the output projection is token_embd.weight
   std::optional<int64_t> bos_token_id;  // tokenizer.ggml.bos_token_id
   std::optional<int64_t> eos_token_id;  // tokenizer.ggml.eos_token_id
+  // Mixture of experts (expert_count 0: a dense model).
+  int64_t expert_count = 0;
+  int64_t expert_used_count = 0;
+  int64_t expert_feed_forward_length = 0;         // each routed expert's width
+  int64_t expert_shared_feed_forward_length = 0;  // qwen2moe's shared expert; 0: none
+  bool expert_weights_norm = false;               // top-k weights renormalized to sum 1
+  std::vector<int64_t> dense_blocks;              // blocks without a router (dense MLP)
   // general.file_type: llama.cpp's summary of the weights' types (0 all F32, 1 mostly F16,
   // 32 mostly BF16, other values quantized types).
   std::optional<int64_t> file_type;

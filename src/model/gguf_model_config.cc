@@ -20,15 +20,33 @@ double llama3_factor(const RopeScaling& s, double wavelen) {
 }
 
 Architecture architecture_of(const gguf::HyperParams& hp, std::string_view source) {
-  if (hp.architecture == "llama") return Architecture::kLlama;
+  if (hp.architecture == "llama") return hp.expert_count > 0 ? Architecture::kMixtral : Architecture::kLlama;
   if (hp.architecture == "qwen2") return Architecture::kQwen2;
   if (hp.architecture == "qwen3") return Architecture::kQwen3;
+  if (hp.architecture == "qwen2moe") return Architecture::kQwen2Moe;
+  if (hp.architecture == "qwen3moe") return Architecture::kQwen3Moe;
   SPINDLE_FAIL("{}: GGUF architecture '{}' has no ModelConfig mapping", source, hp.architecture);
 }
 
 int to_int(int64_t value, std::string_view what, std::string_view source) {
   SPINDLE_CHECK(value > 0 && value <= INT32_MAX, "{}: {} is {}", source, what, value);
   return static_cast<int>(value);
+}
+
+// The mixture-of-experts block (hp.expert_count > 0): every block sparse but the dense ones.
+MoeConfig moe_config_of(const gguf::HyperParams& hp, std::string_view source) {
+  MoeConfig moe;
+  if (hp.expert_count == 0) return moe;
+  moe.num_experts = to_int(hp.expert_count, "expert_count", source);
+  moe.num_experts_per_tok = to_int(hp.expert_used_count, "expert_used_count", source);
+  moe.moe_intermediate_size = to_int(hp.expert_feed_forward_length, "expert_feed_forward_length", source);
+  if (hp.expert_shared_feed_forward_length > 0) {
+    moe.shared_expert_intermediate_size =
+        to_int(hp.expert_shared_feed_forward_length, "expert_shared_feed_forward_length", source);
+  }
+  moe.norm_topk_prob = hp.expert_weights_norm;
+  for (const int64_t block : hp.dense_blocks) moe.mlp_only_layers.push_back(static_cast<int>(block));
+  return moe;
 }
 
 }  // namespace
@@ -109,6 +127,7 @@ ModelConfig model_config_from_gguf(const gguf::HyperParams& hp, std::string_view
   c.tie_word_embeddings = hp.tied_embeddings;
   c.attention_bias = hp.attention_bias;
   c.qk_norm = hp.qk_norm;
+  c.moe = moe_config_of(hp, source);
   c.torch_dtype = hp.file_type == 32 ? DType::kBF16 : hp.file_type == 1 ? DType::kF16 : DType::kF32;
   if (hp.bos_token_id) c.bos_token_ids.push_back(static_cast<TokenId>(*hp.bos_token_id));
   if (hp.eos_token_id) c.eos_token_ids.push_back(static_cast<TokenId>(*hp.eos_token_id));

@@ -1,7 +1,12 @@
 // A GGUF file's hyper-parameters (gguf::HyperParams) as the ModelConfig the rest of Spindle uses.
 //
 //   general.architecture llama / qwen2 / qwen3 -> kLlama / kQwen2 / kQwen3 (Mistral checkpoints
-//   convert to "llama"); model_type = the GGUF architecture name.
+//   convert to "llama"); llama with expert_count > 0 -> kMixtral; qwen2moe / qwen3moe ->
+//   kQwen2Moe / kQwen3Moe; model_type = the GGUF architecture name.
+//   MoeConfig: num_experts = expert_count, num_experts_per_tok = expert_used_count,
+//   moe_intermediate_size = expert_feed_forward_length, shared_expert_intermediate_size =
+//   expert_shared_feed_forward_length, norm_topk_prob = expert_weights_norm, decoder_sparse_step 1
+//   and mlp_only_layers = the blocks without a router (gguf::HyperParams::dense_blocks).
 //   torch_dtype: BF16 for general.file_type 32 (mostly BF16), F16 for 1, else F32 (quantized and
 //   F32 files compute in f32).
 //   RoPE: linear scaling as given; rope_freqs.weight (Llama-3 per-frequency divisors) becomes

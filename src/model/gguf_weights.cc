@@ -33,8 +33,50 @@ const std::unordered_map<std::string_view, std::string_view>& layer_names() {
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
   };
   return names;
+}
+
+// A routed expert's projection ("gate_proj" or Mixtral's "w1", ...) -> its 3-D GGUF tensor.
+std::optional<std::string_view> expert_tensor(std::string_view projection) {
+  if (projection == "gate_proj" || projection == "w1") return "ffn_gate_exps.weight";
+  if (projection == "up_proj" || projection == "w3") return "ffn_up_exps.weight";
+  if (projection == "down_proj" || projection == "w2") return "ffn_down_exps.weight";
+  return std::nullopt;
+}
+
+// "{mlp|block_sparse_moe}.experts.{e}.{projection}.weight" (after the layer prefix) as
+// (GGUF suffix, e); nullopt for any other name.
+std::optional<std::pair<std::string_view, int>> expert_ref(std::string_view suffix) {
+  for (std::string_view block : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    if (!suffix.starts_with(block)) continue;
+    std::string_view rest = suffix.substr(block.size());
+    const size_t dot = rest.find('.');
+    const std::string_view index = rest.substr(0, dot);
+    if (dot == std::string_view::npos || index.empty() || index.size() > 6 ||
+        index.find_first_not_of("0123456789") != std::string_view::npos) {
+      return std::nullopt;
+    }
+    rest = rest.substr(dot + 1);
+    if (!rest.ends_with(".weight")) return std::nullopt;
+    const auto tensor = expert_tensor(rest.substr(0, rest.size() - std::string_view(".weight").size()));
+    if (!tensor) return std::nullopt;
+    return std::pair{*tensor, std::stoi(std::string(index))};
+  }
+  return std::nullopt;
+}
+
+// Shapes equal but for leading 1s (qwen2moe's shared expert gate: HF [1, H], GGUF ne {H}).
+bool same_shape(std::vector<int64_t> a, std::vector<int64_t> b) {
+  while (a.size() > 1 && a.front() == 1) a.erase(a.begin());
+  while (b.size() > 1 && b.front() == 1) b.erase(b.begin());
+  return a == b;
 }
 
 // The HF shape of a GGUF tensor: ne reversed over its dimensions.
@@ -51,19 +93,29 @@ bool engine_reads(gguf::GgmlType type) {
 
 }  // namespace
 
-std::optional<std::string> gguf_tensor_name(std::string_view hf) {
-  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf == "model.norm.weight") return "output_norm.weight";
-  if (hf == "lm_head.weight") return "output.weight";
+std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf) {
+  if (hf == "model.embed_tokens.weight") return GgufTensorRef{"token_embd.weight"};
+  if (hf == "model.norm.weight") return GgufTensorRef{"output_norm.weight"};
+  if (hf == "lm_head.weight") return GgufTensorRef{"output.weight"};
   if (!hf.starts_with(kLayerPrefix)) return std::nullopt;
   const std::string_view rest = hf.substr(kLayerPrefix.size());
   const size_t dot = rest.find('.');
   if (dot == std::string_view::npos || dot == 0) return std::nullopt;
   const std::string_view layer = rest.substr(0, dot);
   if (layer.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-  const auto it = layer_names().find(rest.substr(dot + 1));
+  const std::string_view suffix = rest.substr(dot + 1);
+  if (const auto expert = expert_ref(suffix)) {
+    return GgufTensorRef{fmt::format("blk.{}.{}", layer, expert->first), expert->second};
+  }
+  const auto it = layer_names().find(suffix);
   if (it == layer_names().end()) return std::nullopt;
-  return fmt::format("blk.{}.{}", layer, it->second);
+  return GgufTensorRef{fmt::format("blk.{}.{}", layer, it->second)};
+}
+
+std::optional<std::string> gguf_tensor_name(std::string_view hf) {
+  auto ref = gguf_tensor_ref(hf);
+  if (!ref) return std::nullopt;
+  return std::move(ref->name);
 }
 
 void drop_mapped_range(const std::byte* data, size_t size) {
@@ -99,20 +151,44 @@ GgufWeights::GgufWeights(const std::filesystem::path& path, FileMemory memory)
   check_tensors();
 }
 
+namespace {
+
+// The GGUF tensors the config needs with their shapes in HF order: expected_tensors' names mapped,
+// a routed expert's [F, H] / [H, F] becoming the 3-D tensor [E, F, H] / [E, H, F] of its layer.
+struct ExpectedGgufTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool optional = false;
+  std::string hf_name;  // (an expert's tensor: expert 0's name)
+};
+
+std::vector<ExpectedGgufTensor> expected_gguf_tensors(const ModelConfig& config) {
+  std::vector<ExpectedGgufTensor> out;
+  for (ExpectedTensor& e : expected_tensors(config)) {
+    const GgufTensorRef ref = *gguf_tensor_ref(e.name);
+    if (ref.expert > 0) continue;  // (expert 0 stands for the 3-D tensor)
+    if (ref.expert == 0) e.shape.insert(e.shape.begin(), config.moe.num_experts);
+    out.push_back({ref.name, std::move(e.shape), e.optional, std::move(e.name)});
+  }
+  return out;
+}
+
+}  // namespace
+
 // Missing, misshaped, unreadable and unexpected tensors, all listed in one error.
 void GgufWeights::check_tensors() const {
   WeightCheck check;
   std::unordered_map<std::string, bool> expected;  // GGUF name -> seen
-  for (const ExpectedTensor& e : expected_tensors(config_)) {
-    const std::string name = *gguf_tensor_name(e.name);
+  for (const ExpectedGgufTensor& e : expected_gguf_tensors(config_)) {
+    const std::string& name = e.name;
     expected[name] = true;
     const gguf::TensorInfo* info = file_.find_tensor(name);
     if (info == nullptr) {
-      if (!e.optional) check.missing.push_back(fmt::format("{} {} (Hugging Face {})", name, format_shape(e.shape), e.name));
+      if (!e.optional) check.missing.push_back(fmt::format("{} {} (Hugging Face {})", name, format_shape(e.shape), e.hf_name));
       continue;
     }
     const std::vector<int64_t> shape = hf_shape(*info);
-    if (shape != e.shape) {
+    if (!same_shape(shape, e.shape)) {
       check.shape_mismatches.push_back(fmt::format("{}: expected {} (ne reversed), found {}", name,
                                                    format_shape(e.shape), format_shape(shape)));
     }
@@ -126,13 +202,18 @@ void GgufWeights::check_tensors() const {
     check.unexpected.push_back(fmt::format("{} {} {}", t.name, format_shape(hf_shape(t)), gguf::ggml_type_name(t.type)));
   }
   SPINDLE_CHECK(check.ok(), "{}: the tensors do not match the {} model its metadata describes ({} layers, hidden "
-                "size {}):{}", name(), hp_.architecture, config_.num_hidden_layers, config_.hidden_size,
+                "size {}{}):{}", name(), hp_.architecture, config_.num_hidden_layers, config_.hidden_size,
+                config_.moe.enabled() ? fmt::format(", {} experts of width {}", config_.moe.num_experts,
+                                                    config_.moe.moe_intermediate_size)
+                                      : std::string(),
                 check.report());
 }
 
 bool GgufWeights::contains(std::string_view hf_name) const {
-  const auto name = gguf_tensor_name(hf_name);
-  return name && file_.find_tensor(*name) != nullptr;
+  const auto ref = gguf_tensor_ref(hf_name);
+  if (!ref) return false;
+  const gguf::TensorInfo* info = file_.find_tensor(ref->name);
+  return info != nullptr && (ref->expert < 0 || (info->n_dims == 3 && static_cast<uint64_t>(ref->expert) < info->ne[2]));
 }
 
 bool GgufWeights::is_permuted(std::string_view hf) const {
@@ -186,11 +267,31 @@ WeightView GgufWeights::unpermuted(WeightView stored) {
   return stored;
 }
 
+// Expert e of a 3-D tensor [E, rows, cols] (any type: the experts' rows lie back to back) as a
+// [rows, cols] view named "<tensor>[e]"; its release gives back only its own pages.
+WeightView GgufWeights::expert_slice(WeightView whole, int e) const {
+  SPINDLE_CHECK(whole.shape.size() == 3 && e >= 0 && e < whole.shape[0], "{}: expert {} of a tensor of shape {}",
+                whole.where(), e, format_shape(whole.shape));
+  const size_t bytes = whole.bytes.size() / static_cast<size_t>(whole.shape[0]);
+  whole.name = fmt::format("{}[{}]", whole.name, e);
+  whole.shape = {whole.shape[1], whole.shape[2]};
+  whole.bytes = whole.bytes.subspan(bytes * static_cast<size_t>(e), bytes);
+  if (whole.release) {
+    const std::span<const std::byte> slice = whole.bytes;
+    whole.release = [slice] { drop_mapped_range(slice.data(), slice.size()); };
+  }
+  return whole;
+}
+
 WeightView GgufWeights::weight(std::string_view hf_name) {
-  const auto gguf_name = gguf_tensor_name(hf_name);
-  SPINDLE_CHECK(gguf_name.has_value(), "{}: no GGUF tensor corresponds to {}", name(), hf_name);
-  const gguf::TensorInfo& info = file_.tensor(*gguf_name);
+  const auto ref = gguf_tensor_ref(hf_name);
+  SPINDLE_CHECK(ref.has_value(), "{}: no GGUF tensor corresponds to {}", name(), hf_name);
+  const gguf::TensorInfo& info = file_.tensor(ref->name);
   WeightView w = view_of(info);
+  if (ref->expert >= 0) return expert_slice(std::move(w), ref->expert);
+  if (hf_name.ends_with("shared_expert_gate.weight") && w.shape.size() == 1) {
+    w.shape.insert(w.shape.begin(), 1);  // GGUF's {H}: the [1, H] linear weight of the HF name
+  }
   return is_permuted(hf_name) ? unpermuted(std::move(w)) : w;
 }
 

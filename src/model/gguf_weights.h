@@ -10,6 +10,13 @@
 //   blk.i.attn_{q,k}_norm.weight  model.layers.i.self_attn.{q,k}_norm.weight (qwen3)
 //   blk.i.ffn_norm.weight       model.layers.i.post_attention_layernorm.weight
 //   blk.i.ffn_{gate,up,down}.weight  model.layers.i.mlp.{gate,up,down}_proj.weight
+// Sparse (mixture-of-experts) layers, E experts of width F (P = mlp, Mixtral: block_sparse_moe):
+//   blk.i.ffn_gate_inp.weight   model.layers.i.P.gate.weight (the router [E, H])
+//   blk.i.ffn_gate_exps.weight  [E, F, H]: expert e's slice is model.layers.i.P.experts.e.gate_proj
+//                               (Mixtral: w1); ffn_up_exps: up_proj (w3); ffn_down_exps [E, H, F]:
+//                               down_proj (w2). The slice is a view (whole rows of any type).
+//   blk.i.ffn_{gate,up,down}_shexp.weight  model.layers.i.mlp.shared_expert.{gate,up,down}_proj
+//   blk.i.ffn_gate_inp_shexp.weight  model.layers.i.mlp.shared_expert_gate.weight (GGUF {H}: [1, H])
 //   rope_freqs.weight           read by read_hyper_params (Llama-3 RoPE factors), not a weight
 // Shapes: GGUF ne = {cols, rows} is the HF [rows, cols]. Every tensor the config needs must be
 // there with its shape, in a type the engine knows (F32, F16, BF16 or a type gguf::dequantize_row
@@ -43,6 +50,13 @@
 
 namespace spindle {
 
+// The GGUF tensor holding a Hugging Face weight (table above): its name, and for a routed expert's
+// projection the expert's index in that 3-D tensor (-1 otherwise).
+struct GgufTensorRef {
+  std::string name;
+  int expert = -1;
+};
+std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name);
 // The GGUF name of a Hugging Face weight name (table above); nullopt when it has none.
 std::optional<std::string> gguf_tensor_name(std::string_view hf_name);
 
@@ -65,6 +79,7 @@ class GgufWeights final : public WeightSource {
   bool is_permuted(std::string_view hf_name) const;
   WeightView view_of(const gguf::TensorInfo& info) const;
   WeightView unpermuted(WeightView stored);
+  WeightView expert_slice(WeightView whole, int expert) const;
 
   FileMemory memory_;  // (before file_: open_file may change it)
   gguf::GgufFile file_;

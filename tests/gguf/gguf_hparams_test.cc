@@ -114,6 +114,58 @@ TEST_F(GgufHparams, QwenArchitecturesKeepNeoxLayout) {
   }
 }
 
+// qwen3moe, qwen2moe and llama with experts (Mixtral): counts, widths (llama.cpp's defaults when
+// a key is absent), renormalization, and the dense blocks (those without a router).
+TEST_F(GgufHparams, MixturesOfExperts) {
+  const auto router = [](int block, uint64_t experts) {
+    return t::TestTensor("blk." + std::to_string(block) + ".ffn_gate_inp.weight", 0, {256, experts},
+                         std::vector<uint8_t>(256 * experts * 4));
+  };
+  GgufWriter q3 = model("qwen3moe");
+  q3.kv<uint32_t>("qwen3moe.expert_count", t::kTU32, 8);
+  q3.kv<uint32_t>("qwen3moe.expert_used_count", t::kTU32, 2);
+  q3.kv<uint32_t>("qwen3moe.expert_feed_forward_length", t::kTU32, 128);
+  q3.tensor(router(0, 8));
+  q3.tensor(router(2, 8));
+  HyperParams hp = read(q3);
+  EXPECT_EQ(hp.architecture, "qwen3moe");
+  EXPECT_TRUE(hp.qk_norm);
+  EXPECT_FALSE(hp.attention_bias);
+  EXPECT_EQ(hp.expert_count, 8);
+  EXPECT_EQ(hp.expert_used_count, 2);
+  EXPECT_EQ(hp.expert_feed_forward_length, 128);
+  EXPECT_EQ(hp.expert_shared_feed_forward_length, 0);
+  EXPECT_TRUE(hp.expert_weights_norm);
+  EXPECT_EQ(hp.dense_blocks, std::vector<int64_t>{1});
+
+  GgufWriter q2 = model("qwen2moe");
+  q2.kv<uint32_t>("qwen2moe.expert_count", t::kTU32, 4);
+  q2.kv<uint32_t>("qwen2moe.expert_used_count", t::kTU32, 2);
+  for (int b = 0; b < 3; ++b) q2.tensor(router(b, 4));
+  hp = read(q2);
+  EXPECT_TRUE(hp.attention_bias);
+  EXPECT_EQ(hp.expert_feed_forward_length, 688 / 2);  // feed_forward_length / expert_used_count
+  EXPECT_EQ(hp.expert_shared_feed_forward_length, 688);
+  EXPECT_FALSE(hp.expert_weights_norm);
+  EXPECT_TRUE(hp.dense_blocks.empty());
+  q2.kv<uint8_t>("qwen2moe.expert_weights_norm", t::kTBool, 1);
+  q2.kv<uint32_t>("qwen2moe.expert_shared_feed_forward_length", t::kTU32, 512);
+  hp = read(q2);
+  EXPECT_TRUE(hp.expert_weights_norm);
+  EXPECT_EQ(hp.expert_shared_feed_forward_length, 512);
+
+  GgufWriter mixtral = model("llama");
+  mixtral.kv<uint32_t>("llama.expert_count", t::kTU32, 8);
+  mixtral.kv<uint32_t>("llama.expert_used_count", t::kTU32, 2);
+  mixtral.kv<uint32_t>("llama.attention.sliding_window", t::kTU32, 4096);  // (the whole context: full)
+  for (int b = 0; b < 3; ++b) mixtral.tensor(router(b, 8));
+  hp = read(mixtral);
+  EXPECT_EQ(hp.rope_layout, RopeLayout::kInterleaved);
+  EXPECT_EQ(hp.expert_feed_forward_length, 688);
+  EXPECT_TRUE(hp.expert_weights_norm);
+  EXPECT_EQ(hp.expert_count, 8);
+}
+
 TEST_F(GgufHparams, LinearScalingAndLlama3Factors) {
   GgufWriter linear = model("qwen2");
   linear.kv_string("qwen2.rope.scaling.type", "linear");
@@ -150,7 +202,7 @@ TEST_F(GgufHparams, ErrorsNameTheKey) {
   const std::vector<HpCase> cases{
       {"unsupported_arch", [](GgufWriter& w) { w = model("gpt2"); },
        "metadata key 'general.architecture' is 'gpt2', which Spindle does not support "
-       "(supported: llama, qwen2, qwen3)"},
+       "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe)"},
       {"no_arch", [](GgufWriter& w) { w = GgufWriter(); },
        "missing metadata key 'general.architecture'"},
       {"missing_block_count",
@@ -187,8 +239,46 @@ TEST_F(GgufHparams, ErrorsNameTheKey) {
          }
          w = m;
        }, "missing metadata key 'llama.attention.layer_norm_rms_epsilon'"},
-      {"mixtral", [](GgufWriter& w) { w.kv<uint32_t>("llama.expert_count", t::kTU32, 8); },
-       "metadata key 'llama.expert_count' is 8: mixture-of-experts"},
+      {"mixtral_used_missing", [](GgufWriter& w) { w.kv<uint32_t>("llama.expert_count", t::kTU32, 8); },
+       "missing metadata key 'llama.expert_used_count'"},
+      {"mixtral_used_exceeds", [](GgufWriter& w) {
+         w.kv<uint32_t>("llama.expert_count", t::kTU32, 8);
+         w.kv<uint32_t>("llama.expert_used_count", t::kTU32, 9);
+       }, "metadata key 'llama.expert_used_count' = 9 exceeds 'llama.expert_count' = 8"},
+      {"dense_qwen3_with_experts", [](GgufWriter& w) {
+         w = model("qwen3");
+         w.kv<uint32_t>("qwen3.expert_count", t::kTU32, 8);
+       }, "metadata key 'qwen3.expert_count' is 8: architecture 'qwen3' has no mixture-of-experts form"},
+      {"qwen3moe_without_experts", [](GgufWriter& w) { w = model("qwen3moe"); },
+       "missing metadata key 'qwen3moe.expert_count'"},
+      {"sliding_window", [](GgufWriter& w) {
+         w.kv<uint32_t>("llama.attention.sliding_window", t::kTU32, 1024);
+       }, "metadata key 'llama.attention.sliding_window' is 1024, smaller than the context length 4096: "
+          "sliding-window attention is not supported"},
+      {"sliding_window_moe", [](GgufWriter& w) {
+         w = model("qwen2moe");
+         w.kv<uint32_t>("qwen2moe.attention.sliding_window", t::kTU32, 4095);
+       }, "metadata key 'qwen2moe.attention.sliding_window' is 4095"},
+      {"gating_sigmoid", [](GgufWriter& w) {
+         w.kv<uint32_t>("llama.expert_count", t::kTU32, 8);
+         w.kv<uint32_t>("llama.expert_used_count", t::kTU32, 2);
+         w.kv<uint32_t>("llama.expert_gating_func", t::kTU32, 2);
+       }, "metadata key 'llama.expert_gating_func' is 2: Spindle routes with a softmax (1) only"},
+      {"weights_scale", [](GgufWriter& w) {
+         w.kv<uint32_t>("llama.expert_count", t::kTU32, 8);
+         w.kv<uint32_t>("llama.expert_used_count", t::kTU32, 2);
+         w.kv<float>("llama.expert_weights_scale", t::kTF32, 2.5f);
+       }, "metadata key 'llama.expert_weights_scale' is 2.5"},
+      {"mixtral_unnormalized", [](GgufWriter& w) {
+         w.kv<uint32_t>("llama.expert_count", t::kTU32, 8);
+         w.kv<uint32_t>("llama.expert_used_count", t::kTU32, 2);
+         w.kv<uint8_t>("llama.expert_weights_norm", t::kTBool, 0);
+       }, "metadata key 'llama.expert_weights_norm' is false"},
+      {"moe_without_routers", [](GgufWriter& w) {
+         w = model("qwen3moe");
+         w.kv<uint32_t>("qwen3moe.expert_count", t::kTU32, 8);
+         w.kv<uint32_t>("qwen3moe.expert_used_count", t::kTU32, 2);
+       }, "metadata key 'qwen3moe.expert_count' is 8, but no block has a router (tensor 'blk.N.ffn_gate_inp.weight')"},
       {"control_unedited_is_valid", [](GgufWriter&) {}, "no error"},
       {"rope_freqs_shape", [](GgufWriter& w) {
          w.tensor({"rope_freqs.weight", 0, {8}, std::vector<uint8_t>(32)});
