@@ -31,7 +31,7 @@ with --negative-control, fails), 1 otherwise, 2 on a usage or server error. Pyth
 library only.
 
 usage: check_logits.py --reference URL --candidate URL --vocab V [--tolerance 0.1] [--prompts 8]
-       [--tokens 32] [--prompt-tokens 16] [--min-id 258] [--seed 1] [--model NAME]
+       [--tokens 32] [--prompt-tokens 16] [--min-id 258] [--seed 1] [--model NAME] [--prompts-from GOLDEN]
        [--reference-api llama|openai] [--candidate-api openai|llama] [--match auto|text]
        [--negative-control] [--label L]
 """
@@ -169,6 +169,9 @@ def parse_args():
                     help="match tokens by id where both sides give ids (auto) or always by text")
     ap.add_argument("--negative-control", action="store_true", help="expect a difference: exit 0 when found")
     ap.add_argument("--label", default="")
+    ap.add_argument("--prompts-from", metavar="GOLDEN_JSON",
+                    help="use the prompts of a golden file (tests/golden/<model>/golden.json: 'prompts'[i]"
+                         "['ids']) instead of random ones; --prompts, --prompt-tokens, --min-id, --seed unused")
     args = ap.parse_args()
     if not 0 <= args.min_id < args.vocab or args.prompts < 1 or args.tokens < 1 or args.prompt_tokens < 2:
         ap.error("need 0 <= --min-id < --vocab, --prompts >= 1, --tokens >= 1, --prompt-tokens >= 2")
@@ -180,9 +183,13 @@ def main():
     rng = random.Random(args.seed)
     total = {"prompts": 0, "positions": 0, "ids_checked": 0, "tie_breaks": 0, "failed_prompts": 0,
              "max_abs_logprob_diff": 0.0}
-    for p in range(args.prompts):
-        prompt = [rng.randrange(args.min_id, args.vocab) for _ in range(rng.randint(args.prompt_tokens // 2,
-                                                                                     args.prompt_tokens))]
+    prompts = []
+    if args.prompts_from:
+        with open(args.prompts_from) as f:
+            prompts = [p["ids"] for p in json.load(f)["prompts"]]
+    for p in range(len(prompts) if prompts else args.prompts):
+        prompt = prompts[p] if prompts else [rng.randrange(args.min_id, args.vocab)
+                                             for _ in range(rng.randint(args.prompt_tokens // 2, args.prompt_tokens))]
         ref = generate(args.reference_api, args.reference, prompt, args.tokens, args.model)
         cand = generate(args.candidate_api, args.candidate, prompt, args.tokens, args.model)
         res = compare_prompt(ref, cand, args.tolerance, args.match)

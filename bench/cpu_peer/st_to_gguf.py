@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A Llama checkpoint folder (config.json + one model.safetensors, bf16) -> a bf16 GGUF file, for
-the llama.cpp comparison in bench/results/2026-12-01-cpu-vs-llamacpp.md. Also writes the folder's
+"""A Llama, Mixtral, Qwen2-MoE or Qwen3-MoE checkpoint folder (config.json + one model.safetensors,
+bf16) -> a bf16 GGUF file, for the llama.cpp comparisons in bench/results/2026-12-01-cpu-vs-llamacpp.md
+and bench/results/2026-12-07-devvm-moe-gguf-llamacpp. Also writes the folder's
 tokenizer.json (--write-tokenizer) and puts the same vocabulary into the GGUF, so both engines read
 one model with one vocabulary.
 
@@ -14,6 +15,15 @@ head's rows are reordered from [half 0 | half 1] to interleaved. Llama-3 rope sc
 Needs numpy and the `gguf` package from llama.cpp's tree (PYTHONPATH=<llama.cpp>/gguf-py); not
 torch, not safetensors (the format is read here: 8-byte little-endian header length, JSON header,
 raw tensor data).
+
+Mixtures of experts (issue 48), laid out as llama.cpp's convert_hf_to_gguf.py does: general.architecture
+"llama" with {arch}.expert_count / expert_used_count for Mixtral, "qwen3moe" / "qwen2moe" with
+expert_feed_forward_length, expert_shared_feed_forward_length (qwen2moe) and expert_weights_norm
+(norm_topk_prob); per sparse layer the router ffn_gate_inp (bf16), each projection's experts stacked
+in expert order into one 3-D tensor ffn_{gate,up,down}_exps ([E, F, H] / [E, H, F], bf16),
+qwen2moe's shared expert ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp (F32 [H]); Qwen's
+q/k/v biases (qwen2moe) and q/k norms (qwen3moe) as F32. A dense layer of mlp_only_layers keeps
+ffn_gate/up/down (llama.cpp itself cannot load such a file; Spindle can).
 
 The vocabulary (byte-level BPE, exactly vocab_size ids): 0 <|begin_of_text|> and 1 <|end_of_text|>
 (control tokens; make_bench_model's config says bos 0, eos 1), 2..129 the byte symbols of the 128
@@ -172,44 +182,112 @@ def deinterleave_rope_rows(w, n_head):
     return np.ascontiguousarray(w.reshape(n_head, d // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
 
 
+ARCHS = {"llama": "llama", "mixtral": "llama", "qwen3_moe": "qwen3moe", "qwen2_moe": "qwen2moe"}
+
+
+def num_experts(cfg):
+    return cfg.get("num_experts") or cfg.get("num_local_experts") or 0
+
+
+def is_sparse(cfg, layer):
+    if num_experts(cfg) == 0 or layer in (cfg.get("mlp_only_layers") or []):
+        return False
+    return (layer + 1) % (cfg.get("decoder_sparse_step") or 1) == 0
+
+
+def plan(cfg, tensors):
+    """[(GGUF name, [HF names], kind, permute heads or None)] in write order; kind: "vector" (F32),
+    "matrix" (bf16 as stored), "experts" (the HF matrices stacked, bf16) or "row" (a [1, H] matrix
+    written as F32 [H])."""
+    heads, kv_heads = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    llama = ARCHS[cfg["model_type"]] == "llama"
+    out = []
+
+    def add(gguf_name, hf, kind="matrix", permute=None):
+        if isinstance(hf, str):
+            hf = [hf]
+        if all(h in tensors for h in hf):
+            out.append((gguf_name, hf, "vector" if kind == "matrix" and len(tensors[hf[0]][1]) == 1 else kind,
+                        permute if llama else None))
+
+    add("token_embd.weight", "model.embed_tokens.weight")
+    add("output_norm.weight", "model.norm.weight")
+    if not cfg.get("tie_word_embeddings", False):
+        add("output.weight", "lm_head.weight")
+    for i in range(cfg["num_hidden_layers"]):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        add(g + "attn_norm.weight", p + "input_layernorm.weight")
+        for x, n in (("q", heads), ("k", kv_heads), ("v", None)):
+            add(g + f"attn_{x}.weight", p + f"self_attn.{x}_proj.weight", permute=n)
+            add(g + f"attn_{x}.bias", p + f"self_attn.{x}_proj.bias", permute=n)
+        add(g + "attn_q_norm.weight", p + "self_attn.q_norm.weight")
+        add(g + "attn_k_norm.weight", p + "self_attn.k_norm.weight")
+        add(g + "attn_output.weight", p + "self_attn.o_proj.weight")
+        add(g + "ffn_norm.weight", p + "post_attention_layernorm.weight")
+        if not is_sparse(cfg, i):
+            for x in ("gate", "up", "down"):
+                add(g + f"ffn_{x}.weight", p + f"mlp.{x}_proj.weight")
+            continue
+        mixtral = cfg["model_type"] == "mixtral"
+        m = p + ("block_sparse_moe." if mixtral else "mlp.")
+        add(g + "ffn_gate_inp.weight", m + "gate.weight")
+        for x, w in (("gate", "w1"), ("up", "w3"), ("down", "w2")):
+            proj = w if mixtral else f"{x}_proj"
+            add(g + f"ffn_{x}_exps.weight", [f"{m}experts.{e}.{proj}.weight" for e in range(num_experts(cfg))],
+                "experts")
+        for x in ("gate", "up", "down"):
+            add(g + f"ffn_{x}_shexp.weight", p + f"mlp.shared_expert.{x}_proj.weight")
+        add(g + "ffn_gate_inp_shexp.weight", p + "mlp.shared_expert_gate.weight", "row")
+    return out
+
+
+def bf16_to_f32(dtype, arr):
+    return (arr.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else arr.astype(np.float32)
+
+
 def verify(model_dir, path):
-    """Every GGUF tensor equals its safetensors tensor bit for bit (after undoing the q/k row order)."""
+    """Every GGUF tensor equals its safetensors tensor(s) bit for bit (after undoing the q/k row
+    order; an expert stack: each expert's slice), and every safetensors tensor is in the file."""
     with open(os.path.join(model_dir, "config.json")) as f:
         cfg = json.load(f)
     tensors = read_safetensors(os.path.join(model_dir, "model.safetensors"))
-    reader = gguf.GGUFReader(path)
-    names = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
-             "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-             "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-             "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-             "ffn_down": "mlp.down_proj"}
-    checked = 0
-    for t in reader.tensors:
-        if t.name == "rope_freqs.weight":
-            continue
-        parts = t.name.split(".")
-        if parts[0] == "blk":
-            hf = f"model.layers.{parts[1]}.{names[parts[2]]}.weight"
-        else:
-            hf = names[parts[0]] + ".weight"
-        dtype, shape, ref = tensors[hf]
+    by_name = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    covered = set()
+    for gguf_name, hf_names, kind, permute in plan(cfg, tensors):
+        t = by_name.pop(gguf_name)
         raw = np.ascontiguousarray(t.data).reshape(-1)
-        if len(shape) == 1:
-            assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.name
-            data = raw.view(np.uint32)
-            ref_f32 = (ref.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else ref
-            ok = np.array_equal(data, np.asarray(ref_f32, dtype=np.float32).view(np.uint32))
-        else:
-            assert t.tensor_type == gguf.GGMLQuantizationType.BF16, t.name
-            data = raw.view(np.uint16).reshape(shape)
-            if parts[-2] in ("attn_q", "attn_k"):
-                n = cfg["num_attention_heads"] if parts[-2] == "attn_q" else cfg["num_key_value_heads"]
-                data = deinterleave_rope_rows(data, n)
-            ok = np.array_equal(data, ref)
-        assert ok, f"{t.name} differs from {hf}"
-        checked += 1
-    assert checked == len(tensors), f"checked {checked} of {len(tensors)} tensors"
-    print(json.dumps({"verified": path, "tensors_identical": checked}))
+        for e, hf in enumerate(hf_names):
+            dtype, shape, ref = tensors[hf]
+            if kind in ("vector", "row"):
+                assert t.tensor_type == gguf.GGMLQuantizationType.F32, t.name
+                ok = np.array_equal(raw.view(np.uint32), bf16_to_f32(dtype, ref).reshape(-1).view(np.uint32))
+            else:
+                assert t.tensor_type == gguf.GGMLQuantizationType.BF16, t.name
+                data = raw.view(np.uint16).reshape(len(hf_names), *shape)[e]
+                if permute is not None:
+                    data = deinterleave_rope_rows(data, permute)
+                ok = np.array_equal(data, ref)
+            assert ok, f"{t.name} differs from {hf}"
+            covered.add(hf)
+    by_name.pop("rope_freqs.weight", None)
+    assert not by_name, f"tensors not from the checkpoint: {sorted(by_name)}"
+    missing = set(tensors) - covered - ({"lm_head.weight"} if cfg.get("tie_word_embeddings") else set())
+    assert not missing, f"checkpoint tensors not in the file: {sorted(missing)[:5]}"
+    print(json.dumps({"verified": path, "tensors_identical": len(covered)}))
+
+
+def write_moe_keys(w, cfg):
+    experts = num_experts(cfg)
+    if experts == 0:
+        return
+    w.add_expert_count(experts)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if cfg["model_type"] == "mixtral":
+        return  # experts of width feed_forward_length, top-k weights renormalized
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if cfg["model_type"] == "qwen2_moe":
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    w.add_expert_weights_norm(bool(cfg.get("norm_topk_prob", False)))
 
 
 def main():
@@ -229,7 +307,10 @@ def main():
 
     with open(os.path.join(args.model_dir, "config.json")) as f:
         cfg = json.load(f)
-    assert cfg.get("model_type") == "llama", "only Llama checkpoints"
+    assert cfg.get("model_type") in ARCHS, f"model_type {cfg.get('model_type')}: only {sorted(ARCHS)}"
+    if cfg["model_type"] == "qwen2_moe":
+        assert cfg.get("qkv_bias", True), "qwen2_moe without qkv_bias"
+    cfg.setdefault("num_key_value_heads", cfg["num_attention_heads"])
     h, heads, kv_heads = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     head_dim = cfg.get("head_dim") or h // heads
     layers, vocab_size = cfg["num_hidden_layers"], cfg["vocab_size"]
@@ -248,7 +329,7 @@ def main():
             json.dump({"bos_token": tokens[0], "eos_token": tokens[1], "add_bos_token": False,
                        "tokenizer_class": "PreTrainedTokenizerFast"}, f)
 
-    w = gguf.GGUFWriter(args.out, "llama")
+    w = gguf.GGUFWriter(args.out, ARCHS[cfg["model_type"]])
     w.add_name(os.path.basename(os.path.normpath(args.model_dir)))
     w.add_context_length(cfg.get("max_position_embeddings", 8192))
     w.add_embedding_length(h)
@@ -264,6 +345,7 @@ def main():
     w.add_rope_freq_base(rope_theta)
     w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-5)))
     w.add_vocab_size(vocab_size)
+    write_moe_keys(w, cfg)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(args.own_tokenizer or "gpt-2")
@@ -289,40 +371,28 @@ def main():
     elif scaling and kind != "default":
         sys.exit(f"rope_scaling {scaling} not handled")
 
-    def add(gguf_name, hf_name, permute_heads=None):
-        dtype, shape, arr = tensors[hf_name]
-        if len(shape) == 1:  # norms: f32, as llama.cpp stores them
-            data = (arr.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else arr.astype(np.float32)
-            w.add_tensor(gguf_name, np.ascontiguousarray(data))
-            return
-        assert dtype == "BF16", f"{hf_name}: {dtype}, expected BF16"
-        if permute_heads is not None and not args.no_rope_permute:
-            arr = interleave_rope_rows(arr, permute_heads)
-        w.add_tensor(gguf_name, arr, raw_shape=arr.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
-
-    add("token_embd.weight", "model.embed_tokens.weight")
-    add("output_norm.weight", "model.norm.weight")
-    if "lm_head.weight" in tensors and not cfg.get("tie_word_embeddings", False):
-        add("output.weight", "lm_head.weight")
-    for i in range(layers):
-        p, g = f"model.layers.{i}.", f"blk.{i}."
-        add(g + "attn_norm.weight", p + "input_layernorm.weight")
-        add(g + "attn_q.weight", p + "self_attn.q_proj.weight", heads)
-        add(g + "attn_k.weight", p + "self_attn.k_proj.weight", kv_heads)
-        add(g + "attn_v.weight", p + "self_attn.v_proj.weight")
-        add(g + "attn_output.weight", p + "self_attn.o_proj.weight")
-        add(g + "ffn_norm.weight", p + "post_attention_layernorm.weight")
-        add(g + "ffn_gate.weight", p + "mlp.gate_proj.weight")
-        add(g + "ffn_up.weight", p + "mlp.up_proj.weight")
-        add(g + "ffn_down.weight", p + "mlp.down_proj.weight")
-    unused = set(tensors) - {"lm_head.weight"} - {n for n in tensors if n.startswith("model.")}
-    assert not unused, f"tensors not converted: {sorted(unused)}"
+    planned = plan(cfg, tensors)
+    for gguf_name, hf_names, kind, permute in planned:
+        dtype, shape, arr = tensors[hf_names[0]]
+        if kind in ("vector", "row"):  # norms, biases, the shared expert gate: f32, as llama.cpp stores them
+            w.add_tensor(gguf_name, np.ascontiguousarray(bf16_to_f32(dtype, arr).reshape(-1)))
+            continue
+        assert dtype == "BF16", f"{hf_names[0]}: {dtype}, expected BF16"
+        if kind == "experts":
+            arr = np.stack([tensors[h][2] for h in hf_names])
+        elif permute is not None and not args.no_rope_permute:
+            arr = interleave_rope_rows(arr, permute)
+        w.add_tensor(gguf_name, np.ascontiguousarray(arr), raw_shape=arr.shape,
+                     raw_dtype=gguf.GGMLQuantizationType.BF16)
+    written = {h for _, hf_names, _, _ in planned for h in hf_names}
+    unused = set(tensors) - written - {"lm_head.weight"}
+    assert not unused, f"tensors not converted: {sorted(unused)[:5]}"
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    print(json.dumps({"out": args.out, "bytes": os.path.getsize(args.out), "tensors": len(tensors),
+    print(json.dumps({"out": args.out, "bytes": os.path.getsize(args.out), "tensors": len(planned),
                       "vocab": vocab_size, "head_dim": head_dim}))
 
 
