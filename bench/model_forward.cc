@@ -4,7 +4,9 @@
 //            projection weight and the LM head once (plus the KV of the context).
 //   prefill: tokens/s and TFLOP/s of one --prompt-token sequence vs oneDNN's matmul rate at the
 //            MLP shape [prompt, hidden] x [hidden, intermediate], measured in the same run.
-// The model: --model DIR or FILE.gguf, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
+// A GGUF mixture of experts: the bound counts top_k of each layer's experts at batch 1 and at most
+// batch * top_k of them at a larger batch (an upper bound on the bytes: distinct experts are not
+// counted yet). The model: --model DIR or FILE.gguf, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
 // into a temporary folder (bench_model_writer.h) and removed at exit. KV cache bf16, page 16,
 // the highest-priority CPU attention backend usable here, make_linear_kernel's linear kernels,
 // ThreadPool::global() (SPINDLE_NUM_THREADS). --matmul-precision as `spindle serve` has it (default
@@ -230,14 +232,21 @@ class TimedBackend final : public attn::AttentionBackend {
   attn::AttentionBackend& inner_;
 };
 
-// The bytes of a GGUF file's tensors that one decode step reads: all of them, less the token
-// embedding when the file has its own output tensor (a step then reads one embedding row).
-double gguf_step_bytes(const std::filesystem::path& path) {
+// The bytes of a GGUF file's tensors that one decode step of `rows` rows reads: all of them, less
+// the token embedding when the file has its own output tensor (a step then reads one embedding
+// row); of a mixture of experts' stacked expert tensors (blk.N.ffn_*_exps, E experts, top k) at
+// most min(E, rows * k) experts' slices: exactly k at one row, an upper bound on the bytes for more
+// rows (the distinct experts a step's routing selects are not counted yet).
+double gguf_step_bytes(const std::filesystem::path& path, const ModelConfig& c, int64_t rows) {
   const gguf::GgufFile file(path);
   const bool tied = file.find_tensor("output.weight") == nullptr;
+  const double experts = c.moe.enabled() ? c.moe.num_experts : 1;
+  const double read = c.moe.enabled() ? std::min<double>(experts, double(rows) * c.moe.num_experts_per_tok) : 1;
   double bytes = 0;
-  for (const gguf::TensorInfo& t : file.tensors())
-    if (tied || t.name != "token_embd.weight") bytes += double(t.size);
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (!tied && t.name == "token_embd.weight") continue;
+    bytes += t.name.ends_with("_exps.weight") ? double(t.size) * read / experts : double(t.size);
+  }
   return bytes;
 }
 
@@ -321,10 +330,14 @@ int main(int argc, char** argv) {
     const double h = c.hidden_size, im = c.intermediate_size, v = c.vocab_size;
     const double layer_params = h * c.q_size() + 2 * h * c.kv_size() + c.q_size() * h + 3 * h * im;
     const double linear_params = layer_params * c.num_hidden_layers;
-    const double step_weight_bytes = is_gguf_path(dir) ? gguf_step_bytes(dir) : (linear_params + v * h) * elem;
+    // (a GGUF mixture of experts: a step of b rows reads at most b * top_k experts per layer.)
+    auto decode_bytes = [&](int64_t rows) {
+      return is_gguf_path(dir) ? gguf_step_bytes(dir, c, rows) : (linear_params + v * h) * elem;
+    };
+    const double step_weight_bytes = decode_bytes(1);
     if (is_gguf_path(dir))
-      std::printf("a decode step reads %.3f GB of the file's tensors (held in memory as %.3f GB after repacking)\n",
-                  step_weight_bytes / 1e9, model->weight_bytes() / 1e9);
+      std::printf("a decode step reads %.3f GB of the file's tensors at batch 1 (held in memory as %.3f GB after "
+                  "repacking)\n", step_weight_bytes / 1e9, model->weight_bytes() / 1e9);
     const double kv_token_bytes = double(c.num_hidden_layers) * 2 * c.kv_size() * 2;  // bf16 KV
 
     // Prefill yardstick: oneDNN at the MLP shape, f32 (the exact path) and bf16 where supported.
@@ -391,7 +404,7 @@ int main(int argc, char** argv) {
                   p * mm32 * 1e9 / flops);
       if (mm16 > 0) std::printf(", vs oneDNN bf16: %.1f%%", 100 * tflops * 1e3 / mm16);
       std::printf("\n  memory bound (weights read once / bandwidth): %.0f tokens/s\n",
-                  p / (step_weight_bytes / (bw * 1e9)));
+                  p / (decode_bytes(args.prompt) / (bw * 1e9)));
       best_profile.print("prefill", 1, t);
     }
 
@@ -439,8 +452,8 @@ int main(int argc, char** argv) {
                     "median %.1f ms/step, B/A %.3f, B faster in %d of %d pairs; vs the bandwidth bound at %.1f GB/s "
                     "(measured after): A %.1f%%, B %.1f%%\n",
                     b, args.context, args.steps, ma * 1e3, mb * 1e3, mb / ma, b_won, args.steps, std::max(bw, bw_ab),
-                    100 * step_weight_bytes / (std::max(bw, bw_ab) * 1e9) / ma,
-                    100 * step_weight_bytes / (std::max(bw, bw_ab) * 1e9) / mb);
+                    100 * decode_bytes(b) / (std::max(bw, bw_ab) * 1e9) / ma,
+                    100 * decode_bytes(b) / (std::max(bw, bw_ab) * 1e9) / mb);
         continue;
       }
       // The bound uses the higher of the start-of-run and a fresh bandwidth measurement (on a
@@ -454,15 +467,15 @@ int main(int argc, char** argv) {
       const double t = (bench::now_s() - start) / args.steps;
       const double cpu_t = (bench::thread_cpu_s() - cpu_start) / args.steps;
       const double kv_bytes = b * (args.context + args.steps / 2.0) * kv_token_bytes;
-      const double bound_w = b / (step_weight_bytes / (bw_bound * 1e9));
-      const double bound_wkv = b / ((step_weight_bytes + kv_bytes) / (bw_bound * 1e9));
+      const double bound_w = b / (decode_bytes(b) / (bw_bound * 1e9));
+      const double bound_wkv = b / ((decode_bytes(b) + kv_bytes) / (bw_bound * 1e9));
       std::printf("\ndecode batch %d, %d cached tokens each: %.1f ms/step, %.2f tokens/s\n", b, args.context,
                   t * 1e3, b / t);
       std::printf("  memory read bandwidth now %.1f GB/s, bound uses %.1f GB/s\n", bw_now, bw_bound);
       std::printf("  bound from bandwidth: %.2f tokens/s (weights %.2f GB/step) -> %.1f%%; with KV (%.3f GB/step): "
                   "%.2f tokens/s -> %.1f%%; effective %.1f GB/s\n",
-                  bound_w, step_weight_bytes / 1e9, 100 * (b / t) / bound_w, kv_bytes / 1e9, bound_wkv,
-                  100 * (b / t) / bound_wkv, (step_weight_bytes + kv_bytes) / t / 1e9);
+                  bound_w, decode_bytes(b) / 1e9, 100 * (b / t) / bound_w, kv_bytes / 1e9, bound_wkv,
+                  100 * (b / t) / bound_wkv, (decode_bytes(b) + kv_bytes) / t / 1e9);
       std::printf("  calling thread's CPU time %.3f ms/step (with 1 thread: the step's work, whatever the machine's load)\n",
                   cpu_t * 1e3);
       g_profile.print(b == 1 ? "decode batch 1" : "decode batch 16", args.steps, t * args.steps);

@@ -36,7 +36,7 @@ struct ModelFacts {
   uint64_t num_parameters = 0;  // elements of every stored tensor
   uint64_t num_bytes = 0;       // as stored
   std::map<std::string, uint64_t> bytes_per_type;  // "BF16", "Q4_K", ...
-  ExpertStats experts;  // mixtures of experts (safetensors folders)
+  ExpertStats experts;  // mixtures of experts
   uint64_t kv_bytes_bf16 = 0;
   uint64_t kv_bytes_f32 = 0;
 };
@@ -46,6 +46,7 @@ ModelFacts read_model_facts(const std::string& dir) {
   if (is_gguf_path(dir)) {
     const GgufWeights gguf(dir);  // the config and every tensor checked
     facts.config = gguf.config();
+    facts.experts = gguf_expert_stats(facts.config, gguf.file());
     for (const gguf::TensorInfo& t : gguf.file().tensors()) {
       facts.num_parameters += t.num_elements();
       facts.num_bytes += t.size;

@@ -34,6 +34,7 @@
 #include "model/model_loader.h"
 #include "platform/cuda_info.h"
 #include "model/gguf_model_config.h"
+#include "model/gguf_weights.h"
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
@@ -270,8 +271,9 @@ void run_plan(const PlanArgs& args) {
         [&](int tokens) { return measured(tokens) + draft_workspace; },
         /*usable_after_weights=*/on_cuda, on_cuda ? 0 : resolved.max_running_requests, draft_kv_bytes_per_token);
   }
-  const ExpertStats experts =
-      model.moe.enabled() ? expert_stats(model, Checkpoint(args.model_dir).tensors()) : ExpertStats{};
+  const ExpertStats experts = !model.moe.enabled()           ? ExpertStats{}
+                              : is_gguf_path(args.model_dir) ? gguf_expert_stats(model, gguf::GgufFile(args.model_dir))
+                                                             : expert_stats(model, Checkpoint(args.model_dir).tensors());
   if (args.json) {
     std::cout << plan_json(args.model_dir, model, layout, resolved.kv, plan, experts).dump(2) << std::endl;
   } else {

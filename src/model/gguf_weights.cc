@@ -118,6 +118,17 @@ std::optional<std::string> gguf_tensor_name(std::string_view hf) {
   return std::move(ref->name);
 }
 
+ExpertStats gguf_expert_stats(const ModelConfig& config, const gguf::GgufFile& file) {
+  ExpertStats stats;
+  if (!config.moe.enabled()) return stats;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.name.ends_with("_exps.weight")) stats.bytes += t.size;
+  }
+  stats.active_bytes = stats.bytes / static_cast<uint64_t>(config.moe.num_experts) *
+                       static_cast<uint64_t>(config.moe.num_experts_per_tok);
+  return stats;
+}
+
 void drop_mapped_range(const std::byte* data, size_t size) {
   if (size == 0) return;
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));

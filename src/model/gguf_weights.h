@@ -46,6 +46,7 @@
 #include "gguf/gguf_file.h"
 #include "gguf/gguf_hparams.h"
 #include "model/model_config.h"
+#include "model/weight_map.h"
 #include "model/weight_view.h"
 
 namespace spindle {
@@ -87,6 +88,10 @@ class GgufWeights final : public WeightSource {
   ModelConfig config_;
   std::vector<std::unique_ptr<std::vector<std::byte>>> owned_;  // un-permuted copies
 };
+
+// The routed experts of a GGUF file (its blk.N.ffn_*_exps tensors, as stored): their bytes and the
+// bytes one token reads (top_k of num_experts per sparse layer); zero for a dense model.
+ExpertStats gguf_expert_stats(const ModelConfig& config, const gguf::GgufFile& file);
 
 // The bytes [data, data + size) given back to the OS where whole pages lie inside (a file mapping
 // re-reads them on the next touch). No-op for empty ranges.

@@ -35,6 +35,7 @@
 #include "model/forward_scenarios.h"
 #include "model/golden_fixtures.h"
 #include "model/golden_gguf.h"
+#include "model/gguf_weights.h"
 #include "model/model.h"
 #include "model/model_loader.h"
 #include "util/error.h"
@@ -103,6 +104,20 @@ TEST_P(GgufMoeBf16Test, ConfigMatchesTheCheckpoint) {
   for (int layer = 0; layer < h.num_hidden_layers; ++layer) {
     EXPECT_EQ(g.is_moe_layer(layer), h.is_moe_layer(layer)) << "layer " << layer;
   }
+}
+
+// `spindle info` / `plan`: the experts' bytes of the file and those a token reads (bf16 as stored).
+TEST_P(GgufMoeBf16Test, ExpertStatsCountTheStackedTensors) {
+  testing::TempDir dir;
+  const auto path = dir.path() / (GetParam() + ".gguf");
+  testing::write_golden_gguf(GetParam(), path);
+  const ModelConfig c = load_model_config(path);
+  int sparse = 0;
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer) sparse += c.is_moe_layer(layer);
+  const uint64_t per_expert = 3ull * c.moe.moe_intermediate_size * c.hidden_size * 2;  // gate, up, down in bf16
+  const ExpertStats stats = gguf_expert_stats(c, gguf::GgufFile(path));
+  EXPECT_EQ(stats.bytes, per_expert * c.moe.num_experts * sparse);
+  EXPECT_EQ(stats.active_bytes, per_expert * c.moe.num_experts_per_tok * sparse);
 }
 
 TEST_P(GgufMoeBf16Test, PrefillLogitsAndGreedyDecodeMatchHuggingFace) {
