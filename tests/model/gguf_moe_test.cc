@@ -15,6 +15,8 @@
 //    (gguf_model_test.cc's kQuantTolerance: weights rounded to 8 bits and activations rounded per
 //    32 by the int8 kernels; printed here: 4.0e-2 qwen3-moe, 5.4e-2 mixtral, 7.4e-2 qwen2-moe), and the llama.cpp comparison of the
 //    same files in bench/results (bench/cpu_peer/check_logits.py).
+//    Q8_0 and Q4_0 files also against a float64 forward over the same dequantized blocks
+//    (GgufMoeQuantTest below).
 // 3. Each selected expert's repacked Q8_0 weights are read once per step: in a prefill step of
 //    several tokens every expert kernel runs at most once per layer, and a one-token step runs
 //    exactly top_k experts per sparse layer.
@@ -38,6 +40,7 @@
 #include "model/gguf_weights.h"
 #include "model/model.h"
 #include "model/model_loader.h"
+#include "model/reference_forward.h"
 #include "util/error.h"
 #include "util/mapped_file.h"
 
@@ -141,6 +144,72 @@ TEST_P(GgufMoeBf16Test, Q8_0ExpertsMatchHuggingFace) {
               GetParam().c_str(), error, kQ8Tolerance, l.label.c_str());
   EXPECT_LE(error, kQ8Tolerance);
 }
+
+// Quantized experts against a float64 forward (reference_forward.h, its mixture of experts written
+// from HF's sparse MoE blocks) over the float64 dequantization of the same blocks
+// (tests/gguf/ggml_reference.h), as gguf_model_test.cc's GgufQuantTest does for dense models:
+// with unquantized activations within kQ8Tolerance = 1e-1 (printed: 2.9e-2..6.2e-2; a structural
+// error is 0.4-0.9, the negative controls below). The comparison with the activations rounded per
+// 32 as the int8 kernels round them is printed, not asserted: mixtral Q4_0 agrees on 4 of 4 prompts
+// within 1.2e-7 (so the experts' slices, routing and weighting are the reference's), the other
+// cases on 0-3 of 4 (worst 1.5e-2..3.1e-2), where the dense models agree on all prompts but one.
+// OPEN: not explained yet (not the routers' bf16 kernel: the reference kernel for the plain weights
+// gives the same; not round-half-away vs half-even in the reference: tried); suspected an int8
+// kernel's rounding for expert products of few rows, or near-tie int8 roundings in the experts'
+// inputs, which a routed model multiplies.
+constexpr double kSameActivationsTolerance = 1e-5;
+
+struct QuantCase {
+  std::string model;
+  gguf::GgmlType type;
+};
+
+class GgufMoeQuantTest : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(GgufMoeQuantTest, LogitsMatchFloat64ForwardOverDequantizedExperts) {
+  const QuantCase& qc = GetParam();
+  testing::TempDir dir;
+  const auto path = dir.path() / "model.gguf";
+  const testing::Float64Weights weights = testing::write_golden_gguf(qc.model, path, {.type = qc.type});
+  Loaded l = load(path, /*best=*/true);
+  const ModelConfig& c = l.model->config();
+  testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+                                c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
+                                c.qk_norm};
+  shape.top_k = c.moe.num_experts_per_tok;
+  shape.norm_topk = c.moe.norm_topk_prob;
+  double worst = 0, worst_same_x = 0;
+  int num_prompts = 0, num_exact = 0;
+  for (const auto& prompt : testing::read_golden(qc.model)) {
+    const std::vector<float> ours = testing::prefill_alone(*l.model, prompt, DType::kF32);
+    shape.quantize_activations = false;
+    const std::vector<double> ref = testing::reference_last_logits(shape, weights, prompt.ids);
+    shape.quantize_activations = true;
+    const std::vector<double> ref_q = testing::reference_last_logits(shape, weights, prompt.ids);
+    const double err = testing::relative_error(ours, std::vector<float>(ref.begin(), ref.end()));
+    const double err_q = testing::relative_error(ours, std::vector<float>(ref_q.begin(), ref_q.end()));
+    worst = std::max(worst, err);
+    worst_same_x = std::max(worst_same_x, err_q);
+    EXPECT_LE(err, kQ8Tolerance) << prompt.text;
+    ++num_prompts;
+    num_exact += err_q <= kSameActivationsTolerance;
+  }
+  std::printf("[ f64 ref  ] %s %s (%s): relative error %.3g against f64 activations (tolerance %.0e); against the "
+              "same int8-rounded activations %d of %d prompts within %.0e (worst %.3g)\n", qc.model.c_str(),
+              std::string(gguf::ggml_type_name(qc.type)).c_str(), l.label.c_str(), worst, kQ8Tolerance, num_exact,
+              num_prompts, kSameActivationsTolerance, worst_same_x);
+}
+
+std::vector<QuantCase> quant_cases() {
+  std::vector<QuantCase> cases;
+  for (const char* model : {"qwen3-moe-bf16", "mixtral-bf16", "qwen2-moe-bf16"})
+    for (const auto type : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kQ4_0}) cases.push_back({model, type});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, GgufMoeQuantTest, ::testing::ValuesIn(quant_cases()), [](const auto& info) {
+  return param_name(info.param.model) + "_" + std::string(gguf::ggml_type_name(info.param.type));
+});
 
 INSTANTIATE_TEST_SUITE_P(Golden, GgufMoeBf16Test, ::testing::Values("qwen3-moe-bf16", "mixtral-bf16", "qwen2-moe-bf16"),
                          [](const auto& info) { return param_name(info.param); });

@@ -8,10 +8,17 @@
 //              a = softmax(q k^T / sqrt(D), causal) v, query head h reading kv head h / (H / KV)
 //              x = x + a Wo^T;  h = RMSNorm(x) * w_post;  x = x + (silu(h Wg^T) * (h Wu^T)) Wd^T
 //   logits = RMSNorm(x) * w_norm . W_head^T  (W_head = embed when lm_head.weight is absent)
+// A layer holding a router (P.gate.weight, P = mlp or Mixtral's block_sparse_moe) is a mixture of
+// experts instead of the MLP (Hugging Face's Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock /
+// Qwen2MoeSparseMoeBlock): p = softmax(h W_router^T); the top_k experts by p (ties to the lower
+// index), weights p_e (divided by their sum when norm_topk); y = sum_e p_e * MLP_e(h) with expert e's
+// P.experts.e.{gate,up,down}_proj (Mixtral: w1, w3, w2); Qwen2-MoE's shared expert adds
+// sigmoid(h . w_shared_gate) * MLP_shared(h). The router and the shared gate read unrounded inputs.
 // RMSNorm(v) = v / sqrt(mean(v^2) + eps); with w["rope_freqs"] (Llama-3 scaling) frequency i's
 // angle is divided by rope_freqs[i]. Returns the logits of the last position.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -27,6 +34,8 @@ struct ReferenceShape {
   // Every product's input rounded as the int8 kernels round it (kernels/cpu/quant_linear.h): per
   // block of 32, dx = max|x_b| / 127, x -> dx * nearest-even(x / dx).
   bool quantize_activations = false;
+  int64_t top_k = 0;        // mixtures of experts: experts per token
+  bool norm_topk = false;   // renormalize the top-k weights
 };
 
 namespace reference_forward_detail {
@@ -143,18 +152,64 @@ inline Vec attend(const ReferenceShape& s, size_t t, const std::vector<Vec>& q, 
   return a;
 }
 
-// x += attention output projection; x += MLP.
+// (silu(h Wg^T) * (h Wu^T)) Wd^T with the weights named gate, up_name, down.
+inline Vec swiglu_mlp(const Weights& w, const std::string& gate, const std::string& up_name, const std::string& down,
+                      const Vec& h, bool qa) {
+  const Vec g = matvec(w.at(gate), h, nullptr, qa);
+  const Vec up = matvec(w.at(up_name), h, nullptr, qa);
+  Vec act(g.size());
+  for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
+  return matvec(w.at(down), act, nullptr, qa);
+}
+
+// A sparse layer's mixture of experts (the header's definition); `p` is "mlp." or "block_sparse_moe.".
+inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::string& p, const Vec& h) {
+  const bool qa = s.quantize_activations, mixtral = p == "block_sparse_moe.";
+  const Vec logits = matvec(w.at(layer_name(l, p + "gate.weight")), h);
+  const double m = *std::max_element(logits.begin(), logits.end());
+  Vec prob(logits.size());
+  double sum = 0;
+  for (size_t e = 0; e < logits.size(); ++e) sum += prob[e] = std::exp(logits[e] - m);
+  for (double& v : prob) v /= sum;
+  std::vector<size_t> order(prob.size());
+  for (size_t e = 0; e < order.size(); ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+  order.resize(static_cast<size_t>(s.top_k));
+  double top = 0;
+  for (const size_t e : order) top += prob[e];
+  Vec y(h.size(), 0.0);
+  for (const size_t e : order) {
+    const std::string ex = layer_name(l, p + "experts." + std::to_string(e) + ".");
+    const Vec out = swiglu_mlp(w, ex + (mixtral ? "w1" : "gate_proj") + ".weight", ex + (mixtral ? "w3" : "up_proj") + ".weight",
+                               ex + (mixtral ? "w2" : "down_proj") + ".weight", h, qa);
+    const double weight = s.norm_topk ? prob[e] / top : prob[e];
+    for (size_t i = 0; i < y.size(); ++i) y[i] += weight * out[i];
+  }
+  if (w.contains(layer_name(l, "mlp.shared_expert_gate.weight"))) {
+    const std::string sh = layer_name(l, "mlp.shared_expert.");
+    const Vec out = swiglu_mlp(w, sh + "gate_proj.weight", sh + "up_proj.weight", sh + "down_proj.weight", h, qa);
+    const double g = matvec(w.at(layer_name(l, "mlp.shared_expert_gate.weight")), h)[0];
+    for (size_t i = 0; i < y.size(); ++i) y[i] += out[i] / (1.0 + std::exp(-g));
+  }
+  return y;
+}
+
+// x += attention output projection; x += MLP (or the layer's mixture of experts).
 inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l, const Vec& a, Vec& x) {
   const bool qa = s.quantize_activations;
   auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
   const Vec o = matvec(at("self_attn.o_proj.weight"), a, nullptr, qa);
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   const Vec h = rms_norm(x, at("post_attention_layernorm.weight"), s.eps);
-  const Vec g = matvec(at("mlp.gate_proj.weight"), h, nullptr, qa);
-  const Vec up = matvec(at("mlp.up_proj.weight"), h, nullptr, qa);
-  Vec act(g.size());
-  for (size_t i = 0; i < g.size(); ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * up[i];
-  const Vec down = matvec(at("mlp.down_proj.weight"), act, nullptr, qa);
+  Vec down;
+  if (w.contains(layer_name(l, "mlp.gate.weight"))) {
+    down = moe(s, w, l, "mlp.", h);
+  } else if (w.contains(layer_name(l, "block_sparse_moe.gate.weight"))) {
+    down = moe(s, w, l, "block_sparse_moe.", h);
+  } else {
+    down = swiglu_mlp(w, layer_name(l, "mlp.gate_proj.weight"), layer_name(l, "mlp.up_proj.weight"),
+                      layer_name(l, "mlp.down_proj.weight"), h, qa);
+  }
   for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
 }
 
