@@ -16,7 +16,7 @@
 //    32 by the int8 kernels; printed here: 4.0e-2 qwen3-moe, 5.4e-2 mixtral, 7.4e-2 qwen2-moe), and the llama.cpp comparison of the
 //    same files in bench/results (bench/cpu_peer/check_logits.py).
 //    Q8_0 and Q4_0 files also against a float64 forward over the same dequantized blocks
-//    (GgufMoeQuantTest below).
+//    (GgufMoeQuantTest below: with only the experts quantized, within 1e-5 of it).
 // 3. Each selected expert's repacked Q8_0 weights are read once per step: in a prefill step of
 //    several tokens every expert kernel runs at most once per layer, and a one-token step runs
 //    exactly top_k experts per sparse layer.
@@ -148,20 +148,22 @@ TEST_P(GgufMoeBf16Test, Q8_0ExpertsMatchHuggingFace) {
 // Quantized experts against a float64 forward (reference_forward.h, its mixture of experts written
 // from HF's sparse MoE blocks) over the float64 dequantization of the same blocks
 // (tests/gguf/ggml_reference.h), as gguf_model_test.cc's GgufQuantTest does for dense models:
-// with unquantized activations within kQ8Tolerance = 1e-1 (printed: 2.9e-2..6.2e-2; a structural
-// error is 0.4-0.9, the negative controls below). The comparison with the activations rounded per
-// 32 as the int8 kernels round them is printed, not asserted: mixtral Q4_0 agrees on 4 of 4 prompts
-// within 1.2e-7 (so the experts' slices, routing and weighting are the reference's), the other
-// cases on 0-3 of 4 (worst 1.5e-2..3.1e-2), where the dense models agree on all prompts but one.
-// OPEN: not explained yet (not the routers' bf16 kernel: the reference kernel for the plain weights
-// gives the same; not round-half-away vs half-even in the reference: tried); suspected an int8
-// kernel's rounding for expert products of few rows, or near-tie int8 roundings in the experts'
-// inputs, which a routed model multiplies.
+// a. only the routed experts (ffn_*_exps) quantized, the rest as the checkpoint stores it (bf16):
+//    against the reference with the experts' inputs rounded per 32 as the int8 kernels round them,
+//    every prompt within kSameActivationsTolerance = 1e-5 (printed: 3.3e-7..5.7e-7, f32 rounding);
+//    against unrounded activations within kQ8Tolerance = 1e-1.
+// b. every 2-D tensor quantized (routers bf16, qwen2moe's shared gate F32): within kQ8Tolerance of
+//    the unrounded reference (printed: 2.9e-2..6.2e-2; a structural error is 0.4-0.9, the negative
+//    controls below). With the rounded reference only 0-4 of 4 prompts agree within 1e-5 (worst
+//    1.5e-2..3.1e-2; mixtral Q4_0 4 of 4), printed, not asserted: OPEN. Since (a) is exact, the
+//    difference lies in the int8 attention / dense / LM-head products of these bf16-made files,
+//    where the dense f32-made files of gguf_model_test.cc agree on all prompts but one.
 constexpr double kSameActivationsTolerance = 1e-5;
 
 struct QuantCase {
   std::string model;
   gguf::GgmlType type;
+  bool experts_only;
 };
 
 class GgufMoeQuantTest : public ::testing::TestWithParam<QuantCase> {};
@@ -170,7 +172,8 @@ TEST_P(GgufMoeQuantTest, LogitsMatchFloat64ForwardOverDequantizedExperts) {
   const QuantCase& qc = GetParam();
   testing::TempDir dir;
   const auto path = dir.path() / "model.gguf";
-  const testing::Float64Weights weights = testing::write_golden_gguf(qc.model, path, {.type = qc.type});
+  const testing::Float64Weights weights =
+      testing::write_golden_gguf(qc.model, path, {.type = qc.type, .experts_only = qc.experts_only});
   Loaded l = load(path, /*best=*/true);
   const ModelConfig& c = l.model->config();
   testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
@@ -178,6 +181,7 @@ TEST_P(GgufMoeQuantTest, LogitsMatchFloat64ForwardOverDequantizedExperts) {
                                 c.qk_norm};
   shape.top_k = c.moe.num_experts_per_tok;
   shape.norm_topk = c.moe.norm_topk_prob;
+  shape.quantize_only_experts = qc.experts_only;
   double worst = 0, worst_same_x = 0;
   int num_prompts = 0, num_exact = 0;
   for (const auto& prompt : testing::read_golden(qc.model)) {
@@ -193,22 +197,26 @@ TEST_P(GgufMoeQuantTest, LogitsMatchFloat64ForwardOverDequantizedExperts) {
     EXPECT_LE(err, kQ8Tolerance) << prompt.text;
     ++num_prompts;
     num_exact += err_q <= kSameActivationsTolerance;
+    if (qc.experts_only) EXPECT_LE(err_q, kSameActivationsTolerance) << prompt.text;
   }
-  std::printf("[ f64 ref  ] %s %s (%s): relative error %.3g against f64 activations (tolerance %.0e); against the "
+  std::printf("[ f64 ref  ] %s %s%s (%s): relative error %.3g against f64 activations (tolerance %.0e); against the "
               "same int8-rounded activations %d of %d prompts within %.0e (worst %.3g)\n", qc.model.c_str(),
-              std::string(gguf::ggml_type_name(qc.type)).c_str(), l.label.c_str(), worst, kQ8Tolerance, num_exact,
+              std::string(gguf::ggml_type_name(qc.type)).c_str(), qc.experts_only ? " experts only" : "",
+              l.label.c_str(), worst, kQ8Tolerance, num_exact,
               num_prompts, kSameActivationsTolerance, worst_same_x);
 }
 
 std::vector<QuantCase> quant_cases() {
   std::vector<QuantCase> cases;
   for (const char* model : {"qwen3-moe-bf16", "mixtral-bf16", "qwen2-moe-bf16"})
-    for (const auto type : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kQ4_0}) cases.push_back({model, type});
+    for (const auto type : {gguf::GgmlType::kQ8_0, gguf::GgmlType::kQ4_0})
+      for (const bool experts_only : {true, false}) cases.push_back({model, type, experts_only});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GgufMoeQuantTest, ::testing::ValuesIn(quant_cases()), [](const auto& info) {
-  return param_name(info.param.model) + "_" + std::string(gguf::ggml_type_name(info.param.type));
+  return param_name(info.param.model) + "_" + std::string(gguf::ggml_type_name(info.param.type)) +
+         (info.param.experts_only ? "_experts" : "_all");
 });
 
 INSTANTIATE_TEST_SUITE_P(Golden, GgufMoeBf16Test, ::testing::Values("qwen3-moe-bf16", "mixtral-bf16", "qwen2-moe-bf16"),

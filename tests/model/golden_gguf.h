@@ -56,6 +56,8 @@ struct GoldenGgufOptions {
   // false: the embedding table stays F32 while the other 2-D tensors take `type` (what
   // --quantization q8_0 makes of a checkpoint: linear weights only).
   bool quantize_embedding = true;
+  // true: only the routed experts (ffn_*_exps) take `type`; the other tensors keep the checkpoint's.
+  bool experts_only = false;
   // Called with each tensor before it is written (bad files for the error tests); false drops it.
   std::function<bool(gguf::testing::TestTensor&)> edit;
 };
@@ -316,7 +318,7 @@ inline Float64Weights write_golden_gguf(const std::string& model, const std::fil
       type = info.dtype == DType::kBF16 ? gguf::GgmlType::kBF16 : gguf::GgmlType::kF32;
     } else if (info.shape.size() == 2 && !shared_gate &&
                (options.quantize_embedding || !options.type || info.name != "model.embed_tokens.weight")) {
-      type = d::weight_type(options, info.dtype, cols);
+      type = d::weight_type(options.experts_only ? GoldenGgufOptions{} : options, info.dtype, cols);
     }
     std::vector<uint8_t> bytes = d::tensor_bytes(checkpoint, info.name, type, weights[info.name]);
     const bool qk = info.name.find("q_proj") != std::string::npos || info.name.find("k_proj") != std::string::npos;

@@ -34,6 +34,7 @@ struct ReferenceShape {
   // Every product's input rounded as the int8 kernels round it (kernels/cpu/quant_linear.h): per
   // block of 32, dx = max|x_b| / 127, x -> dx * nearest-even(x / dx).
   bool quantize_activations = false;
+  bool quantize_only_experts = false;  // with quantize_activations: the routed experts' inputs only
   int64_t top_k = 0;        // mixtures of experts: experts per token
   bool norm_topk = false;   // renormalize the top-k weights
 };
@@ -101,10 +102,13 @@ inline std::string layer_name(int64_t i, const std::string& suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
 }
 
+// Whether a product other than a routed expert's rounds its input.
+inline bool quantize_dense(const ReferenceShape& s) { return s.quantize_activations && !s.quantize_only_experts; }
+
 // q, k, v of every position of layer l (q/k normed per head for Qwen3, then rotated).
 inline void qkv(const ReferenceShape& s, const Weights& w, int64_t l, const std::vector<Vec>& x, std::vector<Vec>& q,
                 std::vector<Vec>& k, std::vector<Vec>& v) {
-  const bool qa = s.quantize_activations;
+  const bool qa = quantize_dense(s);
   const size_t d = static_cast<size_t>(s.head_dim);
   const Vec factors = w.contains("rope_freqs") ? w.at("rope_freqs") : Vec{};
   auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
@@ -187,7 +191,8 @@ inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::
   }
   if (w.contains(layer_name(l, "mlp.shared_expert_gate.weight"))) {
     const std::string sh = layer_name(l, "mlp.shared_expert.");
-    const Vec out = swiglu_mlp(w, sh + "gate_proj.weight", sh + "up_proj.weight", sh + "down_proj.weight", h, qa);
+    const Vec out =
+        swiglu_mlp(w, sh + "gate_proj.weight", sh + "up_proj.weight", sh + "down_proj.weight", h, quantize_dense(s));
     const double g = matvec(w.at(layer_name(l, "mlp.shared_expert_gate.weight")), h)[0];
     for (size_t i = 0; i < y.size(); ++i) y[i] += out[i] / (1.0 + std::exp(-g));
   }
@@ -196,7 +201,7 @@ inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::
 
 // x += attention output projection; x += MLP (or the layer's mixture of experts).
 inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l, const Vec& a, Vec& x) {
-  const bool qa = s.quantize_activations;
+  const bool qa = quantize_dense(s);
   auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
   const Vec o = matvec(at("self_attn.o_proj.weight"), a, nullptr, qa);
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
@@ -229,7 +234,7 @@ inline std::vector<double> reference_last_logits(const ReferenceShape& s, const 
   }
   const r::Vec h = r::rms_norm(x.back(), w.at("model.norm.weight"), s.eps);
   const r::Vec& head = w.contains("lm_head.weight") ? w.at("lm_head.weight") : table;
-  return r::matvec(head, h, nullptr, s.quantize_activations);
+  return r::matvec(head, h, nullptr, r::quantize_dense(s));
 }
 
 }  // namespace spindle::testing
