@@ -116,9 +116,21 @@ bool LazyMatcher::advance_unarmed(TokenId id, bool commit) {
     pos_ = pos;
     return true;
   }
-  if (const std::string* bytes = tok.grammar_bytes(id)) text_ += *bytes;
+  const std::string* bytes = tok.grammar_bytes(id);
+  if (bytes == nullptr && pos.phase == Phase::kStart && arming_.at_content && !tok.is_eos(id)) {
+    return false;  // a special token neither opens the section nor starts the content
+  }
+  if (bytes != nullptr) text_ += *bytes;
   const size_t at = locate(pos, before);
   std::optional<Matcher> m;
+  if (at == std::string::npos && pos.phase == Phase::kStart && arming_.at_content &&
+      skip_space(text_) == text_.size() && !text_.empty()) {
+    // Whitespace alone before the content: as much as the grammar allows at its start.
+    if (!base_.fork().accept_bytes(text_)) {
+      text_.resize(before);
+      return false;
+    }
+  }
   if (at != std::string::npos) {
     m.emplace(base_.fork());
     if (at < text_.size() && !m->accept_bytes(std::string_view(text_).substr(at))) {

@@ -9,6 +9,9 @@
 // count. The section is open from the output's start when the prompt opened it; otherwise it
 // opens only when the output begins (after whitespace) with its opening marker, and any other
 // first non-whitespace byte starts the content (chat/reasoning_parser.h sorts text the same way).
+// Arming at the content, whitespace before that choice is allowed as far as the grammar allows it
+// at its start, and special tokens not at all (else a model could write them forever without
+// choosing).
 //
 // Unarmed, the mask allows exactly the tokens accept_token() accepts: every token but those that
 // complete a trigger (or the section's end, when arming at the content) followed by bytes the
