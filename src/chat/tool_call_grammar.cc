@@ -17,11 +17,12 @@ struct CallSyntax {
   std::string_view args_key;   // the key of the arguments object
   std::string_view close;      // after the JSON body
   std::string_view separator;  // between two calls
+  std::string_view trigger;    // where a call starts in free text (a prefix of open + the body)
 };
 
 const CallSyntax* syntax_of(const ToolCallFormat& format) {
-  static constexpr CallSyntax kHermes{"<tool_call>\n", "arguments", "\n</tool_call>", "\n"};
-  static constexpr CallSyntax kLlama3{"", "parameters", "", "; "};
+  static constexpr CallSyntax kHermes{"<tool_call>\n", "arguments", "\n</tool_call>", "\n", "<tool_call>"};
+  static constexpr CallSyntax kLlama3{"", "parameters", "", "; ", "{\"name\""};
   if (format.name == "hermes") return &kHermes;
   if (format.name == "llama3_json") return &kLlama3;
   return nullptr;
@@ -59,21 +60,56 @@ int32_t add_call(grammar::Grammar& g, const CallSyntax& syntax, const ordered_js
   return g.choice({{g.literal(head), args_symbol, g.literal(tail)}}, "call:" + name);
 }
 
+// The generic format's answer object (chat/generic_tool_format.h).
+grammar::Grammar generic_grammar(const ForcedToolCalls& forced) {
+  static constexpr CallSyntax kCall{"", "arguments", "", ", ", ""};
+  grammar::Grammar g;
+  std::vector<std::vector<int32_t>> calls;
+  for (size_t k = 0; k < forced.tools->size(); ++k) {
+    const ordered_json& function = (*forced.tools)[k].at("function");
+    if (!forced.name.empty() && function.at("name") != forced.name) continue;
+    calls.push_back({add_call(g, kCall, function, k)});
+  }
+  SPINDLE_CHECK(!calls.empty(), "tool_choice: the function '{}' is not among the tools", forced.name);
+  const int32_t call = g.choice(std::move(calls), "call");
+  std::vector<std::vector<int32_t>> answers;
+  if (forced.parallel && forced.name.empty()) {
+    const int32_t more = g.repeat(g.choice({{g.literal(kCall.separator), call}}, "more"), 0, -1, "calls");
+    answers.push_back({g.literal("{\"tool_calls\": ["), call, more, g.literal("]}")});
+  } else {
+    answers.push_back({g.literal("{\"tool_call\": "), call, g.literal("}")});
+  }
+  if (forced.allow_response) {
+    const int32_t text = g.embed(grammar::grammar_from_json_schema_value(ordered_json{{"type", "string"}}));
+    answers.push_back({g.literal("{\"response\": "), text, g.literal("}")});
+  }
+  g.set_start(g.choice(std::move(answers), "answer"));
+  return g;
+}
+
 }  // namespace
 
 std::string tool_call_grammar_unsupported(const ToolCallFormat& format) {
-  if (syntax_of(format) != nullptr) return "";
+  if (syntax_of(format) != nullptr || format.name == "generic") return "";
   return fmt::format(
       "the {} tool-call parser's format cannot be enforced yet (tool_choice \"required\" and a named function are "
       "built for the hermes and llama3_json parsers)",
       format.name);
 }
 
-grammar::Grammar tool_call_grammar(const ToolCallFormat& format, const ForcedToolCalls& forced) {
+std::vector<std::string> tool_call_triggers(const ToolCallFormat& format) {
+  if (format.name == "generic") return {};
   const CallSyntax* syntax = syntax_of(format);
   SPINDLE_CHECK(syntax != nullptr, "{}", tool_call_grammar_unsupported(format));
+  return {std::string(syntax->trigger)};
+}
+
+grammar::Grammar tool_call_grammar(const ToolCallFormat& format, const ForcedToolCalls& forced) {
   SPINDLE_CHECK(forced.tools != nullptr && forced.tools->is_array() && !forced.tools->empty(),
                 "tool_choice: no tools to call");
+  if (format.name == "generic") return generic_grammar(forced);
+  const CallSyntax* syntax = syntax_of(format);
+  SPINDLE_CHECK(syntax != nullptr, "{}", tool_call_grammar_unsupported(format));
   grammar::Grammar g;
   std::vector<std::vector<int32_t>> calls;
   for (size_t k = 0; k < forced.tools->size(); ++k) {

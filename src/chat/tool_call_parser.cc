@@ -4,6 +4,7 @@
 #include <array>
 #include <random>
 
+#include "chat/generic_tool_format.h"
 #include "chat/marker.h"
 #include "chat/tool_call_json.h"
 #include "util/error.h"
@@ -20,6 +21,7 @@ constexpr std::array kFormats = std::to_array<ToolCallFormat>({
     {"llama3_json", ToolCallIdStyle::kOpenAi, false},
     {"mistral", ToolCallIdStyle::kMistral, true},
     {"deepseek_v3", ToolCallIdStyle::kOpenAi, true},
+    {"generic", ToolCallIdStyle::kOpenAi, false},
 });
 
 constexpr std::string_view kDeepSeekSep = "<｜tool▁sep｜>";
@@ -338,6 +340,7 @@ std::unique_ptr<ToolCallParser> make_tool_call_parser(const ToolCallFormat& form
   if (format.name == "qwen3_coder") return std::make_unique<BlockParser>(kQwen3Coder, format.id_style);
   if (format.name == "deepseek_v3") return std::make_unique<BlockParser>(kDeepSeek, format.id_style);
   if (format.name == "llama3_json") return std::make_unique<LeadingJsonParser>();
+  if (format.name == "generic") return make_generic_tool_call_parser(format.id_style);
   return std::make_unique<MistralParser>();
 }
 

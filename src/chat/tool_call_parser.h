@@ -14,6 +14,8 @@
 //   deepseek_v3  DeepSeek R1 (and its distills' templates), V3: <｜tool▁calls▁begin｜>
 //                <｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>
 //                ...<｜tool▁calls▁end｜> (special tokens kept, as for mistral)
+//   generic      templates with no tool syntax: one JSON object naming calls or a response
+//                (chat/generic_tool_format.h)
 // A call that does not parse is returned as content, never dropped. Text before the first call is
 // content; whitespace between and after calls is dropped, other text after them is content.
 #pragma once

@@ -56,9 +56,9 @@ void add_serving_flags(CLI::App& app, ServingFlags& f) {
                  "How reasoning sections are read into reasoning_content: deepseek_r1, qwen3, none, or auto "
                  "(from the chat template)");
   app.add_option("--tool-call-parser", f.tool_call_parser,
-                 "How tool calls are read from the output: hermes, qwen3_coder, llama3_json, mistral, deepseek_v3, none, "
-                 "or auto "
-                 "(from the chat template)");
+                 "How tool calls are read from the output: hermes, qwen3_coder, llama3_json, mistral, deepseek_v3, "
+                 "generic (tools described in a system message, answers as one JSON object), none (tools refused), "
+                 "or auto (from the chat template; generic when it teaches no tool syntax)");
   config::add_scheduler_flags(app, f.server);
   config::add_attention_flags(app, f.server);
   config::add_weights_memory_flag(app, f.server);
@@ -81,7 +81,8 @@ void choose_output_parsers(tokenizer::ChatTemplate& t, const ServingFlags& flags
     reasoning = chat::find_reasoning_format(flags.reasoning_parser).name;
   }
   if (flags.tool_call_parser == "auto") {
-    if (const auto* f = chat::detect_tool_call_format(texts)) tool_calls = f->name;
+    const auto* f = chat::detect_tool_call_format(texts);
+    tool_calls = f != nullptr ? f->name : "generic";
   } else if (flags.tool_call_parser != "none") {
     tool_calls = chat::find_tool_call_format(flags.tool_call_parser).name;
   }

@@ -17,13 +17,32 @@ std::shared_ptr<const grammar::TokenizerInfo> GrammarTokenizer::get() const {
   return info_;
 }
 
+GrammarState::GrammarState(grammar::Matcher m, const grammar::LazyArming* arming)
+    : mask_(m.tokenizer().mask_words()) {
+  if (arming != nullptr) {
+    lazy_.emplace(std::move(m), *arming);
+  } else {
+    matcher_.emplace(std::move(m));
+  }
+}
+
+bool GrammarState::accept_token(TokenId id) { return lazy_ ? lazy_->accept_token(id) : matcher_->accept_token(id); }
+
+bool GrammarState::is_terminated() const { return lazy_ ? lazy_->is_terminated() : matcher_->is_terminated(); }
+
+bool GrammarState::can_only_end() { return lazy_ ? lazy_->can_only_end() : matcher_->can_only_end(); }
+
 std::span<const uint32_t> GrammarState::fill_mask() {
-  matcher.fill_mask(mask);
-  return mask;
+  if (lazy_) {
+    lazy_->fill_mask(mask_);
+  } else {
+    matcher_->fill_mask(mask_);
+  }
+  return mask_;
 }
 
 bool GrammarState::mask_allows_any() const {
-  return std::any_of(mask.begin(), mask.end(), [](uint32_t w) { return w != 0; });
+  return std::any_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w != 0; });
 }
 
 grammar::Matcher GrammarMatchers::start(const std::shared_ptr<const grammar::CompiledGrammar>& grammar,
@@ -42,9 +61,9 @@ grammar::Matcher GrammarMatchers::start(const std::shared_ptr<const grammar::Com
 
 StopVerdict GrammarStopPolicy::check_token(const Request& /*request*/, TokenId /*token*/) {
   if (!slot_) return {};
-  grammar::Matcher& m = slot_->matcher;
-  if (m.is_terminated()) return {StopPoint::kBeforeText, FinishReason::kStop};
-  if (m.can_only_end()) return {StopPoint::kAfterText, FinishReason::kStop};
+  GrammarState& g = *slot_;
+  if (g.is_terminated()) return {StopPoint::kBeforeText, FinishReason::kStop};
+  if (g.can_only_end()) return {StopPoint::kAfterText, FinishReason::kStop};
   return {};
 }
 

@@ -11,10 +11,12 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "engine/stop_policy.h"
+#include "grammar/lazy_matcher.h"
 #include "grammar/matcher.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,16 +41,29 @@ class GrammarTokenizer {
   mutable std::shared_ptr<const grammar::TokenizerInfo> info_;
 };
 
-// One request's position in its grammar.
-struct GrammarState {
-  explicit GrammarState(grammar::Matcher m) : matcher(std::move(m)), mask(matcher.tokenizer().mask_words()) {}
-  grammar::Matcher matcher;
-  std::vector<uint32_t> mask;  // [ceil(vocab / 32)] the last fill_mask()
+// One request's position in its grammar: a matcher constrained from the first token, or one armed
+// lazily (SamplingParams::grammar_arming: a tool call's marker, the end of a reasoning section).
+class GrammarState {
+ public:
+  // arming: null, the grammar applies from the first token.
+  GrammarState(grammar::Matcher m, const grammar::LazyArming* arming);
+
+  // Advances by a drawn token; false (state unchanged) when the grammar refuses it.
+  bool accept_token(TokenId id);
+  // The grammar accepted an EOS id / nothing but EOS may follow (never while lazily unarmed).
+  bool is_terminated() const;
+  bool can_only_end();
+  bool armed() const { return !lazy_ || lazy_->armed(); }
 
   // The tokens allowed next (EOS ids exactly when the document may end), into `mask`; returns it.
   std::span<const uint32_t> fill_mask();
   // Whether `mask` (as last filled) allows any token.
   bool mask_allows_any() const;
+
+ private:
+  std::optional<grammar::Matcher> matcher_;
+  std::optional<grammar::LazyMatcher> lazy_;
+  std::vector<uint32_t> mask_;  // [ceil(vocab / 32)] the last fill_mask()
 };
 
 // The root matchers of the engine thread, by compiled grammar, the least recently used dropped

@@ -39,7 +39,8 @@ std::unique_ptr<RequestOutputState> OutputProcessor::make_state(SamplingParams p
 void OutputProcessor::add(uint64_t request_id, std::unique_ptr<RequestOutputState> state) {
   const SamplingParams& p = state->sampler.params();
   if (p.grammar && !state->grammar) {
-    state->grammar = std::make_unique<GrammarState>(grammar_matchers_.start(p.grammar, state->grammar_tokenizer));
+    state->grammar = std::make_unique<GrammarState>(grammar_matchers_.start(p.grammar, state->grammar_tokenizer),
+                                                    p.grammar_arming.get());
   }
   states_[request_id] = std::move(state);
 }
@@ -49,7 +50,7 @@ void OutputProcessor::accept_token(Request& r, RequestOutputState& o, const Samp
     fail_non_finite(r, o);
     return;
   }
-  if (o.grammar && !o.grammar->matcher.accept_token(sampled.token)) {
+  if (o.grammar && !o.grammar->accept_token(sampled.token)) {
     fail(r, o,
          fmt::format("the grammar of this request allows no token of the model's vocabulary after {} output tokens "
                      "(token {} was drawn)",

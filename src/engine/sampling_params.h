@@ -12,6 +12,7 @@
 
 namespace spindle::grammar {
 class CompiledGrammar;
+struct LazyArming;
 }
 
 namespace spindle::engine {
@@ -40,6 +41,10 @@ struct SamplingParams {
   // drawn. Null: unconstrained. Constrained requests never speculate and never run ahead in the
   // overlap schedule (engine.h).
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // With `grammar`: when it arms (grammar/lazy_matcher.h): free text until a trigger (a tool call's
+  // opening marker under tool_choice "auto") or until the content begins after a reasoning section;
+  // null: from the first token. The unarmed mask allows every token the arming accepts.
+  std::shared_ptr<const grammar::LazyArming> grammar_arming;
   // Special tokens left out of the text (false: kept, for tool-call formats whose markers are
   // special tokens, e.g. Mistral's [TOOL_CALLS]); end-of-sequence tokens are never text.
   bool skip_special_tokens = true;

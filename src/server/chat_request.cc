@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 
+#include "chat/generic_tool_format.h"
 #include "server/request_fields.h"
 #include "tokenizer/chat_template.h"
 
@@ -238,6 +239,18 @@ ordered_json template_context(const ChatContext& c, bool add_generation_prompt) 
 
 std::string render_chat(const tokenizer::ChatTemplate& t, const GenerationRequest& r, bool add_generation_prompt) {
   const ChatContext& c = r.chat_context;
+  if (t.format() == tokenizer::ChatFormat::kJinja && t.tool_call_parser() == "generic" && c.has_tools() &&
+      c.tool_choice != ToolChoice::kNone) {
+    // The generic tool format (chat/generic_tool_format.h): the template sees the tools only in
+    // the system message it asks for, and history calls as the answers it asks for.
+    const bool named = c.tool_choice == ToolChoice::kNamed;
+    const chat::GenericToolChoice choice{named ? c.tool_choice_name : "", c.tool_choice != ToolChoice::kAuto,
+                                         c.parallel_tool_calls && !named};
+    ChatContext generic = c;
+    generic.template_messages = chat::generic_tool_messages(c.template_messages, c.tools, choice);
+    generic.tools = nullptr;
+    return t.render_context(template_context(generic, add_generation_prompt));
+  }
   if (t.format() == tokenizer::ChatFormat::kJinja) return t.render_context(template_context(c, add_generation_prompt));
   const std::string why = fmt::format("the built-in {} chat template does not render tools; serve a Jinja template "
                                       "(the model's own, or --chat-template FILE)", tokenizer::to_string(t.format()));

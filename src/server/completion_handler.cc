@@ -9,6 +9,7 @@
 #include "chat/tool_call_grammar.h"
 #include "engine/dp_group.h"
 #include "grammar/grammar.h"
+#include "grammar/lazy_matcher.h"
 #include "server/chat_request.h"
 #include "tokenizer/chat_template.h"
 #include "util/error.h"
@@ -45,12 +46,15 @@ bool forces_tool_calls(const ChatContext& c) {
   return c.tool_choice == ToolChoice::kRequired || c.tool_choice == ToolChoice::kNamed;
 }
 
-// The grammar of the calls tool_choice forces (chat/tool_call_grammar.h), compiled on the calling
-// (HTTP work pool) thread; a tool schema that does not convert is a 400 naming it.
-std::shared_ptr<const grammar::CompiledGrammar> forced_tool_call_grammar(const ChatContext& c,
-                                                                         const chat::ToolCallFormat& format) {
-  const chat::ForcedToolCalls forced{&c.tools, c.tool_choice == ToolChoice::kNamed ? c.tool_choice_name : "",
-                                     c.parallel_tool_calls};
+// The grammar of the tool calls (chat/tool_call_grammar.h): the calls tool_choice forces, or under
+// "auto" the calls armed at the format's marker (the generic format: its answer object, a
+// response allowed), compiled on the calling (HTTP work pool) thread; a tool schema that does not
+// convert is a 400 naming it.
+std::shared_ptr<const grammar::CompiledGrammar> compile_tool_call_grammar(const ChatContext& c,
+                                                                          const chat::ToolCallFormat& format) {
+  const bool named = c.tool_choice == ToolChoice::kNamed;
+  chat::ForcedToolCalls forced{&c.tools, named ? c.tool_choice_name : "", c.parallel_tool_calls && !named};
+  forced.allow_response = c.tool_choice == ToolChoice::kAuto;
   try {
     return grammar::CompiledGrammar::compile(chat::tool_call_grammar(format, forced));
   } catch (const Error& e) {
@@ -60,6 +64,45 @@ std::shared_ptr<const grammar::CompiledGrammar> forced_tool_call_grammar(const C
     if (what.starts_with("tools[") && colon != std::string::npos) bad_request(what.substr(0, colon), what);
     bad_request("tool_choice", what);
   }
+}
+
+// When a chat request's grammar arms (grammar/lazy_matcher.h): after the model's reasoning section
+// (required: the constrained part must come), and under tool_choice "auto" at the format's call
+// marker instead. Null: from the first token.
+std::shared_ptr<const grammar::LazyArming> grammar_arming(const OutputParsing& p, bool auto_tool_calls) {
+  auto a = std::make_shared<grammar::LazyArming>();
+  if (p.reasoning) {
+    a->section_open = p.reasoning->start;
+    a->section_close = p.reasoning->end;
+    a->section_opened = p.reasoning_opened;
+  }
+  if (auto_tool_calls) a->trigger_strings = chat::tool_call_triggers(*p.tool_calls);
+  if (a->trigger_strings.empty()) {
+    if (!p.reasoning) return nullptr;
+    a->at_content = true;
+    a->required = true;
+  }
+  return a;
+}
+
+// The grammar (and its arming) of a request: its output constraint (after any reasoning; a JSON
+// document may then follow whitespace), the tool calls tool_choice forces, or under "auto" the
+// calls of a format whose grammar is built, armed at their marker.
+void choose_grammar(GenerationRequest& r, const OutputParsing& parsing) {
+  const bool forced = r.chat && forces_tool_calls(r.chat_context);
+  if (forced && r.constraint.kind != OutputConstraint::Kind::kNone) {
+    bad_request("tool_choice", fmt::format("'tool_choice' \"required\" or a named function constrains the output "
+                                           "to tool calls and cannot be combined with '{}'", r.constraint.param));
+  }
+  if (r.constraint.kind != OutputConstraint::Kind::kNone) {
+    r.constraint.leading_space = parsing.reasoning != nullptr;
+    r.sampling.grammar = compile_output_constraint(r.constraint);
+    if (r.chat) r.sampling.grammar_arming = grammar_arming(parsing, false);
+    return;
+  }
+  if (parsing.tool_calls == nullptr || !chat::tool_call_grammar_unsupported(*parsing.tool_calls).empty()) return;
+  r.sampling.grammar = compile_tool_call_grammar(r.chat_context, *parsing.tool_calls);
+  r.sampling.grammar_arming = grammar_arming(parsing, !forced);
 }
 
 // How the choices' text is read: the template's reasoning format (whether the prompt opened the
@@ -73,8 +116,8 @@ OutputParsing output_parsing(const tokenizer::ChatTemplate& t, GenerationRequest
   const ChatContext& c = r.chat_context;
   if (!c.has_tools() || c.tool_choice == ToolChoice::kNone) return p;
   if (t.tool_call_parser().empty()) {
-    bad_request("tools", "this model's chat template has no tool-call format Spindle reads; start the server with "
-                         "--tool-call-parser NAME (hermes, qwen3_coder, llama3_json, mistral, deepseek_v3)");
+    bad_request("tools", "this server reads no tool calls (--tool-call-parser none); start it with --tool-call-parser "
+                         "NAME (hermes, qwen3_coder, llama3_json, mistral, deepseek_v3, generic) or auto");
   }
   p.tool_calls = &chat::find_tool_call_format(t.tool_call_parser());
   p.parallel_tool_calls = c.parallel_tool_calls;
@@ -151,16 +194,9 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   } catch (const Error& e) {
     bad_request("", e.message());
   }
-  // Compiled here, on the HTTP work pool, before anything is queued (cached by canonical text).
-  if (r.chat && forces_tool_calls(r.chat_context)) {
-    if (r.constraint.kind != OutputConstraint::Kind::kNone) {
-      bad_request("tool_choice", fmt::format("'tool_choice' \"required\" or a named function constrains the output "
-                                             "to tool calls and cannot be combined with '{}'", r.constraint.param));
-    }
-    r.sampling.grammar = forced_tool_call_grammar(r.chat_context, *s.parsing.tool_calls);
-  } else if (r.constraint.kind != OutputConstraint::Kind::kNone) {
-    r.sampling.grammar = compile_output_constraint(r.constraint);
-  }
+  // Compiled here, on the HTTP work pool, before anything is queued (an output constraint's is
+  // cached by canonical text).
+  choose_grammar(r, s.parsing);
   s.num_prompt_tokens = n;
   std::vector<engine::SamplingParams> choices;
   for (int i = 0; i < r.n; ++i) {

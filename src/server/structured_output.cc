@@ -193,25 +193,44 @@ class ConstraintReader {
   OutputConstraint out_;
 };
 
-std::shared_ptr<const grammar::CompiledGrammar> compile_now(const OutputConstraint& c) {
+grammar::Grammar grammar_of(const OutputConstraint& c) {
   grammar::JsonGrammarOptions json_options;
   json_options.strict = c.strict;
   json_options.whitespace_pattern = c.whitespace_pattern;
   switch (c.kind) {
-    case Kind::kJsonSchema: return grammar::CompiledGrammar::compile(grammar::grammar_from_json_schema(c.text, json_options));
-    case Kind::kJsonObject: return grammar::CompiledGrammar::compile(grammar::grammar_json_object(json_options));
-    case Kind::kRegex: return grammar::CompiledGrammar::compile(grammar::grammar_from_regex(c.text));
-    case Kind::kGrammar: return grammar::CompiledGrammar::compile(grammar::grammar_from_gbnf(c.text));
-    case Kind::kChoice: return grammar::CompiledGrammar::compile(grammar::grammar_from_choices(c.choices));
+    case Kind::kJsonSchema: return grammar::grammar_from_json_schema(c.text, json_options);
+    case Kind::kJsonObject: return grammar::grammar_json_object(json_options);
+    case Kind::kRegex: return grammar::grammar_from_regex(c.text);
+    case Kind::kGrammar: return grammar::grammar_from_gbnf(c.text);
+    case Kind::kChoice: return grammar::grammar_from_choices(c.choices);
     case Kind::kNone: break;
   }
   SPINDLE_CHECK(false, "no output constraint to compile");
-  return nullptr;
+  return {};
+}
+
+// A JSON document after up to kMaxLeadingSpace whitespace bytes (content after a reasoning
+// section starts "\n\n" in Qwen3's and DeepSeek-R1's outputs; JSON parsers skip it).
+constexpr int kMaxLeadingSpace = 4;
+
+std::shared_ptr<const grammar::CompiledGrammar> compile_now(const OutputConstraint& c) {
+  grammar::Grammar g = grammar_of(c);
+  const bool json_kind = c.kind == Kind::kJsonSchema || c.kind == Kind::kJsonObject;
+  if (c.leading_space && json_kind) {
+    grammar::Grammar outer;
+    const int32_t document = outer.embed(g);
+    const int32_t space = outer.lexeme(grammar::re_repeat(
+        grammar::re_chars({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 1, kMaxLeadingSpace));
+    outer.set_start(outer.choice({{document}, {space, document}}, "spaced"));
+    g = std::move(outer);
+  }
+  return grammar::CompiledGrammar::compile(g);
 }
 
 // The cache key: kind, options and the canonical text (a schema's compact dump in key order).
 std::string cache_key(const OutputConstraint& c) {
-  std::string key = fmt::format("{}\x1f{}\x1f{}\x1f", static_cast<int>(c.kind), c.strict ? 1 : 0, c.whitespace_pattern);
+  std::string key = fmt::format("{}\x1f{}{}\x1f{}\x1f", static_cast<int>(c.kind), c.strict ? 1 : 0, c.leading_space ? 1 : 0,
+                                c.whitespace_pattern);
   if (c.kind == Kind::kChoice) {
     key += json(c.choices).dump(-1, ' ', false, json::error_handler_t::replace);
   } else {

@@ -38,6 +38,9 @@ struct OutputConstraint {
   // JSON: a regex for the whitespace between tokens ("" = compact; vLLM's disable_any_whitespace
   // is "(?:)", nothing at all).
   std::string whitespace_pattern;
+  // JSON: up to 4 whitespace bytes may precede the document (set by the server for content that
+  // follows a reasoning section; not a request field).
+  bool leading_space = false;
 };
 
 // The constraint fields of a request body. `j` is the parsed body, `body` its text (a schema is

@@ -197,7 +197,7 @@ TEST(ToolCallGrammarTest, WhatItGeneratesParsesBackAndValidates) {
   std::mt19937 rng(7);
   std::ostringstream jobs;
   size_t num_jobs = 0;
-  for (const char* format : {"hermes", "llama3_json"}) {
+  for (const char* format : {"hermes", "llama3_json", "generic"}) {
     const auto g = compiled(format, "", true);
     for (int i = 0; i < 40; ++i) {
       const std::string out = random_output(g, rng);

@@ -1,6 +1,10 @@
 // LazyMatcher: unconstrained until a trigger string or token, constrained from there; rollback
-// across the arming point; a token carrying a trigger plus refused bytes is refused.
+// across the arming point; a token carrying a trigger plus refused bytes is refused. A free section
+// (<think>...</think>) hides triggers; arming at the content; required arming refuses EOS. The
+// unarmed mask equals a brute-force oracle (each token accepted, then rolled back) on random walks.
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "grammar/json_schema.h"
 #include "grammar/lazy_matcher.h"
@@ -75,6 +79,151 @@ TEST(LazyMatcher, TokenTriggerStartsTheGrammarAfterIt) {
   m.rollback(3);
   EXPECT_EQ(m.num_tokens(), 0);
   EXPECT_FALSE(m.armed());
+}
+
+
+// Tokens for the section and the tool marker, split and joined every way that matters.
+std::shared_ptr<const TokenizerInfo> section_vocab() {
+  Vocabulary v;
+  v.token_bytes = {"hi",        " ",           "\n",        "<think>",   "</think>", "</th",   "ink>", "<",
+                   "tool_call>", "<tool_call>", "{",         "\"a\":1}", "}",        "\n\n{", "x",    "</think>\n{",
+                   "</think>x",  "<tool_call>{", "<tool_call>x", "",          "",         "<th",    "ll>",  "<tool_ca"};
+  v.special.assign(v.token_bytes.size(), 0);
+  v.special[19] = 1;  // a special trigger token
+  v.eos_ids = {20};
+  return std::make_shared<const TokenizerInfo>(v);
+}
+
+// JSON {"a":1} after optional whitespace; the tool variant starts with its marker.
+std::shared_ptr<const CompiledGrammar> content_grammar() {
+  return CompiledGrammar::compile(grammar_from_regex(R"(\s{0,3}\{"a":1\})"));
+}
+std::shared_ptr<const CompiledGrammar> call_grammar() {
+  return CompiledGrammar::compile(grammar_from_regex(R"(<tool_call>\{"a":1\})"));
+}
+
+std::vector<bool> mask_bits(LazyMatcher& m, size_t n) {
+  std::vector<uint32_t> mask(2);
+  m.fill_mask(mask);
+  std::vector<bool> bits(n);
+  for (size_t i = 0; i < n; ++i) bits[i] = (mask[i / 32] >> (i % 32)) & 1u;
+  return bits;
+}
+
+// The oracle: a token is allowed when accept_token takes it (then it is rolled back).
+std::vector<bool> oracle_bits(LazyMatcher& m, size_t n) {
+  std::vector<bool> bits(n);
+  for (size_t i = 0; i < n; ++i) {
+    bits[i] = m.accept_token(static_cast<TokenId>(i));
+    if (bits[i]) m.rollback(1);
+  }
+  return bits;
+}
+
+TEST(LazyMatcher, UnarmedMaskEqualsTheOracleOnRandomWalks) {
+  const auto tok = section_vocab();
+  const size_t n = tok->vocab().token_bytes.size();
+  std::vector<std::pair<std::string, LazyArming>> armings;
+  {
+    LazyArming a;  // tool calls: triggers only
+    a.trigger_strings = {"<tool_call>"};
+    a.trigger_tokens = {19};
+    armings.emplace_back("tool trigger", a);
+    a.section_open = "<think>";  // ... outside a section the output may open
+    a.section_close = "</think>";
+    armings.emplace_back("tool trigger after a section", a);
+    a.section_opened = true;  // ... outside a section the prompt opened
+    armings.emplace_back("tool trigger after an opened section", a);
+  }
+  for (bool opened : {false, true}) {
+    LazyArming a;  // response_format after reasoning
+    a.at_content = true;
+    a.required = true;
+    a.section_open = "<think>";
+    a.section_close = "</think>";
+    a.section_opened = opened;
+    armings.emplace_back(opened ? "content after an opened section" : "content after a section", a);
+  }
+  std::mt19937 rng(7);
+  int num_armed = 0, num_refused = 0;
+  for (const auto& [name, arming] : armings) {
+    const bool tools = !arming.trigger_strings.empty();
+    for (int walk = 0; walk < 60; ++walk) {
+      LazyMatcher m(Matcher(tools ? call_grammar() : content_grammar(), tok), arming);
+      for (int step = 0; step < 8 && !m.is_terminated(); ++step) {
+        const std::vector<bool> bits = mask_bits(m, n);
+        const std::vector<bool> truth = oracle_bits(m, n);
+        ASSERT_EQ(bits, truth) << name << " walk " << walk << " step " << step;
+        std::vector<TokenId> allowed;
+        for (size_t i = 0; i < n; ++i) {
+          if (truth[i]) allowed.push_back(static_cast<TokenId>(i));
+          num_refused += !truth[i];
+        }
+        if (allowed.empty()) break;
+        ASSERT_TRUE(m.accept_token(allowed[rng() % allowed.size()]));
+      }
+      num_armed += m.armed();
+    }
+  }
+  EXPECT_GE(num_armed, 50);     // the walks reach the armed state often
+  EXPECT_GE(num_refused, 200);  // and the unarmed masks refuse tokens
+}
+
+TEST(LazyMatcher, TriggersInsideTheSectionDoNotCount) {
+  const auto tok = section_vocab();
+  LazyArming a;
+  a.trigger_strings = {"<tool_call>"};
+  a.section_open = "<think>";
+  a.section_close = "</think>";
+  LazyMatcher m(Matcher(call_grammar(), tok), a);
+  for (TokenId id : {1, 3, 9, 14}) ASSERT_TRUE(m.accept_token(id));  // " <think><tool_call>x": reasoning
+  EXPECT_FALSE(m.armed());
+  ASSERT_TRUE(m.accept_token(4));  // </think>
+  ASSERT_TRUE(m.accept_token(0));
+  EXPECT_FALSE(m.armed());
+  EXPECT_FALSE(m.accept_token(18));  // "<tool_call>x": the grammar refuses the x
+  ASSERT_TRUE(m.accept_token(17));   // "<tool_call>{" arms
+  EXPECT_TRUE(m.armed());
+  ASSERT_TRUE(m.accept_token(11));
+  EXPECT_TRUE(m.can_only_end());
+  m.rollback(5);
+  EXPECT_FALSE(m.armed());
+  ASSERT_TRUE(m.accept_token(4));  // " <think><tool_call></think>": the marker was reasoning
+  EXPECT_FALSE(m.armed());
+}
+
+TEST(LazyMatcher, ContentAfterTheSectionIsConstrainedAndRequired) {
+  const auto tok = section_vocab();
+  LazyArming a;
+  a.at_content = true;
+  a.required = true;
+  a.section_open = "<think>";
+  a.section_close = "</think>";
+  a.section_opened = true;
+  LazyMatcher m(Matcher(content_grammar(), tok), a);
+  EXPECT_FALSE(m.is_complete());
+  EXPECT_FALSE(m.accept_token(20));  // EOS: the content has not come yet
+  ASSERT_TRUE(m.accept_token(0));    // reasoning: "hi{"
+  ASSERT_TRUE(m.accept_token(10));
+  EXPECT_FALSE(m.accept_token(16));  // "</think>x": content the grammar refuses
+  ASSERT_TRUE(m.accept_token(15));   // "</think>\n{"
+  EXPECT_TRUE(m.armed());
+  ASSERT_TRUE(m.accept_token(11));
+  EXPECT_TRUE(m.can_only_end());
+
+  a.section_opened = false;  // the output opens its section, or starts the content at once
+  LazyMatcher open(Matcher(content_grammar(), tok), a);
+  ASSERT_TRUE(open.accept_token(1));  // " "
+  ASSERT_TRUE(open.accept_token(21));  // "<th"
+  EXPECT_FALSE(open.accept_token(14));  // "<thx...": neither the section nor JSON
+  ASSERT_TRUE(open.accept_token(6));   // "ink>": the section opened
+  ASSERT_TRUE(open.accept_token(10));  // "{" inside it is reasoning
+  EXPECT_FALSE(open.armed());
+  LazyMatcher direct(Matcher(content_grammar(), tok), a);
+  ASSERT_TRUE(direct.accept_token(1));
+  EXPECT_FALSE(direct.accept_token(0));  // "hi": content the grammar refuses
+  ASSERT_TRUE(direct.accept_token(10));  // "{": the content starts
+  EXPECT_TRUE(direct.armed());
 }
 
 }  // namespace

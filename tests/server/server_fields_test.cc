@@ -288,8 +288,10 @@ TEST_F(ServerFieldsTest, RefusedAndUnknownFieldsAre400sNamingThem) {
   };
   const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}, {"required", {"a"}}};
   const std::vector<Case> cases = {
-      // kjv-tiny's template teaches no tool-call format, so tools under tool_choice auto are refused.
-      {"tools", kChat, {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}}, "tools", "--tool-call-parser"},
+      // kjv-tiny's template teaches no tool-call format: the generic one, whose grammar reads the schemas.
+      {"tools with a schema the grammar cannot read", kChat,
+       {{"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"},
+          {"patternProperties", {{"a", json::object()}}}}}}}}}}}, "tools[0].function.parameters", "patternProperties"},
       {"tool_choice required without tools", kChat, {{"tool_choice", "required"}}, "tool_choice", "needs a non-empty 'tools'"},
       {"unknown field", kChat, {{"foo_unknown", 1}}, "foo_unknown", "Unrecognized request argument supplied: foo_unknown"},
       {"unknown field set to null", kCompletions, {{"foo_unknown", nullptr}}, "foo_unknown", "Unrecognized"},
