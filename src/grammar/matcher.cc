@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 
+#include "grammar/string_horizon.h"
 #include "util/error.h"
 
 namespace spindle::grammar {
@@ -11,21 +12,38 @@ namespace spindle::grammar {
 // Per lexer state: tokens that stay inside the current lexeme(s), and the trie nodes where the
 // lexer dies after an accepting state (the parser decides there).
 struct StateMasks {
+  struct Exit {
+    uint32_t trie;  // index into TokenizerInfo::tries()
+    uint32_t node;
+    int32_t plex;   // lexer state before the node's byte
+  };
+  int slices = 0;                      // slices 1..slices are within whole (not walked)
   std::vector<uint32_t> within_bits;   // [mask words] or empty when within_ids is used
-  std::vector<TokenId> within_ids;     // when few tokens stay within
-  std::vector<std::pair<uint32_t, int32_t>> exits;  // (trie node, lexer state before its byte)
+  std::vector<TokenId> within_ids;     // when few tokens of the walked tries stay within
+  std::vector<Exit> exits;
 };
 
 class MatcherCache {
  public:
-  MatcherCache(const CompiledGrammar& g) : dfa(g.nfa(), g.limits().max_dfa_states) {}
+  MatcherCache(const CompiledGrammar& g, const TokenizerInfo& t)
+      : dfa(g.nfa(), g.limits().max_dfa_states), horizon(dfa, largest_finite_slice(t)) {}
   // Every well-formed non-ASCII character read from s leads back to s (through live states).
   bool loops_on_utf8(int32_t s);
   LexerDfa dfa;
+  StringHorizon horizon;
   std::unordered_map<int32_t, std::unique_ptr<StateMasks>> masks;
   std::vector<int8_t> utf8_loop;  // [dfa states] -1 unknown, 0 / 1
   size_t cached_bytes = 0;
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
+
+ private:
+  static int largest_finite_slice(const TokenizerInfo& t) {
+    int cap = 0;
+    for (int k = 1; k <= t.num_slices(); ++k) {
+      if (t.slice_max_chars(k) != TokenizerInfo::kUnbounded) cap = std::max(cap, t.slice_max_chars(k));
+    }
+    return cap;
+  }
 };
 
 bool MatcherCache::loops_on_utf8(int32_t s) {
@@ -72,15 +90,14 @@ void set_bit(uint32_t* mask, TokenId id) { mask[id >> 5] |= uint32_t{1} << (id &
 // Every token of node i's subtree stays inside the lexeme from state s (the state after node
 // i's byte): s loops on every byte below, or on the ASCII bytes below and on every non-ASCII
 // character, the bytes below being well-formed UTF-8.
-bool subtree_within(const TokenizerInfo& t, MatcherCache& cache, size_t i, const TokenizerInfo::WalkNode& n,
-                    int32_t s) {
+bool subtree_within(const TokenTrie& t, MatcherCache& cache, size_t i, const TokenTrie::WalkNode& n, int32_t s) {
   const auto& loop = cache.dfa.loop_bytes(s);
   if ((loop[0] | loop[1]) == 0) return false;
   if ((n.ascii_below[0] & ~loop[0]) != 0 || (n.ascii_below[1] & ~loop[1]) != 0) return false;
-  if ((n.flags & TokenizerInfo::kNonAsciiBelow) == 0) return true;
+  if ((n.flags & TokenTrie::kNonAsciiBelow) == 0) return true;
   const auto& below = t.bytes_below(i);
   if (((below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0) return true;
-  return (n.flags & TokenizerInfo::kUtf8Below) != 0 && cache.loops_on_utf8(s);
+  return (n.flags & TokenTrie::kUtf8Below) != 0 && cache.loops_on_utf8(s);
 }
 
 // Moves the within tokens of a finished walk into out: a bitmask, or a list when they are few
@@ -97,17 +114,19 @@ void store_within(std::vector<uint32_t>& bits, size_t count, StateMasks& out) {
   }
 }
 
-// The lexer-only walk from lex: tokens staying inside the lexeme(s) and the exit nodes. With
-// `dense` the bits start full and rejected subtrees are cleared (cheap when most tokens stay
-// within, as inside a string); otherwise they start empty and within tokens are set.
-std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCache& cache, int32_t lex) {
-  auto out = std::make_unique<StateMasks>();
-  const auto& start_loop = cache.dfa.loop_bytes(lex);
-  const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
-  std::vector<uint32_t> bits(t.mask_words(), 0);
-  if (dense) std::copy(t.trie_token_bits().begin(), t.trie_token_bits().end(), bits.begin());
+// The lexer-only walk of one trie from lex: sets the bits of tokens staying inside the
+// lexeme(s) and records the exit nodes; returns how many bits it set (sparse walks only). With
+// `dense` the trie's bits are set first and rejected subtrees cleared (cheap when most tokens
+// stay within, as inside a string); otherwise within tokens are set one by one.
+size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_t lex, bool dense,
+                  std::vector<uint32_t>& bits, std::vector<int32_t>& state, StateMasks& out) {
+  if (t.num_nodes() <= 1) return 0;
+  if (dense) {
+    const auto tb = t.token_bits();
+    for (size_t w = 0; w < bits.size(); ++w) bits[w] |= tb[w];
+  }
   const std::vector<TokenId>& tokens = t.tokens();
-  size_t set_count = 0;  // tokens set (sparse walk; a dense one keeps a bitmask anyway)
+  size_t set_count = 0;
   auto mark = [&](uint32_t from, uint32_t to, bool on) {
     if (on) set_count += to - from;
     for (uint32_t k = from; k < to; ++k) {
@@ -116,20 +135,20 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
       w = on ? (w | bit) : (w & ~bit);
     }
   };
-  std::vector<int32_t> state(static_cast<size_t>(t.max_depth()) + 1);
+  state.resize(static_cast<size_t>(t.max_depth()) + 1);
   state[0] = lex;
   for (uint32_t i = 1; i < t.num_nodes();) {
-    const TokenizerInfo::WalkNode& n = t.walk_node(i);
+    const TokenTrie::WalkNode& n = t.walk_node(i);
     const int32_t p = state[n.depth - 1u];
     const int32_t s = cache.dfa.next(p, n.byte);
     if (s == LexerDfa::kDead) {
-      if (cache.dfa.accepting(p)) out->exits.push_back({i, p});
+      if (cache.dfa.accepting(p)) out.exits.push_back({trie, i, p});
       if (dense) mark(n.token_begin, n.token_end, false);
       i = n.next;
       continue;
     }
     state[n.depth] = s;
-    const bool leaf = (n.flags & TokenizerInfo::kLeaf) != 0;
+    const bool leaf = (n.flags & TokenTrie::kLeaf) != 0;
     if (leaf || subtree_within(t, cache, i, n, s)) {
       if (!dense) mark(n.token_begin, n.token_end, true);
       i = n.next;
@@ -138,6 +157,24 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
     if (!dense) mark(n.token_begin, t.walk_node(i + 1).token_begin, true);
     ++i;
   }
+  return set_count;
+}
+
+// The masks of lexer state lex: the slices every string of lex's horizon covers are within
+// whole; the other tries are walked.
+std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCache& cache, int32_t lex) {
+  auto out = std::make_unique<StateMasks>();
+  const int horizon = cache.horizon.of(lex);
+  while (out->slices < t.num_slices() && t.slice_max_chars(out->slices + 1) <= horizon) ++out->slices;
+  const auto& start_loop = cache.dfa.loop_bytes(lex);
+  const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
+  std::vector<uint32_t> bits(t.mask_words(), 0);
+  std::vector<int32_t> state;
+  size_t set_count = 0;
+  for (size_t k = 0; k < t.tries().size(); ++k) {
+    if (k >= 1 && static_cast<int>(k) <= out->slices) continue;
+    set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, bits, state, *out);
+  }
   store_within(bits, dense ? bits.size() : set_count, *out);
   return out;
 }
@@ -145,7 +182,7 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
 }  // namespace
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const TokenizerInfo> tokenizer)
-    : g_(std::move(grammar)), tok_(std::move(tokenizer)), cache_(std::make_shared<MatcherCache>(*g_)),
+    : g_(std::move(grammar)), tok_(std::move(tokenizer)), cache_(std::make_shared<MatcherCache>(*g_, *tok_)),
       chart_(g_.get()) {
   lex_ = lexer_start(0);
 }
@@ -290,8 +327,7 @@ std::string Matcher::forced_bytes(size_t max_bytes) {
   return out;
 }
 
-void Matcher::walk_subtree(uint32_t root, Frame parent, uint32_t* mask) {
-  const TokenizerInfo& t = *tok_;
+void Matcher::walk_subtree(const TokenTrie& t, uint32_t root, Frame parent, uint32_t* mask) {
   const uint32_t end = t.next(root);
   frames_.resize(static_cast<size_t>(t.max_depth()) + 1);
   frames_[t.depth(root) - 1u] = parent;
@@ -324,21 +360,24 @@ void Matcher::fill_mask(std::span<uint32_t> mask) {
   std::unique_ptr<StateMasks> fresh;
   if (sm == nullptr) {
     fresh = build_state_masks(t, cache, lex_);
-    const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 + fresh->exits.size() * 8;
+    const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 + fresh->exits.size() * sizeof(StateMasks::Exit);
     sm = fresh.get();
     if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
       cache.cached_bytes += bytes;
       cache.masks.emplace(lex_, std::move(fresh));
     }
   }
-  if (!sm->within_bits.empty()) {
+  if (sm->slices > 0) {
+    const auto prefix = t.slice_prefix_bits(sm->slices);
+    std::memcpy(mask.data(), prefix.data(), prefix.size() * sizeof(uint32_t));
+    for (size_t w = 0; w < sm->within_bits.size(); ++w) mask[w] |= sm->within_bits[w];
+  } else if (!sm->within_bits.empty()) {
     std::memcpy(mask.data(), sm->within_bits.data(), sm->within_bits.size() * sizeof(uint32_t));
-  } else {
-    for (TokenId id : sm->within_ids) set_bit(mask.data(), id);
   }
-  for (const auto& [node, plex] : sm->exits) {
+  for (TokenId id : sm->within_ids) set_bit(mask.data(), id);
+  for (const StateMasks::Exit& e : sm->exits) {
     // Walks the exit node's subtree from the parent state (plex, set_).
-    walk_subtree(node, Frame{plex, set_}, mask.data());
+    walk_subtree(t.tries()[e.trie], e.node, Frame{e.plex, set_}, mask.data());
   }
   chart_.truncate(base);
   if (set_start_.size() > base) set_start_.resize(base);

@@ -87,7 +87,7 @@ class Matcher {
   bool step(uint32_t& set, int32_t& lex, uint8_t b, bool memo);
   // started: some byte was consumed (else an empty document may be complete).
   bool complete_at(uint32_t set, int32_t lex, bool started);
-  void walk_subtree(uint32_t root, Frame parent, uint32_t* mask);
+  void walk_subtree(const TokenTrie& trie, uint32_t root, Frame parent, uint32_t* mask);
   void restore(const Snapshot& s);
 
   std::shared_ptr<const CompiledGrammar> g_;
