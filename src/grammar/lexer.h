@@ -96,6 +96,13 @@ class LexerDfa {
   size_t num_states() const { return sets_.size(); }
   // The NFA states of DFA state s (those with byte edges or an accept, sorted).
   std::span<const uint32_t> nfa_states(int32_t s) const { return sets_[static_cast<size_t>(s)]; }
+  // No byte continues the lexeme(s) of s (s is dead or only ends lexemes).
+  bool dead_end(int32_t s) const {
+    for (uint32_t x : sets_[static_cast<size_t>(s)]) {
+      if (!nfa_.edges(x).empty()) return false;
+    }
+    return true;
+  }
   // The DFA state of NFA state x alone (with its epsilon closure); kDead when x has no future.
   int32_t state_of(uint32_t x);
   // Appends to out the DFA states reached from s by each well-formed multi-byte UTF-8

@@ -20,7 +20,16 @@ struct StateMasks {
   int slices = 0;                      // slices 1..slices are within whole (not walked)
   std::vector<uint32_t> within_bits;   // [mask words] or empty when within_ids is used
   std::vector<TokenId> within_ids;     // when few tokens of the walked tries stay within
-  std::vector<Exit> exits;
+  std::vector<Exit> exits;             // grouped by plex (equal plex adjacent)
+  std::vector<uint32_t> group_begin;   // [groups + 1] exits[group_begin[g] .. group_begin[g + 1])
+};
+
+// What the exits of one group (one plex) allow once the parser has taken the lexeme that ends
+// there and the next lexeme starts in lexer state `start`: the tokens that stay inside that
+// next lexeme, and the nodes where it ends in turn (walked with the parser, as exits).
+struct ExitMasks {
+  std::vector<TokenId> within_ids;
+  std::vector<StateMasks::Exit> exits;
 };
 
 class MatcherCache {
@@ -32,6 +41,16 @@ class MatcherCache {
   LexerDfa dfa;
   StringHorizon horizon;
   std::unordered_map<int32_t, std::unique_ptr<StateMasks>> masks;
+  // Key: (lexer state << 32 | group) and the next lexeme's start state.
+  struct ExitKey {
+    uint64_t state_group;
+    int32_t start;
+    bool operator==(const ExitKey&) const = default;
+  };
+  struct ExitKeyHash {
+    size_t operator()(const ExitKey& k) const { return std::hash<uint64_t>()(k.state_group * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(k.start)); }
+  };
+  std::unordered_map<ExitKey, std::unique_ptr<ExitMasks>, ExitKeyHash> exit_masks;
   std::vector<int8_t> utf8_loop;  // [dfa states] -1 unknown, 0 / 1
   size_t cached_bytes = 0;
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
@@ -176,6 +195,42 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
     set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, bits, state, *out);
   }
   store_within(bits, dense ? bits.size() : set_count, *out);
+  std::stable_sort(out->exits.begin(), out->exits.end(),
+                   [](const StateMasks::Exit& a, const StateMasks::Exit& b) { return a.plex < b.plex; });
+  for (size_t k = 0; k < out->exits.size(); ++k) {
+    if (k == 0 || out->exits[k].plex != out->exits[k - 1].plex) out->group_begin.push_back(static_cast<uint32_t>(k));
+  }
+  out->group_begin.push_back(static_cast<uint32_t>(out->exits.size()));
+  return out;
+}
+
+// The lexer-only walk of the exits [begin, end) once the next lexeme starts in `start`: each
+// exit node's byte is read from `start`, the nodes below from the states reached.
+std::unique_ptr<ExitMasks> build_exit_masks(const TokenizerInfo& t, MatcherCache& cache, std::span<const StateMasks::Exit> exits,
+                                            int32_t start, std::vector<int32_t>& state) {
+  auto out = std::make_unique<ExitMasks>();
+  for (const StateMasks::Exit& e : exits) {
+    const TokenTrie& trie = t.tries()[e.trie];
+    const uint32_t end = trie.next(e.node);
+    const uint16_t d0 = trie.depth(e.node);
+    state.resize(static_cast<size_t>(trie.max_depth()) + 1);
+    state[d0 - 1u] = start;
+    for (uint32_t i = e.node; i < end;) {
+      const TokenTrie::WalkNode& n = trie.walk_node(i);
+      const int32_t p = state[n.depth - 1u];
+      const int32_t s = cache.dfa.next(p, n.byte);
+      if (s == LexerDfa::kDead) {
+        // At the exit node itself the lexeme just taken may not be followed by an empty one
+        // (as Matcher::step: one scan per byte).
+        if (i != e.node && cache.dfa.accepting(p)) out->exits.push_back({e.trie, i, p});
+        i = n.next;
+        continue;
+      }
+      state[n.depth] = s;
+      for (TokenId id : trie.tokens_at(i)) out->within_ids.push_back(id);
+      ++i;
+    }
+  }
   return out;
 }
 
@@ -215,15 +270,7 @@ bool Matcher::step(uint32_t& set, int32_t& lex, uint8_t b, bool memo) {
     return true;
   }
   if (!dfa.accepting(lex)) return false;
-  int32_t j = -1;
-  const uint64_t key = (uint64_t{set} << 32) | static_cast<uint32_t>(lex);
-  auto it = memo ? scan_memo_.find(key) : scan_memo_.end();
-  if (it != scan_memo_.end()) {
-    j = it->second;
-  } else {
-    j = chart_.scan(set, dfa.accepts(lex));
-    if (memo) scan_memo_.emplace(key, j);
-  }
+  const int32_t j = memo ? scan_from(set, lex) : chart_.scan(set, dfa.accepts(lex));
   if (j < 0) return false;
   t = dfa.next(lexer_start(static_cast<uint32_t>(j)), b);
   if (t == LexerDfa::kDead) return false;
@@ -344,6 +391,70 @@ void Matcher::walk_subtree(const TokenTrie& t, uint32_t root, Frame parent, uint
   }
 }
 
+void Matcher::fill_from(uint32_t set, int32_t lex, uint32_t* mask) {
+  const TokenizerInfo& t = *tok_;
+  MatcherCache& cache = *cache_;
+  auto it = cache.masks.find(lex);
+  StateMasks* sm = it != cache.masks.end() ? it->second.get() : nullptr;
+  std::unique_ptr<StateMasks> fresh;
+  if (sm == nullptr) {
+    fresh = build_state_masks(t, cache, lex);
+    const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 +
+                         fresh->exits.size() * sizeof(StateMasks::Exit);
+    sm = fresh.get();
+    if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
+      cache.cached_bytes += bytes;
+      cache.masks.emplace(lex, std::move(fresh));
+    }
+  }
+  if (sm->slices > 0) {
+    const auto prefix = t.slice_prefix_bits(sm->slices);
+    std::memcpy(mask, prefix.data(), prefix.size() * sizeof(uint32_t));
+    for (size_t w = 0; w < sm->within_bits.size(); ++w) mask[w] |= sm->within_bits[w];
+  } else if (!sm->within_bits.empty()) {
+    std::memcpy(mask, sm->within_bits.data(), sm->within_bits.size() * sizeof(uint32_t));
+  }
+  for (TokenId id : sm->within_ids) set_bit(mask, id);
+  // Per group of exits (one plex): the parser takes the lexeme once; what the next lexeme
+  // allows below the exit nodes is cached per (lex, group, its start state).
+  const std::span<const StateMasks::Exit> exits = sm->exits;
+  for (size_t g = 0; g + 1 < sm->group_begin.size(); ++g) {
+    const std::span<const StateMasks::Exit> group =
+        exits.subspan(sm->group_begin[g], sm->group_begin[g + 1] - sm->group_begin[g]);
+    const int32_t plex = group.front().plex;
+    const int32_t j = scan_from(set, plex);
+    if (j < 0) continue;
+    const int32_t start = lexer_start(static_cast<uint32_t>(j));
+    const MatcherCache::ExitKey key{(uint64_t{static_cast<uint32_t>(lex)} << 32) | g, start};
+    auto it2 = cache.exit_masks.find(key);
+    ExitMasks* em = it2 != cache.exit_masks.end() ? it2->second.get() : nullptr;
+    std::unique_ptr<ExitMasks> fresh_em;
+    if (em == nullptr) {
+      fresh_em = build_exit_masks(t, cache, group, start, walk_state_);
+      em = fresh_em.get();
+      const size_t bytes = em->within_ids.size() * 4 + em->exits.size() * sizeof(StateMasks::Exit) + 64;
+      if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
+        cache.cached_bytes += bytes;
+        cache.exit_masks.emplace(key, std::move(fresh_em));
+      }
+    }
+    for (TokenId id : em->within_ids) set_bit(mask, id);
+    for (const StateMasks::Exit& e : em->exits) {
+      // Walks the node's subtree with the parser from (e.plex, j): the next lexeme ends here.
+      walk_subtree(t.tries()[e.trie], e.node, Frame{e.plex, static_cast<uint32_t>(j)}, mask);
+    }
+  }
+}
+
+int32_t Matcher::scan_from(uint32_t set, int32_t lex) {
+  const uint64_t key = (uint64_t{set} << 32) | static_cast<uint32_t>(lex);
+  auto it = scan_memo_.find(key);
+  if (it != scan_memo_.end()) return it->second;
+  const int32_t j = chart_.scan(set, cache_->dfa.accepts(lex));
+  scan_memo_.emplace(key, j);
+  return j;
+}
+
 void Matcher::fill_mask(std::span<uint32_t> mask) {
   const TokenizerInfo& t = *tok_;
   SPINDLE_CHECK(mask.size() >= t.mask_words(), "mask has {} words, the vocabulary needs {}", mask.size(),
@@ -355,30 +466,17 @@ void Matcher::fill_mask(std::span<uint32_t> mask) {
   }
   const size_t base = chart_.num_sets();
   MatcherCache& cache = *cache_;
-  auto it = cache.masks.find(lex_);
-  StateMasks* sm = it != cache.masks.end() ? it->second.get() : nullptr;
-  std::unique_ptr<StateMasks> fresh;
-  if (sm == nullptr) {
-    fresh = build_state_masks(t, cache, lex_);
-    const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 + fresh->exits.size() * sizeof(StateMasks::Exit);
-    sm = fresh.get();
-    if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
-      cache.cached_bytes += bytes;
-      cache.masks.emplace(lex_, std::move(fresh));
-    }
+  uint32_t set = set_;
+  int32_t lex = lex_;
+  bool any = true;
+  if (cache.dfa.accepting(lex) && cache.dfa.dead_end(lex)) {
+    // Every next byte ends the lexeme: the tokens are those of the state after the scan (one
+    // parser step here instead of one per exit node of lex's masks).
+    const int32_t j = chart_.scan(set, cache.dfa.accepts(lex));
+    any = j >= 0;
+    if (any) set = static_cast<uint32_t>(j), lex = lexer_start(set);
   }
-  if (sm->slices > 0) {
-    const auto prefix = t.slice_prefix_bits(sm->slices);
-    std::memcpy(mask.data(), prefix.data(), prefix.size() * sizeof(uint32_t));
-    for (size_t w = 0; w < sm->within_bits.size(); ++w) mask[w] |= sm->within_bits[w];
-  } else if (!sm->within_bits.empty()) {
-    std::memcpy(mask.data(), sm->within_bits.data(), sm->within_bits.size() * sizeof(uint32_t));
-  }
-  for (TokenId id : sm->within_ids) set_bit(mask.data(), id);
-  for (const StateMasks::Exit& e : sm->exits) {
-    // Walks the exit node's subtree from the parent state (plex, set_).
-    walk_subtree(t.tries()[e.trie], e.node, Frame{e.plex, set_}, mask.data());
-  }
+  if (any) fill_from(set, lex, mask.data());
   chart_.truncate(base);
   if (set_start_.size() > base) set_start_.resize(base);
   scan_memo_.clear();
