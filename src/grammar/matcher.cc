@@ -190,8 +190,11 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
   std::vector<uint32_t> bits(t.mask_words(), 0);
   std::vector<int32_t> state;
   size_t set_count = 0;
+  // Tokens of a few such characters and then a control byte die there (no lexeme ends).
+  const bool skip_control = cache.horizon.control_dead_of(lex) > TokenizerInfo::kControlMaxPrefix;
   for (size_t k = 0; k < t.tries().size(); ++k) {
     if (k >= 1 && static_cast<int>(k) <= out->slices) continue;
+    if (skip_control && static_cast<int>(k) == t.control_trie()) continue;
     set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, bits, state, *out);
   }
   store_within(bits, dense ? bits.size() : set_count, *out);

@@ -46,19 +46,40 @@ bool StringHorizon::successors(int32_t s, std::vector<int32_t>& out) {
   return true;
 }
 
-int StringHorizon::search(int32_t s, bool& exact) {
+bool StringHorizon::control_dead_state(int32_t s) {
+  if (dfa_.accepting(s)) return false;
+  for (int b = 0; b <= 0x20; ++b) {
+    if (dfa_.next(s, static_cast<uint8_t>(b == 0x20 ? 0x7F : b)) != LexerDfa::kDead) return false;
+  }
+  return true;
+}
+
+int StringHorizon::search(int32_t s, bool& exact, int* control_dead) {
   exact = true;
+  bool ctrl = control_dead != nullptr;
+  if (ctrl) *control_dead = 0;
   // The frontier after `level` characters is a function of the one before: when it repeats a
   // frontier already seen (no state having died on the way), every length survives.
   std::vector<std::vector<int32_t>> seen = {{s}};
   std::vector<int32_t> next;
   for (int level = 1; level <= cap_; ++level) {
+    if (ctrl) {
+      for (int32_t x : seen.back()) ctrl = ctrl && control_dead_state(x);
+      if (ctrl) *control_dead = level;
+    }
     next.clear();
     for (int32_t x : seen.back()) {
       if (!successors(x, next)) return level - 1;
     }
     sort_unique(next);
-    if (std::find(seen.begin(), seen.end(), next) != seen.end()) return kUnbounded;
+    if (std::find(seen.begin(), seen.end(), next) != seen.end()) {
+      // Every later frontier repeats one already checked.
+      if (ctrl) {
+        for (int32_t x : next) ctrl = ctrl && control_dead_state(x);
+        if (ctrl) *control_dead = cap_ + 1;
+      }
+      return kUnbounded;
+    }
     if (next.size() > kMaxFrontier || dfa_.num_states() > budget_end_) {
       exact = false;
       return level;
@@ -68,13 +89,19 @@ int StringHorizon::search(int32_t s, bool& exact) {
   return cap_;
 }
 
+int StringHorizon::control_dead_of(int32_t s) {
+  of(s);
+  return control_memo_[static_cast<size_t>(s)];
+}
+
 int StringHorizon::of(int32_t s) {
   const auto i = static_cast<size_t>(s);
   if (memo_.size() <= i) memo_.resize(std::max(dfa_.num_states(), i + 1), 0);
   if (memo_[i] != 0) return memo_[i] - 1;
   bool exact = true;
   budget_end_ = dfa_.num_states() + kMaxNewStates;
-  int h = s == LexerDfa::kDead ? -1 : search(s, exact);
+  int control_dead = 0;
+  int h = s == LexerDfa::kDead ? -1 : search(s, exact, &control_dead);
   if (!exact) {
     // A set survives wherever one of its members does: the best member alone is a lower bound.
     const std::vector<uint32_t> members(dfa_.nfa_states(s).begin(), dfa_.nfa_states(s).end());
@@ -90,7 +117,9 @@ int StringHorizon::of(int32_t s) {
     }
   }
   if (memo_.size() <= i) memo_.resize(dfa_.num_states(), 0);
+  if (control_memo_.size() < memo_.size()) control_memo_.resize(memo_.size(), 0);
   memo_[i] = h + 1;
+  control_memo_[i] = control_dead;
   return h;
 }
 

@@ -55,7 +55,7 @@ TokenizerInfo::TokenizerInfo(Vocabulary vocab) : vocab_(std::move(vocab)) {
     is_eos_[static_cast<size_t>(id)] = 1;
   }
   constexpr int kSlices = static_cast<int>(std::size(kSliceMaxChars));
-  std::vector<std::vector<TokenId>> ids(kSlices + 1);
+  std::vector<std::vector<TokenId>> ids(kSlices + 2);
   for (TokenId id = 0; id < n; ++id) {
     const std::string* bytes = grammar_bytes(id);
     if (bytes == nullptr) continue;
@@ -64,6 +64,14 @@ TokenizerInfo::TokenizerInfo(Vocabulary vocab) : vocab_(std::move(vocab)) {
     if (chars > 0) {
       k = 1;
       while (chars > kSliceMaxChars[k - 1]) ++k;
+    } else {
+      const size_t c = static_cast<size_t>(
+          std::find_if(bytes->begin(), bytes->end(), [](char x) { return static_cast<uint8_t>(x) < 0x20 || x == 0x7F; }) -
+          bytes->begin());
+      if (c < bytes->size()) {
+        const int prefix = c == 0 ? 0 : json_string_chars(bytes->substr(0, c));
+        if ((c == 0 || prefix > 0) && prefix <= kControlMaxPrefix) k = kSlices + 1;
+      }
     }
     ids[static_cast<size_t>(k)].push_back(id);
   }

@@ -27,7 +27,9 @@ struct Vocabulary {
 // What the masks walk: the vocabulary's tokens (those that may match grammar bytes) split into
 // disjoint tries. Slice k >= 1 holds the tokens whose bytes are well-formed UTF-8 of
 // slice_min_chars(k) .. slice_max_chars(k) characters, each a JSON string character that needs
-// no escape (not '"', '\\', U+0000-U+001F or U+007F); trie 0 holds every other token. A lexer
+// no escape (not '"', '\\', U+0000-U+001F or U+007F); trie control_trie() holds the tokens that
+// are at most kControlMaxPrefix such characters followed by a control byte (U+0000-U+001F,
+// U+007F) and anything; trie 0 holds every other token. A lexer
 // state that stays alive on every such string of up to n characters (inside a JSON string, a
 // string with maxLength >= n, a key that may be any string) allows every token of the slices
 // with slice_max_chars(k) <= n without a walk: slice_prefix_bits(k) is the union of slices
@@ -43,9 +45,11 @@ class TokenizerInfo {
   // The bytes of a token that may match grammar bytes, or nullptr (special, EOS, unknown, empty).
   const std::string* grammar_bytes(TokenId id) const;
 
-  // Trie 0 (the rest) and the slices 1..num_slices().
+  // Trie 0 (the rest), the slices 1..num_slices(), then the control trie.
   const std::vector<TokenTrie>& tries() const { return tries_; }
-  int num_slices() const { return static_cast<int>(tries_.size()) - 1; }
+  int num_slices() const { return static_cast<int>(tries_.size()) - 2; }
+  int control_trie() const { return static_cast<int>(tries_.size()) - 1; }
+  static constexpr int kControlMaxPrefix = 7;
   // Slice k's character counts; slice_max_chars(num_slices()) is kUnbounded.
   static constexpr int kUnbounded = 1 << 30;
   int slice_min_chars(int k) const { return k == 1 ? 1 : kSliceMaxChars[k - 2] + 1; }
