@@ -48,8 +48,8 @@ bool StringHorizon::successors(int32_t s, std::vector<int32_t>& out) {
 
 bool StringHorizon::control_dead_state(int32_t s) {
   if (dfa_.accepting(s)) return false;
-  for (int b = 0; b <= 0x20; ++b) {
-    if (dfa_.next(s, static_cast<uint8_t>(b == 0x20 ? 0x7F : b)) != LexerDfa::kDead) return false;
+  for (int b = 0; b < 0x20; ++b) {
+    if (dfa_.next(s, static_cast<uint8_t>(b)) != LexerDfa::kDead) return false;
   }
   return true;
 }

@@ -29,7 +29,7 @@ class StringHorizon {
   int of(int32_t s);
   // After of(s): the number of lengths 0, 1, ... (at most cap + 1) for which every state
   // reached from s by such a string of that length is not accepting and dies on every control
-  // byte (U+0000-U+001F, U+007F): a token of fewer such characters, then a control byte, is
+  // byte (U+0000-U+001F): a token of fewer such characters, then a control byte, is
   // rejected there without ending a lexeme.
   int control_dead_of(int32_t s);
 

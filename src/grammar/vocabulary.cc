@@ -66,7 +66,7 @@ TokenizerInfo::TokenizerInfo(Vocabulary vocab) : vocab_(std::move(vocab)) {
       while (chars > kSliceMaxChars[k - 1]) ++k;
     } else {
       const size_t c = static_cast<size_t>(
-          std::find_if(bytes->begin(), bytes->end(), [](char x) { return static_cast<uint8_t>(x) < 0x20 || x == 0x7F; }) -
+          std::find_if(bytes->begin(), bytes->end(), [](char x) { return static_cast<uint8_t>(x) < 0x20; }) -
           bytes->begin());
       if (c < bytes->size()) {
         const int prefix = c == 0 ? 0 : json_string_chars(bytes->substr(0, c));

@@ -28,8 +28,8 @@ struct Vocabulary {
 // disjoint tries. Slice k >= 1 holds the tokens whose bytes are well-formed UTF-8 of
 // slice_min_chars(k) .. slice_max_chars(k) characters, each a JSON string character that needs
 // no escape (not '"', '\\', U+0000-U+001F or U+007F); trie control_trie() holds the tokens that
-// are at most kControlMaxPrefix such characters followed by a control byte (U+0000-U+001F,
-// U+007F) and anything; trie 0 holds every other token. A lexer
+// are at most kControlMaxPrefix such characters followed by a control byte (U+0000-U+001F)
+// and anything; trie 0 holds every other token. A lexer
 // state that stays alive on every such string of up to n characters (inside a JSON string, a
 // string with maxLength >= n, a key that may be any string) allows every token of the slices
 // with slice_max_chars(k) <= n without a walk: slice_prefix_bits(k) is the union of slices
