@@ -48,7 +48,9 @@ class MatcherCache {
     bool operator==(const ExitKey&) const = default;
   };
   struct ExitKeyHash {
-    size_t operator()(const ExitKey& k) const { return std::hash<uint64_t>()(k.state_group * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(k.start)); }
+    size_t operator()(const ExitKey& k) const {
+      return std::hash<uint64_t>()(k.state_group * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(k.start));
+    }
   };
   std::unordered_map<ExitKey, std::unique_ptr<ExitMasks>, ExitKeyHash> exit_masks;
   std::vector<int8_t> utf8_loop;  // [dfa states] -1 unknown, 0 / 1
@@ -178,6 +180,9 @@ size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_
   }
   return set_count;
 }
+
+static_assert(StringHorizon::kUnbounded == TokenizerInfo::kUnbounded,
+              "an unbounded horizon must take the unbounded slice");
 
 // The masks of lexer state lex: the slices every string of lex's horizon covers are within
 // whole; the other tries are walked.
