@@ -280,6 +280,65 @@ int32_t LexerDfa::start(std::span<const int> lexemes) {
   return id;
 }
 
+int32_t LexerDfa::state_of(uint32_t x) {
+  std::vector<uint32_t> states = {x};
+  closure(states);
+  return intern(states);
+}
+
+bool LexerDfa::advance_ranges(const std::vector<uint32_t>& from, std::span<const std::pair<uint8_t, uint8_t>> ranges,
+                              std::vector<int32_t>& out) {
+  const int lo = ranges[0].first, hi = ranges[0].second;
+  // Bytes between consecutive edge bounds (clipped to [lo, hi]) reach the same set.
+  std::vector<uint16_t> cuts = {static_cast<uint16_t>(lo), static_cast<uint16_t>(hi + 1)};
+  for (uint32_t st : from) {
+    for (const Nfa::Edge& e : nfa_.edges(st)) {
+      if (e.lo > lo && e.lo <= hi) cuts.push_back(e.lo);
+      if (e.hi + 1 > lo && e.hi < hi) cuts.push_back(static_cast<uint16_t>(e.hi + 1));
+    }
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  std::vector<uint32_t> next;
+  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+    const int b = cuts[k];
+    next.clear();
+    for (uint32_t st : from) {
+      for (const Nfa::Edge& e : nfa_.edges(st)) {
+        if (e.lo <= b && b <= e.hi) next.push_back(e.to);
+      }
+    }
+    closure(next);
+    std::erase_if(next, [&](uint32_t x) { return nfa_.edges(x).empty() && nfa_.accept_lexeme(x) < 0; });
+    if (next.empty()) return false;
+    if (ranges.size() == 1) {
+      out.push_back(intern(next));
+    } else if (!advance_ranges(next, ranges.subspan(1), out)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool LexerDfa::utf8_char_targets(int32_t s, std::vector<int32_t>& out) {
+  using R = std::pair<uint8_t, uint8_t>;
+  // Unicode's table 3-7 (well-formed byte sequences), one row per lead-byte range.
+  static constexpr R kRows[][4] = {{{0xC2, 0xDF}, {0x80, 0xBF}},
+                                   {{0xE0, 0xE0}, {0xA0, 0xBF}, {0x80, 0xBF}},
+                                   {{0xE1, 0xEC}, {0x80, 0xBF}, {0x80, 0xBF}},
+                                   {{0xED, 0xED}, {0x80, 0x9F}, {0x80, 0xBF}},
+                                   {{0xEE, 0xEF}, {0x80, 0xBF}, {0x80, 0xBF}},
+                                   {{0xF0, 0xF0}, {0x90, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+                                   {{0xF1, 0xF3}, {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF}},
+                                   {{0xF4, 0xF4}, {0x80, 0x8F}, {0x80, 0xBF}, {0x80, 0xBF}}};
+  static constexpr size_t kLen[] = {2, 3, 3, 3, 3, 4, 4, 4};
+  const std::vector<uint32_t> from = sets_[static_cast<size_t>(s)];
+  for (size_t r = 0; r < std::size(kRows); ++r) {
+    if (!advance_ranges(from, std::span<const R>(kRows[r], kLen[r]), out)) return false;
+  }
+  return true;
+}
+
 const std::array<uint64_t, 4>& LexerDfa::compute_loop_bytes(int32_t s) {
   if (loops_.size() < sets_.size()) loops_.resize(sets_.size(), {0, 0, 0, 0}), loops_known_.resize(sets_.size(), 0);
   const auto i = static_cast<size_t>(s);
@@ -296,31 +355,27 @@ const std::array<uint64_t, 4>& LexerDfa::compute_loop_bytes(int32_t s) {
 }
 
 int32_t LexerDfa::compute(int32_t s, uint8_t b) {
-  // The whole row at once: bytes between consecutive edge bounds of s's NFA states reach the
-  // same set, so each such interval costs one closure instead of one per byte.
-  std::vector<Nfa::Edge> edges;
-  std::vector<uint16_t> cuts = {0, 256};
+  // The interval of bytes around b between consecutive edge bounds of s's NFA states: they all
+  // reach the same set, so one closure fills the row over the whole interval.
+  int lo = 0, hi = 255;
+  std::vector<uint32_t> next;
   for (uint32_t st : sets_[static_cast<size_t>(s)]) {
     for (const Nfa::Edge& e : nfa_.edges(st)) {
-      edges.push_back(e);
-      cuts.push_back(e.lo);
-      cuts.push_back(static_cast<uint16_t>(e.hi + 1));
+      if (e.lo <= b && b <= e.hi) {
+        next.push_back(e.to);
+        lo = std::max<int>(lo, e.lo);
+        hi = std::min<int>(hi, e.hi);
+      } else if (e.hi < b) {
+        lo = std::max<int>(lo, e.hi + 1);
+      } else {
+        hi = std::min<int>(hi, e.lo - 1);
+      }
     }
   }
-  std::sort(cuts.begin(), cuts.end());
-  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  std::vector<uint32_t> next;
-  for (size_t k = 0; k + 1 < cuts.size(); ++k) {
-    const int lo = cuts[k];
-    next.clear();
-    for (const Nfa::Edge& e : edges) {
-      if (e.lo <= lo && lo <= e.hi) next.push_back(e.to);
-    }
-    closure(next);
-    const int32_t t = intern(next);
-    for (int c = lo; c < cuts[k + 1]; ++c) trans_[static_cast<size_t>(s) * 256 + static_cast<size_t>(c)] = t;
-  }
-  return trans_[static_cast<size_t>(s) * 256 + b];
+  closure(next);
+  const int32_t t = intern(next);
+  for (int c = lo; c <= hi; ++c) trans_[static_cast<size_t>(s) * 256 + static_cast<size_t>(c)] = t;
+  return t;
 }
 
 }  // namespace spindle::grammar

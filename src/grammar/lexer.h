@@ -94,6 +94,21 @@ class LexerDfa {
   std::span<const int> accepts(int32_t s) const { return accepts_[static_cast<size_t>(s)]; }
   bool accepting(int32_t s) const { return !accepts_[static_cast<size_t>(s)].empty(); }
   size_t num_states() const { return sets_.size(); }
+  // The NFA states of DFA state s (those with byte edges or an accept, sorted).
+  std::span<const uint32_t> nfa_states(int32_t s) const { return sets_[static_cast<size_t>(s)]; }
+  // No byte continues the lexeme(s) of s (s is dead or only ends lexemes).
+  bool dead_end(int32_t s) const {
+    for (uint32_t x : sets_[static_cast<size_t>(s)]) {
+      if (!nfa_.edges(x).empty()) return false;
+    }
+    return true;
+  }
+  // The DFA state of NFA state x alone (with its epsilon closure); kDead when x has no future.
+  int32_t state_of(uint32_t x);
+  // Appends to out the DFA states reached from s by each well-formed multi-byte UTF-8
+  // character (U+0080-U+10FFFF but surrogates); false when one of them leads nowhere. Works on
+  // NFA state sets, so the states in the middle of a character are never built.
+  bool utf8_char_targets(int32_t s, std::vector<int32_t>& out);
   // The bytes b with next(s, b) == s (256 bits), computed on first use.
   const std::array<uint64_t, 4>& loop_bytes(int32_t s) {
     const auto i = static_cast<size_t>(s);
@@ -104,6 +119,10 @@ class LexerDfa {
   int32_t compute(int32_t s, uint8_t b);
   const std::array<uint64_t, 4>& compute_loop_bytes(int32_t s);
   int32_t intern(std::vector<uint32_t>& states);  // states: closure, any order
+  // Advances the NFA set `from` over every byte of [ranges[0].first, ranges[0].second], then
+  // the next range, ...; appends the DFA states at the end to out. False when a path dies.
+  bool advance_ranges(const std::vector<uint32_t>& from, std::span<const std::pair<uint8_t, uint8_t>> ranges,
+                      std::vector<int32_t>& out);
   void closure(std::vector<uint32_t>& states);
 
   const Nfa& nfa_;

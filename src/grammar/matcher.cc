@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstring>
 
+#include "grammar/string_horizon.h"
 #include "util/error.h"
 
 namespace spindle::grammar {
@@ -11,21 +12,59 @@ namespace spindle::grammar {
 // Per lexer state: tokens that stay inside the current lexeme(s), and the trie nodes where the
 // lexer dies after an accepting state (the parser decides there).
 struct StateMasks {
+  struct Exit {
+    uint32_t trie;  // index into TokenizerInfo::tries()
+    uint32_t node;
+    int32_t plex;   // lexer state before the node's byte
+  };
+  int slices = 0;                      // slices 1..slices are within whole (not walked)
   std::vector<uint32_t> within_bits;   // [mask words] or empty when within_ids is used
-  std::vector<TokenId> within_ids;     // when few tokens stay within
-  std::vector<std::pair<uint32_t, int32_t>> exits;  // (trie node, lexer state before its byte)
+  std::vector<TokenId> within_ids;     // when few tokens of the walked tries stay within
+  std::vector<Exit> exits;             // grouped by plex (equal plex adjacent)
+  std::vector<uint32_t> group_begin;   // [groups + 1] exits[group_begin[g] .. group_begin[g + 1])
+};
+
+// What the exits of one group (one plex) allow once the parser has taken the lexeme that ends
+// there and the next lexeme starts in lexer state `start`: the tokens that stay inside that
+// next lexeme, and the nodes where it ends in turn (walked with the parser, as exits).
+struct ExitMasks {
+  std::vector<TokenId> within_ids;
+  std::vector<StateMasks::Exit> exits;
 };
 
 class MatcherCache {
  public:
-  MatcherCache(const CompiledGrammar& g) : dfa(g.nfa(), g.limits().max_dfa_states) {}
+  MatcherCache(const CompiledGrammar& g, const TokenizerInfo& t)
+      : dfa(g.nfa(), g.limits().max_dfa_states), horizon(dfa, largest_finite_slice(t)) {}
   // Every well-formed non-ASCII character read from s leads back to s (through live states).
   bool loops_on_utf8(int32_t s);
   LexerDfa dfa;
+  StringHorizon horizon;
   std::unordered_map<int32_t, std::unique_ptr<StateMasks>> masks;
+  // Key: (lexer state << 32 | group) and the next lexeme's start state.
+  struct ExitKey {
+    uint64_t state_group;
+    int32_t start;
+    bool operator==(const ExitKey&) const = default;
+  };
+  struct ExitKeyHash {
+    size_t operator()(const ExitKey& k) const {
+      return std::hash<uint64_t>()(k.state_group * 0x9E3779B97F4A7C15ull ^ static_cast<uint32_t>(k.start));
+    }
+  };
+  std::unordered_map<ExitKey, std::unique_ptr<ExitMasks>, ExitKeyHash> exit_masks;
   std::vector<int8_t> utf8_loop;  // [dfa states] -1 unknown, 0 / 1
   size_t cached_bytes = 0;
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
+
+ private:
+  static int largest_finite_slice(const TokenizerInfo& t) {
+    int cap = 0;
+    for (int k = 1; k <= t.num_slices(); ++k) {
+      if (t.slice_max_chars(k) != TokenizerInfo::kUnbounded) cap = std::max(cap, t.slice_max_chars(k));
+    }
+    return cap;
+  }
 };
 
 bool MatcherCache::loops_on_utf8(int32_t s) {
@@ -72,15 +111,14 @@ void set_bit(uint32_t* mask, TokenId id) { mask[id >> 5] |= uint32_t{1} << (id &
 // Every token of node i's subtree stays inside the lexeme from state s (the state after node
 // i's byte): s loops on every byte below, or on the ASCII bytes below and on every non-ASCII
 // character, the bytes below being well-formed UTF-8.
-bool subtree_within(const TokenizerInfo& t, MatcherCache& cache, size_t i, const TokenizerInfo::WalkNode& n,
-                    int32_t s) {
+bool subtree_within(const TokenTrie& t, MatcherCache& cache, size_t i, const TokenTrie::WalkNode& n, int32_t s) {
   const auto& loop = cache.dfa.loop_bytes(s);
   if ((loop[0] | loop[1]) == 0) return false;
   if ((n.ascii_below[0] & ~loop[0]) != 0 || (n.ascii_below[1] & ~loop[1]) != 0) return false;
-  if ((n.flags & TokenizerInfo::kNonAsciiBelow) == 0) return true;
+  if ((n.flags & TokenTrie::kNonAsciiBelow) == 0) return true;
   const auto& below = t.bytes_below(i);
   if (((below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0) return true;
-  return (n.flags & TokenizerInfo::kUtf8Below) != 0 && cache.loops_on_utf8(s);
+  return (n.flags & TokenTrie::kUtf8Below) != 0 && cache.loops_on_utf8(s);
 }
 
 // Moves the within tokens of a finished walk into out: a bitmask, or a list when they are few
@@ -97,17 +135,19 @@ void store_within(std::vector<uint32_t>& bits, size_t count, StateMasks& out) {
   }
 }
 
-// The lexer-only walk from lex: tokens staying inside the lexeme(s) and the exit nodes. With
-// `dense` the bits start full and rejected subtrees are cleared (cheap when most tokens stay
-// within, as inside a string); otherwise they start empty and within tokens are set.
-std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCache& cache, int32_t lex) {
-  auto out = std::make_unique<StateMasks>();
-  const auto& start_loop = cache.dfa.loop_bytes(lex);
-  const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
-  std::vector<uint32_t> bits(t.mask_words(), 0);
-  if (dense) std::copy(t.trie_token_bits().begin(), t.trie_token_bits().end(), bits.begin());
+// The lexer-only walk of one trie from lex: sets the bits of tokens staying inside the
+// lexeme(s) and records the exit nodes; returns how many bits it set (sparse walks only). With
+// `dense` the trie's bits are set first and rejected subtrees cleared (cheap when most tokens
+// stay within, as inside a string); otherwise within tokens are set one by one.
+size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_t lex, bool dense,
+                  std::vector<uint32_t>& bits, std::vector<int32_t>& state, StateMasks& out) {
+  if (t.num_nodes() <= 1) return 0;
+  if (dense) {
+    const auto tb = t.token_bits();
+    for (size_t w = 0; w < bits.size(); ++w) bits[w] |= tb[w];
+  }
   const std::vector<TokenId>& tokens = t.tokens();
-  size_t set_count = 0;  // tokens set (sparse walk; a dense one keeps a bitmask anyway)
+  size_t set_count = 0;
   auto mark = [&](uint32_t from, uint32_t to, bool on) {
     if (on) set_count += to - from;
     for (uint32_t k = from; k < to; ++k) {
@@ -116,20 +156,20 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
       w = on ? (w | bit) : (w & ~bit);
     }
   };
-  std::vector<int32_t> state(static_cast<size_t>(t.max_depth()) + 1);
+  state.resize(static_cast<size_t>(t.max_depth()) + 1);
   state[0] = lex;
   for (uint32_t i = 1; i < t.num_nodes();) {
-    const TokenizerInfo::WalkNode& n = t.walk_node(i);
+    const TokenTrie::WalkNode& n = t.walk_node(i);
     const int32_t p = state[n.depth - 1u];
     const int32_t s = cache.dfa.next(p, n.byte);
     if (s == LexerDfa::kDead) {
-      if (cache.dfa.accepting(p)) out->exits.push_back({i, p});
+      if (cache.dfa.accepting(p)) out.exits.push_back({trie, i, p});
       if (dense) mark(n.token_begin, n.token_end, false);
       i = n.next;
       continue;
     }
     state[n.depth] = s;
-    const bool leaf = (n.flags & TokenizerInfo::kLeaf) != 0;
+    const bool leaf = (n.flags & TokenTrie::kLeaf) != 0;
     if (leaf || subtree_within(t, cache, i, n, s)) {
       if (!dense) mark(n.token_begin, n.token_end, true);
       i = n.next;
@@ -138,14 +178,74 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
     if (!dense) mark(n.token_begin, t.walk_node(i + 1).token_begin, true);
     ++i;
   }
+  return set_count;
+}
+
+static_assert(StringHorizon::kUnbounded == TokenizerInfo::kUnbounded,
+              "an unbounded horizon must take the unbounded slice");
+
+// The masks of lexer state lex: the slices every string of lex's horizon covers are within
+// whole; the other tries are walked.
+std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCache& cache, int32_t lex) {
+  auto out = std::make_unique<StateMasks>();
+  const int horizon = cache.horizon.of(lex);
+  while (out->slices < t.num_slices() && t.slice_max_chars(out->slices + 1) <= horizon) ++out->slices;
+  const auto& start_loop = cache.dfa.loop_bytes(lex);
+  const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
+  std::vector<uint32_t> bits(t.mask_words(), 0);
+  std::vector<int32_t> state;
+  size_t set_count = 0;
+  // Tokens of a few such characters and then a control byte die there (no lexeme ends).
+  const bool skip_control = cache.horizon.control_dead_of(lex) > TokenizerInfo::kControlMaxPrefix;
+  for (size_t k = 0; k < t.tries().size(); ++k) {
+    if (k >= 1 && static_cast<int>(k) <= out->slices) continue;
+    if (skip_control && static_cast<int>(k) == t.control_trie()) continue;
+    set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, bits, state, *out);
+  }
   store_within(bits, dense ? bits.size() : set_count, *out);
+  std::stable_sort(out->exits.begin(), out->exits.end(),
+                   [](const StateMasks::Exit& a, const StateMasks::Exit& b) { return a.plex < b.plex; });
+  for (size_t k = 0; k < out->exits.size(); ++k) {
+    if (k == 0 || out->exits[k].plex != out->exits[k - 1].plex) out->group_begin.push_back(static_cast<uint32_t>(k));
+  }
+  out->group_begin.push_back(static_cast<uint32_t>(out->exits.size()));
+  return out;
+}
+
+// The lexer-only walk of the exits [begin, end) once the next lexeme starts in `start`: each
+// exit node's byte is read from `start`, the nodes below from the states reached.
+std::unique_ptr<ExitMasks> build_exit_masks(const TokenizerInfo& t, MatcherCache& cache, std::span<const StateMasks::Exit> exits,
+                                            int32_t start, std::vector<int32_t>& state) {
+  auto out = std::make_unique<ExitMasks>();
+  for (const StateMasks::Exit& e : exits) {
+    const TokenTrie& trie = t.tries()[e.trie];
+    const uint32_t end = trie.next(e.node);
+    const uint16_t d0 = trie.depth(e.node);
+    state.resize(static_cast<size_t>(trie.max_depth()) + 1);
+    state[d0 - 1u] = start;
+    for (uint32_t i = e.node; i < end;) {
+      const TokenTrie::WalkNode& n = trie.walk_node(i);
+      const int32_t p = state[n.depth - 1u];
+      const int32_t s = cache.dfa.next(p, n.byte);
+      if (s == LexerDfa::kDead) {
+        // At the exit node itself the lexeme just taken may not be followed by an empty one
+        // (as Matcher::step: one scan per byte).
+        if (i != e.node && cache.dfa.accepting(p)) out->exits.push_back({e.trie, i, p});
+        i = n.next;
+        continue;
+      }
+      state[n.depth] = s;
+      for (TokenId id : trie.tokens_at(i)) out->within_ids.push_back(id);
+      ++i;
+    }
+  }
   return out;
 }
 
 }  // namespace
 
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const TokenizerInfo> tokenizer)
-    : g_(std::move(grammar)), tok_(std::move(tokenizer)), cache_(std::make_shared<MatcherCache>(*g_)),
+    : g_(std::move(grammar)), tok_(std::move(tokenizer)), cache_(std::make_shared<MatcherCache>(*g_, *tok_)),
       chart_(g_.get()) {
   lex_ = lexer_start(0);
 }
@@ -178,15 +278,7 @@ bool Matcher::step(uint32_t& set, int32_t& lex, uint8_t b, bool memo) {
     return true;
   }
   if (!dfa.accepting(lex)) return false;
-  int32_t j = -1;
-  const uint64_t key = (uint64_t{set} << 32) | static_cast<uint32_t>(lex);
-  auto it = memo ? scan_memo_.find(key) : scan_memo_.end();
-  if (it != scan_memo_.end()) {
-    j = it->second;
-  } else {
-    j = chart_.scan(set, dfa.accepts(lex));
-    if (memo) scan_memo_.emplace(key, j);
-  }
+  const int32_t j = memo ? scan_from(set, lex) : chart_.scan(set, dfa.accepts(lex));
   if (j < 0) return false;
   t = dfa.next(lexer_start(static_cast<uint32_t>(j)), b);
   if (t == LexerDfa::kDead) return false;
@@ -290,8 +382,7 @@ std::string Matcher::forced_bytes(size_t max_bytes) {
   return out;
 }
 
-void Matcher::walk_subtree(uint32_t root, Frame parent, uint32_t* mask) {
-  const TokenizerInfo& t = *tok_;
+void Matcher::walk_subtree(const TokenTrie& t, uint32_t root, Frame parent, uint32_t* mask) {
   const uint32_t end = t.next(root);
   frames_.resize(static_cast<size_t>(t.max_depth()) + 1);
   frames_[t.depth(root) - 1u] = parent;
@@ -308,6 +399,70 @@ void Matcher::walk_subtree(uint32_t root, Frame parent, uint32_t* mask) {
   }
 }
 
+void Matcher::fill_from(uint32_t set, int32_t lex, uint32_t* mask) {
+  const TokenizerInfo& t = *tok_;
+  MatcherCache& cache = *cache_;
+  auto it = cache.masks.find(lex);
+  StateMasks* sm = it != cache.masks.end() ? it->second.get() : nullptr;
+  std::unique_ptr<StateMasks> fresh;
+  if (sm == nullptr) {
+    fresh = build_state_masks(t, cache, lex);
+    const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 +
+                         fresh->exits.size() * sizeof(StateMasks::Exit);
+    sm = fresh.get();
+    if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
+      cache.cached_bytes += bytes;
+      cache.masks.emplace(lex, std::move(fresh));
+    }
+  }
+  if (sm->slices > 0) {
+    const auto prefix = t.slice_prefix_bits(sm->slices);
+    std::memcpy(mask, prefix.data(), prefix.size() * sizeof(uint32_t));
+    for (size_t w = 0; w < sm->within_bits.size(); ++w) mask[w] |= sm->within_bits[w];
+  } else if (!sm->within_bits.empty()) {
+    std::memcpy(mask, sm->within_bits.data(), sm->within_bits.size() * sizeof(uint32_t));
+  }
+  for (TokenId id : sm->within_ids) set_bit(mask, id);
+  // Per group of exits (one plex): the parser takes the lexeme once; what the next lexeme
+  // allows below the exit nodes is cached per (lex, group, its start state).
+  const std::span<const StateMasks::Exit> exits = sm->exits;
+  for (size_t g = 0; g + 1 < sm->group_begin.size(); ++g) {
+    const std::span<const StateMasks::Exit> group =
+        exits.subspan(sm->group_begin[g], sm->group_begin[g + 1] - sm->group_begin[g]);
+    const int32_t plex = group.front().plex;
+    const int32_t j = scan_from(set, plex);
+    if (j < 0) continue;
+    const int32_t start = lexer_start(static_cast<uint32_t>(j));
+    const MatcherCache::ExitKey key{(uint64_t{static_cast<uint32_t>(lex)} << 32) | g, start};
+    auto it2 = cache.exit_masks.find(key);
+    ExitMasks* em = it2 != cache.exit_masks.end() ? it2->second.get() : nullptr;
+    std::unique_ptr<ExitMasks> fresh_em;
+    if (em == nullptr) {
+      fresh_em = build_exit_masks(t, cache, group, start, walk_state_);
+      em = fresh_em.get();
+      const size_t bytes = em->within_ids.size() * 4 + em->exits.size() * sizeof(StateMasks::Exit) + 64;
+      if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
+        cache.cached_bytes += bytes;
+        cache.exit_masks.emplace(key, std::move(fresh_em));
+      }
+    }
+    for (TokenId id : em->within_ids) set_bit(mask, id);
+    for (const StateMasks::Exit& e : em->exits) {
+      // Walks the node's subtree with the parser from (e.plex, j): the next lexeme ends here.
+      walk_subtree(t.tries()[e.trie], e.node, Frame{e.plex, static_cast<uint32_t>(j)}, mask);
+    }
+  }
+}
+
+int32_t Matcher::scan_from(uint32_t set, int32_t lex) {
+  const uint64_t key = (uint64_t{set} << 32) | static_cast<uint32_t>(lex);
+  auto it = scan_memo_.find(key);
+  if (it != scan_memo_.end()) return it->second;
+  const int32_t j = chart_.scan(set, cache_->dfa.accepts(lex));
+  scan_memo_.emplace(key, j);
+  return j;
+}
+
 void Matcher::fill_mask(std::span<uint32_t> mask) {
   const TokenizerInfo& t = *tok_;
   SPINDLE_CHECK(mask.size() >= t.mask_words(), "mask has {} words, the vocabulary needs {}", mask.size(),
@@ -319,27 +474,17 @@ void Matcher::fill_mask(std::span<uint32_t> mask) {
   }
   const size_t base = chart_.num_sets();
   MatcherCache& cache = *cache_;
-  auto it = cache.masks.find(lex_);
-  StateMasks* sm = it != cache.masks.end() ? it->second.get() : nullptr;
-  std::unique_ptr<StateMasks> fresh;
-  if (sm == nullptr) {
-    fresh = build_state_masks(t, cache, lex_);
-    const size_t bytes = fresh->within_bits.size() * 4 + fresh->within_ids.size() * 4 + fresh->exits.size() * 8;
-    sm = fresh.get();
-    if (cache.cached_bytes + bytes <= MatcherCache::kMaxCachedBytes) {
-      cache.cached_bytes += bytes;
-      cache.masks.emplace(lex_, std::move(fresh));
-    }
+  uint32_t set = set_;
+  int32_t lex = lex_;
+  bool any = true;
+  if (cache.dfa.accepting(lex) && cache.dfa.dead_end(lex)) {
+    // Every next byte ends the lexeme: the tokens are those of the state after the scan (one
+    // parser step here instead of one per exit node of lex's masks).
+    const int32_t j = chart_.scan(set, cache.dfa.accepts(lex));
+    any = j >= 0;
+    if (any) set = static_cast<uint32_t>(j), lex = lexer_start(set);
   }
-  if (!sm->within_bits.empty()) {
-    std::memcpy(mask.data(), sm->within_bits.data(), sm->within_bits.size() * sizeof(uint32_t));
-  } else {
-    for (TokenId id : sm->within_ids) set_bit(mask.data(), id);
-  }
-  for (const auto& [node, plex] : sm->exits) {
-    // Walks the exit node's subtree from the parent state (plex, set_).
-    walk_subtree(node, Frame{plex, set_}, mask.data());
-  }
+  if (any) fill_from(set, lex, mask.data());
   chart_.truncate(base);
   if (set_start_.size() > base) set_start_.resize(base);
   scan_memo_.clear();

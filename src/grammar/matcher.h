@@ -87,7 +87,12 @@ class Matcher {
   bool step(uint32_t& set, int32_t& lex, uint8_t b, bool memo);
   // started: some byte was consumed (else an empty document may be complete).
   bool complete_at(uint32_t set, int32_t lex, bool started);
-  void walk_subtree(uint32_t root, Frame parent, uint32_t* mask);
+  // Sets the bits of the tokens allowed from (set, lex) (the mask starts cleared).
+  void fill_from(uint32_t set, int32_t lex, uint32_t* mask);
+  // The chart set after the lexeme(s) lex accepts, scanned from set (memoized until the mask
+  // computation ends); -1 when the parser takes none of them.
+  int32_t scan_from(uint32_t set, int32_t lex);
+  void walk_subtree(const TokenTrie& trie, uint32_t root, Frame parent, uint32_t* mask);
   void restore(const Snapshot& s);
 
   std::shared_ptr<const CompiledGrammar> g_;
@@ -102,6 +107,7 @@ class Matcher {
   std::vector<Snapshot> history_;
   std::unordered_map<uint64_t, int32_t> scan_memo_;
   std::vector<Frame> frames_;
+  std::vector<int32_t> walk_state_;
 };
 
 }  // namespace spindle::grammar

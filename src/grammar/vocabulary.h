@@ -3,13 +3,13 @@
 // tokenizer (with the trie the masks walk) and shared, read-only, by every matcher.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "grammar/token_trie.h"
 #include "util/token_id.h"
 
 namespace spindle::grammar {
@@ -24,9 +24,16 @@ struct Vocabulary {
   int32_t vocab_size = 0;        // the mask's width (>= token_bytes.size(), e.g. padded logits)
 };
 
-// The vocabulary's byte strings as a trie in depth-first order: node i's subtree is
-// [i, next[i]); node 0 is the root (no byte). Tokens ending at node i are
-// tokens[token_begin[i] .. token_begin[i + 1]).
+// What the masks walk: the vocabulary's tokens (those that may match grammar bytes) split into
+// disjoint tries. Slice k >= 1 holds the tokens whose bytes are well-formed UTF-8 of
+// slice_min_chars(k) .. slice_max_chars(k) characters, each a JSON string character that needs
+// no escape (not '"', '\\', U+0000-U+001F or U+007F); trie control_trie() holds the tokens that
+// are at most kControlMaxPrefix such characters followed by a control byte (U+0000-U+001F)
+// and anything; trie 0 holds every other token. A lexer
+// state that stays alive on every such string of up to n characters (inside a JSON string, a
+// string with maxLength >= n, a key that may be any string) allows every token of the slices
+// with slice_max_chars(k) <= n without a walk: slice_prefix_bits(k) is the union of slices
+// 1..k (after llguidance's "slicer").
 class TokenizerInfo {
  public:
   explicit TokenizerInfo(Vocabulary vocab);
@@ -38,55 +45,28 @@ class TokenizerInfo {
   // The bytes of a token that may match grammar bytes, or nullptr (special, EOS, unknown, empty).
   const std::string* grammar_bytes(TokenId id) const;
 
-  size_t num_nodes() const { return byte_.size(); }
-  uint8_t byte(size_t i) const { return byte_[i]; }
-  uint16_t depth(size_t i) const { return depth_[i]; }
-  uint32_t next(size_t i) const { return next_[i]; }
-  std::span<const TokenId> tokens_at(size_t i) const {
-    return {tokens_.data() + token_begin_[i], tokens_.data() + token_begin_[i + 1]};
-  }
-  uint16_t max_depth() const { return max_depth_; }
-  // The bytes on every path strictly below node i (256 bits): a lexer state that loops on all of
-  // them keeps every token of the subtree inside the lexeme, so the walk can skip it whole.
-  const std::array<uint64_t, 4>& bytes_below(size_t i) const { return below_[i]; }
-  // Every path strictly below node i, read from a UTF-8 character boundary at node i, is
-  // well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), possibly cut
-  // short at its end: a lexer state that returns to itself on every non-ASCII character (and on
-  // the ASCII bytes below) keeps the whole subtree inside the lexeme.
-  bool utf8_below(size_t i) const { return utf8_below_[i] != 0; }
-  // [mask_words()] the bits of every token in the trie (those that may match grammar bytes).
-  std::span<const uint32_t> trie_token_bits() const { return trie_bits_; }
-  // What a mask walk reads of node i, in one 32-byte record (one cache line per visited node).
-  struct WalkNode {
-    std::array<uint64_t, 2> ascii_below;  // bytes_below(i) below 0x80
-    uint32_t next;                        // next(i)
-    uint32_t token_begin;                 // token_begin(i)
-    uint32_t token_end;                   // token_begin(next(i)): the subtree's tokens end
-    uint16_t depth;
-    uint8_t byte;
-    uint8_t flags;  // kLeaf | kNonAsciiBelow | kUtf8Below
-  };
-  static constexpr uint8_t kLeaf = 1, kNonAsciiBelow = 2, kUtf8Below = 4;
-  const WalkNode& walk_node(size_t i) const { return walk_[i]; }
-  // Tokens of node i's whole subtree: tokens()[token_begin(i) .. token_begin(next(i))).
-  uint32_t token_begin(size_t i) const { return token_begin_[i]; }
-  const std::vector<TokenId>& tokens() const { return tokens_; }
+  // Trie 0 (the rest), the slices 1..num_slices(), then the control trie.
+  const std::vector<TokenTrie>& tries() const { return tries_; }
+  int num_slices() const { return static_cast<int>(tries_.size()) - 2; }
+  int control_trie() const { return static_cast<int>(tries_.size()) - 1; }
+  static constexpr int kControlMaxPrefix = 7;
+  // Slice k's character counts; slice_max_chars(num_slices()) is kUnbounded.
+  static constexpr int kUnbounded = 1 << 30;
+  int slice_min_chars(int k) const { return k == 1 ? 1 : kSliceMaxChars[k - 2] + 1; }
+  int slice_max_chars(int k) const { return kSliceMaxChars[k - 1]; }
+  // [mask_words()] the tokens of slices 1..k (k >= 1).
+  std::span<const uint32_t> slice_prefix_bits(int k) const { return prefix_bits_[static_cast<size_t>(k - 1)]; }
+  // Nodes of every trie, and the longest token in bytes.
+  size_t num_nodes() const;
+  uint16_t max_depth() const;
 
  private:
-  void build_utf8_below();
+  static constexpr int kSliceMaxChars[] = {1, 2, 3, 4, 6, 8, 12, 16, kUnbounded};
 
   Vocabulary vocab_;
   std::vector<uint8_t> is_eos_;
-  std::vector<uint8_t> byte_;
-  std::vector<uint16_t> depth_;
-  std::vector<uint32_t> next_;
-  std::vector<uint32_t> token_begin_;
-  std::vector<TokenId> tokens_;
-  std::vector<std::array<uint64_t, 4>> below_;
-  std::vector<uint8_t> utf8_below_;
-  std::vector<WalkNode> walk_;
-  std::vector<uint32_t> trie_bits_;
-  uint16_t max_depth_ = 0;
+  std::vector<TokenTrie> tries_;
+  std::vector<std::vector<uint32_t>> prefix_bits_;
 };
 
 }  // namespace spindle::grammar

