@@ -22,6 +22,9 @@ constexpr int32_t kOffset = T == QuantType::kQ8_0   ? 128
                             : T == QuantType::kQ6_K ? 32
                                                     : 0;
 
+template <QuantType T>
+constexpr int64_t kH = T == QuantType::kQ6_K ? 2 : 1;  // QuantRowTerms::neg_off entries a block
+
 // The activation rows of a tile: their terms (quant_row_terms, from the chunk's first row) and x.
 struct RowTile {
   const QuantizedActivations* x;
@@ -51,7 +54,6 @@ inline void rows_block(const Block& blk, const RowTile& rt, int64_t b, __m512* a
   const QuantizedActivations& x = *rt.x;
   const int64_t k = x.k, nb = k / kQuantBlock;
   constexpr bool kHalves = T == QuantType::kQ6_K;
-  constexpr int64_t kH = kHalves ? 2 : 1;
   const int8_t* xq[MT];
   float dx[MT];
 #pragma GCC unroll 16
@@ -64,7 +66,7 @@ inline void rows_block(const Block& blk, const RowTile& rt, int64_t b, __m512* a
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 16
-      for (int i = 0; i < MT; ++i) sum[i] = _mm512_set1_epi32(rt.neg_off[(i * nb + b) * kH + h]);
+      for (int i = 0; i < MT; ++i) sum[i] = _mm512_set1_epi32(rt.neg_off[(i * nb + b) * 2 + h]);
       dots<MT, 4>(blk.w, xq, 4 * h, sum);
       const __m512 scale = h == 0 ? blk.scale_lo : blk.scale_hi;
 #pragma GCC unroll 16
@@ -124,11 +126,12 @@ void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
   thread_local QuantRowTerms terms;
   const QuantizedActivations& x = *p.x;
   const int64_t m = x.m, nb = x.k / kQuantBlock;
-  constexpr int64_t kH = T == QuantType::kQ6_K ? 2 : 1;
   for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
     const int64_t c1 = std::min(m, c0 + kRowChunk);
-    quant_row_terms(x, kOffset<T>, kH == 2, c0, c1, terms);
-    const auto at = [&](int64_t i) { return RowTile{&x, i, terms.neg_off.data() + (i - c0) * nb * kH, terms.dxs.data() + (i - c0) * nb}; };
+    quant_row_terms(x, kOffset<T>, kH<T> == 2, c0, c1, terms);
+    const auto at = [&](int64_t i) {
+      return RowTile{&x, i, terms.neg_off.data() + (i - c0) * nb * kH<T>, terms.dxs.data() + (i - c0) * nb};
+    };
     for (int64_t g = g0; g < g1; ++g) {
       int64_t i = c0;
       for (; i + kTileRows <= c1; i += kTileRows) tile<T, kTileRows>(p, g, at(i));
