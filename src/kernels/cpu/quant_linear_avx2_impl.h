@@ -4,6 +4,11 @@
 // vpdpbusd; Q8_0 as q + 128 with the offset removed like Q4_0's). Everything is in an anonymous
 // namespace so the two inclusions never share code. The arithmetic per block is that of
 // quant_linear_avx512_vnni.cc on each half (rows 0-7, 8-15) of a group; see quant_linear.h.
+// Rates (llvm-mca -mcpu=znver3 on the avx2 Q4_K 4-row loop): ~44 cycles a block of 4 rows, all four
+// FP pipes busy; 8 of each row's ~40 FP-pipe ops are the activation broadcasts, done again for each
+// half. Tried and measured slower (bench/results/2026-12-07-devvm-zen4-quant-rows): both halves in one
+// tile with the decoded block in an L1 panel, each broadcast shared (16 rows): the panel's loads
+// and stores then bound it (~111 cycles of FP load/store a 4-row block of 16 rows).
 #pragma once
 
 #include <immintrin.h>

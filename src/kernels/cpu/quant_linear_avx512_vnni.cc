@@ -2,12 +2,15 @@
 // the arithmetic are in quant_linear.h. Compiled with -mavx512vnni (kernels/CMakeLists.txt).
 //
 // Per 32-element block b, weight group g (16 rows) and activation row i: the eight vectors of
-// unsigned quants (Q8_0: q xor 0x80 = q + 128) are dotted with the broadcast int8 activations in
-// two int32 chains (vectors 0-3, k 0..15 and 4-7, k 16..31); the integer offset (Q8_0 128, Q4_0 8,
-// Q5_0 16, Q6_K 32) times the activation half-block sum is subtracted exactly; then, in f32,
+// unsigned quants (Q8_0: q xor 0x80 = q + 128) are dotted with the broadcast int8 activations in an
+// int32 chain that starts from -offset * xsum (Q8_0 128, Q4_0 8, Q5_0 16, Q6_K 32; Q6_K one chain
+// per half with its half's sum), so isum is exact; then, in f32,
 //   acc += float(isum) * (scale * dx)          (Q6_K: once per half, each with its own scale)
-//   acc -= min * (dx * xsum)                   (Q4_K, Q5_K, Q5_1)
+//   acc -= min * (dx * xsum)                   (Q4_K, Q5_K, Q5_1; dx * xsum rounded once, quant_row_terms)
 // in that order for every block, whatever the number of rows computed together.
+// Rates: per row and block, 8 vpdpbusd and then a multiply and an FMA (one more FMA for the min;
+// Q6_K two of each) on the same pipes (Zen 4: one zmm vpdpbusd or FMA a cycle, measured), so Q4_K
+// peaks at 8/11 of the vpdpbusd rate; the decode, conversions and broadcasts go to other ports.
 #include <algorithm>
 
 #include "kernels/cpu/quant_linear_avx512_decode.h"
