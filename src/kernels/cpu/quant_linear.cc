@@ -8,6 +8,10 @@
 
 #include <fmt/format.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "kernels/cpu/quant_linear_isa.h"
 #include "platform/cpu_info.h"
 #include "util/error.h"
@@ -313,6 +317,79 @@ PackedQuantWeight repack_quant_weight(QuantType type, const void* file_bytes, in
   return w;
 }
 
+namespace {
+
+// One block of 32 (quant_linear.h): d = max|x| / 127, q = clamp(nearest-even(x * (1 / d)), -127, 127),
+// the int sums of the halves in sum16; returns d. The SSE2 path (baseline x86-64: it is the per-call
+// cost every kernel pays, ~3.5 ns an element through libm's nearbyint before) computes the same
+// IEEE operations: the f32 product x * inv, clamped to +-127 (exact integers, so clamping before or
+// after the rounding agrees) and rounded by cvtps2dq in the default nearest-even mode.
+float quantize_block(const float* xb, int8_t* q, int32_t* sum16) {
+#if defined(__SSE2__)
+  const __m128 abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  __m128 v[8];
+  __m128 mx = _mm_setzero_ps();
+  for (int j = 0; j < 8; ++j) {
+    v[j] = _mm_loadu_ps(xb + 4 * j);
+    mx = _mm_max_ps(mx, _mm_and_ps(v[j], abs_mask));
+  }
+  mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(1, 0, 3, 2)));
+  mx = _mm_max_ps(mx, _mm_shuffle_ps(mx, mx, _MM_SHUFFLE(2, 3, 0, 1)));
+  const float d = _mm_cvtss_f32(mx) / 127.0f;
+  const float inv_d = d > 0.0f ? 1.0f / d : 0.0f;  // a block below ~4e-37 (1 / d = inf) quantizes to 0
+  const __m128 inv = _mm_set1_ps(std::isfinite(inv_d) ? inv_d : 0.0f);
+  const __m128 lo = _mm_set1_ps(-127.0f), hi = _mm_set1_ps(127.0f);
+  __m128i i32[8];
+  for (int j = 0; j < 8; ++j) i32[j] = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_mul_ps(v[j], inv), lo), hi));
+  const __m128i ones = _mm_set1_epi16(1);
+  for (int h = 0; h < 2; ++h) {
+    const __m128i a = _mm_packs_epi32(i32[4 * h], i32[4 * h + 1]), c = _mm_packs_epi32(i32[4 * h + 2], i32[4 * h + 3]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h), _mm_packs_epi16(a, c));
+    __m128i t = _mm_add_epi32(_mm_madd_epi16(a, ones), _mm_madd_epi16(c, ones));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    sum16[h] = _mm_cvtsi128_si32(t);
+  }
+  return d;
+#else
+  float amax = 0.0f;
+  for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+  const float d = amax / 127.0f;
+  const float inv_d = d > 0.0f ? 1.0f / d : 0.0f;
+  const float inv = std::isfinite(inv_d) ? inv_d : 0.0f;
+  sum16[0] = sum16[1] = 0;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    q[j] = static_cast<int8_t>(std::nearbyint(std::clamp(xb[j] * inv, -127.0f, 127.0f)));
+    sum16[j / 16] += q[j];
+  }
+  return d;
+#endif
+}
+
+}  // namespace
+
+void quant_row_terms(const QuantizedActivations& x, int32_t offset, bool halves, int64_t row_begin, int64_t row_end,
+                     QuantRowTerms& out) {
+  const int64_t nb = x.k / kQuantBlock, rows = row_end - row_begin, h = halves ? 2 : 1;
+  out.neg_off.resize(static_cast<size_t>(rows * nb * h));
+  out.dxs.resize(static_cast<size_t>(rows * nb));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t* s16 = x.sum16.data() + (row_begin + i) * 2 * nb;
+    const float* dx = x.scale.data() + (row_begin + i) * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int32_t lo = s16[2 * b], hi = s16[2 * b + 1];
+      int32_t* off = out.neg_off.data() + (i * nb + b) * h;
+      if (halves) {
+        off[0] = -offset * lo;
+        off[1] = -offset * hi;
+      } else {
+        off[0] = -offset * (lo + hi);
+      }
+      out.dxs[static_cast<size_t>(i * nb + b)] = dx[b] * static_cast<float>(lo + hi);
+    }
+  }
+}
+
 void quantize_activations(const float* x, int64_t m, int64_t k, QuantizedActivations& out, ThreadPool* pool) {
   SPINDLE_CHECK(m > 0 && k > 0 && k % kQuantBlock == 0,
                 "quantize_activations: shape [{}, {}]: k must be a positive multiple of {}", m, k, kQuantBlock);
@@ -323,19 +400,9 @@ void quantize_activations(const float* x, int64_t m, int64_t k, QuantizedActivat
   out.sum16.resize(static_cast<size_t>(m * k / 16));
   const auto row = [&](int64_t i) {
     for (int64_t b = 0; b < k / kQuantBlock; ++b) {
-      const float* xb = x + i * k + b * kQuantBlock;
-      float amax = 0.0f;
-      for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-      const float d = amax / 127.0f;
-      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
-      int8_t* q = out.q.data() + i * k + b * kQuantBlock;
-      int32_t s[2] = {0, 0};
-      for (int j = 0; j < kQuantBlock; ++j) {
-        const float v = std::nearbyint(xb[j] * inv);
-        q[j] = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-        s[j / 16] += q[j];
-      }
-      out.scale[i * (k / kQuantBlock) + b] = d;
+      const int64_t e = i * k + b * kQuantBlock;
+      int32_t s[2];
+      out.scale[i * (k / kQuantBlock) + b] = quantize_block(x + e, out.q.data() + e, s);
       out.sum16[i * (k / 16) + 2 * b] = s[0];
       out.sum16[i * (k / 16) + 2 * b + 1] = s[1];
     }

@@ -27,8 +27,9 @@
 // 144 / 176 (their 6-bit scales and mins kept one per byte); Q5_0 / Q5_1 keep their 22 / 24.
 //
 // Activations: quantize_activations() rounds x per block of 32 to int8 with an f32 scale
-// dx = max|x| / 127 (q = nearest-even(x / dx), |q| <= 127; a zero block has dx = 0), and keeps the
-// int sums of each half block of 16 (for the offsets and mins). The kernels compute, per block b
+// dx = max|x| / 127 (q = nearest-even(x * f32(1 / dx)) clamped to +-127; a zero block, or one below
+// ~4e-37 where 1 / dx overflows, has q = 0), and keeps the int sums of each half block of 16 (for the
+// offsets and mins). The kernels compute, per block b
 // and row n, the exact integer dot of the quants and then, in f32,
 //   y += isum_b * (scale_b[n] * dx_b) - min_b[n] * (dx_b * xsum_b)
 // (Q6_K: per half block of 16, one scale each; the min term only for Q4_K, Q5_K and Q5_1; isum_b
@@ -41,8 +42,10 @@
 //   avx_vnni    the avx2 kernel with VEX vpdpbusd (Alder Lake, Sapphire Rapids and later)
 //   avx512_vnni vpdpbusd on 16 rows a vector (Ice Lake, Zen 4 and later)
 //   amx_int8    see quant_linear_amx.cc
-// Each computes rows of x in tiles of up to 4 against every group of 16 weight rows, groups spread
-// over the ThreadPool; a row's outputs do not depend on m (the sum order is fixed per block).
+// Each computes rows of x in tiles (avx512_vnni 8 rows, avx2 / avx_vnni 4, amx_int8 16; the rest
+// of a row chunk in smaller ones) against every group of 16 weight rows, groups spread over the
+// ThreadPool; a row's outputs do not depend on m (the integer dot is exact however it is split, and
+// the f32 terms above are added in the same order per block).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,11 @@
 // vpdpbusd; Q8_0 as q + 128 with the offset removed like Q4_0's). Everything is in an anonymous
 // namespace so the two inclusions never share code. The arithmetic per block is that of
 // quant_linear_avx512_vnni.cc on each half (rows 0-7, 8-15) of a group; see quant_linear.h.
+// Rates (llvm-mca -mcpu=znver3 on the avx2 Q4_K 4-row loop): ~44 cycles a block of 4 rows, all four
+// FP pipes busy; 8 of each row's ~40 FP-pipe ops are the activation broadcasts, done again for each
+// half. Tried and measured slower (bench/results/2026-12-07-devvm-zen4-quant-rows): both halves in one
+// tile with the decoded block in an L1 panel, each broadcast shared (16 rows): the panel's loads
+// and stores then bound it (~111 cycles of FP load/store a 4-row block of 16 rows).
 #pragma once
 
 #include <immintrin.h>
@@ -126,65 +131,81 @@ constexpr int32_t kOffset = T == QuantType::kQ8_0   ? (kVnni ? 128 : 0)
                             : T == QuantType::kQ6_K ? 32
                                                     : 0;
 
-// int32 dot of 4 vectors (16 k) with the 16 activations at xq.
-template <QuantType T, bool kVnni>
-inline __m256i dot4(const __m256i* w, const int8_t* xq) {
+// Consecutive maddubs outputs summed in int16 before one madd to int32: a lane of a maddubs output
+// is a pair q0 x0 + q1 x1 with |x| <= 127, at most 2 * 127 * qmax: 3810 for 4-bit quants (8 sums:
+// 30480), 7874 for 5-bit (4: 31496), 16002 for 6-bit (2: 32004), all < 32767, so nothing saturates
+// and the int32 dot is exact. Q8_0 (sign trick, |q| <= 128: 32512) takes each on its own.
+template <QuantType T>
+constexpr int kInt16Depth = T == QuantType::kQ4_0 || T == QuantType::kQ4_K   ? 8
+                            : T == QuantType::kQ6_K                          ? 2
+                            : T == QuantType::kQ8_0                          ? 1
+                                                                             : 4;  // Q5_0, Q5_1, Q5_K
+
+// s + the int32 dot of NT vectors w[0 .. NT - 1] (4 NT k) with the 4 NT activations at xq.
+template <QuantType T, bool kVnni, int NT>
+inline __m256i dot(const __m256i* w, const int8_t* xq, __m256i s) {
   if constexpr (kVnni) {
-    __m256i s = _mm256_setzero_si256();
-    for (int t = 0; t < 4; ++t) s = _mm256_dpbusd_avx_epi32(s, w[t], _mm256_set1_epi32(load32(xq + 4 * t)));
+    for (int t = 0; t < NT; ++t) s = _mm256_dpbusd_avx_epi32(s, w[t], _mm256_set1_epi32(load32(xq + 4 * t)));
     return s;
   } else if constexpr (T == QuantType::kQ8_0) {
     // |q| * sign(x, q): |q| <= 128, |x| <= 127, so a pair of products fits int16.
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s = _mm256_setzero_si256();
-    for (int t = 0; t < 4; ++t) {
+    for (int t = 0; t < NT; ++t) {
       const __m256i xv = _mm256_set1_epi32(load32(xq + 4 * t));
       const __m256i pr = _mm256_maddubs_epi16(_mm256_abs_epi8(w[t]), _mm256_sign_epi8(xv, w[t]));
       s = _mm256_add_epi32(s, _mm256_madd_epi16(pr, ones));
     }
     return s;
   } else {
-    // q <= 63, |x| <= 127: a pair of products is at most 16002, two pairs 32004 < 32767.
+    constexpr int kD = std::min(kInt16Depth<T>, NT);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i s = _mm256_setzero_si256();
-    for (int t = 0; t < 4; t += 2) {
-      const __m256i p0 = _mm256_maddubs_epi16(w[t], _mm256_set1_epi32(load32(xq + 4 * t)));
-      const __m256i p1 = _mm256_maddubs_epi16(w[t + 1], _mm256_set1_epi32(load32(xq + 4 * t + 4)));
-      s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_add_epi16(p0, p1), ones));
+    for (int t0 = 0; t0 < NT; t0 += kD) {
+      __m256i p = _mm256_maddubs_epi16(w[t0], _mm256_set1_epi32(load32(xq + 4 * t0)));
+      for (int t = t0 + 1; t < t0 + kD; ++t) {
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(w[t], _mm256_set1_epi32(load32(xq + 4 * t))));
+      }
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
     }
     return s;
   }
 }
 
+// The activation rows of a tile: their terms (quant_row_terms, from the chunk's first row) and x.
+struct RowTile {
+  const QuantizedActivations* x;
+  int64_t i0;              // first row of the tile in x
+  const int32_t* neg_off;  // the tile's first row's entry of QuantRowTerms::neg_off
+  const float* dxs;        // and of QuantRowTerms::dxs
+};
+
+// acc[i] += block b of activation rows i0 .. i0 + MT - 1: each row's integer dot starts from the
+// exact -offset * xsum; then, in f32, as quant_linear_avx512_vnni.cc.
 template <QuantType T, bool kVnni, int MT>
-inline void rows_block(const Block& blk, const QuantizedActivations& x, int64_t i0, int64_t b, __m256* acc) {
+inline void rows_block(const Block& blk, const RowTile& rt, int64_t b, __m256* acc) {
+  const QuantizedActivations& x = *rt.x;
   const int64_t k = x.k, nb = k / kQuantBlock;
-  constexpr int32_t off = kOffset<T, kVnni>;
+  constexpr bool kOff = kOffset<T, kVnni> != 0;
+#pragma GCC unroll 8
   for (int i = 0; i < MT; ++i) {
-    const int8_t* xq = x.q.data() + (i0 + i) * k + b * kQuantBlock;
-    __m256i lo = dot4<T, kVnni>(blk.w, xq);
-    __m256i hi = dot4<T, kVnni>(blk.w + 4, xq + 16);
-    const float dx = x.scale[(i0 + i) * nb + b];
-    const int32_t* s16 = x.sum16.data() + (i0 + i) * (k / 16) + 2 * b;
-    const __m256 vdx = _mm256_set1_ps(dx);
+    const int8_t* xq = x.q.data() + (rt.i0 + i) * k + b * kQuantBlock;
+    const __m256 vdx = _mm256_set1_ps(x.scale[(rt.i0 + i) * nb + b]);
     if constexpr (T == QuantType::kQ6_K) {
-      lo = _mm256_sub_epi32(lo, _mm256_set1_epi32(off * s16[0]));
-      hi = _mm256_sub_epi32(hi, _mm256_set1_epi32(off * s16[1]));
+      const int32_t* off = rt.neg_off + 2 * (i * nb + b);
+      const __m256i lo = dot<T, kVnni, 4>(blk.w, xq, _mm256_set1_epi32(off[0]));
+      const __m256i hi = dot<T, kVnni, 4>(blk.w + 4, xq + 16, _mm256_set1_epi32(off[1]));
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), _mm256_mul_ps(blk.scale_lo, vdx), acc[i]);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), _mm256_mul_ps(blk.scale_hi, vdx), acc[i]);
     } else {
-      __m256i sum = _mm256_add_epi32(lo, hi);
-      if constexpr (off != 0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(off * (s16[0] + s16[1])));
+      const __m256i init = kOff ? _mm256_set1_epi32(rt.neg_off[i * nb + b]) : _mm256_setzero_si256();
+      const __m256i sum = dot<T, kVnni, 8>(blk.w, xq, init);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(blk.scale_lo, vdx), acc[i]);
-      if constexpr (ql::kHasMin<T>) {
-        acc[i] = _mm256_fnmadd_ps(blk.min, _mm256_set1_ps(dx * static_cast<float>(s16[0] + s16[1])), acc[i]);
-      }
+      if constexpr (ql::kHasMin<T>) acc[i] = _mm256_fnmadd_ps(blk.min, _mm256_set1_ps(rt.dxs[i * nb + b]), acc[i]);
     }
   }
 }
 
 template <QuantType T, bool kVnni, int MT>
-void tile(const QuantGroupsParams& p, int64_t g, int h, int64_t i0) {
+void tile(const QuantGroupsParams& p, int64_t g, int h, const RowTile& rt) {
   const PackedQuantWeight& w = *p.w;
   const int64_t col = g * kQuantGroupRows + 8 * h;
   if (col >= w.n) return;
@@ -196,11 +217,11 @@ void tile(const QuantGroupsParams& p, int64_t g, int h, int64_t i0) {
   blk.min = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     decode<T, kVnni>(gw, b, h, blk);
-    rows_block<T, kVnni, MT>(blk, *p.x, i0, b, acc);
+    rows_block<T, kVnni, MT>(blk, rt, b, acc);
   }
   const int64_t valid = std::min<int64_t>(8, w.n - col);
   for (int i = 0; i < MT; ++i) {
-    float* out = p.y + (i0 + i) * w.n + col;
+    float* out = p.y + (rt.i0 + i) * w.n + col;
     if (valid == 8) {
       _mm256_storeu_ps(out, acc[i]);
     } else {
@@ -211,21 +232,31 @@ void tile(const QuantGroupsParams& p, int64_t g, int h, int64_t i0) {
   }
 }
 
+// Rows in chunks of kRowChunk (their quants stay in L2 while the chunk passes the groups), in tiles
+// of 4 rows (the 8 decoded vectors and 4 accumulators take 12 of the 16 ymm registers).
 constexpr int64_t kRowChunk = 64;
+constexpr int kTileRows = 4;
 
 template <QuantType T, bool kVnni>
 void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
-  const int64_t m = p.x->m;
+  thread_local QuantRowTerms terms;
+  const QuantizedActivations& x = *p.x;
+  const int64_t m = x.m, nb = x.k / kQuantBlock;
+  constexpr int64_t kH = T == QuantType::kQ6_K ? 2 : 1;
   for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
     const int64_t c1 = std::min(m, c0 + kRowChunk);
+    quant_row_terms(x, kOffset<T, kVnni>, kH == 2, c0, c1, terms);
+    const auto at = [&](int64_t i) {
+      return RowTile{&x, i, terms.neg_off.data() + (i - c0) * nb * kH, terms.dxs.data() + (i - c0) * nb};
+    };
     for (int64_t g = g0; g < g1; ++g) {
       for (int h = 0; h < 2; ++h) {
         int64_t i = c0;
-        for (; i + 4 <= c1; i += 4) tile<T, kVnni, 4>(p, g, h, i);
+        for (; i + kTileRows <= c1; i += kTileRows) tile<T, kVnni, kTileRows>(p, g, h, at(i));
         switch (c1 - i) {
-          case 3: tile<T, kVnni, 3>(p, g, h, i); break;
-          case 2: tile<T, kVnni, 2>(p, g, h, i); break;
-          case 1: tile<T, kVnni, 1>(p, g, h, i); break;
+          case 3: tile<T, kVnni, 3>(p, g, h, at(i)); break;
+          case 2: tile<T, kVnni, 2>(p, g, h, at(i)); break;
+          case 1: tile<T, kVnni, 1>(p, g, h, at(i)); break;
           default: break;
         }
       }

@@ -2,12 +2,15 @@
 // the arithmetic are in quant_linear.h. Compiled with -mavx512vnni (kernels/CMakeLists.txt).
 //
 // Per 32-element block b, weight group g (16 rows) and activation row i: the eight vectors of
-// unsigned quants (Q8_0: q xor 0x80 = q + 128) are dotted with the broadcast int8 activations in
-// two int32 chains (vectors 0-3, k 0..15 and 4-7, k 16..31); the integer offset (Q8_0 128, Q4_0 8,
-// Q5_0 16, Q6_K 32) times the activation half-block sum is subtracted exactly; then, in f32,
+// unsigned quants (Q8_0: q xor 0x80 = q + 128) are dotted with the broadcast int8 activations in an
+// int32 chain that starts from -offset * xsum (Q8_0 128, Q4_0 8, Q5_0 16, Q6_K 32; Q6_K one chain
+// per half with its half's sum), so isum is exact; then, in f32,
 //   acc += float(isum) * (scale * dx)          (Q6_K: once per half, each with its own scale)
-//   acc -= min * (dx * xsum)                   (Q4_K, Q5_K, Q5_1)
+//   acc -= min * (dx * xsum)                   (Q4_K, Q5_K, Q5_1; dx * xsum rounded once, quant_row_terms)
 // in that order for every block, whatever the number of rows computed together.
+// Rates: per row and block, 8 vpdpbusd and then a multiply and an FMA (one more FMA for the min;
+// Q6_K two of each) on the same pipes (Zen 4: one zmm vpdpbusd or FMA a cycle, measured), so Q4_K
+// peaks at 8/11 of the vpdpbusd rate; the decode, conversions and broadcasts go to other ports.
 #include <algorithm>
 
 #include "kernels/cpu/quant_linear_avx512_decode.h"
@@ -22,39 +25,83 @@ constexpr int32_t kOffset = T == QuantType::kQ8_0   ? 128
                             : T == QuantType::kQ6_K ? 32
                                                     : 0;
 
-// acc[i] += block b of activation rows i0 .. i0 + MT - 1 against the decoded block.
+template <QuantType T>
+constexpr int64_t kH = T == QuantType::kQ6_K ? 2 : 1;  // QuantRowTerms::neg_off entries a block
+
+// The activation rows of a tile: their terms (quant_row_terms, from the chunk's first row) and x.
+struct RowTile {
+  const QuantizedActivations* x;
+  int64_t i0;             // first row of the tile in x
+  const int32_t* neg_off;  // the tile's first row's entry of QuantRowTerms::neg_off
+  const float* dxs;        // and of QuantRowTerms::dxs
+};
+
+// The integer dots of vectors w[t0 .. t0 + NT - 1] (k 4 t0 .. 4 (t0 + NT) - 1 of the block) with
+// rows 0 .. MT - 1 of the tile, added to sum[i]; t outer and rows inner, so the MT chains are
+// independent neighbours in the instruction stream (the scheduler always has MT vpdpbusd ready).
+template <int MT, int NT>
+inline void dots(const __m512i* w, const int8_t* const* xq, int t0, __m512i* sum) {
+#pragma GCC unroll 8
+  for (int t = t0; t < t0 + NT; ++t) {
+#pragma GCC unroll 16
+    for (int i = 0; i < MT; ++i) sum[i] = _mm512_dpbusd_epi32(sum[i], w[t], _mm512_set1_epi32(load32(xq[i] + 4 * t)));
+  }
+}
+
+// acc[i] += block b of activation rows i0 .. i0 + MT - 1 against the decoded block. Each integer
+// chain starts from the exact -offset * xsum (QuantRowTerms); below 4 rows the eight vpdpbusd of a
+// row run as two chains (k 0..15, 16..31) for latency, summed before the conversion (the integer sum
+// is the same either way). Q6_K: the halves one after the other, each with its own scale.
 template <QuantType T, int MT>
-inline void rows_block(const Block& blk, const QuantizedActivations& x, int64_t i0, int64_t b, __m512* acc) {
+inline void rows_block(const Block& blk, const RowTile& rt, int64_t b, __m512* acc) {
+  const QuantizedActivations& x = *rt.x;
   const int64_t k = x.k, nb = k / kQuantBlock;
+  constexpr bool kHalves = T == QuantType::kQ6_K;
+  const int8_t* xq[MT];
+  float dx[MT];
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i) {
-    const int8_t* xq = x.q.data() + (i0 + i) * k + b * kQuantBlock;
-    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-    for (int t = 0; t < 4; ++t) {
-      lo = _mm512_dpbusd_epi32(lo, blk.w[t], _mm512_set1_epi32(load32(xq + 4 * t)));
-      hi = _mm512_dpbusd_epi32(hi, blk.w[t + 4], _mm512_set1_epi32(load32(xq + 16 + 4 * t)));
-    }
-    const float dx = x.scale[(i0 + i) * nb + b];
-    const int32_t* s16 = x.sum16.data() + (i0 + i) * (k / 16) + 2 * b;
-    const __m512 vdx = _mm512_set1_ps(dx);
-    if constexpr (T == QuantType::kQ6_K) {
-      lo = _mm512_sub_epi32(lo, _mm512_set1_epi32(kOffset<T> * s16[0]));
-      hi = _mm512_sub_epi32(hi, _mm512_set1_epi32(kOffset<T> * s16[1]));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(blk.scale_lo, vdx), acc[i]);
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(blk.scale_hi, vdx), acc[i]);
-    } else {
-      __m512i sum = _mm512_add_epi32(lo, hi);
-      if constexpr (kOffset<T> != 0) sum = _mm512_sub_epi32(sum, _mm512_set1_epi32(kOffset<T> * (s16[0] + s16[1])));
-      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(blk.scale_lo, vdx), acc[i]);
-      if constexpr (ql::kHasMin<T>) {
-        acc[i] = _mm512_fnmadd_ps(blk.min, _mm512_set1_ps(dx * static_cast<float>(s16[0] + s16[1])), acc[i]);
+    xq[i] = x.q.data() + (rt.i0 + i) * k + b * kQuantBlock;
+    dx[i] = x.scale[(rt.i0 + i) * nb + b];
+  }
+  __m512i sum[MT];
+  if constexpr (kHalves) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 16
+      for (int i = 0; i < MT; ++i) sum[i] = _mm512_set1_epi32(rt.neg_off[(i * nb + b) * 2 + h]);
+      dots<MT, 4>(blk.w, xq, 4 * h, sum);
+      const __m512 scale = h == 0 ? blk.scale_lo : blk.scale_hi;
+#pragma GCC unroll 16
+      for (int i = 0; i < MT; ++i) {
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), _mm512_mul_ps(scale, _mm512_set1_ps(dx[i])), acc[i]);
       }
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int i = 0; i < MT; ++i) {
+      sum[i] = kOffset<T> != 0 ? _mm512_set1_epi32(rt.neg_off[i * nb + b]) : _mm512_setzero_si512();
+    }
+    if constexpr (MT < 4) {
+      __m512i hi[MT];
+      for (int i = 0; i < MT; ++i) hi[i] = _mm512_setzero_si512();
+      dots<MT, 4>(blk.w, xq, 0, sum);
+      dots<MT, 4>(blk.w, xq, 4, hi);
+      for (int i = 0; i < MT; ++i) sum[i] = _mm512_add_epi32(sum[i], hi[i]);
+    } else {
+      dots<MT, 8>(blk.w, xq, 0, sum);
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < MT; ++i) {
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[i]), _mm512_mul_ps(blk.scale_lo, _mm512_set1_ps(dx[i])), acc[i]);
+      if constexpr (ql::kHasMin<T>) acc[i] = _mm512_fnmadd_ps(blk.min, _mm512_set1_ps(rt.dxs[i * nb + b]), acc[i]);
     }
   }
 }
 
 // y[i0 + i, 16 g + r] for i < MT, r < 16 (valid columns only).
 template <QuantType T, int MT>
-void tile(const QuantGroupsParams& p, int64_t g, int64_t i0) {
+void tile(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
   const PackedQuantWeight& w = *p.w;
   const uint8_t* gw = w.data() + g * w.group_bytes;
   const int64_t nb = w.k / kQuantBlock;
@@ -64,29 +111,38 @@ void tile(const QuantGroupsParams& p, int64_t g, int64_t i0) {
   blk.min = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     decode<T>(gw, b, blk);
-    rows_block<T, MT>(blk, *p.x, i0, b, acc);
+    rows_block<T, MT>(blk, rt, b, acc);
   }
   const int64_t col = g * kQuantGroupRows;
   const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, w.n - col)) - 1);
-  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(p.y + (i0 + i) * w.n + col, mask, acc[i]);
+  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(p.y + (rt.i0 + i) * w.n + col, mask, acc[i]);
 }
 
 // Rows of x are taken in chunks of kRowChunk (their int8 quants, k bytes a row, stay in L2 while
-// the chunk passes every group of the range), in tiles of up to 4 rows against one group.
+// the chunk passes every group of the range), in tiles of kTileRows rows (the 8 decoded vectors,
+// the tile's accumulators and the block's scales stay in the 32 zmm registers), the rest by 4, 3, 2, 1.
 constexpr int64_t kRowChunk = 64;
+constexpr int kTileRows = 8;
 
 template <QuantType T>
 void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
-  const int64_t m = p.x->m;
+  thread_local QuantRowTerms terms;
+  const QuantizedActivations& x = *p.x;
+  const int64_t m = x.m, nb = x.k / kQuantBlock;
   for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
     const int64_t c1 = std::min(m, c0 + kRowChunk);
+    quant_row_terms(x, kOffset<T>, kH<T> == 2, c0, c1, terms);
+    const auto at = [&](int64_t i) {
+      return RowTile{&x, i, terms.neg_off.data() + (i - c0) * nb * kH<T>, terms.dxs.data() + (i - c0) * nb};
+    };
     for (int64_t g = g0; g < g1; ++g) {
       int64_t i = c0;
-      for (; i + 4 <= c1; i += 4) tile<T, 4>(p, g, i);
+      for (; i + kTileRows <= c1; i += kTileRows) tile<T, kTileRows>(p, g, at(i));
+      if (c1 - i >= 4) tile<T, 4>(p, g, at(i)), i += 4;
       switch (c1 - i) {
-        case 3: tile<T, 3>(p, g, i); break;
-        case 2: tile<T, 2>(p, g, i); break;
-        case 1: tile<T, 1>(p, g, i); break;
+        case 3: tile<T, 3>(p, g, at(i)); break;
+        case 2: tile<T, 2>(p, g, at(i)); break;
+        case 1: tile<T, 1>(p, g, at(i)); break;
         default: break;
       }
     }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/quant_linear.h"
 
@@ -45,6 +46,20 @@ struct QuantGroupsParams {
   const QuantizedActivations* x = nullptr;
   float* y = nullptr;
 };
+// The activation terms of every block's epilogue (quant_linear.h), computed once per row chunk of a
+// task instead of once per row, block and weight group: for rows [row_begin, row_end) of x (i counted
+// from row_begin) and block b,
+//   neg_off[(i nb + b) H + h] = -offset * (activation sum of half h)  (H = 2: halves; H = 1: both halves'
+//                                sum in one, h = 0), exact in int32
+//   dxs[i nb + b]             = dx_b * float(xsum_b), the min term's activation factor (one f32 rounding,
+//                                the same value the per-block formula computes)
+struct QuantRowTerms {
+  std::vector<int32_t> neg_off;
+  std::vector<float> dxs;
+};
+void quant_row_terms(const QuantizedActivations& x, int32_t offset, bool halves, int64_t row_begin, int64_t row_end,
+                     QuantRowTerms& out);
+
 void quant_linear_groups_avx2(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 void quant_linear_groups_avx_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 void quant_linear_groups_avx512_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
