@@ -18,7 +18,7 @@
 #                                             - check_logits.py, Spindle against llama-server on the
 #                                               golden prompts (HF goldens) and on 8 random prompts
 #                                               (32 greedy tokens, top-5 logprobs);
-#                                             into OUT/check.log and OUT/*.jsonl
+#                                             into OUT/check.txt and OUT/*.jsonl
 #   SPINDLE_ARGS="--kv-cache-dtype f32 --matmul-precision exact" runs Spindle as HF computes
 #   (f32 KV, f32 activations); LLAMA_ARGS="-ctk f32 -ctv f32" gives llama-server an f32 KV cache.
 #
@@ -79,7 +79,7 @@ check() {
   mkdir -p "$out"
   echo "date $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); spindle $(git rev-parse --short HEAD)" \
     "SPINDLE_ARGS='${SPINDLE_ARGS:-}' LLAMA_ARGS='${LLAMA_ARGS:-}'" \
-    | tee "$out/check.log"
+    | tee "$out/check.txt"
   for m in $NAMES; do
     for t in bf16 q8_0 q4_k_m; do
       local f=$MODELS/$m-$t.gguf
@@ -98,17 +98,17 @@ check() {
           $PY bench/cpu_peer/golden_vs_server.py --url "http://127.0.0.1:$port" --api "$api" \
             --golden "tests/golden/$m-bf16/golden.json" --tokenizer "$MODELS/$m/tokenizer.json" \
             --label "$name vs HF, $m-$t.gguf" >"$out/$m-$t-$name-vs-hf.jsonl"
-          tail -1 "$out/$m-$t-$name-vs-hf.jsonl" | tee -a "$out/check.log"
+          tail -1 "$out/$m-$t-$name-vs-hf.jsonl" | tee -a "$out/check.txt"
         done
         $PY bench/cpu_peer/check_logits.py --reference http://127.0.0.1:8392 --candidate http://127.0.0.1:8391 \
           --vocab 1024 --tolerance "$TOLERANCE" --prompts-from "tests/golden/$m-bf16/golden.json" \
           --label "spindle vs llama-server on the HF golden prompts, $m-$t.gguf" >"$out/$m-$t-golden-prompts.jsonl" || rc=1
-        tail -1 "$out/$m-$t-golden-prompts.jsonl" | tee -a "$out/check.log"
+        tail -1 "$out/$m-$t-golden-prompts.jsonl" | tee -a "$out/check.txt"
       fi
       $PY bench/cpu_peer/check_logits.py --reference http://127.0.0.1:8392 --candidate http://127.0.0.1:8391 \
         --vocab 1024 --tolerance "$TOLERANCE" --label "spindle vs llama-server, $m-$t.gguf" \
         >"$out/$m-$t.jsonl" || rc=1
-      tail -1 "$out/$m-$t.jsonl" | tee -a "$out/check.log"
+      tail -1 "$out/$m-$t.jsonl" | tee -a "$out/check.txt"
       stop_servers
     done
   done

@@ -46,18 +46,18 @@ bench() {
   local out=$1
   mkdir -p "$out"
   echo "date $(date -u +%FT%TZ); $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg); spindle $(git rev-parse --short HEAD)" \
-    | tee "$out/bench.log"
+    | tee "$out/bench.txt"
   for t in $TYPES; do
-    $PY bench/cpu_peer/moe_active_bytes.py "$M-$t.gguf" | tee -a "$out/bench.log"
+    $PY bench/cpu_peer/moe_active_bytes.py "$M-$t.gguf" | tee -a "$out/bench.txt"
     for r in $(seq 1 "$REPS"); do
       "$BUILD/bench/bench_model_forward" --model "$M-$t.gguf" --context 512 --prompt 64 --steps 16 \
         >"$out/$t-spindle-$r.txt" 2>&1
       grep -E "^decode batch|bound from bandwidth|memory read bandwidth now" "$out/$t-spindle-$r.txt" \
-        | sed "s/^/spindle $t rep $r: /" | tee -a "$out/bench.log"
+        | sed "s/^/spindle $t rep $r: /" | tee -a "$out/bench.txt"
       "$LB/llama-bench" -m "$M-$t.gguf" -t "$THREADS" -p 0 -n 32 -d 512 -r 1 -o json \
         >"$out/$t-llama-$r.json" 2>"$out/$t-llama-$r.err"
       $PY -c 'import json,sys; r=json.load(open(sys.argv[1]))[0]; print("llama.cpp %s rep %s: tg32 @ d512 %.2f tok/s" % (sys.argv[2], sys.argv[3], r["avg_ts"]))' \
-        "$out/$t-llama-$r.json" "$t" "$r" | tee -a "$out/bench.log"
+        "$out/$t-llama-$r.json" "$t" "$r" | tee -a "$out/bench.txt"
     done
   done
 }
