@@ -3,34 +3,12 @@
 #include <algorithm>
 
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace spindle::grammar {
 namespace {
 
 constexpr char32_t kUtf8Bounds[4] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
-
-int utf8_encode(char32_t c, uint8_t* out) {
-  if (c < 0x80) {
-    out[0] = static_cast<uint8_t>(c);
-    return 1;
-  }
-  if (c < 0x800) {
-    out[0] = static_cast<uint8_t>(0xC0 | (c >> 6));
-    out[1] = static_cast<uint8_t>(0x80 | (c & 0x3F));
-    return 2;
-  }
-  if (c < 0x10000) {
-    out[0] = static_cast<uint8_t>(0xE0 | (c >> 12));
-    out[1] = static_cast<uint8_t>(0x80 | ((c >> 6) & 0x3F));
-    out[2] = static_cast<uint8_t>(0x80 | (c & 0x3F));
-    return 3;
-  }
-  out[0] = static_cast<uint8_t>(0xF0 | (c >> 18));
-  out[1] = static_cast<uint8_t>(0x80 | ((c >> 12) & 0x3F));
-  out[2] = static_cast<uint8_t>(0x80 | ((c >> 6) & 0x3F));
-  out[3] = static_cast<uint8_t>(0x80 | (c & 0x3F));
-  return 4;
-}
 
 // Splits [lo, hi] (all of one UTF-8 length) into pieces whose encodings are a sequence of byte
 // ranges, and calls emit(lo_bytes, hi_bytes, len) for each.
@@ -52,8 +30,8 @@ void split_utf8(char32_t lo, char32_t hi, Emit&& emit) {
     }
   }
   uint8_t a[4], b[4];
-  const int n = utf8_encode(lo, a);
-  utf8_encode(hi, b);
+  const int n = encode_utf8(lo, a);
+  encode_utf8(hi, b);
   emit(a, b, n);
 }
 

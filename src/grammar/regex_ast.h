@@ -53,8 +53,6 @@ std::string regex_key(const RegexNode& node);
 // True when the expression matches the empty string.
 bool regex_nullable(const RegexNode& node);
 
-// Appends the UTF-8 encoding of c.
-void append_utf8(char32_t c, std::string& out);
 // Decodes the code point at text[pos], advancing pos; false for invalid UTF-8.
 bool next_utf8(std::string_view text, size_t& pos, char32_t& c);
 

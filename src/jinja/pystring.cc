@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "util/utf8.h"
+
 namespace spindle::jinja::py {
 namespace {
 
@@ -108,22 +110,10 @@ std::u32string decode(std::string_view text) {
 }
 
 void append_code_point(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c >= 0xdc80 && c <= 0xdcff) {
-    out.push_back(static_cast<char>(c - 0xdc00));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xc0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xe0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  if (c >= 0xdc80 && c <= 0xdcff) {
+    out.push_back(static_cast<char>(c - 0xdc00));  // surrogateescape: the byte itself
   } else {
-    out.push_back(static_cast<char>(0xf0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3f)));
+    append_utf8(out, c);
   }
 }
 

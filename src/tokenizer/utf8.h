@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "util/utf8.h"
+
 namespace spindle::tokenizer {
 
 inline constexpr size_t kValidUtf8 = std::string_view::npos;
@@ -19,9 +21,6 @@ void check_utf8(std::string_view text, std::string_view what = "prompt");
 
 // Decodes the code point starting at text[pos] (text must be valid UTF-8) and advances pos.
 char32_t next_code_point(std::string_view text, size_t& pos);
-
-// Appends the UTF-8 encoding of cp.
-void append_utf8(std::string& out, char32_t cp);
 
 // Turns a byte stream into valid UTF-8. Complete sequences pass through; an ill-formed
 // sequence becomes one U+FFFD per maximal subpart (as WHATWG / Rust from_utf8_lossy);
