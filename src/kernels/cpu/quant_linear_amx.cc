@@ -115,12 +115,8 @@ void tile(const QuantGroupsParams& p, int64_t g, int64_t i0, int rows, Scratch& 
     }
     epilogue<T>(blk, x, i0, rows, b, s, qsum_lo, qsum_hi, acc);
   }
-  const int64_t col = g * kQuantGroupRows;
-  const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, w.n - col)) - 1);
-  for (int i = 0; i < rows; ++i) _mm512_mask_storeu_ps(p.y + (i0 + i) * w.n + col, mask, acc[i]);
+  store_group(p, g, i0, rows, acc);
 }
-
-constexpr int64_t kRowChunk = 64;
 
 template <QuantType T>
 void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
@@ -128,8 +124,8 @@ void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
   const QuantizedActivations& x = *p.x;
   const int64_t m = x.m, k = x.k;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
-    const int64_t c1 = std::min(m, c0 + kRowChunk);
+  for (int64_t c0 = 0; c0 < m; c0 += kQuantRowChunk) {
+    const int64_t c1 = std::min(m, c0 + kQuantRowChunk);
     s.xu.resize(static_cast<size_t>((c1 - c0) * k));
     for (int64_t j = 0; j < (c1 - c0) * k; j += 64) {  // k is a multiple of 32: masked tail of 32
       const __mmask64 mk = (c1 - c0) * k - j >= 64 ? ~__mmask64{0} : __mmask64{0xffffffffu};

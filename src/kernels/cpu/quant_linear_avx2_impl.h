@@ -232,9 +232,8 @@ void tile(const QuantGroupsParams& p, int64_t g, int h, const RowTile& rt) {
   }
 }
 
-// Rows in chunks of kRowChunk (their quants stay in L2 while the chunk passes the groups), in tiles
-// of 4 rows (the 8 decoded vectors and 4 accumulators take 12 of the 16 ymm registers).
-constexpr int64_t kRowChunk = 64;
+// Rows in chunks of kQuantRowChunk, in tiles of 4 rows (the 8 decoded vectors and 4 accumulators
+// take 12 of the 16 ymm registers).
 constexpr int kTileRows = 4;
 
 template <QuantType T, bool kVnni>
@@ -243,8 +242,8 @@ void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
   const QuantizedActivations& x = *p.x;
   const int64_t m = x.m, nb = x.k / kQuantBlock;
   constexpr int64_t kH = T == QuantType::kQ6_K ? 2 : 1;
-  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
-    const int64_t c1 = std::min(m, c0 + kRowChunk);
+  for (int64_t c0 = 0; c0 < m; c0 += kQuantRowChunk) {
+    const int64_t c1 = std::min(m, c0 + kQuantRowChunk);
     quant_row_terms(x, kOffset<T, kVnni>, kH == 2, c0, c1, terms);
     const auto at = [&](int64_t i) {
       return RowTile{&x, i, terms.neg_off.data() + (i - c0) * nb * kH, terms.dxs.data() + (i - c0) * nb};

@@ -1,10 +1,12 @@
-// The AVX-512 decoding of one repacked block (quant_linear.h's layout) into 16-row vectors,
-// included by quant_linear_avx512_vnni.cc and quant_linear_amx.cc (each compiled with AVX-512
-// flags); everything is in an anonymous namespace so the inclusions never share code.
+// The AVX-512 decoding of one repacked block (quant_linear.h's layout) into 16-row vectors and the
+// store of a group's outputs, included by quant_linear_avx512_vnni.cc and quant_linear_amx.cc (each
+// compiled with AVX-512 flags); everything is in an anonymous namespace so the inclusions never
+// share code.
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/quant_linear_isa.h"
@@ -107,6 +109,13 @@ inline void decode(const uint8_t* gw, int64_t b, Block& out) {
       w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_srli_epi16(qh, 2), two));
     }
   }
+}
+
+// y[i0 + i, 16 g + r] = acc[i][r] for i < rows and the group's valid columns (16 g + r < w.n).
+inline void store_group(const QuantGroupsParams& p, int64_t g, int64_t i0, int rows, const __m512* acc) {
+  const int64_t n = p.w->n, col = g * kQuantGroupRows;
+  const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, n - col)) - 1);
+  for (int i = 0; i < rows; ++i) _mm512_mask_storeu_ps(p.y + (i0 + i) * n + col, mask, acc[i]);
 }
 
 }  // namespace

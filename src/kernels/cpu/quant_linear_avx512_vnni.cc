@@ -113,15 +113,11 @@ void tile(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
     decode<T>(gw, b, blk);
     rows_block<T, MT>(blk, rt, b, acc);
   }
-  const int64_t col = g * kQuantGroupRows;
-  const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, w.n - col)) - 1);
-  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(p.y + (rt.i0 + i) * w.n + col, mask, acc[i]);
+  store_group(p, g, rt.i0, MT, acc);
 }
 
-// Rows of x are taken in chunks of kRowChunk (their int8 quants, k bytes a row, stay in L2 while
-// the chunk passes every group of the range), in tiles of kTileRows rows (the 8 decoded vectors,
-// the tile's accumulators and the block's scales stay in the 32 zmm registers), the rest by 4, 3, 2, 1.
-constexpr int64_t kRowChunk = 64;
+// Rows of x in chunks of kQuantRowChunk, in tiles of kTileRows rows (the 8 decoded vectors, the
+// tile's accumulators and the block's scales stay in the 32 zmm registers), the rest by 4, 3, 2, 1.
 constexpr int kTileRows = 8;
 
 template <QuantType T>
@@ -129,8 +125,8 @@ void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
   thread_local QuantRowTerms terms;
   const QuantizedActivations& x = *p.x;
   const int64_t m = x.m, nb = x.k / kQuantBlock;
-  for (int64_t c0 = 0; c0 < m; c0 += kRowChunk) {
-    const int64_t c1 = std::min(m, c0 + kRowChunk);
+  for (int64_t c0 = 0; c0 < m; c0 += kQuantRowChunk) {
+    const int64_t c1 = std::min(m, c0 + kQuantRowChunk);
     quant_row_terms(x, kOffset<T>, kH<T> == 2, c0, c1, terms);
     const auto at = [&](int64_t i) {
       return RowTile{&x, i, terms.neg_off.data() + (i - c0) * nb * kH<T>, terms.dxs.data() + (i - c0) * nb};

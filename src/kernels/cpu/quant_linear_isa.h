@@ -59,6 +59,9 @@ struct QuantRowTerms {
 };
 void quant_row_terms(const QuantizedActivations& x, int32_t offset, bool halves, int64_t row_begin, int64_t row_end,
                      QuantRowTerms& out);
+// Every kernel takes the rows of x in chunks of kQuantRowChunk: their int8 quants, k bytes a row,
+// stay in L2 while the chunk passes every group of the range.
+inline constexpr int64_t kQuantRowChunk = 64;
 
 void quant_linear_groups_avx2(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 void quant_linear_groups_avx_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
