@@ -7,7 +7,6 @@
 #include "attn/select/validation.h"
 #include "cli/commands.h"
 #include "util/error.h"
-#include "util/switches.h"
 
 namespace spindle::cli {
 namespace {
@@ -19,29 +18,13 @@ struct CheckArgs {
   float scale = 0;
   bool timing = false;
   int cuda_device = -1;
-  std::vector<std::string> switches;  // NAME=VALUE: the parent's registry values (util/switches.h)
 };
 
 }  // namespace
 
 void add_check_attention_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<CheckArgs>();
-  auto* cmd = app.add_subcommand("__check-attention", "validation child (internal)");
-  cmd->group("");  // hidden from --help
-  cmd->add_option("--backend", args->backend)->required();
-  cmd->add_option("--heads", args->heads)->required();
-  cmd->add_option("--kv-heads", args->kv_heads)->required();
-  cmd->add_option("--head-dim", args->head_dim)->required();
-  cmd->add_option("--kv-dtype", args->kv_dtype);
-  cmd->add_option("--page-size", args->page_size);
-  cmd->add_option("--scale", args->scale)->required();
-  cmd->add_flag("--timing", args->timing);
-  cmd->add_option("--cuda-device", args->cuda_device);
-  cmd->add_option("--switch", args->switches);
-  cmd->callback([args, &exit_code] {
-    Switches values = switches();  // the environment's (main resolved it); the parent's win
-    for (const std::string& s : args->switches) apply_switch_argument(values, s);
-    set_switches(std::move(values));
+  auto* cmd = add_child_command(app, "__check-attention", "validation child (internal)", [args, &exit_code] {
     attn::AttentionShape shape;
     shape.num_heads = args->heads;
     shape.num_kv_heads = args->kv_heads;
@@ -53,6 +36,15 @@ void add_check_attention_command(CLI::App& app, int& exit_code) {
     shape.page_size = args->page_size;
     exit_code = attn::check_attention_child_main(args->backend, shape, args->timing, args->cuda_device);
   });
+  cmd->add_option("--backend", args->backend)->required();
+  cmd->add_option("--heads", args->heads)->required();
+  cmd->add_option("--kv-heads", args->kv_heads)->required();
+  cmd->add_option("--head-dim", args->head_dim)->required();
+  cmd->add_option("--kv-dtype", args->kv_dtype);
+  cmd->add_option("--page-size", args->page_size);
+  cmd->add_option("--scale", args->scale)->required();
+  cmd->add_flag("--timing", args->timing);
+  cmd->add_option("--cuda-device", args->cuda_device);
 }
 
 }  // namespace spindle::cli

@@ -7,8 +7,6 @@
 
 #include "cli/commands.h"
 #include "kernels/cpu/select/linear_check.h"
-#include "util/error.h"
-#include "util/switches.h"
 
 namespace spindle::cli {
 namespace {
@@ -18,24 +16,13 @@ struct CheckLinearArgs {
   std::vector<std::string> shapes;       // OUTxIN:DTYPE
   std::vector<int64_t> timing_rows;
   bool bf16_activations = false;
-  std::vector<std::string> switches;     // NAME=VALUE: the parent's registry values (util/switches.h)
 };
 
 }  // namespace
 
 void add_check_linear_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<CheckLinearArgs>();
-  auto* cmd = app.add_subcommand("__check-linear", "linear validation child (internal)");
-  cmd->group("");  // hidden from --help
-  cmd->add_option("--kernel", args->kernel)->required();
-  cmd->add_option("--shape", args->shapes)->required();
-  cmd->add_option("--timing-rows", args->timing_rows)->delimiter(',');
-  cmd->add_flag("--bf16-activations", args->bf16_activations);
-  cmd->add_option("--switch", args->switches);
-  cmd->callback([args, &exit_code] {
-    Switches values = switches();  // the environment's (main resolved it); the parent's win
-    for (const std::string& s : args->switches) apply_switch_argument(values, s);
-    set_switches(std::move(values));
+  auto* cmd = add_child_command(app, "__check-linear", "linear validation child (internal)", [args, &exit_code] {
     kernels::cpu::LinearCheckRequest request;
     request.kernel = args->kernel;
     for (const std::string& s : args->shapes) request.shapes.push_back(kernels::cpu::parse_linear_shape(s));
@@ -43,6 +30,10 @@ void add_check_linear_command(CLI::App& app, int& exit_code) {
     request.allow_bf16_activations = args->bf16_activations;
     exit_code = kernels::cpu::check_linear_child_main(request);
   });
+  cmd->add_option("--kernel", args->kernel)->required();
+  cmd->add_option("--shape", args->shapes)->required();
+  cmd->add_option("--timing-rows", args->timing_rows)->delimiter(',');
+  cmd->add_flag("--bf16-activations", args->bf16_activations);
 }
 
 }  // namespace spindle::cli
