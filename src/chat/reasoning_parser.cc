@@ -2,8 +2,8 @@
 
 #include <array>
 
+#include "chat/format_table.h"
 #include "chat/marker.h"
-#include "util/error.h"
 
 namespace spindle::chat {
 
@@ -19,12 +19,7 @@ constexpr std::array kFormats = std::to_array<ReasoningFormat>({
 std::span<const ReasoningFormat> reasoning_formats() { return kFormats; }
 
 const ReasoningFormat& find_reasoning_format(std::string_view name) {
-  for (const auto& f : kFormats) {
-    if (f.name == name) return f;
-  }
-  std::string names;
-  for (const auto& f : kFormats) names += std::string(f.name) + ", ";
-  SPINDLE_FAIL("unknown reasoning parser '{}': known are {}none and auto (from the chat template)", name, names);
+  return find_format(reasoning_formats(), name, "reasoning parser");
 }
 
 const ReasoningFormat* detect_reasoning_format(std::string_view template_text) {

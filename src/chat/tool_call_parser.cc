@@ -4,6 +4,7 @@
 #include <array>
 #include <random>
 
+#include "chat/format_table.h"
 #include "chat/generic_tool_format.h"
 #include "chat/marker.h"
 #include "chat/tool_call_json.h"
@@ -305,12 +306,7 @@ class MistralParser final : public ToolCallParser {
 std::span<const ToolCallFormat> tool_call_formats() { return kFormats; }
 
 const ToolCallFormat& find_tool_call_format(std::string_view name) {
-  for (const auto& f : kFormats) {
-    if (f.name == name) return f;
-  }
-  std::string names;
-  for (const auto& f : kFormats) names += std::string(f.name) + ", ";
-  SPINDLE_FAIL("unknown tool-call parser '{}': known are {}none and auto (from the chat template)", name, names);
+  return find_format(tool_call_formats(), name, "tool-call parser");
 }
 
 const ToolCallFormat* detect_tool_call_format(std::string_view t) {
