@@ -383,26 +383,45 @@ void Session::respond(HttpResponse res) {
   state_ = State::kWriting;
   if (server_.draining.load()) keep_alive_ = false;
   res.keep_alive(keep_alive_);
-  res.set(http::field::server, "spindle");
-  if (!cors_origin_.empty()) {
-    res.set(http::field::access_control_allow_origin, cors_origin_);
-    res.set(http::field::vary, "Origin");
-  }
+  set_common_fields(res);
   res.prepare_payload();
   res_ = std::make_unique<HttpResponse>(std::move(res));
   writing_ = true;
   stream_.expires_after(seconds(server_.options.write_timeout_s));
-  http::async_write(stream_, *res_, [self = shared_from_this()](beast::error_code ec, size_t) {
-    self->writing_ = false;
-    self->res_.reset();
-    if (ec == beast::error::timeout) self->server_.count(Reject::kWriteTimeout);
-    if (self->state_ == State::kClosed) return;
-    if (ec) {
-      self->close();
-      return;
-    }
-    self->end_exchange();
-  });
+  http::async_write(stream_, *res_,
+                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_response_written(ec); });
+}
+
+// The fields every response carries: Server, and the CORS pair where the request's Origin is allowed.
+void Session::set_common_fields(http::fields& fields) const {
+  fields.set(http::field::server, "spindle");
+  if (!cors_origin_.empty()) {
+    fields.set(http::field::access_control_allow_origin, cors_origin_);
+    fields.set(http::field::vary, "Origin");
+  }
+}
+
+// Whether the session goes on after a write of its response: a client that does not read is cut
+// off (counted, even when the hang-up watch saw the closed socket first), any other error closes.
+bool Session::written(beast::error_code ec) {
+  writing_ = false;
+  if (ec == beast::error::timeout) server_.count(Reject::kWriteTimeout);
+  if (state_ == State::kClosed) return false;
+  if (ec) {
+    close();
+    return false;
+  }
+  return true;
+}
+
+// A response, or a streamed one's last chunk, written: the exchange's buffers go, then the next
+// request or a close.
+void Session::on_response_written(beast::error_code ec) {
+  res_.reset();
+  relay_.reset();
+  head_sr_.reset();
+  head_.reset();
+  if (written(ec)) end_exchange();
 }
 
 // The response is out: the next request on this connection, or a close.

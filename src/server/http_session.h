@@ -68,6 +68,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void watch_client();
   void reject(Reject why, const ApiError& e);
   void respond(HttpResponse res);
+  void on_response_written(beast::error_code ec);
+  void set_common_fields(http::fields& fields) const;
+  bool written(beast::error_code ec);
   void end_exchange();
   void linger_close();
   void linger_read(size_t discarded);

@@ -104,11 +104,7 @@ void Session::start_generation(std::shared_ptr<GenerationRequest> request, Submi
   head_ = std::make_unique<http::response<http::empty_body>>(http::status::ok, version_);
   head_->set(http::field::content_type, "text/event-stream");
   head_->set(http::field::cache_control, "no-cache");
-  head_->set(http::field::server, "spindle");
-  if (!cors_origin_.empty()) {
-    head_->set(http::field::access_control_allow_origin, cors_origin_);
-    head_->set(http::field::vary, "Origin");
-  }
+  set_common_fields(*head_);
   head_->keep_alive(keep_alive_);
   head_->chunked(true);
   head_sr_ = std::make_unique<http::response_serializer<http::empty_body>>(*head_);
@@ -118,18 +114,10 @@ void Session::start_generation(std::shared_ptr<GenerationRequest> request, Submi
                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_stream_written(ec); });
 }
 
-// A streamed response's head or event chunk written: a client that does not read is cut off here
-// (counted even when the hang-up watch saw the closed socket first; closing cancels its request);
-// else the next events go out.
+// A streamed response's head or event chunk written: the next events go out (a failed write
+// closes the session, which cancels its request).
 void Session::on_stream_written(beast::error_code ec) {
-  writing_ = false;
-  if (ec == beast::error::timeout) server_.count(Reject::kWriteTimeout);
-  if (state_ == State::kClosed) return;
-  if (ec) {
-    close();
-    return;
-  }
-  pump();
+  if (written(ec)) pump();
 }
 
 // Moves what the engine produced to the client: one write at a time, the events that arrived
@@ -167,18 +155,8 @@ void Session::write_events(std::string text) {
 void Session::finish_events() {
   writing_ = true;
   stream_.expires_after(seconds(server_.options.write_timeout_s));
-  asio::async_write(stream_, http::make_chunk_last(), [self = shared_from_this()](beast::error_code ec, size_t) {
-    self->writing_ = false;
-    self->relay_.reset();
-    self->head_sr_.reset();
-    self->head_.reset();
-    if (self->state_ == State::kClosed) return;
-    if (ec) {
-      self->close();
-      return;
-    }
-    self->end_exchange();
-  });
+  asio::async_write(stream_, http::make_chunk_last(),
+                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_response_written(ec); });
 }
 
 // While generating, a read on the raw socket (no deadline) notices a client that hangs up; bytes
