@@ -43,14 +43,31 @@ std::optional<std::string> unless(bool is_default, std::string value) {
 
 const Switches kDefaults{};
 
+// A variable whose value is its text as is, in the std::string member M ("" where unset).
+template <std::string Switches::*M>
+constexpr SwitchDeclaration text_switch(std::string_view name, SwitchKind kind, std::string_view default_text,
+                                        std::string_view why, bool secret = false) {
+  return SwitchDeclaration{name, kind, default_text, why, secret,
+                           [](Switches& s, std::string_view t) { s.*M = std::string(t); },
+                           [](const Switches& s) { return unless((s.*M).empty(), s.*M); }};
+}
+
+// Another program's variable, kept as given in the member M (nullopt where unset).
+template <std::optional<std::string> Switches::*M>
+constexpr SwitchDeclaration external_switch(std::string_view name, std::string_view default_text,
+                                            std::string_view why) {
+  return SwitchDeclaration{name, SwitchKind::kExternal, default_text, why, false,
+                           [](Switches& s, std::string_view t) { s.*M = std::string(t); },
+                           [](const Switches& s) { return s.*M; }};
+}
+
 // ---- the declarations -----------------------------------------------------------------------------
 
-const std::array kDeclarations = {
+// constinit: filled before any static initializer of another file can read it.
+constinit const std::array kDeclarations = {
     // kUser
-    SwitchDeclaration{
-        "SPINDLE_API_KEY", SwitchKind::kUser, "no key", "the bearer key of /v1 (or --api-key / --api-key-file)", true,
-        [](Switches& s, std::string_view t) { s.api_key = std::string(t); },
-        [](const Switches& s) { return unless(s.api_key.empty(), s.api_key); }},
+    text_switch<&Switches::api_key>("SPINDLE_API_KEY", SwitchKind::kUser, "no key",
+                                    "the bearer key of /v1 (or --api-key / --api-key-file)", /*secret=*/true),
     SwitchDeclaration{
         "SPINDLE_LOG_LEVEL", SwitchKind::kUser, "info",
         "log level, trace|debug|info|warn|error|critical|off (trace also logs each cuDNN graph build)", false,
@@ -61,11 +78,9 @@ const std::array kDeclarations = {
           s.log_level = std::string(t);
         },
         [](const Switches& s) { return unless(s.log_level == kDefaults.log_level, s.log_level); }},
-    SwitchDeclaration{
-        "SPINDLE_CACHE_DIR", SwitchKind::kUser, "$XDG_CACHE_HOME/spindle, else ~/.cache/spindle",
-        "where validation results and measured selections are cached", false,
-        [](Switches& s, std::string_view t) { s.cache_dir = std::string(t); },
-        [](const Switches& s) { return unless(s.cache_dir.empty(), s.cache_dir); }},
+    text_switch<&Switches::cache_dir>("SPINDLE_CACHE_DIR", SwitchKind::kUser,
+                                      "$XDG_CACHE_HOME/spindle, else ~/.cache/spindle",
+                                      "where validation results and measured selections are cached"),
     SwitchDeclaration{
         "SPINDLE_NUM_THREADS", SwitchKind::kUser, "one per usable core",
         "threads of the process-wide CPU pool (benchmarks and tools; serve has --num-threads)", false,
@@ -73,28 +88,19 @@ const std::array kDeclarations = {
           s.num_threads = static_cast<int>(parse_integer("SPINDLE_NUM_THREADS", t, 0, 4096));
         },
         [](const Switches& s) { return unless(s.num_threads == 0, std::to_string(s.num_threads)); }},
-    SwitchDeclaration{
-        "SPINDLE_CUBLAS_LIBRARY", SwitchKind::kUser, "libcublas.so.13, else libcublas.so",
-        "the cuBLAS file to dlopen (CUDA builds)", false,
-        [](Switches& s, std::string_view t) { s.cublas_library = std::string(t); },
-        [](const Switches& s) { return unless(s.cublas_library.empty(), s.cublas_library); }},
-    SwitchDeclaration{
-        "SPINDLE_CUDNN_LIBRARY", SwitchKind::kUser, "libcudnn.so.9, else libcudnn.so",
-        "the cuDNN file to dlopen (CUDA builds)", false,
-        [](Switches& s, std::string_view t) { s.cudnn_library = std::string(t); },
-        [](const Switches& s) { return unless(s.cudnn_library.empty(), s.cudnn_library); }},
+    text_switch<&Switches::cublas_library>("SPINDLE_CUBLAS_LIBRARY", SwitchKind::kUser,
+                                           "libcublas.so.13, else libcublas.so",
+                                           "the cuBLAS file to dlopen (CUDA builds)"),
+    text_switch<&Switches::cudnn_library>("SPINDLE_CUDNN_LIBRARY", SwitchKind::kUser,
+                                          "libcudnn.so.9, else libcudnn.so", "the cuDNN file to dlopen (CUDA builds)"),
     // kTest
-    SwitchDeclaration{
+    text_switch<&Switches::attn_fault>(
         "SPINDLE_ATTN_FAULT", SwitchKind::kTest, "none",
-        "name=crash|hang|wrong|throw[@RANK],...: the named attention backend misbehaves (attn/fault_injection.h)",
-        false, [](Switches& s, std::string_view t) { s.attn_fault = std::string(t); },
-        [](const Switches& s) { return unless(s.attn_fault.empty(), s.attn_fault); }},
-    SwitchDeclaration{
+        "name=crash|hang|wrong|throw[@RANK],...: the named attention backend misbehaves (attn/fault_injection.h)"),
+    text_switch<&Switches::linear_fault>(
         "SPINDLE_LINEAR_FAULT", SwitchKind::kTest, "none",
         "name=crash|wrong,...: the named CPU linear kernel raises SIGILL or adds 0.5 to its outputs "
-        "(kernels/cpu/linear_registry.h)",
-        false, [](Switches& s, std::string_view t) { s.linear_fault = std::string(t); },
-        [](const Switches& s) { return unless(s.linear_fault.empty(), s.linear_fault); }},
+        "(kernels/cpu/linear_registry.h)"),
     SwitchDeclaration{
         "SPINDLE_SAMPLER_FAULT", SwitchKind::kTest, "none",
         "nan:SEED|throw:SEED: the sampler poisons the row of that seed (engine/sampler.h)", false,
@@ -125,24 +131,13 @@ const std::array kDeclarations = {
         [](Switches& s, std::string_view t) { s.openmp_policy_defaulted = t == "1"; },
         [](const Switches& s) { return unless(!s.openmp_policy_defaulted, "1"); }},
     // kExternal
-    SwitchDeclaration{
-        "HOME", SwitchKind::kExternal, "unset", "the cache's last fallback, ~/.cache/spindle", false,
-        [](Switches& s, std::string_view t) { s.home = std::string(t); },
-        [](const Switches& s) { return s.home; }},
-    SwitchDeclaration{
-        "XDG_CACHE_HOME", SwitchKind::kExternal, "unset", "the cache's parent folder where SPINDLE_CACHE_DIR is unset",
-        false, [](Switches& s, std::string_view t) { s.xdg_cache_home = std::string(t); },
-        [](const Switches& s) { return s.xdg_cache_home; }},
-    SwitchDeclaration{
-        "OMP_WAIT_POLICY", SwitchKind::kExternal, "unset (Spindle sets PASSIVE and re-executes)",
-        "libgomp's wait policy; a user's value is kept (platform/openmp_policy.h)", false,
-        [](Switches& s, std::string_view t) { s.omp_wait_policy = std::string(t); },
-        [](const Switches& s) { return s.omp_wait_policy; }},
-    SwitchDeclaration{
-        "GOMP_SPINCOUNT", SwitchKind::kExternal, "unset",
-        "libgomp's spin count; where set, Spindle leaves the wait policy alone", false,
-        [](Switches& s, std::string_view t) { s.gomp_spincount = std::string(t); },
-        [](const Switches& s) { return s.gomp_spincount; }},
+    external_switch<&Switches::home>("HOME", "unset", "the cache's last fallback, ~/.cache/spindle"),
+    external_switch<&Switches::xdg_cache_home>("XDG_CACHE_HOME", "unset",
+                                               "the cache's parent folder where SPINDLE_CACHE_DIR is unset"),
+    external_switch<&Switches::omp_wait_policy>("OMP_WAIT_POLICY", "unset (Spindle sets PASSIVE and re-executes)",
+                                                "libgomp's wait policy; a user's value is kept (platform/openmp_policy.h)"),
+    external_switch<&Switches::gomp_spincount>("GOMP_SPINCOUNT", "unset",
+                                               "libgomp's spin count; where set, Spindle leaves the wait policy alone"),
 };
 
 // ---- the 21 A/B switches of 2026-12-06 and what became of them -------------------------------------
