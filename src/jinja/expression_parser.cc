@@ -1,5 +1,7 @@
 #include "jinja/expression_parser.h"
 
+#include <algorithm>
+
 namespace spindle::jinja {
 
 ExprPtr ExpressionParser::parse_expression(bool with_condexpr) {
@@ -34,24 +36,25 @@ ExprPtr ExpressionParser::binary(ExprKind kind, const std::string& op, ExprPtr l
   return e;
 }
 
-ExprPtr ExpressionParser::parse_or() {
-  ExprPtr left = parse_and();
-  while (is_name("or")) {
+template <typename Operand>
+ExprPtr ExpressionParser::binary_level(ExprKind kind, std::initializer_list<const char*> ops, Operand operand) {
+  ExprPtr left = operand();
+  while (true) {
+    // Keywords ("or", "and") are name tokens, the others operator tokens: no token is both.
+    const auto op = std::find_if(ops.begin(), ops.end(), [this](const char* o) { return is_name(o) || is_op(o); });
+    if (op == ops.end()) return left;
     const int line = cur().line;
     next();
-    left = binary(ExprKind::kOr, "or", std::move(left), parse_and(), line);
+    left = binary(kind, *op, std::move(left), operand(), line);
   }
-  return left;
+}
+
+ExprPtr ExpressionParser::parse_or() {
+  return binary_level(ExprKind::kOr, {"or"}, [this] { return parse_and(); });
 }
 
 ExprPtr ExpressionParser::parse_and() {
-  ExprPtr left = parse_not();
-  while (is_name("and")) {
-    const int line = cur().line;
-    next();
-    left = binary(ExprKind::kAnd, "and", std::move(left), parse_not(), line);
-  }
-  return left;
+  return binary_level(ExprKind::kAnd, {"and"}, [this] { return parse_not(); });
 }
 
 ExprPtr ExpressionParser::parse_not() {
@@ -97,45 +100,19 @@ ExprPtr ExpressionParser::parse_compare() {
 }
 
 ExprPtr ExpressionParser::parse_math1() {
-  ExprPtr left = parse_concat();
-  while (is_op("+") || is_op("-")) {
-    const std::string op = cur().value;
-    const int line = cur().line;
-    next();
-    left = binary(ExprKind::kBinary, op, std::move(left), parse_concat(), line);
-  }
-  return left;
+  return binary_level(ExprKind::kBinary, {"+", "-"}, [this] { return parse_concat(); });
 }
 
 ExprPtr ExpressionParser::parse_concat() {
-  ExprPtr left = parse_math2();
-  while (is_op("~")) {
-    const int line = cur().line;
-    next();
-    left = binary(ExprKind::kBinary, "~", std::move(left), parse_math2(), line);
-  }
-  return left;
+  return binary_level(ExprKind::kBinary, {"~"}, [this] { return parse_math2(); });
 }
 
 ExprPtr ExpressionParser::parse_math2() {
-  ExprPtr left = parse_pow();
-  while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-    const std::string op = cur().value;
-    const int line = cur().line;
-    next();
-    left = binary(ExprKind::kBinary, op, std::move(left), parse_pow(), line);
-  }
-  return left;
+  return binary_level(ExprKind::kBinary, {"*", "/", "//", "%"}, [this] { return parse_pow(); });
 }
 
 ExprPtr ExpressionParser::parse_pow() {
-  ExprPtr left = parse_unary(true);
-  while (is_op("**")) {
-    const int line = cur().line;
-    next();
-    left = binary(ExprKind::kBinary, "**", std::move(left), parse_unary(true), line);
-  }
-  return left;
+  return binary_level(ExprKind::kBinary, {"**"}, [this] { return parse_unary(true); });
 }
 
 ExprPtr ExpressionParser::parse_unary(bool with_filter) {
@@ -207,26 +184,18 @@ ExprPtr ExpressionParser::parse_primary() {
 ExprPtr ExpressionParser::parse_list(int line) {
   next();
   auto e = make(ExprKind::kList, line);
-  while (!is_op("]")) {
-    if (!e->args.empty()) expect_op(",");
-    if (is_op("]")) break;
-    e->args.push_back(parse_expression(true));
-  }
-  expect_op("]");
+  comma_separated("]", [&] { e->args.push_back(parse_expression(true)); });
   return e;
 }
 
 ExprPtr ExpressionParser::parse_dict(int line) {
   next();
   auto e = make(ExprKind::kDict, line);
-  while (!is_op("}")) {
-    if (!e->pairs.empty()) expect_op(",");
-    if (is_op("}")) break;
+  comma_separated("}", [&] {
     ExprPtr key = parse_expression(true);
     expect_op(":");
     e->pairs.emplace_back(std::move(key), parse_expression(true));
-  }
-  expect_op("}");
+  });
   return e;
 }
 
@@ -306,11 +275,7 @@ ExprPtr ExpressionParser::parse_subscript(ExprPtr node, int line) {
 void ExpressionParser::parse_call_args(Expr& e) {
   expect_op("(");
   bool seen_kwarg = false;
-  bool first = true;
-  while (!is_op(")")) {
-    if (!first) expect_op(",");
-    first = false;
-    if (is_op(")")) break;
+  comma_separated(")", [&] {
     if (is_op("*") || is_op("**")) fail("*args and **kwargs in calls are not supported");
     if (cur().type == TokenType::kName && peek().type == TokenType::kOperator && peek().value == "=") {
       std::string key = cur().value;
@@ -322,8 +287,7 @@ void ExpressionParser::parse_call_args(Expr& e) {
       if (seen_kwarg) fail("a positional argument follows a keyword argument");
       e.args.push_back(parse_expression(true));
     }
-  }
-  expect_op(")");
+  });
 }
 
 ExprPtr ExpressionParser::parse_call(ExprPtr node) {

@@ -10,6 +10,7 @@
 #include "jinja/template_error.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,17 @@ class ExpressionParser {
   void expect_op(const char* op) {
     if (!accept_op(op)) fail(fmt::format("expected '{}'{}", op, found()));
   }
+  // Items up to the operator `close` (consumed), separated by commas, a trailing comma allowed;
+  // item() parses one.
+  template <typename Item>
+  void comma_separated(const char* close, Item&& item) {
+    for (bool first = true; !is_op(close); first = false) {
+      if (!first) expect_op(",");
+      if (is_op(close)) break;
+      item();
+    }
+    expect_op(close);
+  }
   std::string found() const {
     switch (cur().type) {
       case TokenType::kEof: return ", found the end of the template";
@@ -84,6 +96,10 @@ class ExpressionParser {
   ExprPtr parse_expression(bool with_condexpr);
   ExprPtr parse_condexpr();
   ExprPtr binary(ExprKind kind, const std::string& op, ExprPtr lhs, ExprPtr rhs, int line);
+  // One precedence level of left-associative binary operators: operand (op operand)*, where op is
+  // one of `ops` and each makes a `kind` node (defined in expression_parser.cc, its only user).
+  template <typename Operand>
+  ExprPtr binary_level(ExprKind kind, std::initializer_list<const char*> ops, Operand operand);
   ExprPtr parse_or();
   ExprPtr parse_and();
   ExprPtr parse_not();

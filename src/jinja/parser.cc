@@ -63,6 +63,18 @@ class Parser : public ExpressionParser {
     if (!is_name(name)) fail(fmt::format("expected '{}'", name));
     next();
   }
+  // `{% name %}`, the cursor on its '{%'.
+  void consume_whole_tag(const char* name) {
+    consume_tag(name);
+    expect_block_end();
+  }
+  // The rest of a block tag whose head is parsed: its '%}', the body, then `{% end %}`.
+  Body parse_block_rest(const char* end) {
+    expect_block_end();
+    Body body = parse_body({end});
+    consume_whole_tag(end);
+    return body;
+  }
   std::string tag_name() const { return peek().value; }
 
   StmtPtr parse_statement() {
@@ -77,10 +89,7 @@ class Parser : public ExpressionParser {
     if (kw == "with") return parse_with(line);
     if (kw == "generation") {  // transformers' AssistantTracker: a scoped body
       auto s = make_stmt(StmtKind::kWith, line);
-      expect_block_end();
-      s->body = parse_body({"endgeneration"});
-      consume_tag("endgeneration");
-      expect_block_end();
+      s->body = parse_block_rest("endgeneration");
       return s;
     }
     if (kw == "break" || kw == "continue") {
@@ -106,12 +115,10 @@ class Parser : public ExpressionParser {
         continue;
       }
       if (end == "else") {
-        consume_tag("else");
-        expect_block_end();
+        consume_whole_tag("else");
         s->else_body = parse_body({"endif"});
       }
-      consume_tag("endif");
-      expect_block_end();
+      consume_whole_tag("endif");
       return s;
     }
   }
@@ -143,12 +150,10 @@ class Parser : public ExpressionParser {
     s->body = parse_body({"endfor", "else"});
     --loop_depth_;
     if (tag_name() == "else") {
-      consume_tag("else");
-      expect_block_end();
+      consume_whole_tag("else");
       s->else_body = parse_body({"endfor"});
     }
-    consume_tag("endfor");
-    expect_block_end();
+    consume_whole_tag("endfor");
     return s;
   }
 
@@ -175,10 +180,7 @@ class Parser : public ExpressionParser {
     auto s = make_stmt(StmtKind::kSetBlock, line);
     s->targets = std::move(names);
     if (is_op("|")) s->filter = parse_filter_chain();
-    expect_block_end();
-    s->body = parse_body({"endset"});
-    consume_tag("endset");
-    expect_block_end();
+    s->body = parse_block_rest("endset");
     return s;
   }
 
@@ -192,13 +194,10 @@ class Parser : public ExpressionParser {
 
   void parse_signature(MacroDef& m) {
     expect_op("(");
-    while (!is_op(")")) {
-      if (!m.params.empty()) expect_op(",");
-      if (is_op(")")) break;
+    comma_separated(")", [&] {
       m.params.push_back(expect_name());
       m.defaults.push_back(accept_op("=") ? parse_expression(true) : nullptr);
-    }
-    expect_op(")");
+    });
   }
 
   StmtPtr parse_macro(int line) {
@@ -226,22 +225,16 @@ class Parser : public ExpressionParser {
     if (is_op("(")) parse_signature(*s->macro);
     s->expr = parse_expression(true);
     if (s->expr->kind != ExprKind::kCall) fail("expected a call after 'call'");
-    expect_block_end();
     macros_.push_back(s->macro.get());
-    s->macro->body = parse_body({"endcall"});
+    s->macro->body = parse_block_rest("endcall");
     macros_.pop_back();
-    consume_tag("endcall");
-    expect_block_end();
     return s;
   }
 
   StmtPtr parse_filter_block(int line) {
     auto s = make_stmt(StmtKind::kFilterBlock, line);
     s->filter = parse_filter_chain();
-    expect_block_end();
-    s->body = parse_body({"endfilter"});
-    consume_tag("endfilter");
-    expect_block_end();
+    s->body = parse_block_rest("endfilter");
     return s;
   }
 
@@ -253,10 +246,7 @@ class Parser : public ExpressionParser {
       expect_op("=");
       s->values.push_back(parse_expression(true));
     }
-    expect_block_end();
-    s->body = parse_body({"endwith"});
-    consume_tag("endwith");
-    expect_block_end();
+    s->body = parse_block_rest("endwith");
     return s;
   }
 
