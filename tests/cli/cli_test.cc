@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/safetensors_writer.h"
-#include "support/spindle_binary.h"
+#include "support/run_spindle.h"
 #include "util/mapped_file.h"
 
 namespace spindle {
@@ -19,28 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct RunResult {
-  int exit_code = -1;   // -1 when killed by a signal
-  int signal = 0;
-  std::string out, err;
-};
-
-RunResult run_spindle(const std::string& args, const std::string& env = "") {
-  static int counter = 0;
-  const fs::path dir = fs::temp_directory_path();
-  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  const fs::path out = dir / ("spindle_cli_out_" + tag), err = dir / ("spindle_cli_err_" + tag);
-  const std::string cmd = env + " " + testing::spindle_binary() + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  r.out = read_text_file(out);
-  r.err = read_text_file(err);
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
+using testing::RunResult;
+using testing::run_spindle;
 
 // Llama: vocab 32, hidden 16, intermediate 24, 2 layers, 4 heads of head_dim 8 over 2 KV heads.
 const char* kTinyLlamaConfig = R"({

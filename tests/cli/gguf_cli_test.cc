@@ -15,7 +15,7 @@
 #include <string>
 
 #include "support/kjv_gguf.h"
-#include "support/spindle_binary.h"
+#include "support/run_spindle.h"
 #include "util/mapped_file.h"
 
 namespace spindle {
@@ -26,26 +26,8 @@ using ::testing::HasSubstr;
 
 const fs::path kKjvDir = fs::path(SPINDLE_FIXTURES_DIR) / ".." / ".." / "models" / "kjv-tiny";
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-RunResult run_spindle(const std::string& args) {
-  static int counter = 0;
-  const fs::path dir = fs::temp_directory_path();
-  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  const fs::path out = dir / ("spindle_gguf_out_" + tag), err = dir / ("spindle_gguf_err_" + tag);
-  const std::string cmd = testing::spindle_binary() + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = read_text_file(out);
-  r.err = read_text_file(err);
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
+using testing::RunResult;
+using testing::run_spindle;
 
 class GgufFile : public ::testing::Test {
  protected:

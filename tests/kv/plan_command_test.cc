@@ -31,7 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "support/spindle_binary.h"
+#include "support/run_spindle.h"
 
 namespace spindle {
 namespace {
@@ -42,33 +42,8 @@ using ::testing::HasSubstr;
 const std::string kModel = std::string(SPINDLE_FIXTURES_DIR) + "/../golden/llama-gqa-f32";
 const std::string kCgroupV2 = std::string(SPINDLE_FIXTURES_DIR) + "/cgroup/v2";
 
-struct RunResult {
-  int exit_code = -1;  // -1 when killed by a signal
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-RunResult run_spindle(const std::string& args) {
-  static int counter = 0;
-  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  const fs::path out = fs::temp_directory_path() / ("spindle_plan_out_" + tag);
-  const fs::path err = fs::temp_directory_path() / ("spindle_plan_err_" + tag);
-  const std::string cmd = testing::spindle_binary() + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
+using testing::RunResult;
+using testing::run_spindle;
 
 constexpr uint64_t kUsable = 3221225472;  // tests/fixtures/cgroup/v2
 constexpr uint64_t kWeights = 2492928;
