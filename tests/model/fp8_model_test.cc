@@ -62,9 +62,7 @@ double worst_error(const std::string& model, const std::filesystem::path& dir, c
   std::vector<std::unique_ptr<attn::AttentionBackend>> backends;
   auto m = load_with_best_backend(dir, backends, options);
   const ModelConfig& c = m->config();
-  const testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                      c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                      c.qk_norm};
+  const testing::ReferenceShape shape = testing::reference_shape(c);
   double worst = 0;
   for (const auto& prompt : testing::read_golden(model)) {
     const std::vector<float> ours = testing::prefill_alone(*m, prompt, DType::kF32);

@@ -152,9 +152,7 @@ TEST(GgufEmbeddingTable, BlockTypesWithoutLinearKernelsAreLookedUp) {
     std::vector<std::unique_ptr<attn::AttentionBackend>> backends;
     auto model = load_with_best_backend(path, backends);
     const ModelConfig& c = model->config();
-    const testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                        c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                        c.qk_norm};
+    const testing::ReferenceShape shape = testing::reference_shape(c);
     for (const auto& prompt : testing::read_golden("llama-gqa-f32")) {
       const std::vector<double> ref = testing::reference_last_logits(shape, weights, prompt.ids);
       EXPECT_LE(testing::relative_error(testing::prefill_alone(*model, prompt, DType::kF32),
@@ -209,31 +207,14 @@ TEST_P(GgufQuantTest, LogitsMatchFloat64ForwardOverDequantizedWeights) {
   std::vector<std::unique_ptr<attn::AttentionBackend>> backends;
   auto model = load_with_best_backend(path, backends);
   const ModelConfig& c = model->config();
-  testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                c.qk_norm};
-  double worst = 0, worst_same_x = 0;
-  int num_prompts = 0, num_exact = 0;
-  for (const auto& prompt : testing::read_golden(qc.model + "-f32")) {
-    const std::vector<float> ours = testing::prefill_alone(*model, prompt, DType::kF32);
-    shape.quantize_activations = false;
-    const std::vector<double> ref = testing::reference_last_logits(shape, weights, prompt.ids);
-    shape.quantize_activations = true;
-    const std::vector<double> ref_q = testing::reference_last_logits(shape, weights, prompt.ids);
-    const double err = testing::relative_error(ours, std::vector<float>(ref.begin(), ref.end()));
-    const double err_q = testing::relative_error(ours, std::vector<float>(ref_q.begin(), ref_q.end()));
-    worst = std::max(worst, err);
-    worst_same_x = std::max(worst_same_x, err_q);
-    EXPECT_LE(err, kQuantTolerance) << prompt.text;
-    ++num_prompts;
-    num_exact += err_q <= kQuantSameActivationsTolerance;
-  }
-  EXPECT_GE(num_exact, num_prompts - 1) << "prompts matching the same-activation reference within "
-                                        << kQuantSameActivationsTolerance;
+  const testing::QuantizedComparison q = testing::compare_quantized(
+      testing::reference_shape(c), weights, testing::read_golden(qc.model + "-f32"),
+      [&](const testing::GoldenPrompt& prompt) { return testing::prefill_alone(*model, prompt, DType::kF32); },
+      kQuantTolerance, kQuantSameActivationsTolerance);
   std::printf("%s %s (%s linear): relative error %.3g against f64 activations (tolerance %.3g); against the "
               "same int8-rounded activations %d of %d prompts within %.3g (worst %.3g)\n", qc.model.c_str(),
-              std::string(gguf::ggml_type_name(qc.type)).c_str(), model->linear_kernel_name(), worst, kQuantTolerance,
-              num_exact, num_prompts, kQuantSameActivationsTolerance, worst_same_x);
+              std::string(gguf::ggml_type_name(qc.type)).c_str(), model->linear_kernel_name(), q.worst, kQuantTolerance,
+              q.within_same_activations, q.prompts, kQuantSameActivationsTolerance, q.worst_same_activations);
   EXPECT_EQ(model->weight_bytes(), expected_weight_bytes(c, qc.type));
 }
 
@@ -259,9 +240,7 @@ TEST(GgufReferenceForward, MatchesHuggingFaceOnF32Weights) {
     testing::TempDir dir;
     const testing::Float64Weights weights = testing::write_golden_gguf(model + "-f32", dir.path() / "m.gguf");
     const ModelConfig c = load_model_config(testing::model_dir(model + "-f32"));
-    const testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                        c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                        c.qk_norm};
+    const testing::ReferenceShape shape = testing::reference_shape(c);
     for (const auto& prompt : testing::read_golden(model + "-f32")) {
       const std::vector<double> ref = testing::reference_last_logits(shape, weights, prompt.ids);
       EXPECT_LE(testing::relative_error(std::vector<float>(ref.begin(), ref.end()), prompt.last_logits), kF32Tolerance)

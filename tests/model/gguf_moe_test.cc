@@ -176,11 +176,7 @@ TEST_P(GgufMoeQuantTest, LogitsMatchFloat64ForwardOverDequantizedExperts) {
       testing::write_golden_gguf(qc.model, path, {.type = qc.type, .experts_only = qc.experts_only});
   Loaded l = load(path, /*best=*/true);
   const ModelConfig& c = l.model->config();
-  testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                c.qk_norm};
-  shape.top_k = c.moe.num_experts_per_tok;
-  shape.norm_topk = c.moe.norm_topk_prob;
+  testing::ReferenceShape shape = testing::reference_shape(c);
   shape.quantize_only_experts = qc.experts_only;
   double worst = 0, worst_same_x = 0;
   int num_prompts = 0, num_exact = 0;

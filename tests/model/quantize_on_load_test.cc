@@ -63,36 +63,22 @@ TEST(QuantizeOnLoad, Q8_0FolderMatchesFloat64ForwardAndTheQ8_0GgufFile) {
   auto model = load(testing::model_dir(golden), WeightQuantization::kQ8_0, backends);
   auto from_gguf = load(gguf_path, WeightQuantization::kNone, backends);
   const ModelConfig& c = model->config();
-  testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                c.qk_norm};
-  double worst = 0, worst_same_x = 0, worst_gguf = 0;
-  int num_prompts = 0, num_exact = 0;
-  for (const auto& prompt : testing::read_golden(golden)) {
-    const std::vector<float> ours = testing::prefill_alone(*model, prompt, DType::kF32);
-    const double err_gguf = testing::relative_error(ours, testing::prefill_alone(*from_gguf, prompt, DType::kF32));
-    EXPECT_LE(err_gguf, kSameWeightsTolerance) << prompt.text;
-    worst_gguf = std::max(worst_gguf, err_gguf);
-    shape.quantize_activations = false;
-    const std::vector<double> ref = testing::reference_last_logits(shape, weights, prompt.ids);
-    shape.quantize_activations = true;
-    const std::vector<double> ref_q = testing::reference_last_logits(shape, weights, prompt.ids);
-    const double err = testing::relative_error(ours, std::vector<float>(ref.begin(), ref.end()));
-    const double err_q = testing::relative_error(ours, std::vector<float>(ref_q.begin(), ref_q.end()));
-    worst = std::max(worst, err);
-    worst_same_x = std::max(worst_same_x, err_q);
-    EXPECT_LE(err, kQuantTolerance) << prompt.text;
-    ++num_prompts;
-    num_exact += err_q <= kQuantSameActivationsTolerance;
-  }
-  ASSERT_GT(num_prompts, 0);
-  EXPECT_GE(num_exact, num_prompts - 1) << "prompts matching the same-activation reference within "
-                                        << kQuantSameActivationsTolerance;
+  double worst_gguf = 0;
+  const testing::QuantizedComparison q = testing::compare_quantized(
+      testing::reference_shape(c), weights, testing::read_golden(golden),
+      [&](const testing::GoldenPrompt& prompt) {
+        std::vector<float> ours = testing::prefill_alone(*model, prompt, DType::kF32);
+        const double err_gguf = testing::relative_error(ours, testing::prefill_alone(*from_gguf, prompt, DType::kF32));
+        EXPECT_LE(err_gguf, kSameWeightsTolerance) << prompt.text;
+        worst_gguf = std::max(worst_gguf, err_gguf);
+        return ours;
+      },
+      kQuantTolerance, kQuantSameActivationsTolerance);
   std::printf("%s --quantization q8_0 (%s linear): relative error %.3g against f64 activations (tolerance %.3g); "
               "against the same int8-rounded activations %d of %d prompts within %.3g (worst %.3g); against the Q8_0 "
               "GGUF file %.3g\n",
-              golden.c_str(), model->linear_kernel_name(), worst, kQuantTolerance, num_exact, num_prompts,
-              kQuantSameActivationsTolerance, worst_same_x, worst_gguf);
+              golden.c_str(), model->linear_kernel_name(), q.worst, kQuantTolerance, q.within_same_activations,
+              q.prompts, kQuantSameActivationsTolerance, q.worst_same_activations, worst_gguf);
   EXPECT_EQ(model->weight_bytes(), from_gguf->weight_bytes());
   auto plain = load(testing::model_dir(golden), WeightQuantization::kNone, backends);
   EXPECT_LT(model->weight_bytes(), plain->weight_bytes());
@@ -127,9 +113,7 @@ TEST(QuantizeOnLoad, UnquantizedFolderMissesTheQ8_0Reference) {
   std::vector<std::unique_ptr<attn::AttentionBackend>> backends;
   auto plain = load(testing::model_dir(golden), WeightQuantization::kNone, backends);
   const ModelConfig& c = plain->config();
-  testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                c.qk_norm};
+  testing::ReferenceShape shape = testing::reference_shape(c);
   shape.quantize_activations = true;
   const auto prompt = testing::read_golden(golden).front();
   const std::vector<double> ref_q = testing::reference_last_logits(shape, weights, prompt.ids);

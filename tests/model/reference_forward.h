@@ -16,14 +16,21 @@
 // sigmoid(h . w_shared_gate) * MLP_shared(h). The router and the shared gate read unrounded inputs.
 // RMSNorm(v) = v / sqrt(mean(v^2) + eps); with w["rope_freqs"] (Llama-3 scaling) frequency i's
 // angle is divided by rope_freqs[i]. Returns the logits of the last position.
+// Below it, the shape of a loaded model and the comparison the quantized-weight tests make.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "model/golden_fixtures.h"
+#include "model/model_config.h"
 
 namespace spindle::testing {
 
@@ -235,6 +242,52 @@ inline std::vector<double> reference_last_logits(const ReferenceShape& s, const 
   const r::Vec h = r::rms_norm(x.back(), w.at("model.norm.weight"), s.eps);
   const r::Vec& head = w.contains("lm_head.weight") ? w.at("lm_head.weight") : table;
   return r::matvec(head, h, nullptr, r::quantize_dense(s));
+}
+
+// The shape of a model Spindle loaded (its ModelConfig, experts included), unquantized activations.
+inline ReferenceShape reference_shape(const ModelConfig& c) {
+  ReferenceShape s{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+                   c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta, c.qk_norm};
+  s.top_k = c.moe.num_experts_per_tok;
+  s.norm_topk = c.moe.norm_topk_prob;
+  return s;
+}
+
+// Over a model's golden prompts: the worst relative errors of its last logits against the forward
+// with float64 activations and against the forward with them rounded as the int8 kernels round
+// them (ReferenceShape::quantize_activations), and how many prompts the latter holds within its
+// tolerance.
+struct QuantizedComparison {
+  double worst = 0, worst_same_activations = 0;
+  int prompts = 0, within_same_activations = 0;
+};
+
+// Expects every prompt's error within `tolerance` of the float64-activation forward, and all
+// prompts but one within `same_activations_tolerance` of the rounded-activation one (f32
+// activations upstream may flip one near-tie int8 rounding). `ours` gives the model's last logits.
+inline QuantizedComparison compare_quantized(ReferenceShape shape, const std::map<std::string, std::vector<double>>& w,
+                                             const std::vector<GoldenPrompt>& prompts,
+                                             const std::function<std::vector<float>(const GoldenPrompt&)>& ours,
+                                             double tolerance, double same_activations_tolerance) {
+  QuantizedComparison out;
+  for (const GoldenPrompt& prompt : prompts) {
+    const std::vector<float> logits = ours(prompt);
+    shape.quantize_activations = false;
+    const std::vector<double> ref = reference_last_logits(shape, w, prompt.ids);
+    shape.quantize_activations = true;
+    const std::vector<double> ref_q = reference_last_logits(shape, w, prompt.ids);
+    const double err = relative_error(logits, std::vector<float>(ref.begin(), ref.end()));
+    const double err_q = relative_error(logits, std::vector<float>(ref_q.begin(), ref_q.end()));
+    out.worst = std::max(out.worst, err);
+    out.worst_same_activations = std::max(out.worst_same_activations, err_q);
+    EXPECT_LE(err, tolerance) << prompt.text;
+    ++out.prompts;
+    out.within_same_activations += err_q <= same_activations_tolerance;
+  }
+  EXPECT_GT(out.prompts, 0);
+  EXPECT_GE(out.within_same_activations, out.prompts - 1)
+      << "prompts matching the same-activation reference within " << same_activations_tolerance;
+  return out;
 }
 
 }  // namespace spindle::testing
