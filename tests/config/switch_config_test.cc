@@ -7,6 +7,7 @@
 #include <set>
 
 #include "config/switch_config.h"
+#include "support/error_of.h"
 #include "util/error.h"
 #include "util/switches.h"
 
@@ -19,16 +20,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 
-// The message of the spindle::Error `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 TEST(SwitchConfigTest, AnEmptyEnvironmentGivesTheDefaults) {
   const config::ResolvedSwitches r = config::resolve(Environment{});

@@ -9,6 +9,7 @@
 
 #include "model/llama32_1b_expectations.h"
 #include "model/weight_map.h"
+#include "support/error_of.h"
 #include "util/error.h"
 
 namespace spindle {
@@ -25,12 +26,7 @@ json read_fixture(const std::string& name) {
 
 // The message of the spindle::Error that parse_model_config throws for json ("" when none).
 std::string parse_error(const json& config) {
-  try {
-    parse_model_config(config, "config.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { parse_model_config(config, "config.json"); });
 }
 
 TEST(ModelConfig, Llama32_1B) {

@@ -11,6 +11,7 @@
 #include "model/model_config.h"
 #include "model/safetensors.h"
 #include "model/weight_map.h"
+#include "support/error_of.h"
 #include "util/error.h"
 
 namespace spindle {
@@ -24,13 +25,9 @@ json golden_config(const std::string& model) {
   return json::parse(read_text_file(kGoldenDir / model / "config.json"));
 }
 
+// The message of the spindle::Error that parse_model_config throws for json ("" when none).
 std::string parse_error(const json& config) {
-  try {
-    parse_model_config(config, "config.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { parse_model_config(config, "config.json"); });
 }
 
 TEST(MoeConfig, Qwen3MoeGolden) {

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "safetensors_writer.h"
+#include "support/error_of.h"
 #include "util/error.h"
 
 namespace spindle {
@@ -34,23 +35,10 @@ std::vector<std::byte> file_bytes(const std::string& header, size_t num_data_byt
   return bytes;
 }
 
-std::string header_error(const std::vector<std::byte>& bytes) {
-  try {
-    parse_safetensors_header(bytes, "weights.safetensors");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+std::string header_error(const std::vector<std::byte>& bytes) {
+  return error_of([&] { parse_safetensors_header(bytes, "weights.safetensors"); });
 }
 
 std::vector<NamedTensor> sample_tensors() {
