@@ -1,11 +1,11 @@
 #include "kernels/cuda/cublaslt_api.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <vector>
 
 #include "util/error.h"
+#include "util/shared_library.h"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -15,47 +15,32 @@ struct Loaded {
   std::string error;  // empty when api is usable
 };
 
-template <typename Fn>
-bool resolve(void* handle, const char* symbol, Fn& fn, std::string& error) {
-  fn = reinterpret_cast<Fn>(dlsym(handle, symbol));
-  if (fn == nullptr) error = fmt::format("libcublasLt has no symbol {}", symbol);
-  return fn != nullptr;
-}
-
 Loaded load() {
   Loaded out;
-  void* handle = nullptr;
-  std::string failures;
-  for (const char* name : {"libcublasLt.so.13", "libcublasLt.so"}) {
-    handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) {
-      out.api.path = name;
-      break;
-    }
-    const char* why = dlerror();
-    failures += fmt::format("{}{}: {}", failures.empty() ? "" : "; ", name, why != nullptr ? why : "not found");
-  }
+  const OpenedLibrary lib = open_first_library({"libcublasLt.so.13", "libcublasLt.so"});
+  void* handle = lib.handle;
   if (handle == nullptr) {
-    out.error = fmt::format("cuBLASLt not found ({}); put its lib/ folder on LD_LIBRARY_PATH", failures);
+    out.error = fmt::format("cuBLASLt not found ({}); put its lib/ folder on LD_LIBRARY_PATH", lib.failures);
     return out;
   }
+  out.api.path = lib.path;
   CublasLtApi& a = out.api;
   std::string& e = out.error;
   decltype(&cublasLtGetVersion) get_version = nullptr;
-  resolve(handle, "cublasLtGetVersion", get_version, e) && resolve(handle, "cublasLtCreate", a.Create, e) &&
-      resolve(handle, "cublasLtDestroy", a.Destroy, e) &&
-      resolve(handle, "cublasLtMatmulDescCreate", a.MatmulDescCreate, e) &&
-      resolve(handle, "cublasLtMatmulDescDestroy", a.MatmulDescDestroy, e) &&
-      resolve(handle, "cublasLtMatmulDescSetAttribute", a.MatmulDescSetAttribute, e) &&
-      resolve(handle, "cublasLtMatrixLayoutCreate", a.MatrixLayoutCreate, e) &&
-      resolve(handle, "cublasLtMatrixLayoutDestroy", a.MatrixLayoutDestroy, e) &&
-      resolve(handle, "cublasLtMatmulPreferenceCreate", a.MatmulPreferenceCreate, e) &&
-      resolve(handle, "cublasLtMatmulPreferenceDestroy", a.MatmulPreferenceDestroy, e) &&
-      resolve(handle, "cublasLtMatmulPreferenceSetAttribute", a.MatmulPreferenceSetAttribute, e) &&
-      resolve(handle, "cublasLtMatmulAlgoGetHeuristic", a.MatmulAlgoGetHeuristic, e) &&
-      resolve(handle, "cublasLtMatmul", a.Matmul, e);
+  resolve_symbol(handle, "cublasLtGetVersion", get_version, e) && resolve_symbol(handle, "cublasLtCreate", a.Create, e) &&
+      resolve_symbol(handle, "cublasLtDestroy", a.Destroy, e) &&
+      resolve_symbol(handle, "cublasLtMatmulDescCreate", a.MatmulDescCreate, e) &&
+      resolve_symbol(handle, "cublasLtMatmulDescDestroy", a.MatmulDescDestroy, e) &&
+      resolve_symbol(handle, "cublasLtMatmulDescSetAttribute", a.MatmulDescSetAttribute, e) &&
+      resolve_symbol(handle, "cublasLtMatrixLayoutCreate", a.MatrixLayoutCreate, e) &&
+      resolve_symbol(handle, "cublasLtMatrixLayoutDestroy", a.MatrixLayoutDestroy, e) &&
+      resolve_symbol(handle, "cublasLtMatmulPreferenceCreate", a.MatmulPreferenceCreate, e) &&
+      resolve_symbol(handle, "cublasLtMatmulPreferenceDestroy", a.MatmulPreferenceDestroy, e) &&
+      resolve_symbol(handle, "cublasLtMatmulPreferenceSetAttribute", a.MatmulPreferenceSetAttribute, e) &&
+      resolve_symbol(handle, "cublasLtMatmulAlgoGetHeuristic", a.MatmulAlgoGetHeuristic, e) &&
+      resolve_symbol(handle, "cublasLtMatmul", a.Matmul, e);
   if (!e.empty()) {
-    e = fmt::format("{} ({})", e, a.path);
+    e = fmt::format("libcublasLt: {} ({})", e, a.path);
     return out;
   }
   a.version = get_version();

@@ -1,6 +1,5 @@
 #include "kernels/cuda/cudnn_api.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/shared_library.h"
 #include "util/switches.h"
 
 namespace spindle::kernels::cuda {
@@ -19,34 +19,20 @@ struct LoadResult {
   std::string error;
 };
 
-// Resolves `name` into `fn`; false (and the dlerror text in `error`) when it is missing.
-template <typename Fn>
-bool resolve(void* handle, const char* name, Fn& fn, std::string& error) {
-  dlerror();
-  void* symbol = dlsym(handle, name);
-  if (symbol == nullptr) {
-    const char* why = dlerror();
-    error = fmt::format("symbol {} not found ({})", name, why != nullptr ? why : "null");
-    return false;
-  }
-  fn = reinterpret_cast<Fn>(symbol);
-  return true;
-}
-
 bool resolve_all(void* handle, CudnnApi& api, std::string& error) {
-  return resolve(handle, "cudnnGetVersion", api.GetVersion, error) &&
-         resolve(handle, "cudnnGetCudartVersion", api.GetCudartVersion, error) &&
-         resolve(handle, "cudnnGetErrorString", api.GetErrorString, error) &&
-         resolve(handle, "cudnnGetLastErrorString", api.GetLastErrorString, error) &&
-         resolve(handle, "cudnnCreate", api.Create, error) &&
-         resolve(handle, "cudnnDestroy", api.Destroy, error) &&
-         resolve(handle, "cudnnSetStream", api.SetStream, error) &&
-         resolve(handle, "cudnnBackendCreateDescriptor", api.BackendCreateDescriptor, error) &&
-         resolve(handle, "cudnnBackendDestroyDescriptor", api.BackendDestroyDescriptor, error) &&
-         resolve(handle, "cudnnBackendSetAttribute", api.BackendSetAttribute, error) &&
-         resolve(handle, "cudnnBackendGetAttribute", api.BackendGetAttribute, error) &&
-         resolve(handle, "cudnnBackendFinalize", api.BackendFinalize, error) &&
-         resolve(handle, "cudnnBackendExecute", api.BackendExecute, error);
+  return resolve_symbol(handle, "cudnnGetVersion", api.GetVersion, error) &&
+         resolve_symbol(handle, "cudnnGetCudartVersion", api.GetCudartVersion, error) &&
+         resolve_symbol(handle, "cudnnGetErrorString", api.GetErrorString, error) &&
+         resolve_symbol(handle, "cudnnGetLastErrorString", api.GetLastErrorString, error) &&
+         resolve_symbol(handle, "cudnnCreate", api.Create, error) &&
+         resolve_symbol(handle, "cudnnDestroy", api.Destroy, error) &&
+         resolve_symbol(handle, "cudnnSetStream", api.SetStream, error) &&
+         resolve_symbol(handle, "cudnnBackendCreateDescriptor", api.BackendCreateDescriptor, error) &&
+         resolve_symbol(handle, "cudnnBackendDestroyDescriptor", api.BackendDestroyDescriptor, error) &&
+         resolve_symbol(handle, "cudnnBackendSetAttribute", api.BackendSetAttribute, error) &&
+         resolve_symbol(handle, "cudnnBackendGetAttribute", api.BackendGetAttribute, error) &&
+         resolve_symbol(handle, "cudnnBackendFinalize", api.BackendFinalize, error) &&
+         resolve_symbol(handle, "cudnnBackendExecute", api.BackendExecute, error);
 }
 
 // The library is never closed: cuDNN keeps global state (and its sub-libraries) for the process.
