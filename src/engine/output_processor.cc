@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "util/error.h"
+
 namespace spindle::engine {
 
 RequestOutputState::RequestOutputState(SamplingParams params, uint64_t seed, std::shared_ptr<RequestStream> stream_,
@@ -73,6 +77,8 @@ void OutputProcessor::accept_token(Request& r, RequestOutputState& o, const Samp
   out.tokens.push_back(sampled.token);
   const auto& p = o.sampler.params();
   if (p.logprobs || p.top_logprobs > 0) out.logprobs.push_back(sampled);
+  out.prompt_logprobs = std::move(o.prompt_logprobs);
+  o.prompt_logprobs.clear();
   decide(r, o, sampled.token, out);
   out.num_prompt_tokens = static_cast<int>(r.prompt.size());
   out.num_output_tokens = static_cast<int>(r.output.size());
@@ -83,6 +89,20 @@ void OutputProcessor::accept_token(Request& r, RequestOutputState& o, const Samp
     count_finished(r, now);
   }
   push(o, out);
+}
+
+void OutputProcessor::accept_prompt_rows(Request& r, RequestOutputState& o, std::span<const float> rows, int vocab,
+                                         int first_position) {
+  const int n = static_cast<int>(rows.size() / static_cast<size_t>(vocab));
+  SPINDLE_CHECK(first_position == r.num_prompt_rows_done && first_position + n < static_cast<int>(r.prompt.size()),
+                "request {}: prompt rows of positions [{}, {}) after {} done, prompt of {}", r.id, first_position,
+                first_position + n, r.num_prompt_rows_done, r.prompt.size());
+  const int k = std::max(0, o.sampler.params().prompt_logprobs);
+  for (int i = 0; i < n; ++i) {
+    const auto row = rows.subspan(static_cast<size_t>(i) * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    o.prompt_logprobs.push_back(prompt_logprob(row, r.prompt[static_cast<size_t>(first_position + i + 1)], k));
+  }
+  r.num_prompt_rows_done = first_position + n;
 }
 
 void OutputProcessor::decide(Request& r, RequestOutputState& o, TokenId token, RequestOutput& out) {

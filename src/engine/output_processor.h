@@ -45,6 +45,8 @@ struct RequestOutputState {
   // grammar's root there). Null when unconstrained.
   std::shared_ptr<const grammar::TokenizerInfo> grammar_tokenizer;
   std::unique_ptr<GrammarState> grammar;
+  // Prompt logprobs computed so far, handed out with the first token (accept_token).
+  std::vector<PromptLogprob> prompt_logprobs;
 };
 
 class OutputProcessor {
@@ -76,6 +78,11 @@ class OutputProcessor {
   // matcher advances by it first; a token its grammar refuses (possible only where the grammar
   // allowed no token of the vocabulary at all) ends the request with an error.
   void accept_token(Request& r, RequestOutputState& o, const SampledToken& sampled);
+  // Prompt rows of r (SamplingParams::prompt_logprobs): rows [n, vocab] host logits of prompt
+  // positions [first_position, first_position + n); each gives the logprob of the prompt token
+  // after it. Advances r.num_prompt_rows_done to first_position + n.
+  void accept_prompt_rows(Request& r, RequestOutputState& o, std::span<const float> rows, int vocab,
+                          int first_position);
   // A verify's tokens (the accepted drafts first, then one more), until one ends the request.
   void accept_verified(Request& r, RequestOutputState& o, std::span<const SampledToken> tokens, int num_accepted_drafts);
   // Final events of requests the engine ends: cancelled by the client (kAbort; sets r.finished),

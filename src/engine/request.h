@@ -57,6 +57,16 @@ struct Request {
   // Not scheduled this step (set by the engine before schedule()): its pending token ends it for
   // sure (max_tokens or the model length), so computing past it would be thrown away.
   bool hold = false;
+  // Prompt rows (SamplingParams::prompt_logprobs): the step computes a logits row for every prompt
+  // position p < prompt.size() - 1 (the distribution of token p + 1) besides the sampling row.
+  // Positions [0, num_prompt_rows_done) have had theirs; admission reads no prefix-cache page
+  // past them (Scheduler::try_admit), so preemption and a warm cache recompute what is missing.
+  bool wants_prompt_rows = false;
+  int num_prompt_rows_done = 0;
+  // Whether every prompt row it wants is computed.
+  bool prompt_rows_complete() const {
+    return !wants_prompt_rows || num_prompt_rows_done >= static_cast<int>(prompt.size()) - 1;
+  }
   Clock::time_point arrival = Clock::now();
   bool queue_time_observed = false;  // its arrival-to-first-schedule time is in the metrics
 

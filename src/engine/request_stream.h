@@ -26,6 +26,9 @@ struct RequestOutput {
   std::string reasoning_text;
   std::vector<TokenId> tokens;              // new tokens since the last event
   std::vector<SampledToken> logprobs;   // one per token when logprobs were requested
+  // SamplingParams::prompt_logprobs: in the first token's event, one per prompt token after the
+  // first (prompt token i + 1's under the model's row of position i).
+  std::vector<PromptLogprob> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   int num_prompt_tokens = 0;

@@ -69,9 +69,14 @@ const StepBatch& Runner::build(const StepPlan& plan) {
       tokens_[static_cast<size_t>(i)] = token;
     }
     for (int i = 0; i < s.num_draft_tokens; ++i) tokens_[static_cast<size_t>(num_context + i)] = r.draft.at(i);
+    // Prompt rows are the query rows right before the sampling rows (scheduler.h), so the logit
+    // rows stay the sequence's last ones.
+    SPINDLE_CHECK(s.num_prompt_rows == 0 || s.first_prompt_row == s.num_cached_tokens + s.num_new_tokens - s.num_all_logit_rows(),
+                  "request {}: prompt rows from position {} ({}) are not the last rows of its {} new tokens from {}", r.id,
+                  s.first_prompt_row, s.num_prompt_rows, s.num_new_tokens, s.num_cached_tokens);
     const std::vector<int32_t>& pages = r.table.pages();
     batch_.add_sequence(tokens_.data(), s.num_new_tokens, s.num_cached_tokens, pages.data(),
-                        static_cast<int32_t>(pages.size()), s.num_logit_rows());
+                        static_cast<int32_t>(pages.size()), s.num_all_logit_rows());
   }
   return batch_;
 }

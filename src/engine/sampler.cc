@@ -256,6 +256,15 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
   return result;
 }
 
+PromptLogprob prompt_logprob(std::span<const float> logits, TokenId token, int k) {
+  SampledToken raw;
+  raw_logprobs(logits, token, k, raw);
+  PromptLogprob out{token, raw.logprob, 1, std::move(raw.top)};
+  const float own = logits[static_cast<size_t>(token)];
+  for (float l : logits) out.rank += l > own ? 1 : 0;
+  return out;
+}
+
 void add_sampling_row(const SamplingParams& p, uint64_t seed, uint64_t counter, std::span<const TokenId> prompt,
                       std::span<const TokenId> output, size_t row, SamplingBatch& batch) {
   SamplingRow& r = batch.rows.at(row);

@@ -94,6 +94,18 @@ int apply_grammar_mask(std::span<float> logits, std::span<const uint32_t> mask);
 // log_softmax of one row, for the top `k` entries (best first) and for `token`.
 void raw_logprobs(std::span<const float> logits, TokenId token, int k, SampledToken& out);
 
+// A prompt token's log-probability (prompt logprobs: completions' echo + logprobs, vLLM's
+// prompt_logprobs) under the raw distribution of the position before it: its rank (1 + the
+// tokens whose logit is larger) and the top `k` alternatives, best first.
+struct PromptLogprob {
+  TokenId token = 0;
+  float logprob = 0.0f;
+  int rank = 0;
+  std::vector<TokenLogprob> top;
+};
+// logits: [vocab], the model's row of the position before `token`.
+PromptLogprob prompt_logprob(std::span<const float> logits, TokenId token, int k);
+
 // Sets batch.rows[row] to what a device sampler needs for one request (kernels/sampling_batch.h):
 // its parameters, seed and counter (tokens it drew before), and appends its penalty list (every
 // distinct prompt and output token with its output count, when a penalty is set) and its logit

@@ -33,6 +33,8 @@ void validate_sampling_params(const SamplingParams& p, int vocab_size) {
   for (const auto& s : p.stop) SPINDLE_CHECK(!s.empty(), "stop strings must not be empty");
   SPINDLE_CHECK(p.max_tokens >= 1, "max_tokens must be >= 1, got {}", p.max_tokens);
   SPINDLE_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= 20, "top_logprobs must be in [0, 20], got {}", p.top_logprobs);
+  SPINDLE_CHECK(p.prompt_logprobs >= -1 && p.prompt_logprobs <= 20, "prompt_logprobs must be in [0, 20], got {}",
+                p.prompt_logprobs);
 }
 
 }  // namespace spindle::engine

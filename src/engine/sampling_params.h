@@ -33,6 +33,12 @@ struct SamplingParams {
   bool ignore_eos = false;
   int top_logprobs = 0;             // alternatives to report per token, [0, 20]
   bool logprobs = false;            // report the chosen token's log-probability
+  // Prompt logprobs: -1 none; k in [0, 20]: every prompt token after the first gets its raw
+  // log-probability, rank and k alternatives (RequestOutput::prompt_logprobs, with the first
+  // token). Such a request computes every prompt position's logits row: it reads no prefix-cache
+  // pages past the positions whose rows it has (scheduler.h). Only where the engine samples on the
+  // host (Engine::prompt_rows_unsupported).
+  int prompt_logprobs = -1;
   bool speculative = true;          // may use speculative decoding where the server runs it
   // Structured output (grammar/): every token is drawn from the tokens this grammar allows next
   // (the mask applies first: before penalties, bias, temperature, top-k, top-p, min-p, and the

@@ -20,6 +20,16 @@ void Scheduler::add_to_plan(Request& r, int n, StepPlan& plan, int num_draft_tok
   s.num_new_tokens = n;
   s.num_cached_tokens = r.num_computed_tokens;
   s.num_draft_tokens = num_draft_tokens;
+  if (r.wants_prompt_rows) {
+    const int first = std::max(r.num_computed_tokens, r.num_prompt_rows_done);
+    const int end = std::min(r.num_computed_tokens + n - num_draft_tokens, static_cast<int>(r.prompt.size()) - 1);
+    if (end > first) {
+      s.prompt_rows_offset = plan.num_logit_rows;
+      s.num_prompt_rows = end - first;
+      s.first_prompt_row = first;
+      plan.num_logit_rows += s.num_prompt_rows;
+    }
+  }
   if (r.num_computed_tokens + n - num_draft_tokens == r.num_tokens()) {
     s.logits_row = plan.num_logit_rows;
     plan.num_logit_rows += s.num_logit_rows();
@@ -91,7 +101,10 @@ bool Scheduler::try_admit(Request& r, StepBudget& budget, StepPlan& plan) {
   if (r.table.num_pages() == 0 && r.num_computed_tokens == 0) {
     // Reuse the longest cached prefix; at least the last token is always computed.
     const auto all = r.all_tokens();
-    const auto pages = prefix_cache_.match(std::span<const TokenId>(all.data(), all.size() - 1));
+    // A request that still wants prompt rows computes every position from the first missing one.
+    const size_t usable = r.prompt_rows_complete() ? all.size() - 1
+                                                   : std::min(all.size() - 1, static_cast<size_t>(r.num_prompt_rows_done));
+    const auto pages = prefix_cache_.match(std::span<const TokenId>(all.data(), usable));
     if (!pages.empty()) {
       r.table.assign_prefix(pages);
       r.num_computed_tokens = r.table.num_tokens();
@@ -128,6 +141,7 @@ int num_shared_pages(const std::vector<TokenId>& prompt, const Request& r, int p
 
 bool Scheduler::waits_for_shared_prompt(const Request& r) const {
   if (!prefix_cache_.enabled()) return false;  // nothing would be published to wait for
+  if (!r.prompt_rows_complete()) return false;  // it would not read the pages it waited for
   const int page_size = allocator_.page_size();
   const int num_pages = (r.num_tokens() - 1) / page_size;
   int in_flight = 0;  // the most pages of r's context one running, unpublished prompt will publish

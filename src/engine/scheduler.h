@@ -25,7 +25,10 @@
 //     request publishes its prompt's full pages when its prefill ends (publish_prompts), and the
 //     waiting one is then admitted on them. If it is preempted, aborted or fails first, the
 //     waiting one stops waiting for it (it is no longer running or no longer unpublished).
-// A request whose whole context (prompt + output) is computed gets a logits row. A decoding
+// A request whose whole context (prompt + output) is computed gets a logits row; one that wants
+// prompt rows (Request::wants_prompt_rows) gets, before it, a row for each prompt position of the
+// step whose row it has not had (never reading cached pages past those: try_admit), and does
+// not wait for a shared prompt. A decoding
 // request with draft tokens (Request::draft, speculative decoding) computes its last token and
 // the drafts in one sequence and gets a logits row for each of them (1 + drafts); after the step
 // the engine verifies them, appends the accepted tokens and calls finish_speculation(), which
@@ -69,8 +72,16 @@ struct ScheduledSequence {
   int num_cached_tokens = 0;
   int logits_row = -1;  // index into the step's logits (its context is then complete), or -1
   int num_draft_tokens = 0;  // the last num_draft_tokens of the new tokens are Request::draft's
+  // Prompt rows (Request::wants_prompt_rows): logit rows [prompt_rows_offset, + num_prompt_rows)
+  // hold the rows of prompt positions [first_prompt_row, + num_prompt_rows), right before
+  // logits_row; they are the sequence's last query rows but the sampling one.
+  int prompt_rows_offset = -1;
+  int num_prompt_rows = 0;
+  int first_prompt_row = 0;
   // Logit rows from logits_row on: 1 + num_draft_tokens when the context completes, else 0.
   int num_logit_rows() const { return logits_row < 0 ? 0 : 1 + num_draft_tokens; }
+  // Every logit row of the sequence: its prompt rows, then its sampling rows.
+  int num_all_logit_rows() const { return num_prompt_rows + num_logit_rows(); }
 };
 
 struct StepPlan {

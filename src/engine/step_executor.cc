@@ -160,6 +160,8 @@ void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) 
   sampling_.clear();
   sampling_.rows.resize(static_cast<size_t>(num_logit_rows));
   for (const auto& s : plan.sequences) {
+    // Prompt rows are read from host logits (Engine::prompt_rows_unsupported refuses them here).
+    SPINDLE_CHECK(s.num_prompt_rows == 0, "request {}: prompt rows in a step sampled on the device", s.request->id);
     if (s.logits_row < 0) continue;
     const Request& r = *s.request;
     const Sampler& sampler = output_.at(r.id).sampler;
@@ -217,6 +219,12 @@ void StepExecutor::process_step(LaunchedStep& step, std::span<float> logits, con
     num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens - s.num_draft_tokens,
                                               static_cast<int>(r.prompt.size())) -
                                          s.num_cached_tokens);
+    if (s.num_prompt_rows > 0 && !r.finished) {  // host logits only (fill_sampling_rows)
+      const size_t offset = static_cast<size_t>(s.prompt_rows_offset) * static_cast<size_t>(vocab_);
+      output_.accept_prompt_rows(r, output_.at(r.id),
+                                 logits.subspan(offset, static_cast<size_t>(s.num_prompt_rows) * static_cast<size_t>(vocab_)),
+                                 vocab_, s.first_prompt_row);
+    }
     if (s.logits_row < 0) continue;
     if (device_rows != nullptr && s.num_draft_tokens == 0) --r.num_pending_tokens;
     // Finished (a stop in the step before, aborted, over capacity) while this step was in flight:

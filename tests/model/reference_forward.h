@@ -15,7 +15,8 @@
 // P.experts.e.{gate,up,down}_proj (Mixtral: w1, w3, w2); Qwen2-MoE's shared expert adds
 // sigmoid(h . w_shared_gate) * MLP_shared(h). The router and the shared gate read unrounded inputs.
 // RMSNorm(v) = v / sqrt(mean(v^2) + eps); with w["rope_freqs"] (Llama-3 scaling) frequency i's
-// angle is divided by rope_freqs[i]. Returns the logits of the last position.
+// angle is divided by rope_freqs[i]. reference_last_logits: the logits of the last position;
+// reference_last_hidden: its final normed hidden state.
 // Below it, the shape of a loaded model and the comparison the quantized-weight tests make.
 #pragma once
 
@@ -227,7 +228,9 @@ inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l
 
 }  // namespace reference_forward_detail
 
-inline std::vector<double> reference_last_logits(const ReferenceShape& s, const std::map<std::string, std::vector<double>>& w,
+// The final RMSNorm of the last position's hidden state: [hidden] (what the LM head reads; the
+// last_hidden_state of HF's *Model at the last position).
+inline std::vector<double> reference_last_hidden(const ReferenceShape& s, const std::map<std::string, std::vector<double>>& w,
                                                  const std::vector<int32_t>& ids) {
   namespace r = reference_forward_detail;
   const size_t n = ids.size(), hd = static_cast<size_t>(s.hidden);
@@ -239,8 +242,14 @@ inline std::vector<double> reference_last_logits(const ReferenceShape& s, const 
     r::qkv(s, w, l, x, q, k, v);
     for (size_t t = 0; t < n; ++t) r::residual_blocks(s, w, l, r::attend(s, t, q, k, v), x[t]);
   }
-  const r::Vec h = r::rms_norm(x.back(), w.at("model.norm.weight"), s.eps);
-  const r::Vec& head = w.contains("lm_head.weight") ? w.at("lm_head.weight") : table;
+  return r::rms_norm(x.back(), w.at("model.norm.weight"), s.eps);
+}
+
+inline std::vector<double> reference_last_logits(const ReferenceShape& s, const std::map<std::string, std::vector<double>>& w,
+                                                 const std::vector<int32_t>& ids) {
+  namespace r = reference_forward_detail;
+  const r::Vec h = reference_last_hidden(s, w, ids);
+  const r::Vec& head = w.contains("lm_head.weight") ? w.at("lm_head.weight") : w.at("model.embed_tokens.weight");
   return r::matvec(head, h, nullptr, r::quantize_dense(s));
 }
 
