@@ -82,9 +82,12 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_batch(std::vector<Sub
   SPINDLE_CHECK(!batch.empty(), "submit_batch needs at least one request");
   const int n = static_cast<int>(batch.size());
   for (const Submission& s : batch) {
-    if (s.params.prompt_logprobs >= 0) SPINDLE_CHECK(prompt_rows_unsupported().empty(), "{}", prompt_rows_unsupported());
+    if (s.params.prompt_logprobs >= 0 || s.params.embedding) {
+      SPINDLE_CHECK(host_rows_unsupported().empty(), "{}", host_rows_unsupported());
+    }
   }
   for (Submission& s : batch) {
+    if (s.params.embedding) s.params.speculative = false;  // it never decodes
     if (!s.params.grammar) continue;
     s.params.speculative = false;  // constrained requests do not speculate (engine.h)
     output_.grammar_tokenizer();   // built here, on the caller's thread, the first time
@@ -102,7 +105,8 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_batch(std::vector<Sub
       incoming_tokens_ += static_cast<int64_t>(s.prompt.size());
       Incoming in;
       in.request = std::make_unique<Request>(next_id_++, std::move(s.prompt), allocator_);
-      in.request->wants_prompt_rows = s.params.prompt_logprobs >= 0;
+      in.request->wants_prompt_rows =
+          s.params.prompt_logprobs >= 0 || (s.params.embedding && s.params.pooling != PoolingConfig::Mode::kLastToken);
       in.output = output_.make_state(std::move(s.params), random_seed(), stream);
       incoming_.push_back(std::move(in));
       streams.push_back(std::move(stream));
@@ -112,10 +116,10 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_batch(std::vector<Sub
   return streams;
 }
 
-std::string Engine::prompt_rows_unsupported() const {
+std::string Engine::host_rows_unsupported() const {
   if (!runner_.samples_on_device()) return "";
-  return fmt::format("prompt logprobs are computed from host logits; this server samples on the device ({}), where "
-                     "they are not built yet",
+  return fmt::format("prompt logprobs and embeddings are read from host logits and hidden rows; this server samples "
+                     "on the device ({}), where they are not built yet",
                      attn::device_name(runner_.model().device()));
 }
 

@@ -129,9 +129,11 @@ class Engine {
   // Token ids a request may use: those both the tokenizer and the model's embedding know.
   int vocab_size() const { return std::min(tokenizer_.vocab_size(), runner_.model().config().vocab_size); }
   const std::string& model_name() const { return options_.model_name; }
-  // Why requests wanting prompt rows (SamplingParams::prompt_logprobs) cannot be served here ("":
-  // they can): those rows are read from host logits, so only where the engine samples on the host.
-  std::string prompt_rows_unsupported() const;
+  // Why requests reading host rows (SamplingParams::prompt_logprobs, embedding) cannot be served
+  // here ("": they can): only where the engine samples on the host.
+  std::string host_rows_unsupported() const;
+  // The width of an embedding (the model's hidden size).
+  int hidden_size() const { return runner_.model().config().hidden_size; }
   Metrics& metrics() { return metrics_; }
   // The tokens this engine holds: every scheduled request's (prompt + output so far, as of the
   // last step) plus the prompts submitted since. Thread-safe; the router's queue length.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "util/error.h"
 
@@ -103,6 +104,50 @@ void OutputProcessor::accept_prompt_rows(Request& r, RequestOutputState& o, std:
     o.prompt_logprobs.push_back(prompt_logprob(row, r.prompt[static_cast<size_t>(first_position + i + 1)], k));
   }
   r.num_prompt_rows_done = first_position + n;
+}
+
+void OutputProcessor::accept_pooled_rows(Request& r, RequestOutputState& o, std::span<const float> rows, int hidden,
+                                         int first_position) {
+  const int n = static_cast<int>(rows.size() / static_cast<size_t>(hidden));
+  SPINDLE_CHECK(first_position == r.num_prompt_rows_done && first_position + n < static_cast<int>(r.prompt.size()),
+                "request {}: pooled rows of positions [{}, {}) after {} done, prompt of {}", r.id, first_position,
+                first_position + n, r.num_prompt_rows_done, r.prompt.size());
+  o.pooled.resize(static_cast<size_t>(hidden));
+  const bool mean = o.sampler.params().pooling == PoolingConfig::Mode::kMeanTokens;
+  for (int i = 0; i < n; ++i) {
+    if (!mean && first_position + i != 0) continue;
+    for (int j = 0; j < hidden; ++j) o.pooled[static_cast<size_t>(j)] += rows[static_cast<size_t>(i * hidden + j)];
+  }
+  r.num_prompt_rows_done = first_position + n;
+}
+
+void OutputProcessor::accept_embedding(Request& r, RequestOutputState& o, std::span<const float> hidden) {
+  if (!all_finite(hidden) || !std::all_of(o.pooled.begin(), o.pooled.end(), [](double x) { return std::isfinite(x); })) {
+    fail_non_finite(r, o);
+    return;
+  }
+  RequestOutput out;
+  const PoolingConfig::Mode mode = o.sampler.params().pooling;
+  const size_t num_prompt = r.prompt.size();
+  if (mode == PoolingConfig::Mode::kLastToken || (mode == PoolingConfig::Mode::kClsToken && num_prompt == 1)) {
+    out.embedding.assign(hidden.begin(), hidden.end());
+  } else {
+    SPINDLE_CHECK(r.prompt_rows_complete() && o.pooled.size() == hidden.size(),
+                  "request {}: pooling without every prompt row ({} of {})", r.id, r.num_prompt_rows_done, num_prompt - 1);
+    out.embedding.resize(hidden.size());
+    for (size_t j = 0; j < hidden.size(); ++j) {
+      out.embedding[j] = mode == PoolingConfig::Mode::kClsToken
+                             ? static_cast<float>(o.pooled[j])
+                             : static_cast<float>((o.pooled[j] + hidden[j]) / static_cast<double>(num_prompt));
+    }
+  }
+  out.finished = true;
+  out.finish_reason = FinishReason::kStop;
+  out.num_prompt_tokens = static_cast<int>(r.prompt.size());
+  out.num_cached_prompt_tokens = r.num_cached_prompt_tokens;
+  r.finished = true;
+  count_finished(r, Clock::now());
+  push(o, out);
 }
 
 void OutputProcessor::decide(Request& r, RequestOutputState& o, TokenId token, RequestOutput& out) {

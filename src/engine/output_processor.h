@@ -47,6 +47,9 @@ struct RequestOutputState {
   std::unique_ptr<GrammarState> grammar;
   // Prompt logprobs computed so far, handed out with the first token (accept_token).
   std::vector<PromptLogprob> prompt_logprobs;
+  // An embedding's pooled prompt rows so far (SamplingParams::pooling): mean: their sum; first
+  // token: row 0. [hidden]
+  std::vector<double> pooled;
 };
 
 class OutputProcessor {
@@ -83,6 +86,14 @@ class OutputProcessor {
   // after it. Advances r.num_prompt_rows_done to first_position + n.
   void accept_prompt_rows(Request& r, RequestOutputState& o, std::span<const float> rows, int vocab,
                           int first_position);
+  // An embedding request's prompt rows (mean or first-token pooling): rows [n, hidden] final
+  // normed hidden states of positions [first_position, first_position + n), pooled into o.pooled.
+  void accept_pooled_rows(Request& r, RequestOutputState& o, std::span<const float> rows, int hidden,
+                          int first_position);
+  // An embedding request's last prompt position computed (SamplingParams::embedding): its final
+  // normed hidden state [hidden], pooled with the rows before, ends r with one event (an error
+  // when not finite).
+  void accept_embedding(Request& r, RequestOutputState& o, std::span<const float> hidden);
   // A verify's tokens (the accepted drafts first, then one more), until one ends the request.
   void accept_verified(Request& r, RequestOutputState& o, std::span<const SampledToken> tokens, int num_accepted_drafts);
   // Final events of requests the engine ends: cancelled by the client (kAbort; sets r.finished),

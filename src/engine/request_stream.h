@@ -29,6 +29,9 @@ struct RequestOutput {
   // SamplingParams::prompt_logprobs: in the first token's event, one per prompt token after the
   // first (prompt token i + 1's under the model's row of position i).
   std::vector<PromptLogprob> prompt_logprobs;
+  // SamplingParams::embedding: the pooled final normed hidden state [hidden_size] (not
+  // L2-normalised), in the one event that ends the request.
+  std::vector<float> embedding;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   int num_prompt_tokens = 0;

@@ -90,6 +90,12 @@ std::span<float> Runner::run(const StepBatch& batch) {
   return logits_;
 }
 
+std::span<const float> Runner::final_rows(const StepBatch& batch) {
+  final_rows_.resize(static_cast<size_t>(batch.num_logit_rows()) * static_cast<size_t>(model_.config().hidden_size));
+  model_.read_final_rows(final_rows_.data(), batch.num_logit_rows());
+  return final_rows_;
+}
+
 int Runner::capture_graphs() {
   if (!graphs_enabled_) return 0;
   std::vector<int> sizes;

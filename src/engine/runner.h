@@ -78,6 +78,9 @@ class Runner {
   // host logits [batch.num_logit_rows(), vocab_size] (the sampler may modify them), valid until
   // the next run(). Always eager.
   std::span<float> run(const StepBatch& batch);
+  // After run(batch): the final RMSNorm of its logit rows, [batch.num_logit_rows(), hidden_size]
+  // (the hidden states the LM head read), valid until the next call.
+  std::span<const float> final_rows(const StepBatch& batch);
 
   // Where the runner samples (the model's device, or the host with sample_on_host): runs build()'s
   // batch (graphs where enabled) and samples its logit rows, sampling.rows[r] for logit row r (as
@@ -121,6 +124,7 @@ class Runner {
   std::vector<TokenId> tokens_;  // one sequence's new tokens, reused
   std::vector<PendingToken> pending_;  // build()'s pending tokens
   std::vector<float> logits_;
+  std::vector<float> final_rows_;
   std::vector<SampledRow> sampled_;
   // sample_on_host: the launched steps' samples not yet collected, oldest first, and the last
   // launched one's (the source of the next step's pending tokens).

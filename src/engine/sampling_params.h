@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/pooling_config.h"
 #include "util/token_id.h"
 
 namespace spindle::grammar {
@@ -37,8 +38,15 @@ struct SamplingParams {
   // log-probability, rank and k alternatives (RequestOutput::prompt_logprobs, with the first
   // token). Such a request computes every prompt position's logits row: it reads no prefix-cache
   // pages past the positions whose rows it has (scheduler.h). Only where the engine samples on the
-  // host (Engine::prompt_rows_unsupported).
+  // host (Engine::host_rows_unsupported).
   int prompt_logprobs = -1;
+  // An embedding request (/v1/embeddings): no token is drawn; the step that computes its last
+  // prompt position ends it with RequestOutput::embedding, the final normed hidden states pooled
+  // by `pooling` (last token; mean over the prompt; the first token), not L2-normalised. Mean and
+  // first-token pooling read every prompt position's row (prompt rows, as prompt_logprobs: no
+  // cached pages). Host rows only, as prompt_logprobs.
+  bool embedding = false;
+  PoolingConfig::Mode pooling = PoolingConfig::Mode::kLastToken;
   bool speculative = true;          // may use speculative decoding where the server runs it
   // Structured output (grammar/): every token is drawn from the tokens this grammar allows next
   // (the mask applies first: before penalties, bias, temperature, top-k, top-p, min-p, and the

@@ -128,6 +128,14 @@ void StepExecutor::run_on_host(LaunchedStep& step, const StepBatch& batch, Timer
   SPINDLE_CHECK(!in_flight_, "a host-sampled step with a step in flight");  // can_overlap
   step.seconds.build = timer.lap();
   const std::span<float> logits = runner_.run(batch);
+  // Embedding requests read the final hidden rows, which the next forward overwrites.
+  final_rows_ = {};
+  for (const auto& s : step.plan.sequences) {
+    if ((s.logits_row >= 0 || s.num_prompt_rows > 0) && output_.at(s.request->id).sampler.params().embedding) {
+      final_rows_ = runner_.final_rows(batch);
+      break;
+    }
+  }
   step.seconds.forward = timer.lap();
   scheduler_.update(step.plan);
   process_step(step, logits, nullptr);
@@ -160,7 +168,7 @@ void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) 
   sampling_.clear();
   sampling_.rows.resize(static_cast<size_t>(num_logit_rows));
   for (const auto& s : plan.sequences) {
-    // Prompt rows are read from host logits (Engine::prompt_rows_unsupported refuses them here).
+    // Prompt rows are read from host logits (Engine::host_rows_unsupported refuses them here).
     SPINDLE_CHECK(s.num_prompt_rows == 0, "request {}: prompt rows in a step sampled on the device", s.request->id);
     if (s.logits_row < 0) continue;
     const Request& r = *s.request;
@@ -219,12 +227,7 @@ void StepExecutor::process_step(LaunchedStep& step, std::span<float> logits, con
     num_prompt_tokens += std::max(0, std::min(s.num_cached_tokens + s.num_new_tokens - s.num_draft_tokens,
                                               static_cast<int>(r.prompt.size())) -
                                          s.num_cached_tokens);
-    if (s.num_prompt_rows > 0 && !r.finished) {  // host logits only (fill_sampling_rows)
-      const size_t offset = static_cast<size_t>(s.prompt_rows_offset) * static_cast<size_t>(vocab_);
-      output_.accept_prompt_rows(r, output_.at(r.id),
-                                 logits.subspan(offset, static_cast<size_t>(s.num_prompt_rows) * static_cast<size_t>(vocab_)),
-                                 vocab_, s.first_prompt_row);
-    }
+    if (s.num_prompt_rows > 0 && !r.finished) accept_prompt_rows(s, r, logits);
     if (s.logits_row < 0) continue;
     if (device_rows != nullptr && s.num_draft_tokens == 0) --r.num_pending_tokens;
     // Finished (a stop in the step before, aborted, over capacity) while this step was in flight:
@@ -241,9 +244,32 @@ void StepExecutor::process_step(LaunchedStep& step, std::span<float> logits, con
   end_step(step, num_prompt_tokens, output_.num_accepted_tokens() - tokens_before, timer);
 }
 
+void StepExecutor::accept_prompt_rows(const ScheduledSequence& s, Request& r, std::span<float> logits) {
+  RequestOutputState& o = output_.at(r.id);
+  const size_t n = static_cast<size_t>(s.num_prompt_rows), first = static_cast<size_t>(s.prompt_rows_offset);
+  if (o.sampler.params().embedding) {
+    const size_t hidden = static_cast<size_t>(runner_.model().config().hidden_size);
+    SPINDLE_CHECK(final_rows_.size() >= (first + n) * hidden, "request {}: pooled rows without the step's hidden rows",
+                  r.id);
+    output_.accept_pooled_rows(r, o, final_rows_.subspan(first * hidden, n * hidden), static_cast<int>(hidden),
+                               s.first_prompt_row);
+    return;
+  }
+  const size_t vocab = static_cast<size_t>(vocab_);
+  output_.accept_prompt_rows(r, o, logits.subspan(first * vocab, n * vocab), vocab_, s.first_prompt_row);
+}
+
 void StepExecutor::sample_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o,
                                    std::span<float> logits, const std::vector<SampledRow>* device_rows, StepSeconds& t,
                                    Timer& timer) {
+  if (o.sampler.params().embedding) {  // host logits only (Engine::host_rows_unsupported)
+    const size_t hidden = static_cast<size_t>(runner_.model().config().hidden_size);
+    SPINDLE_CHECK(device_rows == nullptr && final_rows_.size() >= (static_cast<size_t>(s.logits_row) + 1) * hidden,
+                  "request {}: an embedding without its step's hidden rows", r.id);
+    output_.accept_embedding(r, o, final_rows_.subspan(static_cast<size_t>(s.logits_row) * hidden, hidden));
+    t.output += timer.lap();
+    return;
+  }
   SampledToken sampled;
   if (device_rows != nullptr) {
     sampled = to_sampled_token((*device_rows)[static_cast<size_t>(s.logits_row)]);

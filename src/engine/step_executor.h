@@ -94,6 +94,9 @@ class StepExecutor {
   void finish_step(LaunchedStep& step);
   // A step's results. device_rows: the device's samples (null: host logits in `logits`).
   void process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows);
+  // s's prompt rows (host logits only: fill_sampling_rows): prompt logprobs, or an embedding's
+  // pooled rows.
+  void accept_prompt_rows(const ScheduledSequence& s, Request& r, std::span<float> logits);
   void sample_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o, std::span<float> logits,
                        const std::vector<SampledRow>* device_rows, StepSeconds& t, Timer& timer);
   void verify_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o, std::span<float> logits,
@@ -118,6 +121,7 @@ class StepExecutor {
   std::optional<LaunchedStep> in_flight_;  // the overlap schedule's step on the device
   std::vector<SampledToken> drawn_;        // scratch: a verified sequence's device samples
   std::vector<TokenId> context_;           // scratch: output + the drafts before a row
+  std::span<const float> final_rows_;      // a host step's final hidden rows, when an embedding reads them
   DecodeWindow window_;
 };
 

@@ -293,6 +293,13 @@ float* CpuOps::logits_target(float* host) {
   return host;
 }
 
+void CpuOps::read_final_rows(float* host, int64_t count) {
+  const auto& rows = scratch_[static_cast<int>(Scratch::kFinalRows)];
+  SPINDLE_CHECK(count >= 0 && static_cast<size_t>(count) <= rows.size(), "read_final_rows: {} floats of {}", count,
+                rows.size());
+  std::copy_n(rows.data(), count, host);
+}
+
 uint64_t CpuOps::workspace_bytes() const {
   uint64_t n = 0;
   for (const auto& b : scratch_) n += b.capacity() * sizeof(float);

@@ -62,6 +62,7 @@ class CpuOps final : public DeviceOps {
   // `host` itself (null: an error, the CPU does not sample on a device).
   float* logits_target(float* host) override;
   void finish_step(float* /*host*/, int64_t /*count*/) override {}
+  void read_final_rows(float* host, int64_t count) override;
 
   void embed(WeightId table, const TokenId* ids, int64_t num_ids, int64_t hidden, float* out) override;
   void rms_norm(const float* x, float* out, int64_t rows, int64_t cols, WeightId w,

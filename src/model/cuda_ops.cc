@@ -246,6 +246,15 @@ void CudaOps::finish_step(float* host, int64_t count) {
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+void CudaOps::read_final_rows(float* host, int64_t count) {
+  const size_t have = scratch_[static_cast<int>(Scratch::kFinalRows)].size() / sizeof(float);
+  SPINDLE_CHECK(count >= 0 && static_cast<size_t>(count) <= have, "read_final_rows: {} floats of {}", count, have);
+  if (count == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(host, scratch(Scratch::kFinalRows), static_cast<size_t>(count) * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void CudaOps::queue_sample(const SamplingBatch& batch) {
   const size_t have = scratch_[static_cast<int>(Scratch::kLogits)].size() / sizeof(float);
   SPINDLE_CHECK(batch.rows.size() * static_cast<size_t>(config_.vocab_size) <= have,

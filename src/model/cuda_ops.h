@@ -67,6 +67,7 @@ class CudaOps final : public DeviceOps {
   uint64_t workspace_bytes() const override;
   float* logits_target(float* /*host*/) override { return scratch(Scratch::kLogits); }
   void finish_step(float* host, int64_t count) override;
+  void read_final_rows(float* host, int64_t count) override;
 
   bool samples_on_device() const override { return true; }
   void queue_sample(const SamplingBatch& batch) override;

@@ -153,6 +153,9 @@ class StepContext {
   virtual float* logits_target(float* host) = 0;
   // Waits for the step's work; copies logits_target's n * V floats to `host` when they differ.
   virtual void finish_step(float* host, int64_t count) = 0;
+  // After finish_step: the first `count` floats of kFinalRows (the final RMSNorm of the logit
+  // rows, [n, H], what the LM head read) copied to `host` (embeddings).
+  virtual void read_final_rows(float* host, int64_t count) = 0;
 
   // --- Sampling on the device (CUDA) --------------------------------------------------------
   // True where sampling chooses tokens from the step's logits in device memory, so forward may

@@ -102,6 +102,10 @@ class Transformer {
   void forward(const StepBatch& batch, attn::AttentionBackend& attention, float* logits,
                StepMode mode = StepMode::kEager);
 
+  // After forward(): the final RMSNorm of its logit rows, [batch.num_logit_rows(), hidden_size]
+  // f32 into `host` (the hidden state the LM head read: embeddings).
+  void read_final_rows(float* host, int64_t num_rows) { ops_->read_final_rows(host, num_rows * config_.hidden_size); }
+
   // Where the device chooses tokens from the logits a forward left on it (CUDA).
   bool samples_on_device() const { return ops_->samples_on_device(); }
   // The last forward's first rows.rows.size() logit rows sampled (kernels/sampling_batch.h); waits.

@@ -1,5 +1,13 @@
-// Prompt logprobs end to end (SamplingParams::prompt_logprobs; a real Engine over the golden
-// qwen3-qknorm-f32 checkpoint on the CPU): every prompt token after the first gets the
+// What the engine reads from a step's host rows besides sampling, end to end (a real Engine over
+// the golden qwen3-qknorm-f32 checkpoint on the CPU).
+//
+// Embeddings (SamplingParams::embedding): the pooled final normed hidden states (the last
+// position's; the mean over the prompt's; the first position's) equal the float64 forward's
+// (reference_last_hidden of each prefix) within kF32Tolerance relative error (max|ours - ref| /
+// max|ref|, the bound the f32 forward's logits are held to), the prompt read from the prefix cache
+// or not (mean and first-token pooling never read it), its rows over several chunked steps.
+//
+// Prompt logprobs (SamplingParams::prompt_logprobs): every prompt token after the first gets the
 // log-probability of the model's row at the position before it, so each entry is checked against
 //   - a float64 forward written from the model definition (tests/model/reference_forward.h) of
 //     the prompt cut after that position: |ours - reference| <= 2 * kF32Tolerance * max|logit|
@@ -32,11 +40,12 @@ const std::string kModel = "qwen3-qknorm-f32";
 
 struct Served {
   std::vector<engine::PromptLogprob> prompt_logprobs;
+  std::vector<float> embedding;
   std::vector<TokenId> tokens;
   int cached_prompt_tokens = 0;
 };
 
-class PromptLogprobsEngine : public ::testing::Test {
+class HostRowsEngine : public ::testing::Test {
  protected:
   void SetUp() override {
     run_.page_size = 4;
@@ -55,9 +64,12 @@ class PromptLogprobsEngine : public ::testing::Test {
     engine_->stop();
   }
 
-  Served serve(const std::vector<TokenId>& prompt, int prompt_logprobs, int max_tokens = 1) {
+  Served serve(const std::vector<TokenId>& prompt, int prompt_logprobs, int max_tokens = 1, bool embedding = false,
+               PoolingConfig::Mode pooling = PoolingConfig::Mode::kLastToken) {
     engine::SamplingParams p = testing::greedy_params(max_tokens);
     p.prompt_logprobs = prompt_logprobs;
+    p.embedding = embedding;
+    p.pooling = pooling;
     auto stream = engine_->submit(prompt, p);
     Served out;
     for (;;) {
@@ -72,6 +84,7 @@ class PromptLogprobsEngine : public ::testing::Test {
         out.prompt_logprobs = o.prompt_logprobs;
       }
       out.tokens.insert(out.tokens.end(), o.tokens.begin(), o.tokens.end());
+      if (!o.embedding.empty()) out.embedding = o.embedding;
       out.cached_prompt_tokens = o.num_cached_prompt_tokens;
       if (o.finished) break;
     }
@@ -113,12 +126,57 @@ double max_abs(const std::vector<double>& v) {
   return m;
 }
 
-TEST_F(PromptLogprobsEngine, EveryPositionMatchesTheFloat64Forward) {
+testing::ReferenceShape reference_shape(const ModelConfig& c) {
+  return {c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+          c.head_dim,    c.vocab_size,        c.rms_norm_eps,      c.rope_theta,          c.qk_norm};
+}
+
+double relative_error(std::span<const float> ours, const std::vector<double>& ref) {
+  double diff = 0;
+  for (size_t i = 0; i < ref.size(); ++i) diff = std::max(diff, std::abs(ours[i] - ref[i]));
+  return diff / max_abs(ref);
+}
+
+TEST_F(HostRowsEngine, EmbeddingIsTheFloat64FinalHiddenState) {
+  using Mode = PoolingConfig::Mode;
   const auto weights = float64_weights();
-  const ModelConfig& c = loaded_->model->config();
-  const testing::ReferenceShape shape{c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                                      c.num_key_value_heads, c.head_dim, c.vocab_size, c.rms_norm_eps, c.rope_theta,
-                                      c.qk_norm};
+  const testing::ReferenceShape shape = reference_shape(loaded_->model->config());
+  double worst = 0;
+  for (const auto& golden : testing::read_golden(kModel)) {
+    // The reference's final hidden state at every position, then pooled three ways.
+    std::vector<std::vector<double>> rows;
+    for (size_t p = 1; p <= golden.ids.size(); ++p) {
+      rows.push_back(testing::reference_last_hidden(shape, weights, {golden.ids.begin(), golden.ids.begin() + p}));
+    }
+    std::vector<double> mean(rows[0].size());
+    for (const auto& r : rows)
+      for (size_t i = 0; i < r.size(); ++i) mean[i] += r[i] / static_cast<double>(rows.size());
+    const std::vector<std::pair<Mode, std::vector<double>>> cases = {
+        {Mode::kLastToken, rows.back()}, {Mode::kMeanTokens, mean}, {Mode::kClsToken, rows.front()}};
+    for (const auto& [mode, ref] : cases) {
+      for (int round = 0; round < 2; ++round) {  // the second may read the first's pages from the prefix cache
+        const Served s = serve(golden.ids, -1, 1, /*embedding=*/true, mode);
+        SCOPED_TRACE(golden.text + " pooling " + std::to_string(static_cast<int>(mode)) + " round " + std::to_string(round));
+        ASSERT_EQ(s.embedding.size(), ref.size());
+        EXPECT_TRUE(s.tokens.empty()) << "an embedding draws no token";
+        const double err = relative_error(s.embedding, ref);
+        EXPECT_LE(err, kF32Tolerance);
+        worst = std::max(worst, err);
+        if (round == 1 && golden.ids.size() > 4) {
+          if (mode == Mode::kLastToken) EXPECT_GT(s.cached_prompt_tokens, 0) << "the last token reads the cache";
+          if (mode != Mode::kLastToken) EXPECT_EQ(s.cached_prompt_tokens, 0) << "every row is computed";
+        }
+      }
+    }
+    EXPECT_GT(relative_error(serve(golden.ids, -1, 1, true, Mode::kMeanTokens).embedding, rows.back()), 1e-2)
+        << "mean and last-token pooling differ";
+  }
+  std::printf("embeddings: worst relative error against float64 %.3g (tolerance %.3g)\n", worst, kF32Tolerance);
+}
+
+TEST_F(HostRowsEngine, EveryPositionMatchesTheFloat64Forward) {
+  const auto weights = float64_weights();
+  const testing::ReferenceShape shape = reference_shape(loaded_->model->config());
   double worst = 0;
   int checked = 0;
   for (const auto& golden : testing::read_golden(kModel)) {
@@ -152,7 +210,7 @@ TEST_F(PromptLogprobsEngine, EveryPositionMatchesTheFloat64Forward) {
   std::printf("%d prompt logprobs, worst |ours - float64| %.3g\n", checked, worst);
 }
 
-TEST_F(PromptLogprobsEngine, LastEntryIsHuggingFacesRowAndGreedyTokensRankFirst) {
+TEST_F(HostRowsEngine, LastEntryIsHuggingFacesRowAndGreedyTokensRankFirst) {
   for (const auto& golden : testing::read_golden(kModel)) {
     std::vector<TokenId> prompt(golden.ids.begin(), golden.ids.end());
     prompt.push_back(golden.greedy[0]);
@@ -184,7 +242,7 @@ TEST_F(PromptLogprobsEngine, LastEntryIsHuggingFacesRowAndGreedyTokensRankFirst)
   }
 }
 
-TEST_F(PromptLogprobsEngine, WarmPrefixCacheIsRecomputedNotRead) {
+TEST_F(HostRowsEngine, WarmPrefixCacheIsRecomputedNotRead) {
   const auto golden = testing::read_golden(kModel).back();  // the longest prompt (18 tokens)
   std::vector<TokenId> prompt(golden.ids.begin(), golden.ids.end());
   const Served cold = serve(prompt, 2, 4);
