@@ -115,6 +115,9 @@ void run_serve(ServeArgs& a) {
     throw;
   }
   log_serving_stack(*stack);
+  spdlog::info("/v1/embeddings pools the {} token(s) ({}), L2-normalised", stack->pooling.mode_name(),
+               stack->pooling.source);
+  http.set_pooling(stack->pooling);
   http.set_engine(stack->group.get());
   serving.store(true);
   spdlog::info("ready: http://{}:{}/v1 serving '{}'", a.http.host, port, stack->model_name);

@@ -278,6 +278,7 @@ std::unique_ptr<ServingStack> build_serving_stack(const ServingFlags& flags) {
                 "{}: GGUF files are served on the CPU only; run without --device {} (or serve the Hugging Face "
                 "folder of this model on the GPU)", s->model_dir.string(), flags.server.device);
   s->model_config = load_model_config(s->model_dir);
+  s->pooling = read_pooling_config(s->model_dir);
   s->resolved = config::resolve(flags.server, s->device, s->model_config);
   const int dp_size = s->resolved.kv.dp_size;
   const bool on_cuda = s->resolved.device == attn::Device::kCuda;

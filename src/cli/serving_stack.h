@@ -25,6 +25,7 @@
 #include "kv/capacity_planner.h"
 #include "kv/page_pool.h"
 #include "engine/runner.h"
+#include "model/pooling_config.h"
 #include "model/transformer.h"
 #include "platform/cpu_topology.h"
 #include "platform/device_info.h"
@@ -87,6 +88,7 @@ struct ServingStack {
   std::string model_name;
   DeviceInfo device;  // as detected (before any rank bound its device)
   ModelConfig model_config;
+  PoolingConfig pooling;  // /v1/embeddings' (the folder's sentence-transformers config, else last token)
   config::ResolvedConfig resolved;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::optional<tokenizer::ChatTemplate> chat_template;

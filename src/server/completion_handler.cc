@@ -11,6 +11,7 @@
 #include "grammar/grammar.h"
 #include "grammar/lazy_matcher.h"
 #include "server/chat_request.h"
+#include "server/prompt_logprobs.h"
 #include "tokenizer/chat_template.h"
 #include "util/error.h"
 
@@ -197,6 +198,12 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   // Compiled here, on the HTTP work pool, before anything is queued (an output constraint's is
   // cached by canonical text).
   choose_grammar(r, s.parsing);
+  if (r.sampling.prompt_logprobs >= 0) {
+    if (std::string why = engine.host_rows_unsupported(); !why.empty()) {
+      bad_request(r.vllm_prompt_logprobs ? "prompt_logprobs" : "echo", why);
+    }
+    s.prompt_ids = ids;
+  }
   s.num_prompt_tokens = n;
   std::vector<engine::SamplingParams> choices;
   for (int i = 0; i < r.n; ++i) {
@@ -271,6 +278,25 @@ void CompletionRelay::append_logprobs(Choice& c, const engine::RequestOutput& ou
   }
 }
 
+void CompletionRelay::take_prompt_logprobs(Choice& c, const engine::RequestOutput& out, json& completion_lp) {
+  if (c.prompt_seen || out.tokens.empty()) return;
+  c.prompt_seen = true;
+  const GenerationRequest& r = *request_;
+  if (r.sampling.prompt_logprobs < 0) return;
+  const auto& tok = engine_.tokenizer();
+  if (!r.chat && r.echo && r.sampling.logprobs) {
+    append_echo_logprobs(tok, submitted_.prompt_ids, out.prompt_logprobs, r.sampling.top_logprobs, completion_lp);
+  }
+  if (r.vllm_prompt_logprobs) c.vllm_prompt_lp = vllm_prompt_logprobs(tok, submitted_.prompt_ids, out.prompt_logprobs, r.sampling.prompt_logprobs);
+}
+
+std::string CompletionRelay::echo_event(size_t index, Choice& c, const engine::RequestOutput& out) {
+  json lp = empty_completion_logprobs();
+  take_prompt_logprobs(c, out, lp);
+  return event(chunk(json::array(
+      {{{"index", index}, {"text", submitted_.prompt_text}, {"logprobs", std::move(lp)}, {"finish_reason", nullptr}}})));
+}
+
 json CompletionRelay::chunk(json choices) const {
   return {{"id", id_},
           {"object", request_->chat ? "chat.completion.chunk" : "text_completion"},
@@ -302,7 +328,7 @@ std::string CompletionRelay::take_events() {
       if (r.chat) {
         out += event(chunk(json::array({{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}},
                                          {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
-      } else if (r.echo) {
+      } else if (r.echo && !r.sampling.logprobs) {  // with logprobs: at the first token (echo_event)
         out += event(chunk(json::array(
             {{{"index", i}, {"text", submitted_.prompt_text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
       }
@@ -326,6 +352,7 @@ std::string CompletionRelay::take_events() {
       c.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
       c.finished = o.finished;
       c.finish_reason = o.finish_reason;
+      if (!r.chat && r.echo && r.sampling.logprobs && !c.prompt_seen && !o.tokens.empty()) out += echo_event(i, c, o);
       if (o.text.empty() && !o.finished && o.logprobs.empty()) continue;
       json completion_lp = empty_completion_logprobs();
       json chat_lp = json::array();
@@ -405,6 +432,7 @@ bool CompletionRelay::poll() {
       c.num_output_tokens = o.num_output_tokens;
       c.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
       c.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
+      take_prompt_logprobs(c, o, c.completion_lp);
       append_logprobs(c, o, c.completion_lp, c.chat_lp);
     }
     all_finished = all_finished && c.finished;
@@ -437,15 +465,19 @@ json CompletionRelay::response() const {
     } else {
       choice["text"] = c.text;
       choice["logprobs"] = r.sampling.logprobs ? c.completion_lp : json(nullptr);
+      if (r.vllm_prompt_logprobs) choice["prompt_logprobs"] = c.vllm_prompt_lp;
     }
     choices.push_back(std::move(choice));
   }
-  return {{"id", id_},
-          {"object", r.chat ? "chat.completion" : "text_completion"},
-          {"created", created_},
-          {"model", engine_.model_name()},
-          {"choices", std::move(choices)},
-          {"usage", usage()}};
+  json body = {{"id", id_},
+               {"object", r.chat ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", engine_.model_name()},
+               {"choices", std::move(choices)},
+               {"usage", usage()}};
+  // vLLM puts a chat completion's prompt_logprobs beside its choices (the prompt is theirs alike).
+  if (r.chat && r.vllm_prompt_logprobs) body["prompt_logprobs"] = choices_.front().vllm_prompt_lp;
+  return body;
 }
 
 }  // namespace spindle::server

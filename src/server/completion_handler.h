@@ -13,6 +13,7 @@
 #include "engine/request_stream.h"
 #include "server/chat_output.h"
 #include "server/openai_protocol.h"
+#include "server/relay.h"
 #include "tokenizer/incremental_detokenizer.h"
 
 namespace spindle::engine {
@@ -27,6 +28,7 @@ struct Submitted {
   std::vector<std::shared_ptr<engine::RequestStream>> streams;  // [request.n]
   int num_prompt_tokens = 0;
   std::string prompt_text;  // for echo
+  std::vector<TokenId> prompt_ids;  // for prompt logprobs
   OutputParsing parsing;    // chat: how each choice's text is sorted into message fields
 };
 
@@ -46,31 +48,31 @@ std::string logprob_token_text(const tokenizer::Tokenizer& tokenizer, TokenId to
 // transport calls take_events() (streaming) or poll() (whole) whenever a stream has news (see
 // RequestStream::set_notify). Not thread-safe: one caller at a time. Destroying it cancels the
 // choices that have not finished (their pages are freed at the engine's next step).
-class CompletionRelay {
+class CompletionRelay : public Relay {
  public:
   CompletionRelay(engine::DpGroup& engine, std::shared_ptr<const GenerationRequest> request, Submitted submitted);
-  ~CompletionRelay();
+  ~CompletionRelay() override;
   CompletionRelay(const CompletionRelay&) = delete;
   CompletionRelay& operator=(const CompletionRelay&) = delete;
 
-  const std::vector<std::shared_ptr<engine::RequestStream>>& streams() const { return submitted_.streams; }
-  bool streaming() const { return request_->stream; }
+  const std::vector<std::shared_ptr<engine::RequestStream>>& streams() const override { return submitted_.streams; }
+  bool streaming() const override { return request_->stream; }
 
   // Streaming: every SSE event available now, concatenated ("data: {...}\n\n" each; first the role
   // or echo chunks, last the usage chunk when asked and "data: [DONE]\n\n"). "" when nothing new.
   // A generation failure is an error event followed by [DONE] (the status was 200 already).
-  std::string take_events();
+  std::string take_events() override;
   // Whole response: consumes what is available; true once every choice has finished.
-  bool poll();
+  bool poll() override;
   // After poll() returned true: the response body. Throws ApiError (500) when a choice failed.
-  nlohmann::json response() const;
+  nlohmann::json response() const override;
   // Everything has been handed out ([DONE] taken, or poll() returned true).
-  bool done() const { return done_; }
+  bool done() const override { return done_; }
   // The client is gone (or the server stops): cancels every unfinished choice.
-  void cancel();
+  void cancel() override;
   // Streaming: the events that end the stream now (an error event naming `reason`, [DONE]);
   // cancels every unfinished choice. "" when [DONE] was already taken.
-  std::string abort_stream(const std::string& reason);
+  std::string abort_stream(const std::string& reason) override;
 
  private:
   struct Choice {
@@ -89,7 +91,15 @@ class CompletionRelay {
     bool finished = false;
     engine::FinishReason finish_reason = engine::FinishReason::kNone;
     std::string error;               // when a generation failed
+    bool prompt_seen = false;        // its first token came (with the prompt logprobs, when asked)
+    nlohmann::json vllm_prompt_lp;   // vLLM's prompt_logprobs (GenerationRequest::vllm_prompt_logprobs)
   };
+
+  // At c's first token: the prompt's logprobs into `completion_lp` (echo + logprobs) and
+  // c.vllm_prompt_lp (prompt_logprobs.h).
+  void take_prompt_logprobs(Choice& c, const engine::RequestOutput& out, nlohmann::json& completion_lp);
+  // Streaming echo + logprobs: the echo chunk of choice `index`, with the prompt's logprobs.
+  std::string echo_event(size_t index, Choice& c, const engine::RequestOutput& out);
 
   // Logprob entries of `out` appended to `lp` (completions or chat form), advancing c's offsets.
   void append_logprobs(Choice& c, const engine::RequestOutput& out, nlohmann::json& completion_lp,

@@ -1,5 +1,5 @@
 // The OpenAI-compatible HTTP server: /v1/completions, /v1/chat/completions (SSE streaming or
-// not), /v1/models, /v1/models/{id}, /health, /metrics; /internal/kv_integrity only with
+// not), /v1/embeddings, /v1/models, /v1/models/{id}, /health, /metrics; /internal/kv_integrity only with
 // enable_debug_routes.
 //
 // Event-driven (Boost.Beast over Asio): a connection is a socket and a small state object, never
@@ -19,6 +19,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "model/pooling_config.h"
 
 namespace spindle::engine {
 class DpGroup;
@@ -75,6 +77,8 @@ class HttpServer {
   // Until set, /health and /v1/* answer 503 (the model is loading). The engine must outlive the
   // server's serving (wait() returned, or stop()).
   void set_engine(engine::DpGroup* engine);
+  // How /v1/embeddings pools (model/pooling_config.h); before set_engine (default: last token).
+  void set_pooling(PoolingConfig pooling);
   // Binds and listens; returns the bound port (useful with port 0). Throws spindle::Error naming
   // host:port when the address is taken or unusable. Binds the health port too, if asked for.
   int bind();

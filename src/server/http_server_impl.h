@@ -36,7 +36,7 @@ class Session;
 
 // What a request's head asks for.
 enum class Route {
-  kHealth, kMetrics, kModels, kModel, kCompletions, kChat, kTokenize, kDetokenize, kKvIntegrity, kPreflight, kNotFound,
+  kHealth, kMetrics, kModels, kModel, kCompletions, kChat, kEmbeddings, kTokenize, kDetokenize, kKvIntegrity, kPreflight, kNotFound,
   kWrongMethod
 };
 
@@ -55,6 +55,7 @@ struct HttpServer::Impl {
   const bool check_host;  // the Host header is checked (loopback bind, or --allowed-hosts given)
   // Declared before the io_context: sessions destroyed with its pending handlers unregister here.
   std::atomic<engine::DpGroup*> engine{nullptr};
+  PoolingConfig pooling;  // set before engine (HttpServer::set_pooling), read after loading it
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
   std::mutex stop_mutex;  // stop() from several threads

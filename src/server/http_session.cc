@@ -310,7 +310,8 @@ void Session::dispatch() {
                                 server_.options.max_connections)));
     return;
   }
-  if (server_.draining.load() && (route_ == Route::kCompletions || route_ == Route::kChat)) {
+  if (server_.draining.load() &&
+      (route_ == Route::kCompletions || route_ == Route::kChat || route_ == Route::kEmbeddings)) {
     reject(Reject::kShutdown, ApiError(503, "server_shutting_down", "", "the server is shutting down"));
     return;
   }
@@ -365,6 +366,7 @@ void Session::dispatch() {
       return;
     case Route::kCompletions:
     case Route::kChat: run_generation(route_ == Route::kChat); return;
+    case Route::kEmbeddings: run_embeddings(); return;
     case Route::kTokenize:
     case Route::kDetokenize: run_tokenize(route_ == Route::kTokenize); return;
     default: break;

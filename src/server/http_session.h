@@ -61,6 +61,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void run_tokenize(bool tokenize);
   void run_generation(bool chat);
   void start_generation(std::shared_ptr<GenerationRequest> request, Submitted submitted);
+  void run_embeddings();
+  // Relays `relay`'s events (JSON or SSE) while the client is watched for disconnects.
+  void start_relay(std::shared_ptr<Relay> relay);
   void pump();
   void write_events(std::string text);
   void on_stream_written(beast::error_code ec);
@@ -102,7 +105,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string events_;          // the SSE text being written
   bool writing_ = false;
   // Generation.
-  std::unique_ptr<CompletionRelay> relay_;
+  std::shared_ptr<Relay> relay_;  // the session's only owner (shared: it crosses the work pool)
   bool watching_ = false;                 // a read on the raw socket detects a hang-up
   std::function<void()> after_watch_;     // runs once the watch read has completed
   std::vector<char> linger_buf_;        // discarded input while lingering before close

@@ -9,6 +9,7 @@
 
 #include "engine/dp_group.h"
 #include "server/http_session.h"
+#include "server/embeddings_handler.h"
 #include "server/tokenize_handler.h"
 #include "util/error.h"
 
@@ -84,7 +85,40 @@ void Session::start_generation(std::shared_ptr<GenerationRequest> request, Submi
     for (auto& s : submitted.streams) s->cancel();
     return;
   }
-  relay_ = std::make_unique<CompletionRelay>(*engine, std::move(request), std::move(submitted));
+  start_relay(std::make_unique<CompletionRelay>(*engine, std::move(request), std::move(submitted)));
+}
+
+// /v1/embeddings: parsed, tokenized and submitted on the work pool, answered as one JSON body.
+void Session::run_embeddings() {
+  engine::DpGroup* engine = server_.engine.load();
+  asio::post(*server_.work, [self = shared_from_this(), engine, body = std::move(parser_->get().body())] {
+    std::shared_ptr<Relay> relay;
+    std::optional<ApiError> error;
+    try {
+      const EmbeddingRequest request = parse_embedding_request(body, self->server_.options.max_body_bytes);
+      relay = submit_embeddings(*engine, request, self->server_.pooling);
+    } catch (const ApiError& e) {
+      error = e;
+    } catch (const std::exception& e) {
+      spdlog::error("embeddings request failed: {}", e.what());
+      error = ApiError(500, "internal_error", "", e.what());
+    }
+    asio::post(self->stream_.get_executor(), [self, relay, error]() mutable {
+      if (error) {
+        if (self->state_ != State::kClosed) self->respond(error_response(*error, self->version_));
+        return;
+      }
+      if (self->state_ == State::kClosed) {
+        relay->cancel();
+        return;
+      }
+      self->start_relay(std::move(relay));
+    });
+  });
+}
+
+void Session::start_relay(std::shared_ptr<Relay> relay) {
+  relay_ = std::move(relay);
   state_ = State::kGenerating;
   // The engine's wake-up: at most one pump posted at a time; the session may be gone by then.
   auto posted = std::make_shared<std::atomic<bool>>(false);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -190,9 +191,17 @@ void parse_common(const json& j, FieldScope scope, GenerationRequest& r) {
     }
   }
   if (auto v = f.boolean("ignore_eos")) s.ignore_eos = *v;
+  // vLLM: the prompt's logprobs with this many alternatives (its -1, the whole vocabulary, is not).
+  if (auto v = f.integer("prompt_logprobs", 0, 20)) {
+    s.prompt_logprobs = static_cast<int>(*v);
+    r.vllm_prompt_logprobs = true;
+  }
   // Spindle extension: false keeps this request out of speculative decoding.
   if (auto v = f.boolean("speculative")) s.speculative = *v;
   parse_stream(f, r);
+  if (r.vllm_prompt_logprobs && r.stream) {
+    bad_request("prompt_logprobs", "'prompt_logprobs' is not available when 'stream' is true (as in vLLM)");
+  }
 }
 
 }  // namespace
@@ -230,9 +239,8 @@ GenerationRequest parse_completion_request(const std::string& body, size_t max_b
     r.sampling.top_logprobs = static_cast<int>(*v);
   }
   if (auto v = f.boolean("echo")) r.echo = *v;
-  if (r.echo && r.sampling.logprobs) {
-    bad_request("echo", "'echo' with 'logprobs' would need the prompt's logprobs, which are not built yet; "
-                        "send one of them");
+  if (r.echo && r.sampling.logprobs) {  // the prompt's entries too, with as many alternatives
+    r.sampling.prompt_logprobs = std::max(r.sampling.prompt_logprobs, r.sampling.top_logprobs);
   }
   // best_of is refused unless 1 (request_fields.cc); OpenAI's rule best_of >= n still holds.
   if (f.integer("best_of", 1, 1) && r.n > 1) bad_request("best_of", "'best_of' must be at least 'n'");

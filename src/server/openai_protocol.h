@@ -77,6 +77,10 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;            // stream_options.include_usage
   bool echo = false;                     // completions: prepend the prompt
+  // sampling.prompt_logprobs >= 0 (prompt_logprobs.h): completions' echo + logprobs puts the
+  // prompt's entries in "logprobs"; vllm_prompt_logprobs: vLLM's prompt_logprobs field was sent
+  // (answered per choice for completions, once at the top for chat).
+  bool vllm_prompt_logprobs = false;
   // Structured output (structured_output.h); submit_request compiles it into sampling.grammar.
   OutputConstraint constraint;
 };

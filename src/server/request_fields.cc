@@ -12,7 +12,7 @@ namespace {
 
 using U = FieldUse;
 constexpr uint8_t kC = kCompletionBody, kCh = kChatBody, kB = kBothBodies, kM = kMessage, kP = kContentPart,
-                  kSo = kStreamOptions;
+                  kSo = kStreamOptions, kE = kEmbeddingsBody;
 
 constexpr std::string_view kNoFunctions = "the deprecated functions API is not supported; send tools and tool_choice";
 
@@ -40,12 +40,13 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kC, "logprobs", U::kHonoured, "", "0-20: the sampled token's logprob and that many alternatives"},
     {kCh, "logprobs", U::kHonoured, "", "the sampled token's logprob"},
     {kCh, "top_logprobs", U::kHonoured, "", "0-20 alternatives per token (needs logprobs)"},
-    {kC, "echo", U::kHonoured, "", "prepends the prompt (with logprobs: refused, prompt logprobs are not built)"},
+    {kC, "echo", U::kHonoured, "", "prepends the prompt; with logprobs, the prompt tokens' logprobs too (the first null)"},
     {kB, "top_k", U::kHonoured, "", "vLLM/SGLang: keep the k most likely tokens (0 or -1: off)"},
     {kB, "min_p", U::kHonoured, "", "vLLM/SGLang: drop tokens below min_p * p(max)"},
     {kB, "repetition_penalty", U::kHonoured, "", "vLLM/SGLang: HF style, over prompt and output"},
     {kB, "ignore_eos", U::kHonoured, "", "vLLM/SGLang: generate past end-of-sequence tokens"},
     {kB, "stop_token_ids", U::kHonoured, "", "vLLM/SGLang: token ids that end the output"},
+    {kB, "prompt_logprobs", U::kHonoured, "", "vLLM: 0-20, each prompt token's logprob, rank and that many alternatives (not with stream)"},
     {kB, "speculative", U::kHonoured, "", "Spindle: false keeps the request out of speculative decoding"},
     {kCh, "tools", U::kHonoured, "", "function tools, given to the chat template; calls parsed back (--tool-call-parser)"},
     {kCh, "tool_choice", U::kHonoured, "", "\"auto\", \"none\" (no calls parsed), \"required\" (one or more calls; one with parallel_tool_calls false) and a named function (one call of it), the last two enforced by a grammar of the tools' schemas for the hermes and llama3_json parsers (other parsers: a 400)"},
@@ -60,9 +61,13 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kM, "content", U::kHonoured, "", "a string or text parts"},
     {kP, "type", U::kHonoured, "", "\"text\" only; image, audio, file and refusal parts are refused"},
     {kP, "text", U::kHonoured, "", "the part's text"},
+    {kE, "model", U::kHonoured, "", "must name the served model (404 otherwise); may be absent"},
+    {kE, "input", U::kHonoured, "", "a string, strings, token ids or lists of them (at most 2048 inputs)"},
+    {kE, "encoding_format", U::kHonoured, "", "\"float\" (an array) or \"base64\" (little-endian float32 bytes)"},
+    {kE, "dimensions", U::kHonoured, "", "keep the first d values, then L2-normalise again (Matryoshka)"},
 
     // ---- accepted, change nothing ----
-    {kB, "user", U::kNoOp, "", "an end-user id for the caller's abuse monitoring; Spindle keeps no per-user state"},
+    {kB | kE, "user", U::kNoOp, "", "an end-user id for the caller's abuse monitoring; Spindle keeps no per-user state"},
     {kCh, "metadata", U::kNoOp, "", "tags for stored completions; Spindle stores none"},
     {kCh, "store", U::kNoOp, "false", "Spindle stores no completions, so true is refused"},
     {kCh, "service_tier", U::kNoOp, "", "Spindle has one tier"},

@@ -3,7 +3,8 @@
 // supplied: foo", as OpenAI answers), so nothing a client sends is silently ignored.
 //
 // The lists cover the pinned openai client's CompletionCreateParamsBase and
-// ChatCompletionCreateParamsBase (tests/node), its message and text-part fields, stream_options,
+// ChatCompletionCreateParamsBase and EmbeddingCreateParams (tests/node), its message and
+// text-part fields, stream_options,
 // and the vLLM / SGLang / llama.cpp extensions Spindle reads or refuses by name.
 // tests/server/request_fields_test.cc fails when the pinned client gains a field in no list.
 #pragma once
@@ -30,6 +31,7 @@ enum FieldScope : uint8_t {
   kMessage = 4,          // an element of messages
   kContentPart = 8,      // an element of a message's content array
   kStreamOptions = 16,   // stream_options (both endpoints)
+  kEmbeddingsBody = 32,  // POST /v1/embeddings, top level
   kBothBodies = kCompletionBody | kChatBody,
 };
 

@@ -1,8 +1,9 @@
 // The official OpenAI Node client against a running `spindle serve`:
 //   node tests/node/openai_client_test.mjs http://127.0.0.1:PORT/v1 [API_KEY]
-// Runs chat (whole), chat (streamed deltas, with a usage chunk), completions (whole and streamed),
-// tool calls (whole, and streamed through the client's stream helper) and models.list, the no-op
-// fields and the refused ones (a 400 naming the field), asserts what
+// Runs chat (whole), chat (streamed deltas, with a usage chunk), completions (whole, streamed, and
+// echo with logprobs), tool calls (whole, and streamed through the client's stream helper),
+// embeddings (base64 and float) and models.list, the no-op fields and the refused ones (a 400
+// naming the field), asserts what
 // comes back, and exits non-zero on the first failure.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -267,8 +268,51 @@ const tests = {
       client.completions.create({ model: 'kjv-tiny', prompt: 'x', max_tokens: 2, best_of: 3 }),
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'best_of');
     await assert.rejects(
-      client.completions.create({ model: 'kjv-tiny', prompt: 'x', max_tokens: 2, echo: true, logprobs: 1 }),
-      (e) => e instanceof OpenAI.BadRequestError && e.param === 'echo');
+      client.embeddings.create({ model: 'kjv-tiny', input: 'x', encoding_format: 'int8' }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'encoding_format');
+    await assert.rejects(
+      client.embeddings.create({ model: 'kjv-tiny', input: ['x', ''] }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'input[1]');
+  },
+
+  // echo + logprobs: the prompt's tokens first (the first one's logprob null), then the output's.
+  async completionEchoLogprobs() {
+    const prompt = 'In the beginning God';
+    const r = await client.completions.create({ model: 'kjv-tiny', prompt, max_tokens: 3, temperature: 0,
+                                                ignore_eos: true, echo: true, logprobs: 2 });
+    const c = r.choices[0];
+    assert.ok(c.text.startsWith(prompt), 'the text starts with the prompt');
+    const lp = c.logprobs;
+    assert.equal(lp.tokens.length, r.usage.prompt_tokens + 3);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    assert.equal(lp.text_offset[0], 0);
+    for (let i = 1; i < lp.tokens.length; ++i) {
+      assert.ok(lp.token_logprobs[i] <= 0, `token_logprobs[${i}] ${lp.token_logprobs[i]}`);
+      assert.equal(Object.keys(lp.top_logprobs[i]).length, 2, `top_logprobs[${i}]`);
+      assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1], 'text_offset grows');
+    }
+  },
+
+  // The client asks for base64 by default and decodes it; float is the same numbers.
+  async embeddings() {
+    const input = ['In the beginning God created the heaven', 'and the earth.'];
+    const r = await client.embeddings.create({ model: 'kjv-tiny', input });
+    assert.equal(r.object, 'list');
+    assert.equal(r.data.length, 2);
+    const f = await client.embeddings.create({ model: 'kjv-tiny', input, encoding_format: 'float' });
+    for (let i = 0; i < 2; ++i) {
+      const e = r.data[i].embedding;
+      assert.equal(r.data[i].index, i);
+      assert.equal(e.length, f.data[i].embedding.length);
+      assert.ok(e.length > 16, `${e.length} values`);
+      const norm = Math.sqrt(e.reduce((a, x) => a + x * x, 0));
+      assert.ok(Math.abs(norm - 1) < 1e-5, `norm ${norm}`);
+      for (let j = 0; j < e.length; ++j) assert.ok(Math.abs(e[j] - f.data[i].embedding[j]) < 1e-7, `value ${j}`);
+    }
+    assert.ok(r.usage.prompt_tokens > 0 && r.usage.total_tokens === r.usage.prompt_tokens, 'usage');
+    const d = await client.embeddings.create({ model: 'kjv-tiny', input: input[0], dimensions: 16 });
+    assert.equal(d.data[0].embedding.length, 16);
   },
 
   async badRequestIsAnApiError() {

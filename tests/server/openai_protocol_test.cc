@@ -179,9 +179,18 @@ TEST(OpenAiProtocolTest, NoOpFieldsAreAcceptedAndTypeChecked) {
 }
 
 TEST(OpenAiProtocolTest, RulesBetweenFields) {
-  // echo + logprobs would need prompt logprobs; best_of (1 only) must be >= n; stream_options
-  // only with stream.
-  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","echo":true,"logprobs":0})")), "echo");
+  // echo + logprobs asks for prompt logprobs (as many alternatives); vLLM's prompt_logprobs is
+  // 0-20 and not with stream; best_of (1 only) must be >= n; stream_options only with stream.
+  EXPECT_EQ(std::get<0>(error_of(R"({"prompt":"x","echo":true,"logprobs":3})")), 0);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"x","echo":true,"logprobs":3})", 1 << 20).sampling.prompt_logprobs, 3);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"x","logprobs":3})", 1 << 20).sampling.prompt_logprobs, -1);
+  EXPECT_EQ(parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"prompt_logprobs":2})", 1 << 20)
+                .sampling.prompt_logprobs,
+            2);
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","prompt_logprobs":21})")), "prompt_logprobs");
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","prompt_logprobs":-1})")), "prompt_logprobs");
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","prompt_logprobs":true})")), "prompt_logprobs");
+  EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","prompt_logprobs":1,"stream":true})")), "prompt_logprobs");
   EXPECT_EQ(std::get<0>(error_of(R"({"prompt":"x","echo":true})")), 0);
   EXPECT_EQ(std::get<0>(error_of(R"({"prompt":"x","echo":false,"logprobs":1})")), 0);
   EXPECT_EQ(std::get<1>(error_of(R"({"prompt":"x","best_of":1,"n":2})")), "best_of");

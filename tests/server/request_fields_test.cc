@@ -20,8 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kSourceDir = SPINDLE_SOURCE_DIR;
 
-constexpr std::array<std::pair<FieldScope, const char*>, 5> kScopes = {{{kCompletionBody, "completions"},
+constexpr std::array<std::pair<FieldScope, const char*>, 6> kScopes = {{{kCompletionBody, "completions"},
                                                                         {kChatBody, "chat"},
+                                                                        {kEmbeddingsBody, "embeddings"},
                                                                         {kMessage, "message"},
                                                                         {kContentPart, "content part"},
                                                                         {kStreamOptions, "stream_options"}}};
@@ -90,6 +91,7 @@ TEST(RequestFieldsTest, ThePinnedClientsInterfacesAreInTheLists) {
   }
   const std::string completions = read_text(openai / "resources" / "completions.d.ts");
   const std::string chat = read_text(openai / "resources" / "chat" / "completions" / "completions.d.ts");
+  const std::string embeddings = read_text(openai / "resources" / "embeddings.d.ts");
   struct Interface {
     const std::string* dts;
     std::string name;
@@ -110,6 +112,7 @@ TEST(RequestFieldsTest, ThePinnedClientsInterfacesAreInTheLists) {
       {&chat, "ChatCompletionToolMessageParam", kMessage},
       {&chat, "ChatCompletionFunctionMessageParam", kMessage},
       {&chat, "ChatCompletionContentPartText", kContentPart},
+      {&embeddings, "EmbeddingCreateParams", kEmbeddingsBody},
   };
   std::map<std::string, size_t> num_fields;
   for (const auto& i : interfaces) {
@@ -126,6 +129,7 @@ TEST(RequestFieldsTest, ThePinnedClientsInterfacesAreInTheLists) {
   EXPECT_GE(num_fields["ChatCompletionCreateParamsBase"], 31u);
   EXPECT_GE(num_fields["CompletionCreateParamsBase"], 18u);
   EXPECT_GE(num_fields["ChatCompletionAssistantMessageParam"], 7u);
+  EXPECT_GE(num_fields["EmbeddingCreateParams"], 5u);
   EXPECT_EQ(interface_fields(chat, "NoSuchInterface").size(), 0u);
 }
 
@@ -169,10 +173,17 @@ const std::map<std::string, std::string> kEffectTests = {
     {"completions:logprobs", "server_api_test.cc:CompletionNonStreaming"},
     {"chat:logprobs", "server_api_test.cc:ChatNonStreaming"},
     {"chat:top_logprobs", "server_api_test.cc:ChatNonStreaming"},
-    {"completions:echo", "server_api_test.cc:CompletionNonStreaming"},
+    {"completions:echo", "server_endpoints_test.cc:EchoLogprobsHoldTheGoldenRow"},
     {"completions:ignore_eos", "server_fields_test.cc:IgnoreEos"},
     {"chat:ignore_eos", "server_fields_test.cc:IgnoreEos"},
     {"completions:stop_token_ids", "server_api_test.cc:HeldBackTextIsDeliveredWhenAStopTokenEnds"},
+    {"completions:prompt_logprobs", "server_endpoints_test.cc:VllmPromptLogprobsAndAWarmCache"},
+    {"chat:prompt_logprobs", "server_endpoints_test.cc:VllmPromptLogprobsAndAWarmCache"},
+    {"embeddings:model", "server_endpoints_test.cc:EmbeddingsAreTheFloat64LastTokenState"},
+    {"embeddings:input", "server_endpoints_test.cc:EmbeddingsAreTheFloat64LastTokenState"},
+    {"embeddings:encoding_format", "server_endpoints_test.cc:EmbeddingsAreTheFloat64LastTokenState"},
+    {"embeddings:dimensions", "server_endpoints_test.cc:EmbeddingsAreTheFloat64LastTokenState"},
+    {"embeddings:user", "server_endpoints_test.cc:EmbeddingsAreTheFloat64LastTokenState"},
     {"chat:stop_token_ids", "server_fields_test.cc:ChatChoicesStopAndStopTokenIds"},
     {"completions:speculative", "server_spec_test.cc:SameTextAndTheMetricsUnderTheirNames"},
     {"chat:speculative", "server_spec_test.cc:SameTextAndTheMetricsUnderTheirNames"},
