@@ -595,7 +595,8 @@ TEST_F(ServerApiTest, EveryBadInputGetsItsStatus) {
       {"logit_bias key not a token", c, R"({"prompt": "x", "logit_bias": {"abc": 1}})", 400, "logit_bias"},
       {"unknown model", c, R"({"model": "gpt-4", "prompt": "x"})", 404, "model"},
       {"unknown model (chat)", ch, json{{"model", "gpt-4"}, {"messages", user}}.dump(), 404, "model"},
-      {"unknown route", "/v1/embeddings", R"({"input": "x"})", 404, ""},
+      {"unknown route", "/v1/images/generations", R"({"prompt": "x"})", 404, ""},
+      {"embeddings without input", "/v1/embeddings", R"({"model": "kjv-tiny"})", 400, "input"},
       {"invalid UTF-8 in a string", c, "{\"prompt\": \"And \xff\xfe God\"}", 400, ""},
   };
   for (const auto& bad : cases) {

@@ -298,7 +298,7 @@ TEST_F(ServerFieldsTest, RefusedAndUnknownFieldsAre400sNamingThem) {
       {"best_of 3", kCompletions, {{"best_of", 3}}, "best_of", ""},
       {"best_of below n", kCompletions, {{"best_of", 1}, {"n", 2}}, "best_of", "at least"},
       {"suffix", kCompletions, {{"suffix", "amen"}}, "suffix", "fill-in-the-middle"},
-      {"echo with logprobs", kCompletions, {{"echo", true}, {"logprobs", 1}}, "echo", "prompt's logprobs"},
+      {"prompt_logprobs past 20", kCompletions, {{"prompt_logprobs", 21}}, "prompt_logprobs", "between 0 and 20"},
       {"guided_decoding_backend", kChat, {{"guided_decoding_backend", "xgrammar"}}, "guided_decoding_backend",
        "one grammar engine"},
       {"two output constraints", kChat, {{"guided_regex", "a+"}, {"json_schema", schema}}, "json_schema",
