@@ -530,5 +530,70 @@ TEST(SchedulerSpeculationTest, DraftsAreScheduledAndRejectedPositionsRolledBack)
   EXPECT_EQ(allocator.num_in_use_pages(), 0);
 }
 
+// Prompt rows (Request::wants_prompt_rows, prompt logprobs): each chunk gets a logit row for each
+// of its prompt positions p < P - 1 whose row the request has not had, right before the sampling
+// row; admission reads no cached page past the rows it has (none: nothing cached is read; 8
+// rows had, as after a preemption: the first 8 tokens' pages), and a plain request reads them all.
+TEST(SchedulerTest, PromptRowsPerChunkAndNoCachedPagesPastThem) {
+  kv::PageAllocator allocator(16, 4);
+  kv::PrefixCache cache(allocator);
+  Scheduler scheduler(allocator, cache, SchedulerOptions{5, 8, 1 << 10, 0});
+  const std::vector<TokenId> prompt = Harness::tokens(12, 100);
+  auto add = [&](uint64_t id, bool rows, int done) {
+    auto r = std::make_unique<Request>(id, prompt, allocator);
+    r->wants_prompt_rows = rows;
+    r->num_prompt_rows_done = done;
+    Request* raw = r.get();
+    scheduler.add(std::move(r));
+    return raw;
+  };
+  // Runs one step; returns (first prompt row position, prompt rows, has a sampling row) of the
+  // one planned sequence and marks its rows had, as the engine does.
+  auto step = [&](Request* r) {
+    const StepPlan plan = scheduler.schedule();
+    EXPECT_EQ(plan.sequences.size(), 1u);
+    const ScheduledSequence& s = plan.sequences.at(0);
+    EXPECT_EQ(s.request, r);
+    EXPECT_EQ(plan.num_logit_rows, s.num_all_logit_rows());
+    if (s.num_prompt_rows > 0) {
+      EXPECT_EQ(s.prompt_rows_offset, 0);
+      EXPECT_EQ(s.first_prompt_row + s.num_all_logit_rows(), s.num_cached_tokens + s.num_new_tokens)
+          << "the logit rows are the chunk's last rows";
+      r->num_prompt_rows_done = s.first_prompt_row + s.num_prompt_rows;
+    }
+    if (s.logits_row >= 0) EXPECT_EQ(s.logits_row, s.num_prompt_rows);
+    scheduler.update(plan);
+    scheduler.publish_prompts(plan);
+    return std::tuple{s.first_prompt_row, s.num_prompt_rows, s.logits_row >= 0};
+  };
+  Request* a = add(1, true, 0);
+  EXPECT_EQ(step(a), std::tuple(0, 5, false));
+  EXPECT_EQ(step(a), std::tuple(5, 5, false));
+  EXPECT_EQ(step(a), std::tuple(10, 1, true)) << "positions 10 and 11: one prompt row, then the sampling row";
+  EXPECT_TRUE(a->prompt_rows_complete());
+  a->finished = true;
+  scheduler.release(a, /*cache_pages=*/true);  // 12 tokens computed: pages of tokens 0-3, 4-7, 8-11 cached
+
+  Request* b = add(2, true, 0);
+  EXPECT_EQ(step(b), std::tuple(0, 5, false));
+  EXPECT_EQ(b->num_cached_prompt_tokens, 0) << "no row had: nothing cached is read";
+  b->finished = true;
+  scheduler.release(b, false);
+  Request* c = add(3, true, 8);  // as after a preemption with rows 0-7 had
+  EXPECT_EQ(step(c), std::tuple(8, 3, true));
+  EXPECT_EQ(c->num_computed_tokens, 12);
+  c->finished = true;
+  scheduler.release(c, false);
+  Request* d = add(4, false, 0);
+  const StepPlan plain = scheduler.schedule();
+  ASSERT_EQ(plain.sequences.size(), 1u);
+  EXPECT_EQ(plain.sequences[0].num_cached_tokens, 8) << "a plain request reads every full page but the last token's";
+  EXPECT_EQ(plain.sequences[0].num_prompt_rows, 0);
+  scheduler.update(plain);
+  d->finished = true;
+  scheduler.release(d, false);
+  scheduler.check_integrity();
+}
+
 }  // namespace
 }  // namespace spindle::engine
