@@ -61,6 +61,31 @@ void parse_input(const json& input, EmbeddingRequest& r) {
   }
 }
 
+// One input's tokens (text tokenized with the special tokens, as a completions prompt), checked
+// against the vocabulary and the context.
+std::vector<TokenId> input_tokens(const engine::DpGroup& engine, const std::variant<std::string, std::vector<TokenId>>& input,
+                                  const std::string& param) {
+  std::vector<TokenId> ids;
+  if (const auto* text = std::get_if<std::string>(&input)) {
+    try {
+      ids = engine.tokenizer().encode(*text, /*add_special_tokens=*/true);
+    } catch (const Error& e) {
+      bad_request(param, e.message());
+    }
+  } else {
+    ids = std::get<std::vector<TokenId>>(input);
+  }
+  if (ids.empty()) bad_request(param, fmt::format("'{}' has no tokens", param));
+  for (const TokenId t : ids) {
+    if (t >= engine.vocab_size()) bad_request(param, fmt::format("token id {} is outside the vocabulary", t));
+  }
+  if (static_cast<int>(ids.size()) >= engine.max_model_len()) {
+    bad_request(param, fmt::format("'{}' has {} tokens; this model's context is {} tokens", param, ids.size(),
+                                   engine.max_model_len()));
+  }
+  return ids;
+}
+
 }  // namespace
 
 EmbeddingRequest parse_embedding_request(const std::string& body, size_t max_body_bytes) {
@@ -137,29 +162,11 @@ std::unique_ptr<Relay> submit_embeddings(engine::DpGroup& engine, const Embeddin
     bad_request("dimensions", fmt::format("'dimensions' is {}; this model's embeddings have {}", r.dimensions,
                                           engine.hidden_size()));
   }
-  const auto& tok = engine.tokenizer();
   std::vector<engine::Submission> batch;
   int num_tokens = 0;
   for (size_t i = 0; i < r.inputs.size(); ++i) {
-    const std::string param = r.inputs.size() == 1 ? "input" : fmt::format("input[{}]", i);
     engine::Submission& s = batch.emplace_back();
-    if (const auto* text = std::get_if<std::string>(&r.inputs[i])) {
-      try {
-        s.prompt = tok.encode(*text, /*add_special_tokens=*/true);
-      } catch (const Error& e) {
-        bad_request(param, e.message());
-      }
-    } else {
-      s.prompt = std::get<std::vector<TokenId>>(r.inputs[i]);
-    }
-    if (s.prompt.empty()) bad_request(param, fmt::format("'{}' has no tokens", param));
-    for (const TokenId t : s.prompt) {
-      if (t >= engine.vocab_size()) bad_request(param, fmt::format("token id {} is outside the vocabulary", t));
-    }
-    if (static_cast<int>(s.prompt.size()) >= engine.max_model_len()) {
-      bad_request(param, fmt::format("'{}' has {} tokens; this model's context is {} tokens", param, s.prompt.size(),
-                                     engine.max_model_len()));
-    }
+    s.prompt = input_tokens(engine, r.inputs[i], r.inputs.size() == 1 ? "input" : fmt::format("input[{}]", i));
     s.params.temperature = 0;
     s.params.max_tokens = 1;
     s.params.ignore_eos = true;
