@@ -4,7 +4,14 @@
 filler tokens, so every id decodes to text) and model.safetensors (bf16, N(0, 0.02) on the GPU, norms
 1.0). Shapes: 8b (Llama-3.1-8B: 16.06 GB), 1b (Llama-3.2-1B), tiny (for a dry run).
 
-usage: make_model.py DIR [--shape 8b|1b|tiny]
+--fp8 writes the same weights as an FP8 checkpoint (issue 47's e2e rows): the seven projections of each
+layer as float8_e4m3fn with their scales, the embedding, norms and lm_head bf16:
+  block128  quant_method "fp8", weight_block_size [128, 128]: X.weight_scale_inv F32
+            [ceil(out/128), ceil(in/128)], each block's absmax / 448 (transformers' FineGrainedFP8 layout)
+  channel   quant_method "compressed-tensors", strategy "channel", dynamic per-token activations:
+            X.weight_scale F32 [out, 1], each row's absmax / 448 (LLM Compressor's FP8_DYNAMIC layout)
+
+usage: make_model.py DIR [--shape 8b|1b|tiny] [--fp8 block128|channel]
 """
 import argparse
 import json
@@ -61,10 +68,58 @@ def tokenizer_json(vocab_size):
     }
 
 
+FP8_MAX = 448.0
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def quantize_fp8(w, mode):
+    """(codes float8_e4m3fn [out, in], scale f32) of a bf16 weight [out, in], scale per `mode`; on the GPU."""
+    w = w.to("cuda", torch.float32)
+    out, inn = w.shape
+    if mode == "channel":
+        scale = (w.abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp(min=1e-12)
+        codes = (w / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        return codes.cpu(), scale.cpu()
+    bo, bi = -(-out // 128), -(-inn // 128)
+    padded = torch.zeros(bo * 128, bi * 128, device="cuda")
+    padded[:out, :inn] = w
+    blocks = padded.view(bo, 128, bi, 128)
+    scale = (blocks.abs().amax(dim=(1, 3)) / FP8_MAX).clamp(min=1e-12)  # [bo, bi]
+    codes = (blocks / scale[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).view(bo * 128, bi * 128)[:out, :inn]
+    return codes.to(torch.float8_e4m3fn).cpu(), scale.cpu()
+
+
+def quantization_config(mode):
+    if mode == "block128":
+        return {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+            "config_groups": {"group_0": {
+                "targets": ["Linear"],
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": True,
+                            "dynamic": False},
+                "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True,
+                                      "dynamic": True}}}}
+
+
+def to_fp8(t, mode):
+    """The tensors of a bf16 checkpoint with each projection replaced by its FP8 codes and scale."""
+    q = {}
+    for name, w in t.items():
+        if name.rsplit(".", 2)[-2] not in PROJECTIONS:
+            q[name] = w
+            continue
+        codes, scale = quantize_fp8(w, mode)
+        q[name] = codes
+        q[name + ("_scale_inv" if mode == "block128" else "_scale")] = scale
+    return q
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--shape", default="8b", choices=sorted(SHAPES))
+    ap.add_argument("--fp8", choices=("block128", "channel"), help="write an FP8 checkpoint of the same weights")
     args = ap.parse_args()
     s = SHAPES[args.shape]
     os.makedirs(args.dir, exist_ok=True)
@@ -77,6 +132,8 @@ def main():
         "attention_bias": False, "mlp_bias": False, "head_dim": d, "bos_token_id": v - 1, "eos_token_id": v - 1,
         **s,
     }
+    if args.fp8:
+        config["quantization_config"] = quantization_config(args.fp8)
     with open(os.path.join(args.dir, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     with open(os.path.join(args.dir, "tokenizer.json"), "w") as f:
@@ -102,9 +159,11 @@ def main():
         t[p + "mlp.gate_proj.weight"] = rand(i, h)
         t[p + "mlp.up_proj.weight"] = rand(i, h)
         t[p + "mlp.down_proj.weight"] = rand(h, i)
+    if args.fp8:
+        t = to_fp8(t, args.fp8)
     save_file(t, os.path.join(args.dir, "model.safetensors"), metadata={"format": "pt"})
-    total = sum(x.numel() * 2 for x in t.values())
-    print(json.dumps({"dir": args.dir, "shape": args.shape, "weight_bytes": total}))
+    total = sum(x.numel() * x.element_size() for x in t.values())
+    print(json.dumps({"dir": args.dir, "shape": args.shape, "fp8": args.fp8, "weight_bytes": total}))
 
 
 if __name__ == "__main__":
