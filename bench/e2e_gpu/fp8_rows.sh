@@ -32,7 +32,7 @@ model_dir() {  # model_dir ROW: the folder the row serves, written on first use
   local kind=bf16
   [[ $1 == block128 || $1 == channel ]] && kind=$1
   if [[ ! -f $work/$kind/model.safetensors ]]; then
-    say "model $kind ($shape)"
+    say "model $kind ($shape)" >&2
     local fp8=()
     [[ $kind != bf16 ]] && fp8=(--fp8 "$kind")
     python3 "$here/make_model.py" "$work/$kind" --shape "$shape" "${fp8[@]}" >"$results/model-$kind.json"

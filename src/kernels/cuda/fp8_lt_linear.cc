@@ -99,6 +99,7 @@ Fp8LtLinear::Fp8LtLinear(cudaStream_t stream, bool fast_accum) : stream_(stream)
   handle_ = handle;
   try {
     workspace_.reserve(kCublasWorkspaceBytes);
+    query_scales_.reserve(16 * sizeof(float));
   } catch (...) {
     lt.Destroy(handle);
     throw;
@@ -138,6 +139,13 @@ Fp8LtLinear::Plan& Fp8LtLinear::plan_for(Fp8Scale mode, int64_t out, int64_t in,
   }
   CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
   CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
+  // With any scale mode but SCALAR_32F, the heuristic answers CUBLAS_STATUS_INVALID_VALUE unless the
+  // scale pointers are set (measured on an H100, cuBLASLt 13.1); any device address will do here.
+  const void* query_scales = query_scales_.data();
+  CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &query_scales,
+                                           sizeof(query_scales)));
+  CUBLASLT_CHECK(lt.MatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &query_scales,
+                                           sizeof(query_scales)));
   // A: W stored [out, in] row-major = col-major [in, out] (ld in), op T; B: x col-major [in, rows];
   // D: y col-major [out, rows] (ld out) = row-major [rows, out].
   CUBLASLT_CHECK(lt.MatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, in, out, in));

@@ -81,7 +81,7 @@ class Fp8LtLinear {
   // "cublaslt_fp8" or "cublaslt_fp8_fast_accum".
   const char* name() const { return fast_accum_ ? "cublaslt_fp8_fast_accum" : "cublaslt_fp8"; }
   uint64_t workspace_bytes() const {
-    return workspace_.size() + codes_.size() + scales_.size() + out16_.size() + wscale_.size();
+    return workspace_.size() + codes_.size() + scales_.size() + out16_.size() + wscale_.size() + query_scales_.size();
   }
 
  private:
@@ -96,6 +96,8 @@ class Fp8LtLinear {
   DeviceBuffer scales_;  // f32, the activations' scales
   DeviceBuffer out16_;   // bf16 [max_rows, max_out]: the bf16-output fallback
   DeviceBuffer wscale_;  // f32 [max_out]: a per-tensor weight scale broadcast
+  DeviceBuffer query_scales_;  // 16 floats: the scale pointers the heuristic query needs set (their
+                               // values are not read); each product sets its own before the matmul
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
 };
 
