@@ -129,11 +129,12 @@ Served serve_with_graphs(const std::string& model, const std::vector<GoldenPromp
   auto transformer = load_cuda_model(model_dir(model));
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir(model));
   const attn::AttentionShape shape = transformer->attention_shape(DType::kF32, kPageSize);
-  auto backend = attn::create_attention_backend("cuda_reference", shape, {});
+  auto prefill = attn::create_attention_backend("cuda_reference", shape, {});
+  auto decode = attn::create_attention_backend("cuda_reference", shape, {});
   engine::RunnerOptions runner_options;
   runner_options.max_graph_batch = 8;
   runner_options.max_model_len = 256;
-  engine::Runner runner(*transformer, *backend, *backend, runner_options);
+  engine::Runner runner(*transformer, *prefill, *decode, runner_options);
   const ModelConfig& c = transformer->config();
   kv::PagePool pool({c.num_hidden_layers, c.num_key_value_heads, c.head_dim, DType::kF32, kPageSize}, 256, 1,
                     attn::Device::kCuda);
@@ -153,7 +154,12 @@ Served serve_with_graphs(const std::string& model, const std::vector<GoldenPromp
   Served out;
   for (auto& stream : streams) {
     std::vector<TokenId> ids;
-    for (engine::RequestOutput o; stream->pop(o, std::chrono::seconds(120));) {
+    for (;;) {
+      engine::RequestOutput o;
+      if (!stream->pop(o, std::chrono::seconds(120))) {
+        ADD_FAILURE() << model << ": a request timed out";
+        break;
+      }
       EXPECT_TRUE(o.error.empty()) << o.error;
       ids.insert(ids.end(), o.tokens.begin(), o.tokens.end());
       if (o.finished) break;
