@@ -15,8 +15,9 @@
 #   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
 #   fp8_*, memcheck_fp8  tests/cuda/cuda_gemv_fp8_test, cuda_fp8_model_test (step fp8)
 #   moe_*, memcheck_moe*  tests/cuda/cuda_moe_kernels_test (routing, grouping, grouped expert products vs float64;
-#                    graph replay), cuda_moe_model_test (the MoE HF goldens on CUDA, graphs, verify steps), and
-#                    compute-sanitizer memcheck over the kernel test and one golden (step moe, issue 48)
+#                    graph replay), cuda_moe_model_test (the MoE HF goldens on CUDA, graphs, verify steps),
+#                    bench_moe_cuda (one Qwen3-30B-A3B layer's block at 1-1024 rows vs the bytes of the experts
+#                    it selected), compute-sanitizer memcheck over the kernel test and one golden (step moe, issue 48)
 #   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
 #                    (the FP8 prefill entries checked and timed on the 8B shapes), bench_fp8_lt
 #                    (prefill FP8 vs cuBLAS bf16 at 512..8192 rows), memcheck (step fp8lt)
@@ -76,6 +77,7 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
   case $name in
     doctor*|quickbench|torchbench|plan*|generate*) tail -30 "$out/$name.txt" ;;
     gemv) tail -24 "$out/$name.txt" ;;
+    moe_bench) tail -14 "$out/$name.txt" ;;
     fp8lt_bench) tail -26 "$out/$name.txt" ;;
     fp8lt_*) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|max \||unavailable|: (fp8|cublas)" "$out/$name.txt" | head -80 ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
@@ -232,6 +234,7 @@ fi
 if has moe; then  # issue 48: mixtures of experts on CUDA
   run moe_kernels 120 $bin/cuda_moe_kernels_test --gtest_brief=1
   run moe_model 240 $bin/cuda_moe_model_test --gtest_brief=1 "--gtest_filter=${MOE_FILTER:-*}"
+  run moe_bench 150 $bin/bench_moe_cuda --reps 20  # one Qwen3-30B-A3B layer's block vs its selected experts' bytes
   if [[ ${MEMCHECK:-1} == 1 ]]; then
     run memcheck_moe 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_moe_kernels_test --gtest_brief=1
     run memcheck_moe_model 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_moe_model_test \
