@@ -158,11 +158,31 @@ void CudaOps::moe(const float* x, int64_t rows, const MoeBlock& block, float* y)
 void CudaOps::moe_chunk(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts,
                         float* y) {
   CudaMoeScratch& s = moe_->scratch;
-  const int64_t h = config_.hidden_size, f = block.expert_width, e_count = block.num_experts;
+  moe_route(x, rows, block);
+  moe_expert_products(x, rows, block, experts);
+  kcu::MoeCombineParams combine;
+  combine.expert_out = s.out.as<float>();
+  combine.weights = s.weights.as<float>();
+  combine.rows = rows;
+  combine.top_k = block.top_k;
+  combine.hidden = config_.hidden_size;
+  combine.y = y;
+  if (block.shared_width > 0) {
+    moe_shared_expert(x, rows, block);
+    combine.shared_out = s.shared_out.as<float>();
+    combine.shared_gate = s.shared_gate.as<float>();
+  }
+  kcu::launch_moe_combine(combine, stream_);
+}
+
+// The router product and top-k into the scratch's experts / weights, then their grouping by expert.
+void CudaOps::moe_route(const float* x, int64_t rows, const MoeBlock& block) {
+  CudaMoeScratch& s = moe_->scratch;
+  const int64_t h = config_.hidden_size;
   const kcu::DeviceWeight& router = placed(block.router).weight;
-  SPINDLE_CHECK(cuda_computes(router.dtype) && router.out_features == e_count && router.in_features == h,
+  SPINDLE_CHECK(cuda_computes(router.dtype) && router.out_features == block.num_experts && router.in_features == h,
                 "moe: the router is {} [{}, {}]; expected BF16, F16 or F32 [{}, {}]", dtype_name(router.dtype),
-                router.out_features, router.in_features, e_count, h);
+                router.out_features, router.in_features, block.num_experts, h);
   kcu::MoeRouteParams route;
   route.x = x;
   route.router = router.data;
@@ -178,7 +198,13 @@ void CudaOps::moe_chunk(const float* x, int64_t rows, const MoeBlock& block, con
   kcu::launch_moe_group({s.experts.as<int32_t>(), rows * block.top_k, block.num_experts, s.offsets.as<int32_t>(),
                          s.order.as<int32_t>(), s.active.as<int32_t>()},
                         stream_);
+}
 
+// The grouped gate/up + SiLU-mul into act, then the grouped down into out (by choice).
+void CudaOps::moe_expert_products(const float* x, int64_t rows, const MoeBlock& block,
+                                  const CudaMoeExperts& experts) {
+  CudaMoeScratch& s = moe_->scratch;
+  const int64_t e_count = block.num_experts;
   kcu::MoeGroupedParams g;
   g.offsets = s.offsets.as<int32_t>();
   g.order = s.order.as<int32_t>();
@@ -192,32 +218,18 @@ void CudaOps::moe_chunk(const float* x, int64_t rows, const MoeBlock& block, con
   const auto* table = experts.pointers.as<const void*>();
   g.first = table;
   g.second = table + e_count;
-  g.in_features = h;
-  g.out_features = f;
+  g.in_features = config_.hidden_size;
+  g.out_features = block.expert_width;
   g.x = x;
   g.y = s.act.as<float>();
   kcu::launch_moe_gate_up(g, stream_);
   g.first = table + 2 * e_count;
   g.second = nullptr;
-  g.in_features = f;
-  g.out_features = h;
+  g.in_features = block.expert_width;
+  g.out_features = config_.hidden_size;
   g.x = s.act.as<float>();
   g.y = s.out.as<float>();
   kcu::launch_moe_down(g, stream_);
-
-  kcu::MoeCombineParams combine;
-  combine.expert_out = s.out.as<float>();
-  combine.weights = s.weights.as<float>();
-  combine.rows = rows;
-  combine.top_k = block.top_k;
-  combine.hidden = h;
-  combine.y = y;
-  if (block.shared_width > 0) {
-    moe_shared_expert(x, rows, block);
-    combine.shared_out = s.shared_out.as<float>();
-    combine.shared_gate = s.shared_gate.as<float>();
-  }
-  kcu::launch_moe_combine(combine, stream_);
 }
 
 // Qwen2-MoE's shared expert through the dense products: shared_out = swiglu(x) W_down^T and

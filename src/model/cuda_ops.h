@@ -108,11 +108,14 @@ class CudaOps final : public DeviceOps {
 
  private:
   // cuda_moe.cc: the MoE scratch grown for a step of `rows` rows (and the linear scratch for a
-  // shared expert); its bytes; a layer's expert table; one chunk of rows; the shared expert.
+  // shared expert); its bytes; a layer's expert table; one chunk of rows: its routing and
+  // grouping, its expert products, the shared expert.
   void reserve_moe(int64_t rows);
   uint64_t moe_workspace_bytes() const;
   const CudaMoeExperts& moe_experts(const MoeBlock& block);
   void moe_chunk(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts, float* y);
+  void moe_route(const float* x, int64_t rows, const MoeBlock& block);
+  void moe_expert_products(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts);
   void moe_shared_expert(const float* x, int64_t rows, const MoeBlock& block);
 
   // qkv [rows, Q + 2K] (q heads, k heads, v heads) -> q, k, v as qk_norm_rope leaves them; with a
