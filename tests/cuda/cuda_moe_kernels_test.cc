@@ -9,6 +9,7 @@
 //     kRouteMargin = 1e-4 (a closer pair may flip under f32 rounding), the weights within
 //     kProductWeightTolerance = 5e-5 of the float64 softmax (the f32 logits carry ~2e-6 of
 //     accumulation error over 128 terms, which the softmax passes on);
+//   - two identical router rows: an exact tie of their logits, won by the lower index;
 //   - grouping: offsets, order (ascending within an expert) and the active list exactly equal a
 //     counting sort, up to 1024 rows x top 8;
 //   - the whole block (route -> group -> gate/up -> down -> combine, shared expert included)
@@ -215,6 +216,39 @@ TEST(CudaMoeRoute, RouterProductMatchesFloat64) {
           expect_weights(got, want, r, k, what, kProductWeightTolerance);
         }
         EXPECT_GE(decided, kRows - 2) << "too many rows within the margin: the test checks too little";
+      }
+    }
+  }
+}
+
+// Two identical router rows give bit-identical logits (every expert's dot product is summed in the
+// same order), so their exact tie goes to the lower index: experts 2 and 9 of 13, for k 1 and 2.
+TEST(CudaMoeRoute, IdenticalRouterRowsTieToTheLowerIndex) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kE = 13;
+  constexpr int64_t kHidden = 136;
+  const std::vector<float> x = random_values(3 * kHidden, 5, 1.0f);
+  std::vector<float> router = random_values(kE * kHidden, 6, 0.01f);
+  for (int64_t c = 0; c < kHidden; ++c) router[2 * kHidden + c] = router[9 * kHidden + c] = x[c] > 0 ? 0.5f : -0.5f;
+  for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF32}) {
+    const Stored w = store(router, type);
+    const kcu::DeviceBuffer dx = to_device(x), dw = to_device(w.bytes);
+    for (const int k : {1, 2}) {
+      kcu::MoeRouteParams p;
+      p.x = dx.as<float>();
+      p.router = dw.data();
+      p.router_type = type;
+      p.hidden = kHidden;
+      p.rows = 1;  // row 0: sum |x| / 2 for experts 2 and 9, far above the others
+      p.num_experts = kE;
+      p.top_k = k;
+      p.norm_topk_prob = true;
+      const RouteOut got = route_on_device(p);
+      EXPECT_EQ(got.ids[0], 2) << type_name(type) << " top " << k;
+      if (k == 2) {
+        EXPECT_EQ(got.ids[1], 9) << type_name(type);
+        EXPECT_EQ(got.weights[0], got.weights[1]) << type_name(type);
+        EXPECT_NEAR(got.weights[0], 0.5, 1e-6) << type_name(type);
       }
     }
   }
