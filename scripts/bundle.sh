@@ -41,7 +41,8 @@ optionals=(tests/cuda/cuda_attention_test tests/cuda/cuda_model_test tests/cuda/
     tests/cuda/cuda_engine_test tests/cuda/cuda_ops_test tests/cuda/split_policy_test tests/cuda/cuda_gemv_fp8_test
     tests/cuda/cuda_fp8_model_test tests/cuda/cuda_fp8_lt_test tests/cuda/cuda_fp8_registry_test bench/bench_fp8_lt
     bench/bench_attention_cuda bench/bench_spec_verify bench/bench_gemv_fp8
-    bench/bench_gemv16 tests/server/server_cuda_test)
+    bench/bench_gemv16 tests/server/server_cuda_test tests/cuda/cuda_moe_kernels_test tests/cuda/cuda_moe_model_test
+    bench/bench_moe_cuda)
 # SPINDLE_BUNDLE_BINARIES="tests/kernels/quant_linear_test bench/bench_model_forward ...": these
 # build-relative binaries instead of the list above (each must be built).
 if [[ -n ${SPINDLE_BUNDLE_BINARIES:-} ]]; then

@@ -204,7 +204,7 @@ uint64_t CudaOps::workspace_bytes() const {
                sampler_.device_bytes() + graph_stats_.memory_bytes;
   for (const auto& [name, product] : fp8_prefill_) n += product->workspace_bytes();
   for (const auto& b : scratch_) n += b.size();
-  return n;
+  return n + moe_workspace_bytes();
 }
 
 const kcu::DeviceBatch* CudaOps::upload(const StepBatch& batch, int page_size, int plan_kv_len) {
@@ -235,6 +235,7 @@ void CudaOps::reserve(int64_t t, int64_t n) {
     linear_->reserve(n, h, c.vocab_size);
   }
   for (auto& [name, product] : fp8_prefill_) product->reserve(t, fp8_max_in_, fp8_max_out_, fp8_max_elements_, fp8_has_block_);
+  reserve_moe(t);
 }
 
 void CudaOps::finish_step(float* host, int64_t count) {
@@ -562,10 +563,7 @@ std::unique_ptr<Transformer> load_cuda_model(const std::filesystem::path& dir, c
   SPINDLE_CHECK(!is_gguf_path(dir), "{}: GGUF files are served on the CPU only; run without --device cuda "
                 "(or serve the Hugging Face folder of this model on the GPU)", dir.string());
   ModelFiles files = open_model_files(dir, FileMemory::kMapped, options.quantize_fp8);  // the folder's problems first, as load_cpu_model reports them
-  SPINDLE_CHECK(!files.config.moe.enabled(),
-                "{}: {} is a mixture of experts, which Spindle serves on the CPU only for now (the CUDA path is "
-                "later work, issue 48); use --device cpu",
-                dir.string(), architecture_name(files.config.architecture));
+  check_cuda_moe_weights(files.config, *files.weights);  // BF16, F16 or F32 experts
 
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

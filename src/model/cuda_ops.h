@@ -37,6 +37,7 @@
 #include "kernels/cuda/model_ops.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/cuda_model.h"
+#include "model/cuda_moe.h"
 #include "model/device_ops.h"
 #include "model/model_config.h"
 
@@ -102,8 +103,21 @@ class CudaOps final : public DeviceOps {
   // takes it. Two products: the default.
   void swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, float* gate_up_scratch, float* act,
               int64_t im) override;
+  // A sparse layer's mixture of experts on the device, no host sync (cuda_moe.cc, model/cuda_moe.h).
+  void moe(const float* x, int64_t rows, const MoeBlock& block, float* y) override;
 
  private:
+  // cuda_moe.cc: the MoE scratch grown for a step of `rows` rows (and the linear scratch for a
+  // shared expert); its bytes; a layer's expert table; one chunk of rows: its routing and
+  // grouping, its expert products, the shared expert.
+  void reserve_moe(int64_t rows);
+  uint64_t moe_workspace_bytes() const;
+  const CudaMoeExperts& moe_experts(const MoeBlock& block);
+  void moe_chunk(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts, float* y);
+  void moe_route(const float* x, int64_t rows, const MoeBlock& block);
+  void moe_expert_products(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts);
+  void moe_shared_expert(const float* x, int64_t rows, const MoeBlock& block);
+
   // qkv [rows, Q + 2K] (q heads, k heads, v heads) -> q, k, v as qk_norm_rope leaves them; with a
   // non-empty kv it also writes each row's k and v into the layer's KV pages there.
   void split_qkv_rope(const float* qkv, float* q, float* k, float* v, int64_t rows, int num_heads, int num_kv_heads,
@@ -199,6 +213,7 @@ class CudaOps final : public DeviceOps {
   int64_t rope_positions_ = 0;
   kernels::cuda::DeviceBuffer scratch_[static_cast<int>(Scratch::kCount)];
   kernels::cuda::DeviceBatch batch_;
+  std::unique_ptr<CudaMoeState> moe_;  // a mixture of experts' tables and scratch (reserve_moe)
 };
 
 }  // namespace spindle

@@ -256,18 +256,21 @@ TEST(MoeActiveExperts, BatchOneRunsOnlyTheTopKExperts) {
   }
 }
 
-// CUDA refuses a mixture of experts at load, naming the architecture (the GPU path is later work;
-// the check runs before any CUDA call, so it holds on a machine without a GPU too).
-TEST(MoeCuda, RefusedAtLoadNamingTheArchitecture) {
+// CUDA serves mixtures of experts with BF16, F16 or F32 experts (tests/cuda/cuda_moe_model_test.cc)
+// and refuses quantized ones at load, naming the tensor and its type: --quantization fp8 turns
+// Qwen3-MoE's expert projections into F8_E4M3. The check runs before any CUDA call, so it holds on
+// a machine without a GPU too (a build without CUDA says so instead).
+TEST(MoeCuda, QuantizedExpertsRefusedAtLoadNamingTheTensor) {
   LoadOptions options;
   options.device = attn::Device::kCuda;
+  options.cpu.quantize_fp8 = true;
   try {
-    load_model(model_dir("mixtral-bf16"), options);
+    load_model(model_dir("qwen3-moe-bf16"), options);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string m = e.message();
-    EXPECT_TRUE(m.find("MixtralForCausalLM is a mixture of experts, which Spindle serves on the CPU only") !=
-                    std::string::npos ||
+    EXPECT_TRUE((m.find("model.layers.0.mlp.experts.0.gate_proj.weight") != std::string::npos &&
+                 m.find("F8_E4M3") != std::string::npos) ||
                 m.find("built without CUDA") != std::string::npos)
         << m;
   }

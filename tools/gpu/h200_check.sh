@@ -14,6 +14,10 @@
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
 #   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
 #   fp8_*, memcheck_fp8  tests/cuda/cuda_gemv_fp8_test, cuda_fp8_model_test (step fp8)
+#   moe_*, memcheck_moe*  tests/cuda/cuda_moe_kernels_test (routing, grouping, grouped expert products vs float64;
+#                    graph replay), cuda_moe_model_test (the MoE HF goldens on CUDA, graphs, verify steps),
+#                    bench_moe_cuda (one Qwen3-30B-A3B layer's block at 1-1024 rows vs the bytes of the experts
+#                    it selected), compute-sanitizer memcheck over the kernel test and one golden (step moe, issue 48)
 #   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
 #                    (the FP8 prefill entries checked and timed on the 8B shapes), bench_fp8_lt
 #                    (prefill FP8 vs cuBLAS bf16 at 512..8192 rows), memcheck (step fp8lt)
@@ -73,6 +77,7 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
   case $name in
     doctor*|quickbench|torchbench|plan*|generate*) tail -30 "$out/$name.txt" ;;
     gemv) tail -24 "$out/$name.txt" ;;
+    moe_bench) tail -14 "$out/$name.txt" ;;
     fp8lt_bench) tail -26 "$out/$name.txt" ;;
     fp8lt_*) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|max \||unavailable|: (fp8|cublas)" "$out/$name.txt" | head -80 ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
@@ -225,6 +230,16 @@ fi
 if has spec_cpu; then  # bench/spec on this host's CPU (kjv-tiny + kjv-draft; n-gram on repeating prompts)
   SPINDLE=$PWD/$bin/spindle ROUNDS=${SPEC_ROUNDS:-2} timeout ${SPEC_TIMEOUT:-300} bash bench/spec/run.sh "$out/spec-cpu" >"$out/spec_cpu.txt" 2>&1
   echo "== spec_cpu exit $?"; cat "$out/spec-cpu/summary.md"
+fi
+if has moe; then  # issue 48: mixtures of experts on CUDA
+  run moe_kernels 120 $bin/cuda_moe_kernels_test --gtest_brief=1
+  run moe_model 240 $bin/cuda_moe_model_test --gtest_brief=1 "--gtest_filter=${MOE_FILTER:-*}"
+  run moe_bench 150 $bin/bench_moe_cuda --reps 20  # one Qwen3-30B-A3B layer's block vs its selected experts' bytes
+  if [[ ${MEMCHECK:-1} == 1 ]]; then
+    run memcheck_moe 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_moe_kernels_test --gtest_brief=1
+    run memcheck_moe_model 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_moe_model_test \
+      --gtest_brief=1 "--gtest_filter=*PrefillLogitsAndGreedyDecode*qwen2_moe*:*GraphReplayed*qwen3_moe*"
+  fi
 fi
 if has dp; then  # issue 17: two DP ranks sharing one GPU, each planning half its memory
   run dp 300 python3 tools/gpu/dp_check.py --spindle $bin/spindle --model tests/golden/llama-gqa-bf16 --device cuda:0 \

@@ -1,0 +1,155 @@
+// One mixture-of-experts block on CUDA (kernels/cuda/moe_kernels.h: router product + top-k,
+// grouping, grouped gate/up + SiLU-mul, grouped down, combine) at decode and prefill row counts,
+// against the bytes the step must read: the router and the distinct experts its routing selected
+// (counted on the device by the grouping, read back after the timed runs), as % of the device copy
+// bandwidth measured in the same run; for prefill rows also the f32 FMA rate of the expert products
+// (2 * rows * top_k * 3 * F * H flops). Every timed block starts with L2 cold
+// (bench/cuda_bench_util.h); median of --reps. Random bf16 weights and f32 rows: the router's
+// product picks the experts, as in a served step.
+//
+// usage: bench_moe_cuda [--hidden 2048] [--width 768] [--experts 128] [--top-k 8] [--reps 20]
+//                       [--rows 1,2,4,8,16,32,64,128,512,1024]   (defaults: one Qwen3-30B-A3B layer)
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_cli.h"
+#include "cuda_bench_util.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/moe_kernels.h"
+#include "util/half.h"
+
+using namespace spindle;
+namespace kcu = spindle::kernels::cuda;
+
+namespace {
+
+struct Shape {
+  int64_t hidden = 2048, width = 768;
+  int experts = 128, top_k = 8;
+};
+
+kcu::DeviceBuffer random_bf16(int64_t n, float scale, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = float_to_bf16_bits(normal(rng));
+  kcu::DeviceBuffer d(v.size() * 2);
+  kcu::copy_to_device(d.data(), v.data(), v.size() * 2);
+  return d;
+}
+
+// The layer's weights: router [E, H], gate/up [E, 2F, H] (joined per expert), down [E, H, F].
+struct Layer {
+  kcu::DeviceBuffer router, gate_up, down, table;
+  Layer(const Shape& s, std::mt19937& rng)
+      : router(random_bf16(s.experts * s.hidden, 0.05f, rng)),
+        gate_up(random_bf16(s.experts * 2 * s.width * s.hidden, 0.02f, rng)),
+        down(random_bf16(s.experts * s.hidden * s.width, 0.02f, rng)) {
+    const int64_t e = s.experts, f = s.width, h = s.hidden;
+    std::vector<const void*> ptrs(static_cast<size_t>(3 * e));
+    for (int64_t i = 0; i < e; ++i) {
+      ptrs[i] = gate_up.as<std::byte>() + i * 2 * f * h * 2;
+      ptrs[e + i] = gate_up.as<std::byte>() + (i * 2 * f + f) * h * 2;
+      ptrs[2 * e + i] = down.as<std::byte>() + i * h * f * 2;
+    }
+    table.reserve(ptrs.size() * sizeof(void*));
+    kcu::copy_to_device(table.data(), ptrs.data(), ptrs.size() * sizeof(void*));
+  }
+};
+
+// One step's rows and scratch.
+struct Step {
+  int64_t rows;
+  kcu::DeviceBuffer x, ids, weights, offsets, order, active, act, out, y;
+  Step(const Shape& s, int64_t r, std::mt19937& rng) : rows(r) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> host(static_cast<size_t>(r * s.hidden));
+    for (auto& v : host) v = normal(rng);
+    x.reserve(host.size() * 4);
+    kcu::copy_to_device(x.data(), host.data(), host.size() * 4);
+    const size_t n = static_cast<size_t>(r * s.top_k);
+    ids.reserve(n * 4), weights.reserve(n * 4), order.reserve(n * 4);
+    offsets.reserve((s.experts + 1) * 4), active.reserve((s.experts + 1) * 4);
+    act.reserve(n * s.width * 4), out.reserve(n * s.hidden * 4), y.reserve(host.size() * 4);
+  }
+};
+
+void run_block(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
+  kcu::MoeRouteParams route;
+  route.x = st.x.as<float>(), route.router = l.router.data(), route.hidden = s.hidden;
+  route.rows = st.rows, route.num_experts = s.experts, route.top_k = s.top_k, route.norm_topk_prob = true;
+  route.experts = st.ids.as<int32_t>(), route.weights = st.weights.as<float>();
+  kcu::launch_moe_route(route, stream);
+  kcu::launch_moe_group({st.ids.as<int32_t>(), st.rows * s.top_k, s.experts, st.offsets.as<int32_t>(),
+                         st.order.as<int32_t>(), st.active.as<int32_t>()},
+                        stream);
+  kcu::MoeGroupedParams g;
+  g.offsets = st.offsets.as<int32_t>(), g.order = st.order.as<int32_t>(), g.active = st.active.as<int32_t>();
+  g.num_experts = s.experts, g.top_k = s.top_k, g.num_choices = st.rows * s.top_k, g.max_rows_per_expert = st.rows;
+  g.aligned16 = true;
+  const auto* t = l.table.as<const void*>();
+  g.first = t, g.second = t + s.experts, g.in_features = s.hidden, g.out_features = s.width;
+  g.x = st.x.as<float>(), g.y = st.act.as<float>();
+  kcu::launch_moe_gate_up(g, stream);
+  g.first = t + 2 * s.experts, g.second = nullptr, g.in_features = s.width, g.out_features = s.hidden;
+  g.x = st.act.as<float>(), g.y = st.out.as<float>();
+  kcu::launch_moe_down(g, stream);
+  kcu::MoeCombineParams c;
+  c.expert_out = st.out.as<float>(), c.weights = st.weights.as<float>();
+  c.rows = st.rows, c.top_k = s.top_k, c.hidden = s.hidden, c.y = st.y.as<float>();
+  kcu::launch_moe_combine(c, stream);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  Shape s;
+  int reps = 20;
+  std::vector<int64_t> rows_list = {1, 2, 4, 8, 16, 32, 64, 128, 512, 1024};
+  CLI::App app{"One mixture-of-experts block on CUDA vs the bytes of its selected experts", "bench_moe_cuda"};
+  app.add_option("--hidden", s.hidden, "Hidden size (2048)")->check(CLI::Range(int64_t{8}, int64_t{1} << 16));
+  app.add_option("--width", s.width, "Expert width (768)")->check(CLI::Range(int64_t{8}, int64_t{1} << 16));
+  app.add_option("--experts", s.experts, "Experts (128)")->check(CLI::Range(1, kcu::kMoeMaxExperts));
+  app.add_option("--top-k", s.top_k, "Experts per token (8)")->check(CLI::Range(1, kcu::kMoeMaxTopK));
+  app.add_option("--rows", rows_list, "Step rows (1,2,4,8,16,32,64,128,512,1024)")->delimiter(',');
+  app.add_option("--reps", reps, "Timed repetitions, median reported (20)")->check(CLI::Range(1, 100000));
+  bench::parse_or_exit(app, argc, argv);
+  if (s.top_k > s.experts) throw std::runtime_error("--top-k exceeds --experts");
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  const double bandwidth = bench::copy_bandwidth(stream);
+  kcu::DeviceBuffer flush(size_t{256} << 20);
+  std::mt19937 rng(1);
+  const Layer layer(s, rng);
+  const double expert_bytes = 3.0 * s.width * s.hidden * 2, router_bytes = 2.0 * s.experts * s.hidden;
+  std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
+  std::string table =
+      "| rows | distinct experts | block us | bytes bound us | % of bound | expert TFLOP/s (f32 FMA) |\n"
+      "|---|---|---|---|---|---|\n";
+  for (const int64_t rows : rows_list) {
+    Step step(s, rows, rng);
+    const double t = bench::timed([&] { run_block(s, layer, step, stream); }, flush, reps, stream);
+    int32_t distinct = 0;
+    kcu::copy_to_host(&distinct, step.active.as<int32_t>() + s.experts, 4);
+    const double bound = (router_bytes + distinct * expert_bytes) / bandwidth;
+    const double tflops = 2.0 * rows * s.top_k * 3.0 * s.width * s.hidden / t / 1e12;
+    std::printf("{\"rows\": %lld, \"distinct_experts\": %d, \"block_us\": %.2f, \"bound_us\": %.2f, "
+                "\"pct_of_bound\": %.1f, \"expert_tflops\": %.2f}\n",
+                static_cast<long long>(rows), distinct, t * 1e6, bound * 1e6, bound / t * 100, tflops);
+    char line[200];
+    std::snprintf(line, sizeof line, "| %lld | %d | %.1f | %.1f | %.0f%% | %.2f |\n", static_cast<long long>(rows),
+                  distinct, t * 1e6, bound * 1e6, bound / t * 100, tflops);
+    table += line;
+  }
+  std::printf("\ncopy bandwidth %.2f TB/s; hidden %lld, width %lld, %d experts, top %d\n\n%s", bandwidth / 1e12,
+              static_cast<long long>(s.hidden), static_cast<long long>(s.width), s.experts, s.top_k, table.c_str());
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_moe_cuda: %s\n", e.what());
+  return 1;
+}

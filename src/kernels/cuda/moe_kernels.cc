@@ -1,0 +1,72 @@
+// moe_kernels.h's launch functions: the host-side checks, then the launches of moe_kernels.cu.
+#include "kernels/cuda/moe_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/cuda/moe_kernels_launch.h"
+#include "util/error.h"
+
+namespace spindle::kernels::cuda {
+namespace {
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+void check_grouped(const MoeGroupedParams& p, const char* what, bool needs_second) {
+  SPINDLE_CHECK(p.num_experts >= 1 && p.num_experts <= kMoeMaxExperts && p.top_k >= 1 && p.in_features >= 1 &&
+                    p.out_features >= 1 && p.num_choices >= 0 && p.num_choices <= INT32_MAX,
+                "moe {}: {} experts, top {}, {} choices, [{} -> {}]", what, p.num_experts, p.top_k, p.num_choices,
+                p.in_features, p.out_features);
+  SPINDLE_CHECK(p.first != nullptr && (!needs_second || p.second != nullptr) && p.x != nullptr && p.y != nullptr &&
+                    p.offsets != nullptr && p.order != nullptr && p.active != nullptr,
+                "moe {}: a null pointer among the weights, rows or grouping", what);
+}
+
+}  // namespace
+
+void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
+  SPINDLE_CHECK(p.num_experts >= 1 && p.num_experts <= kMoeMaxExperts && p.top_k >= 1 &&
+                    p.top_k <= std::min(p.num_experts, kMoeMaxTopK) && p.rows >= 0 && p.rows <= INT32_MAX,
+                "moe routing: top {} of {} experts over {} rows (CUDA: at most {} experts, top {})", p.top_k,
+                p.num_experts, p.rows, kMoeMaxExperts, kMoeMaxTopK);
+  SPINDLE_CHECK(p.experts != nullptr && p.weights != nullptr &&
+                    (p.logits != nullptr || (p.x != nullptr && p.router != nullptr && p.hidden >= 1)),
+                "moe routing: no logits and no router product to compute them");
+  if (p.rows == 0) return;
+  const size_t element = p.router_type == WeightType::kF32 ? 4 : 2;
+  const bool vec = p.logits == nullptr && p.hidden % 8 == 0 && aligned(p.x, 16) && aligned(p.router, 16) &&
+                   (p.hidden * static_cast<int64_t>(element)) % 16 == 0;
+  detail::queue_moe_route(p, vec, stream);
+}
+
+void launch_moe_group(const MoeGroupParams& p, cudaStream_t stream) {
+  SPINDLE_CHECK(p.num_experts >= 1 && p.num_experts <= kMoeMaxExperts && p.num_choices >= 0 &&
+                    p.num_choices <= INT32_MAX,
+                "moe grouping: {} choices over {} experts (CUDA: at most {})", p.num_choices, p.num_experts,
+                kMoeMaxExperts);
+  SPINDLE_CHECK(p.experts != nullptr && p.offsets != nullptr && p.order != nullptr && p.active != nullptr,
+                "moe grouping: a null pointer");
+  detail::queue_moe_group(p, stream);
+}
+
+void launch_moe_gate_up(const MoeGroupedParams& p, cudaStream_t stream) {
+  check_grouped(p, "gate/up", true);
+  if (p.num_choices == 0) return;
+  detail::queue_moe_grouped(p, true, p.aligned16 && p.in_features % 8 == 0 && aligned(p.x, 16), stream);
+}
+
+void launch_moe_down(const MoeGroupedParams& p, cudaStream_t stream) {
+  check_grouped(p, "down", false);
+  if (p.num_choices == 0) return;
+  detail::queue_moe_grouped(p, false, p.aligned16 && p.in_features % 8 == 0 && aligned(p.x, 16), stream);
+}
+
+void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
+  SPINDLE_CHECK(p.rows >= 0 && p.rows <= INT32_MAX && p.top_k >= 1 && p.hidden >= 1 && p.expert_out != nullptr &&
+                    p.weights != nullptr && p.y != nullptr && (p.shared_out == nullptr || p.shared_gate != nullptr),
+                "moe combine: {} rows, top {}, hidden {}", p.rows, p.top_k, p.hidden);
+  if (p.rows == 0) return;
+  detail::queue_moe_combine(p, stream);
+}
+
+}  // namespace spindle::kernels::cuda

@@ -1,0 +1,19 @@
+// Internal to the MoE kernels: the launches of moe_kernels.cu, queued as given (moe_kernels.cc
+// checks the params on the host first; the .cu files do not include util/error.h). C++17.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/moe_kernels.h"
+
+namespace spindle::kernels::cuda::detail {
+
+// vec: the 16-byte vector loads (hidden % 8 == 0, x and router 16-byte aligned).
+void queue_moe_route(const MoeRouteParams& p, bool vec, cudaStream_t stream);
+void queue_moe_group(const MoeGroupParams& p, cudaStream_t stream);
+// gate_up: launch_moe_gate_up's kernel, else launch_moe_down's; vec as above for in_features and
+// every weight and x row.
+void queue_moe_grouped(const MoeGroupedParams& p, bool gate_up, bool vec, cudaStream_t stream);
+void queue_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
+
+}  // namespace spindle::kernels::cuda::detail

@@ -1,0 +1,528 @@
+// The mixture-of-experts kernels (kernels/cuda/moe_kernels.h) against references written here
+// from the definitions (HF's Qwen2-MoE / Qwen3-MoE / Mixtral blocks, kernels/cpu/moe_routing.h):
+//   - routing from given logits: the ids exactly (exact ties to the lower expert index, NaNs
+//     never over a number, a row of NaNs 0..k-1), top-k 1, 2 and 8 of 13 experts, with and without
+//     norm_topk_prob; the weights within kWeightTolerance = 1e-5 (relative) of the float64 softmax
+//     of the same logits (f32 exp and sums: a few ulp);
+//   - routing from the router product (bf16, f16, f32 weights; hidden 128 takes the vector loads,
+//     68 the scalar ones): the ids of the float64 logits where the k-th/(k+1)-th gap exceeds
+//     kRouteMargin = 1e-4 (a closer pair may flip under f32 rounding), the weights within
+//     kProductWeightTolerance = 5e-5 of the float64 softmax (the f32 logits carry ~2e-6 of
+//     accumulation error over 128 terms, which the softmax passes on);
+//   - two identical router rows: an exact tie of their logits, won by the lower index;
+//   - grouping: offsets, order (ascending within an expert) and the active list exactly equal a
+//     counting sort, up to 1024 rows x top 8;
+//   - the whole block (route -> group -> gate/up -> down -> combine, shared expert included)
+//     against float64 sums of the same widened weights: |got - want| <= kProductTolerance = 2e-5
+//     times max |want| of the row (f32 accumulation over <= 128 terms in another order: ~1e-6); expert
+//     widths 40 (vector loads) and 36 (scalar); 1, 3, 17 and 300 rows (the one-row and four-row
+//     kernels); a row's output the same bits alone and inside the batch (batch invariance);
+//   - a CUDA graph of the block captured once and replayed after the routing changed (new logits
+//     written to the same buffer): the replay matches the reference of the new routing.
+// Skips when no CUDA device with cc >= 8.0 is usable.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_skip.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/moe_kernels.h"
+#include "util/error.h"
+#include "util/half.h"
+
+namespace spindle {
+namespace {
+
+namespace kcu = kernels::cuda;
+
+constexpr double kWeightTolerance = 1e-5;
+constexpr double kProductWeightTolerance = 5e-5;
+constexpr double kRouteMargin = 1e-4;
+constexpr double kProductTolerance = 2e-5;
+
+template <typename T>
+kcu::DeviceBuffer to_device(const std::vector<T>& host) {
+  kcu::DeviceBuffer b(std::max<size_t>(host.size() * sizeof(T), 1));
+  if (!host.empty()) kcu::copy_to_device(b.data(), host.data(), host.size() * sizeof(T));
+  return b;
+}
+
+template <typename T>
+std::vector<T> to_host(const kcu::DeviceBuffer& b, size_t n) {
+  std::vector<T> host(n);
+  if (n > 0) kcu::copy_to_host(host.data(), b.data(), n * sizeof(T));
+  return host;
+}
+
+std::vector<float> random_values(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// Weights stored in `type`: the device bytes and the values they hold (widened).
+struct Stored {
+  std::vector<std::byte> bytes;
+  std::vector<double> values;
+};
+Stored store(const std::vector<float>& v, kcu::WeightType type) {
+  Stored s;
+  s.values.resize(v.size());
+  const size_t element = type == kcu::WeightType::kF32 ? 4 : 2;
+  s.bytes.resize(v.size() * element);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (type == kcu::WeightType::kF32) {
+      std::memcpy(s.bytes.data() + 4 * i, &v[i], 4);
+      s.values[i] = v[i];
+      continue;
+    }
+    const uint16_t bits = type == kcu::WeightType::kBF16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+    std::memcpy(s.bytes.data() + 2 * i, &bits, 2);
+    s.values[i] = type == kcu::WeightType::kBF16 ? bf16_bits_to_float(bits) : fp16_bits_to_float(bits);
+  }
+  return s;
+}
+
+const char* type_name(kcu::WeightType t) {
+  return t == kcu::WeightType::kBF16 ? "bf16" : t == kcu::WeightType::kF16 ? "f16" : "f32";
+}
+
+// The reference routing of one row: ids by (logit descending, index ascending), NaNs last.
+struct Routed {
+  std::vector<int32_t> ids;
+  std::vector<double> weights;
+  double margin = 0;  // k-th minus (k+1)-th logit (infinity when k == E)
+};
+Routed reference_route(const std::vector<double>& logits, int k, bool norm) {
+  const int e = static_cast<int>(logits.size());
+  std::vector<int32_t> idx(static_cast<size_t>(e));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    const bool na = std::isnan(logits[a]), nb = std::isnan(logits[b]);
+    if (na != nb) return nb;
+    return !na && logits[a] > logits[b];
+  });
+  Routed r;
+  r.ids.assign(idx.begin(), idx.begin() + k);
+  r.margin = k < e ? logits[idx[k - 1]] - logits[idx[k]] : std::numeric_limits<double>::infinity();
+  const double max = logits[idx[0]];
+  double sum = 0;
+  for (const double l : logits) sum += std::exp(l - max);
+  double top = 0;
+  for (const int32_t id : r.ids) top += r.weights.emplace_back(std::exp(logits[id] - max) / sum);
+  if (norm) {
+    for (double& w : r.weights) w /= top;
+  }
+  return r;
+}
+
+struct RouteOut {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+RouteOut route_on_device(kcu::MoeRouteParams p) {
+  kcu::DeviceBuffer ids(static_cast<size_t>(p.rows * p.top_k) * 4 + 4), w(static_cast<size_t>(p.rows * p.top_k) * 4 + 4);
+  p.experts = ids.as<int32_t>();
+  p.weights = w.as<float>();
+  kcu::launch_moe_route(p, nullptr);
+  kcu::synchronize_device();
+  return {to_host<int32_t>(ids, static_cast<size_t>(p.rows * p.top_k)),
+          to_host<float>(w, static_cast<size_t>(p.rows * p.top_k))};
+}
+
+void expect_weights(const RouteOut& got, const Routed& want, int64_t row, int k, const std::string& what,
+                    double tolerance = kWeightTolerance) {
+  for (int j = 0; j < k; ++j) {
+    const double g = got.weights[static_cast<size_t>(row * k + j)];
+    EXPECT_NEAR(g, want.weights[static_cast<size_t>(j)], tolerance * std::fabs(want.weights[j]) + 1e-12)
+        << what << " row " << row << " slot " << j;
+  }
+}
+
+TEST(CudaMoeRoute, TiesNansAndTopK) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr int kE = 13;
+  std::vector<std::vector<float>> rows = {
+      {1, 3, 3, 0, 3, -1, 2, 2, 0.5f, 3, -4, 1, 0},      // a 4-way tie at 3, a 2-way at 2
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},            // all tied
+      {nan, 1, nan, 2, -1, nan, 0, 0, 5, nan, 1, 1, -7},  // NaNs among numbers
+  };
+  rows.push_back(std::vector<float>(kE, nan));  // a row of NaNs: 0..k-1
+  for (int i = 0; i < 3; ++i) rows.push_back(random_values(kE, 40 + i, 2.0f));
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  const kcu::DeviceBuffer logits = to_device(flat);
+  for (const int k : {1, 2, 8}) {
+    for (const bool norm : {false, true}) {
+      kcu::MoeRouteParams p;
+      p.logits = logits.as<float>();
+      p.rows = static_cast<int64_t>(rows.size());
+      p.num_experts = kE;
+      p.top_k = k;
+      p.norm_topk_prob = norm;
+      const RouteOut got = route_on_device(p);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const Routed want = reference_route(std::vector<double>(rows[r].begin(), rows[r].end()), k, norm);
+        const std::string what = "top " + std::to_string(k) + (norm ? " norm" : "");
+        for (int j = 0; j < k; ++j) EXPECT_EQ(got.ids[r * k + j], want.ids[j]) << what << " row " << r << " slot " << j;
+        if (r != 2 && r != 3) expect_weights(got, want, static_cast<int64_t>(r), k, what);  // NaN rows: NaN weights
+      }
+    }
+  }
+}
+
+TEST(CudaMoeRoute, RouterProductMatchesFloat64) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int64_t kRows = 17;
+  constexpr int kE = 13;
+  for (const int64_t hidden : {128, 68}) {
+    for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF16, kcu::WeightType::kF32}) {
+      const std::vector<float> x = random_values(kRows * hidden, 1, 1.0f);
+      const Stored w = store(random_values(kE * hidden, 2, 0.3f), type);
+      const kcu::DeviceBuffer dx = to_device(x), dw = to_device(w.bytes);
+      for (const int k : {1, 2, 8}) {
+        kcu::MoeRouteParams p;
+        p.x = dx.as<float>();
+        p.router = dw.data();
+        p.router_type = type;
+        p.hidden = hidden;
+        p.rows = kRows;
+        p.num_experts = kE;
+        p.top_k = k;
+        p.norm_topk_prob = k > 1;
+        const RouteOut got = route_on_device(p);
+        int decided = 0;
+        for (int64_t r = 0; r < kRows; ++r) {
+          std::vector<double> logits(kE, 0.0);
+          for (int e = 0; e < kE; ++e) {
+            for (int64_t c = 0; c < hidden; ++c) logits[e] += double(x[r * hidden + c]) * w.values[e * hidden + c];
+          }
+          const Routed want = reference_route(logits, k, p.norm_topk_prob);
+          if (want.margin <= kRouteMargin) continue;
+          ++decided;
+          const std::string what = std::string(type_name(type)) + " hidden " + std::to_string(hidden) + " top " +
+                                   std::to_string(k);
+          for (int j = 0; j < k; ++j) EXPECT_EQ(got.ids[r * k + j], want.ids[j]) << what << " row " << r;
+          expect_weights(got, want, r, k, what, kProductWeightTolerance);
+        }
+        EXPECT_GE(decided, kRows - 2) << "too many rows within the margin: the test checks too little";
+      }
+    }
+  }
+}
+
+// Two identical router rows give bit-identical logits (every expert's dot product is summed in the
+// same order), so their exact tie goes to the lower index: experts 2 and 9 of 13, for k 1 and 2.
+TEST(CudaMoeRoute, IdenticalRouterRowsTieToTheLowerIndex) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kE = 13;
+  constexpr int64_t kHidden = 136;
+  const std::vector<float> x = random_values(3 * kHidden, 5, 1.0f);
+  std::vector<float> router = random_values(kE * kHidden, 6, 0.01f);
+  for (int64_t c = 0; c < kHidden; ++c) router[2 * kHidden + c] = router[9 * kHidden + c] = x[c] > 0 ? 0.5f : -0.5f;
+  for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF32}) {
+    const Stored w = store(router, type);
+    const kcu::DeviceBuffer dx = to_device(x), dw = to_device(w.bytes);
+    for (const int k : {1, 2}) {
+      kcu::MoeRouteParams p;
+      p.x = dx.as<float>();
+      p.router = dw.data();
+      p.router_type = type;
+      p.hidden = kHidden;
+      p.rows = 1;  // row 0: sum |x| / 2 for experts 2 and 9, far above the others
+      p.num_experts = kE;
+      p.top_k = k;
+      p.norm_topk_prob = true;
+      const RouteOut got = route_on_device(p);
+      EXPECT_EQ(got.ids[0], 2) << type_name(type) << " top " << k;
+      if (k == 2) {
+        EXPECT_EQ(got.ids[1], 9) << type_name(type);
+        EXPECT_EQ(got.weights[0], got.weights[1]) << type_name(type);
+        EXPECT_NEAR(got.weights[0], 0.5, 1e-6) << type_name(type);
+      }
+    }
+  }
+}
+
+struct Grouping {
+  std::vector<int32_t> offsets, order, active;
+};
+Grouping group_on_device(const std::vector<int32_t>& experts, int num_experts) {
+  const kcu::DeviceBuffer d = to_device(experts);
+  kcu::DeviceBuffer offsets((num_experts + 1) * 4), order(experts.size() * 4 + 4), active((num_experts + 1) * 4);
+  kcu::launch_moe_group({d.as<int32_t>(), static_cast<int64_t>(experts.size()), num_experts, offsets.as<int32_t>(),
+                         order.as<int32_t>(), active.as<int32_t>()},
+                        nullptr);
+  kcu::synchronize_device();
+  Grouping g{to_host<int32_t>(offsets, num_experts + 1), to_host<int32_t>(order, experts.size()),
+             to_host<int32_t>(active, num_experts + 1)};
+  return g;
+}
+
+TEST(CudaMoeGroup, StableCountingSortByExpert) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kE = 13;
+  std::mt19937 rng(7);
+  for (const size_t n : {size_t{1}, size_t{2}, size_t{51}, size_t{1024 * 8}}) {
+    std::vector<int32_t> experts(n);
+    // Experts 3 and 11 never chosen; the rest skewed toward 0.
+    for (auto& e : experts) {
+      do e = static_cast<int32_t>(rng() % 13 * (rng() % 2)) % kE; while (e == 3 || e == 11);
+    }
+    const Grouping got = group_on_device(experts, kE);
+    std::vector<int32_t> offsets(kE + 1, 0), order, active;
+    for (int e = 0; e < kE; ++e) {
+      for (size_t c = 0; c < n; ++c) {
+        if (experts[c] == e) order.push_back(static_cast<int32_t>(c));
+      }
+      offsets[e + 1] = static_cast<int32_t>(order.size());
+      if (offsets[e + 1] > offsets[e]) active.push_back(e);
+    }
+    EXPECT_EQ(got.offsets, offsets) << n << " choices";
+    EXPECT_EQ(got.order, order) << n << " choices";
+    EXPECT_EQ(got.active[kE], static_cast<int32_t>(active.size())) << n << " choices";
+    EXPECT_EQ(std::vector<int32_t>(got.active.begin(), got.active.begin() + active.size()), active);
+  }
+}
+
+// One MoE block's inputs on the host and the device: E experts with joined gate/up [2F, H] and
+// down [H, F] stored back to back (the fused 3-D layout), logits given (the routing known).
+struct Block {
+  int num_experts = 13;
+  int top_k = 2;
+  int64_t rows = 0, hidden = 0, width = 0;
+  kcu::WeightType type = kcu::WeightType::kBF16;
+  bool shared = false;
+  std::vector<float> x, logits, shared_out, shared_gate;
+  Stored gate_up, down;
+  kcu::DeviceBuffer dx, dlogits, dshared_out, dshared_gate, dgate_up, ddown, table;
+  bool aligned16 = true;
+  // Scratch and output.
+  kcu::DeviceBuffer ids, weights, offsets, order, active, act, out, y;
+
+  void make(uint64_t seed) {
+    const int64_t e = num_experts, h = hidden, f = width;
+    x = random_values(rows * h, seed, 1.0f);
+    logits = random_values(rows * e, seed + 1, 2.0f);
+    gate_up = store(random_values(e * 2 * f * h, seed + 2, 0.2f), type);
+    down = store(random_values(e * h * f, seed + 3, 0.2f), type);
+    dx = to_device(x);
+    dlogits = to_device(logits);
+    dgate_up = to_device(gate_up.bytes);
+    ddown = to_device(down.bytes);
+    if (shared) {
+      shared_out = random_values(rows * h, seed + 4, 1.0f);
+      shared_gate = random_values(rows, seed + 5, 1.0f);
+      dshared_out = to_device(shared_out);
+      dshared_gate = to_device(shared_gate);
+    }
+    const size_t element = type == kcu::WeightType::kF32 ? 4 : 2;
+    std::vector<const void*> ptrs(static_cast<size_t>(3 * e));
+    for (int64_t i = 0; i < e; ++i) {
+      const auto* gu = dgate_up.as<std::byte>() + static_cast<size_t>(i * 2 * f * h) * element;
+      ptrs[i] = gu;
+      ptrs[e + i] = gu + static_cast<size_t>(f * h) * element;
+      ptrs[2 * e + i] = ddown.as<std::byte>() + static_cast<size_t>(i * h * f) * element;
+    }
+    for (const void* p : ptrs) aligned16 = aligned16 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+    table = to_device(ptrs);
+    const size_t n = static_cast<size_t>(rows * top_k);
+    ids.reserve(n * 4 + 4), weights.reserve(n * 4 + 4), order.reserve(n * 4 + 4);
+    offsets.reserve((e + 1) * 4), active.reserve((e + 1) * 4);
+    act.reserve(n * f * 4 + 4), out.reserve(n * h * 4 + 4), y.reserve(rows * h * 4 + 4);
+  }
+
+  // route -> group -> gate/up -> down -> combine on `stream`; nothing synchronizes.
+  void run(cudaStream_t stream) const {
+    kcu::MoeRouteParams route;
+    route.logits = dlogits.as<float>();
+    route.rows = rows;
+    route.num_experts = num_experts;
+    route.top_k = top_k;
+    route.norm_topk_prob = true;
+    route.experts = ids.as<int32_t>();
+    route.weights = weights.as<float>();
+    kcu::launch_moe_route(route, stream);
+    kcu::launch_moe_group({ids.as<int32_t>(), rows * top_k, num_experts, offsets.as<int32_t>(), order.as<int32_t>(),
+                           active.as<int32_t>()},
+                          stream);
+    kcu::MoeGroupedParams g;
+    g.offsets = offsets.as<int32_t>();
+    g.order = order.as<int32_t>();
+    g.active = active.as<int32_t>();
+    g.num_experts = num_experts;
+    g.top_k = top_k;
+    g.num_choices = rows * top_k;
+    g.max_rows_per_expert = rows;
+    g.type = type;
+    g.aligned16 = aligned16;
+    const auto* t = table.as<const void*>();
+    g.first = t, g.second = t + num_experts;
+    g.in_features = hidden, g.out_features = width;
+    g.x = dx.as<float>(), g.y = act.as<float>();
+    kcu::launch_moe_gate_up(g, stream);
+    g.first = t + 2 * num_experts, g.second = nullptr;
+    g.in_features = width, g.out_features = hidden;
+    g.x = act.as<float>(), g.y = out.as<float>();
+    kcu::launch_moe_down(g, stream);
+    kcu::MoeCombineParams c;
+    c.expert_out = out.as<float>();
+    c.weights = weights.as<float>();
+    c.shared_out = shared ? dshared_out.as<float>() : nullptr;
+    c.shared_gate = shared ? dshared_gate.as<float>() : nullptr;
+    c.rows = rows, c.top_k = top_k, c.hidden = hidden;
+    c.y = y.as<float>();
+    kcu::launch_moe_combine(c, stream);
+  }
+
+  // The float64 output of row r: sum_j w_j * down_e(silu(gate_e x) * up_e x) (+ the shared term).
+  std::vector<double> reference(int64_t r) const {
+    const int64_t e = num_experts, h = hidden, f = width;
+    const Routed routed =
+        reference_route(std::vector<double>(logits.begin() + r * e, logits.begin() + (r + 1) * e), top_k, true);
+    std::vector<double> y(static_cast<size_t>(h), 0.0), a(static_cast<size_t>(f));
+    for (int j = 0; j < top_k; ++j) {
+      const int64_t id = routed.ids[j];
+      const double* gu = gate_up.values.data() + id * 2 * f * h;
+      for (int64_t i = 0; i < f; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < h; ++c) {
+          g += gu[i * h + c] * x[r * h + c];
+          u += gu[(f + i) * h + c] * x[r * h + c];
+        }
+        a[i] = g / (1 + std::exp(-g)) * u;
+      }
+      const double* d = down.values.data() + id * h * f;
+      for (int64_t o = 0; o < h; ++o) {
+        double s = 0;
+        for (int64_t i = 0; i < f; ++i) s += d[o * f + i] * a[i];
+        y[o] += routed.weights[j] * s;
+      }
+    }
+    if (shared) {
+      const double g = 1 / (1 + std::exp(-double(shared_gate[r])));
+      for (int64_t o = 0; o < h; ++o) y[o] += g * shared_out[r * h + o];
+    }
+    return y;
+  }
+
+  void expect_matches_reference(const std::string& what) const {
+    const std::vector<float> got = to_host<float>(y, static_cast<size_t>(rows * hidden));
+    int bad = 0;
+    for (int64_t r = 0; r < rows && bad < 5; ++r) {
+      const std::vector<double> want = reference(r);
+      double scale = 0;
+      for (const double v : want) scale = std::max(scale, std::fabs(v));
+      for (int64_t o = 0; o < hidden && bad < 5; ++o) {
+        const double g = got[r * hidden + o];
+        if (!(std::fabs(g - want[o]) <= kProductTolerance * scale)) {
+          ADD_FAILURE() << what << ": row " << r << " output " << o << " is " << g << ", float64 " << want[o];
+          ++bad;
+        }
+      }
+    }
+  }
+};
+
+std::string describe(const Block& b) {
+  return std::string(type_name(b.type)) + " rows " + std::to_string(b.rows) + " hidden " + std::to_string(b.hidden) +
+         " width " + std::to_string(b.width) + " top " + std::to_string(b.top_k) + (b.shared ? " shared" : "");
+}
+
+TEST(CudaMoeBlock, GroupedProductsMatchFloat64) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  uint64_t seed = 100;
+  for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF16, kcu::WeightType::kF32}) {
+    for (const int k : {1, 2, 8}) {
+      for (const int64_t rows : {1, 3, 17, 300}) {
+        if (type != kcu::WeightType::kBF16 && rows == 300) continue;  // the 16-bit paths differ only in loads
+        for (const auto& [hidden, width] : {std::pair<int64_t, int64_t>{128, 40}, {68, 36}}) {
+          Block b;
+          b.top_k = k, b.rows = rows, b.hidden = hidden, b.width = width, b.type = type;
+          b.shared = k == 2;
+          b.make(seed++);
+          b.run(nullptr);
+          kcu::synchronize_device();
+          b.expect_matches_reference(describe(b));
+        }
+      }
+    }
+  }
+}
+
+// A row computes the same bits alone (the one-row kernel, one row per expert) as in a batch of
+// 17 (the four-row kernel, other rows beside it).
+TEST(CudaMoeBlock, RowAloneEqualsRowInBatch) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Block batch;
+  batch.top_k = 8, batch.rows = 17, batch.hidden = 128, batch.width = 40;
+  batch.make(7);
+  batch.run(nullptr);
+  kcu::synchronize_device();
+  const std::vector<float> all = to_host<float>(batch.y, 17 * 128);
+  for (const int64_t r : {0, 5, 16}) {
+    Block alone;
+    alone.top_k = 8, alone.rows = 1, alone.hidden = 128, alone.width = 40;
+    alone.make(7);  // the same experts; then row r's x and logits
+    alone.x.assign(batch.x.begin() + r * 128, batch.x.begin() + (r + 1) * 128);
+    alone.logits.assign(batch.logits.begin() + r * 13, batch.logits.begin() + (r + 1) * 13);
+    kcu::copy_to_device(alone.dx.data(), alone.x.data(), 128 * 4);
+    kcu::copy_to_device(alone.dlogits.data(), alone.logits.data(), 13 * 4);
+    alone.run(nullptr);
+    kcu::synchronize_device();
+    const std::vector<float> one = to_host<float>(alone.y, 128);
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + r * 128, 128 * 4)) << "row " << r;
+  }
+}
+
+// The block captured once in a CUDA graph replays correctly after the routing changed: the counts
+// and offsets are read on the device, never baked into the graph.
+TEST(CudaMoeBlock, GraphReplayFollowsNewRouting) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Block b;
+  b.top_k = 2, b.rows = 5, b.hidden = 128, b.width = 40, b.shared = true;
+  b.make(11);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  b.run(stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int round = 0; round < 3; ++round) {
+    if (round > 0) {  // new routing (and new inputs) in the same buffers
+      b.logits = random_values(b.logits.size(), 500 + round, 2.0f);
+      b.x = random_values(b.x.size(), 600 + round, 1.0f);
+      kcu::copy_to_device(b.dlogits.data(), b.logits.data(), b.logits.size() * 4);
+      kcu::copy_to_device(b.dx.data(), b.x.data(), b.x.size() * 4);
+    }
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    b.expect_matches_reference("graph replay " + std::to_string(round));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(CudaMoeRoute, BadParamsThrow) {
+  kcu::MoeRouteParams p;
+  p.rows = 1, p.num_experts = 4, p.top_k = 5;
+  EXPECT_THROW(kcu::launch_moe_route(p, nullptr), Error);
+  p.top_k = 2;  // no logits, no router
+  EXPECT_THROW(kcu::launch_moe_route(p, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace spindle
