@@ -13,6 +13,7 @@
 # embedding) and against bf16.
 #
 #   SPINDLE=.bundle/bin/spindle RESULTS=/tmp/fp8-out ROWS="bf16 block128 quantize" bash bench/e2e_gpu/fp8_rows.sh
+# SERVE_ARGS: flags added to every row's serve (e.g. --fp8-prefill-kernel auto).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 spindle=${SPINDLE:-build/bin/spindle}
@@ -46,10 +47,11 @@ serve_row() {  # serve_row ROW FLAGS...
   dir=$(model_dir "$row")
   python3 "$here/fp8_summary.py" --bytes "$dir" "$row" >"$results/bytes-$row.json"
   say "serve $row $*"
-  "$spindle" serve "$dir" --device cuda:0 --port "$port" --max-model-len 8448 "$@" >"$results/serve-$row.txt" 2>&1 &
+  # shellcheck disable=SC2086
+  "$spindle" serve "$dir" --device cuda:0 --port "$port" --max-model-len 8448 ${SERVE_ARGS:-} "$@" >"$results/serve-$row.txt" 2>&1 &
   local pid=$!
   for _ in $(seq 1 400); do curl -sf "localhost:$port/health" >/dev/null 2>&1 && break; kill -0 $pid 2>/dev/null || break; sleep 1; done
-  grep -E "KV plan|attention:|CUDA graphs|linear|fp8|FP8|error" "$results/serve-$row.txt" | head -12
+  grep -E "KV plan|linear|fp8|FP8|error" "$results/serve-$row.txt" | cut -c1-300 | head -16
   local vocab
   vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
   timeout 300 python3 "$here/../loadgen.py" --port "$port" --levels "$levels" --vocab "$vocab" --warmup \
