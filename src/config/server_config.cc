@@ -89,11 +89,13 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
   r.weights_memory = resolve_weights_memory(flags.weights_memory, r.device, device.memory);
   r.quantization = resolve_quantization(flags.quantization, r.device);
   r.quantize_fp8 = flags.quantization == "fp8";
-  SPINDLE_CHECK(flags.fp8_prefill_kernel == "fp8_w8a16" || r.device == attn::Device::kCuda,
+  const bool cuda = r.device == attn::Device::kCuda;
+  SPINDLE_CHECK(flags.fp8_prefill_kernel == "fp8_w8a16" || flags.fp8_prefill_kernel == "auto" || cuda,
                 "--fp8-prefill-kernel {} is for the CUDA device (the CPU runs FP8 weights as W8A16 through its linear "
                 "registry); leave the flag out or use --device cuda",
                 flags.fp8_prefill_kernel);
-  r.fp8_prefill_kernel = flags.fp8_prefill_kernel;
+  // auto (the default): CUDA checks and times each entry at load; the CPU has only W8A16.
+  r.fp8_prefill_kernel = cuda ? flags.fp8_prefill_kernel : "fp8_w8a16";
   if (r.quantization != WeightQuantization::kNone && flags.weights_memory == "auto") r.weights_memory = FileMemory::kMapped;
   SPINDLE_CHECK(flags.backend_validation_timeout_s > 0, "--backend-validation-timeout must be positive");
   r.backend_validation_timeout_s = flags.backend_validation_timeout_s;
@@ -216,10 +218,10 @@ void add_quantization_flag(CLI::App& app, ServerConfig& f) {
                  "GGUF Q8_0 at load and run by the int8 kernels, as a Q8_0 GGUF file is) or fp8 (FP8 E4M3 per output "
                  "channel at load, W8A16 on the CPU and CUDA; FP8 checkpoints need no flag)");
   app.add_option("--fp8-prefill-kernel", f.fp8_prefill_kernel,
-                 "CUDA, FP8 linear weights, products above 8 rows: fp8_w8a16 (exact bf16 weights, split activations; "
-                 "default), cublaslt_fp8 / cublaslt_fp8_fast_accum (FP8 tensor cores, activations quantized per "
-                 "token: W8A8, Hopper and cuBLASLt >= 12.9), or auto (each checked against float64 and timed at "
-                 "load, the fastest per shape)");
+                 "CUDA, FP8 linear weights, products above 8 rows: fp8_w8a16 (exact bf16 weights, split activations), "
+                 "cublaslt_fp8 / cublaslt_fp8_fast_accum (FP8 tensor cores, activations quantized per "
+                 "token: W8A8, Hopper and cuBLASLt >= 12.9), or auto (default: each checked against float64 and "
+                 "timed at load, the fastest per shape)");
 }
 
 std::pair<int, int> resolve_request_limits(const ServerConfig& flags) {

@@ -45,7 +45,7 @@ struct ServerConfig {
   std::string matmul_precision = "auto";  // auto | exact | bf16
   std::string weights_memory = "auto";    // auto | mapped | huge-pages
   std::string quantization = "none";      // none | q8_0 (CPU) | fp8 (linear weights quantized at load)
-  std::string fp8_prefill_kernel = "fp8_w8a16";  // CUDA FP8 weights above 8 rows: an entry name or auto
+  std::string fp8_prefill_kernel = "auto";  // CUDA FP8 weights above 8 rows: an entry name or auto
   int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   bool disable_cuda_graph = false;

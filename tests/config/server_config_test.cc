@@ -226,16 +226,19 @@ TEST(ServerConfigTest, Quantization) {
   EXPECT_EQ(resolve_quantization("none", attn::Device::kCuda), WeightQuantization::kNone);
 }
 
-// --fp8-prefill-kernel: fp8_w8a16 by default and passed through on CUDA; another value on the CPU
-// device is an error naming the flag (the CPU has no such products).
+// --fp8-prefill-kernel: auto by default, passed through on CUDA; the CPU resolves it to fp8_w8a16 (its
+// only FP8 product), and a CUDA entry named on the CPU is an error naming the flag.
 TEST(ServerConfigTest, Fp8PrefillKernel) {
   DeviceInfo machine = testing::avx2_machine(8);
   ServerConfig f;
   EXPECT_EQ(resolve(f, machine, kLlama8B).fp8_prefill_kernel, "fp8_w8a16");
+  machine.cuda_devices.push_back({0, "NVIDIA H100", 9, 0, 132, 80ull << 30, 79ull << 30});
+  f.device = "cuda:0";
+  EXPECT_EQ(resolve(f, machine, kLlama8B).fp8_prefill_kernel, "auto");
+  f.device = "cpu";
   f.fp8_prefill_kernel = "cublaslt_fp8";
   EXPECT_THAT([&] { resolve(f, machine, kLlama8B); },
               ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--fp8-prefill-kernel cublaslt_fp8 is for the CUDA")));
-  machine.cuda_devices.push_back({0, "NVIDIA H100", 9, 0, 132, 80ull << 30, 79ull << 30});
   f.device = "cuda:0";
   EXPECT_EQ(resolve(f, machine, kLlama8B).fp8_prefill_kernel, "cublaslt_fp8");
 }

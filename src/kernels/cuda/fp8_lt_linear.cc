@@ -113,7 +113,13 @@ Fp8LtLinear::~Fp8LtLinear() {
 
 void Fp8LtLinear::reserve(int64_t max_rows, int64_t max_in, int64_t max_out) {
   SPINDLE_CHECK(max_rows >= 0 && max_in >= 0 && max_out >= 0, "cuBLASLt FP8: negative scratch size");
-  out16_.reserve(static_cast<size_t>(max_rows * max_out) * sizeof(uint16_t));
+  out16_.reserve(static_cast<size_t>(std::max(max_rows, kBlockRowAlign) * max_out) * sizeof(uint16_t));
+  tail_x_.reserve(static_cast<size_t>(kBlockRowAlign * max_in) * sizeof(float));
+  tail_y_.reserve(static_cast<size_t>(kBlockRowAlign * max_out) * sizeof(float));
+  tail_codes_.reserve(static_cast<size_t>(kBlockRowAlign * max_in));
+  tail_scales_.reserve(static_cast<size_t>(std::max<int64_t>(
+                           fp8_activation_scale_count(Fp8ActScale::kPerToken128, kBlockRowAlign, max_in), 1)) *
+                       sizeof(float));
   wscale_.reserve(static_cast<size_t>(std::max<int64_t>(max_out, 1)) * sizeof(float));
   codes_.reserve(static_cast<size_t>(max_rows * max_in));
   const int64_t max_scales = std::max<int64_t>(fp8_activation_scale_count(Fp8ActScale::kPerToken128, max_rows, max_in),
@@ -233,15 +239,32 @@ bool Fp8LtLinear::output_bf16(Fp8Scale mode, int64_t out, int64_t in, int64_t ro
   return plan_for(mode, out, in, rows).bf16_out;
 }
 
-void Fp8LtLinear::forward(const DeviceFp8Weight& w, const float* x, int64_t rows, float* y, const float* bias) {
-  if (rows == 0) return;
+void Fp8LtLinear::quantize_and_multiply(const DeviceFp8Weight& w, const float* x, int64_t rows, float* y,
+                                        const float* bias, DeviceBuffer& codes, DeviceBuffer& scales) {
   const Fp8ActScale act = fp8_lt_activation_scale(w.mode);
   const int64_t in = w.in_features;
-  SPINDLE_CHECK(codes_.size() >= static_cast<size_t>(rows * in) &&
-                    scales_.size() >= static_cast<size_t>(fp8_activation_scale_count(act, rows, in)) * sizeof(float),
+  SPINDLE_CHECK(codes.size() >= static_cast<size_t>(rows * in) &&
+                    scales.size() >= static_cast<size_t>(fp8_activation_scale_count(act, rows, in)) * sizeof(float),
                 "cuBLASLt FP8: scratch for {} x {} activations not reserved", rows, in);
-  launch_quantize_fp8_activations(x, rows, in, act, codes_.as<uint8_t>(), scales_.as<float>(), stream_);
-  forward_quantized(w, codes_.as<uint8_t>(), scales_.as<float>(), rows, y, bias);
+  launch_quantize_fp8_activations(x, rows, in, act, codes.as<uint8_t>(), scales.as<float>(), stream_);
+  forward_quantized(w, codes.as<uint8_t>(), scales.as<float>(), rows, y, bias);
+}
+
+void Fp8LtLinear::forward(const DeviceFp8Weight& w, const float* x, int64_t rows, float* y, const float* bias) {
+  if (rows == 0) return;
+  const int64_t head = w.mode == Fp8Scale::kBlock128 ? rows / kBlockRowAlign * kBlockRowAlign : rows;
+  if (head > 0) quantize_and_multiply(w, x, head, y, bias, codes_, scales_);
+  if (head == rows) return;
+  const int64_t in = w.in_features, out = w.out_features, tail = rows - head;
+  SPINDLE_CHECK(tail_x_.size() >= static_cast<size_t>(kBlockRowAlign * in) * sizeof(float) &&
+                    tail_y_.size() >= static_cast<size_t>(kBlockRowAlign * out) * sizeof(float),
+                "cuBLASLt FP8: tail scratch for a [{}, {}] weight not reserved", out, in);
+  CUDA_CHECK(cudaMemsetAsync(tail_x_.data(), 0, static_cast<size_t>(kBlockRowAlign * in) * sizeof(float), stream_));
+  CUDA_CHECK(cudaMemcpyAsync(tail_x_.data(), x + head * in, static_cast<size_t>(tail * in) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, stream_));
+  quantize_and_multiply(w, tail_x_.as<float>(), kBlockRowAlign, tail_y_.as<float>(), bias, tail_codes_, tail_scales_);
+  CUDA_CHECK(cudaMemcpyAsync(y + head * out, tail_y_.data(), static_cast<size_t>(tail * out) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, stream_));
 }
 
 }  // namespace spindle::kernels::cuda

@@ -66,7 +66,11 @@ class Fp8LtLinear {
   void reserve(int64_t max_rows, int64_t max_in, int64_t max_out);
 
   // y = x . dequant(w)^T (+ bias [out] f32): x f32 [rows, w.in_features] quantized into the scratch.
-  // Throws when the shape is unsupported (the reasons) or the scratch too small.
+  // Throws when the shape is unsupported (the reasons) or the scratch too small. Block-scaled weights
+  // take any row count: cuBLASLt reads the activations' block scales with a leading dimension of
+  // `rows` floats, which it needs 16-byte aligned (on an H100, cuBLASLt 13.1: 129 and 1025 rows
+  // NOT_SUPPORTED, 64, 300 and 512 supported), so the rows past a multiple of kBlockRowAlign run as
+  // one more product of kBlockRowAlign rows, zero-padded, through the tail scratch.
   void forward(const DeviceFp8Weight& w, const float* x, int64_t rows, float* y, const float* bias);
   // The product alone over activations already quantized (codes [rows, in], scales in
   // fp8_lt_activation_scale(w.mode)'s layout): y = (dequant(codes) . dequant(W)^T) (+ bias).
@@ -76,17 +80,22 @@ class Fp8LtLinear {
   // "" when cuBLASLt has an algorithm for this product (planning it), else why not (its heuristic
   // found none: a scale mode, fast accumulation or output type this cuBLASLt lacks on this device).
   std::string why_unsupported(Fp8Scale mode, int64_t out, int64_t in, int64_t rows);
+  static constexpr int64_t kBlockRowAlign = 4;
   // Whether products of this mode and shape write bf16 first (plans the product when not yet planned).
   bool output_bf16(Fp8Scale mode, int64_t out, int64_t in, int64_t rows);
   // "cublaslt_fp8" or "cublaslt_fp8_fast_accum".
   const char* name() const { return fast_accum_ ? "cublaslt_fp8_fast_accum" : "cublaslt_fp8"; }
   uint64_t workspace_bytes() const {
-    return workspace_.size() + codes_.size() + scales_.size() + out16_.size() + wscale_.size() + query_scales_.size();
+    return workspace_.size() + codes_.size() + scales_.size() + out16_.size() + wscale_.size() + query_scales_.size() +
+           tail_x_.size() + tail_y_.size() + tail_codes_.size() + tail_scales_.size();
   }
 
  private:
   struct Plan;
   Plan& plan_for(Fp8Scale mode, int64_t out, int64_t in, int64_t rows);
+  // Quantizes x [rows, in] into codes / scales, then forward_quantized.
+  void quantize_and_multiply(const DeviceFp8Weight& w, const float* x, int64_t rows, float* y, const float* bias,
+                             DeviceBuffer& codes, DeviceBuffer& scales);
 
   void* handle_ = nullptr;  // cublasLtHandle_t
   cudaStream_t stream_ = nullptr;
@@ -96,6 +105,8 @@ class Fp8LtLinear {
   DeviceBuffer scales_;  // f32, the activations' scales
   DeviceBuffer out16_;   // bf16 [max_rows, max_out]: the bf16-output fallback
   DeviceBuffer wscale_;  // f32 [max_out]: a per-tensor weight scale broadcast
+  // A block-scaled product's last rows padded to kBlockRowAlign (forward): x and y f32, codes, scales.
+  DeviceBuffer tail_x_, tail_y_, tail_codes_, tail_scales_;
   DeviceBuffer query_scales_;  // 16 floats: the scale pointers the heuristic query needs set (their
                                // values are not read); each product sets its own before the matmul
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, std::unique_ptr<Plan>> plans_;
