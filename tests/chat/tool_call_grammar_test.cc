@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <random>
 #include <sstream>
 
@@ -245,6 +246,30 @@ TEST(ToolCallGrammarTest, Qwen3CoderWritesTextAndJsonParameters) {
     EXPECT_NE(e.message().find("tools[0].function.parameters"), std::string::npos) << e.message();
     EXPECT_NE(e.message().find("anyOf"), std::string::npos) << e.message();
   }
+}
+
+// A free text value is exactly the texts without "</parameter>" (checked against the definition
+// on random strings over the tag's own characters, where near misses are frequent).
+TEST(ToolCallGrammarTest, Qwen3CoderFreeTextIsAnyTextWithoutTheClosingTag) {
+  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
+      {"type": "object", "properties": {"t": {"type": "string"}}, "required": ["t"]}}}])");
+  const auto g = grammar::CompiledGrammar::compile(tool_call_grammar(find_tool_call_format("qwen3_coder"), {&tools, "", false}));
+  std::mt19937 rng(11);
+  const std::string alphabet = "</parameter>\nx<<";
+  int num_with = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string value;
+    const size_t n = rng() % 30;
+    if (rng() % 4 == 0) value = "</parameter>";
+    while (value.size() < n) value += alphabet[rng() % alphabet.size()];
+    if (rng() % 2) std::shuffle(value.begin(), value.end(), rng);
+    if (rng() % 8 == 0) value.insert(rng() % (value.size() + 1), "</parameter>");
+    const bool has = value.find("</parameter>") != std::string::npos;
+    num_with += has;
+    const std::string call = "<tool_call>\n<function=f>\n<parameter=t>\n" + value + "\n</parameter>\n</function>\n</tool_call>";
+    ASSERT_EQ(matches(g, call), !has) << value;
+  }
+  EXPECT_GT(num_with, 100);
 }
 
 TEST(ToolCallGrammarTest, TriggersStartTheGrammarAndErrorsNameTheTool) {
