@@ -7,6 +7,7 @@
 #include "chat/format_table.h"
 #include "chat/generic_tool_format.h"
 #include "chat/marker.h"
+#include "chat/qwen3_coder_format.h"
 #include "chat/tool_call_json.h"
 #include "util/error.h"
 
@@ -36,24 +37,28 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// How one block's body becomes a call (nullopt: it does not parse).
-using BlockDecoder = std::optional<ToolCall> (*)(std::string_view body, ToolCallIdStyle style);
+// How one block's body becomes a call (nullopt: it does not parse); text: the tools' text
+// parameters (qwen3_coder).
+using BlockDecoder = std::optional<ToolCall> (*)(std::string_view body, ToolCallIdStyle style,
+                                                 const TextParameters& text);
 
-std::optional<ToolCall> decode_json_block(std::string_view body, ToolCallIdStyle style) {
+std::optional<ToolCall> decode_json_block(std::string_view body, ToolCallIdStyle style, const TextParameters&) {
   auto j = parse_json(body);
   if (!j) return std::nullopt;
   return call_from_json(*j, style);
 }
 
-// "<function=f>\n<parameter=p>\nvalue\n</parameter>\n...</function>"
-std::optional<ToolCall> decode_xml_block(std::string_view body, ToolCallIdStyle style) {
+// "<function=f>\n<parameter=p>\nvalue\n</parameter>\n...</function>"; a text parameter's value
+// as written, any other as JSON when it parses (chat/qwen3_coder_format.h).
+std::optional<ToolCall> decode_xml_block(std::string_view body, ToolCallIdStyle style, const TextParameters& text) {
   constexpr std::string_view kFunction = "<function=", kParameter = "<parameter=", kParameterEnd = "</parameter>";
   body = trim(body);
   if (!body.starts_with(kFunction)) return std::nullopt;
   const size_t name_end = body.find('>');
   if (name_end == std::string_view::npos) return std::nullopt;
-  ordered_json call = {{"name", std::string(body.substr(kFunction.size(), name_end - kFunction.size()))},
-                       {"arguments", ordered_json::object()}};
+  const std::string name(body.substr(kFunction.size(), name_end - kFunction.size()));
+  ordered_json call = {{"name", name}, {"arguments", ordered_json::object()}};
+  const auto text_of = text.find(name);
   size_t at = name_end + 1;
   for (size_t p = body.find(kParameter, at); p != std::string_view::npos; p = body.find(kParameter, at)) {
     const size_t key_end = body.find('>', p);
@@ -63,7 +68,8 @@ std::optional<ToolCall> decode_xml_block(std::string_view body, ToolCallIdStyle 
     std::string_view value = body.substr(key_end + 1, value_end - key_end - 1);
     if (value.starts_with('\n')) value.remove_prefix(1);
     if (value.ends_with('\n')) value.remove_suffix(1);
-    auto as_json = parse_json(value);
+    const bool is_text = text_of != text.end() && text_of->second.contains(key);
+    auto as_json = is_text ? std::nullopt : parse_json(value);
     call["arguments"][key] = as_json ? std::move(*as_json) : ordered_json(std::string(value));
     at = value_end + kParameterEnd.size();
   }
@@ -72,7 +78,7 @@ std::optional<ToolCall> decode_xml_block(std::string_view body, ToolCallIdStyle 
 }
 
 // "function<｜tool▁sep｜>name\n```json\n{...}\n```" (DeepSeek R1 / V3)
-std::optional<ToolCall> decode_deepseek_block(std::string_view body, ToolCallIdStyle style) {
+std::optional<ToolCall> decode_deepseek_block(std::string_view body, ToolCallIdStyle style, const TextParameters&) {
   const size_t sep = body.find(kDeepSeekSep);
   if (sep == std::string_view::npos) return std::nullopt;
   std::string_view rest = body.substr(sep + kDeepSeekSep.size());
@@ -102,7 +108,8 @@ constexpr BlockSyntax kDeepSeek{"<｜tool▁call▁begin｜>", "<｜tool▁call�
 // group markers (special tokens, so each arrives whole) are dropped wherever they appear.
 class BlockParser final : public ToolCallParser {
  public:
-  BlockParser(const BlockSyntax& syntax, ToolCallIdStyle style) : syntax_(syntax), style_(style) {}
+  BlockParser(const BlockSyntax& syntax, ToolCallIdStyle style, TextParameters text = {})
+      : syntax_(syntax), style_(style), text_(std::move(text)) {}
 
   ToolCallDelta push(std::string_view text) override {
     ToolCallDelta out;
@@ -118,7 +125,7 @@ class BlockParser final : public ToolCallParser {
   ToolCallDelta finish() override {
     ToolCallDelta out;
     if (state_ == State::kInCall) {
-      auto call = syntax_.decode(held_, style_);
+      auto call = syntax_.decode(held_, style_, text_);
       if (call) {
         out.calls.push_back(std::move(*call));
       } else {
@@ -162,7 +169,7 @@ class BlockParser final : public ToolCallParser {
     const size_t close = held_.find(syntax_.close);
     if (close == std::string::npos) return false;
     const std::string body = held_.substr(0, close);
-    if (auto call = syntax_.decode(body, style_)) {
+    if (auto call = syntax_.decode(body, style_, text_)) {
       out.calls.push_back(std::move(*call));
       state_ = State::kAfterCall;
     } else {
@@ -175,6 +182,7 @@ class BlockParser final : public ToolCallParser {
 
   const BlockSyntax& syntax_;
   ToolCallIdStyle style_;
+  TextParameters text_;
   State state_ = State::kText;
   std::string held_;
   std::string between_;  // after a call: text before the next marker
@@ -331,9 +339,12 @@ std::string make_tool_call_id(ToolCallIdStyle style) {
   return id;
 }
 
-std::unique_ptr<ToolCallParser> make_tool_call_parser(const ToolCallFormat& format) {
+std::unique_ptr<ToolCallParser> make_tool_call_parser(const ToolCallFormat& format, const ordered_json* tools) {
   if (format.name == "hermes") return std::make_unique<BlockParser>(kHermes, format.id_style);
-  if (format.name == "qwen3_coder") return std::make_unique<BlockParser>(kQwen3Coder, format.id_style);
+  if (format.name == "qwen3_coder") {
+    return std::make_unique<BlockParser>(kQwen3Coder, format.id_style,
+                                         tools ? text_parameters(*tools) : TextParameters{});
+  }
   if (format.name == "deepseek_v3") return std::make_unique<BlockParser>(kDeepSeek, format.id_style);
   if (format.name == "llama3_json") return std::make_unique<LeadingJsonParser>();
   if (format.name == "generic") return make_generic_tool_call_parser(format.id_style);

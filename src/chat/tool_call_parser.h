@@ -5,7 +5,8 @@
 //   hermes       Hermes 2/3, Qwen2.5, Qwen3, QwQ:
 //                <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call> (one block per call)
 //   qwen3_coder  Qwen3-Coder: <tool_call>\n<function=f>\n<parameter=p>\nvalue\n</parameter>\n
-//                </function>\n</tool_call> (a value is JSON when it parses as JSON, else text)
+//                </function>\n</tool_call> (a value is JSON when it parses as JSON, else text; a
+//                text parameter of the request's tools is always text: chat/qwen3_coder_format.h)
 //   llama3_json  Llama 3.1 / 3.2 / 3.3: the whole output is {"name": "f", "parameters": {...}}
 //                (optionally after <|python_tag|>; several joined by ';')
 //   mistral      Mistral: [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...] (Nemo) or
@@ -19,6 +20,8 @@
 // A call that does not parse is returned as content, never dropped. Text before the first call is
 // content; whitespace between and after calls is dropped, other text after them is content.
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 #include <memory>
 #include <span>
@@ -70,6 +73,9 @@ class ToolCallParser {
   virtual ToolCallDelta finish() = 0;
 };
 
-std::unique_ptr<ToolCallParser> make_tool_call_parser(const ToolCallFormat& format);
+// tools: the request's tools ([{type: "function", function: {name, parameters?}}]) or null; the
+// qwen3_coder parser reads the values of their text parameters as written (chat/qwen3_coder_format.h).
+std::unique_ptr<ToolCallParser> make_tool_call_parser(const ToolCallFormat& format,
+                                                      const nlohmann::ordered_json* tools = nullptr);
 
 }  // namespace spindle::chat

@@ -1,5 +1,6 @@
 #include "grammar/grammar.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "util/error.h"
@@ -62,8 +63,16 @@ int32_t Grammar::choice(std::vector<std::vector<int32_t>> sequences, std::string
   return nt;
 }
 
+void Grammar::allow_special_token(std::string text) {
+  SPINDLE_CHECK(!text.empty(), "an allowed special token needs its text");
+  if (std::find(special_tokens_.begin(), special_tokens_.end(), text) == special_tokens_.end()) {
+    special_tokens_.push_back(std::move(text));
+  }
+}
+
 int32_t Grammar::embed(const Grammar& other) {
   SPINDLE_CHECK(other.start_ >= 0, "embedded grammar has no start symbol");
+  for (const std::string& s : other.special_tokens_) allow_special_token(s);
   const auto base = static_cast<int32_t>(names_.size());
   for (const std::string& name : other.names_) add_nonterminal(name);
   std::vector<int32_t> lexeme_map(other.lexemes_.size());
@@ -135,6 +144,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
     }
   }
   c->num_lexemes_ = g.num_lexemes();
+  c->special_tokens_ = g.special_tokens();
   for (size_t i = 0; i < g.num_lexemes(); ++i) {
     c->nfa_.add_lexeme(*g.lexeme_regex(static_cast<int32_t>(i)), static_cast<int>(i));
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

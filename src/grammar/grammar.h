@@ -56,6 +56,14 @@ class Grammar {
   // Throws when the grammar outgrows the limit on productions.
   void set_max_productions(size_t n) { max_productions_ = n; }
 
+  // Special tokens the grammar may emit as tokens: a special (control) token of the vocabulary
+  // whose text is one of these counts as that text's bytes where the grammar accepts them (a
+  // tool-call marker such as Mistral's "[TOOL_CALLS]", a control token in its vocabularies and
+  // plain text in others). Every other special token still never matches grammar bytes. embed()
+  // carries the other grammar's list over.
+  void allow_special_token(std::string text);
+  const std::vector<std::string>& special_tokens() const { return special_tokens_; }
+
   // Text form for error messages and debugging.
   std::string to_string() const;
 
@@ -64,6 +72,7 @@ class Grammar {
   std::vector<Production> productions_;
   std::vector<RegexPtr> lexemes_;
   std::unordered_map<std::string, int32_t> lexeme_index_;
+  std::vector<std::string> special_tokens_;
   int32_t start_ = -1;
   size_t max_productions_ = 1'000'000;
 };
@@ -84,6 +93,8 @@ class CompiledGrammar {
   const Nfa& nfa() const { return nfa_; }
   const CompileLimits& limits() const { return limits_; }
   int32_t augmented_start() const { return productions_[0].lhs; }
+  // Grammar::special_tokens().
+  const std::vector<std::string>& special_tokens() const { return special_tokens_; }
 
  private:
   explicit CompiledGrammar(size_t max_nfa_states) : nfa_(max_nfa_states) {}
@@ -92,6 +103,7 @@ class CompiledGrammar {
   std::vector<std::vector<uint32_t>> by_lhs_;
   std::vector<uint8_t> nullable_;
   size_t num_lexemes_ = 0;
+  std::vector<std::string> special_tokens_;
   Nfa nfa_;
   CompileLimits limits_;
 };

@@ -116,7 +116,7 @@ bool LazyMatcher::advance_unarmed(TokenId id, bool commit) {
     pos_ = pos;
     return true;
   }
-  const std::string* bytes = tok.grammar_bytes(id);
+  const std::string* bytes = base_.token_bytes(id);
   if (bytes == nullptr && pos.phase == Phase::kStart && arming_.at_content && !tok.is_eos(id)) {
     return false;  // a special token neither opens the section nor starts the content
   }
@@ -178,7 +178,7 @@ void LazyMatcher::build_marker_tokens() {
   for (size_t m = 0; m < markers_.size(); ++m) marker_tokens_[m].starting_with_tail.resize(markers_[m].size());
   for (size_t i = 0; i < v.token_bytes.size(); ++i) {
     const auto id = static_cast<TokenId>(i);
-    const std::string* bytes = base_.tokenizer().grammar_bytes(id);
+    const std::string* bytes = base_.token_bytes(id);
     if (bytes == nullptr) continue;
     const std::string_view b = *bytes;
     for (size_t m = 0; m < markers_.size(); ++m) {
@@ -243,7 +243,7 @@ void LazyMatcher::fill_mask(std::span<uint32_t> mask) {
     const size_t num_ids = std::min(n, tok.vocab().token_bytes.size());  // ids past them: padding, refused
     for (size_t i = 0; i < num_ids; ++i) {
       const auto id = static_cast<TokenId>(i);
-      const std::string* bytes = tok.grammar_bytes(id);
+      const std::string* bytes = base_.token_bytes(id);
       if (bytes != nullptr) {
         joined.assign(text_).append(*bytes);
         const std::string_view rest = std::string_view(joined).substr(skip_space(joined));

@@ -3,7 +3,9 @@
 // output's content begins (after a reasoning section: "</think>"), constrained by the grammar
 // from there on. A string trigger is part of the constrained text (the grammar must start with
 // it); a token trigger is not (the grammar starts after it); armed at the content, the grammar
-// reads the content from its first byte.
+// reads the content from its first byte. The grammar's allowed special tokens
+// (Grammar::allow_special_token) count as their text everywhere here, so a trigger string that
+// is a control token in one vocabulary ("[TOOL_CALLS]") arms on that token as on its spelling.
 //
 // A free section (a reasoning model's `<think>...</think>`): triggers found inside it do not
 // count. The section is open from the output's start when the prompt opened it; otherwise it

@@ -35,7 +35,12 @@ struct ExitMasks {
 class MatcherCache {
  public:
   MatcherCache(const CompiledGrammar& g, const TokenizerInfo& t)
-      : dfa(g.nfa(), g.limits().max_dfa_states), horizon(dfa, largest_finite_slice(t)) {}
+      : dfa(g.nfa(), g.limits().max_dfa_states), horizon(dfa, largest_finite_slice(t)) {
+    for (const std::string& text : g.special_tokens()) {
+      for (TokenId id : t.special_ids(text)) special_ids.push_back(id);
+    }
+    std::sort(special_ids.begin(), special_ids.end());
+  }
   // Every well-formed non-ASCII character read from s leads back to s (through live states).
   bool loops_on_utf8(int32_t s);
   LexerDfa dfa;
@@ -54,6 +59,7 @@ class MatcherCache {
   };
   std::unordered_map<ExitKey, std::unique_ptr<ExitMasks>, ExitKeyHash> exit_masks;
   std::vector<int8_t> utf8_loop;  // [dfa states] -1 unknown, 0 / 1
+  std::vector<TokenId> special_ids;  // sorted: the vocabulary's ids of the grammar's special tokens
   size_t cached_bytes = 0;
   static constexpr size_t kMaxCachedBytes = size_t{64} << 20;
 
@@ -329,8 +335,15 @@ bool Matcher::accept_token(TokenId id) {
     terminated_ = true;
     return true;
   }
-  const std::string* bytes = tok_->grammar_bytes(id);
+  const std::string* bytes = token_bytes(id);
   return bytes != nullptr && accept_bytes(*bytes);
+}
+
+const std::string* Matcher::token_bytes(TokenId id) const {
+  if (const std::string* bytes = tok_->grammar_bytes(id)) return bytes;
+  const std::vector<TokenId>& special = cache_->special_ids;
+  if (!std::binary_search(special.begin(), special.end(), id)) return nullptr;
+  return &tok_->vocab().token_bytes[static_cast<size_t>(id)];
 }
 
 void Matcher::rollback(int n) {
@@ -485,6 +498,16 @@ void Matcher::fill_mask(std::span<uint32_t> mask) {
     if (any) set = static_cast<uint32_t>(j), lex = lexer_start(set);
   }
   if (any) fill_from(set, lex, mask.data());
+  for (TokenId id : cache.special_ids) {
+    // An allowed special token: its text stepped byte by byte from the current state.
+    uint32_t s = set_;
+    int32_t l = lex_;
+    bool ok = true;
+    for (char c : tok_->vocab().token_bytes[static_cast<size_t>(id)]) {
+      if (!(ok = step(s, l, static_cast<uint8_t>(c), true))) break;
+    }
+    if (ok) set_bit(mask.data(), id);
+  }
   chart_.truncate(base);
   if (set_start_.size() > base) set_start_.resize(base);
   scan_memo_.clear();

@@ -56,8 +56,12 @@ class Matcher {
   bool is_terminated() const { return terminated_; }
 
   // mask: [ceil(vocab_size / 32)] words; bit (id % 32) of word id / 32 is set when id is
-  // allowed next. EOS ids are allowed exactly when is_complete(); special ids never are.
+  // allowed next. EOS ids are allowed exactly when is_complete(); special ids never are, but
+  // for the grammar's allowed special tokens (Grammar::allow_special_token), judged by their text.
   void fill_mask(std::span<uint32_t> mask);
+  // The bytes token `id` stands for in this grammar: its grammar_bytes, an allowed special
+  // token's text, or nullptr (never matches).
+  const std::string* token_bytes(TokenId id) const;
   // The longest byte string that is the only allowed continuation (empty when there is a
   // choice or the document may end here); at most max_bytes long.
   std::string forced_bytes(size_t max_bytes = 256);

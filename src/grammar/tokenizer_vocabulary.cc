@@ -12,10 +12,7 @@ Vocabulary vocabulary_from_tokenizer(const tokenizer::Tokenizer& tok, const std:
   v.token_bytes.resize(static_cast<size_t>(n));
   v.special.assign(static_cast<size_t>(n), 0);
   for (TokenId id = 0; id < n; ++id) {
-    if (tok.is_special(id)) {
-      v.special[static_cast<size_t>(id)] = 1;
-      continue;
-    }
+    if (tok.is_special(id)) v.special[static_cast<size_t>(id)] = 1;  // its text kept: allow_special_token
     tok.append_token_bytes(id, /*skip_special_tokens=*/false, v.token_bytes[static_cast<size_t>(id)]);
   }
   v.eos_ids = tok.eos_ids();

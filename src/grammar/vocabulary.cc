@@ -54,6 +54,12 @@ TokenizerInfo::TokenizerInfo(Vocabulary vocab) : vocab_(std::move(vocab)) {
                   vocab_.vocab_size);
     is_eos_[static_cast<size_t>(id)] = 1;
   }
+  for (TokenId id = 0; id < n; ++id) {
+    const auto i = static_cast<size_t>(id);
+    if (vocab_.special[i] && !is_eos_[i] && !vocab_.token_bytes[i].empty()) {
+      special_ids_[vocab_.token_bytes[i]].push_back(id);
+    }
+  }
   constexpr int kSlices = static_cast<int>(std::size(kSliceMaxChars));
   std::vector<std::vector<TokenId>> ids(kSlices + 2);
   for (TokenId id = 0; id < n; ++id) {
@@ -99,6 +105,12 @@ uint16_t TokenizerInfo::max_depth() const {
 
 bool TokenizerInfo::is_eos(TokenId id) const {
   return id >= 0 && id < vocab_.vocab_size && is_eos_[static_cast<size_t>(id)] != 0;
+}
+
+std::span<const TokenId> TokenizerInfo::special_ids(const std::string& text) const {
+  auto it = special_ids_.find(text);
+  if (it == special_ids_.end()) return {};
+  return it->second;
 }
 
 const std::string* TokenizerInfo::grammar_bytes(TokenId id) const {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/token_trie.h"
@@ -16,8 +17,9 @@ namespace spindle::grammar {
 
 struct Vocabulary {
   // [vocab_size] the bytes the tokenizer's decoder emits for each id (SentencePiece '▁' as a
-  // space, <0xNN> as the byte, partial UTF-8 kept as bytes). Ids past the end, empty strings
-  // and special ids never match grammar bytes.
+  // space, <0xNN> as the byte, partial UTF-8 kept as bytes; a special id's text). Ids past the
+  // end, empty strings and special ids never match grammar bytes (a grammar's allowed special
+  // tokens excepted: Grammar::allow_special_token).
   std::vector<std::string> token_bytes;
   std::vector<uint8_t> special;  // [vocab_size] 1 for special / control tokens
   std::vector<TokenId> eos_ids;  // allowed exactly when the grammar may end
@@ -44,6 +46,8 @@ class TokenizerInfo {
   bool is_eos(TokenId id) const;
   // The bytes of a token that may match grammar bytes, or nullptr (special, EOS, unknown, empty).
   const std::string* grammar_bytes(TokenId id) const;
+  // The special ids (not EOS) whose text is `text` (usually none or one).
+  std::span<const TokenId> special_ids(const std::string& text) const;
 
   // Trie 0 (the rest), the slices 1..num_slices(), then the control trie.
   const std::vector<TokenTrie>& tries() const { return tries_; }
@@ -65,6 +69,7 @@ class TokenizerInfo {
 
   Vocabulary vocab_;
   std::vector<uint8_t> is_eos_;
+  std::unordered_map<std::string, std::vector<TokenId>> special_ids_;  // by text
   std::vector<TokenTrie> tries_;
   std::vector<std::vector<uint32_t>> prefix_bits_;
 };

@@ -6,7 +6,7 @@ using nlohmann::json;
 
 ChoiceFields::ChoiceFields(const OutputParsing& parsing) : parallel_(parsing.parallel_tool_calls) {
   if (parsing.reasoning) reasoning_.emplace(*parsing.reasoning, parsing.reasoning_opened);
-  if (parsing.tool_calls) tool_calls_ = chat::make_tool_call_parser(*parsing.tool_calls);
+  if (parsing.tool_calls) tool_calls_ = chat::make_tool_call_parser(*parsing.tool_calls, parsing.tools.get());
 }
 
 void ChoiceFields::add_content(std::string_view text, ChoiceDelta& out) {

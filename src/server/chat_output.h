@@ -22,6 +22,7 @@ struct OutputParsing {
   bool reasoning_opened = false;                     // the rendered prompt opened the section
   const chat::ToolCallFormat* tool_calls = nullptr;  // null: calls are not parsed (no tools, tool_choice none)
   bool parallel_tool_calls = true;                   // false: calls after the first are dropped
+  std::shared_ptr<const nlohmann::ordered_json> tools;  // the request's tools (with tool_calls)
 };
 
 struct ChoiceDelta {

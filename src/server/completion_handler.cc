@@ -88,7 +88,7 @@ std::shared_ptr<const grammar::LazyArming> grammar_arming(const OutputParsing& p
 
 // The grammar (and its arming) of a request: its output constraint (after any reasoning; a JSON
 // document may then follow whitespace), the tool calls tool_choice forces, or under "auto" the
-// calls of a format whose grammar is built, armed at their marker.
+// calls armed at their marker.
 void choose_grammar(GenerationRequest& r, const OutputParsing& parsing) {
   const bool forced = r.chat && forces_tool_calls(r.chat_context);
   if (forced && r.constraint.kind != OutputConstraint::Kind::kNone) {
@@ -101,7 +101,7 @@ void choose_grammar(GenerationRequest& r, const OutputParsing& parsing) {
     if (r.chat) r.sampling.grammar_arming = grammar_arming(parsing, false);
     return;
   }
-  if (parsing.tool_calls == nullptr || !chat::tool_call_grammar_unsupported(*parsing.tool_calls).empty()) return;
+  if (parsing.tool_calls == nullptr) return;
   r.sampling.grammar = compile_tool_call_grammar(r.chat_context, *parsing.tool_calls);
   r.sampling.grammar_arming = grammar_arming(parsing, !forced);
 }
@@ -122,11 +122,7 @@ OutputParsing output_parsing(const tokenizer::ChatTemplate& t, GenerationRequest
   }
   p.tool_calls = &chat::find_tool_call_format(t.tool_call_parser());
   p.parallel_tool_calls = c.parallel_tool_calls;
-  if (forces_tool_calls(c)) {
-    if (std::string why = chat::tool_call_grammar_unsupported(*p.tool_calls); !why.empty()) {
-      bad_request("tool_choice", fmt::format("'tool_choice' \"required\" and a named function: {}", why));
-    }
-  }
+  p.tools = std::make_shared<const nlohmann::ordered_json>(c.tools);
   if (p.tool_calls->keeps_special_tokens) r.sampling.skip_special_tokens = false;
   return p;
 }

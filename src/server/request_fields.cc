@@ -49,7 +49,7 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kB, "prompt_logprobs", U::kHonoured, "", "vLLM: 0-20, each prompt token's logprob, rank and that many alternatives (not with stream)"},
     {kB, "speculative", U::kHonoured, "", "Spindle: false keeps the request out of speculative decoding"},
     {kCh, "tools", U::kHonoured, "", "function tools, given to the chat template; calls parsed back (--tool-call-parser)"},
-    {kCh, "tool_choice", U::kHonoured, "", "\"auto\", \"none\" (no calls parsed), \"required\" (one or more calls; one with parallel_tool_calls false) and a named function (one call of it), the last two enforced by a grammar of the tools' schemas for the hermes and llama3_json parsers (other parsers: a 400)"},
+    {kCh, "tool_choice", U::kHonoured, "", "\"auto\", \"none\" (no calls parsed), \"required\" (one or more calls; one with parallel_tool_calls false) and a named function (one call of it), the last two enforced by a grammar of the tools' schemas in every tool-call parser's format"},
     {kCh, "parallel_tool_calls", U::kHonoured, "", "false: at most the first call is returned"},
     {kCh, "reasoning_effort", U::kHonoured, "", "given to the chat template as reasoning_effort"},
     {kCh, "chat_template_kwargs", U::kHonoured, "", "extra chat template variables (enable_thinking, ...)"},

@@ -96,6 +96,27 @@ TEST(ToolCallParserTest, Qwen3CoderXml) {
   expect_every_split("qwen3_coder", bad, bad, {});
 }
 
+// With the request's tools, a text parameter (a string schema) keeps its value as written, even
+// when it reads as JSON; other parameters' values are JSON (chat/qwen3_coder_format.h).
+TEST(ToolCallParserTest, Qwen3CoderTextParametersFollowTheTools) {
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+      "properties": {"zip": {"type": "string"}, "mode": {"enum": ["1", "2"]}, "n": {"type": "integer"}}}}}])");
+  const std::string text = "<tool_call>\n<function=f>\n<parameter=zip>\n02139\n</parameter>\n<parameter=mode>\n1\n"
+                           "</parameter>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>";
+  for (const json* t : {&tools, static_cast<const json*>(nullptr)}) {
+    const nlohmann::ordered_json ordered = t ? nlohmann::ordered_json::parse(t->dump()) : nlohmann::ordered_json();
+    auto p = make_tool_call_parser(find_tool_call_format("qwen3_coder"), t ? &ordered : nullptr);
+    ToolCallDelta d = p->push(text);
+    ToolCallDelta end = p->finish();
+    d.calls.insert(d.calls.end(), end.calls.begin(), end.calls.end());
+    ASSERT_EQ(d.calls.size(), 1u);
+    // Without the tools a value is JSON when it parses ("02139" does not, "1" does).
+    const json expected = t ? json::parse(R"({"zip": "02139", "mode": "1", "n": 7})")
+                            : json::parse(R"({"zip": "02139", "mode": 1, "n": 7})");
+    EXPECT_EQ(json::parse(d.calls[0].arguments), expected);
+  }
+}
+
 TEST(ToolCallParserTest, Llama3Json) {
   expect_every_split("llama3_json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
                      {{"get_weather", {{"city", "Paris"}}}});

@@ -1,11 +1,12 @@
 // Lazily armed grammars in the engine (SamplingParams::grammar_arming), end to end on the CPU with
 // the embedded kjv-tiny, sampled at temperature 1 over seeds. kjv-tiny writes no tool-call marker
 // and no </think>, so the markers here are text it does write: "," arms a Hermes tool call (the
-// grammar of chat/tool_call_grammar.h after the marker, as under tool_choice "auto"), and "." ends
+// grammar of chat/tool_call_grammar.h after the marker, as under tool_choice "auto"; also the
+// qwen3_coder, mistral and deepseek_v3 calls), and "." ends
 // a "reasoning" section after which a JSON document must follow (as a response_format after
 // </think>). Checked against independent truth:
 //   - the text before the marker is the model's own (no marker in it) and what follows it is
-//     constrained: a finished call parses back with chat's Hermes parser and its arguments validate
+//     constrained: a finished call parses back with the format's parser and its arguments validate
 //     under the tool's schema by python3-jsonschema; a finished document validates likewise; an
 //     output cut by max_tokens is a prefix the grammar accepts;
 //   - the text before the marker holds none, and where the marker never comes (Hermes's real
@@ -108,41 +109,44 @@ class LazyGrammarEngineTest : public ::testing::Test {
 constexpr int kSeeds = 12;
 
 TEST_F(LazyGrammarEngineTest, AToolCallIsConstrainedOnceItsMarkerAppears) {
-  // "," then a Hermes call: the grammar starts with its trigger string.
-  const chat::ToolCallFormat& hermes = chat::find_tool_call_format("hermes");
-  grammar::Grammar g;
-  const int32_t calls = g.embed(chat::tool_call_grammar(hermes, {&kTools, "", /*parallel=*/false}));
-  g.set_start(g.choice({{g.literal(","), calls}}, "marked"));
-  Case c{grammar::CompiledGrammar::compile(g), std::make_shared<grammar::LazyArming>()};
-  c.arming->trigger_strings = {","};
-  const SpecResult r = serve(seeded(c, kSeeds, 200), prompt_);
-  std::vector<std::pair<ordered_json, std::string>> jobs;
-  int num_calls = 0;
-  for (int k = 0; k < kSeeds; ++k) {
-    const std::string& text = r.texts[k];
-    SCOPED_TRACE("seed " + std::to_string(k) + ": " + text);
-    const size_t at = text.find(',');
-    ASSERT_NE(at, std::string::npos) << "kjv-tiny wrote no comma in 200 tokens";
-    if (r.finish_reasons[k] == engine::FinishReason::kLength) {
-      grammar::Matcher m(c.grammar, info_);
-      EXPECT_TRUE(m.accept_bytes(text.substr(at))) << "not a prefix of a marked call";
-      continue;
+  // "," then a call of the format: the grammar starts with its trigger string.
+  for (const char* name : {"hermes", "qwen3_coder", "mistral", "deepseek_v3"}) {
+    SCOPED_TRACE(name);
+    const chat::ToolCallFormat& format = chat::find_tool_call_format(name);
+    grammar::Grammar g;
+    const int32_t calls = g.embed(chat::tool_call_grammar(format, {&kTools, "", /*parallel=*/false}));
+    g.set_start(g.choice({{g.literal(","), calls}}, "marked"));
+    Case c{grammar::CompiledGrammar::compile(g), std::make_shared<grammar::LazyArming>()};
+    c.arming->trigger_strings = {","};
+    const SpecResult r = serve(seeded(c, kSeeds, 200), prompt_);
+    std::vector<std::pair<ordered_json, std::string>> jobs;
+    int num_calls = 0;
+    for (int k = 0; k < kSeeds; ++k) {
+      const std::string& text = r.texts[k];
+      SCOPED_TRACE("seed " + std::to_string(k) + ": " + text);
+      const size_t at = text.find(',');
+      ASSERT_NE(at, std::string::npos) << "kjv-tiny wrote no comma in 200 tokens";
+      if (r.finish_reasons[k] == engine::FinishReason::kLength) {
+        grammar::Matcher m(c.grammar, info_);
+        EXPECT_TRUE(m.accept_bytes(text.substr(at))) << "not a prefix of a marked call";
+        continue;
+      }
+      ASSERT_EQ(r.finish_reasons[k], engine::FinishReason::kStop);
+      auto parser = chat::make_tool_call_parser(format, &kTools);
+      chat::ToolCallDelta d = parser->push(text.substr(at + 1));
+      chat::ToolCallDelta end = parser->finish();
+      d.calls.insert(d.calls.end(), end.calls.begin(), end.calls.end());
+      EXPECT_EQ(d.content + end.content, "");
+      ASSERT_EQ(d.calls.size(), 1u);
+      const auto& call = d.calls[0];
+      ASSERT_TRUE(call.name == "get_weather" || call.name == "amen") << call.name;
+      jobs.emplace_back(kTools[call.name == "get_weather" ? 0 : 1]["function"]["parameters"], call.arguments);
+      ++num_calls;
     }
-    ASSERT_EQ(r.finish_reasons[k], engine::FinishReason::kStop);
-    auto parser = chat::make_tool_call_parser(hermes);
-    chat::ToolCallDelta d = parser->push(text.substr(at + 1));
-    chat::ToolCallDelta end = parser->finish();
-    d.calls.insert(d.calls.end(), end.calls.begin(), end.calls.end());
-    EXPECT_EQ(d.content + end.content, "");
-    ASSERT_EQ(d.calls.size(), 1u);
-    const auto& call = d.calls[0];
-    ASSERT_TRUE(call.name == "get_weather" || call.name == "amen") << call.name;
-    jobs.emplace_back(kTools[call.name == "get_weather" ? 0 : 1]["function"]["parameters"], call.arguments);
-    ++num_calls;
+    EXPECT_GE(num_calls, kSeeds / 2) << "too few calls finished to validate";
+    EXPECT_EQ(verdicts(jobs), std::string(jobs.size(), '1'));
+    EXPECT_TRUE(r.integrity_ok);
   }
-  EXPECT_GE(num_calls, kSeeds / 2) << "too few calls finished to validate";
-  EXPECT_EQ(verdicts(jobs), std::string(jobs.size(), '1'));
-  EXPECT_TRUE(r.integrity_ok);
 }
 
 TEST_F(LazyGrammarEngineTest, UntilItsMarkerTheOutputIsTheUnconstrainedOne) {

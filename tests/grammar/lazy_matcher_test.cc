@@ -55,6 +55,36 @@ TEST(LazyMatcher, StringTriggerArmsAndConstrains) {
   EXPECT_FALSE(m.accept_token(4));  // 'x' is not '"'
 }
 
+// A trigger string that is an allowed special token of the grammar arms on that token (its text
+// joins the output's text) as on its spelling; the grammar then reads on after it.
+TEST(LazyMatcher, AnAllowedSpecialTokenArmsItsTriggerString) {
+  Vocabulary v;
+  v.token_bytes = {"[T]", "hi", "{\"a\":1}", "[", "T]", ""};  // 0: special, 5: EOS
+  v.special = {1, 0, 0, 0, 0, 0};
+  v.eos_ids = {5};
+  const auto tok = std::make_shared<const TokenizerInfo>(v);
+  Grammar g = grammar_from_regex(R"(\[T\]\{"a":\d\})");
+  g.allow_special_token("[T]");
+  const auto compiled = CompiledGrammar::compile(g);
+  LazyMatcher m(Matcher(compiled, tok), {"[T]"}, {});
+  EXPECT_TRUE(allowed(m, 0));
+  ASSERT_TRUE(m.accept_token(1));
+  ASSERT_TRUE(m.accept_token(0));
+  EXPECT_TRUE(m.armed());
+  EXPECT_FALSE(allowed(m, 1));
+  EXPECT_TRUE(allowed(m, 2));
+  ASSERT_TRUE(m.accept_token(2));
+  EXPECT_TRUE(m.is_complete());
+  LazyMatcher spelled(Matcher(compiled, tok), {"[T]"}, {});
+  ASSERT_TRUE(spelled.accept_token(3));
+  ASSERT_TRUE(spelled.accept_token(4));
+  EXPECT_TRUE(spelled.armed());
+  // Not allowed by the grammar: the special token is no text and never arms it.
+  LazyMatcher other(Matcher(CompiledGrammar::compile(grammar_from_regex(R"(\[T\]\{"a":\d\})")), tok), {"[T]"}, {});
+  ASSERT_TRUE(other.accept_token(0));
+  EXPECT_FALSE(other.armed());
+}
+
 TEST(LazyMatcher, TriggerInsideATokenChecksTheRest) {
   const auto tok = vocab();
   LazyMatcher m(Matcher(tool_grammar(), tok), {"<tool>"}, {});

@@ -159,6 +159,44 @@ TEST(Matcher, EosExactlyWhenCompleteAndSpecialNever) {
   EXPECT_FALSE(m.is_complete());
 }
 
+// A grammar's allowed special tokens (Grammar::allow_special_token) match as their text, where
+// the grammar accepts that text; other special tokens never; embed() carries the list over.
+TEST(Matcher, AllowedSpecialTokensMatchTheirText) {
+  Vocabulary v;
+  // 0 "[X]" special, 1 "<s>" special, 2..5 plain pieces, 6 EOS
+  v.token_bytes = {"[X]", "<s>", "[", "X]", "a", "[X]a", ""};
+  v.special = {1, 1, 0, 0, 0, 0, 0};
+  v.eos_ids = {6};
+  const auto tok = std::make_shared<const TokenizerInfo>(v);
+  Grammar inner = grammar_from_regex(R"(\[X\]a+)");
+  inner.allow_special_token("[X]");
+  Grammar outer;
+  outer.set_start(outer.choice({{outer.embed(inner)}}, "outer"));
+  ASSERT_EQ(outer.special_tokens(), std::vector<std::string>{"[X]"});
+  Matcher m(CompiledGrammar::compile(outer), tok);
+  std::vector<uint32_t> mask(tok->mask_words());
+  m.fill_mask(mask);
+  EXPECT_EQ(mask_ids(mask), (std::vector<TokenId>{0, 2, 5}));  // the special token, "[", "[X]a"
+  EXPECT_EQ(*m.token_bytes(0), "[X]");
+  EXPECT_EQ(m.token_bytes(1), nullptr);
+  EXPECT_FALSE(m.accept_token(1));
+  ASSERT_TRUE(m.accept_token(0));
+  m.fill_mask(mask);
+  EXPECT_EQ(mask_ids(mask), (std::vector<TokenId>{4}));  // the special token's text is consumed
+  ASSERT_TRUE(m.accept_token(4));
+  EXPECT_TRUE(m.is_complete());
+  m.rollback(2);
+  ASSERT_TRUE(m.accept_token(2));
+  ASSERT_TRUE(m.accept_token(3));  // spelled in pieces, as in a vocabulary without the token
+  m.fill_mask(mask);
+  EXPECT_EQ(mask_ids(mask), (std::vector<TokenId>{4}));
+  // Without the allowance the special token never matches, though its text would.
+  Matcher plain(CompiledGrammar::compile(grammar_from_regex(R"(\[X\]a+)")), tok);
+  plain.fill_mask(mask);
+  EXPECT_EQ(mask_ids(mask), (std::vector<TokenId>{2, 5}));
+  EXPECT_FALSE(plain.accept_token(0));
+}
+
 TEST(Matcher, ForcedBytesAndOnlyEnd) {
   const auto tok = tiny_vocab();
   Matcher m(CompiledGrammar::compile(grammar_from_json_schema(

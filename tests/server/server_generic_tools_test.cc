@@ -49,19 +49,11 @@ const ordered_json& schema_of(const std::string& name) {
 
 // python3-jsonschema's verdict on each (schema, JSON text): '1' valid, '0' not, 'P' not JSON.
 std::string verdicts(const std::vector<std::pair<ordered_json, std::string>>& jobs) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("spindle_generic_{}", ::getpid());
-  fs::create_directories(dir);
-  {
-    std::ofstream in(dir / "in.jsonl");
-    for (const auto& [schema, instance] : jobs) in << ordered_json{{"schema", schema}, {"instance", instance}}.dump() << "\n";
+  std::string in, all;
+  for (const auto& [schema, instance] : jobs) in += ordered_json{{"schema", schema}, {"instance", instance}}.dump() + "\n";
+  for (const std::string& line : run_python((kSource / "tests" / "grammar" / "validate_instances.py").string(), in)) {
+    all += line;
   }
-  const std::string cmd = fmt::format("python3 {} < {} > {}", (kSource / "tests" / "grammar" / "validate_instances.py").string(),
-                                      (dir / "in.jsonl").string(), (dir / "out.txt").string());
-  EXPECT_EQ(std::system(cmd.c_str()), 0);
-  std::ifstream out(dir / "out.txt");
-  std::string all, line;
-  while (std::getline(out, line)) all += line;
-  fs::remove_all(dir);
   return all;
 }
 
