@@ -236,8 +236,8 @@ void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) 
 
 void StepExecutor::add_grammar_mask(RequestOutputState& o, size_t row) {
   if (!o.grammar) return;
-  // No draft rows (constrained requests do not speculate) and no pending token (nor run ahead:
-  // can_overlap), so the matcher stands after the request's last token.
+  // A row without drafts (fill_sampling_rows masks draft rows) and no pending token (nor run
+  // ahead: can_overlap), so the matcher stands after the request's last token.
   const std::span<const uint32_t> mask = o.grammar->fill_mask();
   // A mask allowing nothing is left off: the token drawn is refused by the matcher, which ends
   // the request with an error (OutputProcessor::accept_token).
