@@ -113,7 +113,7 @@ void StepExecutor::constrain_drafts() {
   }
 }
 
-const speculative::DraftProposal& StepExecutor::proposal_of(const Request& r) {
+const speculative::DraftProposal& StepExecutor::proposal_of(const Request& r) const {
   if (forced_drafts_.count(r.id) != 0) return forced_proposal_;
   return speculator_.proposal(r.id);
 }
@@ -154,7 +154,7 @@ bool StepExecutor::classify(LaunchedStep& step) const {
     decode = decode && s.logits_row >= 0 && s.num_new_tokens - s.num_draft_tokens == 1;
     if (s.num_draft_tokens > 0) {
       step.max_drafts = std::max(step.max_drafts, s.num_draft_tokens);
-      q_drafts = q_drafts || !const_cast<StepExecutor*>(this)->proposal_of(*s.request).q.empty();
+      q_drafts = q_drafts || !proposal_of(*s.request).q.empty();
     }
   }
   step.seconds.decode = decode;

@@ -90,7 +90,7 @@ class StepExecutor {
   // (the grammar's forced continuation) where there is one (forced_drafts_).
   void constrain_drafts();
   // The proposal a speculating request's drafts came from (forced_proposal_ for jump-forward's).
-  const speculative::DraftProposal& proposal_of(const Request& r);
+  const speculative::DraftProposal& proposal_of(const Request& r) const;
   // Whether the next step may be launched before the one in flight is collected.
   bool can_overlap() const;
   // Sets Request::hold on running requests whose pending token surely ends them.
