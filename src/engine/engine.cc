@@ -37,7 +37,8 @@ Engine::Engine(Runner& runner, const tokenizer::Tokenizer& tokenizer, const toke
       executor_(runner, scheduler_, allocator_, output_, speculator_, metrics,
                 {.overlap_schedule = options_.overlap_schedule,
                  .decode_log_interval = options_.decode_log_interval,
-                 .max_model_len = options_.scheduler.max_model_len}) {
+                 .max_model_len = options_.scheduler.max_model_len,
+                 .jump_forward = options_.jump_forward}) {
   metrics_.update([&](MetricsSnapshot& s) { s.kv_pages_total = allocator_.num_pages(); });
 }
 
@@ -89,8 +90,7 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_batch(std::vector<Sub
   for (Submission& s : batch) {
     if (s.params.embedding) s.params.speculative = false;  // it never decodes
     if (!s.params.grammar) continue;
-    s.params.speculative = false;  // constrained requests do not speculate (engine.h)
-    output_.grammar_tokenizer();   // built here, on the caller's thread, the first time
+    output_.grammar_tokenizer();  // built here, on the caller's thread, the first time
   }
   std::vector<std::shared_ptr<RequestStream>> streams;
   {

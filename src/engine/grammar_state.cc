@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "grammar/tokenizer_vocabulary.h"
+#include "util/error.h"
 
 namespace spindle::engine {
 
@@ -26,7 +27,21 @@ GrammarState::GrammarState(grammar::Matcher m, const grammar::LazyArming* arming
   }
 }
 
-bool GrammarState::accept_token(TokenId id) { return lazy_ ? lazy_->accept_token(id) : matcher_->accept_token(id); }
+bool GrammarState::accept_token(TokenId id) {
+  SPINDLE_CHECK(num_verify_advanced_ == 0, "a grammar advanced by a token during a verify (end_verify first)");
+  return accept(id);
+}
+
+bool GrammarState::accept(TokenId id) { return lazy_ ? lazy_->accept_token(id) : matcher_->accept_token(id); }
+
+void GrammarState::rollback(int n) {
+  if (n == 0) return;
+  if (lazy_) {
+    lazy_->rollback(n);
+  } else {
+    matcher_->rollback(n);
+  }
+}
 
 bool GrammarState::is_terminated() const { return lazy_ ? lazy_->is_terminated() : matcher_->is_terminated(); }
 
@@ -43,6 +58,50 @@ std::span<const uint32_t> GrammarState::fill_mask() {
 
 bool GrammarState::mask_allows_any() const {
   return std::any_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w != 0; });
+}
+
+int GrammarState::num_allowed_drafts(std::span<const TokenId> draft) {
+  int n = 0;
+  while (n < static_cast<int>(draft.size()) && !is_terminated() && accept(draft[static_cast<size_t>(n)])) ++n;
+  rollback(n);
+  return n;
+}
+
+std::span<const uint32_t> GrammarState::draft_row_mask(std::span<const TokenId> draft, size_t row) {
+  SPINDLE_CHECK(row <= draft.size() && static_cast<int>(row) >= num_verify_advanced_,
+                "verify row {} of {} drafts asked after row {}", row, draft.size(), num_verify_advanced_);
+  for (; num_verify_advanced_ < static_cast<int>(row); ++num_verify_advanced_) {
+    SPINDLE_CHECK(accept(draft[static_cast<size_t>(num_verify_advanced_)]),
+                  "verify row {}: the grammar refuses draft {} (token {}); drafts are cut to those it accepts", row,
+                  num_verify_advanced_, draft[static_cast<size_t>(num_verify_advanced_)]);
+  }
+  fill_mask();
+  return mask_allows_any() ? std::span<const uint32_t>(mask_) : std::span<const uint32_t>();
+}
+
+void GrammarState::end_verify() {
+  rollback(num_verify_advanced_);
+  num_verify_advanced_ = 0;
+}
+
+std::vector<TokenId> GrammarState::forced_tokens(const tokenizer::Tokenizer& tokenizer, int max_tokens) {
+  std::vector<TokenId> tokens;
+  if (!matcher_ || max_tokens <= 0 || matcher_->is_terminated()) return tokens;
+  std::string bytes = matcher_->forced_bytes(kMaxForcedBytes);
+  // Cut after the last whole UTF-8 character (the tokenizer encodes text).
+  size_t end = bytes.size(), start = end;
+  while (start > 0 && (static_cast<uint8_t>(bytes[start - 1]) & 0xC0) == 0x80) --start;
+  if (start > 0) {
+    const uint8_t lead = static_cast<uint8_t>(bytes[start - 1]);
+    const size_t len = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (end - (start - 1) < len) end = start - 1;
+  }
+  bytes.resize(end);
+  if (bytes.empty()) return tokens;
+  tokens = tokenizer.encode(bytes, /*add_special_tokens=*/false, /*parse_special=*/false);
+  if (static_cast<int>(tokens.size()) > max_tokens) tokens.resize(static_cast<size_t>(max_tokens));
+  tokens.resize(static_cast<size_t>(num_allowed_drafts(tokens)));
+  return tokens;
 }
 
 grammar::Matcher GrammarMatchers::start(const std::shared_ptr<const grammar::CompiledGrammar>& grammar,

@@ -60,10 +60,42 @@ class GrammarState {
   // Whether `mask` (as last filled) allows any token.
   bool mask_allows_any() const;
 
+  // Speculative decoding (engine/speculative/). How many leading tokens of `draft` the grammar
+  // accepts, one after the other (the state is unchanged: they are rolled back).
+  int num_allowed_drafts(std::span<const TokenId> draft);
+  // The mask of verify row `row` (the token after draft[0..row)), or an empty span where it allows
+  // no token (the sampler then draws unconstrained and the matcher refuses the draw: see
+  // OutputProcessor::accept_token). Advances the matcher by the drafts before the row, which it
+  // must accept (num_allowed_drafts); rows are asked in increasing order between two
+  // end_verify() calls, which roll the advance back.
+  std::span<const uint32_t> draft_row_mask(std::span<const TokenId> draft, size_t row);
+  void end_verify();
+
+  // Jump-forward: draft tokens for the one byte string the grammar allows next (the matcher's
+  // forced continuation, cut after its last whole UTF-8 character), at most max_tokens; empty when
+  // there is a choice, while a lazy grammar is unarmed (LazyMatcher has no forced continuation),
+  // or where the tokenizer's first token of it is one the grammar refuses.
+  //
+  // Tokenization: `tokenizer` encodes the forced bytes alone (no special tokens), starting at the
+  // current token boundary (the output so far is fixed), as the model's tokenizer would encode that
+  // text; the tokens are kept up to the first the grammar refuses (an SPM dummy-prefix space, say).
+  // This is a guess, never an output: the verify step keeps a draft only where the model's own draw
+  // equals it, so outputs are those of decoding without drafts. Where the model would tokenize
+  // differently (its last token merged with what follows, `":` against `": "`) the draft is
+  // rejected at that position and the model's own token is emitted there in the same step; a
+  // rejected draft costs its query position, never a step nor a changed token.
+  std::vector<TokenId> forced_tokens(const tokenizer::Tokenizer& tokenizer, int max_tokens);
+
+  static constexpr size_t kMaxForcedBytes = 256;
+
  private:
+  bool accept(TokenId id);
+  void rollback(int n);
+
   std::optional<grammar::Matcher> matcher_;
   std::optional<grammar::LazyMatcher> lazy_;
   std::vector<uint32_t> mask_;  // [ceil(vocab / 32)] the last fill_mask()
+  int num_verify_advanced_ = 0;  // drafts accepted by draft_row_mask since end_verify()
 };
 
 // The root matchers of the engine thread, by compiled grammar, the least recently used dropped

@@ -78,6 +78,12 @@ void render_spec(const MetricsSnapshot& s, std::string& out) {
   counter(out, "spindle_spec_skipped_steps_total",
           "Speculative decoding: decode steps run without it because measured step times said it costs more.",
           s.spec_skipped_steps);
+  counter(out, "spindle_jump_forward_draft_tokens_total",
+          "Structured output: tokens of the grammar's forced continuations verified as drafts (jump-forward).",
+          s.jump_forward_draft_tokens_total);
+  counter(out, "spindle_jump_forward_accepted_tokens_total",
+          "Structured output: jump-forward draft tokens the model's own draws accepted.",
+          s.jump_forward_accepted_tokens_total);
 }
 }  // namespace
 

@@ -65,6 +65,10 @@ struct MetricsSnapshot {
   uint64_t spec_num_accepted_draft_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_position;
   uint64_t spec_skipped_steps = 0;  // decode steps the cost model ran without speculation
+  // Jump-forward (structured output: the grammar's forced continuation verified as drafts; not in
+  // the spec_* counts, which are the proposer's): draft tokens verified and accepted.
+  uint64_t jump_forward_draft_tokens_total = 0;
+  uint64_t jump_forward_accepted_tokens_total = 0;
   // The overlap schedule (engine.h): steps launched while the step before was still in flight.
   uint64_t overlapped_steps_total = 0;
 };

@@ -72,6 +72,7 @@ class OutputProcessor {
   void add(uint64_t request_id, std::unique_ptr<RequestOutputState> state);
   // Any thread: the tokenizer's grammar view, built on first use (GrammarTokenizer).
   std::shared_ptr<const grammar::TokenizerInfo> grammar_tokenizer() const { return grammar_tokenizer_.get(); }
+  const tokenizer::Tokenizer& tokenizer() const { return tokenizer_; }
   RequestOutputState& at(uint64_t request_id) { return *states_.at(request_id); }
   const RequestOutputState& at(uint64_t request_id) const { return *states_.at(request_id); }
   void erase(uint64_t request_id) { states_.erase(request_id); }

@@ -52,8 +52,9 @@ struct SamplingParams {
   // (the mask applies first: before penalties, bias, temperature, top-k, top-p, min-p, and the
   // logprobs reported are those of the masked distribution); the request ends ("stop") when the
   // grammar is complete and nothing but end-of-sequence may follow, or when an allowed EOS is
-  // drawn. Null: unconstrained. Constrained requests never speculate and never run ahead in the
-  // overlap schedule (engine.h).
+  // drawn. Null: unconstrained. Constrained requests' drafts are checked against the grammar, its
+  // forced continuations are drafts too (jump-forward), and they never run ahead in the overlap
+  // schedule (engine.h).
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
   // With `grammar`: when it arms (grammar/lazy_matcher.h): free text until a trigger (a tool call's
   // opening marker under tool_choice "auto") or until the content begins after a reasoning section;

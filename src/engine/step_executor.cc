@@ -60,6 +60,7 @@ void StepExecutor::step() {
 
 bool StepExecutor::schedule(StepPlan& plan) {
   speculator_.propose(scheduler_.running_requests());
+  constrain_drafts();
   hold_finishing_requests(true);
   plan = scheduler_.schedule();
   hold_finishing_requests(false);
@@ -79,6 +80,42 @@ bool StepExecutor::schedule(StepPlan& plan) {
     return false;
   }
   return true;
+}
+
+void StepExecutor::constrain_drafts() {
+  forced_drafts_.clear();
+  for (Request* r : scheduler_.running_requests()) {
+    RequestOutputState& o = output_.at(r->id);
+    if (!o.grammar) continue;
+    if (!r->draft.empty()) {
+      // A proposer's drafts, cut to what the grammar accepts. Point-mass drafts (q empty) end
+      // before the first refused token: its row's draw is the masked draw either way. A draft
+      // model's end after it: its rejection (p = 0 under the mask) draws from the residual
+      // max(0, p - q), which keeps the rule lossless; a cut before it would not (q's mass on
+      // refused tokens would turn into plain draws from p).
+      const int n = o.grammar->num_allowed_drafts(r->draft);
+      const bool q_drafts = !speculator_.proposal(r->id).q.empty();
+      r->draft.resize(std::min(r->draft.size(), static_cast<size_t>(n) + (q_drafts ? 1 : 0)));
+    }
+    if (!options_.jump_forward || r->preempted || r->finished || r->num_computed_tokens != r->num_tokens() - 1 ||
+        !o.sampler.params().speculative) {
+      continue;
+    }
+    // Jump-forward: the grammar's forced continuation as drafts (they replace a proposer's: a
+    // draft the grammar accepts starts with the same bytes). A verify emits up to k + 1 tokens and
+    // writes k positions past the context.
+    const int room = std::min({kMaxJumpForwardTokens, o.sampler.params().max_tokens - static_cast<int>(r->output.size()) - 1,
+                               options_.max_model_len - r->num_tokens()});
+    std::vector<TokenId> forced = o.grammar->forced_tokens(output_.tokenizer(), room);
+    if (forced.empty()) continue;
+    r->draft = std::move(forced);
+    forced_drafts_.insert(r->id);
+  }
+}
+
+const speculative::DraftProposal& StepExecutor::proposal_of(const Request& r) const {
+  if (forced_drafts_.count(r.id) != 0) return forced_proposal_;
+  return speculator_.proposal(r.id);
 }
 
 bool StepExecutor::can_overlap() const {
@@ -117,7 +154,7 @@ bool StepExecutor::classify(LaunchedStep& step) const {
     decode = decode && s.logits_row >= 0 && s.num_new_tokens - s.num_draft_tokens == 1;
     if (s.num_draft_tokens > 0) {
       step.max_drafts = std::max(step.max_drafts, s.num_draft_tokens);
-      q_drafts = q_drafts || !speculator_.proposal(s.request->id).q.empty();
+      q_drafts = q_drafts || !proposal_of(*s.request).q.empty();
     }
   }
   step.seconds.decode = decode;
@@ -183,22 +220,32 @@ void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) 
       continue;
     }
     context_.assign(r.output.begin(), r.output.end());
+    RequestOutputState& o = output_.at(r.id);
     for (int i = 0; i < s.num_logit_rows(); ++i) {
       if (i > 0) context_.push_back(r.draft[static_cast<size_t>(i - 1)]);
-      add_sampling_row(sampler.params(), sampler.seed(), drawn + static_cast<uint64_t>(i), r.prompt, context_,
-                       static_cast<size_t>(s.logits_row + i), sampling_);
+      const size_t row = static_cast<size_t>(s.logits_row + i);
+      add_sampling_row(sampler.params(), sampler.seed(), drawn + static_cast<uint64_t>(i), r.prompt, context_, row,
+                       sampling_);
+      // Row i's mask: the grammar after drafts 1..i (each accepted: constrain_drafts; device
+      // verifies carry point-mass drafts only).
+      if (o.grammar) add_mask(o.grammar->draft_row_mask(r.draft, static_cast<size_t>(i)), row);
     }
+    if (o.grammar) o.grammar->end_verify();
   }
 }
 
 void StepExecutor::add_grammar_mask(RequestOutputState& o, size_t row) {
   if (!o.grammar) return;
-  // No draft rows (constrained requests do not speculate) and no pending token (nor run ahead:
-  // can_overlap), so the matcher stands after the request's last token.
+  // A row without drafts (fill_sampling_rows masks draft rows) and no pending token (nor run
+  // ahead: can_overlap), so the matcher stands after the request's last token.
   const std::span<const uint32_t> mask = o.grammar->fill_mask();
   // A mask allowing nothing is left off: the token drawn is refused by the matcher, which ends
   // the request with an error (OutputProcessor::accept_token).
-  if (!o.grammar->mask_allows_any()) return;
+  if (o.grammar->mask_allows_any()) add_mask(mask, row);
+}
+
+void StepExecutor::add_mask(std::span<const uint32_t> mask, size_t row) {
+  if (mask.empty()) return;
   sampling_.rows[row].mask_offset = static_cast<int32_t>(sampling_.masks.size());
   sampling_.masks.insert(sampling_.masks.end(), mask.begin(), mask.end());
 }
@@ -290,7 +337,8 @@ void StepExecutor::sample_sequence(const ScheduledSequence& s, Request& r, Reque
 void StepExecutor::verify_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o,
                                    std::span<float> logits, const std::vector<SampledRow>* device_rows, StepSeconds& t,
                                    Timer& timer) {
-  speculative::DraftProposal& proposal = speculator_.proposal(r.id);
+  const bool forced = forced_drafts_.count(r.id) != 0;
+  speculative::DraftProposal& proposal = forced ? forced_proposal_ : speculator_.proposal(r.id);
   speculative::Verified v;
   if (device_rows != nullptr) {
     drawn_.clear();
@@ -302,13 +350,23 @@ void StepExecutor::verify_sequence(const ScheduledSequence& s, Request& r, Reque
     proposal.tokens = r.draft;  // the scheduler may have kept fewer than were proposed
     if (!proposal.q.empty()) proposal.q.resize(r.draft.size());
     const size_t offset = static_cast<size_t>(s.logits_row) * vocab_;
+    speculative::RowMask mask_of;
+    if (o.grammar) mask_of = [&](size_t row) { return o.grammar->draft_row_mask(r.draft, row); };
     v = speculative::verify_on_host(o.sampler, logits.subspan(offset, static_cast<size_t>(s.num_logit_rows()) * vocab_),
-                                    vocab_, r.prompt, r.output, proposal);
+                                    vocab_, r.prompt, r.output, proposal, mask_of);
+    if (o.grammar) o.grammar->end_verify();
   }
   t.sample += timer.lap();
   const int k = static_cast<int>(r.draft.size()), a = v.num_accepted_drafts;
-  speculator_.record_verify(r.id, k, a, proposal.match_length);
-  window_.record_verify(k, a);
+  if (forced) {  // not the proposer's: its acceptance and the spec metrics stay the proposer's
+    metrics_.update([&](MetricsSnapshot& m) {
+      m.jump_forward_draft_tokens_total += static_cast<uint64_t>(k);
+      m.jump_forward_accepted_tokens_total += static_cast<uint64_t>(a);
+    });
+  } else {
+    speculator_.record_verify(r.id, k, a, proposal.match_length);
+    window_.record_verify(k, a);
+  }
   // The tokens last: a client that read its final event sees the counts of its last verify.
   output_.accept_verified(r, o, v.tokens, a);
   scheduler_.finish_speculation(r);

@@ -26,12 +26,20 @@
 //
 // Structured output: host logits get the request's grammar mask between the forward and the
 // sampler (engine::Sampler::sample); device sampling gets it in the sampling rows
-// (SamplingBatch::masks), uploaded with them after the forward is queued.
+// (SamplingBatch::masks), uploaded with them after the forward is queued. A constrained request's
+// drafts are checked against its matcher before the step is scheduled (constrain_drafts: cut to
+// what the grammar accepts), and each verify row i gets the mask of the grammar advanced by drafts
+// 1..i, rolled back after the verify (GrammarState::draft_row_mask, end_verify); the tokens the
+// verify emits then advance it as sampled ones do. Jump-forward: where the grammar allows one byte
+// string next, its tokens (GrammarState::forced_tokens) are the request's drafts for this step,
+// with or without a proposer; like every draft they are verified, so outputs equal decoding
+// without them (greedy, and seeded sampling draw for draw).
 #pragma once
 
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/decode_window.h"
@@ -47,6 +55,7 @@ struct StepExecutorOptions {
   bool overlap_schedule = false;  // EngineOptions::overlap_schedule
   int decode_log_interval = 0;    // decode steps between throughput log lines; 0: none
   int max_model_len = 0;
+  bool jump_forward = true;       // EngineOptions::jump_forward
 };
 
 class StepExecutor {
@@ -62,6 +71,9 @@ class StepExecutor {
   // Every request ends with an error event (kError, `message`) and is released.
   void fail_all(const std::string& message);
 
+  // Jump-forward drafts per request and step, at most (a verify of k drafts computes k + 1 rows).
+  static constexpr int kMaxJumpForwardTokens = 16;
+
  private:
   class Timer;  // seconds since the last lap()
   // A launched step not yet collected (the overlap schedule): its plan and its times so far.
@@ -74,6 +86,11 @@ class StepExecutor {
   // Drafts, then the scheduler's plan into `plan`; false (after collecting and releasing) when it
   // is empty.
   bool schedule(StepPlan& plan);
+  // Constrained requests' drafts: a proposer's cut to what the grammar accepts; jump-forward's
+  // (the grammar's forced continuation) where there is one (forced_drafts_).
+  void constrain_drafts();
+  // The proposal a speculating request's drafts came from (forced_proposal_ for jump-forward's).
+  const speculative::DraftProposal& proposal_of(const Request& r) const;
   // Whether the next step may be launched before the one in flight is collected.
   bool can_overlap() const;
   // Sets Request::hold on running requests whose pending token surely ends them.
@@ -89,6 +106,8 @@ class StepExecutor {
   void fill_sampling_rows(const StepPlan& plan, int num_logit_rows);
   // A constrained request's grammar mask for sampling_.rows[row] (structured output).
   void add_grammar_mask(RequestOutputState& o, size_t row);
+  // `mask` ([ceil(vocab / 32)] words; empty: none) for sampling_.rows[row].
+  void add_mask(std::span<const uint32_t> mask, size_t row);
   void collect_in_flight();  // finish_step of in_flight_, if any
   // Collects `step` (launched; not in_flight_ any more) and emits its tokens.
   void finish_step(LaunchedStep& step);
@@ -123,6 +142,8 @@ class StepExecutor {
   std::vector<TokenId> context_;           // scratch: output + the drafts before a row
   std::span<const float> final_rows_;      // a host step's final hidden rows, when an embedding reads them
   DecodeWindow window_;
+  std::unordered_set<uint64_t> forced_drafts_;   // this step's requests drafting jump-forward tokens
+  speculative::DraftProposal forced_proposal_;   // theirs: point-mass drafts (q empty)
 };
 
 }  // namespace spindle::engine

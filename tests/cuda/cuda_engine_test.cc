@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn/attention_backend.h"
@@ -27,6 +28,7 @@
 #include "startup/workspace_probe.h"
 #include "cuda/cuda_skip.h"
 #include "engine/spec_harness.h"
+#include "grammar/json_schema.h"
 #include "util/error.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
@@ -234,6 +236,61 @@ TEST_P(CudaEngineTest, SpeculativeGreedyAndSeededOutputIsIdentical) {
   EXPECT_TRUE(sampled.integrity_ok);
   for (const auto& t : sampled.tokens) EXPECT_EQ(t.size(), 40u);
   EXPECT_GT(sampled.metrics.spec_num_accepted_draft_tokens, 0u);
+}
+
+// Structured output's drafts on the device sampler (step_executor.h): each verify row's grammar
+// mask goes up in SamplingBatch::masks. A 6-fixed-key schema, greedy and seeded: jump-forward (its
+// forced continuations as drafts) and the n-gram proposer on top of it give the tokens of decoding
+// without drafts (device draws are a function of seed, counter and token; row i's counter is the
+// one non-speculative decoding uses). tests/engine/jump_forward_engine_test.cc runs it on the CPU.
+TEST_P(CudaEngineTest, ConstrainedDraftsAndJumpForwardEqualDecodingWithoutThem) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const auto golden = read_golden(GetParam());
+  std::vector<std::vector<TokenId>> prompts;
+  for (const auto& g : golden) prompts.push_back(g.ids);
+  grammar::JsonGrammarOptions options;
+  options.strict = true;
+  const auto schema = grammar::CompiledGrammar::compile(grammar::grammar_from_json_schema(
+      R"({"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
+          "name": {"enum": ["alpha", "beta", "gamma"]}, "active": {"type": "boolean"},
+          "score": {"type": "integer", "minimum": -50, "maximum": 50}, "color": {"enum": ["red", "green", "blue"]},
+          "verified": {"type": "boolean"}}, "required": ["id", "name", "active", "score", "color", "verified"]})",
+      options));
+  testing::SpecRun off;  // as SpeculativeGreedyAndSeededOutputIsIdentical: each row computed alike
+  off.device = attn::Device::kCuda;
+  off.backend = "cuda_reference";
+  off.kv_dtype = DType::kF32;
+  off.max_graph_batch = 8;
+  off.jump_forward = false;
+  engine::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = 120;
+  greedy.grammar = schema;
+  engine::SamplingParams seeded = greedy;
+  seeded.temperature = 1.0f;
+  seeded.top_k = 40;
+  seeded.seed = 5;
+  for (const auto& params : {greedy, seeded}) {
+    testing::SpecResult base;
+    try {
+      base = testing::serve_speculative(model_dir(GetParam()), off, prompts, {params});
+    } catch (const Error& e) {
+      GTEST_SKIP() << "cuda_reference on " << GetParam() << ": " << e.what();
+    }
+    testing::SpecRun jf = off;
+    jf.jump_forward = true;
+    const testing::SpecResult a = testing::serve_speculative(model_dir(GetParam()), jf, prompts, {params});
+    EXPECT_EQ(a.tokens, base.tokens) << "jump-forward, temperature " << params.temperature;
+    EXPECT_GT(a.metrics.jump_forward_accepted_tokens_total, 0u);
+    testing::SpecRun ngram = jf;
+    ngram.proposer = "ngram";
+    const testing::SpecResult b = testing::serve_speculative(model_dir(GetParam()), ngram, prompts, {params});
+    EXPECT_EQ(b.tokens, base.tokens) << "n-gram + jump-forward, temperature " << params.temperature;
+    for (const testing::SpecResult* r : {&std::as_const(base), &a, &b}) {
+      EXPECT_TRUE(r->integrity_ok);
+      EXPECT_EQ(r->metrics.kv_pages_in_use, 0);
+    }
+  }
 }
 
 // The overlap schedule on CUDA (engine.h): step N+1 is launched before step N's tokens are

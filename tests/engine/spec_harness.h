@@ -51,6 +51,7 @@ struct SpecRun {
   bool sample_on_host = false;
   bool overlap_schedule = false;
   int max_running_requests = 64;
+  bool jump_forward = true;  // EngineOptions::jump_forward
 };
 
 struct SpecResult {
@@ -156,6 +157,7 @@ inline SpecResult serve_speculative(const std::filesystem::path& model_dir, cons
   options.scheduler.max_mixed_prefill_tokens = run.max_mixed_prefill_tokens;
   options.scheduler.max_running_requests = run.max_running_requests;
   options.overlap_schedule = run.overlap_schedule;
+  options.jump_forward = run.jump_forward;
   options.scheduler.max_model_len = run.max_model_len;
   options.max_queued_requests = 64;
   options.model_name = model_dir.filename().string();

@@ -11,7 +11,8 @@
 //     with the device sampler's contract on the host (SamplingBatch masks, sample_rows_on_host:
 //     validated again, a different draw), with that and the overlap schedule (equal to one step
 //     at a time token for token: constrained steps do not run ahead), and with the n-gram
-//     proposer speculating on every step (constrained requests do not speculate: equal tokens).
+//     proposer speculating on every step (its drafts cut to what the grammar accepts, each verify
+//     row masked: point-mass drafts leave every draw as it was, so the tokens are equal).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -195,7 +196,8 @@ TEST_F(StructuredEngineTest, HostSamplerOutputsFollowTheirGrammars) {
   const int num_length = check_outputs(host, "host sampler");
   // kjv-tiny rambles inside unbounded strings and numbers: about half are cut (20 of 38 here).
   EXPECT_LE(num_length, static_cast<int>(params_.size()) * 3 / 4) << "nearly every document was cut by max_tokens";
-  // The same with the n-gram proposer on every step: constrained requests do not speculate.
+  // The same with the n-gram proposer on every step: its drafts are checked against the grammar
+  // and verified under masks, so seeded draws are those of decoding without drafts.
   SpecRun ngram;
   ngram.proposer = "ngram";
   const SpecResult spec = serve(ngram);

@@ -36,7 +36,7 @@ RuleResult rejection_rule(Sampler& sampler, std::span<const TokenProb> p, std::s
 }
 
 Verified verify_on_host(Sampler& sampler, std::span<float> rows, int vocab, std::span<const TokenId> prompt,
-                        std::span<const TokenId> output, const DraftProposal& draft) {
+                        std::span<const TokenId> output, const DraftProposal& draft, const RowMask& mask_of) {
   const size_t k = draft.tokens.size();
   SPINDLE_CHECK(rows.size() == (k + 1) * static_cast<size_t>(vocab), "verify: {} logits for {} draft tokens of vocab {}",
                 rows.size(), k, vocab);
@@ -49,9 +49,10 @@ Verified verify_on_host(Sampler& sampler, std::span<float> rows, int vocab, std:
   std::vector<float> raw;
   for (size_t i = 0; i <= k; ++i) {
     const std::span<float> row = rows.subspan(i * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    const std::span<const uint32_t> mask = mask_of ? mask_of(i) : std::span<const uint32_t>();
     if (i == k || draft.q.empty()) {
       // The bonus row, or a point-mass draft: the ordinary draw, compared with the draft.
-      SampledToken t = sampler.sample(row, prompt, context);
+      SampledToken t = sampler.sample(row, prompt, context, mask);
       const bool accepted = i < k && t.token == draft.tokens[i];
       v.tokens.push_back(std::move(t));
       if (!accepted) break;
@@ -62,6 +63,7 @@ Verified verify_on_host(Sampler& sampler, std::span<float> rows, int vocab, std:
         v.tokens.push_back(std::move(bad));
         break;
       }
+      if (!mask.empty()) apply_grammar_mask(row, mask);  // as Sampler::sample: logprobs of the masked row
       if (want_logprobs) raw.assign(row.begin(), row.end());
       const std::vector<TokenProb> p = sampler.distribution(row, prompt, context);
       const RuleResult r = rejection_rule(sampler, p, draft.q[i], draft.tokens[i]);

@@ -15,6 +15,8 @@
 // After all k drafts are accepted, row k gives one more token (the bonus), sampled as usual.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -28,10 +30,16 @@ struct Verified {
   int num_accepted_drafts = 0;       // tokens.size() - 1
 };
 
+// A constrained request's grammar mask of verify row i (the token after drafts d_1..d_i), asked
+// for rows in increasing order, only for rows the verify reaches; an empty span: unconstrained.
+using RowMask = std::function<std::span<const uint32_t>(size_t row)>;
+
 // Host logits: rows [(k + 1) * vocab] (modified: scratch). prompt and output: the request's
-// tokens before this step (penalties see output + the drafts before each row).
+// tokens before this step (penalties see output + the drafts before each row). mask_of (may be
+// empty): each row's grammar mask, applied before anything else (as Sampler::sample applies it),
+// so p is the constrained distribution: a draft the grammar refuses has p = 0 and is rejected.
 Verified verify_on_host(Sampler& sampler, std::span<float> rows, int vocab, std::span<const TokenId> prompt,
-                        std::span<const TokenId> output, const DraftProposal& draft);
+                        std::span<const TokenId> output, const DraftProposal& draft, const RowMask& mask_of = {});
 
 // Rows already sampled (a device sampler drew row i with the context output + d_1..d_i and the
 // counter output.size() + i): the point-mass rule, comparing each draw with its draft token.
