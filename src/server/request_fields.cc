@@ -53,7 +53,7 @@ constexpr std::array kFields = std::to_array<RequestField>({
     {kCh, "tool_choice", U::kHonoured, "", "\"auto\", \"none\" (no calls parsed), \"required\" (one or more calls; one with parallel_tool_calls false) and a named function (one call of it), the last two enforced by a grammar of the tools' schemas for the hermes and llama3_json parsers (other parsers: a 400)"},
     {kCh, "parallel_tool_calls", U::kHonoured, "", "false: at most the first call is returned"},
     {kCh, "reasoning_effort", U::kHonoured, "", "given to the chat template as reasoning_effort"},
-    {kCh, "chat_template_kwargs", U::kHonoured, "", "extra chat template variables (enable_thinking, ...)"},
+    {kCh | kR, "chat_template_kwargs", U::kHonoured, "", "extra chat template variables (enable_thinking, ...)"},
     {kM, "role", U::kHonoured, "", "system, developer (as system), user, assistant, tool; function is refused"},
     {kM, "name", U::kHonoured, "", "given to the Jinja chat template (printed where the template prints it)"},
     {kM, "tool_calls", U::kHonoured, "", "an assistant turn's calls, given to the template with arguments as objects"},

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "server/chat_request.h"
 #include "server/request_fields.h"
 
 namespace spindle::server {
@@ -296,6 +297,7 @@ ResponsesRequest parse_responses_request(const std::string& body, size_t max_bod
   read_input(o, r);
   read_tools(o, r.chat_context);
   read_tool_choice(o, r.chat_context);
+  parse_template_kwargs(o, r.chat_context);  // chat_template_kwargs (reasoning_effort is not a field here)
   read_reasoning(o, r.chat_context);
   r.sampling.max_tokens = -1;  // up to the context
   if (const ordered_json* v = get(o, "max_output_tokens")) {

@@ -278,6 +278,7 @@ const std::map<std::string, std::string> kEffectTests = {
     {"input part:annotations", "server_responses_test.cc:NoOpFieldsChangeNothing"},
     {"input part:logprobs", "server_responses_test.cc:NoOpFieldsChangeNothing"},
     {"responses:reasoning", "responses_request_test.cc:FlatFunctionToolsBecomeChatTools"},
+    {"responses:chat_template_kwargs", "server_responses_test.cc:ReasoningIsAnItem"},
 };
 
 TEST(RequestFieldsTest, EachHonouredOrNoOpFieldHasATestOfItsEffect) {

@@ -215,10 +215,9 @@ TEST_F(ServerResponsesTest, NoOpFieldsChangeNothing) {
                            {"content", {{{"type", "output_text"}, {"text", "God."}, {"annotations", json::array()},
                                          {"logprobs", json::array()}}}}};
   noop_body["input"].insert(noop_body["input"].begin() + 1, json{{"type", "reasoning"}, {"id", "rs_1"}, {"summary", {{{"type", "summary_text"}, {"text", "s"}}}}});
-  for (const auto& [key, value] : json{{"user", "u"}, {"metadata", {{"k", "v"}}}, {"store", false}, {"service_tier", "auto"},
-                                       {"truncation", "disabled"}}.items()) {
-    noop_body[key] = value;
-  }
+  const json no_ops = {{"user", "u"}, {"metadata", {{"k", "v"}}}, {"store", false}, {"service_tier", "auto"},
+                      {"truncation", "disabled"}};
+  for (const auto& [key, value] : no_ops.items()) noop_body[key] = value;
   const JsonReply plain = post(*client_, "/v1/responses", plain_body);
   const JsonReply noop = post(*client_, "/v1/responses", noop_body);
   ASSERT_EQ(plain.status, 200) << plain.body;
@@ -233,17 +232,22 @@ TEST_F(ServerResponsesTest, NoOpFieldsChangeNothing) {
 // schemas. A forced call equals chat's of the same seed, whole and streamed; a history of items
 // (function_call, function_call_output) renders as chat's tool turns (same prompt tokens and text).
 TEST_F(ServerResponsesTest, ToolCallsAndToolHistoryAsChat) {
+  // Bounded schemas (kjv-tiny would otherwise write into a string until the limit), as the node
+  // client's chat tool test has them.
   const json parameters = json::parse(R"({"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
       "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"], "additionalProperties": false})");
-  const json tools = {{{"type", "function"}, {"name", "get_weather"}, {"description", "Weather."}, {"parameters", parameters}, {"strict", true}}};
-  const json chat_tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"description", "Weather."},
-                                                                {"parameters", parameters}, {"strict", true}}}}};
+  const json amen = json::parse(R"({"type": "object", "properties": {"loud": {"type": "boolean"}}, "required": ["loud"],
+      "additionalProperties": false})");
+  const json tools = {{{"type", "function"}, {"name", "get_weather"}, {"strict", true}, {"parameters", parameters}},
+                      {{"type", "function"}, {"name", "amen"}, {"parameters", amen}}};
+  const json chat_tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"strict", true}, {"parameters", parameters}}}},
+                           {{"type", "function"}, {"function", {{"name", "amen"}, {"parameters", amen}}}}};
   const json body = {{"input", "Weather in Ur?"}, {"tools", tools}, {"tool_choice", "required"}, {"parallel_tool_calls", false},
-                     {"max_output_tokens", 60}, {"temperature", 1}, {"seed", 2}};
+                     {"max_output_tokens", 120}, {"temperature", 1}, {"seed", 1}};
   const JsonReply chat = post(*client_, "/v1/chat/completions",
                               json{{"messages", {{{"role", "user"}, {"content", "Weather in Ur?"}}}}, {"tools", chat_tools},
-                                   {"tool_choice", "required"}, {"parallel_tool_calls", false}, {"max_tokens", 60},
-                                   {"temperature", 1}, {"seed", 2}});
+                                   {"tool_choice", "required"}, {"parallel_tool_calls", false}, {"max_tokens", 120},
+                                   {"temperature", 1}, {"seed", 1}});
   const JsonReply r = post(*client_, "/v1/responses", body);
   ASSERT_EQ(chat.status, 200) << chat.body;
   ASSERT_EQ(r.status, 200) << r.body;
@@ -260,12 +264,12 @@ TEST_F(ServerResponsesTest, ToolCallsAndToolHistoryAsChat) {
   // The call and its result as history.
   const std::string args = call["arguments"];
   const json items = {{{"role", "user"}, {"content", "Weather in Ur?"}},
-                      {{"type", "function_call"}, {"call_id", "call_1"}, {"name", "get_weather"}, {"arguments", args}},
+                      {{"type", "function_call"}, {"call_id", "call_1"}, {"name", call["name"]}, {"arguments", args}},
                       {{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "Hot."}}};
   const json messages = {{{"role", "user"}, {"content", "Weather in Ur?"}},
                          {{"role", "assistant"}, {"content", nullptr},
                           {"tool_calls", {{{"id", "call_1"}, {"type", "function"},
-                                           {"function", {{"name", "get_weather"}, {"arguments", args}}}}}}},
+                                           {"function", {{"name", call["name"]}, {"arguments", args}}}}}}},
                          {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "Hot."}}};
   const JsonReply chat2 = post(*client_, "/v1/chat/completions", json{{"messages", messages}, {"tools", chat_tools},
                                                                       {"max_tokens", 10}, {"temperature", 0}});
@@ -313,8 +317,9 @@ TEST_F(ServerResponsesTest, TheOpenAINodeClientsResponses) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("0 failing"));
 }
 
-// A thinking template (DeepSeek-R1's distills open the reasoning section in the prompt): the
-// reasoning is a reasoning item before the message, as chat's reasoning_content.
+// A thinking template (DeepSeek-R1's distill opens the reasoning section in the prompt when
+// chat_template_kwargs.enable_thinking is set): the reasoning is a reasoning item before the
+// message, equal to chat's reasoning_content; usage counts its tokens.
 TEST(ServerResponsesReasoningTest, ReasoningIsAnItem) {
   std::string error;
   auto server = SpindleServer::start(
@@ -322,10 +327,12 @@ TEST(ServerResponsesReasoningTest, ReasoningIsAnItem) {
       &error);
   ASSERT_NE(server, nullptr) << error;
   auto client = server->client(120);
+  const json kwargs = {{"enable_thinking", true}};  // the template then opens <think> in the prompt
   const JsonReply chat = post(*client, "/v1/chat/completions",
                               json{{"messages", {{{"role", "user"}, {"content", "Amen?"}}}}, {"max_tokens", 6},
-                                   {"temperature", 0}, {"ignore_eos", true}});
-  const json body = {{"input", "Amen?"}, {"max_output_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+                                   {"temperature", 0}, {"ignore_eos", true}, {"chat_template_kwargs", kwargs}});
+  const json body = {{"input", "Amen?"}, {"max_output_tokens", 6}, {"temperature", 0}, {"ignore_eos", true},
+                     {"chat_template_kwargs", kwargs}};
   const JsonReply r = post(*client, "/v1/responses", body);
   ASSERT_EQ(chat.status, 200) << chat.body;
   ASSERT_EQ(r.status, 200) << r.body;
