@@ -242,6 +242,36 @@ void read_reasoning(const ordered_json& body, ChatContext& c) {
   }
 }
 
+// Chat's response_format names as text.format's.
+std::string text_format_name(std::string s) {
+  static const std::regex names(R"(response_format(\.json_schema)?)");
+  return std::regex_replace(s, names, "text.format");
+}
+
+// text: {format: {type: "text"} | {type: "json_object"} | {type: "json_schema", name, schema,
+// description?, strict?}}, read as chat's response_format (structured_output.h).
+void read_text_format(const ordered_json& body, GenerationRequest& r) {
+  const ordered_json* text = get(body, "text");
+  if (!text) return;
+  check_keys(FieldScope{}, *text, {"format"}, "text.", "text");
+  const ordered_json* format = get(*text, "format");
+  if (!format) return;
+  if (!format->is_object()) bad_request("text.format", "'text.format' must be an object");
+  ordered_json response_format = *format;
+  if (get(*format, "type") && (*format)["type"] == "json_schema") {
+    ordered_json schema = *format;
+    schema.erase("type");
+    response_format = {{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+  }
+  const std::string synthetic = ordered_json{{"response_format", std::move(response_format)}}.dump();
+  try {
+    r.constraint = parse_output_constraint(json::parse(synthetic), synthetic);
+  } catch (const ApiError& e) {
+    throw ApiError(e.status(), e.type(), text_format_name(e.param()), text_format_name(e.what()));
+  }
+  r.constraint.param = text_format_name(r.constraint.param);
+}
+
 void read_input(const ordered_json& body, GenerationRequest& r) {
   InputReader reader(r);
   if (const ordered_json* instructions = get(body, "instructions")) {
@@ -276,7 +306,7 @@ json echo_of(const json& j, const GenerationRequest& r) {
           {"service_tier", j.contains("service_tier") && !j["service_tier"].is_null() ? j["service_tier"] : json("default")},
           {"store", false},
           {"temperature", r.sampling.temperature},
-          {"text", {{"format", {{"type", "text"}}}}},
+          {"text", j.contains("text") && !j["text"].is_null() ? j["text"] : json{{"format", {{"type", "text"}}}}},
           {"tool_choice", j.contains("tool_choice") && !j["tool_choice"].is_null() ? j["tool_choice"] : json("auto")},
           {"tools", j.contains("tools") && !j["tools"].is_null() ? j["tools"] : json::array()},
           {"top_p", r.sampling.top_p},
@@ -297,6 +327,7 @@ ResponsesRequest parse_responses_request(const std::string& body, size_t max_bod
   read_input(o, r);
   read_tools(o, r.chat_context);
   read_tool_choice(o, r.chat_context);
+  read_text_format(o, r);
   parse_template_kwargs(o, r.chat_context);  // chat_template_kwargs (reasoning_effort is not a field here)
   read_reasoning(o, r.chat_context);
   r.sampling.max_tokens = -1;  // up to the context

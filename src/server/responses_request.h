@@ -4,7 +4,8 @@
 // the chat template's messages (an assistant turn gathers the reasoning, message and function_call
 // items that follow one another), the flat function tools {type, name, description, parameters,
 // strict} become chat's {type, function: {...}}, tool_choice {type: "function", name} a named
-// function, max_output_tokens the token limit, reasoning.effort the template's reasoning_effort.
+// function, max_output_tokens the token limit, text.format chat's response_format (structured
+// output), reasoning.effort the template's reasoning_effort; chat_template_kwargs as in chat.
 //
 // Every key of the body, of each input item and of each content part is checked against the
 // field lists (request_fields.h, scopes kResponsesBody / kResponsesItem / kResponsesPart): a

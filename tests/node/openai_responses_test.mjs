@@ -3,7 +3,7 @@
 // responses.create (text, and a conversation of items with a tool round trip), responses.stream
 // (its event helper builds the response from output_item.added / content_part.added /
 // output_text.delta, and throws without them), a forced function call whole and streamed
-// (function_call_arguments.delta / .done), and the refused store / previous_response_id (a 400
+// (function_call_arguments.delta / .done), text.format json_schema, and the refused store / previous_response_id (a 400
 // naming the field). Run by tests/server/server_responses_test.cc; exits non-zero on a failure.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -114,6 +114,22 @@ const tests = {
     });
     assert.ok(['completed', 'incomplete'].includes(next.status), next.status);
     assert.ok(next.output.length >= 1);
+  },
+
+  // text.format json_schema: the output is a document of the schema (output_text parses).
+  async textFormatJsonSchema() {
+    const schema = { type: 'object', properties: { verse: { type: 'integer', minimum: 1, maximum: 176 },
+                                                   word: { type: 'string', enum: ['light', 'water'] } },
+                     required: ['verse', 'word'], additionalProperties: false };
+    const r = await client.responses.create({
+      model: 'kjv-tiny', input: 'A verse?', max_output_tokens: 300, temperature: 1, seed: 2,
+      text: { format: { type: 'json_schema', name: 'v', schema, strict: true } },
+    });
+    assert.equal(r.status, 'completed');
+    const doc = JSON.parse(r.output_text);
+    assert.deepEqual(Object.keys(doc), ['verse', 'word']);
+    assert.ok(Number.isInteger(doc.verse) && doc.verse >= 1 && doc.verse <= 176, r.output_text);
+    assert.ok(['light', 'water'].includes(doc.word));
   },
 
   async refusedFieldsNameTheirParam() {

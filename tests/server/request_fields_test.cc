@@ -279,6 +279,7 @@ const std::map<std::string, std::string> kEffectTests = {
     {"input part:logprobs", "server_responses_test.cc:NoOpFieldsChangeNothing"},
     {"responses:reasoning", "responses_request_test.cc:FlatFunctionToolsBecomeChatTools"},
     {"responses:chat_template_kwargs", "server_responses_test.cc:ReasoningIsAnItem"},
+    {"responses:text", "server_responses_test.cc:TextFormatConstrainsTheOutput"},
 };
 
 TEST(RequestFieldsTest, EachHonouredOrNoOpFieldHasATestOfItsEffect) {

@@ -128,7 +128,11 @@ TEST(ResponsesRequestTest, RefusalsNameTheParameter) {
       {R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id"},
       {R"({"input": "x", "background": true})", "background"},
       {R"({"input": "x", "include": ["message.output_text.logprobs"]})", "include"},
-      {R"({"input": "x", "text": {"format": {"type": "json_object"}}})", "text"},
+      {R"({"input": "x", "text": {"format": {"type": "grammar"}}})", "text.format.type"},
+      {R"({"input": "x", "text": {"verbosity": "low"}})", "text.verbosity"},
+      {R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "x"}}})", "text.format.schema"},
+      {R"({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}, "strict": 1}}})", "text.format.strict"},
+      {R"({"input": "x", "text": {"format": {"type": "json_object", "x": 1}}})", "text.format.x"},
       {R"({"input": "x", "truncation": "auto"})", "truncation"},
       {R"({"input": "x", "top_logprobs": 2})", "top_logprobs"},
       {R"({"input": "x", "conversation": "conv_1"})", "conversation"},
@@ -174,6 +178,23 @@ TEST(ResponsesRequestTest, RefusalsNameTheParameter) {
   };
   for (const auto& [body, param] : cases) EXPECT_EQ(refused_param(body), param) << body;
   EXPECT_EQ(refused_param(R"({"input": "x", "store": false, "previous_response_id": null})"), "<no error>");
+}
+
+// text.format is chat's response_format: the schema in the client's key order, strict, the param
+// a later compile error names.
+TEST(ResponsesRequestTest, TextFormatIsAnOutputConstraint) {
+  const ResponsesRequest r = parse(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "v", "strict": true,
+      "schema": {"type": "object", "properties": {"word": {"type": "string"}, "verse": {"type": "integer"}}}}}})");
+  const OutputConstraint& c = r.generation.constraint;
+  EXPECT_EQ(c.kind, OutputConstraint::Kind::kJsonSchema);
+  EXPECT_TRUE(c.strict);
+  EXPECT_EQ(c.param, "text.format.schema");
+  EXPECT_EQ(c.text, R"({"type":"object","properties":{"word":{"type":"string"},"verse":{"type":"integer"}}})");
+  EXPECT_EQ(r.echo["text"]["format"]["name"], "v");
+  EXPECT_EQ(parse(R"({"input": "x", "text": {"format": {"type": "json_object"}}})").generation.constraint.kind,
+            OutputConstraint::Kind::kJsonObject);
+  EXPECT_EQ(parse(R"({"input": "x", "text": {"format": {"type": "text"}}})").generation.constraint.kind,
+            OutputConstraint::Kind::kNone);
 }
 
 TEST(ResponsesRequestTest, ChatParamsAreRenamed) {

@@ -283,6 +283,31 @@ TEST_F(ServerResponsesTest, ToolCallsAndToolHistoryAsChat) {
   EXPECT_EQ(output_calls(r2.json), chat_calls(m));
 }
 
+// text.format is chat's response_format: the same seeded document, of the schema's keys.
+TEST_F(ServerResponsesTest, TextFormatConstrainsTheOutput) {
+  const json schema = json::parse(R"({"type": "object", "properties": {"verse": {"type": "integer", "minimum": 1,
+      "maximum": 176}, "word": {"type": "string", "enum": ["light", "water"]}}, "required": ["verse", "word"],
+      "additionalProperties": false})");
+  const json sampling = {{"temperature", 1}, {"seed", 1}};
+  json chat_body = sampling, body = sampling;
+  chat_body.update({{"messages", {{{"role", "user"}, {"content", "A verse?"}}}}, {"max_tokens", 300},
+                    {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "v"}, {"schema", schema}, {"strict", true}}}}}});
+  body.update({{"input", "A verse?"}, {"max_output_tokens", 300},
+               {"text", {{"format", {{"type", "json_schema"}, {"name", "v"}, {"schema", schema}, {"strict", true}}}}}});
+  const JsonReply chat = post(*client_, "/v1/chat/completions", chat_body);
+  const JsonReply r = post(*client_, "/v1/responses", body);
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["status"], "completed") << r.body;
+  const std::string text = output_text(r.json);
+  EXPECT_EQ(text, chat.json["choices"][0]["message"]["content"]);
+  const json doc = json::parse(text, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << text;
+  EXPECT_TRUE(doc["verse"].is_number_integer() && doc["word"].is_string()) << text;
+  EXPECT_EQ(r.json["text"]["format"]["name"], "v");
+  EXPECT_EQ(output_text(check_stream(*client_, body)), text);
+}
+
 TEST_F(ServerResponsesTest, RefusalsNameTheParameter) {
   const std::vector<std::pair<json, std::string>> cases = {
       {{{"input", "x"}, {"store", true}}, "store"},
@@ -291,6 +316,8 @@ TEST_F(ServerResponsesTest, RefusalsNameTheParameter) {
       {{{"input", {{{"type", "item_reference"}, {"id", "msg_1"}}}}}, "input[0].type"},
       // Raised by the shared chat code at submission, renamed.
       {{{"input", "x"}, {"max_output_tokens", 100000}}, "max_output_tokens"},
+      {{{"input", "x"}, {"text", {{"format", {{"type", "json_schema"}, {"schema", {{"type", "object"}, {"not", json::object()}}}}}}}},
+       "text.format.schema"},
       {{{"input", "x"}, {"tools", {{{"type", "function"}, {"name", "f"},
                                     {"parameters", {{"type", "object"}, {"patternProperties", {{"a", json::object()}}}}}}}}},
        "tools[0].parameters"},
