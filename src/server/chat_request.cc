@@ -192,7 +192,8 @@ void parse_tool_choice(const ordered_json& body, ChatContext& c) {
   }
 }
 
-// The variables transformers' apply_chat_template sets itself may not be overridden.
+}  // namespace
+
 void parse_template_kwargs(const ordered_json& body, ChatContext& c) {
   if (const ordered_json* kwargs = get(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -213,8 +214,6 @@ void parse_template_kwargs(const ordered_json& body, ChatContext& c) {
     c.template_kwargs["reasoning_effort"] = *effort;
   }
 }
-
-}  // namespace
 
 void parse_chat_context(const ordered_json& body, GenerationRequest& r) {
   const ordered_json* messages = get(body, "messages");

@@ -17,6 +17,10 @@ namespace spindle::server {
 // and r.chat_context. The top-level keys have been checked against the field lists already.
 void parse_chat_context(const nlohmann::ordered_json& body, GenerationRequest& r);
 
+// chat_template_kwargs and reasoning_effort from `body` into c.template_kwargs; the variables
+// transformers' apply_chat_template sets itself (messages, tools, ...) may not be overridden.
+void parse_template_kwargs(const nlohmann::ordered_json& body, ChatContext& c);
+
 // The context a Jinja chat template renders (ChatTemplate::render_context): messages, tools,
 // add_generation_prompt, then the template kwargs.
 nlohmann::ordered_json template_context(const ChatContext& c, bool add_generation_prompt = true);

@@ -157,6 +157,7 @@ Route HttpServer::Impl::route(const HttpRequest& req, std::string* model_id) con
   }
   if (path == "/v1/completions") return post_only(Route::kCompletions);
   if (path == "/v1/chat/completions") return post_only(Route::kChat);
+  if (path == "/v1/responses") return post_only(Route::kResponses);
   if (path == "/v1/embeddings") return post_only(Route::kEmbeddings);
   if (path == "/tokenize") return post_only(Route::kTokenize);  // vLLM's paths
   if (path == "/detokenize") return post_only(Route::kDetokenize);
@@ -192,8 +193,8 @@ std::optional<ApiError> HttpServer::Impl::check_access(const HttpRequest& req, R
     *cors_origin = any ? "*" : std::string(it->value());
   }
   const bool needs_key = route == Route::kModels || route == Route::kModel || route == Route::kCompletions ||
-                         route == Route::kChat || route == Route::kEmbeddings || route == Route::kTokenize ||
-                         route == Route::kDetokenize ||
+                         route == Route::kChat || route == Route::kResponses || route == Route::kEmbeddings ||
+                         route == Route::kTokenize || route == Route::kDetokenize ||
                          route == Route::kKvIntegrity;
   if (needs_key && !options.api_key.empty()) {
     const auto it = req.find(http::field::authorization);

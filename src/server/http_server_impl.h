@@ -36,7 +36,7 @@ class Session;
 
 // What a request's head asks for.
 enum class Route {
-  kHealth, kMetrics, kModels, kModel, kCompletions, kChat, kEmbeddings, kTokenize, kDetokenize, kKvIntegrity, kPreflight, kNotFound,
+  kHealth, kMetrics, kModels, kModel, kCompletions, kChat, kResponses, kEmbeddings, kTokenize, kDetokenize, kKvIntegrity, kPreflight, kNotFound,
   kWrongMethod
 };
 

@@ -311,7 +311,8 @@ void Session::dispatch() {
     return;
   }
   if (server_.draining.load() &&
-      (route_ == Route::kCompletions || route_ == Route::kChat || route_ == Route::kEmbeddings)) {
+      (route_ == Route::kCompletions || route_ == Route::kChat || route_ == Route::kResponses ||
+       route_ == Route::kEmbeddings)) {
     reject(Reject::kShutdown, ApiError(503, "server_shutting_down", "", "the server is shutting down"));
     return;
   }
@@ -366,6 +367,7 @@ void Session::dispatch() {
       return;
     case Route::kCompletions:
     case Route::kChat: run_generation(route_ == Route::kChat); return;
+    case Route::kResponses: run_responses(); return;
     case Route::kEmbeddings: run_embeddings(); return;
     case Route::kTokenize:
     case Route::kDetokenize: run_tokenize(route_ == Route::kTokenize); return;

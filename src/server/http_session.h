@@ -62,6 +62,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void run_generation(bool chat);
   void start_generation(std::shared_ptr<GenerationRequest> request, Submitted submitted);
   void run_embeddings();
+  void run_responses();  // /v1/responses (responses_relay.h)
   // Relays `relay`'s events (JSON or SSE) while the client is watched for disconnects.
   void start_relay(std::shared_ptr<Relay> relay);
   void pump();

@@ -10,6 +10,7 @@
 #include "engine/dp_group.h"
 #include "server/http_session.h"
 #include "server/embeddings_handler.h"
+#include "server/responses_relay.h"
 #include "server/tokenize_handler.h"
 #include "util/error.h"
 
@@ -101,6 +102,43 @@ void Session::run_embeddings() {
       error = e;
     } catch (const std::exception& e) {
       spdlog::error("embeddings request failed: {}", e.what());
+      error = ApiError(500, "internal_error", "", e.what());
+    }
+    asio::post(self->stream_.get_executor(), [self, relay, error]() mutable {
+      if (error) {
+        if (self->state_ != State::kClosed) self->respond(error_response(*error, self->version_));
+        return;
+      }
+      if (self->state_ == State::kClosed) {
+        relay->cancel();
+        return;
+      }
+      self->start_relay(std::move(relay));
+    });
+  });
+}
+
+// /v1/responses: parsed, tokenized and submitted on the work pool like a chat request, relayed
+// as the Responses API's object or events.
+void Session::run_responses() {
+  const HttpRequest& req = parser_->get();
+  if (auto type = req[http::field::content_type]; boost::istarts_with(type, "multipart/form-data")) {
+    reject(Reject::kCount, ApiError(415, "invalid_request_error", "",
+                                    "request bodies must be JSON (Content-Type: application/json)"));
+    return;
+  }
+  engine::DpGroup* engine = server_.engine.load();
+  asio::post(*server_.work, [self = shared_from_this(), engine, body = std::move(parser_->get().body())] {
+    std::shared_ptr<Relay> relay;
+    std::optional<ApiError> error;
+    try {
+      ResponsesRequest request = parse_responses_request(body, self->server_.options.max_body_bytes);
+      Submitted submitted = submit_responses_request(*engine, request.generation);
+      relay = std::make_shared<ResponsesRelay>(*engine, request, std::move(submitted));
+    } catch (const ApiError& e) {
+      error = e;
+    } catch (const std::exception& e) {
+      spdlog::error("responses request failed: {}", e.what());
       error = ApiError(500, "internal_error", "", e.what());
     }
     asio::post(self->stream_.get_executor(), [self, relay, error]() mutable {

@@ -145,8 +145,9 @@ void check_no_op_fields(const json& j) {
   }
 }
 
-// The fields shared by completions and chat; first every key is checked against the lists.
-void parse_common(const json& j, FieldScope scope, GenerationRequest& r) {
+}  // namespace
+
+void parse_common_fields(const json& j, FieldScope scope, GenerationRequest& r) {
   check_request_fields(scope, j, "");
   check_no_op_fields(j);
   const Fields f(j);
@@ -204,8 +205,6 @@ void parse_common(const json& j, FieldScope scope, GenerationRequest& r) {
   }
 }
 
-}  // namespace
-
 json parse_body(const std::string& body, size_t max_body_bytes) {
   if (body.size() > max_body_bytes) {
     throw ApiError(413, "invalid_request_error", "",
@@ -220,7 +219,7 @@ json parse_body(const std::string& body, size_t max_body_bytes) {
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes) {
   const json j = parse_body(body, max_body_bytes);
   GenerationRequest r;
-  parse_common(j, kCompletionBody, r);
+  parse_common_fields(j, kCompletionBody, r);
   const Fields f(j);
   const json* prompt = f.get("prompt");
   if (!prompt) bad_request("prompt", "'prompt' is required");
@@ -252,7 +251,7 @@ GenerationRequest parse_chat_request(const std::string& body, size_t max_body_by
   const json j = parse_body(body, max_body_bytes);
   GenerationRequest r;
   r.chat = true;
-  parse_common(j, kChatBody, r);
+  parse_common_fields(j, kChatBody, r);
   const Fields f(j);
   // Parsed again keeping the client's key order: tools and arguments reach the template as sent.
   parse_chat_context(nlohmann::ordered_json::parse(body), r);

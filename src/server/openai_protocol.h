@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "server/request_fields.h"
 #include "server/structured_output.h"
 
 namespace spindle::server {
@@ -87,6 +88,11 @@ struct GenerationRequest {
 
 // A request body as a JSON object: 413 past max_body_bytes, 400 when it is not a JSON object.
 nlohmann::json parse_body(const std::string& body, size_t max_body_bytes);
+
+// The fields completions, chat and responses share (model, sampling, stream), after every key of
+// `j` is checked against the lists at `scope` (so a field not listed there never reaches a parser).
+// Throws ApiError.
+void parse_common_fields(const nlohmann::json& j, FieldScope scope, GenerationRequest& r);
 
 // Body of POST /v1/completions or /v1/chat/completions. Throws ApiError.
 GenerationRequest parse_completion_request(const std::string& body, size_t max_body_bytes);

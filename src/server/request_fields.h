@@ -3,8 +3,8 @@
 // supplied: foo", as OpenAI answers), so nothing a client sends is silently ignored.
 //
 // The lists cover the pinned openai client's CompletionCreateParamsBase and
-// ChatCompletionCreateParamsBase and EmbeddingCreateParams (tests/node), its message and
-// text-part fields, stream_options,
+// ChatCompletionCreateParamsBase, EmbeddingCreateParams and ResponseCreateParamsBase (tests/node),
+// their message, input-item and text-part fields, stream_options,
 // and the vLLM / SGLang / llama.cpp extensions Spindle reads or refuses by name.
 // tests/server/request_fields_test.cc fails when the pinned client gains a field in no list.
 #pragma once
@@ -25,18 +25,21 @@ enum class FieldUse : uint8_t {
 };
 
 // Where a field sits; a bit mask so that one row can serve both endpoints.
-enum FieldScope : uint8_t {
-  kCompletionBody = 1,   // POST /v1/completions, top level
-  kChatBody = 2,         // POST /v1/chat/completions, top level
-  kMessage = 4,          // an element of messages
-  kContentPart = 8,      // an element of a message's content array
-  kStreamOptions = 16,   // stream_options (both endpoints)
-  kEmbeddingsBody = 32,  // POST /v1/embeddings, top level
+enum FieldScope : uint16_t {
+  kCompletionBody = 1,    // POST /v1/completions, top level
+  kChatBody = 2,          // POST /v1/chat/completions, top level
+  kMessage = 4,           // an element of messages
+  kContentPart = 8,       // an element of a message's content array
+  kStreamOptions = 16,    // stream_options (both endpoints)
+  kEmbeddingsBody = 32,   // POST /v1/embeddings, top level
+  kResponsesBody = 64,    // POST /v1/responses, top level
+  kResponsesItem = 128,   // an element of a /v1/responses input (message, function_call, ... items)
+  kResponsesPart = 256,   // an element of an input message item's content array
   kBothBodies = kCompletionBody | kChatBody,
 };
 
 struct RequestField {
-  uint8_t scopes;         // FieldScope bits
+  uint16_t scopes;        // FieldScope bits
   std::string_view name;
   FieldUse use;
   // JSON text. kRefused: the one value let through because it asks for nothing (`"tools": []`);

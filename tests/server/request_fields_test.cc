@@ -20,12 +20,15 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kSourceDir = SPINDLE_SOURCE_DIR;
 
-constexpr std::array<std::pair<FieldScope, const char*>, 6> kScopes = {{{kCompletionBody, "completions"},
+constexpr std::array<std::pair<FieldScope, const char*>, 9> kScopes = {{{kCompletionBody, "completions"},
                                                                         {kChatBody, "chat"},
                                                                         {kEmbeddingsBody, "embeddings"},
                                                                         {kMessage, "message"},
                                                                         {kContentPart, "content part"},
-                                                                        {kStreamOptions, "stream_options"}}};
+                                                                        {kStreamOptions, "stream_options"},
+                                                                        {kResponsesBody, "responses"},
+                                                                        {kResponsesItem, "input item"},
+                                                                        {kResponsesPart, "input part"}}};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -92,6 +95,7 @@ TEST(RequestFieldsTest, ThePinnedClientsInterfacesAreInTheLists) {
   const std::string completions = read_text(openai / "resources" / "completions.d.ts");
   const std::string chat = read_text(openai / "resources" / "chat" / "completions" / "completions.d.ts");
   const std::string embeddings = read_text(openai / "resources" / "embeddings.d.ts");
+  const std::string responses = read_text(openai / "resources" / "responses" / "responses.d.ts");
   struct Interface {
     const std::string* dts;
     std::string name;
@@ -113,6 +117,15 @@ TEST(RequestFieldsTest, ThePinnedClientsInterfacesAreInTheLists) {
       {&chat, "ChatCompletionFunctionMessageParam", kMessage},
       {&chat, "ChatCompletionContentPartText", kContentPart},
       {&embeddings, "EmbeddingCreateParams", kEmbeddingsBody},
+      {&responses, "ResponseCreateParamsBase", kResponsesBody},
+      {&responses, "ResponseCreateParamsNonStreaming", kResponsesBody},
+      {&responses, "ResponseCreateParamsStreaming", kResponsesBody},
+      {&responses, "EasyInputMessage", kResponsesItem},
+      {&responses, "ResponseOutputMessage", kResponsesItem},
+      {&responses, "ResponseFunctionToolCall", kResponsesItem},
+      {&responses, "ResponseReasoningItem", kResponsesItem},
+      {&responses, "ResponseInputText", kResponsesPart},
+      {&responses, "ResponseOutputText", kResponsesPart},
   };
   std::map<std::string, size_t> num_fields;
   for (const auto& i : interfaces) {
@@ -130,6 +143,7 @@ TEST(RequestFieldsTest, ThePinnedClientsInterfacesAreInTheLists) {
   EXPECT_GE(num_fields["CompletionCreateParamsBase"], 18u);
   EXPECT_GE(num_fields["ChatCompletionAssistantMessageParam"], 7u);
   EXPECT_GE(num_fields["EmbeddingCreateParams"], 5u);
+  EXPECT_GE(num_fields["ResponseCreateParamsBase"], 20u);
   EXPECT_EQ(interface_fields(chat, "NoSuchInterface").size(), 0u);
 }
 
@@ -227,6 +241,45 @@ const std::map<std::string, std::string> kEffectTests = {
     {"message:tool_calls", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
     {"message:tool_call_id", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
     {"message:reasoning_content", "server_tools_test.cc:ToolsAndToolTurnsReachTheTemplate"},
+    {"responses:model", "server_responses_test.cc:TextMatchesChatAndStreams"},
+    {"responses:input", "server_responses_test.cc:TextMatchesChatAndStreams"},
+    {"responses:instructions", "server_responses_test.cc:TextMatchesChatAndStreams"},
+    {"responses:max_output_tokens", "server_responses_test.cc:TextMatchesChatAndStreams"},
+    {"responses:stream", "server_responses_test.cc:TextMatchesChatAndStreams"},
+    {"responses:ignore_eos", "server_responses_test.cc:TextMatchesChatAndStreams"},
+    {"responses:temperature", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:top_p", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:seed", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:top_k", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:min_p", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:presence_penalty", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:frequency_penalty", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:repetition_penalty", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"responses:tools", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"responses:tool_choice", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"responses:parallel_tool_calls", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"responses:user", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"responses:metadata", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"responses:store", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"responses:service_tier", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"responses:truncation", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"input item:type", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"input item:role", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"input item:content", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"input item:call_id", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"input item:name", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"input item:arguments", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"input item:output", "server_responses_test.cc:ToolCallsAndToolHistoryAsChat"},
+    {"input item:id", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"input item:status", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"input item:summary", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"input part:type", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"input part:text", "server_responses_test.cc:SamplingFieldsAsChat"},
+    {"input part:annotations", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"input part:logprobs", "server_responses_test.cc:NoOpFieldsChangeNothing"},
+    {"responses:reasoning", "responses_request_test.cc:FlatFunctionToolsBecomeChatTools"},
+    {"responses:chat_template_kwargs", "server_responses_test.cc:ReasoningIsAnItem"},
+    {"responses:text", "server_responses_test.cc:TextFormatConstrainsTheOutput"},
 };
 
 TEST(RequestFieldsTest, EachHonouredOrNoOpFieldHasATestOfItsEffect) {
