@@ -286,20 +286,25 @@ inline ReferenceShape reference_shape(const ModelConfig& c) {
 
 // Over a model's golden prompts: the worst relative errors of its last logits against the forward
 // with float64 activations and against the forward with them rounded as the int8 kernels round
-// them (ReferenceShape::quantize_activations), and how many prompts the latter holds within its
-// tolerance.
+// them (ReferenceShape::quantize_activations), how many prompts the latter holds within its
+// tolerance, and on how many the rounded forward is stable at f32 precision: its two probes (the
+// rounding computed in f32 as the kernels compute it; every input moved by one f32 ulp) leave it
+// within that tolerance. The rounded forward is discontinuous: where a probe moves it, an int8
+// rounding sits at a half step, f32 activations upstream may flip it, and after one flip the two
+// forwards round independently (gguf_moe_test.cc, bench/results/2026-12-07-devvm-zen4-f64-reference).
 struct QuantizedComparison {
   double worst = 0, worst_same_activations = 0;
-  int prompts = 0, within_same_activations = 0;
+  int prompts = 0, within_same_activations = 0, stable = 0;
 };
 
-// Expects every prompt's error within `tolerance` of the float64-activation forward, and all
-// prompts but one within `same_activations_tolerance` of the rounded-activation one (f32
-// activations upstream may flip one near-tie int8 rounding). `ours` gives the model's last logits.
+// Expects every prompt's error within `tolerance` of the float64-activation forward, and within
+// `same_activations_tolerance` of the rounded-activation one on every prompt where that is stable.
+// `ours` gives the model's last logits.
 inline QuantizedComparison compare_quantized(ReferenceShape shape, const std::map<std::string, std::vector<double>>& w,
                                              const std::vector<GoldenPrompt>& prompts,
                                              const std::function<std::vector<float>(const GoldenPrompt&)>& ours,
                                              double tolerance, double same_activations_tolerance) {
+  auto as_float = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
   QuantizedComparison out;
   for (const GoldenPrompt& prompt : prompts) {
     const std::vector<float> logits = ours(prompt);
@@ -307,17 +312,27 @@ inline QuantizedComparison compare_quantized(ReferenceShape shape, const std::ma
     const std::vector<double> ref = reference_last_logits(shape, w, prompt.ids);
     shape.quantize_activations = true;
     const std::vector<double> ref_q = reference_last_logits(shape, w, prompt.ids);
-    const double err = relative_error(logits, std::vector<float>(ref.begin(), ref.end()));
-    const double err_q = relative_error(logits, std::vector<float>(ref_q.begin(), ref_q.end()));
+    ReferenceShape probe = shape;
+    probe.round_in_f32 = true;
+    const std::vector<double> probe_f32 = reference_last_logits(probe, w, prompt.ids);
+    probe.round_in_f32 = false;
+    probe.activation_jitter = 0x1p-23;
+    const std::vector<double> probe_ulp = reference_last_logits(probe, w, prompt.ids);
+    const double instability = std::max(relative_error(as_float(probe_f32), as_float(ref_q)),
+                                        relative_error(as_float(probe_ulp), as_float(ref_q)));
+    const double err = relative_error(logits, as_float(ref));
+    const double err_q = relative_error(logits, as_float(ref_q));
     out.worst = std::max(out.worst, err);
     out.worst_same_activations = std::max(out.worst_same_activations, err_q);
     EXPECT_LE(err, tolerance) << prompt.text;
     ++out.prompts;
     out.within_same_activations += err_q <= same_activations_tolerance;
+    if (instability <= same_activations_tolerance) {
+      ++out.stable;
+      EXPECT_LE(err_q, same_activations_tolerance) << prompt.text << " (the rounded reference is stable here)";
+    }
   }
   EXPECT_GT(out.prompts, 0);
-  EXPECT_GE(out.within_same_activations, out.prompts - 1)
-      << "prompts matching the same-activation reference within " << same_activations_tolerance;
   return out;
 }
 
