@@ -18,11 +18,12 @@ quantized products (Spindle: int8 per 32, f32 scale; llama.cpp: Q8_K per 256 for
 Q8_0 per 32 with an fp16 scale for Q8_0 weights, bf16 for BF16 weights) and its KV cache (bf16 /
 f16), so each is off the float64 forward over the dequantized weights by its own rounding error, and
 the two by up to the sum. f64_reference.py measures both against that forward and derives, per file,
-TOLERANCE = 1.25 x (the largest gap of llama.cpp's modelled rounding to the exact forward + that of
-Spindle's), every term computed in float64 alone (f64_check.sh runs it all and then this script on
-fresh prompts at the derived value). Measured 2026-12-07 (bench/results/2026-12-07-devvm-zen4-f64-reference):
-1B-shape Q4_K_M 0.24, Q8_0 see there, kjv-tiny Q8_0 0.22; BF16 files 0.1 (llama.cpp's bf16 rounding:
-0.021 on kjv-tiny, Spindle exact 0.0000). With random weights no top-2 margin reaches 10 x such a
+TOLERANCE = 1.5 x (the largest gap of llama.cpp's modelled rounding to the exact forward + that of
+Spindle's), every term computed in float64 alone (f64_check.sh runs it all, then this script on
+fresh prompts at the derived value; 1.5: the largest of 256 positions varies by up to 1.34x between
+samples of the same rounding). Measured 2026-12-07 (bench/results/2026-12-07-devvm-zen4-f64-reference):
+1B-shape Q4_K_M 0.286, Q8_0 0.197; kjv-tiny Q8_0 0.266, Q4_K_M 0.350; BF16 files keep 0.1
+(llama.cpp's bf16 rounding: 0.021 on kjv-tiny; Spindle exact: 0.0000). With random weights no top-2 margin reaches 10 x such a
 tolerance, so the id half of the check does not apply there; f64_reference.py compares greedy
 choices with the f64 argmax instead.
 
