@@ -23,7 +23,10 @@ Spindle's), every term computed in float64 alone (f64_check.sh runs it all, then
 fresh prompts at the derived value; 1.5: the largest of 256 positions varies by up to 1.34x between
 samples of the same rounding). Measured 2026-12-07 (bench/results/2026-12-07-devvm-zen4-f64-reference):
 1B-shape Q4_K_M 0.286, Q8_0 0.197; kjv-tiny Q8_0 0.266, Q4_K_M 0.350; BF16 files keep 0.1
-(llama.cpp's bf16 rounding: 0.021 on kjv-tiny; Spindle exact: 0.0000). With random weights no top-2 margin reaches 10 x such a
+(llama.cpp's bf16 rounding: 0.021 on kjv-tiny; Spindle exact: 0.0000). At such a derived
+tolerance this two-way check misses a 10% scaling of one ffn_down (perturb_gguf.py) that
+f64_reference.py's three-way verdict finds: for quantized files the three-way check (f64_check.sh)
+is the acceptance check, this one a smoke test. With random weights no top-2 margin reaches 10 x such a
 tolerance, so the id half of the check does not apply there; f64_reference.py compares greedy
 choices with the f64 argmax instead.
 
