@@ -28,6 +28,9 @@ PACKAGES=(
   python3-jinja2         # tests/jinja/check_corpus.py: jinja2 is the reference renderer of chat templates
   zlib1g-dev             # tests/support/gunzipped_file: golden GGUF files are stored .gz (tests/golden/gguf)
   python3-jsonschema     # tests/grammar: independent validator of generated JSON documents
+  python3-numpy          # bench/cpu_peer: st_to_gguf.py, f64_reference.py (float64 forward over GGUF weights)
+  libopenblas0-pthread   # f64_reference.py's products (f64_check.sh puts it on LD_LIBRARY_PATH; the
+                         # system BLAS alternative stays netlib's)
 )
 
 missing=()

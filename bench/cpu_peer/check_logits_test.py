@@ -65,5 +65,29 @@ class Compare(unittest.TestCase):
         self.assertEqual([t[1] for t in p[0].top], ["a", "b"])
 
 
+class ControlTokens(unittest.TestCase):
+    """llama-server names a control token '' where Spindle names it; text matching pairs them."""
+
+    def at(self, chosen, names, logprobs):
+        return cl.Position(None, chosen, logprobs[0], [(None, n, v) for n, v in zip(names, logprobs)])
+
+    def test_empty_and_named_control_token_pair(self):
+        ref = [self.at(".", [".", "", "a", "b", "c"], [-0.5, -1.96, -3.0, -3.1, -3.2])]
+        cand = [self.at(".", [".", "<|im_end|>", "a", "b", "c"], [-0.5, -1.965, -3.0, -3.1, -3.2])]
+        r = cl.compare_prompt(ref, cand, 0.1, match="text")
+        self.assertEqual(r["failures"], [])
+        self.assertAlmostEqual(r["max_abs_logprob_diff"], 0.005, places=6)
+        chose = cl.compare_prompt([self.at("", ["", "a"], [-0.1, -3.0])], [self.at("<|im_end|>", ["<|im_end|>", "a"], [-0.1, -3.0])],
+                                  0.1, match="text")
+        self.assertEqual((chose["failures"], chose["ids_checked"]), ([], 1))
+
+    def test_pairing_does_not_hide_a_difference(self):
+        ref = [self.at(".", [".", "", "a", "b", "c"], [-0.5, -1.96, -3.0, -3.1, -3.2])]
+        cand = [self.at(".", [".", "<|im_end|>", "a", "b", "c"], [-0.5, -1.5, -3.0, -3.1, -3.2])]
+        self.assertNotEqual(cl.compare_prompt(ref, cand, 0.1, match="text")["failures"], [])
+        two = [self.at(".", [".", "<|a|>", "<|b|>", "b", "c"], [-0.5, -1.96, -2.0, -3.1, -3.2])]
+        self.assertNotEqual(cl.compare_prompt(ref, two, 0.1, match="text")["failures"], [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -184,7 +184,8 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_option("--threads", f.num_threads, "Worker threads (one per usable core)");
   app.add_option("--matmul-precision", f.matmul_precision,
                  "auto (default): bf16 for checkpoints stored in bf16, exact otherwise; exact: f32 activations "
-                 "in every matrix product (CUDA: bf16 weights times hi/lo-split activations); bf16: round "
+                 "in every matrix product of F32/BF16 weights (CUDA: bf16 weights times hi/lo-split activations; "
+                 "quantized GGUF weights always run int8 kernels, activations rounded per block of 32); bf16: round "
                  "activations to bf16 (oneDNN's AMX/AVX512-BF16 matmul on large CPU batches, cuBLAS bf16 GEMMs "
                  "on CUDA; ~1e-2 relative logit error)")
       ->check(CLI::IsMember({"auto", "exact", "bf16"}));

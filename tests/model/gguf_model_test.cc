@@ -16,9 +16,10 @@
 //       O(1) (the F32 negative control above: 1.5-1.8).
 //    b. with the activations rounded as the kernels round them (ReferenceShape::
 //       quantize_activations): only f32 rounding differs, ~2e-7, so kQuantSameActivationsTolerance
-//       = 1e-5; all prompts but one must be within it, since the f32 activations upstream differ
-//       from float64 ones at ~1e-7 and may flip one near-tie int8 rounding, which moves the logits
-//       by ~1e-2 (seen in 2 of 60 prompts).
+//       = 1e-5, asserted on every prompt where the rounded forward is stable at f32 precision
+//       (compare_quantized's two probes leave it within 1e-5). Elsewhere an int8 rounding sits at
+//       a half step, the f32 activations upstream may flip it, and that moves the logits by ~1e-2
+//       (the MoE files of gguf_moe_test.cc show it prompt by prompt).
 // 3. weight_bytes: the repacked sizes from quant_linear.h's layout (per 16 rows and block: Q8_0 544
 //    bytes per 32, Q4_0 288 per 32, Q4_K 2368, Q5_K 2880, Q6_K 3360 per 256), the in-place tables
 //    and norms, exactly.
@@ -212,9 +213,9 @@ TEST_P(GgufQuantTest, LogitsMatchFloat64ForwardOverDequantizedWeights) {
       [&](const testing::GoldenPrompt& prompt) { return testing::prefill_alone(*model, prompt, DType::kF32); },
       kQuantTolerance, kQuantSameActivationsTolerance);
   std::printf("%s %s (%s linear): relative error %.3g against f64 activations (tolerance %.3g); against the "
-              "same int8-rounded activations %d of %d prompts within %.3g (worst %.3g)\n", qc.model.c_str(),
+              "same int8-rounded activations %d of %d prompts within %.3g (worst %.3g; %d stable under the probes)\n", qc.model.c_str(),
               std::string(gguf::ggml_type_name(qc.type)).c_str(), model->linear_kernel_name(), q.worst, kQuantTolerance,
-              q.within_same_activations, q.prompts, kQuantSameActivationsTolerance, q.worst_same_activations);
+              q.within_same_activations, q.prompts, kQuantSameActivationsTolerance, q.worst_same_activations, q.stable);
   EXPECT_EQ(model->weight_bytes(), expected_weight_bytes(c, qc.type));
 }
 

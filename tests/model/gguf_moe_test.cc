@@ -152,13 +152,24 @@ TEST_P(GgufMoeBf16Test, Q8_0ExpertsMatchHuggingFace) {
 //    against the reference with the experts' inputs rounded per 32 as the int8 kernels round them,
 //    every prompt within kSameActivationsTolerance = 1e-5 (printed: 3.3e-7..5.7e-7, f32 rounding);
 //    against unrounded activations within kQ8Tolerance = 1e-1.
-// b. every 2-D tensor quantized (routers bf16, qwen2moe's shared gate F32): within kQ8Tolerance of
-//    the unrounded reference (printed: 2.9e-2..6.2e-2; a structural error is 0.4-0.9, the negative
-//    controls below). With the rounded reference only 0-4 of 4 prompts agree within 1e-5 (worst
-//    1.5e-2..3.1e-2; mixtral Q4_0 4 of 4), printed, not asserted: OPEN. Since (a) is exact, the
-//    difference lies in the int8 attention / dense / LM-head products of these bf16-made files,
-//    where the dense f32-made files of gguf_model_test.cc agree on all prompts but one.
+// b. every 2-D tensor quantized (routers bf16, qwen2moe's shared gate F32): against the rounded
+//    reference, prompts split in two. The rounded forward is discontinuous (an int8 rounding at a
+//    half step flips under any change), and with every product's input rounded it is ill-conditioned
+//    at f32 precision on some prompts: two probes of it, the rounding computed as the kernels compute
+//    it (f32(x) * f32(1 / dx), not x / dx in float64) and the inputs moved by one f32 ulp (x (1 +- 2^-23)),
+//    move it by 1.5e-2..3.1e-2 (printed) on exactly the prompts where Spindle is that far from it
+//    (measured 2026-12-07: on 2 of them Spindle equals the f32-rounding probe within 1.3e-7). After
+//    one flipped rounding the two forwards round independently, so they differ by the activation
+//    rounding error itself. Asserted: (i) wherever both probes leave the rounded reference within
+//    kSameActivationsTolerance (a well-conditioned prompt), Spindle is within it too (a wrong int8
+//    product fails here); (ii) against the unrounded reference, within kQ8Tolerance and within
+//    kActivationErrorMargin x the activation rounding error the reference itself shows for the case
+//    (the largest distance of the rounded reference or a probe from the unrounded one over its
+//    prompts: 1.0e-2..6.2e-2 printed): Spindle's rounding is one more sample of that error, the
+//    margin covers its spread over 3 samples a prompt (a structural error is 0.4-0.9, the negative
+//    controls below). bench/results/2026-12-07-devvm-zen4-f64-reference has the 1B-shape version.
 constexpr double kSameActivationsTolerance = 1e-5;
+constexpr double kActivationErrorMargin = 2.0;
 
 struct QuantCase {
   std::string model;
@@ -178,28 +189,50 @@ TEST_P(GgufMoeQuantTest, LogitsMatchFloat64ForwardOverDequantizedExperts) {
   const ModelConfig& c = l.model->config();
   testing::ReferenceShape shape = testing::reference_shape(c);
   shape.quantize_only_experts = qc.experts_only;
-  double worst = 0, worst_same_x = 0;
-  int num_prompts = 0, num_exact = 0;
+  auto rel = [](const std::vector<double>& a, const std::vector<double>& b) {
+    return testing::relative_error(std::vector<float>(a.begin(), a.end()), std::vector<float>(b.begin(), b.end()));
+  };
+  auto last_logits = [&](const testing::GoldenPrompt& prompt, bool quantize, bool in_f32, double jitter) {
+    testing::ReferenceShape s = shape;
+    s.quantize_activations = quantize;
+    s.round_in_f32 = in_f32;
+    s.activation_jitter = jitter;
+    return testing::reference_last_logits(s, weights, prompt.ids);
+  };
+  double worst = 0, worst_same_x = 0, activation_error = 0;
+  int num_prompts = 0, num_exact = 0, num_stable = 0;
+  std::vector<double> errors;
   for (const auto& prompt : testing::read_golden(qc.model)) {
     const std::vector<float> ours = testing::prefill_alone(*l.model, prompt, DType::kF32);
-    shape.quantize_activations = false;
-    const std::vector<double> ref = testing::reference_last_logits(shape, weights, prompt.ids);
-    shape.quantize_activations = true;
-    const std::vector<double> ref_q = testing::reference_last_logits(shape, weights, prompt.ids);
+    const std::vector<double> ref = last_logits(prompt, false, false, 0);
+    const std::vector<double> ref_q = last_logits(prompt, true, false, 0);
+    const std::vector<double> probe_f32 = last_logits(prompt, true, true, 0);
+    const std::vector<double> probe_ulp = last_logits(prompt, true, false, 0x1p-23);
     const double err = testing::relative_error(ours, std::vector<float>(ref.begin(), ref.end()));
     const double err_q = testing::relative_error(ours, std::vector<float>(ref_q.begin(), ref_q.end()));
+    const double instability = std::max(rel(probe_f32, ref_q), rel(probe_ulp, ref_q));
+    activation_error = std::max({activation_error, rel(ref_q, ref), rel(probe_f32, ref), rel(probe_ulp, ref)});
+    std::printf("[ prompt %d ] Spindle vs f64: %.3g unrounded, %.3g rounded; the rounded reference moves %.3g under "
+                "the probes\n", num_prompts, err, err_q, instability);
     worst = std::max(worst, err);
     worst_same_x = std::max(worst_same_x, err_q);
+    errors.push_back(err);
     EXPECT_LE(err, kQ8Tolerance) << prompt.text;
+    if (instability <= kSameActivationsTolerance || qc.experts_only) {
+      ++num_stable;
+      EXPECT_LE(err_q, kSameActivationsTolerance) << prompt.text << " (the rounded reference is stable here)";
+    }
     ++num_prompts;
     num_exact += err_q <= kSameActivationsTolerance;
-    if (qc.experts_only) EXPECT_LE(err_q, kSameActivationsTolerance) << prompt.text;
   }
-  std::printf("[ f64 ref  ] %s %s%s (%s): relative error %.3g against f64 activations (tolerance %.0e); against the "
-              "same int8-rounded activations %d of %d prompts within %.0e (worst %.3g)\n", qc.model.c_str(),
+  for (size_t i = 0; i < errors.size(); ++i)
+    EXPECT_LE(errors[i], kActivationErrorMargin * activation_error) << "prompt " << i;
+  std::printf("[ f64 ref  ] %s %s%s (%s): relative error %.3g against f64 activations (tolerance %.0e and %.1f x the "
+              "reference's own activation rounding error %.3g); against the same int8-rounded activations %d of %d "
+              "prompts within %.0e (worst %.3g), %d of them stable under the probes\n", qc.model.c_str(),
               std::string(gguf::ggml_type_name(qc.type)).c_str(), qc.experts_only ? " experts only" : "",
-              l.label.c_str(), worst, kQ8Tolerance, num_exact,
-              num_prompts, kSameActivationsTolerance, worst_same_x);
+              l.label.c_str(), worst, kQ8Tolerance, kActivationErrorMargin, activation_error, num_exact, num_prompts,
+              kSameActivationsTolerance, worst_same_x, num_stable);
 }
 
 std::vector<QuantCase> quant_cases() {

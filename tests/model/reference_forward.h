@@ -43,6 +43,11 @@ struct ReferenceShape {
   // block of 32, dx = max|x_b| / 127, x -> dx * nearest-even(x / dx).
   bool quantize_activations = false;
   bool quantize_only_experts = false;  // with quantize_activations: the routed experts' inputs only
+  // Sensitivity probes of the rounded forward (gguf_moe_test.cc): round as the kernels compute it,
+  // q = nearest-even(f32(x) * f32(1 / dx)) in f32 (instead of x / dx in float64), and / or multiply
+  // every input element i by (1 + jitter * (i odd ? 1 : -1)) before rounding it.
+  bool round_in_f32 = false;
+  double activation_jitter = 0;
   int64_t top_k = 0;        // mixtures of experts: experts per token
   bool norm_topk = false;   // renormalize the top-k weights
 };
@@ -61,20 +66,31 @@ inline Vec rms_norm(const Vec& x, const Vec& w, double eps, size_t offset = 0, s
   return out;
 }
 
-inline Vec quantize_blocks(const Vec& x) {
-  Vec out(x.size());
+// How a product's input is rounded (ReferenceShape's quantize_activations and probes).
+struct Rounding {
+  bool on = false, in_f32 = false;
+  double jitter = 0;
+};
+
+inline Vec quantize_blocks(const Vec& x_in, const Rounding& r) {
+  Vec x = x_in, out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= 1.0 + (i % 2 ? r.jitter : -r.jitter);
   for (size_t b = 0; b < x.size(); b += 32) {
     double m = 0;
     for (size_t i = b; i < b + 32 && i < x.size(); ++i) m = std::max(m, std::abs(x[i]));
-    const double dx = static_cast<double>(static_cast<float>(m) / 127.0f);
-    for (size_t i = b; i < b + 32 && i < x.size(); ++i) out[i] = dx == 0 ? 0 : dx * std::nearbyint(x[i] / dx);
+    const float dxf = static_cast<float>(m) / 127.0f, inv = dxf == 0 ? 0.0f : 1.0f / dxf;
+    const double dx = static_cast<double>(dxf);
+    for (size_t i = b; i < b + 32 && i < x.size(); ++i) {
+      const double q = r.in_f32 ? std::nearbyint(static_cast<double>(static_cast<float>(x[i]) * inv)) : std::nearbyint(x[i] / dx);
+      out[i] = dx == 0 ? 0 : dx * q;
+    }
   }
   return out;
 }
 
-// y = W x (+ b), W [rows, x.size()]; with quantize, x rounded per block first (quantize_blocks).
-inline Vec matvec(const Vec& w, const Vec& x_in, const Vec* bias = nullptr, bool quantize = false) {
-  const Vec x = quantize ? quantize_blocks(x_in) : x_in;
+// y = W x (+ b), W [rows, x.size()]; with quantize.on, x rounded per block first (quantize_blocks).
+inline Vec matvec(const Vec& w, const Vec& x_in, const Vec* bias = nullptr, const Rounding& quantize = {}) {
+  const Vec x = quantize.on ? quantize_blocks(x_in, quantize) : x_in;
   const size_t cols = x.size(), rows = w.size() / cols;
   Vec y(rows);
   for (size_t r = 0; r < rows; ++r) {
@@ -110,13 +126,18 @@ inline std::string layer_name(int64_t i, const std::string& suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
 }
 
-// Whether a product other than a routed expert's rounds its input.
-inline bool quantize_dense(const ReferenceShape& s) { return s.quantize_activations && !s.quantize_only_experts; }
+// How a routed expert's input is rounded, and any other product's.
+inline Rounding quantize_experts(const ReferenceShape& s) {
+  return {s.quantize_activations, s.round_in_f32, s.activation_jitter};
+}
+inline Rounding quantize_dense(const ReferenceShape& s) {
+  return {s.quantize_activations && !s.quantize_only_experts, s.round_in_f32, s.activation_jitter};
+}
 
 // q, k, v of every position of layer l (q/k normed per head for Qwen3, then rotated).
 inline void qkv(const ReferenceShape& s, const Weights& w, int64_t l, const std::vector<Vec>& x, std::vector<Vec>& q,
                 std::vector<Vec>& k, std::vector<Vec>& v) {
-  const bool qa = quantize_dense(s);
+  const Rounding qa = quantize_dense(s);
   const size_t d = static_cast<size_t>(s.head_dim);
   const Vec factors = w.contains("rope_freqs") ? w.at("rope_freqs") : Vec{};
   auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
@@ -166,7 +187,7 @@ inline Vec attend(const ReferenceShape& s, size_t t, const std::vector<Vec>& q, 
 
 // (silu(h Wg^T) * (h Wu^T)) Wd^T with the weights named gate, up_name, down.
 inline Vec swiglu_mlp(const Weights& w, const std::string& gate, const std::string& up_name, const std::string& down,
-                      const Vec& h, bool qa) {
+                      const Vec& h, const Rounding& qa) {
   const Vec g = matvec(w.at(gate), h, nullptr, qa);
   const Vec up = matvec(w.at(up_name), h, nullptr, qa);
   Vec act(g.size());
@@ -176,7 +197,8 @@ inline Vec swiglu_mlp(const Weights& w, const std::string& gate, const std::stri
 
 // A sparse layer's mixture of experts (the header's definition); `p` is "mlp." or "block_sparse_moe.".
 inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::string& p, const Vec& h) {
-  const bool qa = s.quantize_activations, mixtral = p == "block_sparse_moe.";
+  const Rounding qa = quantize_experts(s);
+  const bool mixtral = p == "block_sparse_moe.";
   const Vec logits = matvec(w.at(layer_name(l, p + "gate.weight")), h);
   const double m = *std::max_element(logits.begin(), logits.end());
   Vec prob(logits.size());
@@ -209,7 +231,7 @@ inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::
 
 // x += attention output projection; x += MLP (or the layer's mixture of experts).
 inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l, const Vec& a, Vec& x) {
-  const bool qa = quantize_dense(s);
+  const Rounding qa = quantize_dense(s);
   auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
   const Vec o = matvec(at("self_attn.o_proj.weight"), a, nullptr, qa);
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
@@ -264,20 +286,25 @@ inline ReferenceShape reference_shape(const ModelConfig& c) {
 
 // Over a model's golden prompts: the worst relative errors of its last logits against the forward
 // with float64 activations and against the forward with them rounded as the int8 kernels round
-// them (ReferenceShape::quantize_activations), and how many prompts the latter holds within its
-// tolerance.
+// them (ReferenceShape::quantize_activations), how many prompts the latter holds within its
+// tolerance, and on how many the rounded forward is stable at f32 precision: its two probes (the
+// rounding computed in f32 as the kernels compute it; every input moved by one f32 ulp) leave it
+// within that tolerance. The rounded forward is discontinuous: where a probe moves it, an int8
+// rounding sits at a half step, f32 activations upstream may flip it, and after one flip the two
+// forwards round independently (gguf_moe_test.cc, bench/results/2026-12-07-devvm-zen4-f64-reference).
 struct QuantizedComparison {
   double worst = 0, worst_same_activations = 0;
-  int prompts = 0, within_same_activations = 0;
+  int prompts = 0, within_same_activations = 0, stable = 0;
 };
 
-// Expects every prompt's error within `tolerance` of the float64-activation forward, and all
-// prompts but one within `same_activations_tolerance` of the rounded-activation one (f32
-// activations upstream may flip one near-tie int8 rounding). `ours` gives the model's last logits.
+// Expects every prompt's error within `tolerance` of the float64-activation forward, and within
+// `same_activations_tolerance` of the rounded-activation one on every prompt where that is stable.
+// `ours` gives the model's last logits.
 inline QuantizedComparison compare_quantized(ReferenceShape shape, const std::map<std::string, std::vector<double>>& w,
                                              const std::vector<GoldenPrompt>& prompts,
                                              const std::function<std::vector<float>(const GoldenPrompt&)>& ours,
                                              double tolerance, double same_activations_tolerance) {
+  auto as_float = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
   QuantizedComparison out;
   for (const GoldenPrompt& prompt : prompts) {
     const std::vector<float> logits = ours(prompt);
@@ -285,17 +312,27 @@ inline QuantizedComparison compare_quantized(ReferenceShape shape, const std::ma
     const std::vector<double> ref = reference_last_logits(shape, w, prompt.ids);
     shape.quantize_activations = true;
     const std::vector<double> ref_q = reference_last_logits(shape, w, prompt.ids);
-    const double err = relative_error(logits, std::vector<float>(ref.begin(), ref.end()));
-    const double err_q = relative_error(logits, std::vector<float>(ref_q.begin(), ref_q.end()));
+    ReferenceShape probe = shape;
+    probe.round_in_f32 = true;
+    const std::vector<double> probe_f32 = reference_last_logits(probe, w, prompt.ids);
+    probe.round_in_f32 = false;
+    probe.activation_jitter = 0x1p-23;
+    const std::vector<double> probe_ulp = reference_last_logits(probe, w, prompt.ids);
+    const double instability = std::max(relative_error(as_float(probe_f32), as_float(ref_q)),
+                                        relative_error(as_float(probe_ulp), as_float(ref_q)));
+    const double err = relative_error(logits, as_float(ref));
+    const double err_q = relative_error(logits, as_float(ref_q));
     out.worst = std::max(out.worst, err);
     out.worst_same_activations = std::max(out.worst_same_activations, err_q);
     EXPECT_LE(err, tolerance) << prompt.text;
     ++out.prompts;
     out.within_same_activations += err_q <= same_activations_tolerance;
+    if (instability <= same_activations_tolerance) {
+      ++out.stable;
+      EXPECT_LE(err_q, same_activations_tolerance) << prompt.text << " (the rounded reference is stable here)";
+    }
   }
   EXPECT_GT(out.prompts, 0);
-  EXPECT_GE(out.within_same_activations, out.prompts - 1)
-      << "prompts matching the same-activation reference within " << same_activations_tolerance;
   return out;
 }
 
