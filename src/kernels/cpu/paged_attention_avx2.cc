@@ -637,7 +637,8 @@ void small_decode(const PagedAttentionParams& p, const Task& t, float* partials)
 
 void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path) {
   check_optimized_attention_params(p, count_query_rows(p.sequences), "avx2");
-  const bool small = path != Avx2DecodePath::kGeneric && p.kv.head_dim % 16 == 0 &&
+  // (FP8 KV: the generic task, which converts each tile with its head's scale.)
+  const bool small = path != Avx2DecodePath::kGeneric && p.kv.dtype != DType::kF8E4M3 && p.kv.head_dim % 16 == 0 &&
                      (path == Avx2DecodePath::kSmallHeadDim || p.kv.head_dim <= kAvx2SmallDecodeMaxHeadDim);
   const Plan plan = make_plan(p, 32, /*decode_sized_token_tasks=*/small);
   const bool kv_bf16 = p.kv.dtype == DType::kBF16;

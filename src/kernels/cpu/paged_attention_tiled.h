@@ -28,7 +28,7 @@
 #include <limits>
 #include <vector>
 
-#include <xmmintrin.h>
+#include <immintrin.h>
 
 #include "kernels/cpu/paged_attention.h"
 #include "util/thread_pool.h"
@@ -56,6 +56,28 @@ inline uint16_t to_bf16_bits(float value) {
   uint32_t u;
   std::memcpy(&u, &value, sizeof(u));
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// FP8 E4M3FN bytes src[0..8) -> f32 times `scale` (scale_x256 = scale * 2^8). The byte's exponent and
+// mantissa bits (6..0) go to bits 13..7 of an f16 and its sign to bit 15: E4M3's exponent bias is 7,
+// f16's 15, so that f16 is the E4M3 value / 2^8 exactly, subnormals included (an E4M3 subnormal
+// lands on an f16 subnormal of the same mantissa). F16C widens it exactly; one multiply by
+// scale * 2^8 gives fp8 * scale rounded once. The NaN codes (0x7F, 0xFF) get the f16 exponent
+// 31 over a nonzero mantissa: NaN. Needs AVX + F16C (every file that includes this has them).
+inline __m256 fp8x8_to_f32(const uint8_t* src, __m256 scale_x256) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  const __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
+  const __m128i em = _mm_and_si128(b, _mm_set1_epi16(0x7F));
+  const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(em, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7C00));
+  const __m128i half = _mm_or_si128(_mm_or_si128(sign, _mm_slli_epi16(em, 7)), nan);
+  return _mm256_mul_ps(_mm256_cvtph_ps(half), scale_x256);
+}
+
+// FP8 rows (head_dim D, a multiple of 8) -> f32 dst[n][D], each element times `scale`.
+inline void convert_fp8_rows(const uint8_t* const* src, int n, int D, float scale, float* dst) {
+  const __m256 scale_x256 = _mm256_set1_ps(scale * 256.0f);
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < D; d += 8) _mm256_storeu_ps(dst + int64_t{j} * D + d, fp8x8_to_f32(src[j] + d, scale_x256));
 }
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
@@ -265,7 +287,7 @@ inline void gather_rows(const PagedAttentionParams& p, const StepSequence& s, co
 // head are num_kv_heads * head_dim elements apart, a stride the hardware prefetchers miss.
 inline void prefetch_tile(const PagedAttentionParams& p, const StepSequence& s, int kv_head,
                           int num_heads, int k0, int n) {
-  const int64_t elem = p.kv.dtype == DType::kBF16 ? 2 : 4;
+  const int64_t elem = p.kv.dtype == DType::kBF16 ? 2 : p.kv.dtype == DType::kF8E4M3 ? 1 : 4;
   const int64_t kv_row = int64_t{p.kv.num_kv_heads} * p.kv.head_dim * elem;
   const int64_t row_bytes = int64_t{p.kv.head_dim} * num_heads * elem;
   const char* kb = static_cast<const char*>(p.k_pages) + int64_t{kv_head} * p.kv.head_dim * elem;
@@ -389,6 +411,8 @@ inline VectorScratch& vector_scratch() {
 // finish_task). With bf16 dot products (avx512_bf16) a prefill's K tiles go into 32-bit bf16 pairs
 // transposed (transpose_pairs) instead: 16 keys per vdpbf16ps with q's pair broadcast, no horizontal
 // sum either, and the natural-base softmax (q rounded to bf16 as the decode rows round it). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
+// FP8 KV: every K and V tile is converted to f32 with its head's scale (convert_fp8_rows) and
+// runs the f32 micro-kernels on the converted rows (row-order sums for every row count).
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.kv.head_dim;
@@ -397,6 +421,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const int rph = (t.q_end - t.q_begin) * group;  // rows per KV head
   const int rows = rph * t.num_heads;
   const bool kv_bf16 = p.kv.dtype == DType::kBF16;
+  const bool kv_fp8 = p.kv.dtype == DType::kF8E4M3;
   const int dq = round_up(D, 32);  // bf16 q stride, zero padded
 
   VectorScratch& sc = vector_scratch();
@@ -438,11 +463,11 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       for (int d = D; d < dq; ++d) qb[int64_t{r} * dq + d] = 0;
     }
   }
-  float* k_conv = convert && !use_dot && !transposed ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
+  float* k_conv = (convert && !use_dot && !transposed) || kv_fp8 ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
   float* k_t = transposed ? sc.k_t.get(size_t(kKeyTile) * D) : nullptr;
   // (uint32 pairs, through intrinsics only, in the float scratch: kKeyTile * dq / 2 of them)
   uint32_t* k_pairs = transposed_dot ? reinterpret_cast<uint32_t*>(sc.k_t.get(size_t(kKeyTile) * dq / 2)) : nullptr;
-  float* v_conv = convert ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
+  float* v_conv = convert || kv_fp8 ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
 
   for (int k0 = t.k_begin; k0 < t.k_end; k0 += kKeyTile) {
     const int n = imin(kKeyTile, t.k_end - k0);
@@ -455,7 +480,15 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       const float* qh = q + r0 * D;
       float* sh = sbuf + r0 * kKeyTile;
       float* oh = o + r0 * D;
-      if (kv_bf16) {
+      if (kv_fp8) {
+        const auto** kr = reinterpret_cast<const uint8_t**>(k_rows);
+        gather_rows(p, s, p.k_pages, h, k0, n, kr);
+        gather_rows(p, s, p.v_pages, h, k0, n, reinterpret_cast<const uint8_t**>(v_rows));
+        convert_fp8_rows(kr, n, D, p.k_scales[h], k_conv);
+        const float* kf[kKeyTile];
+        for (int j = 0; j < n; ++j) kf[j] = k_conv + int64_t{j} * D;
+        Isa::scores(qh, D, rph, kf, n, D, sh, kKeyTile);
+      } else if (kv_bf16) {
         const auto** kr = reinterpret_cast<const uint16_t**>(k_rows);
         const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
         gather_rows(p, s, p.k_pages, h, k0, n, kr);
@@ -500,7 +533,12 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       } else {
         Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
       }
-      if (kv_bf16) {
+      if (kv_fp8) {
+        convert_fp8_rows(reinterpret_cast<const uint8_t**>(v_rows), n, D, p.v_scales[h], v_conv);
+        const float* vf[kKeyTile];
+        for (int j = 0; j < n; ++j) vf[j] = v_conv + int64_t{j} * D;
+        Isa::pv(sh, kKeyTile, rph, vf, n, D, oh, corr + r0);
+      } else if (kv_bf16) {
         const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
         if (convert) {
           Isa::convert_rows(vr, n, D, v_conv);
