@@ -93,12 +93,6 @@ struct PrefillTile {
   static constexpr size_t kSharedBytes = 2 * kStageBytes + (kQInRegisters ? 0 : kQBytes);
 };
 
-// This thread's share of every K/V tile copy: rows first_row + kRowsPerPass * r of each tile,
-// chunks part + kThreadsPerKvRow * c of each row. issue() copies them for the next tile and moves
-// on; the page-table entries of a tile are loaded one issue ahead, so their latency hides behind a
-// tile's compute. Keys at or past kv_len are zero-filled; their table index is clamped into range
-// so every load is in bounds and unconditional. Page sizes that are powers of two (uniform branch)
-// locate keys with a shift and a mask instead of a division.
 // 8 FP8 (E4M3FN) bytes -> 8 f16 (exact), in order.
 __device__ __forceinline__ uint4 fp8x8_to_half8(uint2 bytes) {
   uint32_t h[4];
@@ -117,6 +111,12 @@ __device__ __forceinline__ void store_shared_16(uint32_t shared_dst, uint4 v) {
                : "memory");
 }
 
+// This thread's share of every K/V tile copy: rows first_row + kRowsPerPass * r of each tile,
+// chunks part + kThreadsPerKvRow * c of each row. issue() copies them for the next tile and moves
+// on; the page-table entries of a tile are loaded one issue ahead, so their latency hides behind a
+// tile's compute. Keys at or past kv_len are zero-filled; their table index is clamped into range
+// so every load is in bounds and unconditional. Page sizes that are powers of two (uniform branch)
+// locate keys with a shift and a mask instead of a division.
 template <typename Tile>
 struct KvRowCopier {
   const int32_t* table;
