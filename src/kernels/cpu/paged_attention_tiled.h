@@ -64,13 +64,17 @@ inline uint16_t to_bf16_bits(float value) {
 // lands on an f16 subnormal of the same mantissa). F16C widens it exactly; one multiply by
 // scale * 2^8 gives fp8 * scale rounded once. The NaN codes (0x7F, 0xFF) get the f16 exponent
 // 31 over a nonzero mantissa: NaN. Needs AVX + F16C (every file that includes this has them).
-inline __m256 fp8x8_to_f32(const uint8_t* src, __m256 scale_x256) {
+// fp8x8_widen: the same without the multiply, value / 2^8 exactly.
+inline __m256 fp8x8_widen(const uint8_t* src) {
   const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
   const __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
   const __m128i em = _mm_and_si128(b, _mm_set1_epi16(0x7F));
   const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(em, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7C00));
   const __m128i half = _mm_or_si128(_mm_or_si128(sign, _mm_slli_epi16(em, 7)), nan);
-  return _mm256_mul_ps(_mm256_cvtph_ps(half), scale_x256);
+  return _mm256_cvtph_ps(half);
+}
+inline __m256 fp8x8_to_f32(const uint8_t* src, __m256 scale_x256) {
+  return _mm256_mul_ps(fp8x8_widen(src), scale_x256);
 }
 
 // FP8 rows (head_dim D, a multiple of 8) -> f32 dst[n][D], each element times `scale`.
@@ -411,8 +415,11 @@ inline VectorScratch& vector_scratch() {
 // finish_task). With bf16 dot products (avx512_bf16) a prefill's K tiles go into 32-bit bf16 pairs
 // transposed (transpose_pairs) instead: 16 keys per vdpbf16ps with q's pair broadcast, no horizontal
 // sum either, and the natural-base softmax (q rounded to bf16 as the decode rows round it). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
-// FP8 KV: every K and V tile is converted to f32 with its head's scale (convert_fp8_rows) and
-// runs the f32 micro-kernels on the converted rows (row-order sums for every row count).
+// FP8 KV: a prefill's K tiles are converted to f32 with their head's scale (convert_fp8_rows) and
+// transposed where the ISA has transposed scores (as bf16's converted tiles). Otherwise, where the
+// ISA reads FP8 rows itself (kFp8Rows: load8 of 8 bytes gives value / 2^8), the micro-kernels run on
+// the page rows as they are, q pre-multiplied by its KV head's k_scale * 2^8 and O by v_scale * 2^8
+// at the end (both linear); else every K and V tile is converted first (row-order sums).
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.kv.head_dim;
@@ -439,7 +446,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const bool use_dot = bf16_dot && kv_bf16;
   const bool convert = kv_bf16 && rph > Isa::kRowBlock;
   const bool prefill = s.num_new_tokens > kDecodeSizedMaxNewTokens;
-  const bool transposed = Isa::kTransposedScores && convert && !use_dot && prefill;
+  const bool transposed = Isa::kTransposedScores && ((convert && !use_dot) || kv_fp8) && prefill;
   const bool transposed_dot = Isa::kTransposedBf16Dot && use_dot && prefill;
   // The f32 transposed tasks run the softmax in base 2: q pre-scaled by log2 e, m in log2 units until
   // the end. The bf16 pairs do not: their q is rounded to bf16, and q * scale * log2 e rounds
@@ -447,10 +454,12 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   // (ServerApiTest.ChoicesShareThePromptsPages computes its prompt as a prefill once and as a short
   // tail once, and got two greedy texts).
   const float q_scale = transposed ? p.scale * kLog2E : p.scale;
+  const bool fp8_rows = Isa::kFp8Rows && kv_fp8 && !transposed;
   for (int r = 0; r < rows; ++r) {
     const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
     const float* src = q_row(p, s, c.token, c.head);
-    for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * q_scale;
+    const float row_scale = fp8_rows ? q_scale * (p.k_scales[t.kv_head + r / rph] * 256.0f) : q_scale;
+    for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * row_scale;
     limit[r] = visible_keys(p, s, c.token);
     m[r] = kNegInf;
     l[r] = 0.0f;
@@ -484,10 +493,21 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
         const auto** kr = reinterpret_cast<const uint8_t**>(k_rows);
         gather_rows(p, s, p.k_pages, h, k0, n, kr);
         gather_rows(p, s, p.v_pages, h, k0, n, reinterpret_cast<const uint8_t**>(v_rows));
-        convert_fp8_rows(kr, n, D, p.k_scales[h], k_conv);
-        const float* kf[kKeyTile];
-        for (int j = 0; j < n; ++j) kf[j] = k_conv + int64_t{j} * D;
-        Isa::scores(qh, D, rph, kf, n, D, sh, kKeyTile);
+        if (fp8_rows) {
+          if constexpr (Isa::kFp8Rows) Isa::scores(qh, D, rph, kr, n, D, sh, kKeyTile);
+        } else {
+          convert_fp8_rows(kr, n, D, p.k_scales[h], k_conv);
+          const float* kf[kKeyTile];
+          for (int j = 0; j < n; ++j) kf[j] = k_conv + int64_t{j} * D;
+          if (transposed) {
+            if constexpr (Isa::kTransposedScores) {
+              Isa::transpose_rows(kf, n, n_pad, D, k_t, kKeyTile);
+              Isa::scores_transposed(qh, D, rph, k_t, kKeyTile, n_pad, D, sh, kKeyTile);
+            }
+          } else {
+            Isa::scores(qh, D, rph, kf, n, D, sh, kKeyTile);
+          }
+        }
       } else if (kv_bf16) {
         const auto** kr = reinterpret_cast<const uint16_t**>(k_rows);
         const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
@@ -533,7 +553,9 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       } else {
         Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
       }
-      if (kv_fp8) {
+      if (kv_fp8 && fp8_rows) {
+        if constexpr (Isa::kFp8Rows) Isa::pv(sh, kKeyTile, rph, reinterpret_cast<const uint8_t**>(v_rows), n, D, oh, corr + r0);
+      } else if (kv_fp8) {
         convert_fp8_rows(reinterpret_cast<const uint8_t**>(v_rows), n, D, p.v_scales[h], v_conv);
         const float* vf[kKeyTile];
         for (int j = 0; j < n; ++j) vf[j] = v_conv + int64_t{j} * D;
@@ -555,6 +577,12 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   }
   if (transposed) {  // split partials are merged in natural units (-inf stays -inf)
     for (int r = 0; r < rows; ++r) m[r] *= kLn2;
+  }
+  if (fp8_rows) {  // O summed p * v / 2^8: times its head's v_scale * 2^8
+    for (int r = 0; r < rows; ++r) {
+      const float v_scale = p.v_scales[t.kv_head + r / rph] * 256.0f;
+      for (int d = 0; d < D; ++d) o[int64_t{r} * D + d] *= v_scale;
+    }
   }
   finish_task(p, t, rows, m, l, o, partials);
 }
