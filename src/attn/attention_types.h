@@ -46,11 +46,15 @@ struct DpConfig {
 // device the calling thread has bound). kv is the whole pool's geometry (kernels/kv_geometry.h:
 // kv.first_page 0, kv.num_pages every rank's pages). With data parallelism rank r owns the
 // contiguous range rank_page_range(kv.num_pages, dp_size, r); page tables are rank-local.
+// FP8 KV (kv.dtype kF8E4M3): k_scales and v_scales are the layer's [kv.num_kv_heads] dequantization
+// scales (kernels/kv_scales.h), in the same memory as the pages; null for other dtypes.
 struct LayerKvCache {
   void* k_pages = nullptr;
   void* v_pages = nullptr;
   KvGeometry kv;
   Device device = Device::kCpu;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
 };
 
 // f32 activations, row-major, in the memory of the backend's device (AttentionBackend::device()).
@@ -72,6 +76,8 @@ struct KvWriteTarget {
   void* k_pages = nullptr;  // [pages, page_size, num_kv_heads, head_dim] of dtype, this rank's first page
   void* v_pages = nullptr;
   DType dtype = DType::kBF16;
+  const float* k_scales = nullptr;  // FP8 KV: [num_kv_heads] (LayerKvCache), the backend's device memory
+  const float* v_scales = nullptr;
   const int64_t* slots = nullptr;  // [num_tokens], the backend's device memory
   explicit operator bool() const { return k_pages != nullptr; }
 };

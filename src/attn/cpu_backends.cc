@@ -50,10 +50,13 @@ std::string feature_gap(const CpuInfo& cpu, std::string_view feature) {
 }
 
 // any_head_dim: the float64 reference, which also reads f16 KV (the CUDA backends' ground truth).
+// Every CPU kernel reads FP8 (fp8_e4m3) pages: the reference per element, avx2/avx512 (and amx,
+// which runs its avx512 path for them) by converting each K/V tile with its head's scale.
 void add_shape_gaps(const AttentionShape& shape, bool any_head_dim, std::vector<std::string>& reasons) {
   const bool f16_ok = any_head_dim && shape.kv_dtype == DType::kF16;
-  if (shape.kv_dtype != DType::kF32 && shape.kv_dtype != DType::kBF16 && !f16_ok) {
-    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f32)", dtype_name(shape.kv_dtype)));
+  if (shape.kv_dtype != DType::kF32 && shape.kv_dtype != DType::kBF16 && shape.kv_dtype != DType::kF8E4M3 &&
+      !f16_ok) {
+    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f32, fp8_e4m3)", kv_cache_dtype_name(shape.kv_dtype)));
   }
   if (!any_head_dim && !kc::cpu_backend_head_dim_supported(shape.head_dim)) {
     reasons.push_back(fmt::format("head_dim {} not supported (multiples of {} from {} to {})", shape.head_dim,
@@ -105,9 +108,9 @@ void register_cpu_attention_backends(AttentionRegistry& registry) {
         static const bool has_bf16_dot = detect_cpu_info().has("avx512_bf16");
         kc::paged_attention_avx512(p, has_bf16_dot && p.kv.dtype == DType::kBF16);
       }));
-  // AMX tiles need bf16 operands; with an f32 KV cache it runs the AVX-512 path.
+  // AMX tiles need bf16 operands; with an f32 or fp8_e4m3 KV cache it runs the AVX-512 path.
   registry.register_backend(make_cpu_descriptor(
-      "cpu_amx", 30, "AMX-BF16 tiles for Q.K^T and P.V (f32 KV: AVX-512 path)",
+      "cpu_amx", 30, "AMX-BF16 tiles for Q.K^T and P.V (f32, fp8_e4m3 KV: AVX-512 path)",
       {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile", "amx_bf16"},
       false, [](const kc::PagedAttentionParams& p) {
         // Linux grants AMX tile state per process: this process (e.g. a validation child) must

@@ -62,9 +62,10 @@ class CudaPagedBackend : public PagedBackend {
     attend(p);
   }
 
-  // The model's q/k/v split writes the K/V rows into the pages itself (model_ops.h KvPagesOut).
+  // The model's q/k/v split writes the K/V rows into the pages itself (model_ops.h KvPagesOut);
+  // FP8 pages are written by the backend's own writer (kcu::write_kv_pages: scaled, saturated).
   KvWriteTarget kv_write_target(int layer) const final {
-    if (device_batch_ == nullptr) return {};
+    if (device_batch_ == nullptr || kv_geometry().dtype == DType::kF8E4M3) return {};
     const RankPages pages = rank_pages(layer_cache(layer));
     KvWriteTarget t;
     t.k_pages = pages.k;
@@ -183,11 +184,13 @@ void add_device_gaps(const DeviceInfo& device, std::vector<std::string>& reasons
 
 bool is_cuda_kv_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
 
+// cuda_reference also reads (and its writer writes) FP8 pages.
 std::vector<std::string> cuda_reference_gaps(const DeviceInfo& device, const AttentionShape& shape) {
   std::vector<std::string> reasons;
   add_device_gaps(device, reasons);
-  if (!is_cuda_kv_dtype(shape.kv_dtype)) {
-    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f16, f32)", dtype_name(shape.kv_dtype)));
+  if (!is_cuda_kv_dtype(shape.kv_dtype) && shape.kv_dtype != DType::kF8E4M3) {
+    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, fp16, f32, fp8_e4m3)",
+                                  kv_cache_dtype_name(shape.kv_dtype)));
   }
   if (shape.head_dim > kcu::kCudaReferenceMaxHeadDim) {
     reasons.push_back(fmt::format("head_dim {} not supported (up to {})", shape.head_dim,
@@ -199,8 +202,10 @@ std::vector<std::string> cuda_reference_gaps(const DeviceInfo& device, const Att
 std::vector<std::string> cuda_flash_gaps(const DeviceInfo& device, const AttentionShape& shape) {
   std::vector<std::string> reasons;
   add_device_gaps(device, reasons);
-  if (shape.kv_dtype != DType::kBF16 && shape.kv_dtype != DType::kF16) {
-    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f16: tensor-core inputs)", dtype_name(shape.kv_dtype)));
+  // FP8 pages are converted to f16 (exactly) as the kernels stage them, scales applied in f32.
+  if (shape.kv_dtype != DType::kBF16 && shape.kv_dtype != DType::kF16 && shape.kv_dtype != DType::kF8E4M3) {
+    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, fp16, fp8_e4m3: tensor-core inputs)",
+                                  kv_cache_dtype_name(shape.kv_dtype)));
     return reasons;
   }
   const kd::KvType kv = kcu::kv_type_of(shape.kv_dtype);
@@ -216,8 +221,9 @@ std::vector<std::string> cuda_flash_gaps(const DeviceInfo& device, const Attenti
 std::vector<std::string> cudnn_sdpa_gaps(const DeviceInfo& device, const AttentionShape& shape) {
   std::vector<std::string> reasons;
   add_device_gaps(device, reasons);
+  // cuDNN's paged SDPA takes 16-bit K/V only (an FP8 SDPA needs FP8 q and descale tensors: not wired).
   if (!is_cuda_kv_dtype(shape.kv_dtype)) {
-    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, f16)", dtype_name(shape.kv_dtype)));
+    reasons.push_back(fmt::format("KV dtype {} not supported (bf16, fp16)", kv_cache_dtype_name(shape.kv_dtype)));
     return reasons;
   }
   const int cc_major = device.cuda_devices.empty() ? 0 : device.cuda_devices.front().cc_major;
@@ -249,8 +255,8 @@ BackendDescriptor make_cuda_descriptor(std::string name, int priority, std::stri
 // cuda_flash's per-machine values: flash decode's split sizes (kernels/cuda/split_policy.h).
 std::string measure_flash_decode_splits(const AttentionShape& shape) {
   kd::KvType kv_type = kd::KvType::kBF16;
-  if (shape.kv_dtype == DType::kF16) {
-    kv_type = kd::KvType::kF16;
+  if (shape.kv_dtype == DType::kF16 || shape.kv_dtype == DType::kF8E4M3) {
+    kv_type = kd::KvType::kF16;  // (FP8 KV runs the f16 kernels on converted stages: measured as f16)
   } else {
     SPINDLE_CHECK(shape.kv_dtype == DType::kBF16, "flash decode's split sizes: {} KV is not cuda_flash's",
                   dtype_name(shape.kv_dtype));

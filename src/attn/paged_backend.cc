@@ -36,6 +36,8 @@ void PagedBackend::bind_kv_caches(std::span<const LayerKvCache> layers) {
                   dp_.dp_size);
     SPINDLE_CHECK(kv.num_pages == layers.front().kv.num_pages, "layer {} has {} KV pages, layer 0 has {}", i,
                   kv.num_pages, layers.front().kv.num_pages);
+    SPINDLE_CHECK(kv.dtype != DType::kF8E4M3 || (layers[i].k_scales != nullptr && layers[i].v_scales != nullptr),
+                  "layer {}: FP8 (fp8_e4m3) KV pages bound without their K and V scales", i);
   }
   layers_.assign(layers.begin(), layers.end());
   const int pool_pages = layers.empty() ? 0 : layers.front().kv.num_pages;
@@ -89,6 +91,8 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   p.causal = batch_->causal;
   p.sequences = batch_->sequences;
   p.page_tables = batch_->page_tables.data();
+  p.k_scales = cache.k_scales;
+  p.v_scales = cache.v_scales;
   // Every layer of a step shares the batch and the geometry: its sequences and page tables are
   // checked against the rank's pages once per step, not per layer.
   if (!checked_) {
@@ -105,6 +109,8 @@ void PagedBackend::forward(int layer, ConstTensor q, ConstTensor k, ConstTensor 
   w.kv = geometry_;
   w.sequences = batch_->sequences;
   w.page_tables = batch_->page_tables.data();
+  w.k_scales = cache.k_scales;
+  w.v_scales = cache.v_scales;
 
   run_layer(layer, kv_written ? nullptr : &w, p);
   if (fault_ == FaultMode::kWrong) corrupt_output(out);

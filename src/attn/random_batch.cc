@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "util/fp8.h"
 #include "util/half.h"
 
 namespace spindle::attn {
@@ -16,14 +17,26 @@ LayerKvCache RandomBatch::layer_cache() {
   c.k_pages = k_pages.data();
   c.v_pages = v_pages.data();
   c.kv = shape.kv_geometry(/*num_layers=*/1, num_pages);
+  if (!k_scales.empty()) {
+    c.k_scales = k_scales.data();
+    c.v_scales = v_scales.data();
+  }
   return c;
 }
 
 namespace {
 
-void fill_pages_random(std::vector<std::byte>& pages, DType dtype, std::mt19937_64& rng) {
+// scales: FP8 only, per KV head; elements are [.., num_kv_heads, head_dim].
+void fill_pages_random(std::vector<std::byte>& pages, DType dtype, std::mt19937_64& rng,
+                       const std::vector<float>& scales, int head_dim) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  if (dtype == DType::kF32) {
+  if (dtype == DType::kF8E4M3) {
+    const size_t heads = scales.size();
+    for (size_t i = 0; i < pages.size(); ++i) {
+      const float scale = scales[(i / static_cast<size_t>(head_dim)) % heads];
+      pages[i] = static_cast<std::byte>(float_to_fp8_e4m3(dist(rng) / scale));
+    }
+  } else if (dtype == DType::kF32) {
     auto* p = reinterpret_cast<float*>(pages.data());
     for (size_t i = 0; i < pages.size() / sizeof(float); ++i) p[i] = dist(rng);
   } else if (dtype == DType::kF16) {
@@ -67,8 +80,13 @@ RandomBatch make_random_batch(const AttentionShape& shape, const std::vector<Seq
   const size_t page_elems = size_t{static_cast<size_t>(shape.page_size)} * shape.num_kv_heads * shape.head_dim;
   b.k_pages.resize(page_elems * b.num_pages * dtype_size(shape.kv_dtype));
   b.v_pages.resize(b.k_pages.size());
-  fill_pages_random(b.k_pages, shape.kv_dtype, rng);
-  fill_pages_random(b.v_pages, shape.kv_dtype, rng);
+  if (shape.kv_dtype == DType::kF8E4M3) {
+    for (int h = 0; h < shape.num_kv_heads; ++h) b.k_scales.push_back((1.0f + 0.5f * static_cast<float>(h % 3)) / 448.0f);
+    b.v_scales = b.k_scales;
+    std::reverse(b.v_scales.begin(), b.v_scales.end());  // K and V scales differ too
+  }
+  fill_pages_random(b.k_pages, shape.kv_dtype, rng, b.k_scales, shape.head_dim);
+  fill_pages_random(b.v_pages, shape.kv_dtype, rng, b.v_scales, shape.head_dim);
 
   const int64_t tokens = b.step.num_tokens();
   b.q.resize(tokens * b.q_cols());

@@ -15,15 +15,19 @@ struct SequenceSpec {
 };
 
 // A batch with its own KV pool (one layer). Cached positions are filled with random K/V; page ids
-// are shuffled so no sequence owns contiguous pages. Values are uniform in [-1, 1].
+// are shuffled so no sequence owns contiguous pages. Values are uniform in [-1, 1] (FP8 pages:
+// those values quantized with their head's scale).
 struct RandomBatch {
   AttentionShape shape;
   StepBatch step;                         // token ids are all 0 (attention does not read them)
   std::vector<float> q, k, v;            // [tokens, heads * head_dim], [tokens, kv_heads * head_dim] x2
   std::vector<std::byte> k_pages, v_pages;
   int num_pages = 0;
+  // FP8 KV only: per KV head scales (1 + 0.5 * (h % 3)) / 448, so every head differs and values in
+  // [-1, 1] use the E4M3 range without saturating; empty for other dtypes.
+  std::vector<float> k_scales, v_scales;
 
-  LayerKvCache layer_cache();             // views into k_pages / v_pages
+  LayerKvCache layer_cache();             // views into k_pages / v_pages (and the scales)
   int64_t num_tokens() const { return step.num_tokens(); }
   int64_t q_cols() const { return int64_t{shape.num_heads} * shape.head_dim; }
   int64_t kv_cols() const { return int64_t{shape.num_kv_heads} * shape.head_dim; }

@@ -14,7 +14,7 @@ namespace spindle::attn {
 namespace kcu = kernels::cuda;
 
 struct StagedBatch::DeviceCopies {
-  kcu::DeviceBuffer q, k, v, out, k_pages, v_pages;
+  kcu::DeviceBuffer q, k, v, out, k_pages, v_pages, k_scales, v_scales;
 };
 
 namespace {
@@ -41,6 +41,8 @@ StagedBatch::StagedBatch(RandomBatch& batch, Device device) : batch_(batch), whe
   upload(device_->out, host_out_);
   upload(device_->k_pages, batch.k_pages);
   upload(device_->v_pages, batch.v_pages);
+  upload(device_->k_scales, batch.k_scales);  // (FP8 KV only; empty otherwise)
+  upload(device_->v_scales, batch.v_scales);
 #else
   SPINDLE_FAIL("this build has no CUDA support: cannot stage a batch on a CUDA device");
 #endif
@@ -75,6 +77,10 @@ LayerKvCache StagedBatch::layer_cache() const {
   if (device_) {
     c.k_pages = device_->k_pages.data();
     c.v_pages = device_->v_pages.data();
+    if (c.k_scales != nullptr) {
+      c.k_scales = static_cast<const float*>(device_->k_scales.data());
+      c.v_scales = static_cast<const float*>(device_->v_scales.data());
+    }
   }
 #endif
   return c;

@@ -287,7 +287,8 @@ void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand("plan", "Show the KV cache capacity plan for a model on this machine");
   cmd->add_option("model_dir", args->model_dir, "Hugging Face model folder (config.json + safetensors) or GGUF file");
-  cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference) or f32");
+  cmd->add_option("--kv-cache-dtype", args->flags.kv_cache_dtype,
+                  "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference), f32 or fp8_e4m3");
   cmd->add_option("--page-size", args->flags.page_size, "Tokens per KV page (16)");
   config::add_kv_flags(*cmd, args->flags.kv);
   config::add_scheduler_flags(*cmd, args->flags);

@@ -1,5 +1,7 @@
 #include "cli/serving_stack.h"
 
+#include "startup/kv_scale_setup.h"
+
 #include "model/gguf_model_config.h"
 
 #include "model/model_loader.h"
@@ -236,6 +238,15 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
                                            draft_kv_bytes_per_token);
   if (workspace_from_cache) plan.workspace_source = "cached: measured by an earlier start, " + workspace_cache->path().string();
   auto pool = std::make_unique<kv::PagePool>(layout, plan.num_pages(), kv.dp_size, resolved.device);
+  if (layout.dtype == DType::kF8E4M3) {
+    pool->set_kv_scales(startup::choose_kv_scales(s.model_dir, resolved.calibrate_kv_scales, *first.model, *s.tokenizer,
+                                                  resolved.page_size, first.pool.get()));
+    const KvScales& scales = pool->kv_scales();
+    const auto [k_min, k_max] = std::minmax_element(scales.k.begin(), scales.k.end());
+    const auto [v_min, v_max] = std::minmax_element(scales.v.begin(), scales.v.end());
+    spdlog::info("fp8_e4m3 KV cache: scales {} (K {:.4g} to {:.4g}, V {:.4g} to {:.4g} over {} layers x {} KV heads)",
+                 scales.source, *k_min, *k_max, *v_min, *v_max, scales.num_layers, scales.num_kv_heads);
+  }
   for (ServingRank* r : members) {
     r->kv_plan = plan;
     // CPU: cached pages beyond the prefix cache's budget are evicted, free pages beyond one step's

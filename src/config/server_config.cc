@@ -45,10 +45,16 @@ ResolvedConfig resolve(const ServerConfig& flags, const DeviceInfo& device, cons
     r.kv_dtype = kDefaultKvDtype;
   } else {
     const auto parsed = parse_dtype(flags.kv_cache_dtype);
-    SPINDLE_CHECK(parsed == DType::kBF16 || parsed == DType::kF32 || parsed == DType::kF16,
-                  "--kv-cache-dtype '{}' is not supported; use bf16, fp16 or f32", flags.kv_cache_dtype);
+    SPINDLE_CHECK(parsed == DType::kBF16 || parsed == DType::kF32 || parsed == DType::kF16 || parsed == DType::kF8E4M3,
+                  "--kv-cache-dtype '{}' is not supported; use auto, bf16, fp16, f32 or fp8_e4m3", flags.kv_cache_dtype);
     r.kv_dtype = *parsed;
   }
+  SPINDLE_CHECK(flags.kv_cache_scales == "checkpoint" || flags.kv_cache_scales == "auto",
+                "--kv-cache-scales '{}' is not supported; use checkpoint or auto", flags.kv_cache_scales);
+  r.calibrate_kv_scales = flags.kv_cache_scales == "auto";
+  SPINDLE_CHECK(!r.calibrate_kv_scales || r.kv_dtype == DType::kF8E4M3,
+                "--kv-cache-scales auto measures FP8 KV scales; it needs --kv-cache-dtype fp8_e4m3 (got {})",
+                kv_cache_dtype_name(r.kv_dtype));
   SPINDLE_CHECK(flags.page_size >= 0 && flags.page_size <= 256, "--page-size {} must be between 1 and 256",
                 flags.page_size);
   r.page_size = flags.page_size > 0 ? flags.page_size : kDefaultPageSize;
@@ -179,7 +185,12 @@ void add_attention_flags(CLI::App& app, ServerConfig& f) {
   app.add_flag("--no-backend-cache", f.no_backend_cache, "Ignore and do not write the backend selection cache");
   app.add_option("--backend-validation-timeout", f.backend_validation_timeout_s,
                  "Seconds a validation child may run (30)");
-  app.add_option("--kv-cache-dtype", f.kv_cache_dtype, "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference) or f32");
+  app.add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                 "KV cache dtype: auto (bf16), bf16, fp16 (CUDA backends and the reference), f32 or fp8_e4m3 "
+                 "(1 byte per element, scaled per layer and KV head)");
+  app.add_option("--kv-cache-scales", f.kv_cache_scales,
+                 "fp8_e4m3 KV scales: checkpoint (its k_scale/v_scale tensors, else 1.0) or auto (absmax per layer "
+                 "measured on a calibration prompt at start, scale = absmax / 448)");
   app.add_option("--page-size", f.page_size, "Tokens per KV page (16)");
   app.add_option("--threads", f.num_threads, "Worker threads (one per usable core)");
   app.add_option("--matmul-precision", f.matmul_precision,

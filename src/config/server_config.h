@@ -39,6 +39,10 @@ struct ServerConfig {
   bool no_backend_cache = false;
   double backend_validation_timeout_s = 30.0;
   std::string kv_cache_dtype = "auto";
+  // fp8_e4m3 KV only: "checkpoint" (the checkpoint's k_scale/v_scale tensors where it has them,
+  // else 1.0) or "auto" (absmax per layer and KV head measured on a calibration prompt at start,
+  // scale = absmax / 448; checkpoint scales, where present, still win).
+  std::string kv_cache_scales = "checkpoint";
   int page_size = 0;
   int num_threads = 0;
   std::string chat_template;  // "": the model's Jinja template; or chatml | llama3 | llama2 | a Jinja file
@@ -68,6 +72,7 @@ struct ResolvedConfig {
   attn::Device device = attn::Device::kCpu;  // where attention and the KV cache run
   int cuda_device = -1;                      // the CUDA ordinal when device is kCuda, else -1
   DType kv_dtype = DType::kBF16;
+  bool calibrate_kv_scales = false;  // --kv-cache-scales auto (fp8_e4m3 KV only)
   int page_size = 16;
   int num_threads = 1;
   attn::AttentionShape attention_shape;

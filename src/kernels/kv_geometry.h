@@ -35,7 +35,7 @@ struct KvGeometry {
   int num_kv_heads = 0;        // per tensor-parallel rank
   int head_dim = 0;
   int page_size = 0;           // tokens per page
-  DType dtype = DType::kBF16;  // bf16, f16 or f32
+  DType dtype = DType::kBF16;  // bf16, f16, f32 or f8_e4m3 (scaled: kernels/kv_scales.h)
   int num_pages = 0;           // this rank's pages (page table ids [0, num_pages))
   int first_page = 0;          // the rank's first page in the pool's arrays
 

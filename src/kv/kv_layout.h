@@ -13,7 +13,7 @@ struct KvLayout {
   int num_layers = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
-  DType dtype = DType::kBF16;  // bf16, f16 or f32
+  DType dtype = DType::kBF16;  // bf16, f16, f32 or f8_e4m3 (1 byte per element, scaled: kernels/kv_scales.h)
   int page_size = 16;          // tokens per page
 
   // K and V of one token over all layers:
@@ -24,7 +24,7 @@ struct KvLayout {
   // One page of one layer's K (or V): page_size * num_kv_heads * head_dim * dtype_size(dtype).
   uint64_t bytes_per_layer_page() const;
 
-  // Throws spindle::Error unless every count is positive and dtype is bf16, f16 or f32.
+  // Throws spindle::Error unless every count is positive and dtype is bf16, f16, f32 or f8_e4m3.
   void check() const;
 };
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "util/error.h"
@@ -17,6 +18,7 @@ namespace spindle::kv {
 #ifdef SPINDLE_WITH_CUDA
 struct PagePool::DeviceMemory {
   kernels::cuda::DeviceBuffer buffer;
+  kernels::cuda::DeviceBuffer scales;  // FP8: k then v scales, [2, num_layers, num_kv_heads] f32
 };
 #else
 struct PagePool::DeviceMemory {};
@@ -59,6 +61,9 @@ PagePool::PagePool(const KvLayout& layout, int num_pages, int dp_size, attn::Dev
                   num_pages, std::strerror(errno));
     memory_ = memory;
   }
+  if (layout_.dtype == DType::kF8E4M3) {
+    set_kv_scales(KvScales::uniform(layout_.num_layers, layout_.num_kv_heads, 1.0f, "1.0 (default)"));
+  }
   for (int r = 0; r < dp_size; ++r) {
     allocators_.push_back(
         std::make_unique<PageAllocator>(rank_page_range(num_pages, dp_size, r).count, layout_.page_size));
@@ -92,6 +97,32 @@ void PagePool::release_page_memory(int rank, std::span<const int32_t> pages) {
       num_released_bytes_ += 2 * uint64_t(layout_.num_layers) * (aligned_end - aligned_begin);
     }
     i = j;
+  }
+}
+
+void PagePool::set_kv_scales(const KvScales& scales) {
+  SPINDLE_CHECK(layout_.dtype == DType::kF8E4M3, "KV scales are for an fp8_e4m3 KV cache; this one is {}",
+                kv_cache_dtype_name(layout_.dtype));
+  const size_t n = size_t(layout_.num_layers) * size_t(layout_.num_kv_heads);
+  SPINDLE_CHECK(scales.num_layers == layout_.num_layers && scales.num_kv_heads == layout_.num_kv_heads &&
+                    scales.k.size() == n && scales.v.size() == n,
+                "KV scales for {} layers x {} KV heads do not fit the KV cache's {} x {}", scales.num_layers,
+                scales.num_kv_heads, layout_.num_layers, layout_.num_kv_heads);
+  for (size_t i = 0; i < n; ++i) {
+    SPINDLE_CHECK(std::isfinite(scales.k[i]) && scales.k[i] > 0.0f && std::isfinite(scales.v[i]) && scales.v[i] > 0.0f,
+                  "KV scale of layer {} KV head {} must be positive and finite (k {}, v {})", i / layout_.num_kv_heads,
+                  i % layout_.num_kv_heads, scales.k[i], scales.v[i]);
+  }
+  scales_ = scales;
+  host_scales_.assign(scales_.k.begin(), scales_.k.end());
+  host_scales_.insert(host_scales_.end(), scales_.v.begin(), scales_.v.end());
+  scales_memory_ = host_scales_.data();
+  if (device_ == attn::Device::kCuda) {
+#ifdef SPINDLE_WITH_CUDA
+    device_memory_->scales.reserve(host_scales_.size() * sizeof(float));
+    kernels::cuda::copy_to_device(device_memory_->scales.data(), host_scales_.data(), host_scales_.size() * sizeof(float));
+    scales_memory_ = static_cast<const float*>(device_memory_->scales.data());
+#endif
   }
 }
 
@@ -136,6 +167,11 @@ std::vector<attn::LayerKvCache> PagePool::layer_caches() const {
     c.v_pages = array(layer, 1, 0);
     c.kv = pool_geometry;
     c.device = device_;
+    if (scales_memory_ != nullptr) {
+      const size_t per_layer = size_t(layout_.num_kv_heads);
+      c.k_scales = scales_memory_ + size_t(layer) * per_layer;
+      c.v_scales = scales_memory_ + size_t(layout_.num_layers + layer) * per_layer;
+    }
     caches.push_back(c);
   }
   return caches;
@@ -147,6 +183,22 @@ std::byte* PagePool::array(int layer, int which, int global_page) const {
                 num_pages_);
   return static_cast<std::byte*>(memory_) + array_stride_ * (2 * uint64_t(layer) + uint64_t(which)) +
          uint64_t(global_page) * layout_.bytes_per_layer_page();
+}
+
+std::vector<std::byte> PagePool::copy_pages_to_host(int layer, bool v, int global_page, int num_pages) const {
+  SPINDLE_CHECK(num_pages >= 0 && global_page + num_pages <= num_pages_, "pages [{}, {}) are outside the pool [0, {})",
+                global_page, global_page + num_pages, num_pages_);
+  std::vector<std::byte> out(size_t(num_pages) * layout_.bytes_per_layer_page());
+  if (out.empty()) return out;
+  const std::byte* src = array(layer, v ? 1 : 0, global_page);
+  if (device_ == attn::Device::kCuda) {
+#ifdef SPINDLE_WITH_CUDA
+    kernels::cuda::copy_to_host(out.data(), src, out.size());
+#endif
+  } else {
+    std::memcpy(out.data(), src, out.size());
+  }
+  return out;
 }
 
 std::byte* PagePool::k_page(int layer, int global_page) const { return array(layer, 0, global_page); }

@@ -2,8 +2,10 @@
 // and one PageAllocator per DP rank over that rank's pages.
 //
 // Memory: for each layer, a K array and a V array, each
-//   [num_pages, page_size, num_kv_heads, head_dim] of layout.dtype (bf16, f16 or f32),
+//   [num_pages, page_size, num_kv_heads, head_dim] of layout.dtype (bf16, f16, f32 or f8_e4m3),
 // each starting on a 4096-byte boundary, in one allocation.
+// FP8 pools also hold the KV scales (kernels/kv_scales.h; 1.0 until set_kv_scales), in the pool's
+// memory (host, or a small CUDA allocation): layer_caches() points each layer at its K and V scales.
 //
 // Host pool (Device::kCpu): one anonymous mapping. The kernel supplies zeroed
 // memory as pages are first written, so start-up costs nothing and resident memory grows with use
@@ -31,6 +33,7 @@
 
 #include "attn/attention_types.h"
 #include "kernels/kv_geometry.h"
+#include "kernels/kv_scales.h"
 #include "kv/kv_layout.h"
 #include "kv/page_allocator.h"
 
@@ -65,6 +68,17 @@ class PagePool final : public PageMemoryReleaser {
   // One entry per layer, each covering the whole pool (all ranks), for bind_kv_caches().
   std::vector<attn::LayerKvCache> layer_caches() const;
 
+  // FP8 pools: the dequantization scales every layer's pages are written and read with (host
+  // copy). Set them before the first page is written (and bind the caches again); throws for a
+  // pool of another dtype, for scales of another shape than [num_layers, num_kv_heads], and for
+  // a scale that is not positive and finite.
+  void set_kv_scales(const KvScales& scales);
+  const KvScales& kv_scales() const { return scales_; }
+
+  // num_pages consecutive pages of one layer's K (v false) or V array from global_page on, copied
+  // to the host (from the device for a CUDA pool): [num_pages, page_size, num_kv_heads, head_dim].
+  std::vector<std::byte> copy_pages_to_host(int layer, bool v, int global_page, int num_pages) const;
+
   // The K (or V) bytes of one layer's page: [page_size, num_kv_heads, head_dim] of dtype.
   std::byte* k_page(int layer, int global_page) const;
   std::byte* v_page(int layer, int global_page) const;
@@ -87,6 +101,9 @@ class PagePool final : public PageMemoryReleaser {
   uint64_t num_release_failures_ = 0;
   struct DeviceMemory;
   std::unique_ptr<DeviceMemory> device_memory_;  // the CUDA allocation, when device_ is kCuda
+  KvScales scales_;                  // FP8 pools: [num_layers, num_kv_heads] each (empty otherwise)
+  std::vector<float> host_scales_;  // k then v scales, [2, num_layers, num_kv_heads]
+  const float* scales_memory_ = nullptr;  // k then v, where the kernels read them (host or device)
   std::vector<std::unique_ptr<PageAllocator>> allocators_;  // [dp_size]
 };
 

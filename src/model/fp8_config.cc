@@ -98,9 +98,20 @@ Fp8Quantization parse_compressed_tensors(const json& q, std::string_view source)
                 "{}: field 'quantization_config.format' is \"{}\"; only float-quantized (float8) compressed-tensors "
                 "checkpoints are supported",
                 source, format);
+  // kv_cache_scheme: the checkpoint stores FP8 KV-cache scales (model/kv_scale_tensors.h), used
+  // when the KV cache is fp8_e4m3 (--kv-cache-dtype), ignored otherwise.
   const auto kv = q.find("kv_cache_scheme");
-  SPINDLE_CHECK(kv == q.end() || kv->is_null(),
-                "{}: field 'quantization_config.kv_cache_scheme' is set; FP8 KV-cache scales are not supported", source);
+  if (kv != q.end() && !kv->is_null()) {
+    SPINDLE_CHECK(kv->is_object() && kv->value("num_bits", 0) == 8 && kv->value("type", std::string()) == "float",
+                  "{}: field 'quantization_config.kv_cache_scheme' is {}; only 8-bit float (E4M3) KV-cache scales "
+                  "are supported",
+                  source, kv->dump());
+    const std::string strategy = kv->value("strategy", std::string("tensor"));
+    SPINDLE_CHECK(strategy == "tensor" || strategy == "attn_head",
+                  "{}: field 'quantization_config.kv_cache_scheme.strategy' is \"{}\"; tensor or attn_head are "
+                  "supported",
+                  source, strategy);
+  }
   const auto groups = q.find("config_groups");
   SPINDLE_CHECK(groups != q.end() && groups->is_object() && !groups->empty(),
                 "{}: field 'quantization_config.config_groups' is missing or empty", source);

@@ -54,6 +54,16 @@ std::string_view dtype_name(DType dtype) { return entry(dtype).name; }
 
 size_t dtype_size(DType dtype) { return entry(dtype).size; }
 
+std::string_view kv_cache_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "fp16";
+    case DType::kF32: return "f32";
+    case DType::kF8E4M3: return "fp8_e4m3";
+    default: return dtype_name(dtype);
+  }
+}
+
 std::optional<DType> parse_safetensors_dtype(std::string_view name) {
   for (const auto& e : kDTypes) {
     if (e.name == name) return e.dtype;

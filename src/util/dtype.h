@@ -19,5 +19,7 @@ std::optional<DType> parse_safetensors_dtype(std::string_view name);
 // ("float32", "float16", "bfloat16", "int8", "uint8", "float8_e4m3fn") and the short names
 // ("fp32", "fp16", "bf16", "fp8", "fp8_e4m3"). nullopt when unknown.
 std::optional<DType> parse_dtype(std::string_view name);
+// The --kv-cache-dtype spelling of a KV dtype: "bf16", "fp16", "f32", "fp8_e4m3" (others: dtype_name).
+std::string_view kv_cache_dtype_name(DType dtype);
 
 }  // namespace spindle

@@ -72,7 +72,15 @@ TEST(AttentionRegistryTest, UnsupportedReasonsNameWhatIsMissing) {
     }
   }
   EXPECT_THAT(reg.get("cpu_avx2").unsupported_reasons(desktop, shape_of(32, 8, 128, DType::kF16)),
-              ::testing::Contains("KV dtype F16 not supported (bf16, f32)"));
+              ::testing::Contains("KV dtype fp16 not supported (bf16, f32, fp8_e4m3)"));
+  // Every CPU backend reads FP8 (fp8_e4m3) pages.
+  EXPECT_TRUE(reg.get("cpu_avx2").unsupported_reasons(desktop, shape_of(32, 8, 128, DType::kF8E4M3)).empty());
+  for (const char* name : {"reference", "cpu_avx512", "cpu_amx"}) {
+    EXPECT_TRUE(reg.get(name)
+                    .unsupported_reasons(testing::sapphire_rapids_machine(true), shape_of(32, 8, 128, DType::kF8E4M3))
+                    .empty())
+        << name;
+  }
   // The reference runs on anything, any head_dim.
   EXPECT_TRUE(reg.get("reference").unsupported_reasons(testing::sse_only_machine(), shape_of(6, 3, 72)).empty());
 

@@ -103,11 +103,40 @@ TEST(ServerConfigTest, FlagsOverrideDefaults) {
   EXPECT_FALSE(r.use_backend_cache);
 }
 
+// --kv-cache-dtype fp8_e4m3 (and vLLM's spelling fp8): one byte per element, in the attention shape.
+TEST(ServerConfigTest, Fp8KvCache) {
+  for (const char* name : {"fp8_e4m3", "fp8"}) {
+    ServerConfig f;
+    f.kv_cache_dtype = name;
+    const ResolvedConfig r = resolve(f, testing::avx2_machine(8), kLlama8B);
+    EXPECT_EQ(r.kv_dtype, DType::kF8E4M3) << name;
+    EXPECT_EQ(r.attention_shape.kv_dtype, DType::kF8E4M3) << name;
+    EXPECT_FALSE(r.calibrate_kv_scales);
+  }
+  ServerConfig f;
+  f.kv_cache_dtype = "fp8_e4m3";
+  f.kv_cache_scales = "auto";
+  EXPECT_TRUE(resolve(f, testing::avx2_machine(8), kLlama8B).calibrate_kv_scales);
+}
+
 TEST(ServerConfigTest, BadFlagsAreClearErrors) {
   ServerConfig f;
-  f.kv_cache_dtype = "fp8";
+  // An unknown KV dtype, and a known dtype the KV cache does not take: the error names the flag and
+  // lists what it takes.
+  for (const char* bad : {"fp8_e5m2", "int8", "q8_0"}) {
+    f.kv_cache_dtype = bad;
+    EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },
+                ::testing::ThrowsMessage<Error>(::testing::HasSubstr(
+                    std::string("--kv-cache-dtype '") + bad + "' is not supported; use auto, bf16, fp16, f32 or fp8_e4m3")));
+  }
+  f = {};
+  f.kv_cache_scales = "absmax";
   EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },
-              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--kv-cache-dtype 'fp8' is not supported")));
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("--kv-cache-scales 'absmax' is not supported")));
+  f = {};
+  f.kv_cache_scales = "auto";  // with the default bf16 KV
+  EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },
+              ::testing::ThrowsMessage<Error>(::testing::HasSubstr("it needs --kv-cache-dtype fp8_e4m3 (got bf16)")));
   f = {};
   f.matmul_precision = "fp8";
   EXPECT_THAT([&] { resolve(f, testing::avx2_machine(), kLlama8B); },

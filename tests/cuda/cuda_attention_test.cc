@@ -9,6 +9,10 @@
 //   cuda_flash, cudnn_sdpa: tensor cores take q and the probabilities P rounded to the KV type
 //     (relative 2^-9 for bf16, 2^-12 for f16 per element), accumulate in f32: bf16 1.5e-2 (the
 //     validation tolerance, attn/validation.h), f16 4e-3.
+//   fp8_e4m3 KV: both read the same scaled FP8 pages (written bit-identically by the CPU and CUDA
+//     writers, checked), cuda_reference in f32 (2e-3, as 16-bit KV), cuda_flash converting E4M3 to
+//     f16 exactly and applying the scales in f32, so as f16 KV (4e-3). The FP8 quantization error
+//     itself is bounded against unquantized values by tests/kernels/paged_attention_test.cc.
 // cuda_flash's 16-bit output copy (decode): bit for bit the rounding of its own f32 output.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -77,7 +81,7 @@ std::string no_device_reason() {
 
 double tolerance(const std::string& backend, DType dtype) {
   if (backend == "cuda_reference") return dtype == DType::kF32 ? 1e-4 : 2e-3;
-  return dtype == DType::kF16 ? 4e-3 : 1.5e-2;
+  return dtype == DType::kF16 || dtype == DType::kF8E4M3 ? 4e-3 : 1.5e-2;
 }
 
 // Runs `backend` and reference on identical copies; returns the max abs error and checks that the
@@ -101,7 +105,7 @@ double max_error(const std::string& backend, const AttentionShape& shape, const 
 }
 
 const char* dtype_label(DType dtype) {
-  return dtype == DType::kF32 ? "f32" : dtype == DType::kF16 ? "f16" : "bf16";
+  return dtype == DType::kF32 ? "f32" : dtype == DType::kF16 ? "f16" : dtype == DType::kF8E4M3 ? "fp8" : "bf16";
 }
 
 TEST(CudaAttentionRegistryTest, RegisteredAsCudaBackendsWithReasons) {
@@ -125,12 +129,19 @@ TEST(CudaAttentionRegistryTest, RegisteredAsCudaBackendsWithReasons) {
   EXPECT_TRUE(reference.unsupported_reasons(hopper, shape).empty());
   EXPECT_THAT(reference.unsupported_reasons(hopper, {32, 8, 512, 0.04f, DType::kBF16, 16}),
               ::testing::Contains("head_dim 512 not supported (up to 256)"));
-  EXPECT_THAT(reference.unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kF8E4M3, 16}),
-              ::testing::Contains(HasSubstr("KV dtype F8_E4M3 not supported")));
+  // cuda_reference and cuda_flash read FP8 pages; cudnn_sdpa says it does not, naming fp8_e4m3.
+  for (const char* name : {"cuda_reference", "cuda_flash"}) {
+    EXPECT_TRUE(attention_registry().get(name).unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kF8E4M3, 16}).empty())
+        << name;
+  }
+  EXPECT_THAT(reference.unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kI8, 16}),
+              ::testing::Contains(HasSubstr("KV dtype I8 not supported")));
+  EXPECT_THAT(attention_registry().get("cudnn_sdpa").unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kF8E4M3, 16}),
+              ::testing::Contains(HasSubstr("KV dtype fp8_e4m3 not supported")));
   const auto& flash = attention_registry().get("cuda_flash");
   EXPECT_TRUE(flash.unsupported_reasons(hopper, shape).empty());
   EXPECT_THAT(flash.unsupported_reasons(hopper, {32, 8, 128, 0.088f, DType::kF32, 16}),
-              ::testing::Contains(HasSubstr("KV dtype F32 not supported")));
+              ::testing::Contains(HasSubstr("KV dtype f32 not supported")));
   EXPECT_THAT(flash.unsupported_reasons(hopper, {32, 8, 72, 0.1f, DType::kBF16, 16}),
               ::testing::Contains(HasSubstr("head_dim 72 not supported by the prefill kernel")));
 }
@@ -170,7 +181,8 @@ TEST_P(CudaAttentionGridTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Grid, CudaAttentionGridTest,
     ::testing::Combine(::testing::Values("cuda_reference", "cuda_flash", "cudnn_sdpa"),
-                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32), ::testing::Values(64, 80, 128, 256),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3),
+                       ::testing::Values(64, 80, 128, 256),
                        ::testing::Values(1, 16)),
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + dtype_label(std::get<1>(info.param)) + "_d" +
@@ -182,7 +194,7 @@ class CudaBackendTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaBackendTest, NonCausalOddLengthsAndPageSize) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::string backend = GetParam();
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF8E4M3}) {
     const AttentionShape shape{6, 3, 64, 0.12f, dtype, 5};
     SKIP_UNLESS_SUPPORTED(backend, shape);
     EXPECT_LE(max_error(backend, shape, {{5, 20}, {1, 0}, {33, 0}, {70, 11}}, 7, /*causal=*/false),

@@ -10,6 +10,10 @@
 //                     (relative 2^-9): scores |s| <= ~3 move by up to ~6e-3, softmax weights by as
 //                     much relatively, and the output, a weighted mean of values in [-1, 1], by about
 //                     1e-3. Observed max (Xeon with AMX, 2026-11-29): 1.2e-3 bf16 dot, 1.8e-3 amx.
+// FP8 (fp8_e4m3) KV, in the grid: kernel and reference read the same scaled FP8 pages (written by
+// write_kv_pages), the reference exactly in float64, the kernels as fp8 * scale rounded once to f32
+// (relative 2^-24) and then as f32 KV: the kernel's tolerance(k) above (every kernel runs its f32
+// path on FP8 pages). The quantization itself: Fp8KvWithinQuantizationBound, below.
 #include "kernels/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -27,6 +31,7 @@
 
 #include "platform/cpu_info.h"
 #include "util/error.h"
+#include "util/fp8.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
 
@@ -89,6 +94,7 @@ struct Problem {
   std::vector<SeqSpec> specs;
   std::vector<float> q;
   std::vector<uint8_t> k_pages, v_pages;
+  std::vector<float> k_scales, v_scales;     // FP8 KV only: per KV head (see the constructor)
   std::vector<std::vector<int32_t>> tables;  // per sequence (tests may edit them before params())
   std::vector<StepSequence> seqs;            // page_table_offset into flat_tables
   mutable std::vector<int32_t> flat_tables;  // tables concatenated, refreshed by params()
@@ -102,6 +108,12 @@ struct Problem {
       : num_heads(heads), num_kv_heads(kv_heads), head_dim(dim), page_size(page), kv_dtype(dtype), specs(std::move(s)) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    if (dtype == DType::kF8E4M3) {  // every head its own scale (values in [-1, 1] stay below 448 * scale)
+      for (int h = 0; h < kv_heads; ++h) {
+        k_scales.push_back((1.0f + 0.5f * float(h % 3)) / 448.0f);
+        v_scales.push_back((1.5f - 0.25f * float(h % 2)) / 448.0f);
+      }
+    }
     int64_t rows = 0;
     for (const auto& sp : specs) {
       num_pages += (sp.num_cached + sp.num_new + page_size - 1) / page_size;
@@ -142,7 +154,8 @@ struct Problem {
       kv.page_size = page_size;
       kv.dtype = kv_dtype;
       kv.num_pages = num_pages;
-      KvWriteParams w{k.data(), v.data(), k_pages.data(), v_pages.data(), kv, std::span(&all, 1), tables[i].data()};
+      KvWriteParams w{k.data(), v.data(), k_pages.data(), v_pages.data(), kv, k_scales.data(), v_scales.data(),
+                      std::span(&all, 1), tables[i].data()};
       write_kv_pages(w);
       StepSequence s;
       s.query_offset = offset;
@@ -174,6 +187,8 @@ struct Problem {
     p.kv.head_dim = head_dim;
     p.scale = 1.0f / std::sqrt(float(head_dim));
     p.causal = causal;
+    p.k_scales = k_scales.empty() ? nullptr : k_scales.data();
+    p.v_scales = v_scales.empty() ? nullptr : v_scales.data();
     flat_tables.clear();
     for (const auto& t : tables) flat_tables.insert(flat_tables.end(), t.begin(), t.end());
     p.sequences = seqs;
@@ -262,7 +277,7 @@ INSTANTIATE_TEST_SUITE_P(
     Grid, PagedAttentionGrid,
     ::testing::Combine(::testing::Values(Kernel::kAvx2, Kernel::kAvx512, Kernel::kAvx512Bf16, Kernel::kAmx),
                        ::testing::Range(kCpuBackendMinHeadDim, kCpuBackendMaxHeadDim + 1, kCpuBackendHeadDimStep),
-                       ::testing::Values(DType::kF32, DType::kBF16),
+                       ::testing::Values(DType::kF32, DType::kBF16, DType::kF8E4M3),
                        ::testing::Values(1, 16)),
     [](const ::testing::TestParamInfo<GridParam>& info) {
       return kernel_name(std::get<0>(info.param)) + "_d" + std::to_string(std::get<1>(info.param)) + "_" +
@@ -504,7 +519,7 @@ TEST(WriteKvPages, PlacesRowsByPageTableAndRoundsToBf16) {
     std::vector<uint8_t> kp(num_pages * page_size * row * dtype_size(dtype), 0);
     std::vector<uint8_t> vp(kp.size(), 0);
     const KvGeometry kv{/*num_layers=*/1, kv_heads, dim, page_size, dtype, num_pages, /*first_page=*/0};
-    write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), kv, std::span(&seq, 1), table.data()});
+    write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), kv, nullptr, nullptr, std::span(&seq, 1), table.data()});
     auto at = [&](const std::vector<uint8_t>& pages, int64_t slot, int64_t e) -> float {
       if (dtype == DType::kF32) return reinterpret_cast<const float*>(pages.data())[slot * row + e];
       return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(pages.data())[slot * row + e]);
@@ -527,6 +542,136 @@ TEST(WriteKvPages, PlacesRowsByPageTableAndRoundsToBf16) {
     for (int64_t slot = 0; slot < num_pages * page_size; ++slot)
       for (int64_t e = 0; e < row; ++e) nonzero += at(kp, slot, e) != 0.0f;
     EXPECT_EQ(nonzero, 3 * row);  // nothing else touched
+  }
+}
+
+// FP8 pages written by write_kv_pages: x / scale of the element's head, rounded to nearest even
+// (the float64 definition: fp8_e4m3_to_float of the written byte is the representable value
+// nearest x / scale, compared against every finite code), values beyond +-448 * scale saturate to
+// +-448 (0x7E / 0xFE, never NaN), NaN stays NaN, and missing scales are an error.
+TEST(WriteKvPagesFp8, ScaledRoundedSaturatedNaNKept) {
+  const int kv_heads = 2, dim = 8, page_size = 4;
+  const int64_t row = int64_t{kv_heads} * dim;
+  const std::vector<float> k_scales = {0.5f, 2.0f}, v_scales = {0.25f, 1.0f};
+  std::vector<float> k(row), v(row);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uni(-300.0f, 300.0f);
+  for (auto& x : k) x = uni(rng);
+  for (auto& x : v) x = uni(rng);
+  // Beyond the range of each head's scale (448 * 0.5 = 224, 448 * 2 = 896, 448 * 0.25 = 112, 448).
+  k[0] = 1e6f, k[1] = -225.0f, k[dim] = -2000.0f, k[dim + 1] = std::numeric_limits<float>::infinity();
+  v[0] = 113.0f, v[1] = -1e30f, v[dim] = 449.0f * 1.0f + 100.0f;
+  k[2] = std::numeric_limits<float>::quiet_NaN();
+  v[dim + 2] = -std::numeric_limits<float>::quiet_NaN();
+  StepSequence seq;
+  seq.num_new_tokens = 1;
+  seq.num_cached_tokens = 5;
+  seq.num_pages = 2;
+  const std::vector<int32_t> table = {1, 0};
+  std::vector<uint8_t> kp(size_t(2) * page_size * row, 0), vp(kp.size(), 0);
+  const KvGeometry kv{1, kv_heads, dim, page_size, DType::kF8E4M3, 2, 0};
+  write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), kv, k_scales.data(), v_scales.data(), std::span(&seq, 1),
+                  table.data()});
+  const int64_t slot = 0 * page_size + 1;  // position 5: page table entry 1 (page 0), offset 1
+  auto nearest = [](double x) {  // the float64 definition: the nearest finite E4M3 value, saturated
+    double best = 0.0, best_err = 1e300;
+    for (int b = 0; b < 256; ++b) {
+      const double y = fp8_e4m3_to_float(uint8_t(b));
+      if (std::isnan(y)) continue;
+      const double err = std::abs(y - x);
+      if (err < best_err) best = y, best_err = err;
+    }
+    return best;
+  };
+  auto check = [&](const std::vector<uint8_t>& pages, const std::vector<float>& src, const std::vector<float>& scales) {
+    for (int64_t e = 0; e < row; ++e) {
+      const uint8_t byte = pages[size_t(slot * row + e)];
+      const float x = src[size_t(e)];
+      const double scaled = double(x) / scales[size_t(e / dim)];
+      if (std::isnan(x)) {
+        EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(byte))) << e;
+        continue;
+      }
+      EXPECT_FALSE(std::isnan(fp8_e4m3_to_float(byte))) << "element " << e << " = " << x << " became NaN";
+      if (std::abs(scaled) >= 448.0) {
+        EXPECT_EQ(byte, scaled > 0 ? 0x7E : 0xFE) << "element " << e << " = " << x << " must saturate";
+      } else {
+        EXPECT_EQ(fp8_e4m3_to_float(byte), nearest(scaled)) << "element " << e << " = " << x;
+      }
+    }
+  };
+  check(kp, k, k_scales);
+  check(vp, v, v_scales);
+  // Every other slot untouched.
+  for (int64_t i = 0; i < int64_t(kp.size()); ++i)
+    if (i / row != slot) EXPECT_EQ(kp[size_t(i)], 0) << i;
+  EXPECT_THROW(write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), kv, nullptr, v_scales.data(),
+                               std::span(&seq, 1), table.data()}),
+               Error);
+  const std::vector<float> zero = {0.0f, 1.0f};
+  EXPECT_THROW(write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), kv, zero.data(), v_scales.data(),
+                               std::span(&seq, 1), table.data()}),
+               Error);
+}
+
+// FP8 KV against the float64 reference over the unquantized values (the same problem, seed and
+// draws, with f32 pages): the error FP8 quantization may cause, bounded from E4M3's definition.
+// An element x stored as fp8(x / s) * s is within 2^-4 |x| (3 mantissa bits: half an ulp relative to
+// the leading bit) or, below the normal range (|x| < 2^-6 s), within 2^-10 s (half the subnormal step
+// 2^-9 s). Then per output element:
+//   V part: |sum_j p_j dv_j| <= 2^-4 max|v| + 2^-10 max(s_v)
+//   K part: each score moves by at most delta = scale * max_j sum_d |q_d| (2^-4 |k_jd| + 2^-10 s_k),
+//           so each softmax weight by at most a factor e^{+-2 delta}: |sum_j dp_j v_j| <=
+//           (e^{2 delta} - 1) max|v|
+// plus f32 arithmetic (kF32Math). Every kernel and the reference reading FP8 pages must meet it; the
+// mean error must also stay under the V part alone (errors of both signs average out).
+TEST(PagedAttentionFp8, WithinQuantizationBound) {
+  const int heads = 8, kv_heads = 2, dim = 64, page_size = 16;
+  const std::vector<SeqSpec> specs = {{1, 0}, {1, 37}, {17, 130}, {3, 5}, {1, 400}};
+  Problem fp8(heads, kv_heads, dim, page_size, DType::kF8E4M3, specs, 77);
+  Problem exact(heads, kv_heads, dim, page_size, DType::kF32, specs, 77);
+  ASSERT_EQ(fp8.q, exact.q);
+  const auto want = exact.reference();
+  // The bound's inputs, over the exact (f32) pages.
+  const auto* kf = reinterpret_cast<const float*>(exact.k_pages.data());
+  const auto* vf = reinterpret_cast<const float*>(exact.v_pages.data());
+  const size_t num_floats = exact.k_pages.size() / sizeof(float);
+  double max_v = 0.0, max_q = 0.0, max_k_row = 0.0;
+  for (size_t i = 0; i < num_floats; ++i)
+    if (!std::isnan(vf[i])) max_v = std::max(max_v, double(std::abs(vf[i])));  // (unwritten slots: 0xff NaN)
+  for (float x : exact.q) max_q = std::max(max_q, double(std::abs(x)));
+  const double max_sk = *std::max_element(fp8.k_scales.begin(), fp8.k_scales.end());
+  const double max_sv = *std::max_element(fp8.v_scales.begin(), fp8.v_scales.end());
+  for (size_t r = 0; r < num_floats / dim; ++r) {  // sum_d (2^-4 |k_d| + 2^-10 s_k) per written key row and head
+    double sum = 0.0;
+    bool written = true;
+    for (int d = 0; d < dim; ++d) {
+      const float x = kf[r * dim + d];
+      written = written && !std::isnan(x);
+      sum += std::ldexp(std::abs(double(x)), -4) + std::ldexp(max_sk, -10);
+    }
+    if (written) max_k_row = std::max(max_k_row, sum);
+  }
+  const double delta = max_q * max_k_row / std::sqrt(double(dim));
+  const double v_part = std::ldexp(max_v, -4) + std::ldexp(max_sv, -10);
+  const double bound = v_part + (std::exp(2.0 * delta) - 1.0) * max_v + kF32Math;
+  std::vector<std::pair<std::string, std::function<void(const PagedAttentionParams&)>>> runs = {
+      {"reference", paged_attention_reference}};
+  for (Kernel k : {Kernel::kAvx2, Kernel::kAvx512, Kernel::kAmx}) {
+    if (missing_features(k).empty()) runs.push_back({kernel_name(k), [k](const PagedAttentionParams& p) { run_kernel(k, p); }});
+  }
+  for (const auto& [name, run] : runs) {
+    std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
+    run(fp8.params(got.data(), &test_pool()));
+    double worst = 0.0, sum = 0.0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double err = std::isfinite(got[i]) ? std::abs(double(got[i]) - want[i]) : 1e30;
+      worst = std::max(worst, err);
+      sum += err;
+    }
+    EXPECT_LE(worst, bound) << name << " (delta " << delta << ", V part " << v_part << ")";
+    EXPECT_LE(sum / double(want.size()), v_part) << name;
+    EXPECT_GT(worst, 0.0) << name << ": FP8 pages read as exact values? (the quantization must show)";
   }
 }
 

@@ -63,8 +63,38 @@ TEST(PagePoolTest, LayerArraysArePageAlignedDisjointAndZeroed) {
   EXPECT_THROW(pool.k_page(0, 7), Error);
 }
 
+// An fp8_e4m3 pool: one byte per element, and its K/V scales (1.0 until set) where each layer's
+// cache points; set_kv_scales checks shape and values.
+TEST(PagePoolTest, Fp8PoolHoldsItsScales) {
+  const KvLayout layout{2, 3, 64, DType::kF8E4M3, 16};
+  EXPECT_EQ(layout.bytes_per_token(), 2u * 2 * 3 * 64);
+  PagePool pool(layout, 4);
+  EXPECT_EQ(pool.num_bytes(), 2u * 2 * 4 * 16 * 3 * 64);
+  auto caches = pool.layer_caches();
+  for (const auto& c : caches) {
+    ASSERT_NE(c.k_scales, nullptr);
+    for (int h = 0; h < 3; ++h) EXPECT_EQ(c.k_scales[h], 1.0f);
+  }
+  KvScales s = KvScales::uniform(2, 3, 1.0f, "test");
+  s.k = {1, 2, 3, 4, 5, 6};
+  s.v = {0.5f, 0.25f, 0.125f, 8, 16, 32};
+  pool.set_kv_scales(s);
+  caches = pool.layer_caches();
+  EXPECT_EQ(caches[1].k_scales[2], 6.0f);
+  EXPECT_EQ(caches[0].v_scales[1], 0.25f);
+  EXPECT_EQ(caches[1].v_scales[0], 8.0f);
+  EXPECT_THROW(pool.set_kv_scales(KvScales::uniform(3, 3, 1.0f, "test")), Error);  // 3 layers
+  s.k[4] = 0.0f;
+  EXPECT_THROW(pool.set_kv_scales(s), Error);
+  s.k[4] = std::nanf("");
+  EXPECT_THROW(pool.set_kv_scales(s), Error);
+  PagePool bf16({2, 3, 64, DType::kBF16, 16}, 4);
+  EXPECT_EQ(bf16.layer_caches()[0].k_scales, nullptr);
+  EXPECT_THROW(bf16.set_kv_scales(KvScales::uniform(2, 3, 1.0f, "test")), Error);
+}
+
 TEST(PagePoolTest, RejectsBadShapes) {
-  EXPECT_THROW(PagePool({2, 2, 64, DType::kF8E4M3, 16}, 4), Error);  // KV dtype bf16, f16 or f32 only
+  EXPECT_THROW(PagePool({2, 2, 64, DType::kI8, 16}, 4), Error);  // KV dtype bf16, f16, f32 or f8_e4m3 only
   EXPECT_THROW(PagePool({0, 2, 64, DType::kF32, 16}, 4), Error);
   EXPECT_THROW(PagePool({2, 2, 64, DType::kF32, 16}, 0), Error);
   EXPECT_THROW(PagePool({2, 2, 64, DType::kF32, 16}, 5, 2), Error);  // not a multiple of dp

@@ -143,6 +143,28 @@ TEST(PlanCommandTest, JsonBreakdownWithEstimatedWorkspace) {
   expect_consistent_plan(j, 1);
 }
 
+// --kv-cache-dtype fp8_e4m3: one byte per element (layers * 2 * kv_heads * head_dim = 256 elements
+// per token on this model, 512 bytes in bf16 above), so twice the pages of the same budget.
+TEST(PlanCommandTest, Fp8KvCacheCountsOneBytePerElement) {
+  const RunResult r = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
+                                  " --estimate-workspace --max-running-requests 100000 --kv-cache-dtype fp8_e4m3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kv_cache_dtype"], "F8_E4M3");
+  EXPECT_EQ(j["kv_bytes_per_token"], 256);
+  EXPECT_EQ(j["bytes_per_page"], 4096);
+  EXPECT_EQ(j["kv_budget_bytes_per_rank"], 2757188966u);  // the same budget as bf16's
+  EXPECT_EQ(j["num_pages_per_rank"], 2757188966u / 4096);
+  const RunResult text = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 +
+                                     " --estimate-workspace --kv-cache-dtype fp8_e4m3");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("F8_E4M3 KV"));
+  // An unknown KV dtype is refused naming the flag.
+  const RunResult bad = run_spindle("plan " + kModel + " --memory-root " + kCgroupV2 + " --kv-cache-dtype fp4");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--kv-cache-dtype 'fp4' is not supported; use auto, bf16, fp16, f32 or fp8_e4m3"));
+}
+
 TEST(PlanCommandTest, DataParallelPerRank) {
   // Estimated, dp 2: budget = 3221225472 - 2492928 - 2 * 20971520 - 134217728 = 3042571776
   //   kv/rank = floor(3042571776 * 0.9 / 2) = floor(1369157299.2) = 1369157299;

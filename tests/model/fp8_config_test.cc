@@ -67,6 +67,23 @@ TEST(Fp8Config, CompressedTensors) {
   EXPECT_TRUE(f->static_input_scale);
 }
 
+// kv_cache_scheme (LLM Compressor's FP8 KV cache): 8-bit float, per tensor or per attention head,
+// accepted (its scales are read by model/kv_scale_tensors.h); anything else is refused by name.
+TEST(Fp8Config, CompressedTensorsKvCacheScheme) {
+  for (const char* strategy : {"tensor", "attn_head"}) {
+    EXPECT_TRUE(parse({{"quant_method", "compressed-tensors"}, {"config_groups", {{"g", ct_group("channel", true)}}},
+                       {"kv_cache_scheme", {{"num_bits", 8}, {"type", "float"}, {"strategy", strategy}, {"dynamic", false}}}})
+                    .has_value())
+        << strategy;
+  }
+  EXPECT_THAT(error_of({{"quant_method", "compressed-tensors"}, {"config_groups", {{"g", ct_group("channel", true)}}},
+                        {"kv_cache_scheme", {{"num_bits", 8}, {"type", "int"}}}}),
+              HasSubstr("only 8-bit float (E4M3) KV-cache scales are supported"));
+  EXPECT_THAT(error_of({{"quant_method", "compressed-tensors"}, {"config_groups", {{"g", ct_group("channel", true)}}},
+                        {"kv_cache_scheme", {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}}}}),
+              HasSubstr("'quantization_config.kv_cache_scheme.strategy' is \"channel\""));
+}
+
 TEST(Fp8Config, OtherFormatsRefusedByName) {
   EXPECT_THAT(error_of({{"quant_method", "awq"}}), HasSubstr("m/config.json: field 'quantization_config' has quant_method 'awq'"));
   EXPECT_THAT(error_of({{"quant_method", "gptq"}}), HasSubstr("'gptq', which is not supported"));

@@ -31,6 +31,9 @@
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
 #   memcheck_overlap compute-sanitizer memcheck over the overlap schedule's engine test (queued samplings, pending tokens)
 #   memcheck_decode  compute-sanitizer memcheck over flash decode's 16-bit output copy, its long split test and verify rows
+#   fp8kv            the fp8_e4m3 KV cache: cuda_attention_test's fp8 cases (cuda_reference and cuda_flash vs the
+#                    float64 reference over the same FP8 pages, the CUDA writer bit for bit), then (MEMCHECK!=0)
+#                    compute-sanitizer memcheck over cuda_flash's fp8 decode and prefill cases
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
 #   early.jsonl/.md  bench_spec_verify decode/verify of the graph-replayed step at EARLY_SETS contexts and batches
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
@@ -138,6 +141,11 @@ fi
 if has memcheck_decode; then  # flash decode's split/merge kernels with the 16-bit output copy
   run memcheck_decode 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_attention_test --gtest_brief=1 \
     "--gtest_filter=*FlashDecodeWritesTheRequestedOutputCopy*:*LongDecodeSplitsOfDifferentLengths/cuda_flash*:*VerifyShapedStepsOfDifferentLengths/cuda_flash*"
+fi
+if has fp8kv; then  # the FP8 KV cache's CUDA kernels (flash decode and prefill convert E4M3 pages to f16 stages)
+  run fp8kv 200 $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*fp8*:*Registry*"
+  [[ ${MEMCHECK:-1} != 0 ]] && run memcheck_fp8kv 200 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    $bin/cuda_attention_test --gtest_brief=1 "--gtest_filter=*cuda_flash_fp8_d128_page16*:*cuda_flash_fp8_d80_page1*"
 fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1

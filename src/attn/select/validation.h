@@ -19,7 +19,9 @@ namespace spindle::attn {
 // Tolerances, per KV dtype: the one place they are stated. Inputs are uniform in [-1, 1], so
 // outputs are O(1). f32 KV with f32 arithmetic differs from float64 by accumulated rounding
 // (~1e-6 over hundreds of keys); bf16 KV kernels may also round q and the probabilities P to bf16
-// for bf16 dot products or AMX tiles (relative 2^-9 each), which moves outputs by ~2e-3.
+// for bf16 dot products or AMX tiles (relative 2^-9 each), which moves outputs by ~2e-3. fp8_e4m3
+// KV takes bf16's bound: candidate and reference read the same (scaled) FP8 pages, the written ones
+// compared bit for bit, so only the arithmetic differs (f32 on the CPU, 16-bit q and P on tensor cores).
 struct Tolerance {
   double max_abs_error;
 };

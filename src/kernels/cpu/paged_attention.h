@@ -14,6 +14,10 @@
 // position num_cached_tokens + i and attends, when causal, to positions [0, num_cached_tokens + i];
 // otherwise to all num_cached_tokens + num_new_tokens positions.
 //
+// FP8 KV (kF8E4M3, E4M3FN bytes): element d of KV head h reads fp8_e4m3_to_float(byte) *
+// k_scales[h] (V: v_scales[h]); the writer stores float_to_fp8_e4m3(x / scale) (util/fp8.h,
+// saturating at +-448; kernels/kv_scales.h). Other dtypes ignore the scales.
+//
 // out = softmax(scale * q . K^T) . V per query row and head. Every output element is written.
 #pragma once
 
@@ -35,9 +39,13 @@ struct PagedAttentionParams {
   float* out = nullptr;           // [num_tokens, num_heads, head_dim]
   const void* k_pages = nullptr;  // [kv.num_pages, kv.page_size, kv.num_kv_heads, kv.head_dim]
   const void* v_pages = nullptr;  // same layout as k_pages
-  // The rank's KV geometry (dtype kF32, kBF16, or kF16 for the reference only); head_dim is the
-  // queries' too.
+  // The rank's KV geometry (dtype kF32, kBF16, kF8E4M3, or kF16 for the reference only); head_dim
+  // is the queries' too.
   KvGeometry kv;
+  // FP8 KV only (else ignored): [kv.num_kv_heads] dequantization scales of this layer's K and V,
+  // positive and finite, host memory (device memory in the CUDA launches).
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   int num_heads = 0;
   float scale = 1.0f;
   bool causal = true;
@@ -48,13 +56,16 @@ struct PagedAttentionParams {
 };
 
 // New tokens' K/V into their pages: k, v are [num_tokens, num_kv_heads, head_dim] f32, rows in the
-// same order as q. Converts to kv.dtype (bf16, f16: round to nearest even).
+// same order as q. Converts to kv.dtype (bf16, f16: round to nearest even; f8_e4m3: x / scale of
+// its head, rounded to nearest even and saturated at +-448, NaN kept: util/fp8.h).
 struct KvWriteParams {
   const float* k = nullptr;
   const float* v = nullptr;
   void* k_pages = nullptr;
   void* v_pages = nullptr;
   KvGeometry kv;  // as in PagedAttentionParams
+  const float* k_scales = nullptr;  // as in PagedAttentionParams (FP8 KV only)
+  const float* v_scales = nullptr;
   std::span<const StepSequence> sequences;  // as in PagedAttentionParams
   const int32_t* page_tables = nullptr;
 };
@@ -62,6 +73,9 @@ struct KvWriteParams {
 // Host-side checks shared by every kernel: sizes positive, dtype supported, head counts divide,
 // query rows contiguous and in range, every page index inside [0, num_pages). Throws spindle::Error.
 void check_paged_attention_params(const PagedAttentionParams& p, int64_t num_tokens);
+// For dtype kF8E4M3: both scale arrays present, and their first num_kv_heads values (host memory;
+// 0: presence only) positive and finite. Throws spindle::Error naming the head.
+void check_kv_scales(DType dtype, const float* k_scales, const float* v_scales, int num_kv_heads);
 // The batch part of that check: rows contiguous in sequence order adding up to num_tokens, page
 // tables long enough, every page id inside [0, num_pages).
 void check_sequences(std::span<const StepSequence> sequences, const int32_t* page_tables, int page_size,
@@ -103,7 +117,7 @@ void paged_attention_avx2(const PagedAttentionParams& p);
 inline constexpr int kAvx2SmallDecodeMaxHeadDim = 64;
 
 // The same kernel with the decode path forced (tests, benchmarks): kAuto as above, kGeneric never
-// the small-head_dim path, kSmallHeadDim wherever it applies (one new token; bf16 KV needs head_dim
+// the small-head_dim path, kSmallHeadDim wherever it applies (one new token, not FP8 KV; bf16 KV needs head_dim
 // % 16 == 0), at any head_dim.
 enum class Avx2DecodePath { kAuto, kGeneric, kSmallHeadDim };
 void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path);

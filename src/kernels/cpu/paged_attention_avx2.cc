@@ -13,6 +13,9 @@ inline __m256 load8(const uint16_t* p) {
   const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
+// FP8 (E4M3FN) bytes as value / 2^8 (paged_attention_tiled.h fp8x8_widen; the caller's scales carry
+// the 2^8).
+inline __m256 load8(const uint8_t* p) { return fp8x8_widen(p); }
 
 inline float hsum(__m256 v) {
   __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -190,6 +193,7 @@ struct Avx2 {
   // Prefill tasks take scores_transposed and softmax_rows_base2 (see vector_task).
   static constexpr bool kTransposedScores = true;
   static constexpr bool kTransposedBf16Dot = false;  // no bf16 dot products on AVX2
+  static constexpr bool kFp8Rows = true;             // load8 reads FP8 rows (value / 2^8)
 
   // dst[d * ld + j] = element d of K row j as f32, for j < n_pad (rows from n on read as zeros; n_pad
   // a multiple of 8) and d < D (a multiple of 8).
@@ -637,7 +641,8 @@ void small_decode(const PagedAttentionParams& p, const Task& t, float* partials)
 
 void paged_attention_avx2_path(const PagedAttentionParams& p, Avx2DecodePath path) {
   check_optimized_attention_params(p, count_query_rows(p.sequences), "avx2");
-  const bool small = path != Avx2DecodePath::kGeneric && p.kv.head_dim % 16 == 0 &&
+  // (FP8 KV: the generic task, which converts each tile with its head's scale.)
+  const bool small = path != Avx2DecodePath::kGeneric && p.kv.dtype != DType::kF8E4M3 && p.kv.head_dim % 16 == 0 &&
                      (path == Avx2DecodePath::kSmallHeadDim || p.kv.head_dim <= kAvx2SmallDecodeMaxHeadDim);
   const Plan plan = make_plan(p, 32, /*decode_sized_token_tasks=*/small);
   const bool kv_bf16 = p.kv.dtype == DType::kBF16;

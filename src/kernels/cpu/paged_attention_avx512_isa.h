@@ -213,6 +213,7 @@ struct Avx512 {
   // Prefill tasks with bf16 dot products take transpose_pairs and scores_transposed_bf16 (see
   // vector_task).
   static constexpr bool kTransposedBf16Dot = true;
+  static constexpr bool kFp8Rows = false;  // FP8 tiles are converted first (vector_task)
 
   // dst[i * ld + j] = the bf16 pair (2i, 2i + 1) of K row j as 32 bits, for j < n_pad (rows from n
   // on read as zeros; n_pad a multiple of 16) and i < D / 2: 16 x 16 transposes of 32-bit elements.

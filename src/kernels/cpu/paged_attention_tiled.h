@@ -28,7 +28,7 @@
 #include <limits>
 #include <vector>
 
-#include <xmmintrin.h>
+#include <immintrin.h>
 
 #include "kernels/cpu/paged_attention.h"
 #include "util/thread_pool.h"
@@ -56,6 +56,32 @@ inline uint16_t to_bf16_bits(float value) {
   uint32_t u;
   std::memcpy(&u, &value, sizeof(u));
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// FP8 E4M3FN bytes src[0..8) -> f32 times `scale` (scale_x256 = scale * 2^8). The byte's exponent and
+// mantissa bits (6..0) go to bits 13..7 of an f16 and its sign to bit 15: E4M3's exponent bias is 7,
+// f16's 15, so that f16 is the E4M3 value / 2^8 exactly, subnormals included (an E4M3 subnormal
+// lands on an f16 subnormal of the same mantissa). F16C widens it exactly; one multiply by
+// scale * 2^8 gives fp8 * scale rounded once. The NaN codes (0x7F, 0xFF) get the f16 exponent
+// 31 over a nonzero mantissa: NaN. Needs AVX + F16C (every file that includes this has them).
+// fp8x8_widen: the same without the multiply, value / 2^8 exactly.
+inline __m256 fp8x8_widen(const uint8_t* src) {
+  const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  const __m128i sign = _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8);
+  const __m128i em = _mm_and_si128(b, _mm_set1_epi16(0x7F));
+  const __m128i nan = _mm_and_si128(_mm_cmpeq_epi16(em, _mm_set1_epi16(0x7F)), _mm_set1_epi16(0x7C00));
+  const __m128i half = _mm_or_si128(_mm_or_si128(sign, _mm_slli_epi16(em, 7)), nan);
+  return _mm256_cvtph_ps(half);
+}
+inline __m256 fp8x8_to_f32(const uint8_t* src, __m256 scale_x256) {
+  return _mm256_mul_ps(fp8x8_widen(src), scale_x256);
+}
+
+// FP8 rows (head_dim D, a multiple of 8) -> f32 dst[n][D], each element times `scale`.
+inline void convert_fp8_rows(const uint8_t* const* src, int n, int D, float scale, float* dst) {
+  const __m256 scale_x256 = _mm256_set1_ps(scale * 256.0f);
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < D; d += 8) _mm256_storeu_ps(dst + int64_t{j} * D + d, fp8x8_to_f32(src[j] + d, scale_x256));
 }
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
@@ -265,7 +291,7 @@ inline void gather_rows(const PagedAttentionParams& p, const StepSequence& s, co
 // head are num_kv_heads * head_dim elements apart, a stride the hardware prefetchers miss.
 inline void prefetch_tile(const PagedAttentionParams& p, const StepSequence& s, int kv_head,
                           int num_heads, int k0, int n) {
-  const int64_t elem = p.kv.dtype == DType::kBF16 ? 2 : 4;
+  const int64_t elem = p.kv.dtype == DType::kBF16 ? 2 : p.kv.dtype == DType::kF8E4M3 ? 1 : 4;
   const int64_t kv_row = int64_t{p.kv.num_kv_heads} * p.kv.head_dim * elem;
   const int64_t row_bytes = int64_t{p.kv.head_dim} * num_heads * elem;
   const char* kb = static_cast<const char*>(p.k_pages) + int64_t{kv_head} * p.kv.head_dim * elem;
@@ -389,6 +415,11 @@ inline VectorScratch& vector_scratch() {
 // finish_task). With bf16 dot products (avx512_bf16) a prefill's K tiles go into 32-bit bf16 pairs
 // transposed (transpose_pairs) instead: 16 keys per vdpbf16ps with q's pair broadcast, no horizontal
 // sum either, and the natural-base softmax (q rounded to bf16 as the decode rows round it). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
+// FP8 KV: a prefill's K tiles are converted to f32 with their head's scale (convert_fp8_rows) and
+// transposed where the ISA has transposed scores (as bf16's converted tiles). Otherwise, where the
+// ISA reads FP8 rows itself (kFp8Rows: load8 of 8 bytes gives value / 2^8), the micro-kernels run on
+// the page rows as they are, q pre-multiplied by its KV head's k_scale * 2^8 and O by v_scale * 2^8
+// at the end (both linear); else every K and V tile is converted first (row-order sums).
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.kv.head_dim;
@@ -397,6 +428,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const int rph = (t.q_end - t.q_begin) * group;  // rows per KV head
   const int rows = rph * t.num_heads;
   const bool kv_bf16 = p.kv.dtype == DType::kBF16;
+  const bool kv_fp8 = p.kv.dtype == DType::kF8E4M3;
   const int dq = round_up(D, 32);  // bf16 q stride, zero padded
 
   VectorScratch& sc = vector_scratch();
@@ -414,7 +446,7 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   const bool use_dot = bf16_dot && kv_bf16;
   const bool convert = kv_bf16 && rph > Isa::kRowBlock;
   const bool prefill = s.num_new_tokens > kDecodeSizedMaxNewTokens;
-  const bool transposed = Isa::kTransposedScores && convert && !use_dot && prefill;
+  const bool transposed = Isa::kTransposedScores && ((convert && !use_dot) || kv_fp8) && prefill;
   const bool transposed_dot = Isa::kTransposedBf16Dot && use_dot && prefill;
   // The f32 transposed tasks run the softmax in base 2: q pre-scaled by log2 e, m in log2 units until
   // the end. The bf16 pairs do not: their q is rounded to bf16, and q * scale * log2 e rounds
@@ -422,10 +454,12 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   // (ServerApiTest.ChoicesShareThePromptsPages computes its prompt as a prefill once and as a short
   // tail once, and got two greedy texts).
   const float q_scale = transposed ? p.scale * kLog2E : p.scale;
+  const bool fp8_rows = Isa::kFp8Rows && kv_fp8 && !transposed;
   for (int r = 0; r < rows; ++r) {
     const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
     const float* src = q_row(p, s, c.token, c.head);
-    for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * q_scale;
+    const float row_scale = fp8_rows ? q_scale * (p.k_scales[t.kv_head + r / rph] * 256.0f) : q_scale;
+    for (int d = 0; d < D; ++d) q[int64_t{r} * D + d] = src[d] * row_scale;
     limit[r] = visible_keys(p, s, c.token);
     m[r] = kNegInf;
     l[r] = 0.0f;
@@ -438,11 +472,11 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       for (int d = D; d < dq; ++d) qb[int64_t{r} * dq + d] = 0;
     }
   }
-  float* k_conv = convert && !use_dot && !transposed ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
+  float* k_conv = (convert && !use_dot && !transposed) || kv_fp8 ? sc.k_conv.get(size_t(kKeyTile) * D) : nullptr;
   float* k_t = transposed ? sc.k_t.get(size_t(kKeyTile) * D) : nullptr;
   // (uint32 pairs, through intrinsics only, in the float scratch: kKeyTile * dq / 2 of them)
   uint32_t* k_pairs = transposed_dot ? reinterpret_cast<uint32_t*>(sc.k_t.get(size_t(kKeyTile) * dq / 2)) : nullptr;
-  float* v_conv = convert ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
+  float* v_conv = convert || kv_fp8 ? sc.v_conv.get(size_t(kKeyTile) * D) : nullptr;
 
   for (int k0 = t.k_begin; k0 < t.k_end; k0 += kKeyTile) {
     const int n = imin(kKeyTile, t.k_end - k0);
@@ -455,7 +489,26 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       const float* qh = q + r0 * D;
       float* sh = sbuf + r0 * kKeyTile;
       float* oh = o + r0 * D;
-      if (kv_bf16) {
+      if (kv_fp8) {
+        const auto** kr = reinterpret_cast<const uint8_t**>(k_rows);
+        gather_rows(p, s, p.k_pages, h, k0, n, kr);
+        gather_rows(p, s, p.v_pages, h, k0, n, reinterpret_cast<const uint8_t**>(v_rows));
+        if (fp8_rows) {
+          if constexpr (Isa::kFp8Rows) Isa::scores(qh, D, rph, kr, n, D, sh, kKeyTile);
+        } else {
+          convert_fp8_rows(kr, n, D, p.k_scales[h], k_conv);
+          const float* kf[kKeyTile];
+          for (int j = 0; j < n; ++j) kf[j] = k_conv + int64_t{j} * D;
+          if (transposed) {
+            if constexpr (Isa::kTransposedScores) {
+              Isa::transpose_rows(kf, n, n_pad, D, k_t, kKeyTile);
+              Isa::scores_transposed(qh, D, rph, k_t, kKeyTile, n_pad, D, sh, kKeyTile);
+            }
+          } else {
+            Isa::scores(qh, D, rph, kf, n, D, sh, kKeyTile);
+          }
+        }
+      } else if (kv_bf16) {
         const auto** kr = reinterpret_cast<const uint16_t**>(k_rows);
         const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
         gather_rows(p, s, p.k_pages, h, k0, n, kr);
@@ -500,7 +553,14 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
       } else {
         Isa::softmax_rows(sh, kKeyTile, rph, n_pad, m + r0, l + r0, corr + r0);
       }
-      if (kv_bf16) {
+      if (kv_fp8 && fp8_rows) {
+        if constexpr (Isa::kFp8Rows) Isa::pv(sh, kKeyTile, rph, reinterpret_cast<const uint8_t**>(v_rows), n, D, oh, corr + r0);
+      } else if (kv_fp8) {
+        convert_fp8_rows(reinterpret_cast<const uint8_t**>(v_rows), n, D, p.v_scales[h], v_conv);
+        const float* vf[kKeyTile];
+        for (int j = 0; j < n; ++j) vf[j] = v_conv + int64_t{j} * D;
+        Isa::pv(sh, kKeyTile, rph, vf, n, D, oh, corr + r0);
+      } else if (kv_bf16) {
         const auto** vr = reinterpret_cast<const uint16_t**>(v_rows);
         if (convert) {
           Isa::convert_rows(vr, n, D, v_conv);
@@ -517,6 +577,12 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   }
   if (transposed) {  // split partials are merged in natural units (-inf stays -inf)
     for (int r = 0; r < rows; ++r) m[r] *= kLn2;
+  }
+  if (fp8_rows) {  // O summed p * v / 2^8: times its head's v_scale * 2^8
+    for (int r = 0; r < rows; ++r) {
+      const float v_scale = p.v_scales[t.kv_head + r / rph] * 256.0f;
+      for (int d = 0; d < D; ++d) o[int64_t{r} * D + d] *= v_scale;
+    }
   }
   finish_task(p, t, rows, m, l, o, partials);
 }

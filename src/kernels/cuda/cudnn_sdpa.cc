@@ -50,6 +50,7 @@ const char* kv_type_name(detail::KvType t) {
     case detail::KvType::kF32: return "f32";
     case detail::KvType::kBF16: return "bf16";
     case detail::KvType::kF16: return "f16";
+    case detail::KvType::kFp8: return "fp8_e4m3";
   }
   return "unknown";
 }

@@ -24,6 +24,13 @@
 // Online softmax in log2 units, f32 throughout. At the end the warps' (max, sum, O) are combined
 // through shared memory.
 //
+// FP8 KV (E4M3FN bytes, kernels/kv_scales.h): the stage copies load 8 bytes per 16-byte ring chunk
+// with ordinary loads and store them converted to f16 (exact: every E4M3 value is an f16), so the
+// ring, ldmatrix and the f16 mma path are those of f16 KV; the K scale of the block's KV head
+// multiplies the f32 scores, the V scale the block's output (partials included: the merge is a
+// convex combination). No cp.async for these stages (the conversion needs the bytes in registers):
+// a stage's loads are all issued before its stores.
+//
 // head_dim: any multiple of 8 in [8, 256], run-time, in three compiled buckets (<= 64, <= 128,
 // <= 256) per KV type. A bucket always computes its full width: the ring columns past head_dim
 // are zeroed once and q is zero there, so no run-time branches sit in the inner loops.
@@ -40,6 +47,7 @@
 // projection after the attention are launched and resident before it ends (wherever PDL is on).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -119,6 +127,10 @@ struct SplitParams {
   bool out16_bf16;
   const uint16_t* k_pages;        // [num_pages, page_size, num_kv_heads, head_dim] bf16/fp16 bits
   const uint16_t* v_pages;        // same layout
+  const uint8_t* k_pages8;        // the same pages as FP8 bytes (FP8 KV; else unused)
+  const uint8_t* v_pages8;
+  const float* k_scales;          // FP8 KV: [num_kv_heads] (kernels/kv_scales.h); else null
+  const float* v_scales;
   const DeviceSequence* sequences;
   const int32_t* page_tables;
   float* partial_out;             // [num_sequences, num_heads, num_splits, head_dim] (num_splits > 1)
@@ -218,18 +230,71 @@ struct WarpState {
 struct StageSource {
   const uint16_t* k;        // k_pages + kv_head * head_dim
   const uint16_t* v;        // v_pages + kv_head * head_dim
+  const uint8_t* k8;        // FP8 KV: k_pages8 + kv_head * head_dim (offsets then count bytes)
+  const uint8_t* v8;
   int64_t slot_pitch;       // num_kv_heads * head_dim: elements from one slot to the next
   const int32_t* slots;     // shared: slot of chunk key i (page * page_size + offset)
   int num_keys;             // keys of this block's chunk
   int num_chunks;           // head_dim / 8
 };
 
+// 8 FP8 (E4M3FN) bytes -> 8 f16 (exact), in order, as one 16-byte ring chunk.
+__device__ __forceinline__ uint4 fp8x8_to_half8(uint2 bytes) {
+  uint32_t h[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? bytes.x : bytes.y;
+    const auto pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * (i & 1))) & 0xffffu);
+    const __half2_raw two = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    h[i] = static_cast<uint32_t>(two.x) | (static_cast<uint32_t>(two.y) << 16);
+  }
+  return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+// FP8 KV: issue_stage's copies as loads of 8 bytes per chunk, converted and stored into the ring
+// (zeros for keys past the chunk); every load of the stage is issued before the first store.
+template <int kMaxHeadDim>
+__device__ __forceinline__ void issue_stage_fp8(const StageSource& src, uint16_t* k_stage, int key0, int lane,
+                                                int skip_key) {
+  using T = Tile<kMaxHeadDim>;
+  uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
+  uint2 k_bytes[T::kCopiesPerLane], v_bytes[T::kCopiesPerLane];
+#pragma unroll
+  for (int j = 0; j < T::kCopiesPerLane; ++j) {
+    const int i = lane + 32 * j;
+    const int row = i / T::kMaxChunks;
+    const int chunk = i % T::kMaxChunks;
+    const int key = key0 + row;
+    k_bytes[j] = v_bytes[j] = make_uint2(0u, 0u);
+    if (chunk < src.num_chunks && key != skip_key && key < src.num_keys) {
+      const int64_t offset = int64_t{src.slots[key]} * src.slot_pitch + chunk * 8;
+      k_bytes[j] = *reinterpret_cast<const uint2*>(src.k8 + offset);
+      v_bytes[j] = *reinterpret_cast<const uint2*>(src.v8 + offset);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < T::kCopiesPerLane; ++j) {
+    const int i = lane + 32 * j;
+    const int row = i / T::kMaxChunks;
+    const int chunk = i % T::kMaxChunks;
+    if (chunk < src.num_chunks && key0 + row != skip_key) {
+      const int dst = row * T::kPitch + chunk * 8;
+      *reinterpret_cast<uint4*>(k_stage + dst) = fp8x8_to_half8(k_bytes[j]);
+      *reinterpret_cast<uint4*>(v_stage + dst) = fp8x8_to_half8(v_bytes[j]);
+    }
+  }
+}
+
 // Issues the copies of keys [key0, key0 + kStageKeys) of the chunk into one stage (K rows, then V
 // rows; row pitch Tile::kPitch); keys past the chunk are zero-filled, columns past head_dim are
 // left alone, and the row of chunk key skip_key (if any) is not touched (copy_key_row fills it).
-template <int kMaxHeadDim>
+template <int kMaxHeadDim, bool kFp8 = false>
 __device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_stage, int key0, int lane,
                                             int skip_key = -1) {
+  if constexpr (kFp8) {
+    issue_stage_fp8<kMaxHeadDim>(src, k_stage, key0, lane, skip_key);
+    return;
+  }
   using T = Tile<kMaxHeadDim>;
   uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
 #pragma unroll
@@ -251,23 +316,31 @@ __device__ __forceinline__ void issue_stage(const StageSource& src, uint16_t* k_
 
 // Copies the K and V rows of chunk key `key` (in the stage starting at key0) with ordinary loads and
 // stores: the row issue_stage left out. Visible to the warp after its next __syncwarp.
-template <int kMaxHeadDim>
+template <int kMaxHeadDim, bool kFp8 = false>
 __device__ __forceinline__ void copy_key_row(const StageSource& src, uint16_t* k_stage, int key0, int key, int lane) {
   using T = Tile<kMaxHeadDim>;
   uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
   const int64_t offset = int64_t{src.slots[key]} * src.slot_pitch;
   const int dst = (key - key0) * T::kPitch;
   for (int chunk = lane; chunk < src.num_chunks; chunk += 32) {
-    *reinterpret_cast<uint4*>(k_stage + dst + chunk * 8) = *reinterpret_cast<const uint4*>(src.k + offset + chunk * 8);
-    *reinterpret_cast<uint4*>(v_stage + dst + chunk * 8) = *reinterpret_cast<const uint4*>(src.v + offset + chunk * 8);
+    if constexpr (kFp8) {
+      const uint2 k_bytes = *reinterpret_cast<const uint2*>(src.k8 + offset + chunk * 8);
+      const uint2 v_bytes = *reinterpret_cast<const uint2*>(src.v8 + offset + chunk * 8);
+      *reinterpret_cast<uint4*>(k_stage + dst + chunk * 8) = fp8x8_to_half8(k_bytes);
+      *reinterpret_cast<uint4*>(v_stage + dst + chunk * 8) = fp8x8_to_half8(v_bytes);
+    } else {
+      *reinterpret_cast<uint4*>(k_stage + dst + chunk * 8) = *reinterpret_cast<const uint4*>(src.k + offset + chunk * 8);
+      *reinterpret_cast<uint4*>(v_stage + dst + chunk * 8) = *reinterpret_cast<const uint4*>(src.v + offset + chunk * 8);
+    }
   }
 }
 
 // Attends the keys [key0, key0 + kStageKeys) of the chunk held in one stage (masking keys past
-// num_keys) and folds them into the warp state.
-template <int kMaxHeadDim, bool kBf16>
+// num_keys) and folds them into the warp state. kFp8: the scores times k_scale (the stage holds the
+// unscaled FP8 values).
+template <int kMaxHeadDim, bool kBf16, bool kFp8 = false>
 __device__ __forceinline__ void attend_stage(WarpState<kMaxHeadDim>& st, const uint16_t* k_stage, int key0,
-                                             int num_keys, int lane) {
+                                             int num_keys, int lane, float k_scale = 1.0f) {
   using T = Tile<kMaxHeadDim>;
   const uint16_t* v_stage = k_stage + kStageKeys * T::kPitch;
   const int quad = lane & 3;
@@ -302,6 +375,7 @@ __device__ __forceinline__ void attend_stage(WarpState<kMaxHeadDim>& st, const u
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       x[n][e] = s[n][0][e] + s[n][1][e];
+      if constexpr (kFp8) x[n][e] *= k_scale;
       if (key0 + 8 * n + 2 * quad + e >= num_keys) x[n][e] = -INFINITY;
       stage_max = fmaxf(stage_max, x[n][e]);
     }
@@ -348,10 +422,11 @@ __device__ __forceinline__ void attend_stage(WarpState<kMaxHeadDim>& st, const u
 // Combines the warps' states through shared memory (`merge` aliases the rings; every cp.async has
 // completed) and writes the block's result for its heads: to `out` when the sequence has one
 // split, else the normalised partial output and its log2-sum-exp.
+// v_scale: FP8 KV's V scale of the block's KV head (1 otherwise), applied to every value written.
 template <int kMaxHeadDim>
 __device__ __forceinline__ void finish_block(const SplitParams& p, WarpState<kMaxHeadDim>& st, float* merge,
                                              int num_warps, int heads_in_tile, int head0, int split,
-                                             int seq_index, int row, bool single_split) {
+                                             int seq_index, int row, bool single_split, float v_scale) {
   using T = Tile<kMaxHeadDim>;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = lane >> 2, quad = lane & 3;
@@ -395,7 +470,7 @@ __device__ __forceinline__ void finish_block(const SplitParams& p, WarpState<kMa
       num += f * merge_o[(w * kHeadsPerTile + h) * o_pitch + d];
       den += f * merge_sum[w * kHeadsPerTile + h];
     }
-    const float value = num / den;
+    const float value = num / den * v_scale;  // (exact for v_scale 1)
     const int head = head0 + h;
     if (single_split) {
       const int64_t at = (int64_t{row} * p.num_heads + head) * head_dim + d;
@@ -487,7 +562,7 @@ __device__ __forceinline__ int sequence_splits(int kv_len, ChunkRule rule, int g
 
 // Grid (num_kv_heads * num_head_tiles, num_splits, num_sequences); blockDim.x = 32 * num_warps.
 // Dynamic shared memory: kSlotBytes + max(rings, merge area) (split_kernel_smem_bytes).
-template <int kMaxHeadDim, bool kBf16>
+template <int kMaxHeadDim, bool kBf16, bool kFp8>
 __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(const SplitParams p) {
   if (p.early) {
     pdl_trigger();  // the merge may launch; this block reads only what no kernel writes until pdl_wait below
@@ -539,6 +614,10 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
   StageSource src;
   src.k = p.k_pages + int64_t{kv_head} * head_dim;
   src.v = p.v_pages + int64_t{kv_head} * head_dim;
+  src.k8 = kFp8 ? p.k_pages8 + int64_t{kv_head} * head_dim : nullptr;
+  src.v8 = kFp8 ? p.v_pages8 + int64_t{kv_head} * head_dim : nullptr;
+  const float k_scale = kFp8 ? p.k_scales[kv_head] : 1.0f;
+  const float v_scale = kFp8 ? p.v_scales[kv_head] : 1.0f;
   src.slot_pitch = int64_t{p.num_kv_heads} * head_dim;
   src.slots = slots;
   src.num_keys = num_keys;
@@ -555,7 +634,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < my_tiles) {
-      issue_stage<kMaxHeadDim>(src, ring + s * T::kStageElems, first_key + s * tile_step, lane, new_key);
+      issue_stage<kMaxHeadDim, kFp8>(src, ring + s * T::kStageElems, first_key + s * tile_step, lane, new_key);
     }
     cp_async_commit();
   }
@@ -563,8 +642,8 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
     pdl_wait();
     const int s = new_key - first_key;  // the new key's tile among this warp's, if it is one of its first
     if (new_key >= 0 && s >= 0 && s % tile_step < kStageKeys && s / tile_step < kStages - 1) {
-      copy_key_row<kMaxHeadDim>(src, ring + (s / tile_step) * T::kStageElems, first_key + (s / tile_step) * tile_step,
-                                new_key, lane);
+      copy_key_row<kMaxHeadDim, kFp8>(src, ring + (s / tile_step) * T::kStageElems,
+                                      first_key + (s / tile_step) * tile_step, new_key, lane);
     }
   }
 
@@ -578,17 +657,18 @@ __global__ void __launch_bounds__(kMaxThreads, 2) flash_decode_split_kernel(cons
     __syncwarp();                  // ... and every lane's; stage (i - 1) % kStages is no longer read
     const int next = i + kStages - 1;
     if (next < my_tiles) {
-      issue_stage<kMaxHeadDim>(src, ring + (next % kStages) * T::kStageElems, first_key + next * tile_step, lane);
+      issue_stage<kMaxHeadDim, kFp8>(src, ring + (next % kStages) * T::kStageElems, first_key + next * tile_step,
+                                     lane);
     }
     cp_async_commit();  // one group per iteration, empty or not, keeps wait_group's count right
-    attend_stage<kMaxHeadDim, kBf16>(st, ring + (i % kStages) * T::kStageElems, first_key + i * tile_step,
-                                     num_keys, lane);
+    attend_stage<kMaxHeadDim, kBf16, kFp8>(st, ring + (i % kStages) * T::kStageElems, first_key + i * tile_step,
+                                           num_keys, lane, k_scale);
   }
   cp_async_wait<0>();
   __syncthreads();  // rings become the merge area
 
   finish_block<kMaxHeadDim>(p, st, reinterpret_cast<float*>(rings), num_warps, heads_in_tile, head0, split,
-                            seq_index, row, single_split);
+                            seq_index, row, single_split, v_scale);
 }
 
 // ---- merge kernel -----------------------------------------------------------------------------
@@ -697,31 +777,32 @@ size_t split_kernel_smem_bytes(int head_dim, int num_warps) {
 // Launches the split kernel (the merge kernel follows where a sequence has several splits; merging
 // in the split kernel's last block was 118-149 us slower per 8B decode step on the H200, the
 // former SPINDLE_FLASH_DECODE_FUSED_MERGE in util/switches.cc).
-template <int kMaxHeadDim, bool kBf16>
+template <int kMaxHeadDim, bool kBf16, bool kFp8>
 void launch_split_kernel(const SplitParams& p, dim3 grid, cudaStream_t stream) {
   const int limit = max_block_smem_bytes();
   int num_warps = kMaxWarps;
   while (num_warps > 1 && split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps) > size_t(limit)) --num_warps;
   const size_t smem = split_kernel_smem_bytes<kMaxHeadDim>(p.head_dim, num_warps);
   if (smem > size_t(limit)) fail("flash_decode: not enough shared memory per block on this device");
-  auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16>;
+  auto* kernel = flash_decode_split_kernel<kMaxHeadDim, kBf16, kFp8>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
   launch_pdl(kernel, grid, 32 * num_warps, smem, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool kBf16>
+// kFp8: FP8 pages through the f16 path (kBf16 false).
+template <bool kBf16, bool kFp8 = false>
 void launch_split_kernel_for_head_dim(const SplitParams& p, dim3 grid, cudaStream_t stream) {
-  if (p.head_dim <= 64) return launch_split_kernel<64, kBf16>(p, grid, stream);
-  if (p.head_dim <= 128) return launch_split_kernel<128, kBf16>(p, grid, stream);
-  return launch_split_kernel<256, kBf16>(p, grid, stream);
+  if (p.head_dim <= 64) return launch_split_kernel<64, kBf16, kFp8>(p, grid, stream);
+  if (p.head_dim <= 128) return launch_split_kernel<128, kBf16, kFp8>(p, grid, stream);
+  return launch_split_kernel<256, kBf16, kFp8>(p, grid, stream);
 }
 
 }  // namespace
 
 bool flash_decode_supports(int head_dim, KvType kv_type) {
-  const bool kv_ok = kv_type == KvType::kBF16 || kv_type == KvType::kF16;
+  const bool kv_ok = kv_type == KvType::kBF16 || kv_type == KvType::kF16 || kv_type == KvType::kFp8;
   return kv_ok && head_dim >= 8 && head_dim <= 256 && head_dim % 8 == 0;
 }
 
@@ -758,6 +839,10 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
   p.out16_bf16 = a.out16_bf16;
   p.k_pages = static_cast<const uint16_t*>(a.k_pages);
   p.v_pages = static_cast<const uint16_t*>(a.v_pages);
+  p.k_pages8 = static_cast<const uint8_t*>(a.k_pages);
+  p.v_pages8 = static_cast<const uint8_t*>(a.v_pages);
+  p.k_scales = a.k_scales;
+  p.v_scales = a.v_scales;
   p.sequences = a.batch.sequences;
   p.page_tables = a.batch.page_tables;
   p.partial_out = workspace_bytes > 0 ? static_cast<float*>(a.workspace) : nullptr;
@@ -777,7 +862,10 @@ void launch_flash_decode(const PagedLayerLaunch& a, cudaStream_t stream) {
 
   const dim3 grid(static_cast<unsigned>(a.kv.num_kv_heads * plan.num_head_tiles), static_cast<unsigned>(plan.num_splits),
                   static_cast<unsigned>(a.batch.num_sequences));
-  if (kv_type_of(a.kv) == KvType::kBF16) {
+  if (kv_type_of(a.kv) == KvType::kFp8) {
+    if (a.k_scales == nullptr || a.v_scales == nullptr) fail("launch_flash_decode: FP8 KV without its scales");
+    launch_split_kernel_for_head_dim<false, true>(p, grid, stream);
+  } else if (kv_type_of(a.kv) == KvType::kBF16) {
     launch_split_kernel_for_head_dim<true>(p, grid, stream);
   } else {
     launch_split_kernel_for_head_dim<false>(p, grid, stream);

@@ -34,8 +34,15 @@
 // distinct banks): stage s = {K [kBlockN][head_dim + 8], V [kBlockN][head_dim + 8]} for s = 0, 1,
 // then Q [kBlockM][head_dim + 8]. When Q lives in registers it is staged in stage 1 instead.
 //
+// FP8 KV (E4M3FN bytes, kernels/kv_scales.h): each 16-byte stage chunk (8 elements) is loaded as
+// 8 bytes with an ordinary load and stored converted to f16 (exact), so the stages, ldmatrix and
+// the f16 mma path are those of f16 KV; the scores are multiplied by the K scale of the block's KV
+// head before the softmax, the output by its V scale. Those copies are synchronous (the tile after
+// the current one is loaded before the current one is computed, not during).
+//
 // Alignment assumptions (checked on the host): q, out, k_pages, v_pages 16-byte aligned; head_dim a
 // multiple of 16, so every K/V row and every q row starts 16-byte aligned.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -85,6 +92,24 @@ struct PrefillTile {
   static constexpr int kQOffsetBytes = kQInRegisters ? kStageBytes : 2 * kStageBytes;
   static constexpr size_t kSharedBytes = 2 * kStageBytes + (kQInRegisters ? 0 : kQBytes);
 };
+
+// 8 FP8 (E4M3FN) bytes -> 8 f16 (exact), in order.
+__device__ __forceinline__ uint4 fp8x8_to_half8(uint2 bytes) {
+  uint32_t h[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? bytes.x : bytes.y;
+    const auto pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * (i & 1))) & 0xffffu);
+    const __half2_raw two = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    h[i] = static_cast<uint32_t>(two.x) | (static_cast<uint32_t>(two.y) << 16);
+  }
+  return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+__device__ __forceinline__ void store_shared_16(uint32_t shared_dst, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
 
 // This thread's share of every K/V tile copy: rows first_row + kRowsPerPass * r of each tile,
 // chunks part + kThreadsPerKvRow * c of each row. issue() copies them for the next tile and moves
@@ -138,6 +163,42 @@ struct KvRowCopier {
         if (Tile::kChunksPerRow % Tile::kThreadsPerKvRow == 0 || chunk < Tile::kChunksPerRow) {
           mma::cp_async_16(k_dst + dst_offset + chunk * 16, k_pages + src + chunk * 8, row_key < kv_len);
           mma::cp_async_16(v_dst + dst_offset + chunk * 16, v_pages + src + chunk * 8, row_key < kv_len);
+        }
+      }
+    }
+    key += Tile::kBlockN;
+    load_pages();
+  }
+
+  // issue() for FP8 pages (offsets in bytes): 8 bytes per 16-byte chunk, converted to f16 and stored
+  // (zeros for keys past kv_len). All of a thread's loads are issued before its first store.
+  __device__ __forceinline__ void issue_fp8(uint32_t k_dst, uint32_t v_dst, const uint8_t* k_pages,
+                                            const uint8_t* v_pages, int64_t token_pitch, int64_t head_offset) {
+    uint2 k_bytes[Tile::kRowsPerThread][Tile::kChunksPerThread];
+    uint2 v_bytes[Tile::kRowsPerThread][Tile::kChunksPerThread];
+#pragma unroll
+    for (int r = 0; r < Tile::kRowsPerThread; ++r) {
+      const int row_key = key + r * Tile::kRowsPerPass;
+      const int64_t src = (int64_t{page[r]} * page_size + slot(row_key)) * token_pitch + head_offset;
+#pragma unroll
+      for (int c = 0; c < Tile::kChunksPerThread; ++c) {
+        const int chunk = part + c * Tile::kThreadsPerKvRow;
+        k_bytes[r][c] = v_bytes[r][c] = make_uint2(0u, 0u);
+        if ((Tile::kChunksPerRow % Tile::kThreadsPerKvRow == 0 || chunk < Tile::kChunksPerRow) && row_key < kv_len) {
+          k_bytes[r][c] = *reinterpret_cast<const uint2*>(k_pages + src + chunk * 8);
+          v_bytes[r][c] = *reinterpret_cast<const uint2*>(v_pages + src + chunk * 8);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < Tile::kRowsPerThread; ++r) {
+      const uint32_t dst_offset = r * Tile::kRowsPerPass * Tile::kRowStride * 2;
+#pragma unroll
+      for (int c = 0; c < Tile::kChunksPerThread; ++c) {
+        const int chunk = part + c * Tile::kThreadsPerKvRow;
+        if (Tile::kChunksPerRow % Tile::kThreadsPerKvRow == 0 || chunk < Tile::kChunksPerRow) {
+          store_shared_16(k_dst + dst_offset + chunk * 16, fp8x8_to_half8(k_bytes[r][c]));
+          store_shared_16(v_dst + dst_offset + chunk * 16, fp8x8_to_half8(v_bytes[r][c]));
         }
       }
     }
@@ -364,13 +425,21 @@ struct RowMask {
 // (when needs_mask), online softmax, rescale of O where a running max moved, O += P V with V from
 // the stage at v_lane. (Each row tile is masked just before its softmax: masking all of them
 // first costs registers.)
-template <typename Tile, bool kBf16>
+// kFp8: the scores are first multiplied by k_scale (the stage holds unscaled FP8 values).
+template <typename Tile, bool kBf16, bool kFp8 = false>
 __device__ __forceinline__ void fold_scores(WarpState<Tile>& state, float (&s)[Tile::kWarpMTiles][Tile::kKeyTiles][4],
                                             uint32_t v_lane, int key0, bool needs_mask, const RowMask& mask,
-                                            int quad) {
+                                            int quad, float k_scale = 1.0f) {
   uint32_t p_frag[Tile::kWarpMTiles][Tile::kKeySteps][4];
 #pragma unroll
   for (int m = 0; m < Tile::kWarpMTiles; ++m) {
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int t = 0; t < Tile::kKeyTiles; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[m][t][e] *= k_scale;
+      }
+    }
     if (needs_mask) mask_scores(s[m], key0, quad, mask.first_row_pos + m * 16, mask.causal, mask.kv_len);
     float rescale[2];
     const bool moved = softmax_step(s[m], state.row_max[m], state.row_sum[m], rescale);
@@ -388,11 +457,12 @@ __device__ __forceinline__ void fold_scores(WarpState<Tile>& state, float (&s)[T
   accumulate_pv<Tile, kBf16>(state.o, p_frag, v_lane);
 }
 
-// out rows = o / row sum for the warp's rows below num_q_rows, straight from the C fragments
-// (a float2 per lane and n8 tile). out_row0: the warp's first row in out, [., head_dim] at head.
+// out rows = o / row sum (times v_scale: FP8 KV's V scale, else 1) for the warp's rows below
+// num_q_rows, straight from the C fragments (a float2 per lane and n8 tile). out_row0: the warp's
+// first row in out, [., head_dim] at head.
 template <typename Tile>
 __device__ __forceinline__ void store_rows(const WarpState<Tile>& state, float* out_row0, int64_t row_pitch,
-                                           int num_valid_rows, int group, int quad) {
+                                           int num_valid_rows, int group, int quad, float v_scale) {
 #pragma unroll
   for (int m = 0; m < Tile::kWarpMTiles; ++m) {
 #pragma unroll
@@ -400,7 +470,7 @@ __device__ __forceinline__ void store_rows(const WarpState<Tile>& state, float* 
       float sum = state.row_sum[m][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float inv = sum > 0.0f ? v_scale / sum : 0.0f;  // (1 / sum for v_scale 1)
       const int row = m * 16 + group + 8 * r;
       if (row >= num_valid_rows) continue;
       float* dst = out_row0 + row * row_pitch + 2 * quad;
@@ -413,7 +483,7 @@ __device__ __forceinline__ void store_rows(const WarpState<Tile>& state, float* 
   }
 }
 
-template <typename Tile, bool kBf16>
+template <typename Tile, bool kBf16, bool kFp8>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     flash_prefill_kernel(const PagedLayerLaunch a) {
   constexpr int kHeadDim = Tile::kHeadDim;
@@ -444,6 +514,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   const int64_t kv_head_offset = int64_t{kv_head} * kHeadDim;
   const auto* k_pages = static_cast<const uint16_t*>(a.k_pages);
   const auto* v_pages = static_cast<const uint16_t*>(a.v_pages);
+  const float k_scale = kFp8 ? a.k_scales[kv_head] : 1.0f;
+  const float v_scale = kFp8 ? a.v_scales[kv_head] : 1.0f;
 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -457,8 +529,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
   copier.init(a.batch.page_tables + seq.page_table_offset, kv_len, a.kv.page_size, copy_row,
               threadIdx.x % Tile::kThreadsPerKvRow);
   auto issue_next_tile = [&](int stage) {
-    copier.issue(k_base + stage * kStageBytes + copy_offset, v_base + stage * kStageBytes + copy_offset, k_pages,
-                 v_pages, token_pitch, kv_head_offset);
+    if constexpr (kFp8) {
+      copier.issue_fp8(k_base + stage * kStageBytes + copy_offset, v_base + stage * kStageBytes + copy_offset,
+                       static_cast<const uint8_t*>(a.k_pages), static_cast<const uint8_t*>(a.v_pages), token_pitch,
+                       kv_head_offset);
+    } else {
+      copier.issue(k_base + stage * kStageBytes + copy_offset, v_base + stage * kStageBytes + copy_offset, k_pages,
+                   v_pages, token_pitch, kv_head_offset);
+    }
     mma::cp_async_commit();
   };
 
@@ -500,13 +578,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSm)
     if (key0 >= warp_key_end) continue;  // warp-uniform: the whole tile is past this warp's rows
     float s[Tile::kWarpMTiles][Tile::kKeyTiles][4];
     compute_scores<Tile, kBf16>(s, q_frag, q_lane, k_lane + stage * kStageBytes);
-    fold_scores<Tile, kBf16>(state, s, v_lane + stage * kStageBytes, key0, key0 + kBlockN > warp_unmasked_end,
-                                    mask, quad);
+    fold_scores<Tile, kBf16, kFp8>(state, s, v_lane + stage * kStageBytes, key0, key0 + kBlockN > warp_unmasked_end,
+                                   mask, quad, k_scale);
   }
 
   if (warp_row0 >= num_q_rows) return;
   float* out_row0 = a.out + (int64_t{q_row0} + warp_row0) * row_pitch + int64_t{head} * kHeadDim;
-  store_rows(state, out_row0, row_pitch, num_q_rows - warp_row0, group, quad);
+  store_rows(state, out_row0, row_pitch, num_q_rows - warp_row0, group, quad, v_scale);
 }
 
 // Host-side precondition failures surface as CUDA errors naming the broken condition.
@@ -540,9 +618,9 @@ bool fits_two_blocks_per_sm(size_t bytes) {
   return result;
 }
 
-template <typename Tile, bool kBf16>
+template <typename Tile, bool kBf16, bool kFp8>
 void launch_tile(const PagedLayerLaunch& a, cudaStream_t stream) {
-  const auto kernel = flash_prefill_kernel<Tile, kBf16>;
+  const auto kernel = flash_prefill_kernel<Tile, kBf16, kFp8>;
   // Opt into the dynamic shared memory size once per device (devices 0..63).
   static std::atomic<uint64_t> configured_devices{0};
   const int device = current_device();
@@ -558,18 +636,19 @@ void launch_tile(const PagedLayerLaunch& a, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-template <bool kBf16>
+// kFp8: FP8 pages through the f16 path (kBf16 false).
+template <bool kBf16, bool kFp8 = false>
 void launch_for_head_dim(const PagedLayerLaunch& a, cudaStream_t stream) {
   switch (a.kv.head_dim) {
-    case 64: return launch_tile<PrefillTile<64, 1, 64>, kBf16>(a, stream);
-    case 80: return launch_tile<PrefillTile<80, 1, 64>, kBf16>(a, stream);
-    case 96: return launch_tile<PrefillTile<96, 1, 64>, kBf16>(a, stream);
+    case 64: return launch_tile<PrefillTile<64, 1, 64>, kBf16, kFp8>(a, stream);
+    case 80: return launch_tile<PrefillTile<80, 1, 64>, kBf16, kFp8>(a, stream);
+    case 96: return launch_tile<PrefillTile<96, 1, 64>, kBf16, kFp8>(a, stream);
     case 128:
       // Variant 2 where two 100 KB blocks fit per SM (sm_90: yes, sm_80: no). Its 68 KB would fit
       // twice on sm_80 too, but it is unmeasured there.
-      if (fits_two_blocks_per_sm(100 * 1024)) return launch_tile<PrefillTile<128, 2, 32>, kBf16>(a, stream);
-      return launch_tile<PrefillTile<128, 1, 64>, kBf16>(a, stream);
-    case 256: return launch_tile<PrefillTile<256, 1, 32>, kBf16>(a, stream);
+      if (fits_two_blocks_per_sm(100 * 1024)) return launch_tile<PrefillTile<128, 2, 32>, kBf16, kFp8>(a, stream);
+      return launch_tile<PrefillTile<128, 1, 64>, kBf16, kFp8>(a, stream);
+    case 256: return launch_tile<PrefillTile<256, 1, 32>, kBf16, kFp8>(a, stream);
     default: require(false, "flash_prefill: head_dim not instantiated (64, 80, 96, 128, 256)");
   }
 }
@@ -578,7 +657,7 @@ void launch_for_head_dim(const PagedLayerLaunch& a, cudaStream_t stream) {
 
 bool flash_prefill_supports(int head_dim, KvType kv_type) {
   const bool dim_ok = head_dim == 64 || head_dim == 80 || head_dim == 96 || head_dim == 128 || head_dim == 256;
-  return dim_ok && (kv_type == KvType::kBF16 || kv_type == KvType::kF16);
+  return dim_ok && (kv_type == KvType::kBF16 || kv_type == KvType::kF16 || kv_type == KvType::kFp8);
 }
 
 size_t flash_prefill_workspace_bytes(const PagedLayerLaunch&) { return 0; }
@@ -592,7 +671,10 @@ void launch_flash_prefill(const PagedLayerLaunch& a, cudaStream_t stream) {
           "flash_prefill: q, out and K/V pages must be 16-byte aligned");
   require(a.batch.num_sequences <= 65535 && (a.batch.max_new_tokens + kBlockM - 1) / kBlockM <= 65535,
           "flash_prefill: batch exceeds the launch grid");
-  if (kv_type_of(a.kv) == KvType::kBF16) {
+  if (kv_type_of(a.kv) == KvType::kFp8) {
+    require(a.k_scales != nullptr && a.v_scales != nullptr, "flash_prefill: FP8 KV without its scales");
+    launch_for_head_dim<false, true>(a, stream);
+  } else if (kv_type_of(a.kv) == KvType::kBF16) {
     launch_for_head_dim<true>(a, stream);
   } else {
     launch_for_head_dim<false>(a, stream);

@@ -24,7 +24,9 @@ detail::KvType kv_type_of(DType dtype) {
     case DType::kF32: return detail::KvType::kF32;
     case DType::kBF16: return detail::KvType::kBF16;
     case DType::kF16: return detail::KvType::kF16;
-    default: SPINDLE_FAIL("KV dtype {} not supported by CUDA attention (bf16, f16, f32)", dtype_name(dtype));
+    case DType::kF8E4M3: return detail::KvType::kFp8;
+    default: SPINDLE_FAIL("KV dtype {} not supported by CUDA attention (bf16, fp16, f32, fp8_e4m3)",
+                          kv_cache_dtype_name(dtype));
   }
 }
 
@@ -186,6 +188,8 @@ detail::PagedLayerLaunch make_layer_launch(const cpu::PagedAttentionParams& p, c
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
   a.kv = checked_kv(p.kv);
+  a.k_scales = p.k_scales;
+  a.v_scales = p.v_scales;
   a.num_heads = p.num_heads;
   a.scale = p.scale;
   a.batch = batch.view();
@@ -203,6 +207,9 @@ void write_kv_pages(const cpu::KvWriteParams& p, const DeviceBatch& batch) {
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
   a.kv = checked_kv(p.kv);
+  cpu::check_kv_scales(p.kv.dtype, p.k_scales, p.v_scales, 0);  // (device pointers: presence only)
+  a.k_scales = p.k_scales;
+  a.v_scales = p.v_scales;
   a.num_rows = batch.view().num_rows;
   a.slots = batch.slots();
   detail::launch_write_kv(a, stream);
@@ -220,6 +227,9 @@ void paged_attention_reference(const cpu::PagedAttentionParams& p, const DeviceB
   a.k_pages = p.k_pages;
   a.v_pages = p.v_pages;
   a.kv = checked_kv(p.kv);
+  cpu::check_kv_scales(p.kv.dtype, p.k_scales, p.v_scales, 0);  // (device pointers: presence only)
+  a.k_scales = p.k_scales;
+  a.v_scales = p.v_scales;
   a.num_rows = batch.view().num_rows;
   a.num_heads = p.num_heads;
   a.scale = p.scale;

@@ -25,6 +25,8 @@ struct AttentionLaunch {
   const void* k_pages = nullptr;  // the rank's first page
   const void* v_pages = nullptr;
   KvGeometry kv;                   // the rank's pages (paged_layer_launch.h)
+  const float* k_scales = nullptr;  // FP8 KV: [kv.num_kv_heads], dequantized = fp8 * scale
+  const float* v_scales = nullptr;
   int num_rows = 0;
   int num_heads = 0;
   float scale = 1.0f;
@@ -38,6 +40,8 @@ struct KvWriteLaunch {
   void* k_pages = nullptr;        // the rank's first page
   void* v_pages = nullptr;
   KvGeometry kv;                  // the rank's pages; a row is kv.num_kv_heads * kv.head_dim values
+  const float* k_scales = nullptr; // FP8 KV: [kv.num_kv_heads]; stored = fp8(x / scale), saturated
+  const float* v_scales = nullptr;
   int num_rows = 0;
   const int64_t* slots = nullptr; // per row: page * page_size + position % page_size; < 0: skip
 };

@@ -1,8 +1,10 @@
 // cuda_reference paged attention: one thread block per (query row, head), float accumulation,
-// online softmax with a running max, keys in tiles of kThreads. Plus the K/V page writer.
+// online softmax with a running max, keys in tiles of kThreads. Plus the K/V page writer. Reads
+// and writes bf16, f16, f32 and FP8 (E4M3FN, scaled per KV head) pages.
 // Correctness first: each thread computes one key's score per tile (uncoalesced K reads); the
 // P.V product is coalesced over head_dim.
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -19,9 +21,13 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kAccPerThread = (kMaxHeadDim + kThreads - 1) / kThreads;
 
+// Element `index` of the pages as f32; FP8 bytes without their scale (the caller applies it).
 template <KvType kKv>
 __device__ __forceinline__ float load_kv(const void* base, int64_t index) {
-  if constexpr (kKv == KvType::kBF16) {
+  if constexpr (kKv == KvType::kFp8) {
+    const __nv_fp8_storage_t byte = static_cast<const __nv_fp8_storage_t*>(base)[index];
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3)));  // exact: E4M3 is inside f16
+  } else if constexpr (kKv == KvType::kBF16) {
     const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[index]) << 16;
     return __uint_as_float(bits);
   } else if constexpr (kKv == KvType::kF16) {
@@ -69,6 +75,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
   const int64_t kv_cols = int64_t{a.kv.num_kv_heads} * a.kv.head_dim;
   const int64_t q_index = (int64_t{row} * a.num_heads + head) * a.kv.head_dim;
   const int32_t* table = a.page_tables + info.page_table_offset;
+  // FP8 KV: K's scale folds into the scores, V's into the output (both linear).
+  const float k_scale = kKv == KvType::kFp8 ? a.k_scales[kv_head] : 1.0f;
+  const float v_scale = kKv == KvType::kFp8 ? a.v_scales[kv_head] : 1.0f;
 
   for (int d = tid; d < a.kv.head_dim; d += kThreads) q_s[d] = a.q[q_index + d];
   __syncthreads();
@@ -86,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
       const int64_t base = slot * kv_cols + int64_t{kv_head} * a.kv.head_dim;
       float dot = 0.0f;
       for (int d = 0; d < a.kv.head_dim; ++d) dot += q_s[d] * load_kv<kKv>(a.k_pages, base + d);
-      score = dot * a.scale;
+      score = dot * a.scale * k_scale;
     }
     const float tile_max = block_reduce(score, red, true);
     const float new_max = fmaxf(running_max, tile_max);  // finite: the tile has a valid key
@@ -112,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_reference_kernel(Att
     __syncthreads();  // p_s is rewritten by the next tile
   }
 
-  const float inv = 1.0f / running_sum;
+  const float inv = v_scale / running_sum;
   for (int c = 0; c < kAccPerThread; ++c) {
     const int d = tid + c * kThreads;
     if (d < a.kv.head_dim) a.out[q_index + d] = acc[c] * inv;
@@ -128,7 +137,15 @@ __global__ void write_kv_kernel(KvWriteLaunch a) {
   const int64_t dst = a.slots[row] * kv_cols;
   const int64_t src = int64_t{row} * kv_cols;
   for (int64_t e = threadIdx.x; e < kv_cols; e += blockDim.x) {
-    if constexpr (kKv == KvType::kBF16) {
+    if constexpr (kKv == KvType::kFp8) {
+      // x / scale of the element's head, nearest even, saturated at +-448, NaN kept: as
+      // cpu::write_kv_pages (util/fp8.h), bit for bit.
+      const int head = static_cast<int>(e / a.kv.head_dim);
+      static_cast<__nv_fp8_storage_t*>(a.k_pages)[dst + e] =
+          __nv_cvt_float_to_fp8(a.k[src + e] / a.k_scales[head], __NV_SATFINITE, __NV_E4M3);
+      static_cast<__nv_fp8_storage_t*>(a.v_pages)[dst + e] =
+          __nv_cvt_float_to_fp8(a.v[src + e] / a.v_scales[head], __NV_SATFINITE, __NV_E4M3);
+    } else if constexpr (kKv == KvType::kBF16) {
       static_cast<uint16_t*>(a.k_pages)[dst + e] = float_to_bf16_bits(a.k[src + e]);
       static_cast<uint16_t*>(a.v_pages)[dst + e] = float_to_bf16_bits(a.v[src + e]);
     } else if constexpr (kKv == KvType::kF16) {
@@ -165,6 +182,9 @@ void launch_paged_attention_reference(const AttentionLaunch& a, cudaStream_t str
     case KvType::kF32:
       launch_pdl(paged_attention_reference_kernel<KvType::kF32>, grid, kThreads, shared, stream, a);
       break;
+    case KvType::kFp8:
+      launch_pdl(paged_attention_reference_kernel<KvType::kFp8>, grid, kThreads, shared, stream, a);
+      break;
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -181,6 +201,9 @@ void launch_write_kv(const KvWriteLaunch& a, cudaStream_t stream) {
       break;
     case KvType::kF32:
       launch_pdl(write_kv_kernel<KvType::kF32>, a.num_rows, kWriteThreads, 0, stream, a);
+      break;
+    case KvType::kFp8:
+      launch_pdl(write_kv_kernel<KvType::kFp8>, a.num_rows, kWriteThreads, 0, stream, a);
       break;
   }
   CUDA_CHECK_LAUNCH();

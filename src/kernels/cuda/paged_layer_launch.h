@@ -25,12 +25,16 @@
 
 namespace spindle::kernels::cuda::detail {
 
-enum class KvType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+// kFp8: E4M3FN bytes, read as fp8 * scale of the element's KV head (kernels/kv_scales.h).
+enum class KvType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2, kFp8 = 3 };
 
 // The kernels' element type of a geometry's KV dtype. The host accepted the dtype before it built
-// the launch (kernels::cuda::kv_type_of(DType) refuses all but bf16, f16 and f32).
+// the launch (kernels::cuda::kv_type_of(DType) refuses all but bf16, f16, f32 and f8_e4m3).
 inline KvType kv_type_of(const KvGeometry& kv) {
-  return kv.dtype == DType::kBF16 ? KvType::kBF16 : kv.dtype == DType::kF16 ? KvType::kF16 : KvType::kF32;
+  return kv.dtype == DType::kBF16   ? KvType::kBF16
+         : kv.dtype == DType::kF16  ? KvType::kF16
+         : kv.dtype == DType::kF8E4M3 ? KvType::kFp8
+                                    : KvType::kF32;
 }
 
 // One sequence of the step, in device memory: the StepBatch's own record (kernels/step_batch.h),
@@ -65,6 +69,8 @@ struct PagedLayerLaunch {
   const void* k_pages = nullptr;  // the rank's first page (kv.first_page already applied)
   const void* v_pages = nullptr;
   KvGeometry kv;                   // the rank's pages: kv.num_pages, page_size, heads, head_dim, dtype
+  const float* k_scales = nullptr;  // FP8 KV: [kv.num_kv_heads] device floats (kernels/kv_scales.h)
+  const float* v_scales = nullptr;
   int num_heads = 0;
   float scale = 1.0f;
   PagedBatchView batch;
