@@ -26,64 +26,20 @@
 #include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/fp8_lt_linear.h"
 #include "platform/cuda_info.h"
-#include "util/fp8.h"
-#include "util/half.h"
 
 using namespace spindle;
 namespace kcu = spindle::kernels::cuda;
 
-namespace {
-
-struct Shape {
-  std::string name;
-  int64_t out, in;
-};
-
-struct Weights {
-  kcu::DeviceBuffer bf16, fp8, tensor_scale, channel_scale, block_scale;
-};
-
-Weights make_weights(const Shape& s, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<uint16_t> w16(static_cast<size_t>(s.out * s.in));
-  std::vector<uint8_t> w8(w16.size());
-  for (size_t i = 0; i < w16.size(); ++i) {
-    const float v = normal(rng);
-    w16[i] = float_to_bf16_bits(v);
-    w8[i] = float_to_fp8_e4m3(v / 1e-3f);
-  }
-  std::vector<float> tensor(1, 1e-3f), channel(static_cast<size_t>(s.out), 1e-3f);
-  std::vector<float> block(static_cast<size_t>(kcu::fp8_scale_count(kcu::Fp8Scale::kBlock128, s.out, s.in)), 1e-3f);
-  Weights w{kcu::DeviceBuffer(w16.size() * 2), kcu::DeviceBuffer(w8.size()), kcu::DeviceBuffer(4),
-            kcu::DeviceBuffer(channel.size() * 4), kcu::DeviceBuffer(block.size() * 4)};
-  kcu::copy_to_device(w.bf16.data(), w16.data(), w16.size() * 2);
-  kcu::copy_to_device(w.fp8.data(), w8.data(), w8.size());
-  kcu::copy_to_device(w.tensor_scale.data(), tensor.data(), 4);
-  kcu::copy_to_device(w.channel_scale.data(), channel.data(), channel.size() * 4);
-  kcu::copy_to_device(w.block_scale.data(), block.data(), block.size() * 4);
-  return w;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) try {
-  int64_t hidden = 4096, intermediate = 14336, heads = 32, kv_heads = 8, head_dim = 128;
+  bench::LayerDims dims;
   std::vector<int64_t> row_counts = {512, 1024, 2048, 4096, 8192};
   int reps = 10;
   CLI::App app{"Prefill FP8 products (cuBLASLt) against cuBLAS bf16 and the W8A16 path", "bench_fp8_lt"};
-  app.add_option("--hidden", hidden, "Hidden size (4096)")->check(CLI::Range(int64_t{16}, int64_t{1} << 16));
-  app.add_option("--intermediate", intermediate, "MLP intermediate size (14336)")
-      ->check(CLI::Range(int64_t{16}, int64_t{1} << 18));
-  app.add_option("--heads", heads, "Attention heads (32)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  app.add_option("--kv-heads", kv_heads, "KV heads (8)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  app.add_option("--head-dim", head_dim, "Head dimension (128)")->check(CLI::Range(int64_t{16}, int64_t{1024}));
+  bench::add_layer_dim_options(app, dims, 16);
   app.add_option("--rows", row_counts, "Row counts (512,1024,2048,4096,8192)")->delimiter(',');
   app.add_option("--reps", reps, "Timed repetitions, median reported (10)")->check(CLI::Range(1, 100000));
   bench::parse_or_exit(app, argc, argv);
-  const std::vector<Shape> shapes = {{"qkv", (heads + 2 * kv_heads) * head_dim, hidden},
-                                     {"o", hidden, heads * head_dim},
-                                     {"gate_up", 2 * intermediate, hidden},
-                                     {"down", hidden, intermediate}};
+  const std::vector<bench::ProjectionShape> shapes = bench::layer_projections(dims);
   const CudaProbe probe = probe_cuda_devices();
   if (probe.devices.empty()) throw std::runtime_error("no CUDA device: " + probe.unavailable_reason);
   const auto& dev = probe.devices.front();
@@ -93,7 +49,7 @@ int main(int argc, char** argv) try {
   std::mt19937 rng(1);
   int64_t max_rows = 0, max_in = 0, max_out = 0, max_elements = 0;
   for (int64_t r : row_counts) max_rows = std::max(max_rows, r);
-  for (const Shape& s : shapes) {
+  for (const bench::ProjectionShape& s : shapes) {
     max_in = std::max(max_in, s.in);
     max_out = std::max(max_out, s.out);
     max_elements = std::max(max_elements, s.out * s.in);
@@ -122,8 +78,8 @@ int main(int argc, char** argv) try {
       "| shape | rows | bf16 us (TFLOP/s) | w8a16 channel us | w8a16 block us | fp8 tensor +q us | fp8 channel +q us "
       "(TFLOP/s) | fp8 channel fast +q us | fp8 block +q us (TFLOP/s) | fp8 block fast +q us | bf16 / best fp8 |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const Shape& s : shapes) {
-    const Weights w = make_weights(s, rng);
+  for (const bench::ProjectionShape& s : shapes) {
+    const bench::Fp8BenchWeight w = bench::make_fp8_bench_weight(s, rng);
     const kcu::DeviceWeight w16{w.bf16.data(), DType::kBF16, s.out, s.in};
     const kcu::DeviceFp8Weight tensor{w.fp8.as<uint8_t>(), w.tensor_scale.as<float>(), kcu::Fp8Scale::kPerTensor, s.out, s.in};
     const kcu::DeviceFp8Weight channel{w.fp8.as<uint8_t>(), w.channel_scale.as<float>(), kcu::Fp8Scale::kPerChannel, s.out, s.in};

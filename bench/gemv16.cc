@@ -33,33 +33,17 @@ using spindle::bench::copy_bandwidth;
 using spindle::bench::timed;
 namespace kcu = spindle::kernels::cuda;
 
-namespace {
-
-struct Shape {
-  std::string name;
-  int64_t out, in;
-};
-
-}  // namespace
-
 int main(int argc, char** argv) try {
-  int64_t hidden = 4096, intermediate = 14336, heads = 32, kv_heads = 8, head_dim = 128, vocab = 128256;
+  bench::LayerDims dims;
+  int64_t vocab = 128256;
   int reps = 20;
   CLI::App app{"Small-batch bf16 products: gemv16 against cuBLAS on a model's projection shapes", "bench_gemv16"};
-  app.add_option("--hidden", hidden, "Hidden size (4096)")->check(CLI::Range(int64_t{8}, int64_t{1} << 16));
-  app.add_option("--intermediate", intermediate, "MLP intermediate size (14336)")
-      ->check(CLI::Range(int64_t{8}, int64_t{1} << 18));
-  app.add_option("--heads", heads, "Attention heads (32)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  app.add_option("--kv-heads", kv_heads, "KV heads (8)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  app.add_option("--head-dim", head_dim, "Head dimension (128)")->check(CLI::Range(int64_t{8}, int64_t{1024}));
+  bench::add_layer_dim_options(app, dims, 8);
   app.add_option("--vocab", vocab, "Vocabulary size (128256)")->check(CLI::Range(int64_t{8}, int64_t{1} << 24));
   app.add_option("--reps", reps, "Timed repetitions, median reported (20)")->check(CLI::Range(1, 100000));
   bench::parse_or_exit(app, argc, argv);
-  const std::vector<Shape> shapes = {
-      {"qkv", (heads + 2 * kv_heads) * head_dim, hidden}, {"o", hidden, heads * head_dim},
-      {"gate_up", 2 * intermediate, hidden},              {"down", hidden, intermediate},
-      {"lm_head", vocab, hidden},
-  };
+  std::vector<bench::ProjectionShape> shapes = bench::layer_projections(dims);
+  shapes.push_back({"lm_head", vocab, dims.hidden});
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   const double bandwidth = copy_bandwidth(stream);
@@ -82,7 +66,7 @@ int main(int argc, char** argv) try {
     return max_diff / max_abs;
   };
   const int outs_per_warp[3] = {1, 2, 4};
-  for (const Shape& s : shapes) {
+  for (const bench::ProjectionShape& s : shapes) {
     std::vector<uint16_t> host(static_cast<size_t>(s.out * s.in));
     for (auto& h : host) h = float_to_bf16_bits(normal(rng));
     kcu::DeviceBuffer w(host.size() * sizeof(uint16_t));

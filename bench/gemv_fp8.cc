@@ -20,63 +20,19 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemv16.h"
 #include "kernels/cuda/gemv_fp8.h"
-#include "util/fp8.h"
 #include "util/half.h"
 
 using namespace spindle;
 namespace kcu = spindle::kernels::cuda;
 
-namespace {
-
-struct Shape {
-  std::string name;
-  int64_t out, in;
-};
-
-// A random weight [out, in]: bf16 values and their e4m3 codes at a per-channel scale (the scales of
-// both fp8 modes are timed, their values do not change the speed).
-struct Weights {
-  kcu::DeviceBuffer bf16, fp8, channel_scale, block_scale;
-};
-
-Weights make_weights(const Shape& s, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  std::vector<uint16_t> w16(static_cast<size_t>(s.out * s.in));
-  std::vector<uint8_t> w8(w16.size());
-  for (size_t i = 0; i < w16.size(); ++i) {
-    const float v = normal(rng);
-    w16[i] = float_to_bf16_bits(v);
-    w8[i] = float_to_fp8_e4m3(v / 1e-3f);
-  }
-  std::vector<float> channel(static_cast<size_t>(s.out), 1e-3f);
-  std::vector<float> block(static_cast<size_t>(kcu::fp8_scale_count(kcu::Fp8Scale::kBlock128, s.out, s.in)), 1e-3f);
-  Weights w{kcu::DeviceBuffer(w16.size() * 2), kcu::DeviceBuffer(w8.size()), kcu::DeviceBuffer(channel.size() * 4),
-            kcu::DeviceBuffer(block.size() * 4)};
-  kcu::copy_to_device(w.bf16.data(), w16.data(), w16.size() * 2);
-  kcu::copy_to_device(w.fp8.data(), w8.data(), w8.size());
-  kcu::copy_to_device(w.channel_scale.data(), channel.data(), channel.size() * 4);
-  kcu::copy_to_device(w.block_scale.data(), block.data(), block.size() * 4);
-  return w;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) try {
-  int64_t hidden = 4096, intermediate = 14336, heads = 32, kv_heads = 8, head_dim = 128;
+  bench::LayerDims dims;
   int reps = 20;
   CLI::App app{"Small-batch FP8-weight products (gemv_fp8) against bf16 (gemv16)", "bench_gemv_fp8"};
-  app.add_option("--hidden", hidden, "Hidden size (4096)")->check(CLI::Range(int64_t{16}, int64_t{1} << 16));
-  app.add_option("--intermediate", intermediate, "MLP intermediate size (14336)")
-      ->check(CLI::Range(int64_t{16}, int64_t{1} << 18));
-  app.add_option("--heads", heads, "Attention heads (32)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  app.add_option("--kv-heads", kv_heads, "KV heads (8)")->check(CLI::Range(int64_t{1}, int64_t{1024}));
-  app.add_option("--head-dim", head_dim, "Head dimension (128)")->check(CLI::Range(int64_t{16}, int64_t{1024}));
+  bench::add_layer_dim_options(app, dims, 16);
   app.add_option("--reps", reps, "Timed repetitions, median reported (20)")->check(CLI::Range(1, 100000));
   bench::parse_or_exit(app, argc, argv);
-  const std::vector<Shape> shapes = {{"qkv", (heads + 2 * kv_heads) * head_dim, hidden},
-                                     {"o", hidden, heads * head_dim},
-                                     {"gate_up", 2 * intermediate, hidden},
-                                     {"down", hidden, intermediate}};
+  const std::vector<bench::ProjectionShape> shapes = bench::layer_projections(dims);
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   const double bandwidth = bench::copy_bandwidth(stream);
@@ -86,8 +42,8 @@ int main(int argc, char** argv) try {
   std::string table =
       "| shape | out x in | rows | bf16 gemv16 us (% bw) | fp8 per-channel us (% bw) | fp8 block128 us (% bw) | "
       "bf16 / fp8 per-channel time |\n|---|---|---|---|---|---|---|\n";
-  for (const Shape& s : shapes) {
-    const Weights w = make_weights(s, rng);
+  for (const bench::ProjectionShape& s : shapes) {
+    const bench::Fp8BenchWeight w = bench::make_fp8_bench_weight(s, rng);
     const double bytes16 = 2.0 * s.out * s.in;
     const double bytes_channel = 1.0 * s.out * s.in + 4.0 * s.out;
     const double bytes_block = 1.0 * s.out * s.in + 4.0 * kcu::fp8_scale_count(kcu::Fp8Scale::kBlock128, s.out, s.in);
