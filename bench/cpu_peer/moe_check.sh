@@ -38,6 +38,7 @@ PY=${PYTHON:-/usr/bin/python3}  # needs numpy (Debian's python3-numpy)
 LB=$LLAMA_CPP/build/bin
 export PYTHONPATH=$LLAMA_CPP/gguf-py SPINDLE_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
 NAMES="mixtral qwen2-moe qwen3moe-256"
+. bench/cpu_peer/servers.sh
 
 make_models() {
   mkdir -p "$MODELS"
@@ -56,24 +57,6 @@ make_models() {
   (cd "$MODELS" && sha256sum ./*.gguf > SHA256SUMS)
 }
 
-wait_healthy() {  # URL PID LOG
-  for _ in $(seq 1 240); do
-    "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' "$1" \
-      >/dev/null 2>&1 && return 0
-    kill -0 "$2" 2>/dev/null || { echo "server exited:"; tail -20 "$3"; return 1; }
-    sleep 0.5
-  done
-  echo "server at $1 not healthy"; tail -20 "$3"; return 1
-}
-
-SPID="" LPID=""
-stop_servers() {
-  [ -n "$SPID" ] && { kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; }
-  [ -n "$LPID" ] && { kill "$LPID" 2>/dev/null || true; wait "$LPID" 2>/dev/null || true; }
-  SPID="" LPID=""
-}
-trap stop_servers EXIT
-
 check() {
   local out=$1 rc=0
   mkdir -p "$out"
@@ -84,14 +67,9 @@ check() {
     for t in bf16 q8_0 q4_k_m; do
       local f=$MODELS/$m-$t.gguf
       # shellcheck disable=SC2086
-      "$BUILD/bin/spindle" serve "$f" --port 8391 --threads "$THREADS" ${SPINDLE_ARGS:-} >"$out/$m-$t-spindle.log" 2>&1 &
-      SPID=$!
-      wait_healthy http://127.0.0.1:8391 "$SPID" "$out/$m-$t-spindle.log"
+      start_spindle 8391 "$out/$m-$t-spindle.log" "$f" ${SPINDLE_ARGS:-}
       # shellcheck disable=SC2086
-      "$LB/llama-server" -m "$f" --port 8392 -t "$THREADS" -tb "$THREADS" -c 2048 -np 1 ${LLAMA_ARGS:-} \
-        >"$out/$m-$t-llama.log" 2>&1 &
-      LPID=$!
-      wait_healthy http://127.0.0.1:8392 "$LPID" "$out/$m-$t-llama.log"
+      start_llama 8392 "$out/$m-$t-llama.log" "$f" -c 2048 -np 1 ${LLAMA_ARGS:-}
       if [ -f "tests/golden/$m-bf16/golden.json" ]; then
         for who in spindle:8391:openai llama:8392:llama; do
           IFS=: read -r name port api <<<"$who"

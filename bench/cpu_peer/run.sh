@@ -18,7 +18,7 @@
 # PEER_COMMIT (the llama.cpp commit the tree was taken from), THREADS (default 2), REPS (default 3),
 # ROWS (default "1b small-hd32 small-hd64 served": the rows `bench` runs), BUILD (default build: the
 # Spindle build folder). The served row's client is bench/loadgen.py (python3 only, so the same
-# script runs on the GPU host, which has no Node) and the health check uses python3.
+# script runs on the GPU host, which has no Node); the servers start through bench/cpu_peer/servers.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${LLAMA_CPP:?set LLAMA_CPP to the llama.cpp tree}"
@@ -29,10 +29,10 @@ PY=${PYTHON:-/usr/bin/python3}  # needs numpy (Debian's python3-numpy)
 LB=$LLAMA_CPP/build/bin
 BUILD=${BUILD:-build}
 ROWS=${ROWS:-1b small-hd32 small-hd64 served}
-SPINDLE=$BUILD/bin/spindle
 FORWARD=$BUILD/bench/bench_model_forward
 LOADGEN=("$PY" bench/loadgen.py)
 export SPINDLE_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
+. bench/cpu_peer/servers.sh
 
 header() {
   echo "date $(date -u +%FT%TZ); host $(uname -n); $(nproc) cores;$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2);" \
@@ -59,39 +59,6 @@ make_models() {
     "$MODELS/small-hd64-nopermute.gguf" --no-rope-permute
 }
 
-healthy() {  # URL
-  if command -v curl >/dev/null; then curl -sf "$1/health" >/dev/null 2>&1; return; fi
-  "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1] + "/health", timeout=2)' "$1" >/dev/null 2>&1
-}
-
-wait_healthy() {  # URL PID LOG
-  for _ in $(seq 1 300); do
-    healthy "$1" && return 0
-    kill -0 "$2" 2>/dev/null || { echo "server exited:"; tail -20 "$3"; return 1; }
-    sleep 0.5
-  done
-  echo "server at $1 not healthy"; tail -20 "$3"; return 1
-}
-
-SPID="" LPID=""
-stop_servers() {
-  [ -n "$SPID" ] && { kill "$SPID" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; }
-  [ -n "$LPID" ] && { kill "$LPID" 2>/dev/null || true; wait "$LPID" 2>/dev/null || true; }
-  SPID="" LPID=""
-}
-trap stop_servers EXIT
-
-start_spindle() {  # DIR LOG
-  "$SPINDLE" serve "$1" --port 8291 --threads "$THREADS" >"$2" 2>&1 &
-  SPID=$!
-  wait_healthy http://127.0.0.1:8291 "$SPID" "$2"
-}
-start_llama() {  # GGUF LOG
-  "$LB/llama-server" -m "$1" --port 8292 -t "$THREADS" -tb "$THREADS" -c 4096 -np 1 >"$2" 2>&1 &
-  LPID=$!
-  wait_healthy http://127.0.0.1:8292 "$LPID" "$2"
-}
-
 check() {
   local out=$1 rc=0
   mkdir -p "$out"
@@ -99,15 +66,15 @@ check() {
   for m in small-hd64 small-hd32 llama1b; do
     local vocab
     vocab=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$MODELS/$m/config.json")
-    start_spindle "$MODELS/$m" "$out/check-$m-spindle.log"
-    start_llama "$MODELS/$m.gguf" "$out/check-$m-llama.log"
+    start_spindle 8291 "$out/check-$m-spindle.log" "$MODELS/$m"
+    start_llama 8292 "$out/check-$m-llama.log" "$MODELS/$m.gguf" -c 4096 -np 1
     for seed in 1; do  # 8 prompts x 32 tokens per call
       $PY bench/cpu_peer/check_logits.py --spindle http://127.0.0.1:8291 --llama http://127.0.0.1:8292 \
         --vocab "$vocab" --seed "$seed" --label "$m seed $seed" | tee -a "$out/check.log" || rc=1
     done
     if [ "$m" = small-hd64 ]; then  # negative control: HF's q/k row order in the GGUF
       kill "$LPID"; wait "$LPID" 2>/dev/null || true; LPID=""
-      start_llama "$MODELS/small-hd64-nopermute.gguf" "$out/check-nopermute-llama.log"
+      start_llama 8292 "$out/check-nopermute-llama.log" "$MODELS/small-hd64-nopermute.gguf" -c 4096 -np 1
       $PY bench/cpu_peer/check_logits.py --spindle http://127.0.0.1:8291 --llama http://127.0.0.1:8292 \
         --vocab "$vocab" --seed 1 --negative-control \
         --label "NEGATIVE CONTROL small-hd64 without the q/k permutation" | tee -a "$out/check.log" || rc=1
@@ -132,12 +99,12 @@ row_small() {  # DIR MODEL
 
 row_served() {  # DIR: small-hd64 at C=1, 128-token prompts, 64 output tokens, 16 requests after 2 warm-up
   local gen="${LOADGEN[*]} --concurrency 1 --prompt-tokens 128 --output-tokens 64 --vocab 8192"
-  start_spindle "$MODELS/small-hd64" "$1/served-spindle.log"
+  start_spindle 8291 "$1/served-spindle.log" "$MODELS/small-hd64"
   $gen --url http://127.0.0.1:8291 --model small-hd64 --requests 2 --seed 99 >/dev/null
   $gen --url http://127.0.0.1:8291 --model small-hd64 --requests 16 --seed 1 --json "$1/served-spindle.json" \
     >"$1/served-spindle.txt"
   stop_servers
-  start_llama "$MODELS/small-hd64.gguf" "$1/served-llama.log"
+  start_llama 8292 "$1/served-llama.log" "$MODELS/small-hd64.gguf" -c 4096 -np 1
   $gen --url http://127.0.0.1:8292 --model small-hd64 --requests 2 --seed 99 >/dev/null
   $gen --url http://127.0.0.1:8292 --model small-hd64 --requests 16 --seed 1 --json "$1/served-llama.json" \
     >"$1/served-llama.txt"

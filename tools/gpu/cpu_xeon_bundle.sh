@@ -67,8 +67,8 @@ cp -a "$GGUF_PY" "$b/llama/gguf-py"
 rm -rf "$b/llama/gguf-py/tests" "$b/llama/gguf-py/examples"
 
 # This branch's scripts, laid over the tree there.
-cp bench/cpu_peer/run.sh "$b/overlay/bench/cpu_peer/"
-cp bench/loadgen.py "$b/overlay/bench/"
+cp bench/cpu_peer/run.sh bench/cpu_peer/servers.sh "$b/overlay/bench/cpu_peer/"
+cp bench/loadgen.py bench/lib.sh "$b/overlay/bench/"
 
 find "$b" -type f \( -executable -o -name "*.so*" \) -exec strip --strip-unneeded {} + 2>/dev/null || true
 du -sh "$b"/*
