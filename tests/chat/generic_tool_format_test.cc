@@ -8,6 +8,7 @@
 #include "chat/generic_tool_format.h"
 #include "chat/tool_call_grammar.h"
 #include "grammar/matcher.h"
+#include "support/byte_grammar.h"
 
 namespace spindle::chat {
 namespace {
@@ -20,18 +21,9 @@ const ordered_json kTools = ordered_json::parse(R"([
       "additionalProperties": false}}},
   {"type": "function", "function": {"name": "ping"}}])");
 
-std::shared_ptr<const grammar::TokenizerInfo> byte_vocab() {
-  grammar::Vocabulary v;
-  for (int b = 0; b < 256; ++b) v.token_bytes.push_back(std::string(1, static_cast<char>(b)));
-  v.token_bytes.push_back("");
-  v.eos_ids = {256};
-  return std::make_shared<const grammar::TokenizerInfo>(v);
-}
-
 bool matches(const ForcedToolCalls& forced, const std::string& text) {
-  const auto g = grammar::CompiledGrammar::compile(tool_call_grammar(find_tool_call_format("generic"), forced));
-  grammar::Matcher m(g, byte_vocab());
-  return m.accept_bytes(text) && m.is_complete();
+  return testing::matches(grammar::CompiledGrammar::compile(tool_call_grammar(find_tool_call_format("generic"), forced)),
+                          text);
 }
 
 ToolCallDelta parse(const std::string& text) {

@@ -10,18 +10,18 @@
 //   - it rejects another function, a schema violation, and a second call where one is allowed.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
+#include <algorithm>
+#include <bitset>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <random>
 #include <sstream>
 
 #include "chat/tool_call_grammar.h"
 #include "grammar/matcher.h"
+#include "support/byte_grammar.h"
+#include "support/jsonschema_verdicts.h"
+#include "support/run_python.h"
 #include "util/error.h"
 
 namespace spindle::chat {
@@ -51,22 +51,13 @@ const ordered_json kTools = ordered_json::parse(R"([
 
 constexpr const char* kFormats[] = {"hermes", "llama3_json", "qwen3_coder", "mistral", "deepseek_v3", "generic"};
 
-std::shared_ptr<const grammar::TokenizerInfo> byte_vocab() {
-  grammar::Vocabulary v;
-  for (int b = 0; b < 256; ++b) v.token_bytes.push_back(std::string(1, static_cast<char>(b)));
-  v.token_bytes.push_back("");
-  v.eos_ids = {256};
-  return std::make_shared<const grammar::TokenizerInfo>(v);
-}
+using testing::byte_vocab;
+using testing::matches;
+using testing::run_python;
 
 std::shared_ptr<const grammar::CompiledGrammar> compiled(std::string_view format, std::string name, bool parallel) {
   const ForcedToolCalls forced{&kTools, std::move(name), parallel};
   return grammar::CompiledGrammar::compile(tool_call_grammar(find_tool_call_format(format), forced));
-}
-
-bool matches(const std::shared_ptr<const grammar::CompiledGrammar>& g, const std::string& text) {
-  grammar::Matcher m(g, byte_vocab());
-  return m.accept_bytes(text) && m.is_complete();
 }
 
 std::vector<ToolCall> parse_calls(std::string_view format, const std::string& text, std::string* content = nullptr) {
@@ -76,21 +67,6 @@ std::vector<ToolCall> parse_calls(std::string_view format, const std::string& te
   if (content) *content = a.content + b.content;
   a.calls.insert(a.calls.end(), b.calls.begin(), b.calls.end());
   return a.calls;
-}
-
-// Runs `python3 <args>` with `input` on stdin; its stdout's lines.
-std::vector<std::string> python_lines(const std::string& args, const std::string& input) {
-  const fs::path dir = fs::temp_directory_path() / ("spindle_tool_grammar_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "in.txt") << input;
-  const std::string cmd =
-      "python3 " + args + " < " + (dir / "in.txt").string() + " > " + (dir / "out.txt").string();
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream out(dir / "out.txt");
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(out, line);) lines.push_back(line);
-  fs::remove_all(dir);
-  return lines;
 }
 
 // The assistant's call in a golden prompt: from `begin` up to (and without) `end`.
@@ -152,7 +128,7 @@ source = open(sys.argv[1] + '/tests/golden/chat_templates/Mistral-Small-3.2-24B-
 job = {'name': 't', 'source': source, 'context': make_goldens.context(request, '<s>', '</s>')}
 print(json.dumps(jinja_oracle.render_jobs({'now': make_goldens.NOW, 'jobs': [job]})[0]))
 " )" + kSource.string();
-  const auto rendered = python_lines(script, "");
+  const auto rendered = run_python(script, "");
   ASSERT_EQ(rendered.size(), 1u);
   const ordered_json r = ordered_json::parse(rendered[0]);
   ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
@@ -359,9 +335,9 @@ const ordered_json* tool_named(const std::string& name) {
 
 TEST(ToolCallGrammarTest, WhatItGeneratesParsesBackAsTheReferenceReadsItAndValidates) {
   std::mt19937 rng(7);
-  std::ostringstream validation, reference;
+  std::vector<std::pair<ordered_json, std::string>> validation;  // (schema, arguments)
+  std::ostringstream reference;
   std::vector<std::pair<std::string, std::vector<ToolCall>>> outputs;  // (format, calls)
-  size_t num_calls = 0;
   for (const char* format : kFormats) {
     for (const auto& [name, parallel] : std::vector<std::pair<std::string, bool>>{{"", true}, {"", false}, {"log", true}}) {
       SCOPED_TRACE(std::string(format) + " " + name + (parallel ? " parallel" : " one"));
@@ -379,17 +355,15 @@ TEST(ToolCallGrammarTest, WhatItGeneratesParsesBackAsTheReferenceReadsItAndValid
           ASSERT_NE(tool, nullptr) << call.name;
           ordered_json schema =
               tool->at("function").value("parameters", ordered_json{{"type", "object"}, {"maxProperties", 0}});
-          validation << ordered_json{{"schema", schema}, {"instance", call.arguments}}.dump() << "\n";
-          ++num_calls;
+          validation.emplace_back(std::move(schema), call.arguments);
         }
         reference << ordered_json{{"format", format}, {"text", out}, {"tools", kTools}}.dump() << "\n";
         outputs.emplace_back(format, calls);
       }
     }
   }
-  const auto verdicts = python_lines((kSource / "tests" / "grammar" / "validate_instances.py").string(), validation.str());
-  EXPECT_EQ(verdicts, std::vector<std::string>(num_calls, "1"));
-  const auto read = python_lines((kSource / "tests" / "chat" / "reference_tool_calls.py").string(), reference.str());
+  EXPECT_EQ(testing::jsonschema_verdicts(validation), std::string(validation.size(), '1'));
+  const auto read = run_python((kSource / "tests" / "chat" / "reference_tool_calls.py").string(), reference.str());
   ASSERT_EQ(read.size(), outputs.size());
   for (size_t i = 0; i < read.size(); ++i) {
     const ordered_json expected = ordered_json::parse(read[i])["calls"];

@@ -4,16 +4,13 @@
 
 #include "grammar/gbnf.h"
 #include "grammar/matcher.h"
+#include "support/byte_grammar.h"
 #include "util/error.h"
 
 namespace spindle::grammar {
 namespace {
 
-std::shared_ptr<const TokenizerInfo> byte_vocab() {
-  Vocabulary v;
-  for (int b = 0; b < 256; ++b) v.token_bytes.push_back(std::string(1, static_cast<char>(b)));
-  return std::make_shared<const TokenizerInfo>(v);
-}
+using testing::byte_vocab;
 
 class Gbnf {
  public:

@@ -15,6 +15,8 @@
 
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
+#include "support/byte_grammar.h"
+#include "support/jsonschema_verdicts.h"
 #include "util/error.h"
 
 namespace spindle::grammar {
@@ -24,72 +26,14 @@ using Json = nlohmann::ordered_json;
 
 std::filesystem::path here() { return std::filesystem::path(SPINDLE_FIXTURES_DIR) / ".." / "grammar"; }
 
-std::shared_ptr<const TokenizerInfo> byte_vocab() {
-  Vocabulary v;
-  for (int b = 0; b < 256; ++b) v.token_bytes.push_back(std::string(1, static_cast<char>(b)));
-  v.token_bytes.push_back("");
-  v.eos_ids = {256};
-  return std::make_shared<const TokenizerInfo>(v);
-}
-
-bool matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-  Matcher m(g, byte_vocab());
-  return m.accept_bytes(text) && m.is_complete();
-}
+using testing::jsonschema_verdicts;
+using testing::matches;
 
 // A random document: random allowed bytes, steering to closing bytes once long.
 std::optional<std::string> random_document(const std::shared_ptr<const CompiledGrammar>& g, std::mt19937& rng) {
-  Matcher m(g, byte_vocab());
-  std::string out;
-  bool in_string = false, escaped = false;  // where the document is (JSON's lexical structure)
-  while (out.size() < 4000) {
-    const bool complete = m.is_complete();
-    const std::bitset<256> allowed = m.allowed_bytes();
-    if (complete && (allowed.none() || rng() % 16 == 0 || out.size() > 300)) return out;
-    std::vector<int> bytes;
-    for (int b = 0; b < 256; ++b) {
-      if (allowed[static_cast<size_t>(b)]) bytes.push_back(b);
-    }
-    if (bytes.empty()) return std::nullopt;
-    int pick = bytes[rng() % bytes.size()];
-    if (out.size() > 150 && rng() % 4 != 0) {
-      // Steer towards an end: inside a string its closing quote, outside a closing bracket.
-      for (int c : in_string ? std::vector<int>{'"'} : std::vector<int>{'}', ']', '"'}) {
-        if (allowed[static_cast<size_t>(c)]) {
-          pick = c;
-          break;
-        }
-      }
-    }
-    if (escaped) {
-      escaped = false;
-    } else if (in_string && pick == '\\') {
-      escaped = true;
-    } else if (pick == '"') {
-      in_string = !in_string;
-    }
-    EXPECT_TRUE(m.accept_bytes(std::string(1, static_cast<char>(pick))));
-    out += static_cast<char>(pick);
-  }
-  return std::nullopt;
-}
-
-// jsonschema's verdicts ('1' valid, '0' invalid, 'P' not JSON) for (schema, instance) pairs.
-std::string python_verdicts(const std::vector<std::pair<Json, std::string>>& jobs) {
-  const auto dir = std::filesystem::temp_directory_path() / ("spindle_grammar_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  {
-    std::ofstream in(dir / "in.jsonl");
-    for (const auto& [schema, text] : jobs) in << Json{{"schema", schema}, {"instance", text}}.dump() << "\n";
-  }
-  const std::string cmd = "python3 " + (here() / "validate_instances.py").string() + " < " + (dir / "in.jsonl").string() +
-                          " > " + (dir / "out.txt").string();
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream out(dir / "out.txt");
-  std::string verdicts, line;
-  while (std::getline(out, line)) verdicts += line;
-  std::filesystem::remove_all(dir);
-  return verdicts;
+  return testing::random_walk(g, rng,
+                              {.max_bytes = 4000, .end_one_in = 16, .end_after = 300, .steer_after = 150,
+                               .random_one_in = 4, .closers = {'}', ']', '"'}});
 }
 
 Json corpus() {
@@ -155,7 +99,7 @@ TEST(JsonSchema, CorpusAgainstJsonschema) {
       EXPECT_GE(made, 20) << name << ": random walks did not finish";
     }
   }
-  const std::string verdicts = python_verdicts(jobs);
+  const std::string verdicts = jsonschema_verdicts(jobs);
   ASSERT_EQ(verdicts.size(), jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (expect[i] == "1") {

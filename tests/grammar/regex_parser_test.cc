@@ -9,6 +9,7 @@
 #include <random>
 
 #include "grammar/matcher.h"
+#include "support/byte_grammar.h"
 #include "grammar/regex_parser.h"
 #include "grammar/simple_grammars.h"
 #include "util/error.h"
@@ -16,11 +17,7 @@
 namespace spindle::grammar {
 namespace {
 
-std::shared_ptr<const TokenizerInfo> byte_vocab() {
-  Vocabulary v;
-  for (int b = 0; b < 256; ++b) v.token_bytes.push_back(std::string(1, static_cast<char>(b)));
-  return std::make_shared<const TokenizerInfo>(v);
-}
+using testing::byte_vocab;
 
 const char* const kPatterns[] = {
     R"(a|b|ab)", R"((ab)*c?)", R"(\d{2,4}-\w+)", R"([^a-c]x[a-c]{0,2})", R"(\s?(x|y){3}z+)",

@@ -4,9 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "spindle_server.h"
+#include "support/run_python.h"  // run_python: the Python oracles of the tool tests
 
 namespace spindle::testing {
 
@@ -42,23 +41,6 @@ inline void expect_api_error(const JsonReply& r, int status, const std::string& 
   if (!param.empty()) {
     EXPECT_EQ(e.value("param", nlohmann::json()), param);
   }
-}
-
-// Runs `python3 <args>` (an independent oracle: python3-jsonschema, a reference parse) with `input`
-// on stdin; the lines it prints. A failing run fails the test.
-inline std::vector<std::string> run_python(const std::string& args, const std::string& input) {
-  static std::atomic<int> counter{0};
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("spindle_python_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "in.txt") << input;
-  const std::string cmd = "python3 " + args + " < " + (dir / "in.txt").string() + " > " + (dir / "out.txt").string();
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  std::ifstream out(dir / "out.txt");
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(out, line);) lines.push_back(line);
-  std::filesystem::remove_all(dir);
-  return lines;
 }
 
 // Waits (up to `timeout`) until no request runs or waits and no KV page is referenced, then runs
