@@ -17,29 +17,20 @@
 //     whole output is the document from its first byte.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <fstream>
-
 #include "chat/tool_call_grammar.h"
 #include "chat/tool_call_parser.h"
-#include "engine/spec_harness.h"
+#include "engine/kjv_grammar_fixture.h"
 #include "grammar/json_schema.h"
 #include "grammar/lazy_matcher.h"
 #include "grammar/matcher.h"
-#include "grammar/tokenizer_vocabulary.h"
-#include "model/golden_fixtures.h"
+#include "support/jsonschema_verdicts.h"
 
 namespace spindle {
 namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
-using testing::model_dir;
-using testing::serve_speculative;
 using testing::SpecResult;
-using testing::SpecRun;
-
-const std::filesystem::path kSource = SPINDLE_SOURCE_DIR;
 
 const ordered_json kTools = ordered_json::parse(R"([
   {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
@@ -50,23 +41,6 @@ const ordered_json kTools = ordered_json::parse(R"([
 
 const char* kSchema = R"({"type": "object", "properties": {"book": {"enum": ["Genesis", "Exodus"]},
   "verse": {"type": "integer", "minimum": 1, "maximum": 99}}, "required": ["book", "verse"], "additionalProperties": false})";
-
-// python3-jsonschema's verdict per (schema, instance text): '1' valid, '0' invalid, 'P' not JSON.
-std::string verdicts(const std::vector<std::pair<ordered_json, std::string>>& jobs) {
-  const std::string in = ::testing::TempDir() + "/lazy_grammar_jobs.jsonl";
-  {
-    std::ofstream f(in);
-    for (const auto& [schema, instance] : jobs) f << ordered_json{{"schema", schema}, {"instance", instance}}.dump() << "\n";
-  }
-  const std::string cmd = "python3 " + (kSource / "tests/grammar/validate_instances.py").string() + " < " + in;
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  for (int c; p != nullptr && (c = std::fgetc(p)) != EOF;) {
-    if (c != '\n') out += static_cast<char>(c);
-  }
-  if (p != nullptr) ::pclose(p);
-  return out;
-}
 
 struct Case {
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
@@ -87,22 +61,13 @@ std::vector<engine::SamplingParams> seeded(const Case& c, int num_seeds, int max
   return params;
 }
 
-SpecResult serve(const std::vector<engine::SamplingParams>& params, const std::vector<TokenId>& prompt) {
-  SpecRun run;
-  run.max_model_len = 512;
-  run.num_pages = 1024;
-  return serve_speculative(model_dir("kjv-tiny"), run, std::vector<std::vector<TokenId>>(params.size(), prompt), params);
-}
-
-class LazyGrammarEngineTest : public ::testing::Test {
+class LazyGrammarEngineTest : public testing::KjvGrammarFixture {
  protected:
   static void SetUpTestSuite() {
-    tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(model_dir("kjv-tiny")));
-    info_ = std::make_shared<const grammar::TokenizerInfo>(grammar::vocabulary_from_tokenizer(*tok_));
+    KjvGrammarFixture::SetUpTestSuite();
     prompt_ = tok_->encode("And God said, Let there be light: and there was light", true);
   }
-  static inline std::unique_ptr<tokenizer::Tokenizer> tok_;
-  static inline std::shared_ptr<const grammar::TokenizerInfo> info_;
+  static SpecResult serve(const std::vector<engine::SamplingParams>& params) { return serve_prompt({}, prompt_, params); }
   static inline std::vector<TokenId> prompt_;
 };
 
@@ -118,7 +83,7 @@ TEST_F(LazyGrammarEngineTest, AToolCallIsConstrainedOnceItsMarkerAppears) {
     g.set_start(g.choice({{g.literal(","), calls}}, "marked"));
     Case c{grammar::CompiledGrammar::compile(g), std::make_shared<grammar::LazyArming>()};
     c.arming->trigger_strings = {","};
-    const SpecResult r = serve(seeded(c, kSeeds, 200), prompt_);
+    const SpecResult r = serve(seeded(c, kSeeds, 200));
     std::vector<std::pair<ordered_json, std::string>> jobs;
     int num_calls = 0;
     for (int k = 0; k < kSeeds; ++k) {
@@ -144,7 +109,7 @@ TEST_F(LazyGrammarEngineTest, AToolCallIsConstrainedOnceItsMarkerAppears) {
       ++num_calls;
     }
     EXPECT_GE(num_calls, kSeeds / 2) << "too few calls finished to validate";
-    EXPECT_EQ(verdicts(jobs), std::string(jobs.size(), '1'));
+    EXPECT_EQ(testing::jsonschema_verdicts(jobs), std::string(jobs.size(), '1'));
     EXPECT_TRUE(r.integrity_ok);
   }
 }
@@ -155,8 +120,8 @@ TEST_F(LazyGrammarEngineTest, UntilItsMarkerTheOutputIsTheUnconstrainedOne) {
          std::make_shared<grammar::LazyArming>()};
   c.arming->trigger_strings = chat::tool_call_triggers(hermes);
   ASSERT_EQ(c.arming->trigger_strings, std::vector<std::string>{"<tool_call>"});
-  const SpecResult lazy = serve(seeded(c, kSeeds, 64), prompt_);
-  const SpecResult free = serve(seeded(Case{}, kSeeds, 64), prompt_);
+  const SpecResult lazy = serve(seeded(c, kSeeds, 64));
+  const SpecResult free = serve(seeded(Case{}, kSeeds, 64));
   for (int k = 0; k < kSeeds; ++k) {
     EXPECT_EQ(lazy.tokens[k], free.tokens[k]) << "seed " << k;
     EXPECT_EQ(lazy.finish_reasons[k], free.finish_reasons[k]) << "seed " << k;
@@ -174,7 +139,7 @@ TEST_F(LazyGrammarEngineTest, AResponseFormatIsArmedAfterTheReasoningSection) {
   c.arming->section_opened = true;
   c.arming->at_content = true;
   c.arming->required = true;
-  const SpecResult r = serve(seeded(c, kSeeds, 160), prompt_);
+  const SpecResult r = serve(seeded(c, kSeeds, 160));
   std::vector<std::pair<ordered_json, std::string>> jobs;
   for (int k = 0; k < kSeeds; ++k) {
     const std::string& text = r.texts[k];
@@ -194,13 +159,13 @@ TEST_F(LazyGrammarEngineTest, AResponseFormatIsArmedAfterTheReasoningSection) {
     jobs.emplace_back(ordered_json::parse(kSchema), content);
   }
   EXPECT_GE(jobs.size(), static_cast<size_t>(kSeeds / 2)) << "too few documents finished to validate";
-  EXPECT_EQ(verdicts(jobs), std::string(jobs.size(), '1'));
+  EXPECT_EQ(testing::jsonschema_verdicts(jobs), std::string(jobs.size(), '1'));
 
   // Not opened by the prompt: the output opens the section (kjv-tiny writes "<think>" when the mask
   // leaves it little else) and the document follows its ".", or it is the document from its first
   // byte.
   c.arming->section_opened = false;
-  const SpecResult direct = serve(seeded(c, kSeeds, 160), prompt_);
+  const SpecResult direct = serve(seeded(c, kSeeds, 160));
   jobs.clear();
   int num_opened = 0, num_direct = 0;
   for (int k = 0; k < kSeeds; ++k) {
@@ -222,7 +187,7 @@ TEST_F(LazyGrammarEngineTest, AResponseFormatIsArmedAfterTheReasoningSection) {
   }
   EXPECT_GE(num_direct, 3);
   EXPECT_GE(num_opened + num_direct, kSeeds / 2);
-  EXPECT_EQ(verdicts(jobs), std::string(jobs.size(), '1'));
+  EXPECT_EQ(testing::jsonschema_verdicts(jobs), std::string(jobs.size(), '1'));
 }
 
 }  // namespace

@@ -20,20 +20,16 @@
 #include <regex>
 #include <set>
 
-#include "engine/spec_harness.h"
+#include "engine/kjv_grammar_fixture.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/simple_grammars.h"
-#include "grammar/tokenizer_vocabulary.h"
-#include "model/golden_fixtures.h"
 
 namespace spindle {
 namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
-using testing::model_dir;
-using testing::serve_speculative;
 using testing::SpecResult;
 using testing::SpecRun;
 
@@ -117,12 +113,12 @@ std::vector<std::string> validate(const std::vector<std::pair<json, std::string>
   return out;
 }
 
-class StructuredEngineTest : public ::testing::Test {
+class StructuredEngineTest : public testing::KjvGrammarFixture {
  protected:
   static void SetUpTestSuite() {
+    KjvGrammarFixture::SetUpTestSuite();
     cases_ = load_cases();
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir("kjv-tiny"));
-    prompt_ = tok.encode("And God said, Let there be", true);
+    prompt_ = tok_->encode("And God said, Let there be", true);
     for (size_t i = 0; i < cases_.size(); ++i) {
       for (int seed = 0; seed < kSeeds; ++seed) {
         engine::SamplingParams p;
@@ -143,16 +139,11 @@ class StructuredEngineTest : public ::testing::Test {
     params_.push_back(free);
   }
   static SpecResult serve(SpecRun run) {
-    run.max_model_len = 512;
-    run.num_pages = 1024;
     run.max_running_requests = 64;
-    return serve_speculative(model_dir("kjv-tiny"), run, std::vector<std::vector<TokenId>>(params_.size(), prompt_),
-                             params_);
+    return serve_prompt(run, prompt_, params_);
   }
   // Checks every constrained output of `r`; returns how many ended "length".
   static int check_outputs(const SpecResult& r, const std::string& what) {
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir("kjv-tiny"));
-    const auto info = std::make_shared<const grammar::TokenizerInfo>(grammar::vocabulary_from_tokenizer(tok));
     std::vector<std::pair<json, std::string>> to_validate;
     std::vector<std::string> where;
     int num_length = 0;
@@ -164,7 +155,7 @@ class StructuredEngineTest : public ::testing::Test {
           << at;
       if (r.finish_reasons[k] == engine::FinishReason::kLength) {
         ++num_length;
-        grammar::Matcher m(c.grammar, info);
+        grammar::Matcher m(c.grammar, info_);
         EXPECT_TRUE(m.accept_bytes(text)) << "not a prefix of a valid document: " << at;
         continue;
       }
