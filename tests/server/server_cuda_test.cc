@@ -14,10 +14,8 @@
 #include <vector>
 
 #include "cuda/cuda_skip.h"
-#include "model/golden_fixtures.h"
+#include "golden_server.h"
 #include "server_checks.h"
-#include "spindle_server.h"
-#include "tokenizer/tokenizer.h"
 
 namespace spindle::testing {
 namespace {
@@ -32,13 +30,7 @@ std::vector<std::string> greedy_texts(const std::vector<std::string>& args, cons
   if (server == nullptr) return {};
   auto client = server->client();
   std::vector<std::string> texts;
-  for (const GoldenPrompt& g : golden) {
-    const JsonReply r = post(*client, "/v1/completions",
-                             json{{"prompt", g.ids}, {"max_tokens", g.greedy.size()}, {"temperature", 0},
-                                  {"ignore_eos", true}});
-    EXPECT_EQ(r.status, 200) << label << ": " << r.body;
-    texts.push_back(r.status == 200 ? r.json["choices"][0].value("text", "") : "");
-  }
+  for (const GoldenPrompt& g : golden) texts.push_back(greedy_golden_completion(*client, g, label));
   if (label.find("cuda") != std::string::npos) {  // read from host rows: refused on the GPU until built there
     const json prompt = golden.at(0).ids;
     expect_api_error(post(*client, "/v1/completions", json{{"prompt", prompt}, {"echo", true}, {"logprobs", 1}}), 400,
@@ -61,20 +53,9 @@ TEST_P(ServerCudaTest, GreedyOverHttpIsHuggingFacesWithAndWithoutGraphsAndTheCpu
   const std::string model = GetParam();
   const std::filesystem::path dir = kGoldenDir / model;
   const std::vector<GoldenPrompt> golden = read_golden(model);
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(dir);
-  // HF's continuation as the server writes it: the text the greedy ids add to the prompt's
-  // (a SentencePiece tokenizer drops a leading space only at the start of the text).
-  std::vector<std::string> hf;
-  for (const GoldenPrompt& g : golden) {
-    std::vector<TokenId> all = g.ids;
-    all.insert(all.end(), g.greedy.begin(), g.greedy.end());
-    const std::string prompt = tok.decode(g.ids), full = tok.decode(all);
-    ASSERT_EQ(full.compare(0, prompt.size(), prompt), 0) << model << ": the prompt's text is not a prefix";
-    hf.push_back(full.substr(prompt.size()));
-  }
+  const std::vector<std::string> hf = hf_continuations(model, golden);
 
-  const std::vector<std::string> common = {dir.string(), "--matmul-precision", "exact", "--kv-cache-dtype", "f32",
-                                           "--max-total-tokens", "4096"};
+  const std::vector<std::string> common = golden_serve_args(dir);
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> args = common;
     args.insert(args.end(), extra.begin(), extra.end());
@@ -91,11 +72,7 @@ TEST_P(ServerCudaTest, GreedyOverHttpIsHuggingFacesWithAndWithoutGraphsAndTheCpu
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, ServerCudaTest, ::testing::Values("llama-gqa-bf16", "qwen3-qknorm-f32", "mistral-bf16"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n) c = c == '-' ? '_' : c;
-                           return n;
-                         });
+                         golden_model_test_name);
 
 }  // namespace
 }  // namespace spindle::testing

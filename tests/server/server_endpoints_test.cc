@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "golden_server.h"
 #include "model/golden_fixtures.h"
 #include "model/reference_forward.h"
 #include "model/safetensors.h"
@@ -83,9 +84,7 @@ class ServerEndpointsTest : public ::testing::Test {
  protected:
   static std::unique_ptr<SpindleServer> start(const fs::path& dir) {
     std::string error;
-    auto server = SpindleServer::start({dir.string(), "--matmul-precision", "exact", "--kv-cache-dtype", "f32",
-                                        "--max-total-tokens", "4096"},
-                                       &error);
+    auto server = SpindleServer::start(golden_serve_args(dir), &error);
     EXPECT_NE(server, nullptr) << error;
     return server;
   }
