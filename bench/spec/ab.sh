@@ -19,12 +19,8 @@ done
 python3 - "$out" "$turns" <<'PY' | tee "$out/summary.md"
 import json, statistics, sys
 out, turns = sys.argv[1], int(sys.argv[2])
-def flat(r):  # a bench/loadgen.py level; spec.jsonl lines of bench/spec/spec_load.py (before 12-07) are flat
-    if "tpot_ms" not in r:
-        return r
-    sp, ms = r.get("spec") or {}, ((r.get("steps") or {}).get("decode") or {}).get("ms_per_step", {})
-    return dict(r, mean_tpot_ms=r["tpot_ms"]["mean"], accept_length=sp.get("accept_length"),
-                accept_rate=sp.get("accept_rate"), step_schedule_ms=ms.get("schedule"), step_forward_ms=ms.get("forward"))
+sys.path.insert(0, "bench/spec")
+from spec_rows import flat  # noqa: E402
 rows = {}
 for side in ("before", "after"):
     for t in range(1, turns + 1):
