@@ -29,24 +29,24 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-const fs::path kKjvDir = fs::path(SPINDLE_FIXTURES_DIR) / ".." / ".." / "models" / "kjv-tiny";
-
+using testing::kGreedyGenerateArgs;
+using testing::kKjvTinyDir;
 using testing::RunResult;
 using testing::run_spindle;
 
 // kjv-tiny with every *_proj.weight as per-channel FP8 (compressed-tensors), the rest as stored.
 void write_fp8_kjv(const fs::path& dir) {
-  for (const auto& entry : fs::directory_iterator(kKjvDir)) {
+  for (const auto& entry : fs::directory_iterator(kKjvTinyDir)) {
     if (entry.path().extension() != ".safetensors") fs::copy(entry.path(), dir / entry.path().filename());
   }
-  nlohmann::json config = nlohmann::json::parse(std::ifstream(kKjvDir / "config.json"));
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(kKjvTinyDir / "config.json"));
   const nlohmann::json weights = {{"type", "float"}, {"num_bits", 8}, {"symmetric", true}, {"dynamic", false},
                                   {"strategy", "channel"}};
   config["quantization_config"] = {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
                                    {"ignore", {"lm_head"}},
                                    {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}}};
   std::ofstream(dir / "config.json", std::ios::trunc) << config.dump(2);
-  const Checkpoint checkpoint(kKjvDir);
+  const Checkpoint checkpoint(kKjvTinyDir);
   std::vector<testing::NamedTensor> tensors;
   for (const TensorInfo& info : checkpoint.tensors()) {
     const TensorView view = checkpoint.tensor(info.name);
@@ -79,21 +79,19 @@ void write_fp8_kjv(const fs::path& dir) {
   testing::write_safetensors(dir / "model.safetensors", tensors);
 }
 
-constexpr const char* kGenerate = " -p 'And God said' -p 'In the beginning God' -n 24 --temperature 0 --threads 1 --no-stats";
-
 TEST(Fp8Cli, QuantizeAtLoadGeneratesWhatTheSameFp8FolderGenerates) {
   testing::TempDir dir;
   write_fp8_kjv(dir.path());
-  const RunResult at_load = run_spindle("generate " + kKjvDir.string() + " --quantization fp8" + kGenerate);
+  const RunResult at_load = run_spindle("generate " + kKjvTinyDir.string() + " --quantization fp8" + kGreedyGenerateArgs);
   ASSERT_EQ(at_load.exit_code, 0) << at_load.err;
-  const RunResult folder = run_spindle("generate " + dir.path().string() + kGenerate);
+  const RunResult folder = run_spindle("generate " + dir.path().string() + kGreedyGenerateArgs);
   ASSERT_EQ(folder.exit_code, 0) << folder.err;
   EXPECT_EQ(at_load.out, folder.out);
   EXPECT_GT(at_load.out.size(), 60u) << at_load.out;
 }
 
 TEST(Fp8Cli, OtherQuantizationValuesAreRefused) {
-  const RunResult r = run_spindle("generate " + kKjvDir.string() + " --quantization int4" + kGenerate);
+  const RunResult r = run_spindle("generate " + kKjvTinyDir.string() + " --quantization int4" + kGreedyGenerateArgs);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("--quantization"));
 }

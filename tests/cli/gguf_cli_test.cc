@@ -24,8 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-const fs::path kKjvDir = fs::path(SPINDLE_FIXTURES_DIR) / ".." / ".." / "models" / "kjv-tiny";
-
+using testing::kGreedyGenerateArgs;
+using testing::kKjvTinyDir;
 using testing::RunResult;
 using testing::run_spindle;
 
@@ -35,7 +35,7 @@ class GgufFile : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("spindle_gguf_cli_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
     const fs::path path = dir_ / (f32 ? "kjv-tiny-f32.gguf" : "kjv-tiny-bf16.gguf");
-    testing::write_kjv_tiny_gguf(kKjvDir, path, f32);
+    testing::write_kjv_tiny_gguf(kKjvTinyDir, path, f32);
     return path;
   }
   void TearDown() override {
@@ -45,14 +45,12 @@ class GgufFile : public ::testing::Test {
   fs::path dir_;
 };
 
-constexpr const char* kGenerate = " -p 'And God said' -p 'In the beginning God' -n 24 --temperature 0 --threads 1 --no-stats";
-
 TEST_F(GgufFile, GenerateEqualsTheFolderForBf16AndF32) {
-  const RunResult folder = run_spindle("generate " + kKjvDir.string() + kGenerate);
+  const RunResult folder = run_spindle("generate " + kKjvTinyDir.string() + kGreedyGenerateArgs);
   ASSERT_EQ(folder.exit_code, 0) << folder.err;
   for (const bool f32 : {false, true}) {
     const fs::path path = write(f32);
-    const RunResult gguf = run_spindle("generate " + path.string() + kGenerate);
+    const RunResult gguf = run_spindle("generate " + path.string() + kGreedyGenerateArgs);
     ASSERT_EQ(gguf.exit_code, 0) << gguf.err;
     EXPECT_EQ(gguf.out, folder.out) << (f32 ? "F32" : "BF16");
   }

@@ -1,4 +1,5 @@
-// One run of the spindle binary (spindle_binary.h) as a child, its output captured.
+// One run of the spindle binary (spindle_binary.h) as a child, its output captured; the model and
+// the greedy generate the CLI tests run it on.
 #pragma once
 
 #include <sys/wait.h>
@@ -12,6 +13,15 @@
 #include "util/mapped_file.h"
 
 namespace spindle::testing {
+
+// models/kjv-tiny (the repository's own small Llama).
+inline const std::filesystem::path kKjvTinyDir =
+    std::filesystem::path(SPINDLE_FIXTURES_DIR) / ".." / ".." / "models" / "kjv-tiny";
+
+// `generate MODEL` arguments after the model: two prompts, 24 greedy tokens each, one thread, the
+// text alone (no statistics), so that two runs compare byte for byte.
+inline constexpr const char* kGreedyGenerateArgs =
+    " -p 'And God said' -p 'In the beginning God' -n 24 --temperature 0 --threads 1 --no-stats";
 
 struct RunResult {
   int exit_code = -1;  // -1 when killed by a signal
