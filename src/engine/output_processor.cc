@@ -8,6 +8,20 @@
 #include "util/error.h"
 
 namespace spindle::engine {
+namespace {
+
+// How many rows of `width` values `rows` holds, checked to continue r's prompt rows where the last
+// batch stopped and to end before its last position (whose row is the first sampled token's).
+// `what` names the rows in the error.
+int num_prompt_rows(const Request& r, std::span<const float> rows, int width, int first_position, const char* what) {
+  const int n = static_cast<int>(rows.size() / static_cast<size_t>(width));
+  SPINDLE_CHECK(first_position == r.num_prompt_rows_done && first_position + n < static_cast<int>(r.prompt.size()),
+                "request {}: {} rows of positions [{}, {}) after {} done, prompt of {}", r.id, what, first_position,
+                first_position + n, r.num_prompt_rows_done, r.prompt.size());
+  return n;
+}
+
+}  // namespace
 
 RequestOutputState::RequestOutputState(SamplingParams params, uint64_t seed, std::shared_ptr<RequestStream> stream_,
                                        const tokenizer::Tokenizer& tokenizer)
@@ -94,10 +108,7 @@ void OutputProcessor::accept_token(Request& r, RequestOutputState& o, const Samp
 
 void OutputProcessor::accept_prompt_rows(Request& r, RequestOutputState& o, std::span<const float> rows, int vocab,
                                          int first_position) {
-  const int n = static_cast<int>(rows.size() / static_cast<size_t>(vocab));
-  SPINDLE_CHECK(first_position == r.num_prompt_rows_done && first_position + n < static_cast<int>(r.prompt.size()),
-                "request {}: prompt rows of positions [{}, {}) after {} done, prompt of {}", r.id, first_position,
-                first_position + n, r.num_prompt_rows_done, r.prompt.size());
+  const int n = num_prompt_rows(r, rows, vocab, first_position, "prompt");
   const int k = std::max(0, o.sampler.params().prompt_logprobs);
   for (int i = 0; i < n; ++i) {
     const auto row = rows.subspan(static_cast<size_t>(i) * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
@@ -108,10 +119,7 @@ void OutputProcessor::accept_prompt_rows(Request& r, RequestOutputState& o, std:
 
 void OutputProcessor::accept_pooled_rows(Request& r, RequestOutputState& o, std::span<const float> rows, int hidden,
                                          int first_position) {
-  const int n = static_cast<int>(rows.size() / static_cast<size_t>(hidden));
-  SPINDLE_CHECK(first_position == r.num_prompt_rows_done && first_position + n < static_cast<int>(r.prompt.size()),
-                "request {}: pooled rows of positions [{}, {}) after {} done, prompt of {}", r.id, first_position,
-                first_position + n, r.num_prompt_rows_done, r.prompt.size());
+  const int n = num_prompt_rows(r, rows, hidden, first_position, "pooled");
   o.pooled.resize(static_cast<size_t>(hidden));
   const bool mean = o.sampler.params().pooling == PoolingConfig::Mode::kMeanTokens;
   for (int i = 0; i < n; ++i) {
