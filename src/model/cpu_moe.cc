@@ -65,11 +65,7 @@ uint64_t CpuMoeScratch::bytes() const {
 }
 
 void CpuOps::moe(const float* x, int64_t rows, const MoeBlock& block, float* y) {
-  SPINDLE_CHECK(block.num_experts == config_.moe.num_experts && block.top_k == config_.moe.num_experts_per_tok &&
-                    static_cast<int>(block.gate_up.size()) == block.num_experts &&
-                    static_cast<int>(block.down.size()) == block.num_experts,
-                "moe: a block of {} experts (top {}) for a model of {} (top {})", block.num_experts, block.top_k,
-                config_.moe.num_experts, config_.moe.num_experts_per_tok);
+  check_moe_block(block, config_.moe);
   const int64_t h = config_.hidden_size;
   moe_scratch_.reserve(config_, rows);
   for (int64_t begin = 0; begin < rows; begin += kMoeChunkRows) {

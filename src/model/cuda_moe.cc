@@ -140,11 +140,7 @@ const CudaMoeExperts& CudaOps::moe_experts(const MoeBlock& block) {
 }
 
 void CudaOps::moe(const float* x, int64_t rows, const MoeBlock& block, float* y) {
-  SPINDLE_CHECK(block.num_experts == config_.moe.num_experts && block.top_k == config_.moe.num_experts_per_tok &&
-                    static_cast<int>(block.gate_up.size()) == block.num_experts &&
-                    static_cast<int>(block.down.size()) == block.num_experts,
-                "moe: a block of {} experts (top {}) for a model of {} (top {})", block.num_experts, block.top_k,
-                config_.moe.num_experts, config_.moe.num_experts_per_tok);
+  check_moe_block(block, config_.moe);
   SPINDLE_CHECK(moe_ && moe_->scratch.rows >= std::min(rows, kCudaMoeChunkRows),
                 "moe: a step of {} rows, the scratch holds {} (reserve() first)", rows, moe_ ? moe_->scratch.rows : 0);
   const CudaMoeExperts& experts = moe_experts(block);

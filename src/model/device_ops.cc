@@ -2,9 +2,18 @@
 // one-by-one and joined weight placements, and the step without graphs or device sampling.
 #include "model/device_ops.h"
 
+#include "model/model_config.h"
 #include "util/error.h"
 
 namespace spindle {
+
+void check_moe_block(const MoeBlock& block, const MoeConfig& moe) {
+  SPINDLE_CHECK(block.num_experts == moe.num_experts && block.top_k == moe.num_experts_per_tok &&
+                    static_cast<int>(block.gate_up.size()) == block.num_experts &&
+                    static_cast<int>(block.down.size()) == block.num_experts,
+                "moe: a block of {} experts (top {}) for a model of {} (top {})", block.num_experts, block.top_k,
+                moe.num_experts, moe.num_experts_per_tok);
+}
 
 LinearGroup WeightStore::place_each(std::span<const WeightView> weights, std::span<const WeightView> biases) {
   SPINDLE_CHECK(!weights.empty() && weights.size() <= LinearGroup{}.parts.size() &&

@@ -79,6 +79,11 @@ struct MoeBlock {
   WeightId shared_gate = kNoWeight;    // kLinear [1, H]
 };
 
+struct MoeConfig;
+// Throws naming both counts when `block` is not a block of `moe`: its expert count and top-k, one
+// gate/up group and one down weight per expert.
+void check_moe_block(const MoeBlock& block, const MoeConfig& moe);
+
 // The per-step activation buffers the transformer asks for (f32, grown on demand).
 enum class Scratch : int {
   kHidden,     // [T, H] the residual stream
