@@ -16,6 +16,7 @@
 #include <fstream>
 
 #include "server_checks.h"
+#include "support/jsonschema_verdicts.h"
 #include "spindle_server.h"
 
 namespace spindle::testing {
@@ -45,16 +46,6 @@ const ordered_json& schema_of(const std::string& name) {
   }
   ADD_FAILURE() << "no tool " << name;
   return kTools[0]["function"]["parameters"];
-}
-
-// python3-jsonschema's verdict on each (schema, JSON text): '1' valid, '0' not, 'P' not JSON.
-std::string verdicts(const std::vector<std::pair<ordered_json, std::string>>& jobs) {
-  std::string in, all;
-  for (const auto& [schema, instance] : jobs) in += ordered_json{{"schema", schema}, {"instance", instance}}.dump() + "\n";
-  for (const std::string& line : run_python((kSource / "tests" / "grammar" / "validate_instances.py").string(), in)) {
-    all += line;
-  }
-  return all;
 }
 
 const json kUser = json::array({{{"role", "user"}, {"content", "Weather in Ur?"}}});
@@ -127,7 +118,7 @@ TEST(ServerGenericToolsTest, TheEmbeddedModelAnswersInTheGenericFormat) {
       EXPECT_THAT(c["message"]["content"].get<std::string>(), ::testing::StartsWith("{\"")) << r.body;
     }
   }
-  EXPECT_EQ(verdicts(jobs), std::string(jobs.size(), '1'));
+  EXPECT_EQ(jsonschema_verdicts(jobs), std::string(jobs.size(), '1'));
   RecordProperty("auto_answers_finished", num_answers);
 }
 
@@ -231,7 +222,7 @@ TEST(ServerGenericToolsTest, AResponseFormatIsArmedAfterTheReasoningSection) {
   const size_t before = jobs.size();
   for (int seed = 1; seed <= 4; ++seed) run(seed);
   EXPECT_GE(jobs.size() - before, 2u);
-  EXPECT_EQ(verdicts(jobs), std::string(jobs.size(), '1'));
+  EXPECT_EQ(jsonschema_verdicts(jobs), std::string(jobs.size(), '1'));
   RecordProperty("sections_opened_by_the_output", num_opened);
 }
 

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "server_checks.h"
+#include "support/jsonschema_verdicts.h"
 #include "spindle_server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -141,16 +142,6 @@ TEST(ServerToolsTest, ToolChoiceNoneAndTheRefusedChoices) {
     expect_api_error(post(*client, "/v1/chat/completions", json{{"messages", history}, {"max_tokens", 2}}), 400,
                      "messages", "built-in chatml");
   }
-}
-
-// python3-jsonschema's verdict on each (schema, arguments JSON text): "1" valid, "0" not.
-std::string jsonschema_verdicts(const std::vector<std::pair<nlohmann::ordered_json, std::string>>& jobs) {
-  std::string in, verdicts;
-  for (const auto& [schema, instance] : jobs) in += nlohmann::ordered_json{{"schema", schema}, {"instance", instance}}.dump() + "\n";
-  for (const std::string& line : run_python((kSource / "tests" / "grammar" / "validate_instances.py").string(), in)) {
-    verdicts += line;
-  }
-  return verdicts;
 }
 
 // tool_choice "required" and a named function on kjv-tiny, which never writes a call by itself:
