@@ -24,15 +24,7 @@ mkdir -p "$OUT"
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; PIDS=(); }
 trap cleanup EXIT
-wait_healthy() {  # PORT LOG
-  for _ in $(seq 1 1200); do
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
-      "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-    kill -0 "${PIDS[-1]}" 2>/dev/null || { tail -20 "$2"; return 1; }
-    sleep 0.5
-  done
-  echo "server on port $1 not healthy"; return 1
-}
+. bench/lib.sh  # wait_healthy PORT PID SECONDS LOG (curl, or python3 where a host has none)
 echo "date $(date -u +%FT%TZ); load $(cut -d' ' -f1-3 /proc/loadavg); $GGUF ($(sha256sum "$GGUF" | cut -c1-16));" \
   "spindle $(git rev-parse --short HEAD) $SPINDLE_ARGS; llama.cpp $(git -C "$LLAMA_CPP" rev-parse --short HEAD 2>/dev/null) $LLAMA_ARGS" \
   | tee "$OUT/run.txt"
@@ -40,11 +32,11 @@ serve() {
   "$LLAMA_CPP/build/bin/llama-server" -m "$GGUF" --port "$PORT" -t "$THREADS" -tb "$THREADS" -c 4096 -np 1 \
     $LLAMA_ARGS >>"$OUT/llama-server.log" 2>&1 &
   PIDS+=($!)
-  wait_healthy "$PORT" "$OUT/llama-server.log"
+  wait_healthy "$PORT" "${PIDS[-1]}" 600 "$OUT/llama-server.log"
   # shellcheck disable=SC2086
   "$SPINDLE" serve "$GGUF" --port $((PORT + 1)) --threads "$THREADS" $SPINDLE_ARGS >>"$OUT/spindle.log" 2>&1 &
   PIDS+=($!)
-  wait_healthy $((PORT + 1)) "$OUT/spindle.log"
+  wait_healthy $((PORT + 1)) "${PIDS[-1]}" 600 "$OUT/spindle.log"
 }
 serve
 python3 bench/cpu_peer/f64_reference.py collect --llama "http://127.0.0.1:$PORT" --spindle "http://127.0.0.1:$((PORT + 1))" \
