@@ -69,7 +69,8 @@ struct Setup {
       kv.page_size = page;
       kv.dtype = dt;
       kv.num_pages = num_pages;
-      KvWriteParams w{k.data(), v.data(), layer.k.data(), layer.v.data(), kv, std::span(&all, 1), table.data()};
+      KvWriteParams w{k.data(), v.data(), layer.k.data(), layer.v.data(), kv, nullptr, nullptr, std::span(&all, 1),
+                      table.data()};
       write_kv_pages(w);
       layers.push_back(std::move(layer));
     }

@@ -88,6 +88,9 @@ std::vector<TokenId> GrammarState::forced_tokens(const tokenizer::Tokenizer& tok
   std::vector<TokenId> tokens;
   if (!matcher_ || max_tokens <= 0 || matcher_->is_terminated()) return tokens;
   std::string bytes = matcher_->forced_bytes(kMaxForcedBytes);
+  // Inside a character (the output so far ends with its first bytes, e.g. byte tokens): the forced
+  // bytes are not text the tokenizer can encode, so no jump-forward this step.
+  if (!bytes.empty() && (static_cast<uint8_t>(bytes[0]) & 0xC0) == 0x80) return tokens;
   // Cut after the last whole UTF-8 character (the tokenizer encodes text).
   size_t end = bytes.size(), start = end;
   while (start > 0 && (static_cast<uint8_t>(bytes[start - 1]) & 0xC0) == 0x80) --start;

@@ -227,5 +227,28 @@ TEST_F(JumpForwardEngineTest, ForcedTokensAreTheTokenizersEncodingOfTheForcedByt
   EXPECT_EQ(g.num_allowed_drafts(tok.encode("x", false)), 0);
 }
 
+// A grammar forced to "\xEF\xBD\x9Cab" (U+FF5C, as in DeepSeek's tool markers, then "ab") after the
+// output's last token was the character's first byte alone: the forced bytes start inside the
+// character, which the tokenizer cannot encode; no drafts (found when a served deepseek_v3 call
+// grammar failed the request with "prompt is not valid UTF-8").
+TEST_F(JumpForwardEngineTest, NoForcedTokensFromInsideACharacter) {
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir(kModel));
+  const auto info = std::make_shared<const grammar::TokenizerInfo>(grammar::vocabulary_from_tokenizer(tok));
+  grammar::Grammar grammar;
+  grammar.set_start(grammar.choice({{grammar.literal("\uFF5Cab")}}, "marker"));
+  const auto compiled = grammar::CompiledGrammar::compile(grammar);
+  TokenId first_byte = -1;
+  for (TokenId id = 0; id < info->vocab_size() && first_byte < 0; ++id) {
+    const std::string* b = info->grammar_bytes(id);
+    if (b != nullptr && *b == "\xEF") first_byte = id;
+  }
+  ASSERT_GE(first_byte, 0) << "the golden vocabulary has no token of the byte 0xEF alone";
+  engine::GrammarState whole(grammar::Matcher(compiled, info), nullptr);
+  EXPECT_EQ(tok.decode(whole.forced_tokens(tok, 16)), "\uFF5Cab");  // from a character boundary
+  engine::GrammarState g(grammar::Matcher(compiled, info), nullptr);
+  ASSERT_TRUE(g.accept_token(first_byte));
+  EXPECT_TRUE(g.forced_tokens(tok, 16).empty());
+}
+
 }  // namespace
 }  // namespace spindle
