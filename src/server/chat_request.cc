@@ -20,20 +20,6 @@ void check_fields(FieldScope scope, const ordered_json& object, const std::strin
   check_request_fields(scope, nlohmann::json::parse(object.dump()), path);
 }
 
-const ordered_json* get(const ordered_json& o, const char* key) {
-  auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string string_at(const ordered_json& o, const char* key, const std::string& path, bool required) {
-  const ordered_json* v = get(o, key);
-  if (!v) {
-    if (required) bad_request(path + key, fmt::format("'{}{}' is required", path, key));
-    return {};
-  }
-  if (!v->is_string()) bad_request(path + key, fmt::format("'{}{}' must be a string", path, key));
-  return v->get<std::string>();
-}
 
 // Only these keys in an object the field lists do not cover (a tool call, a tool definition).
 void check_keys(const ordered_json& o, std::initializer_list<std::string_view> keys, const std::string& path) {
@@ -46,7 +32,7 @@ void check_keys(const ordered_json& o, std::initializer_list<std::string_view> k
 }
 
 std::string message_content(const ordered_json& m, const std::string& path, bool may_be_null) {
-  const ordered_json* c = get(m, "content");
+  const ordered_json* c = get_member(m, "content");
   if (!c) {
     if (may_be_null) return {};
     bad_request(path + "content", fmt::format("'{}content' is required for this role", path));
@@ -73,20 +59,20 @@ ordered_json template_tool_calls(const ordered_json& calls, const std::string& p
   for (size_t k = 0; k < calls.size(); ++k) {
     const std::string at = fmt::format("{}[{}].", path, k);
     check_keys(calls[k], {"id", "type", "function"}, at);
-    if (string_at(calls[k], "type", at, false) != "function" && get(calls[k], "type")) {
+    if (string_member(calls[k], "type", at, false) != "function" && get_member(calls[k], "type")) {
       bad_request(at + "type", fmt::format("'{}type' must be \"function\"", at));
     }
-    const ordered_json* f = get(calls[k], "function");
+    const ordered_json* f = get_member(calls[k], "function");
     if (!f) bad_request(at + "function", fmt::format("'{}function' is required", at));
     check_keys(*f, {"name", "arguments"}, at + "function.");
-    const std::string args_text = string_at(*f, "arguments", at + "function.", true);
+    const std::string args_text = string_member(*f, "arguments", at + "function.", true);
     ordered_json args = ordered_json::parse(args_text, nullptr, false);
     if (args.is_discarded()) {
       bad_request(at + "function.arguments", fmt::format("'{}function.arguments' is not valid JSON", at));
     }
-    out.push_back({{"id", string_at(calls[k], "id", at, true)},
+    out.push_back({{"id", string_member(calls[k], "id", at, true)},
                    {"type", "function"},
-                   {"function", {{"name", string_at(*f, "name", at + "function.", true)}, {"arguments", std::move(args)}}}});
+                   {"function", {{"name", string_member(*f, "name", at + "function.", true)}, {"arguments", std::move(args)}}}});
   }
   return out;
 }
@@ -105,24 +91,24 @@ ordered_json parse_message(const ordered_json& m, size_t i, ChatContext& c, std:
   check_fields(kMessage, m, path);
   const bool assistant = role == "assistant";
   for (const char* key : {"tool_calls", "reasoning_content"}) {  // an empty tool_calls list asks for nothing
-    const ordered_json* v = get(m, key);
+    const ordered_json* v = get_member(m, key);
     if (v && !assistant && !(v->is_array() && v->empty())) {
       bad_request(path + key, fmt::format("'{}{}' is for assistant messages", path, key));
     }
   }
-  if (get(m, "tool_call_id") && role != "tool") {
+  if (get_member(m, "tool_call_id") && role != "tool") {
     bad_request(path + "tool_call_id", fmt::format("'{}tool_call_id' is for tool messages", path));
   }
   ordered_json t = {{"role", role}, {"content", message_content(m, path, assistant)}};
-  if (const ordered_json* name = get(m, "name")) {
+  if (const ordered_json* name = get_member(m, "name")) {
     if (!name->is_string()) bad_request(path + "name", fmt::format("'{}name' must be a string", path));
     t["name"] = *name;
   }
-  if (role == "tool") t["tool_call_id"] = string_at(m, "tool_call_id", path, true);
-  if (const ordered_json* calls = get(m, "tool_calls"); calls && !calls->empty()) {
+  if (role == "tool") t["tool_call_id"] = string_member(m, "tool_call_id", path, true);
+  if (const ordered_json* calls = get_member(m, "tool_calls"); calls && !calls->empty()) {
     t["tool_calls"] = template_tool_calls(*calls, path + "tool_calls");
   }
-  if (assistant && get(m, "reasoning_content")) t["reasoning_content"] = string_at(m, "reasoning_content", path, false);
+  if (assistant && get_member(m, "reasoning_content")) t["reasoning_content"] = string_member(m, "reasoning_content", path, false);
   c.has_tool_turns = c.has_tool_turns || role == "tool" || t.contains("tool_calls");
   messages.push_back({role, t["content"].get<std::string>()});
   return t;
@@ -130,24 +116,24 @@ ordered_json parse_message(const ordered_json& m, size_t i, ChatContext& c, std:
 
 // tools: [{type: "function", function: {name, description?, parameters?, strict?}}].
 void parse_tools(const ordered_json& body, ChatContext& c) {
-  const ordered_json* tools = get(body, "tools");
+  const ordered_json* tools = get_member(body, "tools");
   if (!tools) return;
   if (!tools->is_array()) bad_request("tools", "'tools' must be an array");
   for (size_t k = 0; k < tools->size(); ++k) {
     const std::string at = fmt::format("tools[{}].", k);
     const ordered_json& tool = (*tools)[k];
     check_keys(tool, {"type", "function"}, at);
-    if (string_at(tool, "type", at, true) != "function") {
+    if (string_member(tool, "type", at, true) != "function") {
       bad_request(at + "type", fmt::format("'{}type' must be \"function\" (the only tool type)", at));
     }
-    const ordered_json* f = get(tool, "function");
+    const ordered_json* f = get_member(tool, "function");
     if (!f) bad_request(at + "function", fmt::format("'{}function' is required", at));
     check_keys(*f, {"name", "description", "parameters", "strict"}, at + "function.");
-    if (string_at(*f, "name", at + "function.", true).empty()) {
+    if (string_member(*f, "name", at + "function.", true).empty()) {
       bad_request(at + "function.name", fmt::format("'{}function.name' must not be empty", at));
     }
-    string_at(*f, "description", at + "function.", false);
-    if (const ordered_json* p = get(*f, "parameters"); p && !p->is_object()) {
+    string_member(*f, "description", at + "function.", false);
+    if (const ordered_json* p = get_member(*f, "parameters"); p && !p->is_object()) {
       bad_request(at + "function.parameters", fmt::format("'{}function.parameters' must be a JSON schema object", at));
     }
   }
@@ -155,21 +141,21 @@ void parse_tools(const ordered_json& body, ChatContext& c) {
 }
 
 void parse_tool_choice(const ordered_json& body, ChatContext& c) {
-  if (const ordered_json* choice = get(body, "tool_choice")) {
+  if (const ordered_json* choice = get_member(body, "tool_choice")) {
     if (*choice == "none") {
       c.tool_choice = ToolChoice::kNone;
     } else if (*choice == "required") {
       c.tool_choice = ToolChoice::kRequired;
     } else if (choice->is_object()) {  // {"type": "function", "function": {"name": "f"}}
       check_keys(*choice, {"type", "function"}, "tool_choice.");
-      if (string_at(*choice, "type", "tool_choice.", true) != "function") {
+      if (string_member(*choice, "type", "tool_choice.", true) != "function") {
         bad_request("tool_choice.type", "'tool_choice.type' must be \"function\"");
       }
-      const ordered_json* f = get(*choice, "function");
+      const ordered_json* f = get_member(*choice, "function");
       if (!f || !f->is_object()) bad_request("tool_choice.function", "'tool_choice.function' must be an object");
       check_keys(*f, {"name"}, "tool_choice.function.");
       c.tool_choice = ToolChoice::kNamed;
-      c.tool_choice_name = string_at(*f, "name", "tool_choice.function.", true);
+      c.tool_choice_name = string_member(*f, "name", "tool_choice.function.", true);
       bool known = false;
       for (const auto& tool : c.tools.is_array() ? c.tools : ordered_json::array()) {
         known = known || tool["function"]["name"] == c.tool_choice_name;
@@ -186,7 +172,7 @@ void parse_tool_choice(const ordered_json& body, ChatContext& c) {
       bad_request("tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
     }
   }
-  if (const ordered_json* parallel = get(body, "parallel_tool_calls")) {
+  if (const ordered_json* parallel = get_member(body, "parallel_tool_calls")) {
     if (!parallel->is_boolean()) bad_request("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     c.parallel_tool_calls = parallel->get<bool>();
   }
@@ -195,7 +181,7 @@ void parse_tool_choice(const ordered_json& body, ChatContext& c) {
 }  // namespace
 
 void parse_template_kwargs(const ordered_json& body, ChatContext& c) {
-  if (const ordered_json* kwargs = get(body, "chat_template_kwargs")) {
+  if (const ordered_json* kwargs = get_member(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) bad_request("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     for (const auto& [key, value] : kwargs->items()) {
       static constexpr std::array kReserved = {"messages", "tools", "documents", "add_generation_prompt", "bos_token",
@@ -207,7 +193,7 @@ void parse_template_kwargs(const ordered_json& body, ChatContext& c) {
       c.template_kwargs[key] = value;
     }
   }
-  if (const ordered_json* effort = get(body, "reasoning_effort")) {
+  if (const ordered_json* effort = get_member(body, "reasoning_effort")) {
     if (!effort->is_string() || (*effort != "low" && *effort != "medium" && *effort != "high" && *effort != "minimal")) {
       bad_request("reasoning_effort", "'reasoning_effort' must be \"minimal\", \"low\", \"medium\" or \"high\"");
     }
@@ -216,7 +202,7 @@ void parse_template_kwargs(const ordered_json& body, ChatContext& c) {
 }
 
 void parse_chat_context(const ordered_json& body, GenerationRequest& r) {
-  const ordered_json* messages = get(body, "messages");
+  const ordered_json* messages = get_member(body, "messages");
   if (!messages || !messages->is_array() || messages->empty()) {
     bad_request("messages", "'messages' must be a non-empty array");
   }

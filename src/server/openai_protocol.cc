@@ -23,6 +23,21 @@ void bad_request(const std::string& param, const std::string& message) {
   throw ApiError(400, "invalid_request_error", param, message);
 }
 
+const nlohmann::ordered_json* get_member(const nlohmann::ordered_json& o, const char* key) {
+  auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string string_member(const nlohmann::ordered_json& o, const char* key, const std::string& path, bool required) {
+  const nlohmann::ordered_json* v = get_member(o, key);
+  if (!v) {
+    if (required) bad_request(path + key, fmt::format("'{}{}' is required", path, key));
+    return {};
+  }
+  if (!v->is_string()) bad_request(path + key, fmt::format("'{}{}' must be a string", path, key));
+  return v->get<std::string>();
+}
+
 namespace {
 
 std::string type_name(const json& v) {

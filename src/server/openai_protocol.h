@@ -38,6 +38,12 @@ class ApiError : public std::runtime_error {
 // 400 invalid_request_error naming the parameter.
 [[noreturn]] void bad_request(const std::string& param, const std::string& message);
 
+// Readers of a request object's members, `path` being the object's parameter path with a trailing
+// dot ("messages[2]."): the member, or nullptr when absent or null; a string member, "" when absent
+// and not required, else a 400 naming path + key ("is required", "must be a string").
+const nlohmann::ordered_json* get_member(const nlohmann::ordered_json& o, const char* key);
+std::string string_member(const nlohmann::ordered_json& o, const char* key, const std::string& path, bool required);
+
 struct ChatMessage {
   std::string role;     // system | user | assistant | tool (developer is read as system)
   std::string content;  // text parts joined; "" for an assistant turn with null content

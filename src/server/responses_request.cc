@@ -17,20 +17,6 @@ namespace {
 
 constexpr int64_t kMaxOutputTokens = 1 << 20;
 
-const ordered_json* get(const ordered_json& o, const char* key) {
-  auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string string_at(const ordered_json& o, const char* key, const std::string& path, bool required) {
-  const ordered_json* v = get(o, key);
-  if (!v) {
-    if (required) bad_request(path + key, fmt::format("'{}{}' is required", path, key));
-    return {};
-  }
-  if (!v->is_string()) bad_request(path + key, fmt::format("'{}{}' must be a string", path, key));
-  return v->get<std::string>();
-}
 
 // `path` without its trailing dot: the object itself as a param.
 std::string object_param(const std::string& path) { return path.substr(0, path.size() - 1); }
@@ -57,13 +43,13 @@ std::string parts_text(const ordered_json& content, const std::string& path,
     const std::string at = fmt::format("{}[{}].", object_param(path), k);
     const ordered_json& part = content[k];
     check_keys(kResponsesPart, part, {"type", "text", "annotations", "logprobs"}, at, "a text part");
-    const std::string type = string_at(part, "type", at, true);
+    const std::string type = string_member(part, "type", at, true);
     if (std::find(part_types.begin(), part_types.end(), type) == part_types.end()) {
       std::string names;
       for (auto t : part_types) names += (names.empty() ? "" : ", ") + std::string(t);
       bad_request(at + "type", fmt::format("'{}type' is '{}'; only text parts ({}) are supported here", at, type, names));
     }
-    text += string_at(part, "text", at, true);
+    text += string_member(part, "text", at, true);
   }
   return text;
 }
@@ -83,27 +69,27 @@ class InputReader {
   void item(const ordered_json& item, size_t i) {
     const std::string path = fmt::format("input[{}].", i);
     if (!item.is_object()) bad_request(object_param(path), fmt::format("'{}' must be an object (an item)", object_param(path)));
-    const std::string type = get(item, "type") ? string_at(item, "type", path, true) : "message";
+    const std::string type = get_member(item, "type") ? string_member(item, "type", path, true) : "message";
     if (type == "message") {
       message_item(item, path);
     } else if (type == "function_call") {
       check_keys(kResponsesItem, item, {"type", "call_id", "name", "arguments", "id", "status"}, path, "a function_call item");
-      const std::string args_text = string_at(item, "arguments", path, true);
+      const std::string args_text = string_member(item, "arguments", path, true);
       ordered_json args = ordered_json::parse(args_text, nullptr, false);
       if (args.is_discarded()) bad_request(path + "arguments", fmt::format("'{}arguments' is not valid JSON", path));
-      const std::string call_id = string_at(item, "call_id", path, true);
+      const std::string call_id = string_member(item, "call_id", path, true);
       if (turn_.is_null()) turn_ = {{"role", "assistant"}, {"content", ""}};
       turn_["tool_calls"].push_back({{"id", call_id}, {"type", "function"},
-                                     {"function", {{"name", string_at(item, "name", path, true)}, {"arguments", std::move(args)}}}});
+                                     {"function", {{"name", string_member(item, "name", path, true)}, {"arguments", std::move(args)}}}});
       call_ids_.push_back(call_id);
     } else if (type == "function_call_output") {
       check_keys(kResponsesItem, item, {"type", "call_id", "output", "id", "status"}, path, "a function_call_output item");
-      const std::string call_id = string_at(item, "call_id", path, true);
+      const std::string call_id = string_member(item, "call_id", path, true);
       if (std::find(call_ids_.begin(), call_ids_.end(), call_id) == call_ids_.end()) {
         bad_request(path + "call_id", fmt::format("'{}call_id' is '{}', which no earlier function_call item has", path, call_id));
       }
       flush();
-      std::string output = string_at(item, "output", path, true);
+      std::string output = string_member(item, "output", path, true);
       r_.messages.push_back({"tool", output});
       c_.template_messages.push_back({{"role", "tool"}, {"content", std::move(output)}, {"tool_call_id", call_id}});
       c_.has_tool_turns = true;
@@ -111,7 +97,7 @@ class InputReader {
       check_keys(kResponsesItem, item, {"type", "id", "summary", "content", "status"}, path, "a reasoning item");
       if (!turn_.is_null()) flush();  // reasoning opens the next assistant turn
       turn_ = {{"role", "assistant"}, {"content", ""}};
-      if (const ordered_json* content = get(item, "content")) {
+      if (const ordered_json* content = get_member(item, "content")) {
         turn_["reasoning_content"] = parts_text(*content, path + "content.", {"reasoning_text"});
       }
     } else {
@@ -133,11 +119,11 @@ class InputReader {
  private:
   void message_item(const ordered_json& item, const std::string& path) {
     check_keys(kResponsesItem, item, {"type", "role", "content", "id", "status"}, path, "a message item");
-    std::string role = string_at(item, "role", path, true);
+    std::string role = string_member(item, "role", path, true);
     if (role != "user" && role != "system" && role != "developer" && role != "assistant") {
       bad_request(path + "role", fmt::format("'{}role' is '{}'; a message is user, system, developer or assistant", path, role));
     }
-    const ordered_json* content = get(item, "content");
+    const ordered_json* content = get_member(item, "content");
     if (!content) bad_request(path + "content", fmt::format("'{}content' is required", path));
     std::string text = parts_text(*content, path + "content.", {"input_text", "output_text"});
     if (role != "assistant") {
@@ -159,7 +145,7 @@ class InputReader {
 // tools: [{type: "function", name, description?, parameters?, strict?}] -> chat's
 // [{type: "function", function: {name, description?, parameters?, strict?}}], keys in sent order.
 void read_tools(const ordered_json& body, ChatContext& c) {
-  const ordered_json* tools = get(body, "tools");
+  const ordered_json* tools = get_member(body, "tools");
   if (!tools) return;
   if (!tools->is_array()) bad_request("tools", "'tools' must be an array");
   ordered_json out = ordered_json::array();
@@ -167,17 +153,17 @@ void read_tools(const ordered_json& body, ChatContext& c) {
     const std::string at = fmt::format("tools[{}].", k);
     const ordered_json& tool = (*tools)[k];
     if (!tool.is_object()) bad_request(object_param(at), fmt::format("'{}' must be an object", object_param(at)));
-    if (const std::string type = string_at(tool, "type", at, true); type != "function") {
+    if (const std::string type = string_member(tool, "type", at, true); type != "function") {
       bad_request(at + "type", fmt::format("'{}type' is '{}'; only function tools are supported (Spindle has no "
                                            "built-in tools)", at, type));
     }
     check_keys(FieldScope{}, tool, {"type", "name", "description", "parameters", "strict"}, at, "a function tool");
-    if (string_at(tool, "name", at, true).empty()) bad_request(at + "name", fmt::format("'{}name' must not be empty", at));
-    string_at(tool, "description", at, false);
-    if (const ordered_json* p = get(tool, "parameters"); p && !p->is_object()) {
+    if (string_member(tool, "name", at, true).empty()) bad_request(at + "name", fmt::format("'{}name' must not be empty", at));
+    string_member(tool, "description", at, false);
+    if (const ordered_json* p = get_member(tool, "parameters"); p && !p->is_object()) {
       bad_request(at + "parameters", fmt::format("'{}parameters' must be a JSON schema object", at));
     }
-    if (const ordered_json* s = get(tool, "strict"); s && !s->is_boolean()) {
+    if (const ordered_json* s = get_member(tool, "strict"); s && !s->is_boolean()) {
       bad_request(at + "strict", fmt::format("'{}strict' must be a boolean", at));
     }
     ordered_json function = ordered_json::object();
@@ -190,19 +176,19 @@ void read_tools(const ordered_json& body, ChatContext& c) {
 }
 
 void read_tool_choice(const ordered_json& body, ChatContext& c) {
-  if (const ordered_json* choice = get(body, "tool_choice")) {
+  if (const ordered_json* choice = get_member(body, "tool_choice")) {
     if (*choice == "none") {
       c.tool_choice = ToolChoice::kNone;
     } else if (*choice == "required") {
       c.tool_choice = ToolChoice::kRequired;
     } else if (choice->is_object()) {  // {"type": "function", "name": "f"}
-      const std::string type = string_at(*choice, "type", "tool_choice.", true);
+      const std::string type = string_member(*choice, "type", "tool_choice.", true);
       if (type != "function") {
         bad_request("tool_choice.type", fmt::format("'tool_choice.type' is '{}'; only \"function\" is supported", type));
       }
       check_keys(FieldScope{}, *choice, {"type", "name"}, "tool_choice.", "a function tool choice");
       c.tool_choice = ToolChoice::kNamed;
-      c.tool_choice_name = string_at(*choice, "name", "tool_choice.", true);
+      c.tool_choice_name = string_member(*choice, "name", "tool_choice.", true);
       bool known = false;
       for (const auto& tool : c.tools.is_array() ? c.tools : ordered_json::array()) {
         known = known || tool["function"]["name"] == c.tool_choice_name;
@@ -217,7 +203,7 @@ void read_tool_choice(const ordered_json& body, ChatContext& c) {
       bad_request("tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
     }
   }
-  if (const ordered_json* parallel = get(body, "parallel_tool_calls")) {
+  if (const ordered_json* parallel = get_member(body, "parallel_tool_calls")) {
     if (!parallel->is_boolean()) bad_request("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     c.parallel_tool_calls = parallel->get<bool>();
   }
@@ -225,16 +211,16 @@ void read_tool_choice(const ordered_json& body, ChatContext& c) {
 
 // reasoning: {effort}; a summary is refused (none is written).
 void read_reasoning(const ordered_json& body, ChatContext& c) {
-  const ordered_json* reasoning = get(body, "reasoning");
+  const ordered_json* reasoning = get_member(body, "reasoning");
   if (!reasoning) return;
   check_keys(FieldScope{}, *reasoning, {"effort", "summary", "generate_summary"}, "reasoning.", "reasoning");
   for (const char* key : {"summary", "generate_summary"}) {
-    if (get(*reasoning, key)) {
+    if (get_member(*reasoning, key)) {
       bad_request(fmt::format("reasoning.{}", key), fmt::format("'reasoning.{}' is not supported: Spindle writes no "
                                                                 "reasoning summaries", key));
     }
   }
-  if (const ordered_json* effort = get(*reasoning, "effort")) {
+  if (const ordered_json* effort = get_member(*reasoning, "effort")) {
     if (!effort->is_string() || (*effort != "low" && *effort != "medium" && *effort != "high" && *effort != "minimal")) {
       bad_request("reasoning.effort", "'reasoning.effort' must be \"minimal\", \"low\", \"medium\" or \"high\"");
     }
@@ -251,14 +237,14 @@ std::string text_format_name(std::string s) {
 // text: {format: {type: "text"} | {type: "json_object"} | {type: "json_schema", name, schema,
 // description?, strict?}}, read as chat's response_format (structured_output.h).
 void read_text_format(const ordered_json& body, GenerationRequest& r) {
-  const ordered_json* text = get(body, "text");
+  const ordered_json* text = get_member(body, "text");
   if (!text) return;
   check_keys(FieldScope{}, *text, {"format"}, "text.", "text");
-  const ordered_json* format = get(*text, "format");
+  const ordered_json* format = get_member(*text, "format");
   if (!format) return;
   if (!format->is_object()) bad_request("text.format", "'text.format' must be an object");
   ordered_json response_format = *format;
-  if (get(*format, "type") && (*format)["type"] == "json_schema") {
+  if (get_member(*format, "type") && (*format)["type"] == "json_schema") {
     ordered_json schema = *format;
     schema.erase("type");
     response_format = {{"type", "json_schema"}, {"json_schema", std::move(schema)}};
@@ -274,11 +260,11 @@ void read_text_format(const ordered_json& body, GenerationRequest& r) {
 
 void read_input(const ordered_json& body, GenerationRequest& r) {
   InputReader reader(r);
-  if (const ordered_json* instructions = get(body, "instructions")) {
+  if (const ordered_json* instructions = get_member(body, "instructions")) {
     if (!instructions->is_string()) bad_request("instructions", "'instructions' must be a string");
     reader.message("system", instructions->get<std::string>());
   }
-  const ordered_json* input = get(body, "input");
+  const ordered_json* input = get_member(body, "input");
   if (!input) bad_request("input", "'input' is required");
   if (input->is_string()) {
     reader.message("user", input->get<std::string>());
@@ -331,7 +317,7 @@ ResponsesRequest parse_responses_request(const std::string& body, size_t max_bod
   parse_template_kwargs(o, r.chat_context);  // chat_template_kwargs (reasoning_effort is not a field here)
   read_reasoning(o, r.chat_context);
   r.sampling.max_tokens = -1;  // up to the context
-  if (const ordered_json* v = get(o, "max_output_tokens")) {
+  if (const ordered_json* v = get_member(o, "max_output_tokens")) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1 || v->get<int64_t>() > kMaxOutputTokens) {
       bad_request("max_output_tokens", fmt::format("'max_output_tokens' must be an integer between 1 and {}", kMaxOutputTokens));
     }
