@@ -63,6 +63,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void start_generation(std::shared_ptr<GenerationRequest> request, Submitted submitted);
   void run_embeddings();
   void run_responses();  // /v1/responses (responses_relay.h)
+  // A body that is multipart form data: refused with a 415 (true), else false.
+  bool refused_multipart();
+  // On the work pool: `make` parses the body and submits it, returning its relay; an ApiError (or a
+  // 500 naming `what`) is answered, else the relay starts back on the strand (cancelled if the
+  // connection closed meanwhile).
+  using MakeRelay = std::function<std::shared_ptr<Relay>(engine::DpGroup& engine, const std::string& body)>;
+  void relay_from_work_pool(const char* what, MakeRelay make);
   // Relays `relay`'s events (JSON or SSE) while the client is watched for disconnects.
   void start_relay(std::shared_ptr<Relay> relay);
   void pump();

@@ -48,12 +48,7 @@ void Session::run_tokenize(bool tokenize) {
 
 // Parse, validate, tokenize and submit on the work pool; the generation starts back on the strand.
 void Session::run_generation(bool chat) {
-  const HttpRequest& req = parser_->get();
-  if (auto type = req[http::field::content_type]; boost::istarts_with(type, "multipart/form-data")) {
-    reject(Reject::kCount, ApiError(415, "invalid_request_error", "",
-                                    "request bodies must be JSON (Content-Type: application/json)"));
-    return;
-  }
+  if (refused_multipart()) return;
   engine::DpGroup* engine = server_.engine.load();
   asio::post(*server_.work, [self = shared_from_this(), engine, chat, body = std::move(parser_->get().body())] {
     std::shared_ptr<GenerationRequest> request;
@@ -89,19 +84,25 @@ void Session::start_generation(std::shared_ptr<GenerationRequest> request, Submi
   start_relay(std::make_unique<CompletionRelay>(*engine, std::move(request), std::move(submitted)));
 }
 
-// /v1/embeddings: parsed, tokenized and submitted on the work pool, answered as one JSON body.
-void Session::run_embeddings() {
+bool Session::refused_multipart() {
+  if (!boost::istarts_with(parser_->get()[http::field::content_type], "multipart/form-data")) return false;
+  reject(Reject::kCount, ApiError(415, "invalid_request_error", "",
+                                  "request bodies must be JSON (Content-Type: application/json)"));
+  return true;
+}
+
+void Session::relay_from_work_pool(const char* what, MakeRelay make) {
   engine::DpGroup* engine = server_.engine.load();
-  asio::post(*server_.work, [self = shared_from_this(), engine, body = std::move(parser_->get().body())] {
+  asio::post(*server_.work, [self = shared_from_this(), engine, what, make = std::move(make),
+                             body = std::move(parser_->get().body())] {
     std::shared_ptr<Relay> relay;
     std::optional<ApiError> error;
     try {
-      const EmbeddingRequest request = parse_embedding_request(body, self->server_.options.max_body_bytes);
-      relay = submit_embeddings(*engine, request, self->server_.pooling);
+      relay = make(*engine, body);
     } catch (const ApiError& e) {
       error = e;
     } catch (const std::exception& e) {
-      spdlog::error("embeddings request failed: {}", e.what());
+      spdlog::error("{} request failed: {}", what, e.what());
       error = ApiError(500, "internal_error", "", e.what());
     }
     asio::post(self->stream_.get_executor(), [self, relay, error]() mutable {
@@ -118,40 +119,24 @@ void Session::run_embeddings() {
   });
 }
 
+// /v1/embeddings: parsed, tokenized and submitted on the work pool, answered as one JSON body.
+void Session::run_embeddings() {
+  const size_t limit = server_.options.max_body_bytes;
+  const PoolingConfig* pooling = &server_.pooling;
+  relay_from_work_pool("embeddings", [limit, pooling](engine::DpGroup& engine, const std::string& body) {
+    return submit_embeddings(engine, parse_embedding_request(body, limit), *pooling);
+  });
+}
+
 // /v1/responses: parsed, tokenized and submitted on the work pool like a chat request, relayed
 // as the Responses API's object or events.
 void Session::run_responses() {
-  const HttpRequest& req = parser_->get();
-  if (auto type = req[http::field::content_type]; boost::istarts_with(type, "multipart/form-data")) {
-    reject(Reject::kCount, ApiError(415, "invalid_request_error", "",
-                                    "request bodies must be JSON (Content-Type: application/json)"));
-    return;
-  }
-  engine::DpGroup* engine = server_.engine.load();
-  asio::post(*server_.work, [self = shared_from_this(), engine, body = std::move(parser_->get().body())] {
-    std::shared_ptr<Relay> relay;
-    std::optional<ApiError> error;
-    try {
-      ResponsesRequest request = parse_responses_request(body, self->server_.options.max_body_bytes);
-      Submitted submitted = submit_responses_request(*engine, request.generation);
-      relay = std::make_shared<ResponsesRelay>(*engine, request, std::move(submitted));
-    } catch (const ApiError& e) {
-      error = e;
-    } catch (const std::exception& e) {
-      spdlog::error("responses request failed: {}", e.what());
-      error = ApiError(500, "internal_error", "", e.what());
-    }
-    asio::post(self->stream_.get_executor(), [self, relay, error]() mutable {
-      if (error) {
-        if (self->state_ != State::kClosed) self->respond(error_response(*error, self->version_));
-        return;
-      }
-      if (self->state_ == State::kClosed) {
-        relay->cancel();
-        return;
-      }
-      self->start_relay(std::move(relay));
-    });
+  if (refused_multipart()) return;
+  const size_t limit = server_.options.max_body_bytes;
+  relay_from_work_pool("responses", [limit](engine::DpGroup& engine, const std::string& body) {
+    ResponsesRequest request = parse_responses_request(body, limit);
+    Submitted submitted = submit_responses_request(engine, request.generation);
+    return std::shared_ptr<Relay>(std::make_shared<ResponsesRelay>(engine, request, std::move(submitted)));
   });
 }
 
