@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "support/jsonschema_reasons.h"
 #include "engine/grammar_state.h"
 #include "engine/spec_harness.h"
 #include "grammar/json_schema.h"
@@ -48,29 +49,7 @@ const std::string kModel = "llama-gqa-f32";
 
 // python3-jsonschema's verdict per (schema, text): "" where valid, else why.
 std::vector<std::string> validate(const std::vector<std::pair<json, std::string>>& cases) {
-  const std::string dir = ::testing::TempDir();
-  json all = json::array();
-  for (const auto& [schema, text] : cases) all.push_back({{"schema", schema}, {"text", text}});
-  std::ofstream(dir + "/jump_forward_cases.json") << all.dump();
-  std::ofstream(dir + "/jump_forward_validate.py")
-      << "import json,sys,jsonschema\n"
-         "for c in json.load(open(sys.argv[1])):\n"
-         "  try:\n"
-         "    jsonschema.Draft202012Validator(c['schema']).validate(json.loads(c['text']))\n"
-         "    print('OK')\n"
-         "  except Exception as e:\n"
-         "    print('BAD ' + str(e).splitlines()[0])\n";
-  std::vector<std::string> out;
-  FILE* p = ::popen(("python3 " + dir + "/jump_forward_validate.py " + dir + "/jump_forward_cases.json").c_str(), "r");
-  char line[4096];
-  while (p != nullptr && std::fgets(line, sizeof line, p) != nullptr) {
-    std::string s(line);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    out.push_back(s == "OK" ? "" : s);
-  }
-  if (p != nullptr) ::pclose(p);
-  out.resize(cases.size(), "no verdict (python3-jsonschema: scripts/setup.sh)");
-  return out;
+  return testing::jsonschema_reasons(cases, "jump_forward");
 }
 
 std::shared_ptr<const grammar::CompiledGrammar> compile(const char* schema, bool strict) {

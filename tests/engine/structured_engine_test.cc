@@ -20,6 +20,7 @@
 #include <regex>
 #include <set>
 
+#include "support/jsonschema_reasons.h"
 #include "engine/kjv_grammar_fixture.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
@@ -88,29 +89,7 @@ std::vector<Constrained> load_cases() {
 
 // python3-jsonschema's verdict per (schema, text): "" where valid, else why.
 std::vector<std::string> validate(const std::vector<std::pair<json, std::string>>& cases) {
-  const std::string dir = ::testing::TempDir();
-  json all = json::array();
-  for (const auto& [schema, text] : cases) all.push_back({{"schema", schema}, {"text", text}});
-  std::ofstream(dir + "/structured_cases.json") << all.dump();
-  std::ofstream(dir + "/structured_validate.py")
-      << "import json,sys,jsonschema\n"
-         "for c in json.load(open(sys.argv[1])):\n"
-         "  try:\n"
-         "    jsonschema.Draft202012Validator(c['schema'], format_checker=None).validate(json.loads(c['text']))\n"
-         "    print('OK')\n"
-         "  except Exception as e:\n"
-         "    print('BAD ' + str(e).splitlines()[0])\n";
-  std::vector<std::string> out;
-  FILE* p = ::popen(("python3 " + dir + "/structured_validate.py " + dir + "/structured_cases.json").c_str(), "r");
-  char line[4096];
-  while (p != nullptr && std::fgets(line, sizeof line, p) != nullptr) {
-    std::string s(line);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    out.push_back(s == "OK" ? "" : s);
-  }
-  if (p != nullptr) ::pclose(p);
-  out.resize(cases.size(), "no verdict (python3-jsonschema: scripts/setup.sh)");
-  return out;
+  return testing::jsonschema_reasons(cases, "structured");
 }
 
 class StructuredEngineTest : public testing::KjvGrammarFixture {
