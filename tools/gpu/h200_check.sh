@@ -18,6 +18,7 @@
 #                    graph replay), cuda_moe_model_test (the MoE HF goldens on CUDA, graphs, verify steps),
 #                    bench_moe_cuda (one Qwen3-30B-A3B layer's block at 1-1024 rows vs the bytes of the experts
 #                    it selected), compute-sanitizer memcheck over the kernel test and one golden (step moe, issue 48)
+#   fp8_golden/      tools/golden/make_fp8_golden.py: a block-FP8 folder and HF transformers' FP8 logits on it
 #   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
 #                    (the FP8 prefill entries checked and timed on the 8B shapes), bench_fp8_lt
 #                    (prefill FP8 vs cuBLAS bf16 at 512..8192 rows), memcheck (step fp8lt)
@@ -116,6 +117,11 @@ if has fp8lt; then  # issue 47: prefill on the FP8 tensor cores (cuBLASLt), the 
   run fp8lt_bench 200 $bin/bench_fp8_lt --reps 5
   [[ ${MEMCHECK:-1} == 1 ]] && run memcheck_fp8lt 150 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_lt_test --gtest_brief=1 \
     "--gtest_filter=*/per_tensor:*/per_channel:*/block128_partial:*/block128_partial_fast"
+fi
+# issue 47 item 4: a 128x128-block FP8 folder written from the format's definition, transformers' own FP8
+# path on it against a float64 forward over the dequantized weights (fp8_golden/ holds folder and golden.json)
+if has fp8_golden; then
+  run fp8_golden 300 python3 tools/golden/make_fp8_golden.py --src tests/golden/llama-gqa-f32 --out "$out/fp8_golden"
 fi
 # issue 45: the CPU kernel tests that skip on the dev VMs (this host's Xeon has AMX), when bundled
 if has cpu_amx; then
