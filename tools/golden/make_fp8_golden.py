@@ -14,6 +14,7 @@ golden.json, per prompt of --src's golden.json:
   ids                     the prompt
   f64_last_logits         a float64 torch forward over the dequantized weights (c * s in float64)
   f64_greedy              32 greedy tokens of that forward
+  f64_margins             its top-2 margin at each of those steps
   hf_last_logits          transformers' own FP8 path (its per-token-group activation quantization and
                           block-FP8 product on the GPU): what a transformers user gets
   hf_greedy               32 greedy tokens of that path
@@ -115,10 +116,14 @@ def record(prompt_ids, hf, hf_device, f64, steps):
         seq.append(int(top.indices[0]))
     hf_greedy = seq[len(prompt_ids):]
     seq = list(prompt_ids)
+    f64_margins = []
     for _ in range(steps):
-        seq.append(int(torch.argmax(last_logits(f64, seq, "cpu"))))
+        top = torch.topk(last_logits(f64, seq, "cpu"), 2)
+        f64_margins.append(float(top.values[0] - top.values[1]))
+        seq.append(int(top.indices[0]))
     return {"ids": list(prompt_ids), "f64_last_logits": [float(x) for x in f64_first],
-            "f64_greedy": seq[len(prompt_ids):], "hf_last_logits": [float(x) for x in hf_first],
+            "f64_greedy": seq[len(prompt_ids):], "f64_margins": f64_margins,
+            "hf_last_logits": [float(x) for x in hf_first],
             "hf_greedy": hf_greedy, "hf_steps": hf_steps}
 
 
