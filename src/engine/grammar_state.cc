@@ -101,7 +101,7 @@ std::vector<TokenId> GrammarState::forced_tokens(const tokenizer::Tokenizer& tok
   }
   bytes.resize(end);
   if (bytes.empty()) return tokens;
-  tokens = tokenizer.encode(bytes, /*add_special_tokens=*/false, /*parse_special=*/false);
+  tokens = tokenizer.encode_continuation(bytes);
   if (static_cast<int>(tokens.size()) > max_tokens) tokens.resize(static_cast<size_t>(max_tokens));
   tokens.resize(static_cast<size_t>(num_allowed_drafts(tokens)));
   return tokens;

@@ -76,9 +76,10 @@ class GrammarState {
   // there is a choice, while a lazy grammar is unarmed (LazyMatcher has no forced continuation),
   // or where the tokenizer's first token of it is one the grammar refuses.
   //
-  // Tokenization: `tokenizer` encodes the forced bytes alone (no special tokens), starting at the
-  // current token boundary (the output so far is fixed), as the model's tokenizer would encode that
-  // text; the tokens are kept up to the first the grammar refuses (an SPM dummy-prefix space, say).
+  // Tokenization: `tokenizer` encodes the forced bytes alone as a continuation of the text
+  // (Tokenizer::encode_continuation: no special tokens, no dummy-prefix "▁" of a Metaspace or SPM
+  // tokenizer), starting at the current token boundary (the output so far is fixed); the tokens
+  // are kept up to the first the grammar refuses.
   // This is a guess, never an output: the verify step keeps a draft only where the model's own draw
   // equals it, so outputs are those of decoding without drafts. Where the model would tokenize
   // differently (its last token merged with what follows, `":` against `": "`) the draft is

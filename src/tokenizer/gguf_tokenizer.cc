@@ -352,9 +352,10 @@ void Tokenizer::set_gguf_special_ids(const gguf::Metadata& metadata, bool is_spm
   for (const std::string_view text : kEndOfGenerationTexts) add_stop(token_to_id(text));
 }
 
-void Tokenizer::encode_spm(std::span<const Segment> segments, std::vector<TokenId>& ids) const {
+void Tokenizer::encode_spm(std::span<const Segment> segments, std::vector<TokenId>& ids,
+                           bool starts_after_token) const {
   // llama.cpp: a text piece at the start or right after a special token gets a leading space.
-  bool after_token = true;
+  bool after_token = starts_after_token;
   std::string text;
   for (const Segment& segment : segments) {
     if (segment.id >= 0) {

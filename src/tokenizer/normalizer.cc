@@ -90,13 +90,13 @@ void Normalizer::add_steps(const nlohmann::json& j, std::vector<Step>& steps) {
   }
 }
 
-std::string Normalizer::apply(std::string_view text) const {
+std::string Normalizer::apply(std::string_view text, bool continues_text) const {
   std::string s(text);
   for (const Step& step : steps_) {
     switch (step.kind) {
       case Step::Kind::kPrepend:
         // Like HF: an empty piece stays empty.
-        if (!s.empty()) s = prepend(step.content, s);
+        if (!s.empty() && !continues_text) s = prepend(step.content, s);
         break;
       case Step::Kind::kReplace:
         s = replace_all(s, step.pattern, step.content);

@@ -16,8 +16,9 @@ class Normalizer {
   static Normalizer from_json(const nlohmann::json& j);
 
   bool is_identity() const { return steps_.empty(); }
-  // text is valid UTF-8; the result is too.
-  std::string apply(std::string_view text) const;
+  // text is valid UTF-8; the result is too. continues_text: the piece continues a text mid-way
+  // (Tokenizer::encode_continuation), so Prepend steps, which mark a piece's start, are skipped.
+  std::string apply(std::string_view text, bool continues_text = false) const;
 
  private:
   struct Step {

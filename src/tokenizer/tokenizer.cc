@@ -204,25 +204,45 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special_t
   const std::vector<Segment> segments = added_.split(text, parse_special);
   if (spm_) {
     encode_spm(segments, ids);
-    if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
-    return ids;
+  } else {
+    encode_segments(segments, ids, /*continuation=*/false);
   }
+  if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return ids;
+}
+
+std::vector<TokenId> Tokenizer::encode_continuation(std::string_view text) const {
+  check_utf8(text, "text");
+  std::vector<TokenId> ids;
+  const std::vector<Segment> segments = added_.split(text, /*parse_special=*/false);
+  if (spm_) {
+    encode_spm(segments, ids, /*starts_after_token=*/false);
+  } else {
+    encode_segments(segments, ids, /*continuation=*/true);
+  }
+  return ids;
+}
+
+void Tokenizer::encode_segments(std::span<const Segment> segments, std::vector<TokenId>& ids,
+                                bool continuation) const {
   std::vector<std::string> words;
   for (const Segment& segment : segments) {
     if (segment.id >= 0) {
       ids.push_back(segment.id);
       continue;
     }
+    // A piece starts the text where it is the first of encode()'s text; a continuation's first
+    // piece does not (later pieces follow an added token in both).
+    const bool first = segment.offset == 0;
+    const bool continues = continuation && first;
     words.clear();
     if (normalizer_.is_identity()) {
-      pre_tokenizer_.split(segment.text, segment.offset == 0, words);
+      pre_tokenizer_.split(segment.text, first && !continues, words);
     } else {
-      pre_tokenizer_.split(normalizer_.apply(segment.text), segment.offset == 0, words);
+      pre_tokenizer_.split(normalizer_.apply(segment.text, continues), first && !continues, words);
     }
     for (const std::string& word : words) model_->encode_word(word, ids);
   }
-  if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
-  return ids;
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special_tokens) const {

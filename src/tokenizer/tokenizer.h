@@ -67,6 +67,12 @@ class Tokenizer {
   // (llama.cpp's parse_special; non-special added / user-defined tokens still match).
   std::vector<TokenId> encode(std::string_view text, bool add_special_tokens = true,
                               bool parse_special = true) const;
+  // The ids of `text` as it would be tokenized continuing a text mid-way, right after a piece that
+  // was not an added token (jump-forward's guess at how the model's output goes on): no special
+  // tokens added, control-token text left as text, and none of the start-of-text behaviour on its
+  // first piece (a Prepend normalizer's "▁", Metaspace's prepend_scheme "first", SPM's dummy-prefix
+  // space); pieces after an added token found in `text` start as in encode(). Valid UTF-8 required.
+  std::vector<TokenId> encode_continuation(std::string_view text) const;
   // Unknown ids are skipped; invalid UTF-8 (e.g. a cut byte sequence) becomes U+FFFD.
   std::string decode(std::span<const TokenId> ids, bool skip_special_tokens = true) const;
 
@@ -113,7 +119,12 @@ class Tokenizer {
   void load_gguf(const gguf::Metadata& metadata);
   void set_gguf_token_types(const gguf::Metadata& metadata);
   void set_gguf_special_ids(const gguf::Metadata& metadata, bool is_spm);
-  void encode_spm(std::span<const Segment> segments, std::vector<TokenId>& ids) const;
+  // starts_after_token: the first piece starts the text or follows an added token (a dummy-prefix
+  // space where the model adds one); false for encode_continuation.
+  void encode_spm(std::span<const Segment> segments, std::vector<TokenId>& ids, bool starts_after_token = true) const;
+  // The non-SPM pieces: normalizer, pre-tokenizer and model per segment; continuation as in
+  // encode_continuation (the first segment continues a text).
+  void encode_segments(std::span<const Segment> segments, std::vector<TokenId>& ids, bool continuation) const;
 
   enum class Kind : uint8_t { kNone, kModel, kAddedOnly };
 

@@ -206,6 +206,24 @@ TEST_F(JumpForwardEngineTest, ForcedTokensAreTheTokenizersEncodingOfTheForcedByt
   EXPECT_EQ(g.num_allowed_drafts(tok.encode("x", false)), 0);
 }
 
+// A Metaspace tokenizer with a Prepend("\u2581") normalizer (the golden mistral-f32's): forced bytes
+// are encoded as a continuation, without the "\u2581" a piece's start gets, which the grammar would
+// refuse (every jump-forward draft was empty on such tokenizers before; found by cuda_engine_test
+// on mistral).
+TEST_F(JumpForwardEngineTest, ForcedTokensOfAMetaspaceTokenizerHaveNoPrefix) {
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir("mistral-f32"));
+  const auto info = std::make_shared<const grammar::TokenizerInfo>(grammar::vocabulary_from_tokenizer(tok));
+  engine::GrammarState g(grammar::Matcher(fixed_, info), nullptr);
+  const std::vector<TokenId> first = g.forced_tokens(tok, 16);
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(tok.decode(first, false), "{");
+  for (TokenId id : first) ASSERT_TRUE(g.accept_token(id));
+  ASSERT_TRUE(g.accept_token(tok.encode_continuation("\"").front()));
+  const std::vector<TokenId> rest = g.forced_tokens(tok, 16);
+  EXPECT_EQ(rest, tok.encode_continuation("id\""));
+  EXPECT_EQ(tok.decode(rest, false), "id\"");
+}
+
 // A grammar forced to "\xEF\xBD\x9Cab" (U+FF5C, as in DeepSeek's tool markers, then "ab") after the
 // output's last token was the character's first byte alone: the forced bytes start inside the
 // character, which the tokenizer cannot encode; no drafts (found when a served deepseek_v3 call

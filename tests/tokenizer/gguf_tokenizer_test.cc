@@ -101,6 +101,20 @@ TEST(GgufTokenizerFalcon, MatchesLlamaCpp) { check_vocab("falcon", 46); }
 TEST(GgufTokenizerMpt, MatchesLlamaCpp) { check_vocab("mpt", 46); }
 TEST(GgufTokenizerStarcoder, MatchesLlamaCpp) { check_vocab("starcoder", 46); }
 
+// SPM (llama-spm, add_space_prefix): encode() puts a dummy-prefix space before the text;
+// encode_continuation() does not, so "Hello" continuing a text is not " Hello".
+TEST(GgufTokenizerSpm, EncodeContinuationHasNoDummyPrefix) {
+  const spindle::testing::GunzippedFile vocab = gunzip_vocab("llama-spm");
+  const gguf::GgufFile file(vocab.path());
+  const Tokenizer t = Tokenizer::from_gguf(file.metadata());
+  const std::vector<TokenId> plain = t.encode("Hello", false);
+  const std::vector<TokenId> cont = t.encode_continuation("Hello");
+  ASSERT_FALSE(cont.empty());
+  EXPECT_TRUE(t.id_to_token(plain.front()).starts_with("\u2581"));
+  EXPECT_FALSE(t.id_to_token(cont.front()).starts_with("\u2581")) << t.id_to_token(cont.front());
+  EXPECT_EQ(t.encode_continuation(" Hello"), plain);  // the space is the text's own
+}
+
 TEST(GgufTokenizerSpecial, BosAndStopsFromMetadata) {
   {
     const spindle::testing::GunzippedFile vocab = gunzip_vocab("llama-spm");

@@ -123,6 +123,33 @@ TEST(TokenizerTest, Gpt2ByteLevelPreTokenizerRoundTrips) {
   }
 }
 
+// encode_continuation: text going on mid-way. The Metaspace golden tokenizer's normalizer prepends
+// "\u2581" to every piece (HF's Prepend); a continuation must not get it, and appending the
+// continuation of " world" to encode("hello") gives encode("hello world") (the tokenizer was
+// trained with a Metaspace split, so no merge crosses a "\u2581"). Byte-level: no start-of-text
+// behaviour, so a continuation is encode() without specials.
+TEST(TokenizerTest, EncodeContinuationHasNoStartOfTextPrefix) {
+  const Tokenizer meta = Tokenizer::load(golden_tokenizer_dir("metaspace"));
+  const std::vector<TokenId> plain = meta.encode("{\"id\"", false, false);
+  const std::vector<TokenId> cont = meta.encode_continuation("{\"id\"");
+  ASSERT_FALSE(plain.empty());
+  ASSERT_FALSE(cont.empty());
+  EXPECT_TRUE(meta.id_to_token(plain.front()).starts_with("\u2581"));
+  EXPECT_FALSE(meta.id_to_token(cont.front()).starts_with("\u2581")) << meta.id_to_token(cont.front());
+  EXPECT_EQ(meta.decode(cont, false), "{\"id\"");
+  for (const char* tail : {" world", " and more words", "s, then", "\u4e2d\u6587 \xf0\x9f\x98\x80"}) {
+    std::vector<TokenId> joined = meta.encode("hello", false);
+    const std::vector<TokenId> rest = meta.encode_continuation(tail);
+    joined.insert(joined.end(), rest.begin(), rest.end());
+    EXPECT_EQ(joined, meta.encode(std::string("hello") + tail, false)) << tail;
+  }
+  const Tokenizer bytes = Tokenizer::load(golden_tokenizer_dir("bytelevel-llama3"));
+  for (const char* text : {"{\"id\": 1", " world", "<|eot_id|> as text"}) {
+    EXPECT_EQ(bytes.encode_continuation(text), bytes.encode(text, false, false)) << text;
+  }
+  EXPECT_THROW(meta.encode_continuation("\xff"), Error);
+}
+
 TEST(TokenizerTest, LongSingleWordIsFast) {
   // SentencePiece-style text without a pre-tokenizer is one word: merging must not be quadratic.
   const Tokenizer tok = Tokenizer::load(golden_tokenizer_dir("metaspace"));
