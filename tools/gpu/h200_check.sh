@@ -127,8 +127,22 @@ fi
 if has cpu_amx; then
   grep -o -w -E 'amx_int8|amx_bf16|avx512_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ' >"$out/cpu_flags.txt"
   for t in quant_linear_test linear_test linear_selection_test linear_registry_test paged_attention_test; do
-    [[ -x $bin/$t ]] && run "cpu_$t" 120 $bin/$t --gtest_brief=1
+    [[ -x $bin/$t ]] && run "cpu_$t" 120 $bin/$t --gtest_brief=1 "--gtest_filter=${CPU_FILTER:-*}"
   done
+  # A binary that died of a signal (SIGILL 132, SIGSEGV 139): each of its tests alone, to name the
+  # ones that die, and the first under gdb (the faulting instruction), where gdb is installed.
+  for t in quant_linear_test linear_registry_test; do
+    grep -q "exit 13[2-9]" "$out/cpu_$t.txt" 2>/dev/null || continue
+    { first=""
+      for name in $($bin/$t --gtest_list_tests --gtest_filter="${CPU_FILTER:-*}" | awk '/^[^ ]/ {s=$1} /^  / {print s $1}'); do
+        timeout 60 $bin/$t --gtest_brief=1 --gtest_filter="$name" >/dev/null 2>&1; rc=$?
+        echo "$rc $name"; [[ $rc -ge 128 && -z $first ]] && first=$name
+      done
+      if [[ -n $first ]] && command -v gdb >/dev/null; then
+        timeout 120 gdb -q -batch -ex run -ex bt -ex 'x/3i $pc' -ex 'info registers rip' --args $bin/$t --gtest_filter="$first"
+      fi; } >"$out/cpu_${t}_each.txt" 2>&1
+  done
+  run cpu_doctor 200 $bin/spindle doctor --device cpu --heads 32 --kv-heads 8 --head-dim 64 --linear-shape 2048x2048:Q4_K --linear-shape 2048x2048:BF16
 fi
 # issue 46: the Jinja oracle (tests/jinja/jinja_oracle.py) against transformers' own renderer on the corpus
 has templates && run templates 200 python3 tests/jinja/transformers_check.py
