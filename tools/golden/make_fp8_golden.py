@@ -15,8 +15,9 @@ golden.json, per prompt of --src's golden.json:
   f64_last_logits         a float64 torch forward over the dequantized weights (c * s in float64)
   f64_greedy              32 greedy tokens of that forward
   f64_margins             its top-2 margin at each of those steps
-  hf_last_logits          transformers' own FP8 path (its per-token-group activation quantization and
-                          block-FP8 product on the GPU): what a transformers user gets
+  hf_last_logits          transformers on the folder (hf_path says which path): its FP8 kernels (per-
+                          token-group activation quantization, block-FP8 product) where the `kernels`
+                          package is installed, else its dequantize-at-load reading of the format
   hf_greedy               32 greedy tokens of that path
   hf_steps                for each greedy step of hf_greedy: hf's top-2 margin, and the largest
                           |hf - f64| logit difference at that step (f64 teacher-forced on hf's tokens)
@@ -127,6 +128,27 @@ def record(prompt_ids, hf, hf_device, f64, steps):
             "hf_greedy": hf_greedy, "hf_steps": hf_steps}
 
 
+def load_transformers(folder, dtype, probe_ids):
+    """transformers on the folder: its FP8 kernels where they run, else its dequantize-at-load path.
+
+    transformers 5 runs block-FP8 products through the `kernels` package's finegrained-fp8 kernel;
+    where that package is missing (the GPU host has no registry) the forward raises ImportError, and
+    FineGrainedFP8Config(dequantize=True) has transformers itself read the codes and
+    weight_scale_inv into plain weights (its reading of the format, computed in `dtype`)."""
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map="cuda").eval()
+    assert any("fp8" in type(m).__name__.lower() for m in hf.modules()), "transformers did not load FP8 layers"
+    try:
+        last_logits(hf, probe_ids, "cuda")
+        return hf, "fp8 kernels (per-token-group activation quantization, block-FP8 product)"
+    except ImportError as e:
+        print(f"transformers' FP8 kernels unavailable ({str(e)[:120]}); dequantizing at load")
+    from transformers import FineGrainedFP8Config
+    config = FineGrainedFP8Config(weight_block_size=(BLOCK, BLOCK), modules_to_not_convert=["lm_head"], dequantize=True)
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, device_map="cuda", quantization_config=config).eval()
+    assert not any("fp8" in type(m).__name__.lower() for m in hf.modules())
+    return hf, f"FineGrainedFP8Config(dequantize=True): weights dequantized by transformers at load, {dtype} compute"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", default="tests/golden/llama-gqa-f32")
@@ -137,17 +159,15 @@ def main():
     torch.set_grad_enabled(False)
     dequantized = write_folder(args.src, args.out)
     f64 = float64_model(args.src, dequantized)
-    hf = AutoModelForCausalLM.from_pretrained(args.out, torch_dtype=getattr(torch, args.hf_dtype),
-                                              device_map="cuda").eval()
-    kinds = sorted({type(m).__name__ for m in hf.modules() if "proj" in type(m).__name__.lower() or
-                    "fp8" in type(m).__name__.lower()})
-    assert any("fp8" in k.lower() for k in kinds), f"transformers did not load FP8 layers: {kinds}"
     with open(os.path.join(args.src, "golden.json")) as f:
         prompts = json.load(f)["prompts"]
+    hf, hf_path = load_transformers(args.out, getattr(torch, args.hf_dtype), prompts[0]["ids"])
+    kinds = sorted({type(m).__name__ for m in hf.modules() if "linear" in type(m).__name__.lower()})
     records = [dict(text=p["text"], **record(p["ids"], hf, "cuda", f64, args.steps)) for p in prompts]
     golden = {"model": os.path.basename(args.out.rstrip("/")), "source": os.path.basename(args.src.rstrip("/")),
               "transformers": transformers.__version__, "torch": torch.__version__,
-              "device": torch.cuda.get_device_name(0), "hf_dtype": args.hf_dtype, "hf_layer_types": kinds,
+              "device": torch.cuda.get_device_name(0), "hf_dtype": args.hf_dtype, "hf_path": hf_path,
+              "hf_layer_types": kinds,
               "prompts": records}
     with open(os.path.join(args.out, "golden.json"), "w") as f:
         json.dump(golden, f, ensure_ascii=False)
