@@ -2,9 +2,10 @@
 // grouping, grouped gate/up + SiLU-mul, grouped down, combine) at decode and prefill row counts,
 // against the bytes the step must read: the router and the distinct experts its routing selected
 // (counted on the device by the grouping, read back after the timed runs), as % of the device copy
-// bandwidth measured in the same run; for prefill rows also the f32 FMA rate of the expert products
-// (2 * rows * top_k * 3 * F * H flops). Every timed block starts with L2 cold
-// (bench/cuda_bench_util.h); median of --reps. Random bf16 weights and f32 rows: the router's
+// bandwidth measured in the same run; for prefill rows also the rate of the expert products
+// (2 * rows * top_k * 3 * F * H flops; bf16 experts run on tensor cores with the rows split into
+// hi + lo bf16 parts, moe_mma.cu, so the tensor cores do twice these flops). Every timed block
+// starts with L2 cold (bench/cuda_bench_util.h); median of --reps. Random bf16 weights and f32 rows: the router's
 // product picks the experts, as in a served step.
 //
 // usage: bench_moe_cuda [--hidden 2048] [--width 768] [--experts 128] [--top-k 8] [--reps 20]
@@ -129,7 +130,7 @@ int main(int argc, char** argv) try {
   const double expert_bytes = 3.0 * s.width * s.hidden * 2, router_bytes = 2.0 * s.experts * s.hidden;
   std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
   std::string table =
-      "| rows | distinct experts | block us | bytes bound us | % of bound | expert TFLOP/s (f32 FMA) |\n"
+      "| rows | distinct experts | block us | bytes bound us | % of bound | expert TFLOP/s (x as hi + lo: 2x on the tensor cores) |\n"
       "|---|---|---|---|---|---|\n";
   for (const int64_t rows : rows_list) {
     Step step(s, rows, rng);

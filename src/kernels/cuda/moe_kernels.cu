@@ -7,10 +7,12 @@
 // Group: one block; each warp counts one expert's choices at a time (ballot + popc over the flat
 // choices), thread 0 scans the counts, then each warp writes its expert's choices in ascending
 // order: a stable counting sort without atomics (the same order every run).
-// Grouped products: blockIdx.y = the y-th selected expert (blocks past the count return),
-// blockIdx.x = a tile of output features; each warp owns kFeat features (gate/up: a gate row and
-// an up row each) and runs over the expert's rows kRows at a time, every lane reading 8 weights
-// (one 16-byte vector) and the same 8 columns of each row, f32 accumulation, a warp sum at the end.
+// Grouped products on f32 FMA units (f32 experts, and 16-bit ones whose widths are not a multiple
+// of 8; other 16-bit experts run on tensor cores, moe_mma.cu): blockIdx.y = the y-th selected
+// expert (blocks past the count return), blockIdx.x = a tile of output features; each warp owns
+// kFeat features (gate/up: a gate row and an up row each) and runs over the expert's rows kRows at
+// a time, every lane reading 8 weights (one 16-byte vector) and the same 8 columns of each row, f32
+// accumulation, a warp sum at the end.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -13,9 +13,14 @@
 //   weights        w_j = exp(l_(e_j) - l_(e_0)) / sum_e exp(l_e - l_(e_0)) in f32 (the sum over
 //                  lanes, then a warp tree: not the CPU's index order, so it may differ in the
 //                  last bits), divided by sum_j w_j (in slot order) when norm_topk_prob
-//   experts        act = silu(x W_gate^T) * (x W_up^T), out = act W_down^T; every dot product
-//                  lane-strided in f32 then summed over the warp, the same order for a row in any
-//                  batch (batch-invariant)
+//   experts        act = silu(x W_gate^T) * (x W_up^T), out = act W_down^T (act f32), the same
+//                  order for a row in any batch (batch-invariant), by one of two kernels fixed
+//                  by the weights' type and alignment (moe_grouped_uses_tensor_cores):
+//                  16-bit experts on tensor cores (moe_mma.cu): x split as x = hi + lo, both
+//                  rounded to the weights' type (~16 significant bits, cublas_linear.h's split),
+//                  exact 16-bit products, f32 accumulation in 32-column chunks ascending;
+//                  f32 experts (and 16-bit ones whose width is not a multiple of 8): f32 FMA,
+//                  every dot product lane-strided in f32 then summed over the warp
 //   combine        y[r] = sum_j w[r, j] * out[r k + j] in slot order, then
 //                  y[r] += sigmoid(shared_gate[r]) * shared_out[r] with a shared expert.
 //
@@ -90,6 +95,9 @@ struct MoeGroupedParams {
   const float* x = nullptr;
   float* y = nullptr;
 };
+// Whether launch_moe_gate_up / launch_moe_down compute p on tensor cores: bf16 or f16 experts,
+// in_features % 8 == 0, aligned16 and x 16-byte aligned.
+bool moe_grouped_uses_tensor_cores(const MoeGroupedParams& p);
 // act [num_choices, F] at grouped position i (order's index) = silu(x[r] W_gate^T) * (x[r] W_up^T)
 // with r = order[i] / top_k, x [rows, in]; y = act.
 void launch_moe_gate_up(const MoeGroupedParams& p, cudaStream_t stream);

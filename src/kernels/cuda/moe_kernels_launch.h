@@ -14,6 +14,9 @@ void queue_moe_group(const MoeGroupParams& p, cudaStream_t stream);
 // gate_up: launch_moe_gate_up's kernel, else launch_moe_down's; vec as above for in_features and
 // every weight and x row.
 void queue_moe_grouped(const MoeGroupedParams& p, bool gate_up, bool vec, cudaStream_t stream);
+// The same products on 16-bit tensor cores (moe_mma.cu): bf16 / f16 experts with the vector
+// loads' alignment (in % 8 == 0, every weight row and x 16-byte aligned).
+void queue_moe_grouped_mma(const MoeGroupedParams& p, bool gate_up, cudaStream_t stream);
 void queue_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda::detail
