@@ -66,7 +66,7 @@ struct Layer {
 // One step's rows and scratch.
 struct Step {
   int64_t rows;
-  kcu::DeviceBuffer x, ids, weights, offsets, order, active, act, out, y;
+  kcu::DeviceBuffer x, logits, ids, weights, offsets, order, active, act, out, y;
   Step(const Shape& s, int64_t r, std::mt19937& rng) : rows(r) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> host(static_cast<size_t>(r * s.hidden));
@@ -74,6 +74,7 @@ struct Step {
     x.reserve(host.size() * 4);
     kcu::copy_to_device(x.data(), host.data(), host.size() * 4);
     const size_t n = static_cast<size_t>(r * s.top_k);
+    logits.reserve(static_cast<size_t>(r * s.experts) * 4);
     ids.reserve(n * 4), weights.reserve(n * 4), order.reserve(n * 4);
     offsets.reserve((s.experts + 1) * 4), active.reserve((s.experts + 1) * 4);
     act.reserve(n * s.width * 4), out.reserve(n * s.hidden * 4), y.reserve(host.size() * 4);
@@ -85,6 +86,7 @@ void run_block(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
   route.x = st.x.as<float>(), route.router = l.router.data(), route.hidden = s.hidden;
   route.rows = st.rows, route.num_experts = s.experts, route.top_k = s.top_k, route.norm_topk_prob = true;
   route.experts = st.ids.as<int32_t>(), route.weights = st.weights.as<float>();
+  route.logits_scratch = st.logits.as<float>();
   kcu::launch_moe_route(route, stream);
   kcu::launch_moe_group({st.ids.as<int32_t>(), st.rows * s.top_k, s.experts, st.offsets.as<int32_t>(),
                          st.order.as<int32_t>(), st.active.as<int32_t>()},

@@ -9,6 +9,7 @@
 //     kRouteMargin = 1e-4 (a closer pair may flip under f32 rounding), the weights within
 //     kProductWeightTolerance = 5e-5 of the float64 softmax (the f32 logits carry ~2e-6 of
 //     accumulation error over 128 terms, which the softmax passes on);
+//     the router product spread over the device first (logits_scratch) gives the same bits;
 //   - two identical router rows: an exact tie of their logits, won by the lower index;
 //   - grouping: offsets, order (ascending within an expert) and the active list exactly equal a
 //     counting sort, up to 1024 rows x top 8;
@@ -216,6 +217,15 @@ TEST(CudaMoeRoute, RouterProductMatchesFloat64) {
         p.top_k = k;
         p.norm_topk_prob = k > 1;
         const RouteOut got = route_on_device(p);
+        {  // the spread router product (kMoeRouteSpreadMaxRows) gives the same bits
+          kcu::DeviceBuffer scratch(static_cast<size_t>(kRows * kE) * 4);
+          kcu::MoeRouteParams spread = p;
+          spread.logits_scratch = scratch.as<float>();
+          const RouteOut again = route_on_device(spread);
+          EXPECT_EQ(again.ids, got.ids) << type_name(type) << " hidden " << hidden << " top " << k;
+          EXPECT_EQ(0, std::memcmp(again.weights.data(), got.weights.data(), got.weights.size() * 4))
+              << type_name(type) << " hidden " << hidden << " top " << k;
+        }
         int decided = 0;
         for (int64_t r = 0; r < kRows; ++r) {
           std::vector<double> logits(kE, 0.0);

@@ -46,6 +46,15 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   const size_t element = p.router_type == WeightType::kF32 ? 4 : 2;
   const bool vec = p.logits == nullptr && p.hidden % 8 == 0 && aligned(p.x, 16) && aligned(p.router, 16) &&
                    (p.hidden * static_cast<int64_t>(element)) % 16 == 0;
+  if (p.logits == nullptr && p.logits_scratch != nullptr && p.rows <= kMoeRouteSpreadMaxRows) {
+    detail::queue_moe_router_logits(p, vec, stream);
+    MoeRouteParams from_logits = p;
+    from_logits.logits = p.logits_scratch;
+    from_logits.x = nullptr;
+    from_logits.router = nullptr;
+    detail::queue_moe_route(from_logits, false, stream);
+    return;
+  }
   detail::queue_moe_route(p, vec, stream);
 }
 

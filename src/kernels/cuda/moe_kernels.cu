@@ -163,6 +163,19 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams
   }
 }
 
+// The router product alone: warp w of block (x, r) computes logit (r, x * kRouteThreads / 32 + w) with
+// moe_route_kernel's warp_dot (the same bits).
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kRouteThreads) moe_router_logits_kernel(MoeRouteParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = static_cast<int>(blockIdx.x) * (kRouteThreads / 32) + warp;
+  if (e >= p.num_experts) return;  // whole warps leave; no block-wide barrier follows
+  const int64_t r = blockIdx.y;
+  const float l = warp_dot<T, kVec>(p.x + r * p.hidden, static_cast<const T*>(p.router) + int64_t{e} * p.hidden,
+                                    p.hidden, lane);
+  if (lane == 0) p.logits_scratch[r * p.num_experts + e] = l;
+}
+
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(MoeGroupParams p) {
   extern __shared__ int32_t group_shared[];  // counts [E], then starts [E]
   int32_t* counts = group_shared;
@@ -366,6 +379,25 @@ void queue_moe_route(const MoeRouteParams& p, bool vec, cudaStream_t stream) {
     case WeightType::kBF16: route_typed<__nv_bfloat16>(p, vec, shared, stream); break;
     case WeightType::kF16: route_typed<__half>(p, vec, shared, stream); break;
     case WeightType::kF32: route_typed<float>(p, vec, shared, stream); break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void queue_moe_router_logits(const MoeRouteParams& p, bool vec, cudaStream_t stream) {
+  constexpr int kWarps = kRouteThreads / 32;
+  const dim3 grid(static_cast<unsigned>((p.num_experts + kWarps - 1) / kWarps), static_cast<unsigned>(p.rows));
+  auto typed = [&](auto tag) {
+    using T = decltype(tag);
+    if (vec) {
+      moe_router_logits_kernel<T, true><<<grid, kRouteThreads, 0, stream>>>(p);
+    } else {
+      moe_router_logits_kernel<T, false><<<grid, kRouteThreads, 0, stream>>>(p);
+    }
+  };
+  switch (p.router_type) {
+    case WeightType::kBF16: typed(__nv_bfloat16{}); break;
+    case WeightType::kF16: typed(__half{}); break;
+    case WeightType::kF32: typed(float{}); break;
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -42,6 +42,12 @@ inline constexpr int kMoeMaxTopK = 32;
 // The most experts a router has on CUDA (their logits sit in shared memory).
 inline constexpr int kMoeMaxExperts = 4096;
 
+// Steps of at most this many rows compute the router product across the device first when
+// MoeRouteParams::logits_scratch is given: one warp per (row, expert), the same sum in the same
+// order as the one-block-per-row kernel (the same bits), then the top-k from those logits. One block
+// per row would leave a decode step's router bytes (Qwen3-30B-A3B: 512 KiB) to one SM's warps.
+inline constexpr int64_t kMoeRouteSpreadMaxRows = 64;
+
 struct MoeRouteParams {
   // Logits from a product: x [rows, hidden] f32 and router [num_experts, hidden] of router_type.
   const float* x = nullptr;
@@ -56,8 +62,11 @@ struct MoeRouteParams {
   bool norm_topk_prob = false;
   int32_t* experts = nullptr;  // out [rows, top_k]: chosen experts, largest logit first
   float* weights = nullptr;    // out [rows, top_k]: their routing weights
+  // [rows, num_experts] f32 device scratch for the router product (kMoeRouteSpreadMaxRows), or null.
+  float* logits_scratch = nullptr;
 };
-// One block per row. Throws spindle::Error for bad params.
+// One block per row (after the spread router product, see kMoeRouteSpreadMaxRows). Throws
+// spindle::Error for bad params.
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream);
 
 struct MoeGroupParams {

@@ -10,6 +10,8 @@ namespace spindle::kernels::cuda::detail {
 
 // vec: the 16-byte vector loads (hidden % 8 == 0, x and router 16-byte aligned).
 void queue_moe_route(const MoeRouteParams& p, bool vec, cudaStream_t stream);
+// The router product alone into p.logits_scratch: grid (experts / 8, rows), one warp per logit.
+void queue_moe_router_logits(const MoeRouteParams& p, bool vec, cudaStream_t stream);
 void queue_moe_group(const MoeGroupParams& p, cudaStream_t stream);
 // gate_up: launch_moe_gate_up's kernel, else launch_moe_down's; vec as above for in_features and
 // every weight and x row.
