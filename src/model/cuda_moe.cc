@@ -58,8 +58,8 @@ void CudaMoeScratch::reserve(const ModelConfig& c, int64_t step_rows) {
 }
 
 uint64_t CudaMoeScratch::bytes() const {
-  return logits.size() + experts.size() + weights.size() + offsets.size() + order.size() + active.size() + act.size() + out.size() +
-         shared_gate_up.size() + shared_act.size() + shared_out.size() + shared_gate.size();
+  return logits.size() + experts.size() + weights.size() + offsets.size() + order.size() + active.size() +
+         act.size() + out.size() + shared_gate_up.size() + shared_act.size() + shared_out.size() + shared_gate.size();
 }
 
 void check_cuda_moe_weights(const ModelConfig& c, WeightSource& weights) {

@@ -574,7 +574,9 @@ struct WideExperts {
     auto bits = [&](size_t n, uint64_t seed) {
       const std::vector<float> v = random_values(n, seed, 0.03f);
       std::vector<uint16_t> b(n);
-      for (size_t i = 0; i < n; ++i) b[i] = type == kcu::WeightType::kBF16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+      for (size_t i = 0; i < n; ++i) {
+        b[i] = type == kcu::WeightType::kBF16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+      }
       return b;
     };
     gate_up = bits(static_cast<size_t>(e * 2 * f * h), 71);

@@ -274,7 +274,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams
       mma::cp_async_wait<Cfg::kStages - 2>();  // chunk k has landed (this thread's copies)
       __syncthreads();                          // everyone's copies, and slot k - 1 is read by all
       const int64_t next = k + Cfg::kStages - 1;
-      if (next < chunks) load_chunk<Cfg>(c, ring_at + static_cast<uint32_t>(next % Cfg::kStages) * Cfg::kStageBytes, next, in);
+      if (next < chunks) {
+        load_chunk<Cfg>(c, ring_at + static_cast<uint32_t>(next % Cfg::kStages) * Cfg::kStageBytes, next, in);
+      }
       mma::cp_async_commit();
       compute_chunk<Cfg, kBf16>(ring + (k % Cfg::kStages) * Cfg::kStageBytes, wm, wn, lane, acc);
     }
