@@ -26,12 +26,12 @@
 //
 // Configurations (block tile = A rows x tokens; grid x = feature tiles, y = the selected expert's
 // slot in active[], z = every gridDim.z-th token tile of the expert):
-//   decode   4 warps, each 1 m16 x 1 n8 tile: 64 A rows x 8 tokens, 8 stages (28 KiB of weights
-//            in flight per block); an expert's rows run 8 at a time. Few rows per expert: reading
+//   decode   4 warps, each 1 m16 x 1 n8 tile: 64 A rows x 8 tokens, 8 stages (41 KiB of shared
+//            memory; 28 KiB of weights in flight per block); an expert's rows run 8 at a time. Few rows per expert: reading
 //            the weights is the cost, and N alone is split across blocks (batch 1 of Qwen3-30B-A3B:
 //            gate/up 192 blocks, down 256).
-//   prefill  4 warps as 2 (A rows) x 2 (tokens), each 2 m16 x 4 n8 tiles: 64 A rows x 64 tokens,
-//            3 stages.
+//   prefill  8 warps as 4 (A rows) x 2 (tokens), each 2 m16 x 4 n8 tiles: 128 A rows x 64 tokens,
+//            3 stages (51 KiB of shared memory).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -64,10 +64,11 @@ struct MmaConfig {
   static constexpr int kACopies = kARows * 4 / kThreads;                    // 16-byte copies per thread
   static constexpr int kBCopies = (kTokens * 8 + kThreads - 1) / kThreads;  // and slot
   static_assert(kARows * 4 % kThreads == 0, "A copies must divide among the threads");
-  static_assert(kStages >= 2 && kStages * kStageBytes <= 48 * 1024, "static shared memory");
+  static constexpr int kSharedBytes = kStages * kStageBytes;  // dynamic shared memory
+  static_assert(kStages >= 2 && kSharedBytes <= 96 * 1024, "two blocks per SM at least");
 };
 using DecodeConfig = MmaConfig<4, 1, 1, 1, 8>;
-using PrefillConfig = MmaConfig<2, 2, 2, 4, 3>;
+using PrefillConfig = MmaConfig<4, 2, 2, 4, 3>;
 
 // The expert row counts up to which (on average over the experts) the decode configuration runs.
 constexpr int64_t kDecodeMaxAverageRows = 16;
@@ -125,11 +126,11 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], uint4 ag, uint4 ag8, co
 // Where this thread's cp.async copies of one slot come from and go to (offsets within a slot).
 template <typename Cfg>
 struct Copies {
-  const uint16_t* a_src[Cfg::kACopies];  // the A row's piece at column 0 (a valid address)
+  const uint16_t* a_src[Cfg::kACopies];  // the A row's piece in chunk 0 (a valid address)
   bool a_ok[Cfg::kACopies];              // the row is a feature < out
   int a_col[Cfg::kACopies];              // the piece's first column within a chunk
   uint32_t a_dst[Cfg::kACopies];
-  const float* b_src[Cfg::kBCopies];     // the token row's piece at column 0 (a valid address)
+  const float* b_src[Cfg::kBCopies];     // the token row's piece in chunk 0 (a valid address)
   bool b_ok[Cfg::kBCopies];              // a token of the tile
   bool b_any[Cfg::kBCopies];             // the copy exists (kTokens * 8 need not fill the threads)
   int b_col[Cfg::kBCopies];
@@ -218,7 +219,7 @@ __device__ __forceinline__ void store_tile(const MoeGroupedParams& p, int64_t f_
 
 template <typename Cfg, bool kBf16, bool kGateUp>
 __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams p) {
-  __shared__ __align__(16) unsigned char ring[Cfg::kStages * Cfg::kStageBytes];
+  extern __shared__ __align__(16) unsigned char ring[];  // Cfg::kSharedBytes
   if (static_cast<int>(blockIdx.y) >= p.active[p.num_experts]) return;  // whole blocks leave together
   const int e = p.active[blockIdx.y];
   const int begin = p.offsets[e], count = p.offsets[e + 1] - begin;
@@ -290,7 +291,9 @@ void launch_config(const MoeGroupedParams& p, int64_t z, cudaStream_t stream) {
   constexpr int64_t kFeatures = Cfg::kARows / 16 * kFeaturesPerTile<kGateUp>;
   const dim3 grid(static_cast<unsigned>((p.out_features + kFeatures - 1) / kFeatures),
                   static_cast<unsigned>(std::min<int64_t>(p.num_experts, p.num_choices)), static_cast<unsigned>(z));
-  moe_mma_kernel<Cfg, kBf16, kGateUp><<<grid, Cfg::kThreads, 0, stream>>>(p);
+  const auto kernel = moe_mma_kernel<Cfg, kBf16, kGateUp>;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSharedBytes));
+  kernel<<<grid, Cfg::kThreads, Cfg::kSharedBytes, stream>>>(p);
 }
 
 template <bool kBf16, bool kGateUp>
