@@ -27,9 +27,11 @@
 // Configurations (block tile = A rows x tokens; grid x = feature tiles, y = the selected expert's
 // slot in active[], z = every gridDim.z-th token tile of the expert):
 //   decode   4 warps, each 1 m16 x 1 n8 tile: 64 A rows x 8 tokens, 8 stages (41 KiB of shared
-//            memory; 28 KiB of weights in flight per block); an expert's rows run 8 at a time. Few rows per expert: reading
-//            the weights is the cost, and N alone is split across blocks (batch 1 of Qwen3-30B-A3B:
-//            gate/up 192 blocks, down 256).
+//            memory; 28 KiB of weights in flight per block); an expert's rows run 8 at a time.
+//            Few rows per expert: reading the weights is the cost, and N alone is split across
+//            blocks (batch 1 of Qwen3-30B-A3B: gate/up 192 blocks, down 256).
+//            Chosen when the step has at most 8 rows or at most kDecodeMaxAverageRows choices
+//            per expert on average (a host-known bound: the counts stay on the device).
 //   prefill  8 warps as 4 (A rows) x 2 (tokens), each 2 m16 x 4 n8 tiles: 128 A rows x 64 tokens,
 //            3 stages (51 KiB of shared memory).
 #include <cuda_bf16.h>
