@@ -19,21 +19,26 @@
 // Columns past K are zeros in both operands; A rows past `out` and tokens past the expert's count
 // are computed from zeros (or a repeated row) and not written.
 //
-// Staging: cp.async 16-byte copies into a ring of kStages slots, each one k-chunk: A as 64 bytes
-// per row (16-byte fragment reads of 8 lanes cover 2 rows = 128 bytes: no bank conflict) and the
-// f32 rows as 128 bytes per token padded to 144 (the 8 lanes of a quarter warp read 2 tokens x 4
-// 16-byte pieces in distinct banks). Weights stream through L2 only (cp.async.cg).
+// Staging: cp.async 16-byte copies into a ring of kStages slots of kColumns K columns each (a
+// multiple of 32; only the 32-column chunks holding columns < K are multiplied, the same chunks in
+// both configurations). Consecutive threads copy consecutive 16 bytes of a row, so one warp
+// instruction reads 512 contiguous bytes when kColumns >= 128 (a former small-batch mma kernel
+// that loaded 8 rows x 64 bytes per instruction read weights at 39-57% of the copy bandwidth,
+// bench/results/2026-12-03-h200-gemv-mma). A rows are 2 kColumns bytes padded to 64 mod 128 (a
+// quarter warp's 16-byte fragment reads cover 2 rows: distinct banks), token rows kColumns + 4
+// floats (2 tokens x 4 pieces: distinct banks). Weights stream through L2 only (cp.async.cg).
 //
 // Configurations (block tile = A rows x tokens; grid x = feature tiles, y = the selected expert's
 // slot in active[], z = every gridDim.z-th token tile of the expert):
-//   decode   4 warps, each 1 m16 x 1 n8 tile: 64 A rows x 8 tokens, 8 stages (41 KiB of shared
-//            memory; 28 KiB of weights in flight per block); an expert's rows run 8 at a time.
-//            Few rows per expert: reading the weights is the cost, and N alone is split across
-//            blocks (batch 1 of Qwen3-30B-A3B: gate/up 192 blocks, down 256).
-//            Chosen when the step has at most 8 rows or at most kDecodeMaxAverageRows choices
-//            per expert on average (a host-known bound: the counts stay on the device).
+//   decode   4 warps, each 1 m16 x 1 n8 tile: 64 A rows x 8 tokens, 128 columns a slot, 4 stages
+//            (97 KiB of shared memory, 2 blocks per SM; 48 KiB of weights in flight per block);
+//            an expert's rows run 8 at a time. Few rows per expert: reading the weights is the
+//            cost, and N alone is split across blocks (batch 1 of Qwen3-30B-A3B: gate/up 192
+//            blocks, down 256). Chosen when the step has at most 8 rows or at most
+//            kDecodeMaxAverageRows choices per expert on average (a host-known bound: the counts
+//            stay on the device).
 //   prefill  8 warps as 4 (A rows) x 2 (tokens), each 2 m16 x 4 n8 tiles: 128 A rows x 64 tokens,
-//            3 stages (51 KiB of shared memory).
+//            32 columns a slot, 3 stages (51 KiB of shared memory).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -52,25 +57,31 @@ namespace {
 
 namespace mma = detail::mma;
 
-template <int kWarpsM_, int kWarpsN_, int kMT_, int kNT_, int kStages_>
+template <int kWarpsM_, int kWarpsN_, int kMT_, int kNT_, int kColumns_, int kStages_>
 struct MmaConfig {
   static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_;
   static constexpr int kMT = kMT_, kNT = kNT_;  // m16 / n8 tiles per warp
+  static constexpr int kColumns = kColumns_;    // K columns per slot: kColumns / 32 chunks
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kARows = kWarpsM * kMT * 16;  // A rows per block
   static constexpr int kTokens = kWarpsN * kNT * 8;  // tokens per block tile
-  static constexpr int kABytes = kARows * 64;        // one k-chunk of A rows
-  static constexpr int kBStride = 36;                // floats per token in a slot (32 + 4 padding)
+  // A row stride in a slot: 2 kColumns bytes, padded to 64 mod 128 so that the two rows a quarter
+  // warp reads (16 bytes per lane) fall in distinct banks.
+  static constexpr int kAStride = 2 * kColumns + (2 * kColumns % 128 == 0 ? 64 : 0);
+  static constexpr int kABytes = kARows * kAStride;
+  static constexpr int kBStride = kColumns + 4;  // floats per token (16 mod 128 bytes: 2 tokens, distinct banks)
   static constexpr int kStageBytes = kABytes + kTokens * kBStride * 4;
-  static constexpr int kACopies = kARows * 4 / kThreads;                    // 16-byte copies per thread
-  static constexpr int kBCopies = (kTokens * 8 + kThreads - 1) / kThreads;  // and slot
-  static_assert(kARows * 4 % kThreads == 0, "A copies must divide among the threads");
+  static constexpr int kAPieces = kColumns / 8, kBPieces = kColumns / 4;  // 16-byte copies per row
+  static constexpr int kACopies = kARows * kAPieces / kThreads;           // per thread and slot
+  static constexpr int kBCopies = (kTokens * kBPieces + kThreads - 1) / kThreads;
+  static_assert(kColumns % 32 == 0 && kAStride % 128 == 64, "A stride");
+  static_assert(kARows * kAPieces % kThreads == 0, "A copies must divide among the threads");
   static constexpr int kSharedBytes = kStages * kStageBytes;  // dynamic shared memory
-  static_assert(kStages >= 2 && kSharedBytes <= 96 * 1024, "two blocks per SM at least");
+  static_assert(kStages >= 2 && kSharedBytes <= 112 * 1024, "two blocks per SM at least");
 };
-using DecodeConfig = MmaConfig<4, 1, 1, 1, 8>;
-using PrefillConfig = MmaConfig<4, 2, 2, 4, 3>;
+using DecodeConfig = MmaConfig<4, 1, 1, 1, 128, 4>;
+using PrefillConfig = MmaConfig<4, 2, 2, 4, 32, 3>;
 
 // The expert row counts up to which (on average over the experts) the decode configuration runs.
 constexpr int64_t kDecodeMaxAverageRows = 16;
@@ -139,11 +150,11 @@ struct Copies {
   uint32_t b_dst[Cfg::kBCopies];
 };
 
-// The copies of k-chunk `chunk` into the slot at shared address `slot`; out-of-range pieces are
-// zero-filled (cp.async with no source bytes: nothing is read).
+// The copies of K columns [slot_index * kColumns, + kColumns) into the slot at shared address
+// `slot`; out-of-range pieces are zero-filled (cp.async with no source bytes: nothing is read).
 template <typename Cfg>
-__device__ __forceinline__ void load_chunk(const Copies<Cfg>& c, uint32_t slot, int64_t chunk, int64_t in) {
-  const int64_t k0 = chunk * 32;
+__device__ __forceinline__ void load_slot(const Copies<Cfg>& c, uint32_t slot, int64_t slot_index, int64_t in) {
+  const int64_t k0 = slot_index * Cfg::kColumns;
 #pragma unroll
   for (int i = 0; i < Cfg::kACopies; ++i) {
     const bool valid = c.a_ok[i] && k0 + c.a_col[i] < in;
@@ -157,22 +168,22 @@ __device__ __forceinline__ void load_chunk(const Copies<Cfg>& c, uint32_t slot, 
   }
 }
 
-// One slot's k-chunk into the warp's accumulators.
+// The 32-column chunk `sub` of a slot into the warp's accumulators.
 template <typename Cfg, bool kBf16>
-__device__ __forceinline__ void compute_chunk(const unsigned char* slot, int wm, int wn, int lane,
+__device__ __forceinline__ void compute_chunk(const unsigned char* slot, int sub, int wm, int wn, int lane,
                                               float (&acc)[Cfg::kMT][Cfg::kNT][4]) {
   const int g = lane >> 2, q = lane & 3;
   uint4 ag[Cfg::kMT], ag8[Cfg::kMT];
 #pragma unroll
   for (int mt = 0; mt < Cfg::kMT; ++mt) {
     const int r = (wm * Cfg::kMT + mt) * 16 + g;
-    ag[mt] = *reinterpret_cast<const uint4*>(slot + r * 64 + q * 16);
-    ag8[mt] = *reinterpret_cast<const uint4*>(slot + (r + 8) * 64 + q * 16);
+    ag[mt] = *reinterpret_cast<const uint4*>(slot + r * Cfg::kAStride + sub * 64 + q * 16);
+    ag8[mt] = *reinterpret_cast<const uint4*>(slot + (r + 8) * Cfg::kAStride + sub * 64 + q * 16);
   }
   const float* b = reinterpret_cast<const float*>(slot + Cfg::kABytes);
 #pragma unroll
   for (int nt = 0; nt < Cfg::kNT; ++nt) {
-    const float* t = b + ((wn * Cfg::kNT + nt) * 8 + g) * Cfg::kBStride + q * 8;
+    const float* t = b + ((wn * Cfg::kNT + nt) * 8 + g) * Cfg::kBStride + sub * 32 + q * 8;
     const SplitB sb = split_b<kBf16>(*reinterpret_cast<const float4*>(t), *reinterpret_cast<const float4*>(t + 4));
 #pragma unroll
     for (int mt = 0; mt < Cfg::kMT; ++mt) mma_chunk<kBf16>(acc[mt][nt], ag[mt], ag8[mt], sb);
@@ -234,23 +245,24 @@ __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams
   Copies<Cfg> c;
 #pragma unroll
   for (int i = 0; i < Cfg::kACopies; ++i) {
-    const int id = tid + i * Cfg::kThreads, r = id >> 2, piece = id & 3;
+    const int id = tid + i * Cfg::kThreads, r = id / Cfg::kAPieces, piece = id % Cfg::kAPieces;
     bool up = false;
     const int64_t f = a_row_feature<Cfg, kGateUp>(f_block, r, &up);
     const void* w = up ? p.second[e] : p.first[e];
     c.a_ok[i] = f < out;
     c.a_col[i] = piece * 8;
     c.a_src[i] = static_cast<const uint16_t*>(w) + (f < out ? f : out - 1) * in + piece * 8;
-    c.a_dst[i] = static_cast<uint32_t>(r * 64 + piece * 16);
+    c.a_dst[i] = static_cast<uint32_t>(r * Cfg::kAStride + piece * 16);
   }
-  const int64_t chunks = (in + 31) / 32;
+  const int64_t slots = (in + Cfg::kColumns - 1) / Cfg::kColumns;  // K in slot loads
+  const int64_t chunks = (in + 31) / 32;                              // K in 32-column chunks
   for (int t0 = static_cast<int>(blockIdx.z) * Cfg::kTokens; t0 < count;
        t0 += static_cast<int>(gridDim.z) * Cfg::kTokens) {
     const int n = min(count - t0, Cfg::kTokens);
 #pragma unroll
     for (int j = 0; j < Cfg::kBCopies; ++j) {
-      const int id = tid + j * Cfg::kThreads, t = id >> 3, piece = id & 7;
-      c.b_any[j] = id < Cfg::kTokens * 8;
+      const int id = tid + j * Cfg::kThreads, t = id / Cfg::kBPieces, piece = id % Cfg::kBPieces;
+      c.b_any[j] = id < Cfg::kTokens * Cfg::kBPieces;
       c.b_ok[j] = c.b_any[j] && t < n;
       int64_t row = 0;
       if (c.b_ok[j]) row = kGateUp ? int64_t{p.order[begin + t0 + t] / p.top_k} : int64_t{begin + t0 + t};
@@ -261,7 +273,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams
     __syncthreads();  // every warp is done with the previous tile's slots
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
-      if (s < chunks) load_chunk<Cfg>(c, ring_at + s * Cfg::kStageBytes, s, in);
+      if (s < slots) load_slot<Cfg>(c, ring_at + s * Cfg::kStageBytes, s, in);
       mma::cp_async_commit();
     }
     float acc[Cfg::kMT][Cfg::kNT][4];
@@ -273,15 +285,21 @@ __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams
         for (int v = 0; v < 4; ++v) acc[mt][nt][v] = 0.0f;
       }
     }
-    for (int64_t k = 0; k < chunks; ++k) {
-      mma::cp_async_wait<Cfg::kStages - 2>();  // chunk k has landed (this thread's copies)
-      __syncthreads();                          // everyone's copies, and slot k - 1 is read by all
+    for (int64_t k = 0; k < slots; ++k) {
+      mma::cp_async_wait<Cfg::kStages - 2>();  // slot load k has landed (this thread's copies)
+      __syncthreads();                          // everyone's copies, and load k - 1's slot is read by all
       const int64_t next = k + Cfg::kStages - 1;
-      if (next < chunks) {
-        load_chunk<Cfg>(c, ring_at + static_cast<uint32_t>(next % Cfg::kStages) * Cfg::kStageBytes, next, in);
+      if (next < slots) {
+        load_slot<Cfg>(c, ring_at + static_cast<uint32_t>(next % Cfg::kStages) * Cfg::kStageBytes, next, in);
       }
       mma::cp_async_commit();
-      compute_chunk<Cfg, kBf16>(ring + (k % Cfg::kStages) * Cfg::kStageBytes, wm, wn, lane, acc);
+      const unsigned char* slot = ring + (k % Cfg::kStages) * Cfg::kStageBytes;
+#pragma unroll
+      for (int sub = 0; sub < Cfg::kColumns / 32; ++sub) {
+        // Only the chunks that hold columns < K: the same chunks in every configuration (an mma of
+        // zeros could still turn a -0 sum into +0).
+        if (k * (Cfg::kColumns / 32) + sub < chunks) compute_chunk<Cfg, kBf16>(slot, sub, wm, wn, lane, acc);
+      }
     }
     mma::cp_async_wait<0>();
     store_tile<Cfg, kGateUp>(p, f_block, begin + t0, n, wm, wn, lane, acc);
