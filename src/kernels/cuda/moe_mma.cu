@@ -139,13 +139,13 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], uint4 ag, uint4 ag8, co
 // Where this thread's cp.async copies of one slot come from and go to (offsets within a slot).
 template <typename Cfg>
 struct Copies {
-  const uint16_t* a_src[Cfg::kACopies];  // the A row's piece in chunk 0 (a valid address)
+  const uint16_t* a_src[Cfg::kACopies];  // the A row's piece in slot load 0 (a valid address)
   bool a_ok[Cfg::kACopies];              // the row is a feature < out
-  int a_col[Cfg::kACopies];              // the piece's first column within a chunk
+  int a_col[Cfg::kACopies];              // the piece's first column within a slot
   uint32_t a_dst[Cfg::kACopies];
-  const float* b_src[Cfg::kBCopies];     // the token row's piece in chunk 0 (a valid address)
+  const float* b_src[Cfg::kBCopies];     // the token row's piece in slot load 0 (a valid address)
   bool b_ok[Cfg::kBCopies];              // a token of the tile
-  bool b_any[Cfg::kBCopies];             // the copy exists (kTokens * 8 need not fill the threads)
+  bool b_any[Cfg::kBCopies];             // the copy exists (the B pieces need not fill the threads)
   int b_col[Cfg::kBCopies];
   uint32_t b_dst[Cfg::kBCopies];
 };
