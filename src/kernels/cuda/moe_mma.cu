@@ -139,11 +139,11 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], uint4 ag, uint4 ag8, co
 // Where this thread's cp.async copies of one slot come from and go to (offsets within a slot).
 template <typename Cfg>
 struct Copies {
-  const uint16_t* a_src[Cfg::kACopies];  // the A row's piece in slot load 0 (a valid address)
+  const uint16_t* a_src[Cfg::kACopies];  // the A row (column 0: a valid address)
   bool a_ok[Cfg::kACopies];              // the row is a feature < out
   int a_col[Cfg::kACopies];              // the piece's first column within a slot
   uint32_t a_dst[Cfg::kACopies];
-  const float* b_src[Cfg::kBCopies];     // the token row's piece in slot load 0 (a valid address)
+  const float* b_src[Cfg::kBCopies];     // the token row (column 0: a valid address)
   bool b_ok[Cfg::kBCopies];              // a token of the tile
   bool b_any[Cfg::kBCopies];             // the copy exists (the B pieces need not fill the threads)
   int b_col[Cfg::kBCopies];
@@ -151,20 +151,21 @@ struct Copies {
 };
 
 // The copies of K columns [slot_index * kColumns, + kColumns) into the slot at shared address
-// `slot`; out-of-range pieces are zero-filled (cp.async with no source bytes: nothing is read).
+// `slot`; out-of-range pieces are zero-filled (cp.async with no source bytes: nothing is read,
+// and the address given is the row's start, inside the tensor).
 template <typename Cfg>
 __device__ __forceinline__ void load_slot(const Copies<Cfg>& c, uint32_t slot, int64_t slot_index, int64_t in) {
   const int64_t k0 = slot_index * Cfg::kColumns;
 #pragma unroll
   for (int i = 0; i < Cfg::kACopies; ++i) {
     const bool valid = c.a_ok[i] && k0 + c.a_col[i] < in;
-    mma::cp_async_16(slot + c.a_dst[i], valid ? c.a_src[i] + k0 : c.a_src[i], valid);
+    mma::cp_async_16(slot + c.a_dst[i], c.a_src[i] + (valid ? k0 + c.a_col[i] : 0), valid);
   }
 #pragma unroll
   for (int j = 0; j < Cfg::kBCopies; ++j) {
     if (!c.b_any[j]) continue;
     const bool valid = c.b_ok[j] && k0 + c.b_col[j] < in;
-    mma::cp_async_16(slot + c.b_dst[j], valid ? c.b_src[j] + k0 : c.b_src[j], valid);
+    mma::cp_async_16(slot + c.b_dst[j], c.b_src[j] + (valid ? k0 + c.b_col[j] : 0), valid);
   }
 }
 
@@ -251,7 +252,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams
     const void* w = up ? p.second[e] : p.first[e];
     c.a_ok[i] = f < out;
     c.a_col[i] = piece * 8;
-    c.a_src[i] = static_cast<const uint16_t*>(w) + (f < out ? f : out - 1) * in + piece * 8;
+    c.a_src[i] = static_cast<const uint16_t*>(w) + (f < out ? f : out - 1) * in;
     c.a_dst[i] = static_cast<uint32_t>(r * Cfg::kAStride + piece * 16);
   }
   const int64_t slots = (in + Cfg::kColumns - 1) / Cfg::kColumns;  // K in slot loads
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams
       int64_t row = 0;
       if (c.b_ok[j]) row = kGateUp ? int64_t{p.order[begin + t0 + t] / p.top_k} : int64_t{begin + t0 + t};
       c.b_col[j] = piece * 4;
-      c.b_src[j] = p.x + row * in + piece * 4;
+      c.b_src[j] = p.x + row * in;
       c.b_dst[j] = static_cast<uint32_t>(Cfg::kABytes + (t * Cfg::kBStride + piece * 4) * 4);
     }
     __syncthreads();  // every warp is done with the previous tile's slots
