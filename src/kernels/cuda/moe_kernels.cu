@@ -23,6 +23,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_kernels.h"
 #include "kernels/cuda/moe_kernels_launch.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda {
@@ -141,6 +142,7 @@ __device__ void top_k_warp(const float* logits, unsigned char* taken, int num_ex
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   extern __shared__ float shared_logits[];  // [E] then E taken flags
   const int e_count = p.num_experts;
   unsigned char* taken = reinterpret_cast<unsigned char*>(shared_logits + e_count);
@@ -167,6 +169,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams
 // moe_route_kernel's warp_dot (the same bits).
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRouteThreads) moe_router_logits_kernel(MoeRouteParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int e = static_cast<int>(blockIdx.x) * (kRouteThreads / 32) + warp;
   if (e >= p.num_experts) return;  // whole warps leave; no block-wide barrier follows
@@ -177,6 +180,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_router_logits_kernel(MoeRou
 }
 
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(MoeGroupParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   extern __shared__ int32_t group_shared[];  // counts [E], then starts [E]
   int32_t* counts = group_shared;
   int32_t* starts = group_shared + p.num_experts;
@@ -270,6 +274,7 @@ inline constexpr int kFeaturesPerWarp = kGateUp ? 2 : 4;
 
 template <typename T, bool kGateUp, int kRows, bool kVec>
 __global__ void __launch_bounds__(kGroupedWarps * 32) moe_grouped_kernel(MoeGroupedParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   constexpr int kFeat = kFeaturesPerWarp<kGateUp>;
   constexpr int kW = kGateUp ? 2 * kFeat : kFeat;
   if (static_cast<int>(blockIdx.y) >= p.active[p.num_experts]) return;
@@ -314,6 +319,7 @@ __global__ void __launch_bounds__(kGroupedWarps * 32) moe_grouped_kernel(MoeGrou
 }
 
 __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombineParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   const int64_t r = blockIdx.x;
   const int k = p.top_k;
   float g = 0.0f;
@@ -332,9 +338,9 @@ template <typename T>
 void route_typed(const MoeRouteParams& p, bool vec, size_t shared, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   if (vec) {
-    moe_route_kernel<T, true><<<grid, kRouteThreads, shared, stream>>>(p);
+    launch_pdl(moe_route_kernel<T, true>, grid, kRouteThreads, shared, stream, p);
   } else {
-    moe_route_kernel<T, false><<<grid, kRouteThreads, shared, stream>>>(p);
+    launch_pdl(moe_route_kernel<T, false>, grid, kRouteThreads, shared, stream, p);
   }
 }
 
@@ -344,9 +350,9 @@ void grouped_rows(const MoeGroupedParams& p, bool vec, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.out_features + kTile - 1) / kTile),
                   static_cast<unsigned>(std::min<int64_t>(p.num_experts, p.num_choices)));
   if (vec) {
-    moe_grouped_kernel<T, kGateUp, kRows, true><<<grid, kGroupedWarps * 32, 0, stream>>>(p);
+    launch_pdl(moe_grouped_kernel<T, kGateUp, kRows, true>, grid, kGroupedWarps * 32, 0, stream, p);
   } else {
-    moe_grouped_kernel<T, kGateUp, kRows, false><<<grid, kGroupedWarps * 32, 0, stream>>>(p);
+    launch_pdl(moe_grouped_kernel<T, kGateUp, kRows, false>, grid, kGroupedWarps * 32, 0, stream, p);
   }
 }
 
@@ -389,9 +395,9 @@ void queue_moe_router_logits(const MoeRouteParams& p, bool vec, cudaStream_t str
   auto typed = [&](auto tag) {
     using T = decltype(tag);
     if (vec) {
-      moe_router_logits_kernel<T, true><<<grid, kRouteThreads, 0, stream>>>(p);
+      launch_pdl(moe_router_logits_kernel<T, true>, grid, kRouteThreads, 0, stream, p);
     } else {
-      moe_router_logits_kernel<T, false><<<grid, kRouteThreads, 0, stream>>>(p);
+      launch_pdl(moe_router_logits_kernel<T, false>, grid, kRouteThreads, 0, stream, p);
     }
   };
   switch (p.router_type) {
@@ -404,7 +410,7 @@ void queue_moe_router_logits(const MoeRouteParams& p, bool vec, cudaStream_t str
 
 void queue_moe_group(const MoeGroupParams& p, cudaStream_t stream) {
   const size_t shared = 2 * static_cast<size_t>(p.num_experts) * sizeof(int32_t);
-  moe_group_kernel<<<1, kGroupThreads, shared, stream>>>(p);
+  launch_pdl(moe_group_kernel, dim3(1), kGroupThreads, shared, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -417,7 +423,7 @@ void queue_moe_grouped(const MoeGroupedParams& p, bool gate_up, bool vec, cudaSt
 }
 
 void queue_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-  moe_combine_kernel<<<static_cast<unsigned>(p.rows), kCombineThreads, 0, stream>>>(p);
+  launch_pdl(moe_combine_kernel, dim3(static_cast<unsigned>(p.rows)), kCombineThreads, 0, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 

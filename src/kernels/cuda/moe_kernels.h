@@ -25,7 +25,8 @@
 //                  y[r] += sigmoid(shared_gate[r]) * shared_out[r] with a shared expert.
 //
 // Plain launch functions: every pointer is device memory of the current device, every launch is
-// queued on `stream` and checked (errors throw spindle::Error). Shapes are checked by the callers
+// queued on `stream` with programmatic dependent launch (pdl.cuh: each kernel waits for the one
+// before it first, only its launch overlaps) and checked (errors throw spindle::Error). Shapes are checked by the callers
 // (the launch functions check only what would make a kernel read out of bounds). C++17.
 #pragma once
 

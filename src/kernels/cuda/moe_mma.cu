@@ -50,6 +50,7 @@
 #include "kernels/cuda/mma_utils.cuh"
 #include "kernels/cuda/moe_kernels.h"
 #include "kernels/cuda/moe_kernels_launch.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda {
@@ -234,6 +235,7 @@ __device__ __forceinline__ void store_tile(const MoeGroupedParams& p, int64_t f_
 template <typename Cfg, bool kBf16, bool kGateUp>
 __global__ void __launch_bounds__(Cfg::kThreads) moe_mma_kernel(MoeGroupedParams p) {
   extern __shared__ __align__(16) unsigned char ring[];  // Cfg::kSharedBytes
+  pdl_begin();  // first: the grouping and the rows are the previous kernels' outputs (pdl.cuh)
   if (static_cast<int>(blockIdx.y) >= p.active[p.num_experts]) return;  // whole blocks leave together
   const int e = p.active[blockIdx.y];
   const int begin = p.offsets[e], count = p.offsets[e + 1] - begin;
@@ -314,7 +316,7 @@ void launch_config(const MoeGroupedParams& p, int64_t z, cudaStream_t stream) {
                   static_cast<unsigned>(std::min<int64_t>(p.num_experts, p.num_choices)), static_cast<unsigned>(z));
   const auto kernel = moe_mma_kernel<Cfg, kBf16, kGateUp>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSharedBytes));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSharedBytes, stream>>>(p);
+  launch_pdl(kernel, grid, Cfg::kThreads, Cfg::kSharedBytes, stream, p);
 }
 
 template <bool kBf16, bool kGateUp>
