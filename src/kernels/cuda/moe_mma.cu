@@ -85,7 +85,7 @@ using DecodeConfig = MmaConfig<4, 1, 1, 1, 128, 4>;
 using PrefillConfig = MmaConfig<4, 2, 2, 4, 32, 3>;
 
 // The expert row counts up to which (on average over the experts) the decode configuration runs.
-constexpr int64_t kDecodeMaxAverageRows = 16;
+constexpr int64_t kDecodeMaxAverageRows = 8;  // one decode pass per expert on average
 // The most token-tile blocks per (feature tile, expert) of the prefill configuration.
 constexpr int64_t kPrefillMaxZ = 4;
 
