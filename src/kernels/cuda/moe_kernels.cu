@@ -165,8 +165,8 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams
   }
 }
 
-// The router product alone: warp w of block (x, r) computes logit (r, x * kRouteThreads / 32 + w) with
-// moe_route_kernel's warp_dot (the same bits).
+// The router product alone: warp w of block (x, r) computes logit (r, x * kRouteThreads / 32 + w)
+// with moe_route_kernel's warp_dot (the same bits).
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRouteThreads) moe_router_logits_kernel(MoeRouteParams p) {
   pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)

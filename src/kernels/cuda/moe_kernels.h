@@ -26,8 +26,9 @@
 //
 // Plain launch functions: every pointer is device memory of the current device, every launch is
 // queued on `stream` with programmatic dependent launch (pdl.cuh: each kernel waits for the one
-// before it first, only its launch overlaps) and checked (errors throw spindle::Error). Shapes are checked by the callers
-// (the launch functions check only what would make a kernel read out of bounds). C++17.
+// before it first, only its launch overlaps) and checked (errors throw spindle::Error). Shapes are
+// checked by the callers (the launch functions check only what would make a kernel read out of
+// bounds). C++17.
 #pragma once
 
 #include <cuda_runtime_api.h>
