@@ -2,9 +2,11 @@
 // grouping, grouped gate/up + SiLU-mul, grouped down, combine) at decode and prefill row counts,
 // against the bytes the step must read: the router and the distinct experts its routing selected
 // (counted on the device by the grouping, read back after the timed runs), as % of the device copy
-// bandwidth measured in the same run; for prefill rows also the f32 FMA rate of the expert products
-// (2 * rows * top_k * 3 * F * H flops). Every timed block starts with L2 cold
-// (bench/cuda_bench_util.h); median of --reps. Random bf16 weights and f32 rows: the router's
+// bandwidth measured in the same run, then the phases alone (route + group, gate/up, down, each
+// from a cold L2, the products against their share of the bound); for prefill rows also the rate of the expert products
+// (2 * rows * top_k * 3 * F * H flops; bf16 experts run on tensor cores with the rows split into
+// hi + lo bf16 parts, moe_mma.cu, so the tensor cores do twice these flops). Every timed block
+// starts with L2 cold (bench/cuda_bench_util.h); median of --reps. Random bf16 weights and f32 rows: the router's
 // product picks the experts, as in a served step.
 //
 // usage: bench_moe_cuda [--hidden 2048] [--width 768] [--experts 128] [--top-k 8] [--reps 20]
@@ -65,7 +67,7 @@ struct Layer {
 // One step's rows and scratch.
 struct Step {
   int64_t rows;
-  kcu::DeviceBuffer x, ids, weights, offsets, order, active, act, out, y;
+  kcu::DeviceBuffer x, logits, ids, weights, offsets, order, active, act, out, y;
   Step(const Shape& s, int64_t r, std::mt19937& rng) : rows(r) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> host(static_cast<size_t>(r * s.hidden));
@@ -73,32 +75,45 @@ struct Step {
     x.reserve(host.size() * 4);
     kcu::copy_to_device(x.data(), host.data(), host.size() * 4);
     const size_t n = static_cast<size_t>(r * s.top_k);
+    logits.reserve(static_cast<size_t>(r * s.experts) * 4);
     ids.reserve(n * 4), weights.reserve(n * 4), order.reserve(n * 4);
     offsets.reserve((s.experts + 1) * 4), active.reserve((s.experts + 1) * 4);
     act.reserve(n * s.width * 4), out.reserve(n * s.hidden * 4), y.reserve(host.size() * 4);
   }
 };
 
-void run_block(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
+void run_route(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
   kcu::MoeRouteParams route;
   route.x = st.x.as<float>(), route.router = l.router.data(), route.hidden = s.hidden;
   route.rows = st.rows, route.num_experts = s.experts, route.top_k = s.top_k, route.norm_topk_prob = true;
   route.experts = st.ids.as<int32_t>(), route.weights = st.weights.as<float>();
+  route.logits_scratch = st.logits.as<float>();
   kcu::launch_moe_route(route, stream);
   kcu::launch_moe_group({st.ids.as<int32_t>(), st.rows * s.top_k, s.experts, st.offsets.as<int32_t>(),
                          st.order.as<int32_t>(), st.active.as<int32_t>()},
                         stream);
+}
+
+kcu::MoeGroupedParams grouped(const Shape& s, const Layer& l, Step& st, bool gate_up) {
   kcu::MoeGroupedParams g;
   g.offsets = st.offsets.as<int32_t>(), g.order = st.order.as<int32_t>(), g.active = st.active.as<int32_t>();
   g.num_experts = s.experts, g.top_k = s.top_k, g.num_choices = st.rows * s.top_k, g.max_rows_per_expert = st.rows;
   g.aligned16 = true;
   const auto* t = l.table.as<const void*>();
-  g.first = t, g.second = t + s.experts, g.in_features = s.hidden, g.out_features = s.width;
-  g.x = st.x.as<float>(), g.y = st.act.as<float>();
-  kcu::launch_moe_gate_up(g, stream);
-  g.first = t + 2 * s.experts, g.second = nullptr, g.in_features = s.width, g.out_features = s.hidden;
-  g.x = st.act.as<float>(), g.y = st.out.as<float>();
-  kcu::launch_moe_down(g, stream);
+  if (gate_up) {
+    g.first = t, g.second = t + s.experts, g.in_features = s.hidden, g.out_features = s.width;
+    g.x = st.x.as<float>(), g.y = st.act.as<float>();
+  } else {
+    g.first = t + 2 * s.experts, g.second = nullptr, g.in_features = s.width, g.out_features = s.hidden;
+    g.x = st.act.as<float>(), g.y = st.out.as<float>();
+  }
+  return g;
+}
+
+void run_block(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
+  run_route(s, l, st, stream);
+  kcu::launch_moe_gate_up(grouped(s, l, st, true), stream);
+  kcu::launch_moe_down(grouped(s, l, st, false), stream);
   kcu::MoeCombineParams c;
   c.expert_out = st.out.as<float>(), c.weights = st.weights.as<float>();
   c.rows = st.rows, c.top_k = s.top_k, c.hidden = s.hidden, c.y = st.y.as<float>();
@@ -129,21 +144,34 @@ int main(int argc, char** argv) try {
   const double expert_bytes = 3.0 * s.width * s.hidden * 2, router_bytes = 2.0 * s.experts * s.hidden;
   std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
   std::string table =
-      "| rows | distinct experts | block us | bytes bound us | % of bound | expert TFLOP/s (f32 FMA) |\n"
-      "|---|---|---|---|---|---|\n";
+      "| rows | distinct experts | block us | bytes bound us | % of bound | route+group us | gate/up us (% of its "
+      "bound) | down us (% of its bound) | expert TFLOP/s (x as hi + lo: 2x on the tensor cores) |\n"
+      "|---|---|---|---|---|---|---|---|---|\n";
   for (const int64_t rows : rows_list) {
     Step step(s, rows, rng);
     const double t = bench::timed([&] { run_block(s, layer, step, stream); }, flush, reps, stream);
+    // The phases alone, each from a cold L2 (the routing of the last block run stays in place).
+    const double t_route = bench::timed([&] { run_route(s, layer, step, stream); }, flush, reps, stream);
+    const double t_gate_up =
+        bench::timed([&] { kcu::launch_moe_gate_up(grouped(s, layer, step, true), stream); }, flush, reps, stream);
+    const double t_down =
+        bench::timed([&] { kcu::launch_moe_down(grouped(s, layer, step, false), stream); }, flush, reps, stream);
     int32_t distinct = 0;
     kcu::copy_to_host(&distinct, step.active.as<int32_t>() + s.experts, 4);
     const double bound = (router_bytes + distinct * expert_bytes) / bandwidth;
+    const double gate_up_bound = distinct * expert_bytes * 2 / 3 / bandwidth;
+    const double down_bound = distinct * expert_bytes / 3 / bandwidth;
     const double tflops = 2.0 * rows * s.top_k * 3.0 * s.width * s.hidden / t / 1e12;
     std::printf("{\"rows\": %lld, \"distinct_experts\": %d, \"block_us\": %.2f, \"bound_us\": %.2f, "
-                "\"pct_of_bound\": %.1f, \"expert_tflops\": %.2f}\n",
-                static_cast<long long>(rows), distinct, t * 1e6, bound * 1e6, bound / t * 100, tflops);
-    char line[200];
-    std::snprintf(line, sizeof line, "| %lld | %d | %.1f | %.1f | %.0f%% | %.2f |\n", static_cast<long long>(rows),
-                  distinct, t * 1e6, bound * 1e6, bound / t * 100, tflops);
+                "\"pct_of_bound\": %.1f, \"route_group_us\": %.2f, \"gate_up_us\": %.2f, \"gate_up_bound_us\": %.2f, "
+                "\"down_us\": %.2f, \"down_bound_us\": %.2f, \"expert_tflops\": %.2f}\n",
+                static_cast<long long>(rows), distinct, t * 1e6, bound * 1e6, bound / t * 100, t_route * 1e6,
+                t_gate_up * 1e6, gate_up_bound * 1e6, t_down * 1e6, down_bound * 1e6, tflops);
+    char line[300];
+    std::snprintf(line, sizeof line,
+                  "| %lld | %d | %.1f | %.1f | %.0f%% | %.1f | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2f |\n",
+                  static_cast<long long>(rows), distinct, t * 1e6, bound * 1e6, bound / t * 100, t_route * 1e6,
+                  t_gate_up * 1e6, gate_up_bound / t_gate_up * 100, t_down * 1e6, down_bound / t_down * 100, tflops);
     table += line;
   }
   std::printf("\ncopy bandwidth %.2f TB/s; hidden %lld, width %lld, %d experts, top %d\n\n%s", bandwidth / 1e12,

@@ -40,6 +40,7 @@ void CudaMoeScratch::reserve(const ModelConfig& c, int64_t step_rows) {
   const int64_t r = std::min(step_rows, kCudaMoeChunkRows);
   const int64_t k = c.moe.num_experts_per_tok, e = c.moe.num_experts, h = c.hidden_size;
   const int64_t f = c.moe.moe_intermediate_size, s = c.moe.shared_expert_intermediate_size;
+  grow(logits, std::min(r, kcu::kMoeRouteSpreadMaxRows) * e, sizeof(float));
   grow(experts, r * k, sizeof(int32_t));
   grow(weights, r * k, sizeof(float));
   grow(offsets, e + 1, sizeof(int32_t));
@@ -57,8 +58,8 @@ void CudaMoeScratch::reserve(const ModelConfig& c, int64_t step_rows) {
 }
 
 uint64_t CudaMoeScratch::bytes() const {
-  return experts.size() + weights.size() + offsets.size() + order.size() + active.size() + act.size() + out.size() +
-         shared_gate_up.size() + shared_act.size() + shared_out.size() + shared_gate.size();
+  return logits.size() + experts.size() + weights.size() + offsets.size() + order.size() + active.size() +
+         act.size() + out.size() + shared_gate_up.size() + shared_act.size() + shared_out.size() + shared_gate.size();
 }
 
 void check_cuda_moe_weights(const ModelConfig& c, WeightSource& weights) {
@@ -190,6 +191,7 @@ void CudaOps::moe_route(const float* x, int64_t rows, const MoeBlock& block) {
   route.norm_topk_prob = block.norm_topk_prob;
   route.experts = s.experts.as<int32_t>();
   route.weights = s.weights.as<float>();
+  route.logits_scratch = s.logits.as<float>();
   kcu::launch_moe_route(route, stream_);
   kcu::launch_moe_group({s.experts.as<int32_t>(), rows * block.top_k, block.num_experts, s.offsets.as<int32_t>(),
                          s.order.as<int32_t>(), s.active.as<int32_t>()},

@@ -35,6 +35,7 @@ struct CudaMoeExperts {
 
 struct CudaMoeScratch {
   // R = rows of one chunk, k = top_k, E experts, F expert width, S shared width, H hidden.
+  kernels::cuda::DeviceBuffer logits;          // [min(R, kMoeRouteSpreadMaxRows), E] f32 router logits
   kernels::cuda::DeviceBuffer experts;         // [R k] int32
   kernels::cuda::DeviceBuffer weights;         // [R k] f32
   kernels::cuda::DeviceBuffer offsets;         // [E + 1] int32

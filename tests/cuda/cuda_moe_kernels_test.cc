@@ -9,16 +9,32 @@
 //     kRouteMargin = 1e-4 (a closer pair may flip under f32 rounding), the weights within
 //     kProductWeightTolerance = 5e-5 of the float64 softmax (the f32 logits carry ~2e-6 of
 //     accumulation error over 128 terms, which the softmax passes on);
+//     the router product spread over the device first (logits_scratch) gives the same bits;
 //   - two identical router rows: an exact tie of their logits, won by the lower index;
 //   - grouping: offsets, order (ascending within an expert) and the active list exactly equal a
 //     counting sort, up to 1024 rows x top 8;
 //   - the whole block (route -> group -> gate/up -> down -> combine, shared expert included)
-//     against float64 sums of the same widened weights: |got - want| <= kProductTolerance = 2e-5
-//     times max |want| of the row (f32 accumulation over <= 128 terms in another order: ~1e-6); expert
-//     widths 40 (vector loads) and 36 (scalar); 1, 3, 17 and 300 rows (the one-row and four-row
-//     kernels); a row's output the same bits alone and inside the batch (batch invariance);
+//     against float64 sums of the same widened weights, |got - want| <= tolerance times max |want|
+//     of the row: f32 experts and the 16-bit ones of width 36 (the f32 FMA kernel)
+//     kProductTolerance = 2e-5 (f32 accumulation over <= 128 terms in another order: ~1e-6);
+//     16-bit experts of width 40 (tensor cores, x split into hi + lo 16-bit parts)
+//     kTensorBlockTolerance = 1e-4 (each product's split error is <= 2^-16 sum |w x| ~ 3.6e-5 of
+//     the row's largest output at these K, ~3e-6 typically; a dropped lo part errs by ~2^-9 of
+//     each term: ~1e-3); 1, 3, 17 and 300 rows (the FMA one-row and four-row kernels, the tensor
+//     decode and prefill configurations); a row's output the same bits alone and inside batches of
+//     12 rows (decode: top 8 of 13, experts of more than 8 rows in two passes) and 300 rows
+//     (prefill) (batch invariance across the configurations);
+//   - the grouped products alone at the Qwen3-30B-A3B shape (hidden 2048, expert width 768, bf16
+//     and f16; 16 experts, top 4; 1, 5 and 24 rows (decode; at 24 one expert holds every row: 3
+//     passes of 8) and 300 rows (prefill, one expert holding every row: 5 token tiles over 4
+//     z-blocks)), each sampled output against
+//     the float64 dot products of the same f32 inputs: |got - want| <= kSplitTolerance * sum |w x|
+//     with kSplitTolerance = 4e-5 (2^-16 = 1.5e-5 from the split, the rest for f32 accumulation
+//     over up to 2048 columns: ~3e-7 typically) per dot product; act = silu(g) u takes
+//     |silu'(g) u| dg + |silu(g)| du + 1e-6 |act|;
 //   - a CUDA graph of the block captured once and replayed after the routing changed (new logits
-//     written to the same buffer): the replay matches the reference of the new routing.
+//     written to the same buffer), 5 rows (decode) and 300 (prefill): the replay matches the
+//     reference of the new routing.
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
@@ -46,6 +62,8 @@ constexpr double kWeightTolerance = 1e-5;
 constexpr double kProductWeightTolerance = 5e-5;
 constexpr double kRouteMargin = 1e-4;
 constexpr double kProductTolerance = 2e-5;
+constexpr double kTensorBlockTolerance = 1e-4;
+constexpr double kSplitTolerance = 4e-5;
 
 template <typename T>
 kcu::DeviceBuffer to_device(const std::vector<T>& host) {
@@ -201,6 +219,15 @@ TEST(CudaMoeRoute, RouterProductMatchesFloat64) {
         p.top_k = k;
         p.norm_topk_prob = k > 1;
         const RouteOut got = route_on_device(p);
+        {  // the spread router product (kMoeRouteSpreadMaxRows) gives the same bits
+          kcu::DeviceBuffer scratch(static_cast<size_t>(kRows * kE) * 4);
+          kcu::MoeRouteParams spread = p;
+          spread.logits_scratch = scratch.as<float>();
+          const RouteOut again = route_on_device(spread);
+          EXPECT_EQ(again.ids, got.ids) << type_name(type) << " hidden " << hidden << " top " << k;
+          EXPECT_EQ(0, std::memcmp(again.weights.data(), got.weights.data(), got.weights.size() * 4))
+              << type_name(type) << " hidden " << hidden << " top " << k;
+        }
         int decided = 0;
         for (int64_t r = 0; r < kRows; ++r) {
           std::vector<double> logits(kE, 0.0);
@@ -416,8 +443,15 @@ struct Block {
     return y;
   }
 
+  // The tensor-core kernels take 16-bit experts with both widths a multiple of 8.
+  double tolerance() const {
+    const bool tensor = type != kcu::WeightType::kF32 && hidden % 8 == 0 && width % 8 == 0;
+    return tensor ? kTensorBlockTolerance : kProductTolerance;
+  }
+
   void expect_matches_reference(const std::string& what) const {
     const std::vector<float> got = to_host<float>(y, static_cast<size_t>(rows * hidden));
+    const double tol = tolerance();
     int bad = 0;
     for (int64_t r = 0; r < rows && bad < 5; ++r) {
       const std::vector<double> want = reference(r);
@@ -425,7 +459,7 @@ struct Block {
       for (const double v : want) scale = std::max(scale, std::fabs(v));
       for (int64_t o = 0; o < hidden && bad < 5; ++o) {
         const double g = got[r * hidden + o];
-        if (!(std::fabs(g - want[o]) <= kProductTolerance * scale)) {
+        if (!(std::fabs(g - want[o]) <= tol * scale)) {
           ADD_FAILURE() << what << ": row " << r << " output " << o << " is " << g << ", float64 " << want[o];
           ++bad;
         }
@@ -460,17 +494,14 @@ TEST(CudaMoeBlock, GroupedProductsMatchFloat64) {
   }
 }
 
-// A row computes the same bits alone (the one-row kernel, one row per expert) as in a batch of
-// 17 (the four-row kernel, other rows beside it).
-TEST(CudaMoeBlock, RowAloneEqualsRowInBatch) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+void row_alone_equals_row_in_batch(int64_t batch_rows) {
   Block batch;
-  batch.top_k = 8, batch.rows = 17, batch.hidden = 128, batch.width = 40;
+  batch.top_k = 8, batch.rows = batch_rows, batch.hidden = 128, batch.width = 40;
   batch.make(7);
   batch.run(nullptr);
   kcu::synchronize_device();
-  const std::vector<float> all = to_host<float>(batch.y, 17 * 128);
-  for (const int64_t r : {0, 5, 16}) {
+  const std::vector<float> all = to_host<float>(batch.y, static_cast<size_t>(batch_rows * 128));
+  for (const int64_t r : {int64_t{0}, int64_t{5}, batch_rows - 1}) {
     Block alone;
     alone.top_k = 8, alone.rows = 1, alone.hidden = 128, alone.width = 40;
     alone.make(7);  // the same experts; then row r's x and logits
@@ -481,16 +512,15 @@ TEST(CudaMoeBlock, RowAloneEqualsRowInBatch) {
     alone.run(nullptr);
     kcu::synchronize_device();
     const std::vector<float> one = to_host<float>(alone.y, 128);
-    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + r * 128, 128 * 4)) << "row " << r;
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + r * 128, 128 * 4)) << "row " << r << " of " << batch_rows;
   }
 }
 
 // The block captured once in a CUDA graph replays correctly after the routing changed: the counts
 // and offsets are read on the device, never baked into the graph.
-TEST(CudaMoeBlock, GraphReplayFollowsNewRouting) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+void graph_replay_follows_new_routing(int64_t rows) {
   Block b;
-  b.top_k = 2, b.rows = 5, b.hidden = 128, b.width = 40, b.shared = true;
+  b.top_k = 2, b.rows = rows, b.hidden = 128, b.width = 40, b.shared = true;
   b.make(11);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
@@ -509,11 +539,157 @@ TEST(CudaMoeBlock, GraphReplayFollowsNewRouting) {
     }
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    b.expect_matches_reference("graph replay " + std::to_string(round));
+    b.expect_matches_reference("graph replay, " + std::to_string(rows) + " rows, round " + std::to_string(round));
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// A row computes the same bits alone (one row per expert: the tensor decode configuration) as in
+// a batch of 12 (decode, 8 rows at a time, other rows beside it) and of 300 (the prefill
+// configuration: 64-row tiles).
+TEST(CudaMoeBlock, RowAloneEqualsRowInBatch) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const int64_t batch_rows : {12, 300}) {
+    row_alone_equals_row_in_batch(batch_rows);
+  }
+}
+
+TEST(CudaMoeBlock, GraphReplayFollowsNewRouting) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const int64_t rows : {5, 300}) graph_replay_follows_new_routing(rows);
+}
+
+// The grouped products alone at the Qwen3-30B-A3B expert shape (K 2048 for gate/up, 768 for
+// down), 16 experts in one joined [E, 2F, H] gate/up and [E, H, F] down, weights kept as 16-bit
+// bits (widened on the fly: the float64 copy would be 600 MB).
+struct WideExperts {
+  static constexpr int kExperts = 16;
+  static constexpr int64_t kHidden = 2048, kWidth = 768;
+  kcu::WeightType type;
+  std::vector<uint16_t> gate_up, down;
+  kcu::DeviceBuffer dgate_up, ddown, table;
+
+  explicit WideExperts(kcu::WeightType t) : type(t) {
+    const int64_t e = kExperts, f = kWidth, h = kHidden;
+    auto bits = [&](size_t n, uint64_t seed) {
+      const std::vector<float> v = random_values(n, seed, 0.03f);
+      std::vector<uint16_t> b(n);
+      for (size_t i = 0; i < n; ++i) {
+        b[i] = type == kcu::WeightType::kBF16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+      }
+      return b;
+    };
+    gate_up = bits(static_cast<size_t>(e * 2 * f * h), 71);
+    down = bits(static_cast<size_t>(e * h * f), 72);
+    dgate_up = to_device(gate_up);
+    ddown = to_device(down);
+    std::vector<const void*> ptrs(static_cast<size_t>(3 * e));
+    for (int64_t i = 0; i < e; ++i) {
+      ptrs[i] = dgate_up.as<uint16_t>() + i * 2 * f * h;
+      ptrs[e + i] = dgate_up.as<uint16_t>() + (i * 2 * f + f) * h;
+      ptrs[2 * e + i] = ddown.as<uint16_t>() + i * h * f;
+    }
+    table = to_device(ptrs);
+  }
+  double value(uint16_t b) const {
+    return type == kcu::WeightType::kBF16 ? bf16_bits_to_float(b) : fp16_bits_to_float(b);
+  }
+  // sum_c w[c] x[c] and sum_c |w[c] x[c]| over n columns.
+  template <typename X>
+  std::pair<double, double> dot(const uint16_t* w, const X* x, int64_t n) const {
+    double s = 0, a = 0;
+    for (int64_t c = 0; c < n; ++c) {
+      const double t = value(w[c]) * double(x[c]);
+      s += t;
+      a += std::fabs(t);
+    }
+    return {s, a};
+  }
+};
+
+// Runs gate/up and down over `rows` rows routed by `experts` [rows, top_k] (grouped on the
+// device) and checks up to 48 grouped positions spread over all of them (first and last included).
+void check_wide_products(const WideExperts& w, int64_t rows, int top_k, const std::vector<int32_t>& experts,
+                         uint64_t seed) {
+  const int64_t h = WideExperts::kHidden, f = WideExperts::kWidth, n = rows * top_k;
+  const int e_count = WideExperts::kExperts;
+  const std::vector<float> x = random_values(static_cast<size_t>(rows * h), seed, 1.0f);
+  const kcu::DeviceBuffer dx = to_device(x), dids = to_device(experts);
+  kcu::DeviceBuffer offsets((e_count + 1) * 4), order(n * 4), active((e_count + 1) * 4), act(n * f * 4),
+      out(n * h * 4);
+  kcu::launch_moe_group({dids.as<int32_t>(), n, e_count, offsets.as<int32_t>(), order.as<int32_t>(),
+                         active.as<int32_t>()},
+                        nullptr);
+  kcu::MoeGroupedParams g;
+  g.offsets = offsets.as<int32_t>(), g.order = order.as<int32_t>(), g.active = active.as<int32_t>();
+  g.num_experts = e_count, g.top_k = top_k, g.num_choices = n, g.max_rows_per_expert = rows;
+  g.type = w.type, g.aligned16 = true;
+  const auto* t = w.table.as<const void*>();
+  g.first = t, g.second = t + e_count, g.in_features = h, g.out_features = f;
+  g.x = dx.as<float>(), g.y = act.as<float>();
+  ASSERT_TRUE(kcu::moe_grouped_uses_tensor_cores(g));
+  kcu::launch_moe_gate_up(g, nullptr);
+  g.first = t + 2 * e_count, g.second = nullptr, g.in_features = f, g.out_features = h;
+  g.x = act.as<float>(), g.y = out.as<float>();
+  ASSERT_TRUE(kcu::moe_grouped_uses_tensor_cores(g));
+  kcu::launch_moe_down(g, nullptr);
+  kcu::synchronize_device();
+  const std::vector<int32_t> ord = to_host<int32_t>(order, static_cast<size_t>(n));
+  const std::vector<float> a = to_host<float>(act, static_cast<size_t>(n * f));
+  const std::vector<float> o = to_host<float>(out, static_cast<size_t>(n * h));
+  const std::string what = std::string(type_name(w.type)) + " rows " + std::to_string(rows);
+  const int64_t samples = std::min<int64_t>(n, 48);
+  int bad = 0;
+  for (int64_t s = 0; s < samples && bad < 5; ++s) {
+    const int64_t i = samples == 1 ? 0 : s * (n - 1) / (samples - 1);  // grouped position
+    const int64_t c = ord[i], r = c / top_k, e = experts[c];
+    const uint16_t* gu = w.gate_up.data() + e * 2 * f * h;
+    for (int64_t j = 0; j < f && bad < 5; ++j) {
+      const auto [gs, ga] = w.dot(gu + j * h, x.data() + r * h, h);
+      const auto [us, ua] = w.dot(gu + (f + j) * h, x.data() + r * h, h);
+      const double sig = 1 / (1 + std::exp(-gs)), silu = gs * sig, dsilu = sig * (1 + gs * (1 - sig));
+      const double want = silu * us;
+      const double tol = kSplitTolerance * (std::fabs(dsilu * us) * ga + std::fabs(silu) * ua) + 1e-6 * std::fabs(want);
+      const double got = a[i * f + j];
+      if (!(std::fabs(got - want) <= tol)) {
+        ADD_FAILURE() << what << " gate/up: position " << i << " feature " << j << " is " << got << ", float64 "
+                      << want << " (tolerance " << tol << ")";
+        ++bad;
+      }
+    }
+    const uint16_t* d = w.down.data() + e * h * f;
+    for (int64_t j = 0; j < h && bad < 5; ++j) {
+      const auto [ds, da] = w.dot(d + j * f, a.data() + i * f, f);
+      const double got = o[c * h + j];
+      if (!(std::fabs(got - ds) <= kSplitTolerance * da)) {
+        ADD_FAILURE() << what << " down: choice " << c << " output " << j << " is " << got << ", float64 " << ds
+                      << " (tolerance " << kSplitTolerance * da << ")";
+        ++bad;
+      }
+    }
+  }
+}
+
+TEST(CudaMoeProducts, TensorCoresAtQwen3ShapeMatchFloat64) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kTopK = 4;
+  for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF16}) {
+    const WideExperts w(type);
+    std::mt19937 rng(3);
+    for (const int64_t rows : {1, 5, 24, 300}) {
+      if (type == kcu::WeightType::kF16 && rows != 24 && rows != 300) continue;
+      std::vector<int32_t> experts(static_cast<size_t>(rows * kTopK));
+      for (int64_t r = 0; r < rows; ++r) {  // distinct experts per row; from 24 rows expert 0 in every row
+        std::vector<int32_t> ids(WideExperts::kExperts);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin() + (rows >= 24 ? 1 : 0), ids.end(), rng);
+        std::copy(ids.begin(), ids.begin() + kTopK, experts.begin() + r * kTopK);
+      }
+      check_wide_products(w, rows, kTopK, experts, 900 + static_cast<uint64_t>(rows));
+    }
+  }
 }
 
 TEST(CudaMoeRoute, BadParamsThrow) {

@@ -22,6 +22,16 @@ void check_grouped(const MoeGroupedParams& p, const char* what, bool needs_secon
                 "moe {}: a null pointer among the weights, rows or grouping", what);
 }
 
+// The tensor-core kernel where moe_grouped_uses_tensor_cores, else the f32 FMA one (its vector
+// loads under the same alignment).
+void queue_grouped(const MoeGroupedParams& p, bool gate_up, cudaStream_t stream) {
+  if (moe_grouped_uses_tensor_cores(p)) {
+    detail::queue_moe_grouped_mma(p, gate_up, stream);
+  } else {
+    detail::queue_moe_grouped(p, gate_up, p.aligned16 && p.in_features % 8 == 0 && aligned(p.x, 16), stream);
+  }
+}
+
 }  // namespace
 
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
@@ -36,6 +46,15 @@ void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream) {
   const size_t element = p.router_type == WeightType::kF32 ? 4 : 2;
   const bool vec = p.logits == nullptr && p.hidden % 8 == 0 && aligned(p.x, 16) && aligned(p.router, 16) &&
                    (p.hidden * static_cast<int64_t>(element)) % 16 == 0;
+  if (p.logits == nullptr && p.logits_scratch != nullptr && p.rows <= kMoeRouteSpreadMaxRows) {
+    detail::queue_moe_router_logits(p, vec, stream);
+    MoeRouteParams from_logits = p;
+    from_logits.logits = p.logits_scratch;
+    from_logits.x = nullptr;
+    from_logits.router = nullptr;
+    detail::queue_moe_route(from_logits, false, stream);
+    return;
+  }
   detail::queue_moe_route(p, vec, stream);
 }
 
@@ -49,16 +68,20 @@ void launch_moe_group(const MoeGroupParams& p, cudaStream_t stream) {
   detail::queue_moe_group(p, stream);
 }
 
+bool moe_grouped_uses_tensor_cores(const MoeGroupedParams& p) {
+  return p.type != WeightType::kF32 && p.aligned16 && p.in_features % 8 == 0 && aligned(p.x, 16);
+}
+
 void launch_moe_gate_up(const MoeGroupedParams& p, cudaStream_t stream) {
   check_grouped(p, "gate/up", true);
   if (p.num_choices == 0) return;
-  detail::queue_moe_grouped(p, true, p.aligned16 && p.in_features % 8 == 0 && aligned(p.x, 16), stream);
+  queue_grouped(p, true, stream);
 }
 
 void launch_moe_down(const MoeGroupedParams& p, cudaStream_t stream) {
   check_grouped(p, "down", false);
   if (p.num_choices == 0) return;
-  detail::queue_moe_grouped(p, false, p.aligned16 && p.in_features % 8 == 0 && aligned(p.x, 16), stream);
+  queue_grouped(p, false, stream);
 }
 
 void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {

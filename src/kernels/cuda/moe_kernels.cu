@@ -7,10 +7,12 @@
 // Group: one block; each warp counts one expert's choices at a time (ballot + popc over the flat
 // choices), thread 0 scans the counts, then each warp writes its expert's choices in ascending
 // order: a stable counting sort without atomics (the same order every run).
-// Grouped products: blockIdx.y = the y-th selected expert (blocks past the count return),
-// blockIdx.x = a tile of output features; each warp owns kFeat features (gate/up: a gate row and
-// an up row each) and runs over the expert's rows kRows at a time, every lane reading 8 weights
-// (one 16-byte vector) and the same 8 columns of each row, f32 accumulation, a warp sum at the end.
+// Grouped products on f32 FMA units (f32 experts, and 16-bit ones whose widths are not a multiple
+// of 8; other 16-bit experts run on tensor cores, moe_mma.cu): blockIdx.y = the y-th selected
+// expert (blocks past the count return), blockIdx.x = a tile of output features; each warp owns
+// kFeat features (gate/up: a gate row and an up row each) and runs over the expert's rows kRows at
+// a time, every lane reading 8 weights (one 16-byte vector) and the same 8 columns of each row, f32
+// accumulation, a warp sum at the end.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,6 +23,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe_kernels.h"
 #include "kernels/cuda/moe_kernels_launch.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/round16.cuh"
 
 namespace spindle::kernels::cuda {
@@ -139,6 +142,7 @@ __device__ void top_k_warp(const float* logits, unsigned char* taken, int num_ex
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   extern __shared__ float shared_logits[];  // [E] then E taken flags
   const int e_count = p.num_experts;
   unsigned char* taken = reinterpret_cast<unsigned char*>(shared_logits + e_count);
@@ -161,7 +165,22 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(MoeRouteParams
   }
 }
 
+// The router product alone: warp w of block (x, r) computes logit (r, x * kRouteThreads / 32 + w)
+// with moe_route_kernel's warp_dot (the same bits).
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kRouteThreads) moe_router_logits_kernel(MoeRouteParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = static_cast<int>(blockIdx.x) * (kRouteThreads / 32) + warp;
+  if (e >= p.num_experts) return;  // whole warps leave; no block-wide barrier follows
+  const int64_t r = blockIdx.y;
+  const float l = warp_dot<T, kVec>(p.x + r * p.hidden, static_cast<const T*>(p.router) + int64_t{e} * p.hidden,
+                                    p.hidden, lane);
+  if (lane == 0) p.logits_scratch[r * p.num_experts + e] = l;
+}
+
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(MoeGroupParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   extern __shared__ int32_t group_shared[];  // counts [E], then starts [E]
   int32_t* counts = group_shared;
   int32_t* starts = group_shared + p.num_experts;
@@ -255,6 +274,7 @@ inline constexpr int kFeaturesPerWarp = kGateUp ? 2 : 4;
 
 template <typename T, bool kGateUp, int kRows, bool kVec>
 __global__ void __launch_bounds__(kGroupedWarps * 32) moe_grouped_kernel(MoeGroupedParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   constexpr int kFeat = kFeaturesPerWarp<kGateUp>;
   constexpr int kW = kGateUp ? 2 * kFeat : kFeat;
   if (static_cast<int>(blockIdx.y) >= p.active[p.num_experts]) return;
@@ -299,6 +319,7 @@ __global__ void __launch_bounds__(kGroupedWarps * 32) moe_grouped_kernel(MoeGrou
 }
 
 __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombineParams p) {
+  pdl_begin();  // first: the inputs are the previous kernels' outputs (pdl.cuh)
   const int64_t r = blockIdx.x;
   const int k = p.top_k;
   float g = 0.0f;
@@ -317,9 +338,9 @@ template <typename T>
 void route_typed(const MoeRouteParams& p, bool vec, size_t shared, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.rows));
   if (vec) {
-    moe_route_kernel<T, true><<<grid, kRouteThreads, shared, stream>>>(p);
+    launch_pdl(moe_route_kernel<T, true>, grid, kRouteThreads, shared, stream, p);
   } else {
-    moe_route_kernel<T, false><<<grid, kRouteThreads, shared, stream>>>(p);
+    launch_pdl(moe_route_kernel<T, false>, grid, kRouteThreads, shared, stream, p);
   }
 }
 
@@ -329,9 +350,9 @@ void grouped_rows(const MoeGroupedParams& p, bool vec, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.out_features + kTile - 1) / kTile),
                   static_cast<unsigned>(std::min<int64_t>(p.num_experts, p.num_choices)));
   if (vec) {
-    moe_grouped_kernel<T, kGateUp, kRows, true><<<grid, kGroupedWarps * 32, 0, stream>>>(p);
+    launch_pdl(moe_grouped_kernel<T, kGateUp, kRows, true>, grid, kGroupedWarps * 32, 0, stream, p);
   } else {
-    moe_grouped_kernel<T, kGateUp, kRows, false><<<grid, kGroupedWarps * 32, 0, stream>>>(p);
+    launch_pdl(moe_grouped_kernel<T, kGateUp, kRows, false>, grid, kGroupedWarps * 32, 0, stream, p);
   }
 }
 
@@ -368,9 +389,28 @@ void queue_moe_route(const MoeRouteParams& p, bool vec, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
+void queue_moe_router_logits(const MoeRouteParams& p, bool vec, cudaStream_t stream) {
+  constexpr int kWarps = kRouteThreads / 32;
+  const dim3 grid(static_cast<unsigned>((p.num_experts + kWarps - 1) / kWarps), static_cast<unsigned>(p.rows));
+  auto typed = [&](auto tag) {
+    using T = decltype(tag);
+    if (vec) {
+      launch_pdl(moe_router_logits_kernel<T, true>, grid, kRouteThreads, 0, stream, p);
+    } else {
+      launch_pdl(moe_router_logits_kernel<T, false>, grid, kRouteThreads, 0, stream, p);
+    }
+  };
+  switch (p.router_type) {
+    case WeightType::kBF16: typed(__nv_bfloat16{}); break;
+    case WeightType::kF16: typed(__half{}); break;
+    case WeightType::kF32: typed(float{}); break;
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
 void queue_moe_group(const MoeGroupParams& p, cudaStream_t stream) {
   const size_t shared = 2 * static_cast<size_t>(p.num_experts) * sizeof(int32_t);
-  moe_group_kernel<<<1, kGroupThreads, shared, stream>>>(p);
+  launch_pdl(moe_group_kernel, dim3(1), kGroupThreads, shared, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -383,7 +423,7 @@ void queue_moe_grouped(const MoeGroupedParams& p, bool gate_up, bool vec, cudaSt
 }
 
 void queue_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
-  moe_combine_kernel<<<static_cast<unsigned>(p.rows), kCombineThreads, 0, stream>>>(p);
+  launch_pdl(moe_combine_kernel, dim3(static_cast<unsigned>(p.rows)), kCombineThreads, 0, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 

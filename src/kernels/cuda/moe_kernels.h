@@ -13,15 +13,22 @@
 //   weights        w_j = exp(l_(e_j) - l_(e_0)) / sum_e exp(l_e - l_(e_0)) in f32 (the sum over
 //                  lanes, then a warp tree: not the CPU's index order, so it may differ in the
 //                  last bits), divided by sum_j w_j (in slot order) when norm_topk_prob
-//   experts        act = silu(x W_gate^T) * (x W_up^T), out = act W_down^T; every dot product
-//                  lane-strided in f32 then summed over the warp, the same order for a row in any
-//                  batch (batch-invariant)
+//   experts        act = silu(x W_gate^T) * (x W_up^T), out = act W_down^T (act f32), the same
+//                  order for a row in any batch (batch-invariant), by one of two kernels fixed
+//                  by the weights' type and alignment (moe_grouped_uses_tensor_cores):
+//                  16-bit experts on tensor cores (moe_mma.cu): x split as x = hi + lo, both
+//                  rounded to the weights' type (~16 significant bits, cublas_linear.h's split),
+//                  exact 16-bit products, f32 accumulation in 32-column chunks ascending;
+//                  f32 experts (and 16-bit ones whose width is not a multiple of 8): f32 FMA,
+//                  every dot product lane-strided in f32 then summed over the warp
 //   combine        y[r] = sum_j w[r, j] * out[r k + j] in slot order, then
 //                  y[r] += sigmoid(shared_gate[r]) * shared_out[r] with a shared expert.
 //
 // Plain launch functions: every pointer is device memory of the current device, every launch is
-// queued on `stream` and checked (errors throw spindle::Error). Shapes are checked by the callers
-// (the launch functions check only what would make a kernel read out of bounds). C++17.
+// queued on `stream` with programmatic dependent launch (pdl.cuh: each kernel waits for the one
+// before it first, only its launch overlaps) and checked (errors throw spindle::Error). Shapes are
+// checked by the callers (the launch functions check only what would make a kernel read out of
+// bounds). C++17.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,6 +44,12 @@ inline constexpr int kMoeMaxTopK = 32;
 // The most experts a router has on CUDA (their logits sit in shared memory).
 inline constexpr int kMoeMaxExperts = 4096;
 
+// Steps of at most this many rows compute the router product across the device first when
+// MoeRouteParams::logits_scratch is given: one warp per (row, expert), the same sum in the same
+// order as the one-block-per-row kernel (the same bits), then the top-k from those logits. One block
+// per row would leave a decode step's router bytes (Qwen3-30B-A3B: 512 KiB) to one SM's warps.
+inline constexpr int64_t kMoeRouteSpreadMaxRows = 64;
+
 struct MoeRouteParams {
   // Logits from a product: x [rows, hidden] f32 and router [num_experts, hidden] of router_type.
   const float* x = nullptr;
@@ -51,8 +64,11 @@ struct MoeRouteParams {
   bool norm_topk_prob = false;
   int32_t* experts = nullptr;  // out [rows, top_k]: chosen experts, largest logit first
   float* weights = nullptr;    // out [rows, top_k]: their routing weights
+  // [rows, num_experts] f32 device scratch for the router product (kMoeRouteSpreadMaxRows), or null.
+  float* logits_scratch = nullptr;
 };
-// One block per row. Throws spindle::Error for bad params.
+// One block per row (after the spread router product, see kMoeRouteSpreadMaxRows). Throws
+// spindle::Error for bad params.
 void launch_moe_route(const MoeRouteParams& p, cudaStream_t stream);
 
 struct MoeGroupParams {
@@ -90,6 +106,9 @@ struct MoeGroupedParams {
   const float* x = nullptr;
   float* y = nullptr;
 };
+// Whether launch_moe_gate_up / launch_moe_down compute p on tensor cores: bf16 or f16 experts,
+// in_features % 8 == 0, aligned16 and x 16-byte aligned.
+bool moe_grouped_uses_tensor_cores(const MoeGroupedParams& p);
 // act [num_choices, F] at grouped position i (order's index) = silu(x[r] W_gate^T) * (x[r] W_up^T)
 // with r = order[i] / top_k, x [rows, in]; y = act.
 void launch_moe_gate_up(const MoeGroupedParams& p, cudaStream_t stream);

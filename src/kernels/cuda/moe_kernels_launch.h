@@ -10,10 +10,15 @@ namespace spindle::kernels::cuda::detail {
 
 // vec: the 16-byte vector loads (hidden % 8 == 0, x and router 16-byte aligned).
 void queue_moe_route(const MoeRouteParams& p, bool vec, cudaStream_t stream);
+// The router product alone into p.logits_scratch: grid (experts / 8, rows), one warp per logit.
+void queue_moe_router_logits(const MoeRouteParams& p, bool vec, cudaStream_t stream);
 void queue_moe_group(const MoeGroupParams& p, cudaStream_t stream);
 // gate_up: launch_moe_gate_up's kernel, else launch_moe_down's; vec as above for in_features and
 // every weight and x row.
 void queue_moe_grouped(const MoeGroupedParams& p, bool gate_up, bool vec, cudaStream_t stream);
+// The same products on 16-bit tensor cores (moe_mma.cu): bf16 / f16 experts with the vector
+// loads' alignment (in % 8 == 0, every weight row and x 16-byte aligned).
+void queue_moe_grouped_mma(const MoeGroupedParams& p, bool gate_up, cudaStream_t stream);
 void queue_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda::detail
