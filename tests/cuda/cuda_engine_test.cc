@@ -484,7 +484,7 @@ namespace {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, HostRowsEngine,
                          ::testing::Values(HostRowsPath{"cuda_device_sampling", attn::Device::kCuda, "cuda_reference",
-                                                        true, &no_cuda_device_reason}),
+                                                        true, 8, &no_cuda_device_reason}),
                          host_rows_path_name);
 
 }  // namespace

@@ -6,7 +6,8 @@
 // Paths: the host path (host logits, engine::Sampler: serving on the CPU); the device-sampling
 // path (the step launched, its prompt rows' logits and final rows copied at launch: HostRows in
 // engine/runner.h) with the overlap schedule, run on the CPU by RunnerOptions::sample_on_host and
-// on CUDA for real (cuda_reference attention, f32 KV: the computation HF's goldens made).
+// on CUDA for real (cuda_reference attention, f32 KV: the computation HF's goldens made; decode
+// steps replay CUDA graphs, among them an embedding's last step when its last chunk is one token).
 //
 // Embeddings (SamplingParams::embedding): the pooled final normed hidden states (the last
 // position's; the mean over the prompt's; the first position's) equal the float64 forward's
@@ -59,6 +60,7 @@ struct HostRowsPath {
   attn::Device device = attn::Device::kCpu;
   std::string backend = "reference";       // both phases' attention backend
   bool device_sampling = false;            // launch() + HostRows (CPU: RunnerOptions::sample_on_host)
+  int max_graph_batch = 0;                 // CUDA graphs of decode steps up to this batch (0: none)
   const std::string& (*unavailable)() = nullptr;  // why this path cannot run here ("" or null: it can)
 };
 
@@ -82,6 +84,7 @@ class HostRowsEngine : public ::testing::TestWithParam<HostRowsPath> {
     run_.backend = path.backend;
     run_.kv_dtype = DType::kF32;
     run_.sample_on_host = path.device_sampling && path.device == attn::Device::kCpu;
+    run_.max_graph_batch = path.max_graph_batch;
     loaded_ = std::make_unique<LoadedModel>(model_dir(host_rows::kModel), run_);
     ASSERT_EQ(loaded_->runner->samples_on_device(), path.device_sampling) << path.name;
     tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(model_dir(host_rows::kModel)));

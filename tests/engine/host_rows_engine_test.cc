@@ -9,8 +9,8 @@ namespace spindle::testing {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, HostRowsEngine,
-                         ::testing::Values(HostRowsPath{"host", attn::Device::kCpu, "reference", false, nullptr},
-                                           HostRowsPath{"device_sampling", attn::Device::kCpu, "reference", true,
+                         ::testing::Values(HostRowsPath{"host", attn::Device::kCpu, "reference", false, 0, nullptr},
+                                           HostRowsPath{"device_sampling", attn::Device::kCpu, "reference", true, 0,
                                                         nullptr}),
                          host_rows_path_name);
 
