@@ -38,6 +38,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,8 @@ struct HostRowsPath {
 };
 
 inline std::string host_rows_path_name(const ::testing::TestParamInfo<HostRowsPath>& info) { return info.param.name; }
+// GoogleTest prints a failing case's path by its name.
+inline void PrintTo(const HostRowsPath& path, std::ostream* os) { *os << path.name; }
 
 struct HostRowsServed {
   std::vector<engine::PromptLogprob> prompt_logprobs;
