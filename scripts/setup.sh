@@ -53,12 +53,12 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The locked npm packages of tests/node, when absent or older than the lock file. Without them
-# the Node client test skips, so a failure here (offline) is a warning.
+# The locked npm packages of tests/node (the openai client, the Vercel AI SDK), when absent or older
+# than the lock file. Without them the Node client tests skip, so a failure here (offline) is a warning.
 if [[ ! -f tests/node/node_modules/.package-lock.json ||
       tests/node/package-lock.json -nt tests/node/node_modules/.package-lock.json ]]; then
   echo "setup: npm ci --prefix tests/node"
-  npm ci --prefix tests/node --no-audit --no-fund || echo "setup: warning: npm ci failed; the OpenAI Node client test will skip"
+  npm ci --prefix tests/node --no-audit --no-fund || echo "setup: warning: npm ci failed; the Node client tests will skip"
 fi
 
 if [[ "${SPINDLE_SETUP_ONLY_DEPS:-0}" == "1" ]]; then exit 0; fi

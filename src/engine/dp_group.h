@@ -70,7 +70,6 @@ class DpGroup {
   int max_model_len() const { return front().max_model_len(); }
   int vocab_size() const { return front().vocab_size(); }
   const std::string& model_name() const { return front().model_name(); }
-  std::string host_rows_unsupported() const { return front().host_rows_unsupported(); }
   int hidden_size() const { return front().hidden_size(); }
   int dp_size() const { return static_cast<int>(ranks_.size()); }
 

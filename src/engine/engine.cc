@@ -82,11 +82,6 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_choices(std::vector<T
 std::vector<std::shared_ptr<RequestStream>> Engine::submit_batch(std::vector<Submission> batch) {
   SPINDLE_CHECK(!batch.empty(), "submit_batch needs at least one request");
   const int n = static_cast<int>(batch.size());
-  for (const Submission& s : batch) {
-    if (s.params.prompt_logprobs >= 0 || s.params.embedding) {
-      SPINDLE_CHECK(host_rows_unsupported().empty(), "{}", host_rows_unsupported());
-    }
-  }
   for (Submission& s : batch) {
     if (s.params.embedding) s.params.speculative = false;  // it never decodes
     if (!s.params.grammar) continue;
@@ -114,13 +109,6 @@ std::vector<std::shared_ptr<RequestStream>> Engine::submit_batch(std::vector<Sub
   }
   wake_.notify_one();
   return streams;
-}
-
-std::string Engine::host_rows_unsupported() const {
-  if (!runner_.samples_on_device()) return "";
-  return fmt::format("prompt logprobs and embeddings are read from host logits and hidden rows; this server samples "
-                     "on the device ({}), where they are not built yet",
-                     attn::device_name(runner_.model().device()));
 }
 
 bool Engine::kv_integrity_ok() {

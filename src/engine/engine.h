@@ -135,9 +135,6 @@ class Engine {
   // Token ids a request may use: those both the tokenizer and the model's embedding know.
   int vocab_size() const { return std::min(tokenizer_.vocab_size(), runner_.model().config().vocab_size); }
   const std::string& model_name() const { return options_.model_name; }
-  // Why requests reading host rows (SamplingParams::prompt_logprobs, embedding) cannot be served
-  // here ("": they can): only where the engine samples on the host.
-  std::string host_rows_unsupported() const;
   // The width of an embedding (the model's hidden size).
   int hidden_size() const { return runner_.model().config().hidden_size; }
   Metrics& metrics() { return metrics_; }

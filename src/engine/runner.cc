@@ -130,7 +130,7 @@ const std::vector<SampledRow>& Runner::run_and_sample(const SamplingBatch& sampl
   return collect();
 }
 
-void Runner::launch(const SamplingBatch& sampling) {
+void Runner::launch(const SamplingBatch& sampling, HostRows* host_rows) {
   SPINDLE_CHECK(samples_on_device(), "launch: {} does not sample on the device", attn::device_name(model_.device()));
   SPINDLE_CHECK(static_cast<int>(sampling.rows.size()) == batch_.num_logit_rows(),
                 "launch: {} sampling rows for {} logit rows", sampling.rows.size(), batch_.num_logit_rows());
@@ -144,6 +144,7 @@ void Runner::launch(const SamplingBatch& sampling) {
       batch_.token_ids[static_cast<size_t>(p.row)] = host_last_[static_cast<size_t>(p.source)].token;
     }
     const std::span<float> logits = run(batch_);
+    if (host_rows != nullptr) copy_host_rows(*host_rows, logits.data());  // before the sampler edits them
     sample_rows_on_host(logits, model_.config().vocab_size, sampling, host_last_);
     host_queued_.push_back(host_last_);
     ++num_launched_;
@@ -172,8 +173,28 @@ void Runner::launch(const SamplingBatch& sampling) {
     graphs_enabled_ = false;
     graphs_disabled_reason_ = "capture failed: " + model_.last_capture_failure();
   }
+  if (host_rows != nullptr) copy_host_rows(*host_rows, nullptr);
   model_.queue_sample(sampling);
   ++num_launched_;
+}
+
+void Runner::copy_host_rows(HostRows& rows, const float* host_logits) {
+  const size_t n = static_cast<size_t>(batch_.num_logit_rows());
+  const size_t vocab = static_cast<size_t>(model_.config().vocab_size);
+  rows.logits.clear();
+  rows.final_rows.clear();
+  if (rows.want_logits) {
+    rows.logits.resize(n * vocab);
+    if (host_logits != nullptr) {
+      std::copy(host_logits, host_logits + n * vocab, rows.logits.begin());
+    } else {
+      model_.read_logits(rows.logits.data(), static_cast<int64_t>(n));
+    }
+  }
+  if (rows.want_final_rows) {
+    rows.final_rows.resize(n * static_cast<size_t>(model_.config().hidden_size));
+    model_.read_final_rows(rows.final_rows.data(), static_cast<int64_t>(n));
+  }
 }
 
 const std::vector<SampledRow>& Runner::collect() {

@@ -59,6 +59,20 @@ inline constexpr int kMaxVerifyGraphTokens = 16;
 // all n of them with logits (a verify step of n - 1 drafts each), and nothing else is in it.
 bool is_uniform_verify(const StepBatch& batch);
 
+// A launched step's rows copied to the host right after its forward and before its sampling
+// (prompt logprobs and embeddings where the runner samples on the device; the CPU's host path
+// reads them from run()'s logits and final_rows()). Asked for with the want_ flags; launch()
+// fills the vectors (emptied when not asked for):
+//   logits      [num_logit_rows, vocab_size] f32, every logit row of the step (padding rows too)
+//   final_rows  [num_logit_rows, hidden_size] f32, the final RMSNorm the LM head read
+struct HostRows {
+  bool want_logits = false;
+  bool want_final_rows = false;
+  std::vector<float> logits;
+  std::vector<float> final_rows;
+  bool wanted() const { return want_logits || want_final_rows; }
+};
+
 class Runner {
  public:
   // Borrows the model and the backends (both running on the model's device; may be the same).
@@ -92,7 +106,9 @@ class Runner {
   // (Request::num_pending_tokens: built as PendingToken, pending_tokens()) are taken on the device
   // from the last launched step's samples. collect() waits for the oldest launched step and returns
   // its rows (valid until the next collect). At most two steps are launched and not collected.
-  void launch(const SamplingBatch& sampling);
+  // host_rows (optional): the step's rows it asks for, copied before the sampling is queued (the
+  // copy waits for the forward; sampling rows of those logit rows may be any, their tokens unread).
+  void launch(const SamplingBatch& sampling, HostRows* host_rows = nullptr);
   const std::vector<SampledRow>& collect();
   int num_launched() const { return num_launched_; }
   // build()'s query rows whose token is pending, with the last launched step's logit row it is.
@@ -113,6 +129,9 @@ class Runner {
 
  private:
   attn::AttentionBackend& backend_for(const StepBatch& batch) { return batch.is_decode() ? decode_ : prefill_; }
+  // launch()'s host rows of batch_'s forward; host_logits: that forward's logits where they are
+  // on the host already (sample_on_host), else null (read from the device).
+  void copy_host_rows(HostRows& rows, const float* host_logits);
 
   Transformer& model_;
   attn::AttentionBackend& prefill_;

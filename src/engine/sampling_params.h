@@ -37,14 +37,14 @@ struct SamplingParams {
   // Prompt logprobs: -1 none; k in [0, 20]: every prompt token after the first gets its raw
   // log-probability, rank and k alternatives (RequestOutput::prompt_logprobs, with the first
   // token). Such a request computes every prompt position's logits row: it reads no prefix-cache
-  // pages past the positions whose rows it has (scheduler.h). Only where the engine samples on the
-  // host (Engine::host_rows_unsupported).
+  // pages past the positions whose rows it has (scheduler.h). On a device that samples, the rows
+  // are copied to the host at launch (engine/step_executor.h).
   int prompt_logprobs = -1;
   // An embedding request (/v1/embeddings): no token is drawn; the step that computes its last
   // prompt position ends it with RequestOutput::embedding, the final normed hidden states pooled
   // by `pooling` (last token; mean over the prompt; the first token), not L2-normalised. Mean and
   // first-token pooling read every prompt position's row (prompt rows, as prompt_logprobs: no
-  // cached pages). Host rows only, as prompt_logprobs.
+  // cached pages); the rows reach the host as prompt_logprobs' do.
   bool embedding = false;
   PoolingConfig::Mode pooling = PoolingConfig::Mode::kLastToken;
   bool speculative = true;          // may use speculative decoding where the server runs it

@@ -178,10 +178,21 @@ void StepExecutor::run_on_host(LaunchedStep& step, const StepBatch& batch, Timer
   process_step(step, logits, nullptr);
 }
 
+void StepExecutor::want_host_rows(LaunchedStep& step) const {
+  HostRows& h = step.host_rows;
+  h.want_logits = h.want_final_rows = false;
+  for (const auto& s : step.plan.sequences) {
+    const bool embedding = output_.at(s.request->id).sampler.params().embedding;
+    if (s.num_prompt_rows > 0) (embedding ? h.want_final_rows : h.want_logits) = true;
+    if (embedding && s.logits_row >= 0) h.want_final_rows = true;
+  }
+}
+
 void StepExecutor::launch(LaunchedStep& step, int num_logit_rows, bool overlap, Timer& timer) {
   fill_sampling_rows(step.plan, num_logit_rows);
+  want_host_rows(step);
   step.seconds.build = timer.lap();
-  runner_.launch(sampling_);
+  runner_.launch(sampling_, step.host_rows.wanted() ? &step.host_rows : nullptr);
   step.seconds.forward = timer.lap();
   scheduler_.update(step.plan);
   for (const auto& s : step.plan.sequences) {
@@ -204,12 +215,17 @@ void StepExecutor::launch(LaunchedStep& step, int num_logit_rows, bool overlap, 
 void StepExecutor::fill_sampling_rows(const StepPlan& plan, int num_logit_rows) {
   sampling_.clear();
   sampling_.rows.resize(static_cast<size_t>(num_logit_rows));
+  SamplingRow unread;  // prompt rows and embeddings: read from HostRows; the cheapest draw
+  unread.temperature = 0.0f;
   for (const auto& s : plan.sequences) {
-    // Prompt rows are read from host logits (Engine::host_rows_unsupported refuses them here).
-    SPINDLE_CHECK(s.num_prompt_rows == 0, "request {}: prompt rows in a step sampled on the device", s.request->id);
+    for (int i = 0; i < s.num_prompt_rows; ++i) sampling_.rows[static_cast<size_t>(s.prompt_rows_offset + i)] = unread;
     if (s.logits_row < 0) continue;
     const Request& r = *s.request;
     const Sampler& sampler = output_.at(r.id).sampler;
+    if (sampler.params().embedding) {  // it draws no token (sample_sequence)
+      sampling_.rows[static_cast<size_t>(s.logits_row)] = unread;
+      continue;
+    }
     // Tokens drawn before row 0: the known ones and the pending ones (which no penalty reads:
     // can_overlap), then row i draws the token after draft i, as non-speculative decoding would.
     const uint64_t drawn = r.output.size() + static_cast<uint64_t>(r.num_pending_tokens);
@@ -261,7 +277,8 @@ void StepExecutor::finish_step(LaunchedStep& step) {
   Timer timer;
   const std::vector<SampledRow>& rows = runner_.collect();
   step.seconds.device = timer.lap();
-  process_step(step, {}, &rows);
+  final_rows_ = step.host_rows.final_rows;
+  process_step(step, step.host_rows.logits, &rows);
 }
 
 void StepExecutor::process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows) {
@@ -303,15 +320,16 @@ void StepExecutor::accept_prompt_rows(const ScheduledSequence& s, Request& r, st
     return;
   }
   const size_t vocab = static_cast<size_t>(vocab_);
+  SPINDLE_CHECK(logits.size() >= (first + n) * vocab, "request {}: prompt rows without the step's logits", r.id);
   output_.accept_prompt_rows(r, o, logits.subspan(first * vocab, n * vocab), vocab_, s.first_prompt_row);
 }
 
 void StepExecutor::sample_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o,
                                    std::span<float> logits, const std::vector<SampledRow>* device_rows, StepSeconds& t,
                                    Timer& timer) {
-  if (o.sampler.params().embedding) {  // host logits only (Engine::host_rows_unsupported)
+  if (o.sampler.params().embedding) {  // its final rows: run_on_host's, or HostRows (want_host_rows)
     const size_t hidden = static_cast<size_t>(runner_.model().config().hidden_size);
-    SPINDLE_CHECK(device_rows == nullptr && final_rows_.size() >= (static_cast<size_t>(s.logits_row) + 1) * hidden,
+    SPINDLE_CHECK(final_rows_.size() >= (static_cast<size_t>(s.logits_row) + 1) * hidden,
                   "request {}: an embedding without its step's hidden rows", r.id);
     output_.accept_embedding(r, o, final_rows_.subspan(static_cast<size_t>(s.logits_row) * hidden, hidden));
     t.output += timer.lap();

@@ -24,6 +24,12 @@
 // a constrained request (structured output): its grammar mask is filled from its matcher when its
 // step is built, which needs its last token on the host; its steps equal one-at-a-time ones.
 //
+// Prompt logprobs and embeddings read rows besides the sampled ones: prompt rows' logits and the
+// final normed hidden rows. With host logits they come with run(); with device sampling the step
+// asks launch() for host copies (HostRows, taken after the forward and before the sampling) and
+// keeps them with the launched step until it is processed, while its sampling rows are drawn on
+// the device as in any step (other requests' draws do not depend on whether one asked for rows).
+//
 // Structured output: host logits get the request's grammar mask between the forward and the
 // sampler (engine::Sampler::sample); device sampling gets it in the sampling rows
 // (SamplingBatch::masks), uploaded with them after the forward is queued. A constrained request's
@@ -82,6 +88,9 @@ class StepExecutor {
     StepSeconds seconds;
     int max_drafts = 0;
     Clock::time_point start;
+    // Device sampling: its prompt rows' logits and embeddings' final rows, copied at launch
+    // (want_host_rows).
+    HostRows host_rows;
   };
   // Drafts, then the scheduler's plan into `plan`; false (after collecting and releasing) when it
   // is empty.
@@ -102,7 +111,11 @@ class StepExecutor {
   void run_on_host(LaunchedStep& step, const StepBatch& batch, Timer& timer);
   // Device sampling: launches the step, collects the one before it, and this one unless it runs ahead.
   void launch(LaunchedStep& step, int num_logit_rows, bool overlap, Timer& timer);
-  // sampling_'s rows for the plan's logit rows (kernels/sampling_batch.h).
+  // Sets step.host_rows' want_ flags: logits for prompt logprobs' prompt rows, final rows for an
+  // embedding's pooled rows or its last position.
+  void want_host_rows(LaunchedStep& step) const;
+  // sampling_'s rows for the plan's logit rows (kernels/sampling_batch.h); prompt rows and an
+  // embedding's row get a greedy row whose token nobody reads.
   void fill_sampling_rows(const StepPlan& plan, int num_logit_rows);
   // A constrained request's grammar mask for sampling_.rows[row] (structured output).
   void add_grammar_mask(RequestOutputState& o, size_t row);
@@ -113,8 +126,8 @@ class StepExecutor {
   void finish_step(LaunchedStep& step);
   // A step's results. device_rows: the device's samples (null: host logits in `logits`).
   void process_step(LaunchedStep& step, std::span<float> logits, const std::vector<SampledRow>* device_rows);
-  // s's prompt rows (host logits only: fill_sampling_rows): prompt logprobs, or an embedding's
-  // pooled rows.
+  // s's prompt rows (host logits: run()'s, or HostRows copied at launch): prompt logprobs, or an
+  // embedding's pooled rows.
   void accept_prompt_rows(const ScheduledSequence& s, Request& r, std::span<float> logits);
   void sample_sequence(const ScheduledSequence& s, Request& r, RequestOutputState& o, std::span<float> logits,
                        const std::vector<SampledRow>* device_rows, StepSeconds& t, Timer& timer);
@@ -140,7 +153,7 @@ class StepExecutor {
   std::optional<LaunchedStep> in_flight_;  // the overlap schedule's step on the device
   std::vector<SampledToken> drawn_;        // scratch: a verified sequence's device samples
   std::vector<TokenId> context_;           // scratch: output + the drafts before a row
-  std::span<const float> final_rows_;      // a host step's final hidden rows, when an embedding reads them
+  std::span<const float> final_rows_;      // the processed step's final hidden rows, when an embedding reads them
   DecodeWindow window_;
   std::unordered_set<uint64_t> forced_drafts_;   // this step's requests drafting jump-forward tokens
   speculative::DraftProposal forced_proposal_;   // theirs: point-mass drafts (q empty)

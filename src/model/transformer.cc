@@ -133,6 +133,16 @@ void Transformer::forward(const StepBatch& batch, attn::AttentionBackend& attent
   }
 }
 
+void Transformer::read_logits(float* host, int64_t num_rows) {
+  SPINDLE_CHECK(samples_on_device(), "read_logits: {} writes its logits to the host in forward()",
+                attn::device_name(device()));
+  const int64_t have = ops_->step().num_logit_rows;
+  SPINDLE_CHECK(host != nullptr && num_rows >= 0 && num_rows <= have, "read_logits: {} rows of a step of {}", num_rows,
+                have);
+  // No row range of the head on such a device (limit_logit_ids), so the rows are whole.
+  ops_->finish_step(host, num_rows * config_.vocab_size);
+}
+
 void widen_logit_rows(float* logits, int64_t rows, int64_t num_ids, int64_t vocab) {
   SPINDLE_CHECK(rows >= 0 && num_ids >= 1 && num_ids <= vocab, "widen_logit_rows: {} rows of {} of {} ids", rows,
                 num_ids, vocab);

@@ -105,6 +105,11 @@ class Transformer {
   // After forward(): the final RMSNorm of its logit rows, [batch.num_logit_rows(), hidden_size]
   // f32 into `host` (the hidden state the LM head read: embeddings).
   void read_final_rows(float* host, int64_t num_rows) { ops_->read_final_rows(host, num_rows * config_.hidden_size); }
+  // After a forward() whose logits stayed on the device (logits null): its first num_rows logit
+  // rows, [num_rows, vocab_size] f32, copied into `host` (prompt logprobs where the device
+  // samples); waits for the forward. The device's copy stays for sample(). Throws where the
+  // logits never stay on the device (!samples_on_device()).
+  void read_logits(float* host, int64_t num_rows);
 
   // Where the device chooses tokens from the logits a forward left on it (CUDA).
   bool samples_on_device() const { return ops_->samples_on_device(); }

@@ -194,12 +194,7 @@ Submitted submit_request(engine::DpGroup& engine, GenerationRequest& r) {
   // Compiled here, on the HTTP work pool, before anything is queued (an output constraint's is
   // cached by canonical text).
   choose_grammar(r, s.parsing);
-  if (r.sampling.prompt_logprobs >= 0) {
-    if (std::string why = engine.host_rows_unsupported(); !why.empty()) {
-      bad_request(r.vllm_prompt_logprobs ? "prompt_logprobs" : "echo", why);
-    }
-    s.prompt_ids = ids;
-  }
+  if (r.sampling.prompt_logprobs >= 0) s.prompt_ids = ids;
   s.num_prompt_tokens = n;
   std::vector<engine::SamplingParams> choices;
   for (int i = 0; i < r.n; ++i) {

@@ -157,7 +157,6 @@ std::unique_ptr<Relay> submit_embeddings(engine::DpGroup& engine, const Embeddin
     throw ApiError(404, "invalid_request_error", "model",
                    fmt::format("the model '{}' does not exist; this server serves '{}'", r.model, engine.model_name()));
   }
-  if (std::string why = engine.host_rows_unsupported(); !why.empty()) bad_request("input", why);
   if (r.dimensions > engine.hidden_size()) {
     bad_request("dimensions", fmt::format("'dimensions' is {}; this model's embeddings have {}", r.dimensions,
                                           engine.hidden_size()));

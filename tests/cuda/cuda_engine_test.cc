@@ -9,6 +9,15 @@
 // host logits). Expected: token-for-token equality (greedy), for every prompt, with every prompt
 // of the model in one batch. Graph vs eager: identical tokens (the same kernels; a graph is a
 // recording of them).
+//
+// Prompt logprobs and embeddings on CUDA (HostRowsEngine, the cases of engine/host_rows_cases.h,
+// instantiated here on the device): the step samples on the device and its prompt rows' logits and
+// final normed rows are copied to the host at launch (engine::HostRows); checked against HF's
+// logits (golden.json last_logits: the last prompt entry and its top alternatives, HF's greedy
+// tokens rank 1) and a float64 forward (every prompt position, the three poolings), with the CPU
+// test's tolerances (kF32Tolerance = 1e-4 relative, the bound cuda_model_test holds the f32 CUDA
+// forward to against HF; 2 * kF32Tolerance * max|logit| on a log-softmax entry), cuda_reference
+// attention and an f32 KV cache.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -27,6 +36,7 @@
 #include "model/golden_fixtures.h"
 #include "startup/workspace_probe.h"
 #include "cuda/cuda_skip.h"
+#include "engine/host_rows_cases.h"
 #include "engine/spec_harness.h"
 #include "grammar/json_schema.h"
 #include "util/error.h"
@@ -468,3 +478,14 @@ INSTANTIATE_TEST_SUITE_P(Golden, CudaEngineTest,
 
 }  // namespace
 }  // namespace spindle
+
+namespace spindle::testing {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Cuda, HostRowsEngine,
+                         ::testing::Values(HostRowsPath{"cuda_device_sampling", attn::Device::kCuda, "cuda_reference",
+                                                        true, 8, &no_cuda_device_reason}),
+                         host_rows_path_name);
+
+}  // namespace
+}  // namespace spindle::testing

@@ -113,6 +113,39 @@ TEST_P(CudaModelTest, PrefillLogitsAndGreedyDecodeMatchHuggingFace) {
       *model_, golden_, tolerance_, GetParam() + " on CUDA (" + model_->linear_kernel_name() + ", cuda_reference)");
 }
 
+// Prompt logprobs and embeddings where the device samples (engine::HostRows): a forward whose
+// logits stay on the device (logits null), read back with read_logits, gives every row of the
+// forward that writes host logits bit for bit (the same kernels over the same batch), and the same
+// final normed rows; every prompt position is a logit row, the last one HF's within the model's
+// tolerance. Reading more rows than the step has throws.
+TEST_P(CudaModelTest, LogitsLeftOnTheDeviceReadBackAsHostLogits) {
+  load();
+  attn::AttentionBackend* backend = make_backend(DType::kF32);
+  Transformer& t = model_->transformer();
+  const GoldenPrompt& g = golden_.back();
+  const int n = static_cast<int>(g.ids.size());
+  const size_t vocab = static_cast<size_t>(t.config().vocab_size), hidden = static_cast<size_t>(t.config().hidden_size);
+  KvPages kv(t.config(), DType::kF32, 8, t.device());
+  backend->bind_kv_caches(kv.caches());
+  std::vector<int32_t> pages;
+  const testing::SequenceMetadata seq = kv.step(pages, 0, n);
+  StepBatch batch;
+  batch.add_sequence(g.ids.data(), n, 0, seq.page_table.data(), static_cast<int32_t>(seq.page_table.size()), n);
+  std::vector<float> host(static_cast<size_t>(n) * vocab), device(host.size());
+  std::vector<float> host_final(static_cast<size_t>(n) * hidden), device_final(host_final.size());
+  for (const bool on_host : {true, false}) {
+    backend->prepare(batch, t.upload(batch, kPageSize));
+    t.forward(batch, *backend, on_host ? host.data() : nullptr);
+    if (!on_host) t.read_logits(device.data(), n);
+    t.read_final_rows((on_host ? host_final : device_final).data(), n);
+  }
+  EXPECT_EQ(device, host);
+  EXPECT_EQ(device_final, host_final);
+  const std::span<const float> last(device.data() + static_cast<size_t>(n - 1) * vocab, vocab);
+  EXPECT_LE(relative_error(last, g.last_logits), tolerance_) << GetParam();
+  EXPECT_THROW(t.read_logits(device.data(), n + 1), Error);
+}
+
 // All four prompts in one forward (ragged lengths; over kFusedSplitMaxRows rows for all but
 // kjv-tiny, so bf16 products take the two-product path) give the same last logits as one at a time.
 TEST_P(CudaModelTest, RaggedBatchMatchesOneAtATime) {

@@ -8,18 +8,9 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
-const baseURL = process.argv[2];
-if (!baseURL) {
-  console.error('usage: node openai_client_test.mjs BASE_URL [API_KEY]');
-  process.exit(2);
-}
-// Node's own fetch (undici, Node >= 18) rather than the SDK's bundled node-fetch 2: on Debian 12's
-// Node 18.20 node-fetch 2 fails valid chunked + gzip responses with "Premature close" (a known
-// node-fetch / Node regression; curl and undici read the same bytes fine).
-const client = new OpenAI({
-  baseURL, apiKey: process.argv[3] ?? 'unused', maxRetries: 0, timeout: 30_000,
-  ...(globalThis.fetch ? { fetch: globalThis.fetch } : {}),
-});
+import { openaiClient, runCases } from './harness.mjs';
+
+const client = openaiClient('openai_client_test');
 const kMaxTokens = 8;
 
 function checkUsage(usage, what) {
@@ -325,15 +316,4 @@ const tests = {
   },
 };
 
-let failed = 0;
-for (const [name, test] of Object.entries(tests)) {
-  try {
-    await test();
-    console.log(`ok ${name}`);
-  } catch (e) {
-    ++failed;
-    console.log(`FAILED ${name}: ${e?.stack ?? e}`);
-  }
-}
-console.log(`openai_client_test: ${Object.keys(tests).length - failed} ok, ${failed} failing`);
-process.exit(failed ? 1 : 0);
+await runCases('openai_client_test', tests);

@@ -8,16 +8,9 @@
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 
-const baseURL = process.argv[2];
-if (!baseURL) {
-  console.error('usage: node openai_responses_test.mjs BASE_URL [API_KEY]');
-  process.exit(2);
-}
-// Node's own fetch (see openai_client_test.mjs).
-const client = new OpenAI({
-  baseURL, apiKey: process.argv[3] ?? 'unused', maxRetries: 0, timeout: 30_000,
-  ...(globalThis.fetch ? { fetch: globalThis.fetch } : {}),
-});
+import { openaiClient, runCases } from './harness.mjs';
+
+const client = openaiClient('openai_responses_test');
 
 // Bounded schemas, as openai_client_test.mjs's chat tool test has them.
 const tools = [
@@ -143,15 +136,4 @@ const tests = {
   },
 };
 
-let failed = 0;
-for (const [name, test] of Object.entries(tests)) {
-  try {
-    await test();
-    console.log(`ok ${name}`);
-  } catch (e) {
-    ++failed;
-    console.log(`FAILED ${name}: ${e?.stack ?? e}`);
-  }
-}
-console.log(`openai_responses_test: ${Object.keys(tests).length - failed} ok, ${failed} failing`);
-process.exit(failed ? 1 : 0);
+await runCases('openai_responses_test', tests);

@@ -16,6 +16,7 @@
 #include <future>
 #include <thread>
 
+#include "node_client.h"
 #include "server_checks.h"
 #include "spindle_server.h"
 #include "support/spindle_binary.h"
@@ -661,16 +662,8 @@ TEST_F(ServerApiTest, GreedyOutputEqualsSpindleGenerate) {
 }
 
 TEST_F(ServerApiTest, OfficialOpenAiNodeClient) {
-  const std::string node = find_on_path("node");
-  if (node.empty()) GTEST_SKIP() << "node is not installed (scripts/setup.sh installs nodejs and npm)";
-  const fs::path dir = kSourceDir / "tests" / "node";
-  if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
-    GTEST_SKIP() << "the openai package is not installed: npm ci --prefix tests/node (scripts/setup.sh runs it)";
-  }
-  const ChildResult r =
-      run_child({node, (dir / "openai_client_test.mjs").string(), server_->base_url() + "/v1"}, std::chrono::seconds(120));
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, ::testing::HasSubstr(" ok, 0 failing")) << r.out << r.err;
+  if (std::string why = node_client_unavailable({"openai"}); !why.empty()) GTEST_SKIP() << why;
+  expect_node_client_passes("openai_client_test", server_->base_url() + "/v1");
 }
 
 }  // namespace

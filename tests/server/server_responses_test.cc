@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "node_client.h"
 #include "spindle_server.h"
 
 namespace spindle::testing {
@@ -332,16 +333,8 @@ TEST_F(ServerResponsesTest, RefusalsNameTheParameter) {
 }
 
 TEST_F(ServerResponsesTest, TheOpenAINodeClientsResponses) {
-  const std::string node = find_on_path("node");
-  if (node.empty()) GTEST_SKIP() << "node is not installed (scripts/setup.sh installs nodejs and npm)";
-  const fs::path dir = kSource / "tests" / "node";
-  if (!fs::exists(dir / "node_modules" / "openai" / "package.json")) {
-    GTEST_SKIP() << "the openai package is not installed: npm ci --prefix tests/node (scripts/setup.sh runs it)";
-  }
-  const ChildResult r = run_child({node, (dir / "openai_responses_test.mjs").string(), server_->base_url() + "/v1"},
-                                  std::chrono::seconds(120));
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, ::testing::HasSubstr("0 failing"));
+  if (std::string why = node_client_unavailable({"openai"}); !why.empty()) GTEST_SKIP() << why;
+  expect_node_client_passes("openai_responses_test", server_->base_url() + "/v1");
 }
 
 // A thinking template (DeepSeek-R1's distill opens the reasoning section in the prompt when

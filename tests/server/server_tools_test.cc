@@ -3,7 +3,8 @@
 // writes a tool call or a </think> by itself, so what is checked is what reaches the template (the
 // prompt /tokenize returns, equal to python3-jinja2's rendering in
 // tests/golden/chat_requests/goldens.json), the 400s, and the reasoning split of a prompt that opens
-// the section; the parsers' outputs are tested on text (tests/chat, chat_output_test.cc).
+// the section; the parsers' outputs are tested on text (tests/chat, chat_output_test.cc). The
+// Vercel AI SDK's case forces calls (the grammar of the tools' schemas) and reads them back.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <map>
 
+#include "node_client.h"
 #include "server_checks.h"
 #include "support/jsonschema_verdicts.h"
 #include "spindle_server.h"
@@ -314,6 +316,19 @@ TEST(ServerToolsTest, TokenizeDetokenizeAndQueueTime) {
   const auto m = server_metrics(*client);
   EXPECT_GE(metric(m, "spindle_request_queue_time_seconds_count"), 1.0);
   EXPECT_GE(metric(m, "spindle_request_queue_time_seconds_sum"), 0.0);
+}
+
+// The Vercel AI SDK (`ai` 6, `@ai-sdk/openai-compatible` 2; tests/node/ai_sdk_tools_test.mjs) over
+// Mistral-Nemo's template: generateText and streamText with forced tool calls parsed back to the
+// declared schemas (and executed by the SDK), a tool result in history, generateObject. Skips
+// without node or the packages.
+TEST(ServerToolsTest, VercelAiSdkToolsAndObjects) {
+  if (std::string why = node_client_unavailable({"ai", "@ai-sdk/openai-compatible"}); !why.empty()) GTEST_SKIP() << why;
+  auto server = serve_with("mistralai-Mistral-Nemo-Instruct-2407.jinja");
+  ASSERT_NE(server, nullptr);
+  expect_node_client_passes("ai_sdk_tools_test", server->base_url() + "/v1", std::chrono::seconds(240));
+  auto client = server->client();
+  EXPECT_TRUE(kv_settled(*client));
 }
 
 }  // namespace

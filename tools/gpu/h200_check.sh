@@ -11,7 +11,8 @@
 #   plan_gpu, generate_gpu/cpu, serve, http   a golden model served from the GPU (step "serving")
 #   quickbench.txt   bench_attention_cuda in one process (Spindle's kernels), spindle_bench.json
 #   torchbench.txt   bench/torch_sdpa.py in one process (the peer), torch_bench.json
-#   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs)
+#   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs; prompt logprobs
+#                    and embeddings: Cuda/HostRowsEngine.*)
 #   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
 #   fp8_*, memcheck_fp8  tests/cuda/cuda_gemv_fp8_test, cuda_fp8_model_test (step fp8)
 #   moe_*, memcheck_moe*  tests/cuda/cuda_moe_kernels_test (routing, grouping, grouped expert products vs float64;
@@ -26,7 +27,8 @@
 #                    paged_attention) on this host's Xeon (AMX), when bundled (step cpu_amx)
 #   templates        tests/jinja/transformers_check.py: jinja_oracle.py vs transformers' renderer
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
-#   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU
+#   server_cuda      tests/server/server_cuda_test: `serve --device cuda:0` greedy over HTTP vs HF, graphs/eager/CPU;
+#                    echo + logprobs vs HF's row, prompt_logprobs, /v1/embeddings vs the CPU server's
 #   gemv.txt         bench_gemv16: small-batch bf16 products, gemv16 vs cuBLAS, vs the copy bandwidth
 #   memcheck_new     compute-sanitizer memcheck over those two
 #   memcheck_ops     compute-sanitizer memcheck over cuda_ops_test (row_norm_vec, Out16 copies, gemv16)
