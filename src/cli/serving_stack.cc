@@ -216,7 +216,9 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
   if (resolved.use_backend_cache) {
     workspace_cache.emplace(resolved.backend_cache_dir,
                             startup::workspace_cache_key(build_id(), startup::cache_fingerprint(resolved, first.device),
-                                                         s.model_config, resolved));
+                                                         s.model_config, resolved,
+                                                         {first.model->weight_bytes(), first.selection.prefill_backend,
+                                                          first.selection.decode_backend}));
     probe = workspace_cache->wrap(std::move(probe), &workspace_from_cache);
   }
   // CPU ranks map the same weight files (one copy in the page cache) unless each copied them into
