@@ -11,7 +11,9 @@
 //            kernel (--kernels NAME,... filters them), best of --reps (20), ms and the ratio to the
 //            first shape: the head_dim-32 vs head_dim-64 comparison of issue 15 without the model;
 //            with --decode-batch B: B decode rows after --prefill-tokens cached keys instead, over
-//            --copies N separate KV pools in turn (N x the KV bytes: from memory, as a model's layers)
+//            --copies N separate KV pools in turn (N x the KV bytes: from memory, as a model's layers);
+//            --cpu-time: those runs on the calling thread alone, timed by its CPU time (a loaded
+//            machine's preemption does not count); --kv-dtype fp8_e4m3: FP8 pages (values x / (1/448), every head scale 1/448) instead of bf16
 // Every kernel the CPU supports runs on ThreadPool::global() (all usable cores).
 #include <dnnl.hpp>
 
@@ -31,6 +33,7 @@
 #include "bench_util.h"
 #include "kernels/cpu/paged_attention.h"
 #include "platform/cpu_info.h"
+#include "util/fp8.h"
 #include "util/half.h"
 #include "util/thread_pool.h"
 
@@ -75,26 +78,41 @@ MatmulRate onednn_matmul(dnnl::memory::data_type dt, int n) {
 
 struct Batch {
   int num_heads = 32, num_kv_heads = 8, head_dim = 128, page_size = 16;
+  DType kv_dtype = DType::kBF16;  // kBF16, or kF8E4M3 (scale 1/448 for every head)
   int num_pages = 0;
-  std::vector<uint16_t> k_pages, v_pages;
+  std::vector<uint8_t> k_pages, v_pages;  // [pages][page_size][kv heads][head_dim] elements of kv_dtype
+  std::vector<float> k_scales, v_scales;  // FP8 only: per KV head
   std::vector<int32_t> table;
   std::vector<StepSequence> seqs;
   std::vector<float> q, out;
   int64_t kv_bytes_read = 0;  // K and V of every visible position, once
   double causal_flops = 0;
 
-  Batch(int batch, int num_new, int num_cached, int heads = 32, int kv_heads = 8, int dim = 128)
-      : num_heads(heads), num_kv_heads(kv_heads), head_dim(dim) {
+  Batch(int batch, int num_new, int num_cached, int heads = 32, int kv_heads = 8, int dim = 128,
+        DType dtype = DType::kBF16)
+      : num_heads(heads), num_kv_heads(kv_heads), head_dim(dim), kv_dtype(dtype) {
     const int per_seq = (num_new + num_cached + page_size - 1) / page_size;
     num_pages = batch * per_seq;
     const int64_t row = int64_t{num_kv_heads} * head_dim;
-    k_pages.resize(size_t(num_pages) * page_size * row);
+    const int64_t elems = int64_t{num_pages} * page_size * row;
+    const int64_t elem_bytes = dtype_size(kv_dtype);
+    k_pages.resize(size_t(elems * elem_bytes));
     v_pages.resize(k_pages.size());
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-    for (size_t i = 0; i < k_pages.size(); ++i) {
-      k_pages[i] = float_to_bf16_bits(uni(rng));
-      v_pages[i] = float_to_bf16_bits(uni(rng));
+    if (kv_dtype == DType::kF8E4M3) {
+      k_scales.assign(size_t(num_kv_heads), 1.0f / 448.0f);
+      v_scales.assign(size_t(num_kv_heads), 1.0f / 448.0f);
+      for (int64_t i = 0; i < elems; ++i) {
+        k_pages[size_t(i)] = float_to_fp8_e4m3(uni(rng) * 448.0f);
+        v_pages[size_t(i)] = float_to_fp8_e4m3(uni(rng) * 448.0f);
+      }
+    } else {
+      for (int64_t i = 0; i < elems; ++i) {
+        const uint16_t k = float_to_bf16_bits(uni(rng)), v = float_to_bf16_bits(uni(rng));
+        std::memcpy(k_pages.data() + 2 * i, &k, 2);
+        std::memcpy(v_pages.data() + 2 * i, &v, 2);
+      }
     }
     table.resize(num_pages);
     std::iota(table.begin(), table.end(), 0);
@@ -111,7 +129,7 @@ struct Batch {
     q.resize(size_t(batch) * num_new * num_heads * head_dim);
     for (auto& x : q) x = uni(rng);
     out.resize(q.size());
-    kv_bytes_read = int64_t{batch} * (num_new + num_cached) * row * 2 * 2;
+    kv_bytes_read = int64_t{batch} * (num_new + num_cached) * row * elem_bytes * 2;
     causal_flops = 4.0 * num_new * double(num_new) / 2 * head_dim * num_heads * batch;
   }
 
@@ -121,7 +139,7 @@ struct Batch {
     p.out = out.data();
     p.k_pages = k_pages.data();
     p.v_pages = v_pages.data();
-    p.kv.dtype = DType::kBF16;
+    p.kv.dtype = kv_dtype;
     p.kv.num_pages = num_pages;
     p.kv.page_size = page_size;
     p.num_heads = num_heads;
@@ -129,12 +147,26 @@ struct Batch {
     p.kv.head_dim = head_dim;
     p.scale = 1.0f / std::sqrt(float(head_dim));
     p.causal = true;
+    p.k_scales = k_scales.empty() ? nullptr : k_scales.data();
+    p.v_scales = v_scales.empty() ? nullptr : v_scales.data();
     p.sequences = seqs;
     p.page_tables = table.data();
     p.pool = pool;
     return p;
   }
 };
+
+// Best CPU time of the calling thread for fn over `reps` runs (after one warm-up run).
+double best_cpu_time(int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = bench::thread_cpu_s();
+    fn();
+    best = std::min(best, bench::thread_cpu_s() - t0);
+  }
+  return best;
+}
 
 struct KernelEntry {
   std::string name;
@@ -192,6 +224,8 @@ int main(int argc, char** argv) {
   for (int d = 32; d <= 256; d += 16) head_dims.push_back(d);
   int sweep_context = 2048, sweep_prompt = 1024;
   bool headline = true;
+  std::string kv_dtype_name = "bf16";
+  bool cpu_time = false;
   // The kernels read head_dim in steps of 16 from 32 to 256 (the registry's grid).
   const auto check_head_dim = [](int dim) {
     return dim >= 32 && dim <= 256 && dim % 16 == 0 ? std::string()
@@ -232,6 +266,9 @@ int main(int argc, char** argv) {
   app.add_option("--copies", copies, "KV pools cycled through in --decode-batch runs (1)")->check(CLI::Range(1, 64));
   app.add_option("--decode-batch", decode_batch, "With --prefill-shapes: decode this many sequences instead (0)")
       ->check(CLI::Range(0, 4096));
+  app.add_option("--kv-dtype", kv_dtype_name, "With --prefill-shapes: the KV pages' dtype, bf16 or fp8_e4m3 (bf16)")
+      ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
+  app.add_flag("--cpu-time", cpu_time, "With --prefill-shapes: one thread, timed by its CPU time");
   app.add_option("--reps", reps, "Timed repetitions, best reported (20)")->check(CLI::Range(1, 100000));
   app.add_option("--kernels", kernel_filter, "Only these kernels: avx2, avx512, avx512+bf16dot, amx")
       ->delimiter(',')
@@ -257,11 +294,13 @@ int main(int argc, char** argv) {
     });
   }
   if (!prefill_shapes.empty()) {
+    const DType kv_dtype = kv_dtype_name == "fp8_e4m3" ? DType::kF8E4M3 : DType::kBF16;
     if (decode_batch > 0) {
-      std::printf("decode %d x (%d cached + 1 new), bf16 KV, page 16, best of %d:\n", decode_batch, prefill_tokens,
-                  reps);
+      std::printf("decode %d x (%d cached + 1 new), %s KV, page 16, best of %d%s:\n", decode_batch, prefill_tokens,
+                  kv_dtype_name.c_str(), reps, cpu_time ? " (one thread, its CPU time)" : "");
     } else {
-      std::printf("prefill 1 x %d causal tokens, bf16 KV, page 16, best of %d:\n", prefill_tokens, reps);
+      std::printf("prefill 1 x %d causal tokens, %s KV, page 16, best of %d%s:\n", prefill_tokens,
+                  kv_dtype_name.c_str(), reps, cpu_time ? " (one thread, its CPU time)" : "");
     }
     for (const auto& k : kernels) {
       double first = 0;
@@ -270,18 +309,19 @@ int main(int argc, char** argv) {
         std::sscanf(shape.c_str(), "%d/%d/%d", &heads, &kv_heads, &dim);  // checked by the parser
         std::vector<Batch> pools;
         for (int c = 0; c < (decode_batch > 0 ? copies : 1); ++c) {
-          pools.push_back(decode_batch > 0 ? Batch(decode_batch, 1, prefill_tokens, heads, kv_heads, dim)
-                                           : Batch(1, prefill_tokens, 0, heads, kv_heads, dim));
+          pools.push_back(decode_batch > 0 ? Batch(decode_batch, 1, prefill_tokens, heads, kv_heads, dim, kv_dtype)
+                                           : Batch(1, prefill_tokens, 0, heads, kv_heads, dim, kv_dtype));
         }
         const Batch& pf = pools.front();
-        const double t = best_time(reps, [&] {
-                           for (Batch& b : pools) k.run(b.params(&pool));
-                         }) /
-                         double(pools.size());
+        ThreadPool* run_pool = cpu_time ? nullptr : &pool;
+        const auto run_all = [&] {
+          for (Batch& b : pools) k.run(b.params(run_pool));
+        };
+        const double t = (cpu_time ? best_cpu_time(reps, run_all) : best_time(reps, run_all)) / double(pools.size());
         if (first == 0) first = t;
         if (decode_batch > 0) {
-          std::printf("  %-16s %10s %9.3f ms %8.1f GB/s of KV %6.2fx the first shape\n", k.name.c_str(),
-                      shape.c_str(), t * 1e3, pf.kv_bytes_read / t / 1e9, t / first);
+          std::printf("  %-16s %10s %9.3f ms %9.0f tok/s %8.1f GB/s of KV %6.2fx the first shape\n",
+                      k.name.c_str(), shape.c_str(), t * 1e3, decode_batch / t, pf.kv_bytes_read / t / 1e9, t / first);
         } else {
           std::printf("  %-16s %10s %9.3f ms %8.1f GFLOP/s %6.2fx the first shape\n", k.name.c_str(), shape.c_str(),
                       t * 1e3, pf.causal_flops / t / 1e9, t / first);

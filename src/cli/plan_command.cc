@@ -187,12 +187,14 @@ void print_plan(const std::string& dir, const ModelConfig& model, const kv::KvLa
 }
 
 // The bytes the weights hold once loaded on the CPU, without a forward: a folder's tensors as
-// stored; a GGUF file's, or a folder's with --quantization, as CpuOps converts them (repacked block types,
-// widened F16), so it is loaded.
-uint64_t stored_weight_bytes(const std::string& path, const ModelConfig& model, WeightQuantization quantization) {
-  if (is_gguf_path(path) || quantization != WeightQuantization::kNone) {
+// stored; a GGUF file's, or a folder's with --quantization (q8_0 or fp8), as CpuOps converts them
+// (repacked block types, widened F16, FP8 codes and scales), so it is loaded.
+uint64_t stored_weight_bytes(const std::string& path, const ModelConfig& model, WeightQuantization quantization,
+                             bool quantize_fp8) {
+  if (is_gguf_path(path) || quantization != WeightQuantization::kNone || quantize_fp8) {
     LoadOptions options;  // quantized at load: the repacked bytes as serve holds them
     options.cpu.quantization = quantization;
+    options.cpu.quantize_fp8 = quantize_fp8;
     return load_model(path, options)->weight_bytes();
   }
   const Checkpoint checkpoint(path);
@@ -242,7 +244,8 @@ void run_plan(const PlanArgs& args) {
 
   kv::KvPlan plan;
   if (args.estimate_workspace) {
-    const uint64_t weight_bytes = stored_weight_bytes(args.model_dir, model, resolved.quantization);
+    const uint64_t weight_bytes =
+        stored_weight_bytes(args.model_dir, model, resolved.quantization, resolved.quantize_fp8);
     const MemoryInfo memory = on_cuda ? startup::cuda_usable_memory(resolved.cuda_device) : device.memory;
     const startup::WorkspaceProbe estimate = [&](int tokens) {
       return startup::estimate_workspace_bytes(model, tokens) + draft_workspace;
@@ -259,6 +262,8 @@ void run_plan(const PlanArgs& args) {
     options.cuda_device = resolved.cuda_device;
     options.cpu.pool = &pool;
     options.cpu.quantization = resolved.quantization;
+    options.cpu.quantize_fp8 = resolved.quantize_fp8;  // --quantization fp8: the FP8 model's workspace, as serve's
+    options.cuda_fp8_prefill_kernel = resolved.fp8_prefill_kernel;
     const std::unique_ptr<Transformer> loaded = load_model(args.model_dir, options);
     const startup::UnvalidatedBackends backends = startup::make_unvalidated_backends(resolved, device, &pool);
     engine::Runner runner(*loaded, *backends.prefill, *backends.decode);

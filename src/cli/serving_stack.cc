@@ -168,6 +168,10 @@ void build_rank(const ServingStack& s, const ServingFlags& flags, ServingRank& r
   load_options.cuda_device = r.resolved.cuda_device;
   load_options.cuda_16bit_activations = r.resolved.bf16_activations;
   load_options.cuda_fp8_prefill_kernel = r.resolved.fp8_prefill_kernel;
+  if (r.resolved.use_backend_cache) {  // --fp8-prefill-kernel auto's checks, next to the backend cache
+    load_options.cuda_fp8_prefill_cache_dir = r.resolved.backend_cache_dir;
+    load_options.cuda_cache_fingerprint = startup::cache_fingerprint(r.resolved, r.device);
+  }
   load_options.cpu = cpu_model_options(r.resolved, r.pool.get(), r.linear);
   r.model = load_model(s.model_dir, load_options);
   const attn::AttentionShape shape = r.model->attention_shape(r.resolved.kv_dtype, r.resolved.page_size);
@@ -212,7 +216,9 @@ std::unique_ptr<kv::PagePool> build_pool(const ServingStack& s, const std::vecto
   if (resolved.use_backend_cache) {
     workspace_cache.emplace(resolved.backend_cache_dir,
                             startup::workspace_cache_key(build_id(), startup::cache_fingerprint(resolved, first.device),
-                                                         s.model_config, resolved));
+                                                         s.model_config, resolved,
+                                                         {first.model->weight_bytes(), first.selection.prefill_backend,
+                                                          first.selection.decode_backend}));
     probe = workspace_cache->wrap(std::move(probe), &workspace_from_cache);
   }
   // CPU ranks map the same weight files (one copy in the page cache) unless each copied them into

@@ -28,6 +28,11 @@ struct CudaModelOptions {
   // against float64 and timed at load on the model's FP8 shapes (in-process), the fastest that
   // passes chosen per shape. A named entry unavailable for a shape fails the load with the reasons.
   std::string fp8_prefill_kernel = "fp8_w8a16";
+  // "auto"'s checks cached on disk (kernels/fp8_prefill_cache.h) in this folder, keyed with
+  // cache_fingerprint (startup's cache_fingerprint: the CPU's and the bound GPU's); empty: checked
+  // and timed at every load.
+  std::filesystem::path fp8_prefill_cache_dir;
+  std::string cache_fingerprint;
 };
 
 // Reads dir/config.json, maps and checks the checkpoint (as load_cpu_model), then uploads the

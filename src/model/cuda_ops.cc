@@ -52,7 +52,11 @@ uint64_t free_device_bytes() {
 }  // namespace
 
 CudaOps::CudaOps(const ModelConfig& config, const CudaModelOptions& options)
-    : config_(config), device_(options.device), fp8_prefill_kernel_(options.fp8_prefill_kernel) {
+    : config_(config),
+      device_(options.device),
+      fp8_prefill_kernel_(options.fp8_prefill_kernel),
+      fp8_prefill_cache_dir_(options.fp8_prefill_cache_dir),
+      cache_fingerprint_(options.cache_fingerprint) {
   CUDA_CHECK(cudaSetDevice(device_));
   CUDA_CHECK(cudaStreamCreate(&stream_));
   try {

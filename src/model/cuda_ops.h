@@ -189,6 +189,8 @@ class CudaOps final : public DeviceOps {
   // The FP8 prefill entry of each FP8 weight shape (fp8_prefill_kernel_: a name or "auto").
   void choose_fp8_prefill();
   std::string fp8_prefill_kernel_;
+  std::filesystem::path fp8_prefill_cache_dir_;  // "auto"'s on-disk check cache; empty: none
+  std::string cache_fingerprint_;
   std::map<std::string, std::unique_ptr<kernels::cuda::Fp8PrefillProduct>> fp8_prefill_;  // by entry name
   int64_t fp8_max_in_ = 0, fp8_max_out_ = 0, fp8_max_elements_ = 0;
   bool fp8_has_block_ = false;

@@ -9,11 +9,13 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "model/cuda_ops.h"
+#include "util/build_info.h"
 #include "util/error.h"
 
 namespace spindle {
@@ -89,9 +91,21 @@ void CudaOps::choose_fp8_prefill() {
   std::map<kcu::Fp8LinearShape, std::string> chosen;
   if (fp8_prefill_kernel_ == "auto") {
     std::vector<kcu::Fp8PrefillCheck> checks;
-    for (const auto& c : kcu::choose_fp8_prefill_kernels(shapes, kFp8PrefillCheckRows, kFp8PrefillCheckReps,
-                                                         prop.major, prop.minor, &checks)) {
-      chosen[c.shape] = c.kernel;
+    kcu::Fp8PrefillChecker check =
+        kcu::direct_fp8_prefill_checker(kFp8PrefillCheckRows, kFp8PrefillCheckReps, prop.major, prop.minor);
+    std::optional<kcu::Fp8PrefillCache> cache;
+    if (!fp8_prefill_cache_dir_.empty()) {
+      const std::string gpu = fmt::format("{} sm{}{}", prop.name, prop.major, prop.minor);
+      cache.emplace(fp8_prefill_cache_dir_,
+                    kcu::Fp8PrefillCache::make_key(build_id(), cache_fingerprint_, gpu,
+                                                   kcu::fp8_prefill_library_versions(), kFp8PrefillCheckRows,
+                                                   kFp8PrefillCheckReps));
+      check = kcu::cached_fp8_prefill_checker(*cache, std::move(check));
+    }
+    for (const auto& c : kcu::choose_fp8_prefill_kernels(shapes, check, &checks)) chosen[c.shape] = c.kernel;
+    if (cache) {
+      spdlog::info("fp8 prefill: {} of {} checks from the cache in {}", cache->num_hits(),
+                   cache->num_hits() + cache->num_misses(), fp8_prefill_cache_dir_.string());
     }
     for (const auto& c : checks) {
       spdlog::info("fp8 prefill {} on {}: {}", c.kernel, c.shape.to_string(),

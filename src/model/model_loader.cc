@@ -20,6 +20,8 @@ std::unique_ptr<Transformer> load_model(const std::filesystem::path& dir, const 
   cuda.allow_16bit_activations = options.cuda_16bit_activations;
   cuda.quantize_fp8 = options.cpu.quantize_fp8;
   cuda.fp8_prefill_kernel = options.cuda_fp8_prefill_kernel;
+  cuda.fp8_prefill_cache_dir = options.cuda_fp8_prefill_cache_dir;
+  cuda.cache_fingerprint = options.cuda_cache_fingerprint;
   return load_cuda_model(dir, cuda);
 #else
   SPINDLE_FAIL("cannot load {} on a CUDA device: this spindle was built without CUDA", dir.string());

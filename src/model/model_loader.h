@@ -17,6 +17,9 @@ struct LoadOptions {
   int cuda_device = 0;      // the CUDA ordinal, for kCuda (bound by the caller)
   bool cuda_16bit_activations = false;  // kCuda: CudaModelOptions::allow_16bit_activations
   std::string cuda_fp8_prefill_kernel = "fp8_w8a16";  // kCuda: CudaModelOptions::fp8_prefill_kernel
+  // kCuda: CudaModelOptions::fp8_prefill_cache_dir and cache_fingerprint (empty dir: no cache).
+  std::filesystem::path cuda_fp8_prefill_cache_dir;
+  std::string cuda_cache_fingerprint;
   ModelOptions cpu;         // for kCpu (its quantize_fp8 for kCuda too)
 };
 

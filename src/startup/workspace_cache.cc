@@ -1,6 +1,7 @@
 #include "startup/workspace_cache.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -18,16 +19,38 @@ std::string cache_fingerprint(const config::ResolvedConfig& config, const Device
   return fingerprint;
 }
 
+namespace {
+
+// The mixture of experts' sizes ("none" for a dense model).
+std::string moe_key(const MoeConfig& moe) {
+  if (!moe.enabled()) return "none";
+  return fmt::format("{}x{}:{}:shared{}:norm{}:step{}:dense[{}]", moe.num_experts, moe.num_experts_per_tok,
+                     moe.moe_intermediate_size, moe.shared_expert_intermediate_size, moe.norm_topk_prob,
+                     moe.decoder_sparse_step, fmt::join(moe.mlp_only_layers, ","));
+}
+
+// The checkpoint's FP8 format ("none" when unquantized).
+std::string fp8_key(const std::optional<Fp8Quantization>& fp8) {
+  if (!fp8) return "none";
+  return fmt::format("{}:{}:static_input{}:ignored[{}]", fp8->method, fp8_scale_mode_name(fp8->mode),
+                     fp8->static_input_scale, fmt::join(fp8->ignored, ","));
+}
+
+}  // namespace
+
 std::string workspace_cache_key(std::string_view build_id, std::string_view fingerprint, const ModelConfig& m,
-                                const config::ResolvedConfig& c) {
+                                const config::ResolvedConfig& c, const WorkspaceKeyExtras& x) {
   return fmt::format(
       "build={};device={};on={}:{};arch={};vocab={};hidden={};intermediate={};layers={};heads={};kv_heads={};"
-      "head_dim={};tied={};bias={};qk_norm={};weights={};max_num_batched_tokens={};max_model_len={};kv_dtype={};"
-      "page={};bf16_activations={}",
+      "head_dim={};positions={};tied={};bias={};qk_norm={};weights={};moe={};fp8_checkpoint={};"
+      "max_num_batched_tokens={};max_model_len={};kv_dtype={};page={};bf16_activations={};quantization={};"
+      "quantize_fp8={};fp8_prefill_kernel={};cuda_graph_max_bs={};weight_bytes={};attention={}+{}",
       build_id, fingerprint, attn::device_name(c.device), c.cuda_device, architecture_name(m.architecture),
       m.vocab_size, m.hidden_size, m.intermediate_size, m.num_hidden_layers, m.num_attention_heads,
-      m.num_key_value_heads, m.head_dim, m.tie_word_embeddings, m.attention_bias, m.qk_norm, dtype_name(m.torch_dtype),
-      c.kv.max_num_batched_tokens, c.kv.max_model_len, dtype_name(c.kv_dtype), c.page_size, c.bf16_activations);
+      m.num_key_value_heads, m.head_dim, m.max_position_embeddings, m.tie_word_embeddings, m.attention_bias, m.qk_norm,
+      dtype_name(m.torch_dtype), moe_key(m.moe), fp8_key(m.fp8), c.kv.max_num_batched_tokens, c.kv.max_model_len,
+      dtype_name(c.kv_dtype), c.page_size, c.bf16_activations, weight_quantization_name(c.quantization),
+      c.quantize_fp8, c.fp8_prefill_kernel, c.cuda_graph_max_bs, x.weight_bytes, x.prefill_backend, x.decode_backend);
 }
 
 WorkspaceCache::WorkspaceCache(const std::filesystem::path& dir, std::string key) : key_(std::move(key)) {

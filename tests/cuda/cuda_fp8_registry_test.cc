@@ -5,8 +5,10 @@
 // The device cases skip without a CUDA device (the cuBLASLt entries report their reasons on
 // devices other than SM 9.0 and are then not run).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,73 @@ TEST_F(CudaFp8RegistryDevice, TheChooserKeepsAPassingEntryPerShape) {
     EXPECT_TRUE(passed) << c.shape.to_string() << " chose " << c.kernel << " without a passing check";
     std::printf("%s: %s\n", c.shape.to_string().c_str(), c.kernel.c_str());
   }
+}
+
+// The on-disk cache in front of the checks (no device needed: the inner checker is a table). A
+// second chooser over a fresh cache object (a second start) checks nothing, makes the same choices
+// and returns every check's fields as the first got them; the fastest passing entry wins, a failed
+// or unavailable one never does.
+TEST(CudaFp8Registry, CachedChecksChooseWithoutCheckingAgain) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("spindle_fp8_registry_cache_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::vector<kcu::Fp8LinearShape> shapes = {{4096, 4096, kcu::Fp8Scale::kPerChannel},
+                                                   {4096, 14336, kcu::Fp8Scale::kBlock128}};
+  int num_checked = 0;
+  const kcu::Fp8PrefillChecker table = [&](std::string_view kernel, const kcu::Fp8LinearShape& s) {
+    ++num_checked;
+    kcu::Fp8PrefillCheck c;
+    c.kernel = std::string(kernel);
+    c.shape = s;
+    c.tolerance = 1e-4;
+    if (kernel == "cublaslt_fp8_fast_accum" && s.mode == kcu::Fp8Scale::kBlock128) {
+      c.unsupported_reasons = {"fast accumulation with 128-element block scales is NOT_SUPPORTED"};
+    } else if (kernel == "cublaslt_fp8_fast_accum") {
+      c.max_error = 0.5;  // fastest, but outside its tolerance
+      c.seconds = 1e-5;
+    } else {
+      c.passed = true;
+      c.max_error = 2e-5;
+      c.seconds = kernel == "cublaslt_fp8" ? 2e-4 : 9e-4;
+    }
+    return c;
+  };
+  const std::string key = kcu::Fp8PrefillCache::make_key("build-1", "cpu-x-H100-sm90", "NVIDIA H100 sm90",
+                                                         "cublaslt=130100", 512, 5);
+  std::vector<kcu::Fp8PrefillCheck> first_checks, second_checks;
+  std::vector<kcu::Fp8PrefillChoice> first, second;
+  {
+    kcu::Fp8PrefillCache cache(dir, key);
+    first = kcu::choose_fp8_prefill_kernels(shapes, kcu::cached_fp8_prefill_checker(cache, table), &first_checks);
+    EXPECT_EQ(cache.num_misses(), 6);
+  }
+  EXPECT_EQ(num_checked, 6);
+  {
+    kcu::Fp8PrefillCache cache(dir, key);
+    second = kcu::choose_fp8_prefill_kernels(shapes, kcu::cached_fp8_prefill_checker(cache, table), &second_checks);
+    EXPECT_EQ(cache.num_hits(), 6);
+  }
+  EXPECT_EQ(num_checked, 6) << "the second start checked again";
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(second.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(first[i].kernel, "cublaslt_fp8") << shapes[i].to_string();
+    EXPECT_EQ(second[i].kernel, first[i].kernel);
+    EXPECT_EQ(second[i].shape, shapes[i]);
+  }
+  ASSERT_EQ(second_checks.size(), first_checks.size());
+  for (size_t i = 0; i < first_checks.size(); ++i) {
+    const auto& a = first_checks[i];
+    const auto& b = second_checks[i];
+    EXPECT_EQ(b.kernel, a.kernel);
+    EXPECT_EQ(b.shape, a.shape);
+    EXPECT_EQ(b.unsupported_reasons, a.unsupported_reasons);
+    EXPECT_EQ(b.passed, a.passed);
+    EXPECT_EQ(b.max_error, a.max_error);
+    EXPECT_EQ(b.tolerance, a.tolerance);
+    EXPECT_EQ(b.seconds, a.seconds) << a.kernel << " " << a.shape.to_string();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -354,10 +354,10 @@ TEST_P(PagedAttentionKernel, SplitKvLongContext) {
 // Each row of a verify block (verify_tokens new after `cached`, next to 7 decode sequences) against
 // the same row as a one-token decode step, alone and among the 7: bit for bit.
 void check_verify_rows_are_decode_rows(Kernel kernel, int heads, int kv_heads, int dim, int verify_tokens, int cached,
-                                       ThreadPool* pool) {
+                                       ThreadPool* pool, DType kv_dtype = DType::kBF16) {
   std::vector<SeqSpec> specs = {{verify_tokens, cached}};
   for (int i = 0; i < 7; ++i) specs.push_back({1, 100 + 60 * i});
-  Problem pr(heads, kv_heads, dim, 16, DType::kBF16, specs, 21);
+  Problem pr(heads, kv_heads, dim, 16, kv_dtype, specs, 21);
   const size_t row_floats = size_t(heads) * dim;
   std::vector<float> verify(pr.num_rows() * row_floats);
   run_kernel(kernel, pr.params(verify.data(), pool));
@@ -384,7 +384,8 @@ void check_verify_rows_are_decode_rows(Kernel kernel, int heads, int kv_heads, i
       run_kernel(kernel, pr.params(decode.data(), pool));
       const size_t at = size_t(i) * row_floats;
       EXPECT_EQ(0, std::memcmp(verify.data() + at, decode.data(), sizeof(float) * row_floats))
-          << kernel_name(kernel) << " heads " << heads << "/" << kv_heads << " head_dim " << dim << ", verify row " << i
+          << kernel_name(kernel) << " " << dtype_name(kv_dtype) << " KV, heads " << heads << "/" << kv_heads
+          << " head_dim " << dim << ", verify row " << i
           << " of " << verify_tokens << " after " << cached << (with_others ? " among 7 decodes" : " alone")
           << (pool ? " pool" : " serial");
     }
@@ -421,6 +422,15 @@ TEST_P(PagedAttentionKernel, VerifyRowsAreDecodeRowsBitForBit) {
                        Case{10, 5, 64, 4, 200}})
     for (ThreadPool* pool : {&test_pool(), static_cast<ThreadPool*>(nullptr)})
       check_verify_rows_are_decode_rows(GetParam(), c.heads, c.kv_heads, c.dim, c.verify_tokens, c.cached, pool);
+}
+
+// The same on FP8 pages: decode-sized tasks read the FP8 rows in the micro-kernels (avx2, avx512 and
+// amx's avx512 path), and a verify block is decode-sized too, so its rows take the same path.
+TEST_P(PagedAttentionKernel, VerifyRowsAreDecodeRowsBitForBitFp8) {
+  for (const auto& [heads, kv_heads, dim, verify_tokens, cached] :
+       {std::tuple{8, 2, 64, 5, 700}, std::tuple{6, 2, 128, 17, 300}, std::tuple{8, 8, 32, 3, 40}})
+    for (ThreadPool* pool : {&test_pool(), static_cast<ThreadPool*>(nullptr)})
+      check_verify_rows_are_decode_rows(GetParam(), heads, kv_heads, dim, verify_tokens, cached, pool, DType::kF8E4M3);
 }
 
 // Scores that rise by ~12 along the keys: the running max keeps growing, so the online softmax
@@ -612,6 +622,50 @@ TEST(WriteKvPagesFp8, ScaledRoundedSaturatedNaNKept) {
   EXPECT_THROW(write_kv_pages({k.data(), v.data(), kp.data(), vp.data(), kv, zero.data(), v_scales.data(),
                                std::span(&seq, 1), table.data()}),
                Error);
+}
+
+// Every E4M3 code read exactly, by every kernel and the reference, on both FP8 paths (a decode row:
+// the rows read in the micro-kernels; the first row of a 40-token prefill: tiles converted first).
+// Token 0's V row holds all 256 codes (KV head 0: 0x00..0x7F, head 1: 0x80..0xFF); a row that sees
+// one key has the softmax weight exp(0) = 1, so its output is that V row: element d must be
+// fp8_e4m3_to_float(code) * v_scale (computed in double, exact: 4 x 24 significant bits, then rounded
+// once to float, as the kernels' one f32 product), equal as floats, and NaN for the codes 0x7F, 0xFF.
+// The random K rows move only the score, which one key does not weigh. (The grid checks K in
+// tolerance; its uniform values round to subnormal codes too rarely to tell a wrong one.)
+TEST(PagedAttentionFp8, EveryCodeReadsExactly) {
+  const int heads = 8, kv_heads = 2, dim = 128, page_size = 16;
+  Problem pr(heads, kv_heads, dim, page_size, DType::kF8E4M3, {{1, 0}, {40, 0}}, 91);
+  const int64_t row = int64_t{kv_heads} * dim;
+  for (const auto& table : pr.tables)  // token 0 of each sequence: slot 0 of its first page
+    for (int64_t e = 0; e < row; ++e) pr.v_pages[size_t(int64_t{table[0]} * page_size * row + e)] = uint8_t(e);
+  std::vector<std::pair<std::string, std::function<void(const PagedAttentionParams&)>>> runs = {
+      {"reference", paged_attention_reference}};
+  for (Kernel k : {Kernel::kAvx2, Kernel::kAvx512, Kernel::kAvx512Bf16, Kernel::kAmx}) {
+    if (missing_features(k).empty()) runs.push_back({kernel_name(k), [k](const PagedAttentionParams& p) { run_kernel(k, p); }});
+  }
+  for (const auto& [name, run] : runs) {
+    std::vector<float> got(size_t(pr.num_rows()) * heads * dim, 0.0f);
+    run(pr.params(got.data(), &test_pool()));
+    int wrong = 0;
+    for (const int token_row : {0, 1}) {  // the decode row; the prefill's first row
+      for (int h = 0; h < heads; ++h) {
+        const int kv_head = h / (heads / kv_heads);
+        for (int d = 0; d < dim; ++d) {
+          const uint8_t code = uint8_t(kv_head * dim + d);
+          const float out = got[(size_t(token_row) * heads + h) * dim + d];
+          const bool nan_code = (code & 0x7F) == 0x7F;
+          const float want = float(double(fp8_e4m3_to_float(code)) * double(pr.v_scales[size_t(kv_head)]));
+          const bool ok = nan_code ? std::isnan(out) : out == want;  // (-0 reads as +0: O sums from +0)
+          if (!ok && ++wrong <= 5) {
+            ADD_FAILURE() << name << (token_row == 0 ? " decode" : " prefill") << " row, head " << h << ": code 0x"
+                          << std::hex << int(code) << std::dec << " read as " << out << ", want "
+                          << (nan_code ? std::numeric_limits<float>::quiet_NaN() : want);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << name;
+  }
 }
 
 // FP8 KV against the float64 reference over the unquantized values (the same problem, seed and

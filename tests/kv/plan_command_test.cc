@@ -165,6 +165,25 @@ TEST(PlanCommandTest, Fp8KvCacheCountsOneBytePerElement) {
   EXPECT_THAT(bad.err, HasSubstr("--kv-cache-dtype 'fp4' is not supported; use auto, bf16, fp16, f32 or fp8_e4m3"));
 }
 
+// --quantization fp8 plans the FP8 model serve loads (it planned the f32 weights): each layer's linear
+// weights one byte per element plus one f32 scale per output row (per channel), the embeddings, the
+// norms and the LM head (left unquantized, as checkpoints list lm_head in ignored_layers) as stored.
+// From the golden model's shapes, per layer: elements 256*128 + 2*64*128 + 128*256 + 3*256*128 = 180224,
+// rows 256 + 2*64 + 128 + 2*256 + 128 = 1152; so
+//   2 * (180224 + 4 * 1152) + 4 * (1024*128 embeddings + 1024*128 LM head + (2*2 + 1) * 128 norms)
+//   = 369664 + 1051136 = 1420800 bytes, against kWeights = 2492928 in f32.
+TEST(PlanCommandTest, Fp8QuantizationPlansTheQuantizedWeights) {
+  const std::string args = " --memory-root " + kCgroupV2 + " --estimate-workspace --max-running-requests 100000 --json";
+  const RunResult plain = run_spindle("plan " + kModel + args);
+  const RunResult fp8 = run_spindle("plan " + kModel + args + " --quantization fp8");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["weight_bytes"].get<uint64_t>(), kWeights);
+  const auto j = nlohmann::json::parse(fp8.out);
+  EXPECT_EQ(j["weight_bytes"].get<uint64_t>(), 1420800u) << "--quantization fp8 planned other weights";
+  expect_consistent_plan(j, 1, 1420800);
+}
+
 TEST(PlanCommandTest, DataParallelPerRank) {
   // Estimated, dp 2: budget = 3221225472 - 2492928 - 2 * 20971520 - 134217728 = 3042571776
   //   kv/rank = floor(3042571776 * 0.9 / 2) = floor(1369157299.2) = 1369157299;

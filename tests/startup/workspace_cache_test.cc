@@ -43,9 +43,21 @@ config::ResolvedConfig resolved() {
   return c;
 }
 
+WorkspaceKeyExtras extras() { return {2'471'000'000, "cpu_avx512", "cpu_avx512"}; }
+
+// A bf16 checkpoint's FP8 copies (compressed-tensors, per channel; lm_head left in bf16).
+Fp8Quantization fp8_checkpoint(Fp8ScaleMode mode) {
+  Fp8Quantization q;
+  q.method = "compressed-tensors";
+  q.mode = mode;
+  q.scale_suffixes = {"weight_scale"};
+  q.ignored = {"lm_head"};
+  return q;
+}
+
 TEST(WorkspaceCacheTest, SecondProbeIsAnsweredFromTheFile) {
   TempDir dir;
-  const std::string key = workspace_cache_key("build-1", "cpu-x", model(), resolved());
+  const std::string key = workspace_cache_key("build-1", "cpu-x", model(), resolved(), extras());
   int num_measured = 0;
   const WorkspaceProbe inner = [&](int tokens) {
     ++num_measured;
@@ -81,20 +93,20 @@ TEST(WorkspaceCacheTest, SecondProbeIsAnsweredFromTheFile) {
 }
 
 TEST(WorkspaceCacheTest, EveryInputOfTheMeasurementChangesTheKey) {
-  const std::string base = workspace_cache_key("build-1", "cpu-x", model(), resolved());
+  const std::string base = workspace_cache_key("build-1", "cpu-x", model(), resolved(), extras());
   std::vector<std::pair<std::string, std::string>> keys;
   auto with_model = [&](const char* what, const std::function<void(ModelConfig&)>& edit) {
     ModelConfig m = model();
     edit(m);
-    keys.emplace_back(what, workspace_cache_key("build-1", "cpu-x", m, resolved()));
+    keys.emplace_back(what, workspace_cache_key("build-1", "cpu-x", m, resolved(), extras()));
   };
   auto with_config = [&](const char* what, const std::function<void(config::ResolvedConfig&)>& edit) {
     config::ResolvedConfig c = resolved();
     edit(c);
-    keys.emplace_back(what, workspace_cache_key("build-1", "cpu-x", model(), c));
+    keys.emplace_back(what, workspace_cache_key("build-1", "cpu-x", model(), c, extras()));
   };
-  keys.emplace_back("build", workspace_cache_key("build-2", "cpu-x", model(), resolved()));
-  keys.emplace_back("fingerprint", workspace_cache_key("build-1", "cpu-y", model(), resolved()));
+  keys.emplace_back("build", workspace_cache_key("build-2", "cpu-x", model(), resolved(), extras()));
+  keys.emplace_back("fingerprint", workspace_cache_key("build-1", "cpu-y", model(), resolved(), extras()));
   with_model("vocab", [](ModelConfig& m) { m.vocab_size = 32000; });
   with_model("hidden", [](ModelConfig& m) { m.hidden_size = 4096; });
   with_model("intermediate", [](ModelConfig& m) { m.intermediate_size = 11008; });
@@ -113,8 +125,61 @@ TEST(WorkspaceCacheTest, EveryInputOfTheMeasurementChangesTheKey) {
     c.device = attn::Device::kCuda;
     c.cuda_device = 0;
   });
+  with_model("positions", [](ModelConfig& m) { m.max_position_embeddings = 131072; });
+  with_model("moe", [](ModelConfig& m) {
+    m.moe.num_experts = 8;
+    m.moe.num_experts_per_tok = 2;
+    m.moe.moe_intermediate_size = 768;
+  });
+  with_model("fp8 checkpoint", [](ModelConfig& m) { m.fp8 = fp8_checkpoint(Fp8ScaleMode::kPerChannel); });
+  with_config("quantization fp8", [](config::ResolvedConfig& c) { c.quantize_fp8 = true; });
+  with_config("quantization q8_0", [](config::ResolvedConfig& c) { c.quantization = WeightQuantization::kQ8_0; });
+  with_config("kv dtype fp8_e4m3", [](config::ResolvedConfig& c) { c.kv_dtype = DType::kF8E4M3; });
+  with_config("fp8 prefill kernel", [](config::ResolvedConfig& c) { c.fp8_prefill_kernel = "auto"; });
+  with_config("cuda graph batch", [](config::ResolvedConfig& c) { c.cuda_graph_max_bs = 64; });
+  auto with_extras = [&](const char* what, const std::function<void(WorkspaceKeyExtras&)>& edit) {
+    WorkspaceKeyExtras x = extras();
+    edit(x);
+    keys.emplace_back(what, workspace_cache_key("build-1", "cpu-x", model(), resolved(), x));
+  };
+  with_extras("weight bytes", [](WorkspaceKeyExtras& x) { x.weight_bytes = 1'310'000'000; });
+  with_extras("prefill backend", [](WorkspaceKeyExtras& x) { x.prefill_backend = "cpu_avx2"; });
+  with_extras("decode backend", [](WorkspaceKeyExtras& x) { x.decode_backend = "cpu_avx2"; });
   for (const auto& [what, key] : keys) EXPECT_NE(key, base) << what;
-  EXPECT_EQ(workspace_cache_key("build-1", "cpu-x", model(), resolved()), base);
+  EXPECT_EQ(workspace_cache_key("build-1", "cpu-x", model(), resolved(), extras()), base);
+}
+
+// The case that went unnoticed: one bf16 folder served as it is and with --quantization fp8 (or its
+// FP8 checkpoint, or an FP8 KV cache) measured into one file, so the second start planned its KV
+// cache with the first one's workspace. Each pair differs in that one input only, so each pair
+// must name two files (and the FP8 scale modes two files of their own).
+TEST(WorkspaceCacheTest, QuantizationAndKvDtypeNameTheirOwnFiles) {
+  TempDir dir;
+  const std::string bf16_key = workspace_cache_key("build-1", "cpu-x", model(), resolved(), extras());
+  const WorkspaceCache bf16(dir.path, bf16_key);
+  bf16.store(2048, 123'456'789);
+  ASSERT_EQ(bf16.find(2048), 123'456'789u);
+  config::ResolvedConfig quantized = resolved();
+  quantized.quantize_fp8 = true;
+  config::ResolvedConfig fp8_kv = resolved();
+  fp8_kv.kv_dtype = DType::kF8E4M3;
+  ModelConfig channel = model(), block = model();
+  channel.fp8 = fp8_checkpoint(Fp8ScaleMode::kPerChannel);
+  block.fp8 = fp8_checkpoint(Fp8ScaleMode::kBlock128);
+  const std::vector<std::pair<std::string, std::string>> others = {
+      {"--quantization fp8", workspace_cache_key("build-1", "cpu-x", model(), quantized, extras())},
+      {"--kv-cache-dtype fp8_e4m3", workspace_cache_key("build-1", "cpu-x", model(), fp8_kv, extras())},
+      {"per-channel FP8 checkpoint", workspace_cache_key("build-1", "cpu-x", channel, resolved(), extras())},
+      {"block FP8 checkpoint", workspace_cache_key("build-1", "cpu-x", block, resolved(), extras())},
+  };
+  std::vector<std::string> seen = {bf16_key};
+  for (const auto& [what, key] : others) {
+    EXPECT_THAT(seen, ::testing::Not(::testing::Contains(key))) << what;
+    seen.push_back(key);
+    const WorkspaceCache other(dir.path, key);
+    EXPECT_NE(other.path(), bf16.path()) << what;
+    EXPECT_FALSE(other.find(2048).has_value()) << what << " was answered with the bf16 start's workspace";
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Paged attention with AVX-512 (16 floats per vector); q.k with avx512_bf16 pair dot products
 // when use_bf16_dot and the KV cache is bf16 (q rounded to bf16 once per task, f32 accumulation;
-// P.V stays f32). Algorithm and work split: see paged_attention_tiled.h.
+// P.V stays f32). FP8 KV: decode-sized tasks read the FP8 rows in the f32 micro-kernels (load16),
+// prefill tasks convert each tile first. Algorithm and work split: see paged_attention_tiled.h.
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/paged_attention_avx512_isa.h"
 #include "kernels/cpu/paged_attention_tiled.h"

@@ -415,11 +415,12 @@ inline VectorScratch& vector_scratch() {
 // finish_task). With bf16 dot products (avx512_bf16) a prefill's K tiles go into 32-bit bf16 pairs
 // transposed (transpose_pairs) instead: 16 keys per vdpbf16ps with q's pair broadcast, no horizontal
 // sum either, and the natural-base softmax (q rounded to bf16 as the decode rows round it). Decode and verify rows keep the row-order sums, so that a verify's rows equal its decode steps', bit for bit.
-// FP8 KV: a prefill's K tiles are converted to f32 with their head's scale (convert_fp8_rows) and
-// transposed where the ISA has transposed scores (as bf16's converted tiles). Otherwise, where the
-// ISA reads FP8 rows itself (kFp8Rows: load8 of 8 bytes gives value / 2^8), the micro-kernels run on
-// the page rows as they are, q pre-multiplied by its KV head's k_scale * 2^8 and O by v_scale * 2^8
-// at the end (both linear); else every K and V tile is converted first (row-order sums).
+// FP8 KV: a prefill's K and V tiles are converted to f32 with their head's scale (convert_fp8_rows),
+// K transposed where the ISA has transposed scores (as bf16's converted tiles). Decode-sized tasks,
+// where the ISA reads FP8 rows itself (kFp8Rows: avx2's load8 of 8 bytes, avx512's load16 of 16,
+// give value / 2^8), run the micro-kernels on the page rows as they are, q pre-multiplied by its KV
+// head's k_scale * 2^8 and O by v_scale * 2^8 at the end (both linear); else every K and V tile is
+// converted first (row-order sums). Verify rows are decode-sized: they take the decode rows' path.
 template <class Isa>
 void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, bool bf16_dot) {
   const int D = p.kv.head_dim;
@@ -454,7 +455,9 @@ void vector_task(const PagedAttentionParams& p, const Task& t, float* partials, 
   // (ServerApiTest.ChoicesShareThePromptsPages computes its prompt as a prefill once and as a short
   // tail once, and got two greedy texts).
   const float q_scale = transposed ? p.scale * kLog2E : p.scale;
-  const bool fp8_rows = Isa::kFp8Rows && kv_fp8 && !transposed;
+  // (decode-sized only: a prefill's rows re-read each K and V row once per kRowBlock rows, and
+  // converting those 16 bytes every time cost more than one conversion into a buffer)
+  const bool fp8_rows = Isa::kFp8Rows && kv_fp8 && !prefill;
   for (int r = 0; r < rows; ++r) {
     const RowCoord c = row_coord(group, t.kv_head, t.q_begin, rph, r);
     const float* src = q_row(p, s, c.token, c.head);

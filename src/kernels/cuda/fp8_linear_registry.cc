@@ -7,6 +7,8 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/cuda/cublas_api.h"
+#include "kernels/cuda/cublaslt_api.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fp8_lt_linear.h"
@@ -268,12 +270,18 @@ Fp8PrefillCheck check_fp8_prefill_kernel(std::string_view kernel, const Fp8Linea
 std::vector<Fp8PrefillChoice> choose_fp8_prefill_kernels(const std::vector<Fp8LinearShape>& shapes, int64_t rows,
                                                          int timing_reps, int cc_major, int cc_minor,
                                                          std::vector<Fp8PrefillCheck>* checks) {
+  return choose_fp8_prefill_kernels(shapes, direct_fp8_prefill_checker(rows, timing_reps, cc_major, cc_minor), checks);
+}
+
+std::vector<Fp8PrefillChoice> choose_fp8_prefill_kernels(const std::vector<Fp8LinearShape>& shapes,
+                                                         const Fp8PrefillChecker& check,
+                                                         std::vector<Fp8PrefillCheck>* checks) {
   std::vector<Fp8PrefillChoice> out;
   for (const Fp8LinearShape& s : shapes) {
     const Fp8PrefillDescriptor* best = nullptr;
     double best_seconds = 0;
     for (const auto& d : fp8_prefill_kernels()) {
-      Fp8PrefillCheck c = check_fp8_prefill_kernel(d.name, s, rows, std::max(timing_reps, 1), cc_major, cc_minor);
+      Fp8PrefillCheck c = check(d.name, s);
       if (c.passed && c.seconds > 0) {
         const bool tie = best != nullptr && std::fabs(c.seconds - best_seconds) <= 0.03 * best_seconds;
         if (best == nullptr || (tie ? d.priority > best->priority : c.seconds < best_seconds)) {
@@ -286,6 +294,50 @@ std::vector<Fp8PrefillChoice> choose_fp8_prefill_kernels(const std::vector<Fp8Li
     out.push_back({s, best != nullptr ? best->name : std::string(kFp8PrefillDefault)});
   }
   return out;
+}
+
+Fp8PrefillChecker direct_fp8_prefill_checker(int64_t rows, int timing_reps, int cc_major, int cc_minor) {
+  return [=](std::string_view kernel, const Fp8LinearShape& shape) {
+    return check_fp8_prefill_kernel(kernel, shape, rows, std::max(timing_reps, 1), cc_major, cc_minor);
+  };
+}
+
+Fp8PrefillChecker cached_fp8_prefill_checker(Fp8PrefillCache& cache, Fp8PrefillChecker inner) {
+  // The cache speaks in names and shape strings: each call's shape is passed to `inner` as it is.
+  return [&cache, inner = std::move(inner)](std::string_view kernel, const Fp8LinearShape& shape) {
+    const kernels::Fp8PrefillCheckFn through_cache = cache.wrap([&](const std::string& k, const std::string&) {
+      const Fp8PrefillCheck c = inner(k, shape);
+      return kernels::Fp8PrefillOutcome{c.unsupported_reasons, c.passed, c.max_error, c.tolerance, c.seconds, c.error};
+    });
+    const kernels::Fp8PrefillOutcome o = through_cache(std::string(kernel), shape.to_string());
+    Fp8PrefillCheck c;
+    c.kernel = std::string(kernel);
+    c.shape = shape;
+    c.unsupported_reasons = o.unsupported_reasons;
+    c.passed = o.passed;
+    c.max_error = o.max_error;
+    c.tolerance = o.tolerance;
+    c.seconds = o.seconds;
+    c.error = o.error;
+    return c;
+  };
+}
+
+std::string fp8_prefill_library_versions() {
+  std::string why_not;
+  const CublasLtApi* lt = try_cublaslt_api(&why_not);
+  std::string cublas;
+  try {
+    cublas = cublas_api().path;
+  } catch (const std::exception& e) {
+    cublas = fmt::format("none ({})", e.what());
+  }
+  int runtime = 0, driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = -1;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = -1;
+  return fmt::format("cublaslt={};cublas={};cudart={};driver={}",
+                     lt != nullptr ? fmt::format("{} ({})", lt->version, lt->path) : "none (" + why_not + ")", cublas,
+                     runtime, driver);
 }
 
 }  // namespace spindle::kernels::cuda

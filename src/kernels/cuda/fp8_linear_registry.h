@@ -21,9 +21,11 @@
 //   (2^-4 is e4m3's rounding in its normal range; an activation below 2^-6 of its scale rounds by up
 //   to 2^-10 scale absolute, which the check's random rows, scaled per token, do not reach in sum.)
 //
-// Not yet: validation in a child process (a CUDA child spawned by fork+exec as attn/select does),
-// the on-disk cache and `spindle doctor`'s table; the check and the choice run in-process
-// (choose_fp8_prefill_kernel), and only when CudaModelOptions::fp8_prefill_kernel is "auto".
+// The checks are cached on disk (kernels/fp8_prefill_cache.h: per build, device, GPU, library
+// versions, rows, repetitions and shape; cached_fp8_prefill_checker), so a second start checks and
+// times nothing. Not yet: validation in a child process (a CUDA child spawned by fork+exec as
+// attn/select does) and `spindle doctor`'s table; the check and the choice run in-process
+// (choose_fp8_prefill_kernels), and only when CudaModelOptions::fp8_prefill_kernel is "auto".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -36,8 +38,11 @@
 
 #include "kernels/cuda/cublas_linear.h"
 #include "kernels/cuda/fp8_linear.h"
+#include "kernels/fp8_prefill_cache.h"
 
 namespace spindle::kernels::cuda {
+
+using kernels::Fp8PrefillCache;
 
 struct Fp8LinearShape {
   int64_t out_features = 0;
@@ -109,5 +114,21 @@ struct Fp8PrefillChoice {
 std::vector<Fp8PrefillChoice> choose_fp8_prefill_kernels(const std::vector<Fp8LinearShape>& shapes, int64_t rows,
                                                          int timing_reps, int cc_major, int cc_minor,
                                                          std::vector<Fp8PrefillCheck>* checks = nullptr);
+
+// One entry's check on one shape: check_fp8_prefill_kernel, or the on-disk cache's answer.
+using Fp8PrefillChecker = std::function<Fp8PrefillCheck(std::string_view kernel, const Fp8LinearShape& shape)>;
+// check_fp8_prefill_kernel at `rows` with timing_reps (at least 1) repetitions on the current device.
+Fp8PrefillChecker direct_fp8_prefill_checker(int64_t rows, int timing_reps, int cc_major, int cc_minor);
+// `inner` through `cache` (whose key must name inner's rows and repetitions: Fp8PrefillCache::make_key).
+// Both must outlive the checker.
+Fp8PrefillChecker cached_fp8_prefill_checker(Fp8PrefillCache& cache, Fp8PrefillChecker inner);
+// The chooser above over any checker (every entry of every shape checked through it).
+std::vector<Fp8PrefillChoice> choose_fp8_prefill_kernels(const std::vector<Fp8LinearShape>& shapes,
+                                                         const Fp8PrefillChecker& check,
+                                                         std::vector<Fp8PrefillCheck>* checks = nullptr);
+// The libraries the entries run on, for the cache key: "cublaslt=VERSION (PATH);cublas=PATH;cudart=VERSION;
+// driver=VERSION" (cuBLASLt's cublasLtGetVersion, or "none (why)" when it cannot be loaded; the cuBLAS
+// file dlopen was given; the CUDA runtime's and driver's versions).
+std::string fp8_prefill_library_versions();
 
 }  // namespace spindle::kernels::cuda
