@@ -151,7 +151,7 @@ class CudaOps final : public DeviceOps {
     std::vector<float> fp8_scales;                  // kLinear FP8: the scales to upload after the codes
     size_t fp8_scale_offset = 0;                    //   their offset in the slot
     kernels::cuda::DeviceFp8Weight fp8;             //   the device view (set at finish_loading)
-    kernels::cuda::Fp8PrefillProduct* fp8_prefill = nullptr;  // > 8 rows; null: fp8_linear_ (W8A16)
+    kernels::cuda::Fp8PrefillProduct* fp8_prefill = nullptr;  // > 32 rows; null: fp8_linear_ (W8A16)
     kernels::cuda::WeightType type = kernels::cuda::WeightType::kF32;  // kVector
     const void* data = nullptr;                     // the device slot, after finish_loading
   };
