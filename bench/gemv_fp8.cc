@@ -123,7 +123,10 @@ int main(int argc, char** argv) try {
       t.mma_block = mma(kcu::Fp8Scale::kBlock128, w.block_scale);
       by_rows[rows].push_back(t);
       const auto pct = [&](double bytes, double sec) { return sec > 0 ? bytes / sec / bandwidth * 100 : 0.0; };
-      const int64_t used_splits = splits > 0 ? splits : kcu::gemv_fp8_mma_splits(s.out, s.in, sm_count);
+      const int64_t used_splits =  // (per channel; forced ones are capped at the 128-column units)
+          splits > 0 ? std::min(splits, (s.in + 127) / 128)
+                     : kcu::gemv_fp8_mma_splits(s.out, s.in,
+                                                kcu::gemv_fp8_mma_resident_blocks(rows, kcu::Fp8Scale::kPerChannel));
       std::printf(
           "{\"shape\": \"%s\", \"out\": %lld, \"in\": %lld, \"rows\": %lld, \"splits\": %lld, \"cublas_bf16_us\": %.2f, "
           "\"gemv16_us\": %.2f, \"gemv_fp8_us\": %.2f, \"mma_channel_us\": %.2f, \"mma_block_us\": %.2f, "

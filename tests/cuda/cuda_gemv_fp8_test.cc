@@ -299,15 +299,17 @@ TEST(CudaGemvFp8MmaTest, NoWorkspaceRunsUnsplit) {
   EXPECT_LE(check_mma(p, true, 4, kcu::Fp8MmaWorkspace{}, want, magnitude), mma_tolerance(p.in));
 }
 
-TEST(CudaGemvFp8MmaTest, SplitsFollowTheDeviceAndTheShape) {
-  // 8B shapes on 132 SMs (4 blocks of 64 outputs each): o / down 4096 outputs = 64 groups -> 9
-  // splits; qkv 6144 -> 6; gate_up 28672 = 448 groups -> 2; never more than the 128-column units.
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4096, 4096, 132), 9);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4096, 14336, 132), 9);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(6144, 4096, 132), 6);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(28672, 4096, 132), 2);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(64, 256, 132), 2);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(1 << 20, 4096, 132), 1);
+TEST(CudaGemvFp8MmaTest, SplitsKeepTheGridInOneWave) {
+  // 8B shapes where the device holds 528 blocks (132 SMs x 4): o / down 4096 outputs = 64 groups
+  // of 64 -> 8 splits (512 blocks); qkv 6144 = 96 groups -> 5; gate_up 28672 = 448 groups -> 1;
+  // never more than the 128-column units, nor 64.
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4096, 4096, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4096, 14336, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(6144, 4096, 528), 5);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(28672, 4096, 528), 1);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(64, 256, 528), 2);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(64, 1 << 20, 528), 64);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(1 << 20, 4096, 528), 1);
 }
 
 TEST(CudaGemvFp8MmaTest, UnsupportedShapesThrow) {

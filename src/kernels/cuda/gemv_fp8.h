@@ -45,9 +45,9 @@ void launch_gemv_fp8(const uint8_t* w, const float* scale, Fp8Scale mode, const 
 // 1 <= rows <= kGemvFp8MmaMaxRows, each weight byte read once per launch. Work shape
 // (gemv_fp8_mma.cu): the weight is the A operand of bf16 mma.m16n8k16 (16 outputs x 16 inputs), x
 // the B operand (8 batch rows per n-tile, ceil(rows / 8) tiles); a warp owns 16 outputs and
-// streams its weight rows with 16-byte loads (2 x 128 columns per row in flight), converts e4m3 to
-// bf16 in registers (exact: every e4m3 value is a bf16 value) and multiplies with f32
-// accumulation. The input dimension is cut into `splits` ranges of 128 columns (grid.y) so that the
+// streams its weight rows through a cp.async ring in shared memory (3 x 128 columns per row in
+// flight), converts e4m3 to bf16 in registers (exact: every e4m3 value is a bf16 value) and
+// multiplies with f32 accumulation. The input dimension is cut into `splits` ranges of 128 columns (grid.y) so that the
 // short-and-wide shapes (o, down) still fill the device; each range's partial sums go to
 // `workspace` and the last block of an output group to finish adds them in range order (the bits
 // do not depend on which block finishes last) and writes y. Block scales multiply each
@@ -74,11 +74,14 @@ Fp8MmaWorkspace fp8_mma_workspace_init(void* base, int64_t bytes, int64_t max_ou
 // w and x 16-byte aligned.
 bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* x);
 
-// The number of 128-column ranges launch_gemv_fp8_mma cuts `in` into on a device of sm_count SMs
-// (1 for the tall shapes; at most ceil(in / 128)): enough blocks of 64 outputs to give each SM
-// kGemvFp8MmaBlocksPerSm of them.
-inline constexpr int64_t kGemvFp8MmaBlocksPerSm = 4;
-int64_t gemv_fp8_mma_splits(int64_t out, int64_t in, int64_t sm_count);
+// The number of 128-column ranges launch_gemv_fp8_mma cuts `in` into where the device holds
+// `resident` of its blocks at once (SMs x blocks per SM at the kernel's registers): as many as
+// keep every block of the grid resident, floor(resident / ceil(out / 64)), so that the whole
+// product is one wave (a second, partial wave would stream its weights at a fraction of the
+// bandwidth); 1 for the tall shapes; at most min(ceil(in / 128), 64).
+int64_t gemv_fp8_mma_splits(int64_t out, int64_t in, int64_t resident);
+// `resident` for a product of `rows` rows in `mode` on the current device (cached per device).
+int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode);
 
 // y[r, o] = sum_i x[r, i] * dequant(W)[o, i] (+ bias[o]). splits: 0 = gemv_fp8_mma_splits(...) on
 // the current device (a bench may force one); lowered to what `workspace` holds (1 needs none).

@@ -2,7 +2,11 @@
 //
 // Block = kWarps warps = 64 outputs; grid (ceil(out / 64), splits). Warp w of block (b, s) owns the
 // outputs o0 .. o0 + 15, o0 = 64 b + 16 w (rows past `out` read row out - 1 and store nothing), over
-// the 128-column units [s U / S, (s + 1) U / S) of the input, U = ceil(in / 128).
+// the 128-column units [s U / S, (s + 1) U / S) of the input, U = ceil(in / 128). Each lane copies
+// its weight pieces of a unit (64 bytes) with cp.async (L2 only) into its own slots of the warp's
+// shared-memory ring, kStages - 1 units ahead of the unit it multiplies (6 KiB in flight per warp,
+// no registers held), and reads them back after cp.async.wait_group; x is read through L1 (the
+// block's 4 warps read the same columns of x).
 //
 // The k order inside a 64-column chunk is permuted so that every lane reads contiguous bytes (a sum
 // over k may take any order as long as A and B agree). With g = lane / 4 and q = lane % 4, lane
@@ -34,7 +38,6 @@
 #include "kernels/cuda/mma_utils.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/row_dispatch.cuh"
-#include "kernels/cuda/stream_load.cuh"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -43,12 +46,11 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int64_t kBlockOuts = 16 * kWarps;  // outputs per block
 constexpr int64_t kUnit = 128;               // input columns per unit (= the scale block)
-constexpr int kUnitsPerStep = 2;             // units whose weights are loaded before the first is used
-constexpr int64_t kMaxSplits = 64;
+constexpr int kStages = 4;                   // units of weights per warp in flight or ready (shared memory)
+constexpr int64_t kMaxSplits = 64;  // (the automatic choice; a forced one may exceed it)
 constexpr size_t kAlign = 256;
 
 using detail::aligned16;
-using detail::load_stream;
 namespace mma = detail::mma;
 
 // Bytes 2p and 2p + 1 of `word` (e4m3) as bf16x2 (byte 2p in the low half); see the file comment.
@@ -196,8 +198,26 @@ __device__ __forceinline__ void sum_splits(const Args& a) {
   }
 }
 
+// The lane's 4 weight pieces of unit u (chunk c = 0, 1 of rows o0 + g and o0 + g + 8: 16 bytes
+// each from column 128 u + 64 c + 16 q) copied asynchronously into its ring slot (piece 2c + row);
+// zero-filled where the unit is past the range or the piece past `in`. One commit group per unit.
+__device__ __forceinline__ void issue_unit(uint4 (*ring)[4][32], int slot, int lane, const uint8_t* wg,
+                                           const uint8_t* wh, int64_t u, int64_t u_end, int64_t in, int q) {
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int64_t k = u * kUnit + 64 * c + 16 * q;
+    const bool valid = u < u_end && k < in;
+    mma::cp_async_16(mma::shared_address(&ring[slot][2 * c][lane]), valid ? wg + k : wg, valid);
+    mma::cp_async_16(mma::shared_address(&ring[slot][2 * c + 1][lane]), valid ? wh + k : wh, valid);
+  }
+  mma::cp_async_commit();
+}
+
 template <int kTiles, Fp8Scale kMode>
-__global__ void __launch_bounds__(kThreads, kTiles >= 3 ? 3 : 4) gemv_fp8_mma_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, 4) gemv_fp8_mma_kernel(Args a) {
+  // Each warp's ring of kStages units of weight pieces, [slot][piece][lane] (16 bytes each: a lane
+  // reads back only what it copied, so no barrier; lane-contiguous, so conflict-free).
+  __shared__ uint4 ring[kWarps][kStages][4][32];
   pdl_begin();
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kBlockOuts + 16 * warp;
@@ -213,45 +233,36 @@ __global__ void __launch_bounds__(kThreads, kTiles >= 3 ? 3 : 4) gemv_fp8_mma_ke
     // Block scales of the warp's block row (o0 .. o0 + 15 lie in one 128-row block); units per
     // block row = U.
     const float* block_scales = kMode == Fp8Scale::kBlock128 ? a.scale + (o0 / kUnit) * units : nullptr;
-    for (int64_t u = u_begin; u < u_end; u += kUnitsPerStep) {
-      uint4 wv[kUnitsPerStep][2][2];  // [unit][chunk][row g, row g + 8]
+    uint4 (*mine)[4][32] = ring[warp];
+    // Units u_begin + i go to slot i % kStages; kStages - 1 of them in flight ahead of the one used.
 #pragma unroll
-      for (int du = 0; du < kUnitsPerStep; ++du) {
+    for (int i = 0; i < kStages - 1; ++i) issue_unit(mine, i, lane, wg, wh, u_begin + i, u_end, a.in, q);
+    for (int64_t i = 0; u_begin + i < u_end; ++i) {
+      const int64_t u = u_begin + i;
+      issue_unit(mine, static_cast<int>((i + kStages - 1) % kStages), lane, wg, wh, u + kStages - 1, u_end, a.in, q);
+      mma::cp_async_wait<kStages - 1>();  // unit u's group has landed
+      const int slot = static_cast<int>(i % kStages);
+      const uint4 w0g = mine[slot][0][lane], w0h = mine[slot][1][lane];
+      const uint4 w1g = mine[slot][2][lane], w1h = mine[slot][3][lane];
+      const int64_t k0 = u * kUnit + 16 * q, k1 = k0 + 64;
+      if constexpr (kMode == Fp8Scale::kBlock128) {
+        float part[kTiles][4];
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int64_t k = (u + du) * kUnit + 64 * c + 16 * q;
-          const bool valid = u + du < u_end && k < a.in;
-          wv[du][c][0] = valid ? load_stream(reinterpret_cast<const uint4*>(wg + k)) : make_uint4(0, 0, 0, 0);
-          wv[du][c][1] = valid ? load_stream(reinterpret_cast<const uint4*>(wh + k)) : make_uint4(0, 0, 0, 0);
+        for (int t = 0; t < kTiles; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
+        chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, part);
+        chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, part);
+        const float s = __ldg(block_scales + u);
+#pragma unroll
+        for (int t = 0; t < kTiles; ++t) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) d[t][j] = fmaf(part[t][j], s, d[t][j]);
         }
-      }
-#pragma unroll
-      for (int du = 0; du < kUnitsPerStep; ++du) {
-        if (u + du >= u_end) break;  // warp-uniform
-        if constexpr (kMode == Fp8Scale::kBlock128) {
-          float part[kTiles][4];
-#pragma unroll
-          for (int t = 0; t < kTiles; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int64_t k = (u + du) * kUnit + 64 * c + 16 * q;
-            chunk_mma<kTiles>(wv[du][c][0], wv[du][c][1], a.x, a.rows, a.in, k, k < a.in, g, part);
-          }
-          const float s = __ldg(block_scales + u + du);
-#pragma unroll
-          for (int t = 0; t < kTiles; ++t) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) d[t][j] = fmaf(part[t][j], s, d[t][j]);
-          }
-        } else {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const int64_t k = (u + du) * kUnit + 64 * c + 16 * q;
-            chunk_mma<kTiles>(wv[du][c][0], wv[du][c][1], a.x, a.rows, a.in, k, k < a.in, g, d);
-          }
-        }
+      } else {
+        chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, d);
+        chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, d);
       }
     }
+    mma::cp_async_wait<0>();  // the zero-filled groups past the range too, before the block ends
   }
   if (a.splits == 1) {
     if (o0 < a.out) store_warp<kTiles, kMode>(a, o0, g, q, d, a.y, true);
@@ -271,33 +282,58 @@ __global__ void __launch_bounds__(kThreads, kTiles >= 3 ? 3 : 4) gemv_fp8_mma_ke
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;  // ready for the next launch
 }
 
+using Kernel = void (*)(Args);
+
 template <int kTiles>
-void launch_tiles(const Args& a, Fp8Scale mode, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>((a.out + kBlockOuts - 1) / kBlockOuts), static_cast<unsigned>(a.splits));
+Kernel kernel_of(Fp8Scale mode) {
   switch (mode) {
-    case Fp8Scale::kPerTensor:
-      launch_pdl(gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerTensor>, grid, kThreads, 0, stream, a);
-      break;
-    case Fp8Scale::kPerChannel:
-      launch_pdl(gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerChannel>, grid, kThreads, 0, stream, a);
-      break;
-    case Fp8Scale::kBlock128:
-      launch_pdl(gemv_fp8_mma_kernel<kTiles, Fp8Scale::kBlock128>, grid, kThreads, 0, stream, a);
-      break;
+    case Fp8Scale::kPerTensor: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerTensor>;
+    case Fp8Scale::kPerChannel: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerChannel>;
+    case Fp8Scale::kBlock128: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kBlock128>;
+  }
+  return nullptr;
+}
+
+Kernel kernel_of(int tiles, Fp8Scale mode) {
+  switch (tiles) {
+    case 1: return kernel_of<1>(mode);
+    case 2: return kernel_of<2>(mode);
+    case 3: return kernel_of<3>(mode);
+    default: return kernel_of<4>(mode);
   }
 }
 
-// The current device's SM count, cached per device (a launch inside a graph capture asks nothing
-// of the driver but this attribute, once).
-int64_t current_sm_count() {
-  static std::atomic<int> cached[64] = {};
+constexpr int kMaxDevices = 64;
+constexpr Fp8Scale kModes[] = {Fp8Scale::kPerTensor, Fp8Scale::kPerChannel, Fp8Scale::kBlock128};
+
+int current_device() {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= 64) device = 0;
-  int n = cached[device].load(std::memory_order_relaxed);
+  return device >= 0 && device < kMaxDevices ? device : 0;
+}
+
+// How many blocks of the kernel for (tiles, mode) the current device holds at once (SMs x blocks
+// per SM at its registers), cached per device: queried at fp8_mma_workspace_init (load), so a
+// launch inside a graph capture asks the driver nothing.
+int64_t resident_blocks(int tiles, Fp8Scale mode) {
+  static std::atomic<int> cached[kMaxDevices][4][3] = {};
+  const int device = current_device();
+  std::atomic<int>& slot = cached[device][tiles - 1][static_cast<int>(mode)];
+  int n = slot.load(std::memory_order_relaxed);
   if (n == 0) {
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    cached[device].store(n, std::memory_order_relaxed);
+    int sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(tiles, mode), kThreads, 0));
+    n = std::max(1, sms * per_sm);
+    slot.store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+int64_t max_resident_blocks() {
+  int64_t n = 0;
+  for (int tiles = 1; tiles <= 4; ++tiles) {
+    for (const Fp8Scale mode : kModes) n = std::max(n, resident_blocks(tiles, mode));
   }
   return n;
 }
@@ -307,24 +343,22 @@ int64_t counter_bytes(int64_t max_out) {
   return (groups * 4 + kAlign - 1) / kAlign * kAlign;
 }
 
-// Floats of partial sums any shape of at most kGemvFp8MmaMaxRows rows needs at the automatic
-// splits: S > 1 only where groups < target, and then S * groups < target + groups < 2 target.
-int64_t partial_floats_bound(int64_t sm_count) {
-  return 2 * kGemvFp8MmaBlocksPerSm * sm_count * kGemvFp8MmaMaxRows * kBlockOuts;
-}
-
 }  // namespace
 
-int64_t gemv_fp8_mma_splits(int64_t out, int64_t in, int64_t sm_count) {
+int64_t gemv_fp8_mma_splits(int64_t out, int64_t in, int64_t resident) {
   const int64_t groups = (out + kBlockOuts - 1) / kBlockOuts;
   const int64_t units = (in + kUnit - 1) / kUnit;
-  const int64_t target = kGemvFp8MmaBlocksPerSm * std::max<int64_t>(sm_count, 1);
-  const int64_t s = (target + groups - 1) / groups;
-  return std::clamp<int64_t>(s, 1, std::min(units, kMaxSplits));
+  return std::clamp<int64_t>(resident / groups, 1, std::min(units, kMaxSplits));
+}
+
+int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode) {
+  return resident_blocks(static_cast<int>(std::clamp<int64_t>((rows + 7) / 8, 1, 4)), mode);
 }
 
 int64_t fp8_mma_workspace_bytes(int64_t max_out) {
-  return counter_bytes(max_out) + partial_floats_bound(current_sm_count()) * int64_t{sizeof(float)};
+  // At the automatic splits S * groups <= resident blocks where S > 1, so S * rows * out <=
+  // resident * 64 * 32 floats.
+  return counter_bytes(max_out) + max_resident_blocks() * kBlockOuts * kGemvFp8MmaMaxRows * int64_t{sizeof(float)};
 }
 
 Fp8MmaWorkspace fp8_mma_workspace_init(void* base, int64_t bytes, int64_t max_out) {
@@ -333,6 +367,7 @@ Fp8MmaWorkspace fp8_mma_workspace_init(void* base, int64_t bytes, int64_t max_ou
     throw_cuda_error(cudaErrorInvalidValue, "fp8_mma_workspace_init: buffer null, misaligned or too small", __FILE__,
                      __LINE__);
   }
+  max_resident_blocks();  // the occupancy cache filled now, outside any capture
   fill_zero(base, static_cast<size_t>(cb));
   Fp8MmaWorkspace ws;
   ws.counters = static_cast<uint32_t*>(base);
@@ -355,18 +390,15 @@ void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, co
                      __FILE__, __LINE__);
   }
   const int64_t units = (in + kUnit - 1) / kUnit;
-  int64_t s = splits > 0 ? std::min(splits, units) : gemv_fp8_mma_splits(out, in, current_sm_count());
+  const int tiles = static_cast<int>((rows + 7) / 8);
+  int64_t s = splits > 0 ? std::min(splits, units) : gemv_fp8_mma_splits(out, in, resident_blocks(tiles, mode));
   const int64_t groups = (out + kBlockOuts - 1) / kBlockOuts;
   if (workspace.counters == nullptr || workspace.counter_count < groups) s = 1;
   if (s > 1) s = std::min(s, workspace.partial_floats / (rows * out));
   s = std::clamp<int64_t>(s, 1, std::min<int64_t>(units, 65535));
   const Args a{w, scale, x_bf16, rows, in, out, bias, y, workspace.partial, workspace.counters, s};
-  switch ((rows + 7) / 8) {
-    case 1: launch_tiles<1>(a, mode, stream); break;
-    case 2: launch_tiles<2>(a, mode, stream); break;
-    case 3: launch_tiles<3>(a, mode, stream); break;
-    default: launch_tiles<4>(a, mode, stream); break;
-  }
+  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(s));
+  launch_pdl(kernel_of(tiles, mode), grid, kThreads, 0, stream, a);
   CUDA_CHECK_LAUNCH();
 }
 
