@@ -300,16 +300,19 @@ TEST(CudaGemvFp8MmaTest, NoWorkspaceRunsUnsplit) {
 }
 
 TEST(CudaGemvFp8MmaTest, SplitsKeepTheGridInOneWave) {
-  // 8B shapes where the device holds 528 blocks (132 SMs x 4): o / down 4096 outputs = 64 groups
-  // of 64 -> 8 splits (512 blocks); qkv 6144 = 96 groups -> 5; gate_up 28672 = 448 groups -> 1;
-  // never more than the 128-column units, nor 64.
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4096, 4096, 528), 8);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4096, 14336, 528), 8);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(6144, 4096, 528), 5);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(28672, 4096, 528), 1);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(64, 256, 528), 2);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(64, 1 << 20, 528), 64);
-  EXPECT_EQ(kcu::gemv_fp8_mma_splits(1 << 20, 4096, 528), 1);
+  // 8B shapes at 32 rows where the device holds 528 blocks (132 SMs x 4): o 4096 outputs = 64
+  // groups of 64 -> 8 splits (512 blocks, and 4096 / (16 x 32) = 8); down (in 14336) 8; q 4096 x
+  // 4096 8; gate / up 14336 x 4096 = 224 groups -> 2; k / v 1024 x 4096: 16 groups would take 33,
+  // the partial sums' cap 8; a joined gate_up 28672 = 448 groups -> 1. At 9 rows the cap is 28.
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 4096, 4096, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 4096, 14336, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 14336, 4096, 528), 2);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 1024, 4096, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(9, 1024, 4096, 528), 28);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 28672, 4096, 528), 1);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(1, 64, 256, 528), 2);     // the 128-column units
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(1, 64, 1 << 20, 528), 64);  // the most
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 64, 256, 528), 1);    // the cap (256 / 512 = 0)
 }
 
 TEST(CudaGemvFp8MmaTest, UnsupportedShapesThrow) {

@@ -74,12 +74,14 @@ Fp8MmaWorkspace fp8_mma_workspace_init(void* base, int64_t bytes, int64_t max_ou
 // w and x 16-byte aligned.
 bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* x);
 
-// The number of 128-column ranges launch_gemv_fp8_mma cuts `in` into where the device holds
-// `resident` of its blocks at once (SMs x blocks per SM at the kernel's registers): as many as
-// keep every block of the grid resident, floor(resident / ceil(out / 64)), so that the whole
-// product is one wave (a second, partial wave would stream its weights at a fraction of the
-// bandwidth); 1 for the tall shapes; at most min(ceil(in / 128), 64).
-int64_t gemv_fp8_mma_splits(int64_t out, int64_t in, int64_t resident);
+// The number of 128-column ranges launch_gemv_fp8_mma cuts `in` into for `rows` rows where the
+// device holds `resident` of its blocks at once (SMs x blocks per SM at the kernel's registers and
+// shared memory): as many as keep every block of the grid resident, floor(resident /
+// ceil(out / 64)), so that the whole product is one wave (a second, partial wave would stream its
+// weights at a fraction of the bandwidth); 1 for the tall shapes; at most min(ceil(in / 128), 64),
+// and at most in / (16 rows), so that the partial sums (4 S rows out bytes, written and read back
+// through L2) stay within a quarter of the weight's bytes (k / v projections: 1024 x 4096).
+int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resident);
 // `resident` for a product of `rows` rows in `mode` on the current device (cached per device).
 int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode);
 

@@ -213,6 +213,48 @@ __device__ __forceinline__ void issue_unit(uint4 (*ring)[4][32], int slot, int l
   mma::cp_async_commit();
 }
 
+// The warp's sums d over the units [u_begin, u_end) (block scales applied per unit): the
+// cp.async ring of issue_unit, kStages - 1 units ahead of the one multiplied.
+template <int kTiles, Fp8Scale kMode>
+__device__ __forceinline__ void stream_units(const Args& a, uint4 (*ring)[4][32], int64_t o0, int64_t u_begin,
+                                             int64_t u_end, float (&d)[kTiles][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const uint8_t* wg = a.w + min(o0 + g, a.out - 1) * a.in;
+  const uint8_t* wh = a.w + min(o0 + g + 8, a.out - 1) * a.in;
+  // Block scales of the warp's block row (o0 .. o0 + 15 lie in one 128-row block); U per row.
+  const float* block_scales =
+      kMode == Fp8Scale::kBlock128 ? a.scale + (o0 / kUnit) * ((a.in + kUnit - 1) / kUnit) : nullptr;
+  // Unit u_begin + i goes to slot i % kStages.
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue_unit(ring, i, lane, wg, wh, u_begin + i, u_end, a.in, q);
+  for (int64_t i = 0; u_begin + i < u_end; ++i) {
+    const int64_t u = u_begin + i;
+    issue_unit(ring, static_cast<int>((i + kStages - 1) % kStages), lane, wg, wh, u + kStages - 1, u_end, a.in, q);
+    mma::cp_async_wait<kStages - 1>();  // unit u's group has landed
+    const int slot = static_cast<int>(i % kStages);
+    const uint4 w0g = ring[slot][0][lane], w0h = ring[slot][1][lane];
+    const uint4 w1g = ring[slot][2][lane], w1h = ring[slot][3][lane];
+    const int64_t k0 = u * kUnit + 16 * q, k1 = k0 + 64;
+    if constexpr (kMode == Fp8Scale::kBlock128) {
+      float part[kTiles][4];
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
+      chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, part);
+      chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, part);
+      const float s = __ldg(block_scales + u);
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) d[t][j] = fmaf(part[t][j], s, d[t][j]);
+      }
+    } else {
+      chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, d);
+      chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, d);
+    }
+  }
+  mma::cp_async_wait<0>();  // the zero-filled groups past the range too, before the block ends
+}
+
 template <int kTiles, Fp8Scale kMode>
 __global__ void __launch_bounds__(kThreads, 4) gemv_fp8_mma_kernel(Args a) {
   // Each warp's ring of kStages units of weight pieces, [slot][piece][lane] (16 bytes each: a lane
@@ -223,46 +265,12 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_fp8_mma_kernel(Args a) {
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kBlockOuts + 16 * warp;
   const int64_t units = (a.in + kUnit - 1) / kUnit;
   const int64_t split = blockIdx.y;
-  const int64_t u_begin = units * split / a.splits, u_end = units * (split + 1) / a.splits;
   float d[kTiles][4];
 #pragma unroll
   for (int t = 0; t < kTiles; ++t) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.0f;
-  if (o0 < a.out) {  // whole warps: the warp's rows exist (its last 15 may be clamped)
-    const uint8_t* wg = a.w + min(o0 + g, a.out - 1) * a.in;
-    const uint8_t* wh = a.w + min(o0 + g + 8, a.out - 1) * a.in;
-    // Block scales of the warp's block row (o0 .. o0 + 15 lie in one 128-row block); units per
-    // block row = U.
-    const float* block_scales = kMode == Fp8Scale::kBlock128 ? a.scale + (o0 / kUnit) * units : nullptr;
-    uint4 (*mine)[4][32] = ring[warp];
-    // Units u_begin + i go to slot i % kStages; kStages - 1 of them in flight ahead of the one used.
-#pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) issue_unit(mine, i, lane, wg, wh, u_begin + i, u_end, a.in, q);
-    for (int64_t i = 0; u_begin + i < u_end; ++i) {
-      const int64_t u = u_begin + i;
-      issue_unit(mine, static_cast<int>((i + kStages - 1) % kStages), lane, wg, wh, u + kStages - 1, u_end, a.in, q);
-      mma::cp_async_wait<kStages - 1>();  // unit u's group has landed
-      const int slot = static_cast<int>(i % kStages);
-      const uint4 w0g = mine[slot][0][lane], w0h = mine[slot][1][lane];
-      const uint4 w1g = mine[slot][2][lane], w1h = mine[slot][3][lane];
-      const int64_t k0 = u * kUnit + 16 * q, k1 = k0 + 64;
-      if constexpr (kMode == Fp8Scale::kBlock128) {
-        float part[kTiles][4];
-#pragma unroll
-        for (int t = 0; t < kTiles; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
-        chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, part);
-        chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, part);
-        const float s = __ldg(block_scales + u);
-#pragma unroll
-        for (int t = 0; t < kTiles; ++t) {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) d[t][j] = fmaf(part[t][j], s, d[t][j]);
-        }
-      } else {
-        chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, d);
-        chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, d);
-      }
-    }
-    mma::cp_async_wait<0>();  // the zero-filled groups past the range too, before the block ends
+  // Whole warps: a warp whose first row exists runs (its last 15 rows may be clamped).
+  if (o0 < a.out) {
+    stream_units<kTiles, kMode>(a, ring[warp], o0, units * split / a.splits, units * (split + 1) / a.splits, d);
   }
   if (a.splits == 1) {
     if (o0 < a.out) store_warp<kTiles, kMode>(a, o0, g, q, d, a.y, true);
@@ -345,10 +353,11 @@ int64_t counter_bytes(int64_t max_out) {
 
 }  // namespace
 
-int64_t gemv_fp8_mma_splits(int64_t out, int64_t in, int64_t resident) {
+int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resident) {
   const int64_t groups = (out + kBlockOuts - 1) / kBlockOuts;
   const int64_t units = (in + kUnit - 1) / kUnit;
-  return std::clamp<int64_t>(resident / groups, 1, std::min(units, kMaxSplits));
+  const int64_t traffic_cap = in / (16 * std::max<int64_t>(rows, 1));  // 4 S rows out <= out in / 4
+  return std::clamp<int64_t>(std::min(resident / groups, traffic_cap), 1, std::min(units, kMaxSplits));
 }
 
 int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode) {
@@ -391,7 +400,7 @@ void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, co
   }
   const int64_t units = (in + kUnit - 1) / kUnit;
   const int tiles = static_cast<int>((rows + 7) / 8);
-  int64_t s = splits > 0 ? std::min(splits, units) : gemv_fp8_mma_splits(out, in, resident_blocks(tiles, mode));
+  int64_t s = splits > 0 ? std::min(splits, units) : gemv_fp8_mma_splits(rows, out, in, resident_blocks(tiles, mode));
   const int64_t groups = (out + kBlockOuts - 1) / kBlockOuts;
   if (workspace.counters == nullptr || workspace.counter_count < groups) s = 1;
   if (s > 1) s = std::min(s, workspace.partial_floats / (rows * out));
