@@ -5,7 +5,7 @@
 //   bf16 gemv16     launch_gemv16 (rows <= 8), what bf16 serves up to kGemv16UseMaxRows rows
 //   fp8 gemv        launch_gemv_fp8, per-channel scales (rows <= 8)
 //   fp8 mma ch/blk  launch_gemv_fp8_mma, per-channel and 128x128-block scales (automatic splits, or
-//                   --splits)
+//                   --splits), with each weight load (Fp8MmaLoad: lane pieces, row spans)
 // each as time and % of the device copy bandwidth measured in the same run (bytes read: the weight
 // and its scales; x and y are not counted), and the ratio of the faster bf16 time (gemv16 or cuBLAS:
 // what bf16 serves is gemv16 up to kGemv16UseMaxRows rows, cuBLAS above) to the faster FP8
@@ -41,10 +41,11 @@ namespace kcu = spindle::kernels::cuda;
 
 namespace {
 
-struct Times {  // seconds; 0: not run at this row count
-  double cublas = 0, gemv16 = 0, gemv_fp8 = 0, mma_channel = 0, mma_block = 0;
+struct Times {  // seconds; 0: not run at this row count. mma: kLanePieces; spans: kRowSpans
+  double cublas = 0, gemv16 = 0, gemv_fp8 = 0, mma_channel = 0, mma_block = 0, spans_channel = 0, spans_block = 0;
   double bf16_best() const { return gemv16 > 0 && gemv16 < cublas ? gemv16 : cublas; }
-  double fp8_best() const { return gemv_fp8 > 0 ? std::min(gemv_fp8, mma_channel) : mma_channel; }
+  double mma_best() const { return std::min(mma_channel, spans_channel); }
+  double fp8_best() const { return gemv_fp8 > 0 ? std::min(gemv_fp8, mma_best()) : mma_best(); }
 };
 
 // What every timed product shares: the stream, the L2 flush, the repetitions, the mma workspace
@@ -87,16 +88,18 @@ Times time_products(Bench& b, const ShapeData& d, int64_t rows) {
         },
         b.flush, b.reps, b.stream);
   }
-  const auto mma = [&](kcu::Fp8Scale mode, const kcu::DeviceBuffer& scale) {
+  const auto mma = [&](kcu::Fp8Scale mode, const kcu::DeviceBuffer& scale, kcu::Fp8MmaLoad load) {
     return bench::timed(
         [&] {
           kcu::launch_gemv_fp8_mma(d.w.fp8.as<uint8_t>(), scale.as<float>(), mode, d.x.as<uint16_t>(), rows, s.in,
-                                   s.out, nullptr, y, b.ws, b.stream, b.splits);
+                                   s.out, nullptr, y, b.ws, b.stream, b.splits, load);
         },
         b.flush, b.reps, b.stream);
   };
-  t.mma_channel = mma(kcu::Fp8Scale::kPerChannel, d.w.channel_scale);
-  t.mma_block = mma(kcu::Fp8Scale::kBlock128, d.w.block_scale);
+  t.mma_channel = mma(kcu::Fp8Scale::kPerChannel, d.w.channel_scale, kcu::Fp8MmaLoad::kLanePieces);
+  t.mma_block = mma(kcu::Fp8Scale::kBlock128, d.w.block_scale, kcu::Fp8MmaLoad::kLanePieces);
+  t.spans_channel = mma(kcu::Fp8Scale::kPerChannel, d.w.channel_scale, kcu::Fp8MmaLoad::kRowSpans);
+  t.spans_block = mma(kcu::Fp8Scale::kBlock128, d.w.block_scale, kcu::Fp8MmaLoad::kRowSpans);
   return t;
 }
 
@@ -111,11 +114,13 @@ void report(const bench::ProjectionShape& s, int64_t rows, int64_t splits, const
       "{\"shape\": \"%s\", \"out\": %lld, \"in\": %lld, \"rows\": %lld, \"splits\": %lld, \"cublas_bf16_us\": %.2f, "
       "\"gemv16_us\": %.2f, \"gemv_fp8_us\": %.2f, \"mma_channel_us\": %.2f, \"mma_block_us\": %.2f, "
       "\"cublas_pct_bw\": %.1f, \"gemv16_pct_bw\": %.1f, \"gemv_fp8_pct_bw\": %.1f, \"mma_channel_pct_bw\": %.1f, "
-      "\"mma_block_pct_bw\": %.1f, \"bf16_best_over_fp8_best\": %.3f}\n",
+      "\"mma_block_pct_bw\": %.1f, \"spans_channel_us\": %.2f, \"spans_block_us\": %.2f, "
+      "\"spans_channel_pct_bw\": %.1f, \"spans_block_pct_bw\": %.1f, \"bf16_best_over_fp8_best\": %.3f}\n",
       s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), static_cast<long long>(rows),
       static_cast<long long>(splits), t.cublas * 1e6, t.gemv16 * 1e6, t.gemv_fp8 * 1e6, t.mma_channel * 1e6,
       t.mma_block * 1e6, pct(bytes16, t.cublas), pct(bytes16, t.gemv16), pct(bytes_channel, t.gemv_fp8),
-      pct(bytes_channel, t.mma_channel), pct(bytes_block, t.mma_block), t.bf16_best() / t.fp8_best());
+      pct(bytes_channel, t.mma_channel), pct(bytes_block, t.mma_block), t.spans_channel * 1e6, t.spans_block * 1e6,
+      pct(bytes_channel, t.spans_channel), pct(bytes_block, t.spans_block), t.bf16_best() / t.fp8_best());
   const auto cell = [&](double sec, double bytes) {
     if (sec <= 0) return std::string("-");
     char c[64];
@@ -123,12 +128,13 @@ void report(const bench::ProjectionShape& s, int64_t rows, int64_t splits, const
     return std::string(c);
   };
   char line[512];
-  std::snprintf(line, sizeof line, "| %s | %lld x %lld | %lld | %lld | %s | %s | %s | %.1f (%.0f%%, %.0f) | %s | %.2f |\n",
+  std::snprintf(line, sizeof line, "| %s | %lld x %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s | %.2f |\n",
                 s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
                 static_cast<long long>(rows), static_cast<long long>(splits), cell(t.cublas, bytes16).c_str(),
-                cell(t.gemv16, bytes16).c_str(), cell(t.gemv_fp8, bytes_channel).c_str(), t.mma_channel * 1e6,
-                pct(bytes_channel, t.mma_channel), bytes_channel / t.mma_channel / 1e9,
-                cell(t.mma_block, bytes_block).c_str(), t.bf16_best() / t.fp8_best());
+                cell(t.gemv16, bytes16).c_str(), cell(t.gemv_fp8, bytes_channel).c_str(),
+                cell(t.mma_channel, bytes_channel).c_str(), cell(t.mma_block, bytes_block).c_str(),
+                cell(t.spans_channel, bytes_channel).c_str(), cell(t.spans_block, bytes_block).c_str(),
+                t.bf16_best() / t.fp8_best());
   table += line;
 }
 
@@ -136,23 +142,25 @@ void report(const bench::ProjectionShape& s, int64_t rows, int64_t splits, const
 // and gate, up are separate products, each with its scales: CudaOps::place_fp8 does not join them).
 void print_layer_sums(const std::map<int64_t, std::vector<Times>>& by_rows, const std::map<int64_t, double>& apart) {
   std::printf(
-      "\n| rows | one layer's products: bf16 best us | bf16 cuBLAS us | fp8 gemv us | fp8 mma channel us | fp8 mma "
-      "block128 us | bf16 best / fp8 best | fp8 best, q k v gate up apart, us | bf16 best / that |\n"
-      "|---|---|---|---|---|---|---|---|---|\n");
+      "\n| rows | one layer's products: bf16 best us | bf16 cuBLAS us | fp8 gemv us | fp8 mma lane pieces channel us "
+      "| block128 | fp8 mma row spans channel us | block128 | bf16 best / fp8 best | fp8 best, q k v gate up apart, "
+      "us | bf16 best / that |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [rows, ts] : by_rows) {
     Times sum;
     double bf16 = 0, best = 0;
     for (const Times& t : ts) {
       sum.cublas += t.cublas, sum.gemv16 += t.gemv16, sum.gemv_fp8 += t.gemv_fp8;
       sum.mma_channel += t.mma_channel, sum.mma_block += t.mma_block;
+      sum.spans_channel += t.spans_channel, sum.spans_block += t.spans_block;
       bf16 += t.bf16_best(), best += t.fp8_best();
     }
     const std::string gemv = sum.gemv_fp8 > 0 ? std::to_string(sum.gemv_fp8 * 1e6) : std::string("-");
     const auto a = apart.find(rows);
     const double served = a != apart.end() ? a->second : 0.0;
-    std::printf("| %lld | %.1f | %.1f | %s | %.1f | %.1f | %.2f | %.1f | %.2f |\n", static_cast<long long>(rows),
-                bf16 * 1e6, sum.cublas * 1e6, gemv.c_str(), sum.mma_channel * 1e6, sum.mma_block * 1e6, bf16 / best,
-                served * 1e6, served > 0 ? bf16 / served : 0.0);
+    std::printf("| %lld | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f |\n",
+                static_cast<long long>(rows), bf16 * 1e6, sum.cublas * 1e6, gemv.c_str(), sum.mma_channel * 1e6,
+                sum.mma_block * 1e6, sum.spans_channel * 1e6, sum.spans_block * 1e6, bf16 / best, served * 1e6,
+                served > 0 ? bf16 / served : 0.0);
   }
 }
 
@@ -190,8 +198,8 @@ int main(int argc, char** argv) try {
               static_cast<long long>(kcu::gemv_fp8_mma_resident_blocks(32, kcu::Fp8Scale::kPerChannel)));
   std::string table =
       "| shape | out x in | rows | splits | bf16 cuBLAS us (% bw) | bf16 gemv16 us (% bw) | fp8 gemv us (% bw) | "
-      "fp8 mma channel us (% bw, GB/s) | fp8 mma block128 us (% bw) | bf16 best / fp8 best |\n"
-      "|---|---|---|---|---|---|---|---|---|---|\n";
+      "fp8 mma lane pieces channel us (% bw) | block128 | fp8 mma row spans channel | block128 | "
+      "bf16 best / fp8 best |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<int64_t, std::vector<Times>> by_rows;
   std::map<int64_t, double> apart;  // rows -> seconds of the FP8 layer with q, k, v, gate, up apart
   // The fused shapes (qkv, o, gate_up, down: bf16 and FP8), then q, k (= v) and gate (= up) alone

@@ -9,8 +9,8 @@
 // rows 1, 5, 8, 9, 16, 17, 24, 31, 32, every scale mode, input widths with a partial last 128-column
 // unit (336 = 2 x 128 + 80, 1040 = 8 x 128 + 16) and the 8B shapes' 4096 and 14336, output counts
 // that are not multiples of 16 or 64 (200, 257: clamped rows in the last warp), with the automatic
-// input splits and forced ones (1, 2, 3, the most). Tolerance: (in / 16 + 64) 2^-23 of sum |x w|
-// (each bf16 x e4m3 product is exact in f32; an mma adds 16 of them to its f32 accumulator, at most
+// input splits and forced ones (1, 2, 3, the most), both weight loads (Fp8MmaLoad). Tolerance:
+// (in / 16 + 64) 2^-23 of sum |x w| (each bf16 x e4m3 product is exact in f32; an mma adds 16 of them to its f32 accumulator, at most
 // in / 16 such additions per output, each within 2^-23 of the running sum even where the tensor
 // cores truncate; the split sums, block scales and the final scale add a few more: 64). Also: a
 // repeated launch gives the same bits (the split sums are added in a fixed order), all-subnormal
@@ -200,8 +200,9 @@ struct MmaWorkspace {
 // row against the float64 product; returns the worst |y - ref| / sum |x w|.
 constexpr int64_t kMmaRows[] = {1, 5, 8, 9, 16, 17, 24, 31, 32};
 
-double check_mma(const Problem& p, bool with_bias, int64_t splits, const kcu::Fp8MmaWorkspace& ws,
-                 const std::vector<double>& want, const std::vector<double>& magnitude) {
+double check_mma(const Problem& p, bool with_bias, int64_t splits, kcu::Fp8MmaLoad load,
+                 const kcu::Fp8MmaWorkspace& ws, const std::vector<double>& want,
+                 const std::vector<double>& magnitude) {
   auto dw = to_device(p.w);
   auto ds = to_device(p.scale);
   auto dx = to_device(p.x);
@@ -209,14 +210,15 @@ double check_mma(const Problem& p, bool with_bias, int64_t splits, const kcu::Fp
   const float* bias = with_bias ? db.as<float>() : nullptr;
   kcu::DeviceBuffer dy(static_cast<size_t>(p.rows * p.out) * sizeof(float));
   const std::string what = mode_name(p.mode) + " " + std::to_string(p.out) + "x" + std::to_string(p.in) +
-                           (with_bias ? " +bias" : "") + " splits " + std::to_string(splits);
+                           (with_bias ? " +bias" : "") + " splits " + std::to_string(splits) +
+                           (load == kcu::Fp8MmaLoad::kRowSpans ? " row spans" : " lane pieces");
   const double tolerance = mma_tolerance(p.in);
   double worst = 0;
   for (const int64_t rows : kMmaRows) {
     if (rows > p.rows) break;
     kcu::fill_zero(dy.data(), dy.size());
     kcu::launch_gemv_fp8_mma(dw.as<uint8_t>(), ds.as<float>(), p.mode, dx.as<uint16_t>(),
-                             rows, p.in, p.out, bias, dy.as<float>(), ws, nullptr, splits);
+                             rows, p.in, p.out, bias, dy.as<float>(), ws, nullptr, splits, load);
     const std::vector<float> got = to_host_floats(dy, static_cast<size_t>(rows * p.out));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t o = 0; o < p.out; ++o) {
@@ -232,7 +234,7 @@ double check_mma(const Problem& p, bool with_bias, int64_t splits, const kcu::Fp
     }
     if (rows == p.rows) {  // the same launch again: the same bits
       kcu::launch_gemv_fp8_mma(dw.as<uint8_t>(), ds.as<float>(), p.mode, dx.as<uint16_t>(), rows, p.in, p.out, bias,
-                               dy.as<float>(), ws, nullptr, splits);
+                               dy.as<float>(), ws, nullptr, splits, load);
       const std::vector<float> again = to_host_floats(dy, static_cast<size_t>(rows * p.out));
       for (size_t i = 0; i < got.size(); ++i) {
         if (again[i] != got[i]) {
@@ -252,7 +254,9 @@ void check_mma_shape(int64_t out, int64_t in, kcu::Fp8Scale mode, bool with_bias
   std::vector<double> want, magnitude;
   reference(p, with_bias, want, magnitude);
   const MmaWorkspace ws(out);
-  for (const int64_t s : splits) check_mma(p, with_bias, s, ws.view, want, magnitude);
+  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+    for (const int64_t s : splits) check_mma(p, with_bias, s, load, ws.view, want, magnitude);
+  }
 }
 
 TEST(CudaGemvFp8MmaTest, PerTensorScaleMatchesTheFloat64Product) {
@@ -287,7 +291,9 @@ TEST(CudaGemvFp8MmaTest, SubnormalWeightsAreNotFlushed) {
   std::vector<double> want, magnitude;
   reference(p, false, want, magnitude);
   const MmaWorkspace ws(p.out);
-  EXPECT_LE(check_mma(p, false, 0, ws.view, want, magnitude), mma_tolerance(p.in));
+  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+    EXPECT_LE(check_mma(p, false, 0, load, ws.view, want, magnitude), mma_tolerance(p.in));
+  }
 }
 
 // Without a workspace the product runs unsplit, with the same result.
@@ -296,7 +302,9 @@ TEST(CudaGemvFp8MmaTest, NoWorkspaceRunsUnsplit) {
   const Problem p = make_problem(128, 1024, 9, kcu::Fp8Scale::kPerChannel, 19);
   std::vector<double> want, magnitude;
   reference(p, true, want, magnitude);
-  EXPECT_LE(check_mma(p, true, 4, kcu::Fp8MmaWorkspace{}, want, magnitude), mma_tolerance(p.in));
+  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+    EXPECT_LE(check_mma(p, true, 4, load, kcu::Fp8MmaWorkspace{}, want, magnitude), mma_tolerance(p.in));
+  }
 }
 
 TEST(CudaGemvFp8MmaTest, SplitsKeepTheGridInOneWave) {

@@ -56,6 +56,15 @@ void launch_gemv_fp8(const uint8_t* w, const float* scale, Fp8Scale mode, const 
 // read as +-480 (no checkpoint holds them; fp8_e4m3 quantizers saturate).
 inline constexpr int64_t kGemvFp8MmaMaxRows = 32;
 
+// How launch_gemv_fp8_mma's warps copy their weight rows (cp.async, L2 only) into shared memory,
+// 3 units of 128 columns per row in flight or ready (results compared in bench_gemv_fp8):
+//   kLanePieces  each lane copies the 16-byte pieces its own fragments need: one copy instruction
+//                covers 8 rows x 64 contiguous bytes (the pattern of the former bf16 gemv_mma,
+//                which read W at 39-67% of the copy bandwidth, bench/results/2026-12-03-h200-gemv-mma).
+//   kRowSpans    one copy instruction covers 2 rows x 256 contiguous bytes; the fragments are read
+//                back from a swizzled [16 x 256] tile per stage (48 KiB of shared memory per block).
+enum class Fp8MmaLoad { kLanePieces, kRowSpans };
+
 // Scratch of launch_gemv_fp8_mma: partial sums and one counter per group of 64 outputs. The
 // counters must be zero before the first launch (fp8_mma_workspace_init); every launch leaves
 // them zero. One workspace serves one stream (launches in order).
@@ -83,13 +92,13 @@ bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* 
 // through L2) stay within a quarter of the weight's bytes (k / v projections: 1024 x 4096).
 int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resident);
 // `resident` for a product of `rows` rows in `mode` on the current device (cached per device).
-int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode);
+int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode, Fp8MmaLoad load = Fp8MmaLoad::kLanePieces);
 
 // y[r, o] = sum_i x[r, i] * dequant(W)[o, i] (+ bias[o]). splits: 0 = gemv_fp8_mma_splits(...) on
 // the current device (a bench may force one); lowered to what `workspace` holds (1 needs none).
 // Throws spindle::Error (a CUDA error) when !gemv_fp8_mma_supports(...), out <= 0 or scale is null.
 void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, const uint16_t* x_bf16, int64_t rows,
                          int64_t in, int64_t out, const float* bias, float* y, const Fp8MmaWorkspace& workspace,
-                         cudaStream_t stream, int64_t splits = 0);
+                         cudaStream_t stream, int64_t splits = 0, Fp8MmaLoad load = Fp8MmaLoad::kLanePieces);
 
 }  // namespace spindle::kernels::cuda

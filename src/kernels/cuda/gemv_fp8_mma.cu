@@ -198,6 +198,33 @@ __device__ __forceinline__ void sum_splits(const Args& a) {
   }
 }
 
+// d += unit u's product from the lane's weight pieces (chunk 0 and 1 of rows o0 + g, o0 + g + 8),
+// times the unit's block scale in kBlock128.
+template <int kTiles, Fp8Scale kMode>
+__device__ __forceinline__ void unit_mma(const Args& a, const uint4& w0g, const uint4& w0h, const uint4& w1g,
+                                         const uint4& w1h, int64_t u, const float* block_scales,
+                                         float (&d)[kTiles][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int64_t k0 = u * kUnit + 16 * q, k1 = k0 + 64;
+  if constexpr (kMode == Fp8Scale::kBlock128) {
+    float part[kTiles][4];
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
+    chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, part);
+    chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, part);
+    const float s = __ldg(block_scales + u);
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d[t][j] = fmaf(part[t][j], s, d[t][j]);
+    }
+  } else {
+    chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, d);
+    chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, d);
+  }
+}
+
+// ---- kLanePieces: each lane copies the bytes of its own fragments ------------------------------
 // The lane's 4 weight pieces of unit u (chunk c = 0, 1 of rows o0 + g and o0 + g + 8: 16 bytes
 // each from column 128 u + 64 c + 16 q) copied asynchronously into its ring slot (piece 2c + row);
 // zero-filled where the unit is past the range or the piece past `in`. One commit group per unit.
@@ -232,34 +259,81 @@ __device__ __forceinline__ void stream_units(const Args& a, uint4 (*ring)[4][32]
     issue_unit(ring, static_cast<int>((i + kStages - 1) % kStages), lane, wg, wh, u + kStages - 1, u_end, a.in, q);
     mma::cp_async_wait<kStages - 1>();  // unit u's group has landed
     const int slot = static_cast<int>(i % kStages);
-    const uint4 w0g = ring[slot][0][lane], w0h = ring[slot][1][lane];
-    const uint4 w1g = ring[slot][2][lane], w1h = ring[slot][3][lane];
-    const int64_t k0 = u * kUnit + 16 * q, k1 = k0 + 64;
-    if constexpr (kMode == Fp8Scale::kBlock128) {
-      float part[kTiles][4];
-#pragma unroll
-      for (int t = 0; t < kTiles; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
-      chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, part);
-      chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, part);
-      const float s = __ldg(block_scales + u);
-#pragma unroll
-      for (int t = 0; t < kTiles; ++t) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) d[t][j] = fmaf(part[t][j], s, d[t][j]);
-      }
-    } else {
-      chunk_mma<kTiles>(w0g, w0h, a.x, a.rows, a.in, k0, k0 < a.in, g, d);
-      chunk_mma<kTiles>(w1g, w1h, a.x, a.rows, a.in, k1, k1 < a.in, g, d);
-    }
+    unit_mma<kTiles, kMode>(a, ring[slot][0][lane], ring[slot][1][lane], ring[slot][2][lane], ring[slot][3][lane],
+                            u, block_scales, d);
   }
   mma::cp_async_wait<0>();  // the zero-filled groups past the range too, before the block ends
 }
 
+// ---- kRowSpans: a copy instruction covers 2 rows x 256 contiguous bytes --------------------------
+// Stage = the warp's 16 rows x 256 columns (2 units, 4 KiB); copy i (0..7) of lane l: row
+// 2i + l / 16, columns 16 (l % 16) .. + 15 of the stage. Stored at row r, 16-byte slot
+// c ^ 4 (r % 2) (c = column / 16): the reads of unit_mma's pieces (lanes g = 2p, 2p + 1 of one
+// 8-lane phase read slots c0 + q of rows 2p and 2p + 1) then hit all 32 banks once.
+constexpr int kSpanStages = 3;                             // stages per warp (2 in flight)
+constexpr int kSpanRowBytes = 2 * kUnit;                   // 256
+constexpr int kSpanStageBytes = 16 * kSpanRowBytes;        // 4096
+constexpr int kSpanBlockBytes = kWarps * kSpanStages * kSpanStageBytes;  // 48 KiB, dynamic
+
+__device__ __forceinline__ int span_offset(int row, int column) {  // byte offset in a stage
+  return row * kSpanRowBytes + (((column >> 4) ^ ((row & 1) << 2)) << 4);
+}
+
+// Stage (units u, u + 1 of the range [.., u_end)) into slot `slot` of the warp's stages; zero-filled
+// past u_end or `in`. One commit group.
+__device__ __forceinline__ void issue_span(const Args& a, uint8_t* stages, int slot, int lane, int64_t o0, int64_t u,
+                                           int64_t u_end) {
+  const int column = 16 * (lane & 15);
+  const int64_t k = u * kUnit + column;
+  const bool valid = u + column / kUnit < u_end && k < a.in;
+#pragma unroll 1  // (unrolled, the 8 row pointers stay live through the multiply and spill)
+  for (int i = 0; i < 8; ++i) {
+    const int row = 2 * i + (lane >> 4);
+    const uint8_t* src = a.w + min(o0 + row, a.out - 1) * a.in;
+    mma::cp_async_16(mma::shared_address(stages + slot * kSpanStageBytes + span_offset(row, column)),
+                     valid ? src + k : src, valid);
+  }
+  mma::cp_async_commit();
+}
+
 template <int kTiles, Fp8Scale kMode>
+__device__ __forceinline__ void stream_spans(const Args& a, uint8_t* stages, int64_t o0, int64_t u_begin,
+                                             int64_t u_end, float (&d)[kTiles][4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const float* block_scales =
+      kMode == Fp8Scale::kBlock128 ? a.scale + (o0 / kUnit) * ((a.in + kUnit - 1) / kUnit) : nullptr;
+  // Stage i (units u_begin + 2i, + 1) goes to slot i % kSpanStages.
+#pragma unroll
+  for (int i = 0; i < kSpanStages - 1; ++i) issue_span(a, stages, i, lane, o0, u_begin + 2 * i, u_end);
+  for (int64_t i = 0; u_begin + 2 * i < u_end; ++i) {
+    __syncwarp();  // every lane has read the slot refilled now (stage i - 1's)
+    issue_span(a, stages, static_cast<int>((i + kSpanStages - 1) % kSpanStages), lane, o0,
+               u_begin + 2 * (i + kSpanStages - 1), u_end);
+    mma::cp_async_wait<kSpanStages - 1>();  // this lane's copies of stage i have landed
+    __syncwarp();                           // and every other lane's
+    const uint8_t* stage = stages + static_cast<int>(i % kSpanStages) * kSpanStageBytes;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int64_t u = u_begin + 2 * i + j;
+      if (u >= u_end) break;  // warp-uniform
+      const int c0 = j * static_cast<int>(kUnit) + 16 * q;
+      const auto piece = [&](int row, int column) {
+        return *reinterpret_cast<const uint4*>(stage + span_offset(row, column));
+      };
+      unit_mma<kTiles, kMode>(a, piece(g, c0), piece(g + 8, c0), piece(g, c0 + 64), piece(g + 8, c0 + 64), u,
+                              block_scales, d);
+    }
+  }
+  mma::cp_async_wait<0>();
+}
+
+template <int kTiles, Fp8Scale kMode, Fp8MmaLoad kLoad>
 __global__ void __launch_bounds__(kThreads, 4) gemv_fp8_mma_kernel(Args a) {
-  // Each warp's ring of kStages units of weight pieces, [slot][piece][lane] (16 bytes each: a lane
-  // reads back only what it copied, so no barrier; lane-contiguous, so conflict-free).
-  __shared__ uint4 ring[kWarps][kStages][4][32];
+  // kLanePieces: each warp's ring of kStages units of weight pieces, [slot][piece][lane] (16 bytes
+  // each: a lane reads back only what it copied, so no barrier; lane-contiguous, so conflict-free).
+  // kRowSpans: kSpanStages stages per warp in the dynamic shared memory (kSpanBlockBytes).
+  __shared__ uint4 ring[kLoad == Fp8MmaLoad::kLanePieces ? kWarps : 1][kStages][4][32];
+  extern __shared__ uint4 spans[];
   pdl_begin();
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kBlockOuts + 16 * warp;
@@ -270,7 +344,13 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_fp8_mma_kernel(Args a) {
   for (int t = 0; t < kTiles; ++t) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.0f;
   // Whole warps: a warp whose first row exists runs (its last 15 rows may be clamped).
   if (o0 < a.out) {
-    stream_units<kTiles, kMode>(a, ring[warp], o0, units * split / a.splits, units * (split + 1) / a.splits, d);
+    const int64_t u_begin = units * split / a.splits, u_end = units * (split + 1) / a.splits;
+    if constexpr (kLoad == Fp8MmaLoad::kLanePieces) {
+      stream_units<kTiles, kMode>(a, ring[warp], o0, u_begin, u_end, d);
+    } else {
+      uint8_t* stages = reinterpret_cast<uint8_t*>(spans) + warp * kSpanStages * kSpanStageBytes;
+      stream_spans<kTiles, kMode>(a, stages, o0, u_begin, u_end, d);
+    }
   }
   if (a.splits == 1) {
     if (o0 < a.out) store_warp<kTiles, kMode>(a, o0, g, q, d, a.y, true);
@@ -292,27 +372,36 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_fp8_mma_kernel(Args a) {
 
 using Kernel = void (*)(Args);
 
-template <int kTiles>
+template <int kTiles, Fp8MmaLoad kLoad>
 Kernel kernel_of(Fp8Scale mode) {
   switch (mode) {
-    case Fp8Scale::kPerTensor: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerTensor>;
-    case Fp8Scale::kPerChannel: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerChannel>;
-    case Fp8Scale::kBlock128: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kBlock128>;
+    case Fp8Scale::kPerTensor: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerTensor, kLoad>;
+    case Fp8Scale::kPerChannel: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kPerChannel, kLoad>;
+    case Fp8Scale::kBlock128: return gemv_fp8_mma_kernel<kTiles, Fp8Scale::kBlock128, kLoad>;
   }
   return nullptr;
 }
 
+template <Fp8MmaLoad kLoad>
 Kernel kernel_of(int tiles, Fp8Scale mode) {
   switch (tiles) {
-    case 1: return kernel_of<1>(mode);
-    case 2: return kernel_of<2>(mode);
-    case 3: return kernel_of<3>(mode);
-    default: return kernel_of<4>(mode);
+    case 1: return kernel_of<1, kLoad>(mode);
+    case 2: return kernel_of<2, kLoad>(mode);
+    case 3: return kernel_of<3, kLoad>(mode);
+    default: return kernel_of<4, kLoad>(mode);
   }
 }
 
+Kernel kernel_of(int tiles, Fp8Scale mode, Fp8MmaLoad load) {
+  return load == Fp8MmaLoad::kLanePieces ? kernel_of<Fp8MmaLoad::kLanePieces>(tiles, mode)
+                                         : kernel_of<Fp8MmaLoad::kRowSpans>(tiles, mode);
+}
+
+size_t dynamic_bytes(Fp8MmaLoad load) { return load == Fp8MmaLoad::kRowSpans ? kSpanBlockBytes : 0; }
+
 constexpr int kMaxDevices = 64;
 constexpr Fp8Scale kModes[] = {Fp8Scale::kPerTensor, Fp8Scale::kPerChannel, Fp8Scale::kBlock128};
+constexpr Fp8MmaLoad kLoads[] = {Fp8MmaLoad::kLanePieces, Fp8MmaLoad::kRowSpans};
 
 int current_device() {
   int device = 0;
@@ -320,18 +409,24 @@ int current_device() {
   return device >= 0 && device < kMaxDevices ? device : 0;
 }
 
-// How many blocks of the kernel for (tiles, mode) the current device holds at once (SMs x blocks
-// per SM at its registers), cached per device: queried at fp8_mma_workspace_init (load), so a
-// launch inside a graph capture asks the driver nothing.
-int64_t resident_blocks(int tiles, Fp8Scale mode) {
-  static std::atomic<int> cached[kMaxDevices][4][3] = {};
+// How many blocks of the kernel for (tiles, mode, load) the current device holds at once (SMs x
+// blocks per SM at its registers and shared memory), cached per device; the first query also
+// lets kRowSpans use its 48 KiB of dynamic shared memory. Queried at fp8_mma_workspace_init
+// (load), so a launch inside a graph capture asks the driver nothing.
+int64_t resident_blocks(int tiles, Fp8Scale mode, Fp8MmaLoad load) {
+  static std::atomic<int> cached[kMaxDevices][4][3][2] = {};
   const int device = current_device();
-  std::atomic<int>& slot = cached[device][tiles - 1][static_cast<int>(mode)];
+  std::atomic<int>& slot = cached[device][tiles - 1][static_cast<int>(mode)][static_cast<int>(load)];
   int n = slot.load(std::memory_order_relaxed);
   if (n == 0) {
+    const Kernel kernel = kernel_of(tiles, mode, load);
+    const size_t dynamic = dynamic_bytes(load);
+    if (dynamic > 0) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic)));
+    }
     int sms = 0, per_sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(tiles, mode), kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, dynamic));
     n = std::max(1, sms * per_sm);
     slot.store(n, std::memory_order_relaxed);
   }
@@ -341,7 +436,9 @@ int64_t resident_blocks(int tiles, Fp8Scale mode) {
 int64_t max_resident_blocks() {
   int64_t n = 0;
   for (int tiles = 1; tiles <= 4; ++tiles) {
-    for (const Fp8Scale mode : kModes) n = std::max(n, resident_blocks(tiles, mode));
+    for (const Fp8Scale mode : kModes) {
+      for (const Fp8MmaLoad load : kLoads) n = std::max(n, resident_blocks(tiles, mode, load));
+    }
   }
   return n;
 }
@@ -360,8 +457,8 @@ int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resid
   return std::clamp<int64_t>(std::min(resident / groups, traffic_cap), 1, std::min(units, kMaxSplits));
 }
 
-int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode) {
-  return resident_blocks(static_cast<int>(std::clamp<int64_t>((rows + 7) / 8, 1, 4)), mode);
+int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode, Fp8MmaLoad load) {
+  return resident_blocks(static_cast<int>(std::clamp<int64_t>((rows + 7) / 8, 1, 4)), mode, load);
 }
 
 int64_t fp8_mma_workspace_bytes(int64_t max_out) {
@@ -392,7 +489,7 @@ bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* 
 
 void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, const uint16_t* x_bf16, int64_t rows,
                          int64_t in, int64_t out, const float* bias, float* y, const Fp8MmaWorkspace& workspace,
-                         cudaStream_t stream, int64_t splits) {
+                         cudaStream_t stream, int64_t splits, Fp8MmaLoad load) {
   if (!gemv_fp8_mma_supports(rows, in, w, x_bf16) || out <= 0 || (out + kBlockOuts - 1) / kBlockOuts > 0x7fffffff ||
       scale == nullptr || splits < 0) {
     throw_cuda_error(cudaErrorInvalidValue, "launch_gemv_fp8_mma: unsupported shape, alignment or missing scale",
@@ -400,14 +497,15 @@ void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, co
   }
   const int64_t units = (in + kUnit - 1) / kUnit;
   const int tiles = static_cast<int>((rows + 7) / 8);
-  int64_t s = splits > 0 ? std::min(splits, units) : gemv_fp8_mma_splits(rows, out, in, resident_blocks(tiles, mode));
+  int64_t s = splits > 0 ? std::min(splits, units) : gemv_fp8_mma_splits(rows, out, in, resident_blocks(tiles, mode, load));
   const int64_t groups = (out + kBlockOuts - 1) / kBlockOuts;
   if (workspace.counters == nullptr || workspace.counter_count < groups) s = 1;
   if (s > 1) s = std::min(s, workspace.partial_floats / (rows * out));
   s = std::clamp<int64_t>(s, 1, std::min<int64_t>(units, 65535));
   const Args a{w, scale, x_bf16, rows, in, out, bias, y, workspace.partial, workspace.counters, s};
   const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(s));
-  launch_pdl(kernel_of(tiles, mode), grid, kThreads, 0, stream, a);
+  if (splits > 0) resident_blocks(tiles, mode, load);  // (kRowSpans: its shared-memory attribute set)
+  launch_pdl(kernel_of(tiles, mode, load), grid, kThreads, dynamic_bytes(load), stream, a);
   CUDA_CHECK_LAUNCH();
 }
 
