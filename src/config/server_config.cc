@@ -230,7 +230,7 @@ void add_quantization_flag(CLI::App& app, ServerConfig& f) {
                  "GGUF Q8_0 at load and run by the int8 kernels, as a Q8_0 GGUF file is) or fp8 (FP8 E4M3 per output "
                  "channel at load, W8A16 on the CPU and CUDA; FP8 checkpoints need no flag)");
   app.add_option("--fp8-prefill-kernel", f.fp8_prefill_kernel,
-                 "CUDA, FP8 linear weights, products above 8 rows: fp8_w8a16 (exact bf16 weights, split activations), "
+                 "CUDA, FP8 linear weights, products above 32 rows: fp8_w8a16 (exact bf16 weights, split activations), "
                  "cublaslt_fp8 / cublaslt_fp8_fast_accum (FP8 tensor cores, activations quantized per "
                  "token: W8A8, Hopper and cuBLASLt >= 12.9), or auto (default: each checked against float64 and "
                  "timed at load, the fastest per shape)");

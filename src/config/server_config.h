@@ -49,7 +49,7 @@ struct ServerConfig {
   std::string matmul_precision = "auto";  // auto | exact | bf16
   std::string weights_memory = "auto";    // auto | mapped | huge-pages
   std::string quantization = "none";      // none | q8_0 (CPU) | fp8 (linear weights quantized at load)
-  std::string fp8_prefill_kernel = "auto";  // CUDA FP8 weights above 8 rows: an entry name or auto
+  std::string fp8_prefill_kernel = "auto";  // CUDA FP8 weights above 32 rows: an entry name or auto
   int max_running_requests = 0;  // 0: kDefaultMaxRunningRequests
   int max_queued_requests = 0;   // 0: kDefaultMaxQueuedRequests
   bool disable_cuda_graph = false;
@@ -97,7 +97,7 @@ struct ResolvedConfig {
   // --quantization fp8: an unquantized folder's linear weights quantized to FP8 per channel at load
   // (model/fp8_quantize.h), on either device.
   bool quantize_fp8 = false;
-  // --fp8-prefill-kernel: the CUDA FP8 products above 8 rows (kernels/cuda/fp8_linear_registry.h;
+  // --fp8-prefill-kernel: the CUDA FP8 products above 32 rows (kernels/cuda/fp8_linear_registry.h;
   // the name is checked where the model loads, which lists the registered ones). CUDA only.
   std::string fp8_prefill_kernel = "fp8_w8a16";
   // --quantization: none, or q8_0 (CPU only: an F32/BF16 checkpoint's linear weights quantized at

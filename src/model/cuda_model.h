@@ -23,7 +23,7 @@ struct CudaModelOptions {
   bool allow_16bit_activations = false;
   // --quantization fp8: linear weights quantized to FP8 per channel at load (model/fp8_quantize.h).
   bool quantize_fp8 = false;
-  // FP8 weights, products of more than 8 rows (kernels/cuda/fp8_linear_registry.h): a registered
+  // FP8 weights, products of more than 32 rows (kFp8StreamMaxRows) (kernels/cuda/fp8_linear_registry.h): a registered
   // name ("fp8_w8a16", "cublaslt_fp8", "cublaslt_fp8_fast_accum"), or "auto": each entry checked
   // against float64 and timed at load on the model's FP8 shapes (in-process), the fastest that
   // passes chosen per shape. A named entry unavailable for a shape fails the load with the reasons.

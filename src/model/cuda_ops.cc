@@ -510,7 +510,9 @@ void CudaOps::linear(const float* x, int64_t rows, std::span<const Product> prod
     const Placed& placed_weight = placed(p.weight);
     const kcu::DeviceWeight& w = placed_weight.weight;
     const float* bias = p.bias == kNoWeight ? nullptr : static_cast<const float*>(placed(p.bias).data);
-    if (w.dtype == DType::kF8E4M3 && rows > kcu::kGemvFp8MaxRows && placed_weight.fp8_prefill != nullptr) {
+    // FP8: up to kFp8StreamMaxRows rows the streaming decode products of fp8_linear_ (gemv_fp8,
+    // gemv_fp8_mma); above, the prefill entry chosen for the shape (or fp8_linear_'s W8A16 path).
+    if (w.dtype == DType::kF8E4M3 && rows > kcu::kFp8StreamMaxRows && placed_weight.fp8_prefill != nullptr) {
       placed_weight.fp8_prefill->forward(placed_weight.fp8, x, rows, p.y, bias);  // f32 x, its own quantization
       continue;
     }

@@ -7,7 +7,8 @@
 // (kernels/cuda/cublas_linear.h; 16-bit weights get split activations unless
 // allow_16bit_activations). FP8 linear weights (F8_E4M3 with their scale, model/fp8_config.h) are
 // uploaded as bytes with their scales as f32 after them in the slot and run on
-// kernels/cuda/fp8_linear.h (the FP8 gemv up to 8 rows, a bf16 dequantization + cuBLAS above);
+// kernels/cuda/fp8_linear.h (the streaming FP8 products up to 32 rows: gemv_fp8, gemv_fp8_mma;
+// above, the FP8 prefill entry chosen per shape, kernels/cuda/fp8_linear_registry.h);
 // they are not joined with other parts, and with FP8 weights no op writes a fused 16-bit copy of
 // its output (the products convert their input themselves). Other ops: kernels/cuda/model_ops.h. RoPE reads the CPU RopeTable's
 // cos/sin for positions below the table size and computes later positions with the same
@@ -151,7 +152,7 @@ class CudaOps final : public DeviceOps {
     std::vector<float> fp8_scales;                  // kLinear FP8: the scales to upload after the codes
     size_t fp8_scale_offset = 0;                    //   their offset in the slot
     kernels::cuda::DeviceFp8Weight fp8;             //   the device view (set at finish_loading)
-    kernels::cuda::Fp8PrefillProduct* fp8_prefill = nullptr;  // > 8 rows; null: fp8_linear_ (W8A16)
+    kernels::cuda::Fp8PrefillProduct* fp8_prefill = nullptr;  // > 32 rows; null: fp8_linear_ (W8A16)
     kernels::cuda::WeightType type = kernels::cuda::WeightType::kF32;  // kVector
     const void* data = nullptr;                     // the device slot, after finish_loading
   };

@@ -1,5 +1,6 @@
 // CudaOps' FP8 linear weights (cuda_ops.h): placed as one slot of e4m3 codes, zero padding to the
-// slot alignment and the f32 scales; run by kernels::cuda::Fp8Linear up to 8 rows, and above by the
+// slot alignment and the f32 scales; run by kernels::cuda::Fp8Linear up to 32 rows
+// (kFp8StreamMaxRows: gemv_fp8, gemv_fp8_mma), and above by the
 // FP8 prefill entry chosen per shape (kernels/cuda/fp8_linear_registry.h; fp8_w8a16: Fp8Linear).
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>

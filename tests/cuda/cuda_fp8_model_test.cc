@@ -2,15 +2,17 @@
 // path on the same folder (tests/model/fp8_model_test.cc checks the CPU against a float64 forward
 // over the dequantized weights within 1e-5). Folders: the golden F32 models written as FP8
 // (tests/model/golden_fp8.h: 128x128 blocks, compressed-tensors per channel, per-tensor with a
-// static input_scale). Each prompt: one prefill, then kDecodeSteps single-token decode steps fed the
-// CPU's argmax ids, the CUDA logits of every step compared with the CPU's (relative error: max |d| /
-// max |cpu logit|). Skips without a CUDA device (cc >= 8.0).
+// static input_scale). Prompts: the golden ones (4-19 tokens) and one of 48 tokens made of their
+// ids (prompts_of: the products above 32 rows). Each prompt: one prefill, then kDecodeSteps
+// single-token decode steps fed the CPU's argmax ids, the CUDA logits of every step compared with
+// the CPU's (relative error: max |d| / max |cpu logit|). Skips without a CUDA device (cc >= 8.0).
 //
 // Tolerances:
-//   kDecodeTolerance = 1e-3  rows <= 8 run launch_gemv_fp8 on the split bf16 activations (hi + lo,
-//                            ~16 significant bits, relative 2^-17) with the e4m3 weights exact and
-//                            f32 sums: expected ~1e-5 (printed). A prompt of at most 8 tokens
-//                            prefills on this path too.
+//   kDecodeTolerance = 1e-3  rows <= 32 (kFp8StreamMaxRows) stream the FP8 weight: launch_gemv_fp8
+//                            (<= 8 rows) and launch_gemv_fp8_mma (9..32, bf16 tensor cores) on the
+//                            split bf16 activations (hi + lo, ~16 significant bits, relative 2^-17)
+//                            with the e4m3 weights exact and f32 sums: expected ~1e-5 (printed). A
+//                            prompt of at most 32 tokens prefills on these paths too.
 //   kPrefillTolerance = 2e-2 more rows: fp8_w8a16 (fp8_linear.h), the weights converted to bf16
 //                            without rounding (the codes with the scale applied in f32 to the
 //                            product; 128x128 blocks as bf16 hi + lo, <= 2^-18 relative) and
@@ -54,7 +56,7 @@ constexpr double kDecodeTolerance = 1e-3;
 constexpr double kPrefillTolerance = 2e-2;
 constexpr double kW8a8PrefillTolerance = 0.1;
 constexpr int kDecodeSteps = 8;
-constexpr int kGemvRows = 8;  // kernels::cuda::kGemvFp8MaxRows
+constexpr int kStreamRows = 32;  // kernels::cuda::kFp8StreamMaxRows
 
 struct Loaded {
   std::unique_ptr<testing::ModelStepper> model;
@@ -79,7 +81,7 @@ Loaded load(const std::filesystem::path& dir, attn::Device device, bool quantize
 }
 
 struct Errors {
-  // Worst relative errors. short: prompts of <= 8 tokens; decode: the decode steps after a short
+  // Worst relative errors. short: prompts of <= 32 tokens; decode: the decode steps after a short
   // prefill; decode_after_long: those after a longer one, whose K/V the interim bf16 path wrote (its
   // error is in every later step's keys, so they are held to kPrefillTolerance).
   double prefill = 0, prefill_short = 0, decode = 0, decode_after_long = 0;
@@ -105,13 +107,27 @@ void compare_prompt(testing::ModelStepper& cpu, testing::ModelStepper& gpu, cons
     return testing::relative_error(b, a);
   };
   const double prefill = step(prompt.ids, 0);
-  double& worst = n <= kGemvRows ? e.prefill_short : e.prefill;
+  double& worst = n <= kStreamRows ? e.prefill_short : e.prefill;
   worst = std::max(worst, prefill);
-  double& decode_worst = n <= kGemvRows ? e.decode : e.decode_after_long;
+  double& decode_worst = n <= kStreamRows ? e.decode : e.decode_after_long;
   for (int s = 0; s < kDecodeSteps; ++s) {
     const int32_t next = testing::argmax(a);
     decode_worst = std::max(decode_worst, step({&next, 1}, n + s));
   }
+}
+
+// The golden prompts (4-19 tokens: the streaming decode products) and one of kLongPrompt tokens,
+// their ids repeated, so that the prefill path above kStreamRows rows is compared too.
+constexpr size_t kLongPrompt = 48;
+std::vector<testing::GoldenPrompt> prompts_of(const std::string& model) {
+  std::vector<testing::GoldenPrompt> p = testing::read_golden(model);
+  testing::GoldenPrompt longer;
+  while (longer.ids.size() < kLongPrompt) {
+    for (const auto& q : p) longer.ids.insert(longer.ids.end(), q.ids.begin(), q.ids.end());
+  }
+  longer.ids.resize(kLongPrompt);
+  p.push_back(std::move(longer));
+  return p;
 }
 
 struct Fp8CudaCase {
@@ -131,12 +147,12 @@ TEST_P(CudaFp8Test, LogitsMatchTheCpuPath) {
   testing::write_golden_fp8(fc.model, dir.path(), {.format = fc.format});
   Loaded cpu = load(dir.path(), attn::Device::kCpu), gpu = load(dir.path(), attn::Device::kCuda);
   Errors e;
-  for (const auto& prompt : testing::read_golden(fc.model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
+  for (const auto& prompt : prompts_of(fc.model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
   EXPECT_LE(e.decode, kDecodeTolerance);
   EXPECT_LE(e.prefill_short, kDecodeTolerance);
   EXPECT_LE(e.prefill, kPrefillTolerance);
   EXPECT_LE(e.decode_after_long, kPrefillTolerance);
-  std::printf("%s FP8 %s on CUDA (%s) vs CPU: decode %.3g, prefill <= 8 tokens %.3g (tolerance %.3g), longer "
+  std::printf("%s FP8 %s on CUDA (%s) vs CPU: decode %.3g, prefill <= 32 tokens %.3g (tolerance %.3g), longer "
               "prefill %.3g and the decode after it %.3g (tolerance %.3g)\n", fc.model.c_str(), fc.label,
               gpu.model->linear_kernel_name(), e.decode, e.prefill_short, kDecodeTolerance, e.prefill,
               e.decode_after_long, kPrefillTolerance);
@@ -168,12 +184,12 @@ TEST_P(CudaFp8Test, TensorCorePrefillWithinTheW8a8Bound) {
   testing::write_golden_fp8(fc.model, dir.path(), {.format = fc.format});
   Loaded cpu = load(dir.path(), attn::Device::kCpu), gpu = load(dir.path(), attn::Device::kCuda, false, "cublaslt_fp8");
   Errors e;
-  for (const auto& prompt : testing::read_golden(fc.model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
+  for (const auto& prompt : prompts_of(fc.model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
   EXPECT_LE(e.decode, kDecodeTolerance);
   EXPECT_LE(e.prefill_short, kDecodeTolerance);
   EXPECT_LE(e.prefill, kW8a8PrefillTolerance);
   EXPECT_LE(e.decode_after_long, kW8a8PrefillTolerance);
-  std::printf("%s FP8 %s, prefill on cublaslt_fp8 vs CPU W8A16: decode %.3g, prefill <= 8 tokens %.3g, longer "
+  std::printf("%s FP8 %s, prefill on cublaslt_fp8 vs CPU W8A16: decode %.3g, prefill <= 32 tokens %.3g, longer "
               "prefill %.3g and the decode after it %.3g (tolerance %.3g)\n", fc.model.c_str(), fc.label, e.decode,
               e.prefill_short, e.prefill, e.decode_after_long, kW8a8PrefillTolerance);
 }
@@ -185,7 +201,7 @@ TEST(CudaFp8QuantizeAtLoad, LogitsMatchTheCpuPath) {
     Loaded cpu = load(testing::model_dir(model), attn::Device::kCpu, true);
     Loaded gpu = load(testing::model_dir(model), attn::Device::kCuda, true);
     Errors e;
-    for (const auto& prompt : testing::read_golden(model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
+    for (const auto& prompt : prompts_of(model)) compare_prompt(*cpu.model, *gpu.model, prompt, e);
     EXPECT_LE(e.decode, kDecodeTolerance) << model;
     EXPECT_LE(e.prefill_short, kDecodeTolerance) << model;
     EXPECT_LE(e.prefill, kPrefillTolerance) << model;

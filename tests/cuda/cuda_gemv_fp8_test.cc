@@ -4,6 +4,17 @@
 // 1..8, with and without bias. Tolerance: 1e-5 of sum_i |x_i w_i| per output (f32 sums of ~1000-4000
 // exact products in another order; the scale applied once, or per 16 weights for blocks). Also:
 // each row of a multi-row launch equals the one-row launch's bits, and unsupported shapes throw.
+//
+// launch_gemv_fp8_mma (the tensor-core product of 1..32 rows) against the same float64 product:
+// rows 1, 5, 8, 9, 16, 17, 24, 31, 32, every scale mode, input widths with a partial last 128-column
+// unit (336 = 2 x 128 + 80, 1040 = 8 x 128 + 16) and the 8B shapes' 4096 and 14336, output counts
+// that are not multiples of 16 or 64 (200, 257: clamped rows in the last warp), with the automatic
+// input splits and forced ones (1, 2, 3, the most), both weight loads (Fp8MmaLoad). Tolerance:
+// (in / 16 + 64) 2^-23 of sum |x w| (each bf16 x e4m3 product is exact in f32; an mma adds 16 of them to its f32 accumulator, at most
+// in / 16 such additions per output, each within 2^-23 of the running sum even where the tensor
+// cores truncate; the split sums, block scales and the final scale add a few more: 64). Also: a
+// repeated launch gives the same bits (the split sums are added in a fixed order), all-subnormal
+// weights are not flushed to zero, and unsupported shapes throw.
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
@@ -171,6 +182,162 @@ TEST(CudaGemvFp8Test, BlockScalesMatchTheFloat64ProductWithPartialEdgeBlocks) {
   SKIP_WITHOUT_CUDA_DEVICE();
   check(200, 336, kcu::Fp8Scale::kBlock128, true, 4);
   check(384, 4096, kcu::Fp8Scale::kBlock128, false, 5);
+}
+
+// ---- launch_gemv_fp8_mma -----------------------------------------------------------------------
+
+double mma_tolerance(int64_t in) { return std::max(1e-5, (double(in) / 16 + 64) * 0x1p-23); }
+
+struct MmaWorkspace {
+  kcu::DeviceBuffer buffer;
+  kcu::Fp8MmaWorkspace view;
+  explicit MmaWorkspace(int64_t max_out) : buffer(static_cast<size_t>(kcu::fp8_mma_workspace_bytes(max_out))) {
+    view = kcu::fp8_mma_workspace_init(buffer.data(), static_cast<int64_t>(buffer.size()), max_out);
+  }
+};
+
+// Every row count of kMmaRows (at most p.rows) with `splits` (0: automatic), each output of each
+// row against the float64 product; returns the worst |y - ref| / sum |x w|.
+constexpr int64_t kMmaRows[] = {1, 5, 8, 9, 16, 17, 24, 31, 32};
+
+double check_mma(const Problem& p, bool with_bias, int64_t splits, kcu::Fp8MmaLoad load,
+                 const kcu::Fp8MmaWorkspace& ws, const std::vector<double>& want,
+                 const std::vector<double>& magnitude) {
+  auto dw = to_device(p.w);
+  auto ds = to_device(p.scale);
+  auto dx = to_device(p.x);
+  auto db = to_device(p.bias);
+  const float* bias = with_bias ? db.as<float>() : nullptr;
+  kcu::DeviceBuffer dy(static_cast<size_t>(p.rows * p.out) * sizeof(float));
+  const std::string what = mode_name(p.mode) + " " + std::to_string(p.out) + "x" + std::to_string(p.in) +
+                           (with_bias ? " +bias" : "") + " splits " + std::to_string(splits) +
+                           (load == kcu::Fp8MmaLoad::kRowSpans ? " row spans" : " lane pieces");
+  const double tolerance = mma_tolerance(p.in);
+  double worst = 0;
+  for (const int64_t rows : kMmaRows) {
+    if (rows > p.rows) break;
+    kcu::fill_zero(dy.data(), dy.size());
+    kcu::launch_gemv_fp8_mma(dw.as<uint8_t>(), ds.as<float>(), p.mode, dx.as<uint16_t>(),
+                             rows, p.in, p.out, bias, dy.as<float>(), ws, nullptr, splits, load);
+    const std::vector<float> got = to_host_floats(dy, static_cast<size_t>(rows * p.out));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < p.out; ++o) {
+        const size_t at = static_cast<size_t>(r * p.out + o);
+        const double err = std::fabs(got[at] - want[at]) / std::max(magnitude[at], 1e-30);
+        worst = std::max(worst, std::isnan(err) ? INFINITY : err);
+        if (!(err <= tolerance)) {
+          ADD_FAILURE() << what << " rows " << rows << " y[" << r << ", " << o << "] = " << got[at] << ", float64 "
+                        << want[at] << " (error " << err << " of sum |x w|, tolerance " << tolerance << ")";
+          return worst;
+        }
+      }
+    }
+    if (rows == p.rows) {  // the same launch again: the same bits
+      kcu::launch_gemv_fp8_mma(dw.as<uint8_t>(), ds.as<float>(), p.mode, dx.as<uint16_t>(), rows, p.in, p.out, bias,
+                               dy.as<float>(), ws, nullptr, splits, load);
+      const std::vector<float> again = to_host_floats(dy, static_cast<size_t>(rows * p.out));
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (again[i] != got[i]) {
+          ADD_FAILURE() << what << ": a repeated launch gave other bits at " << i;
+          break;
+        }
+      }
+    }
+  }
+  std::printf("[ gemv_fp8_mma ] %s: max error %.2e of sum |x w| (tolerance %.2e)\n", what.c_str(), worst, tolerance);
+  return worst;
+}
+
+void check_mma_shape(int64_t out, int64_t in, kcu::Fp8Scale mode, bool with_bias, uint64_t seed,
+                     std::initializer_list<int64_t> splits) {
+  const Problem p = make_problem(out, in, kcu::kGemvFp8MmaMaxRows, mode, seed);
+  std::vector<double> want, magnitude;
+  reference(p, with_bias, want, magnitude);
+  const MmaWorkspace ws(out);
+  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+    for (const int64_t s : splits) check_mma(p, with_bias, s, load, ws.view, want, magnitude);
+  }
+}
+
+TEST(CudaGemvFp8MmaTest, PerTensorScaleMatchesTheFloat64Product) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_mma_shape(200, 336, kcu::Fp8Scale::kPerTensor, false, 11, {0, 1, 2, 3});
+  check_mma_shape(300, 1040, kcu::Fp8Scale::kPerTensor, true, 12, {0, 1, 9});
+}
+
+TEST(CudaGemvFp8MmaTest, PerChannelScaleMatchesTheFloat64Product) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_mma_shape(257, 2048, kcu::Fp8Scale::kPerChannel, true, 13, {0, 1, 16});
+  check_mma_shape(64, 14336, kcu::Fp8Scale::kPerChannel, false, 14, {0, 1, 112});  // down's width
+}
+
+// 200 x 336: the last block row holds 72 rows and the last block column 80 columns.
+TEST(CudaGemvFp8MmaTest, BlockScalesMatchTheFloat64ProductWithPartialEdgeBlocks) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_mma_shape(200, 336, kcu::Fp8Scale::kBlock128, true, 15, {0, 1, 2, 3});
+  check_mma_shape(384, 4096, kcu::Fp8Scale::kBlock128, false, 16, {0, 1, 5, 32});
+  check_mma_shape(136, 1040, kcu::Fp8Scale::kBlock128, true, 17, {0, 3});
+}
+
+// The e4m3 subnormals (exponent field 0: m / 8 * 2^-6) land on bf16 subnormals before the 2^120
+// multiply: a flush to zero there would make every output 0 (error 1 of sum |x w|).
+TEST(CudaGemvFp8MmaTest, SubnormalWeightsAreNotFlushed) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Problem p = make_problem(64, 256, 16, kcu::Fp8Scale::kPerTensor, 18);
+  std::mt19937 rng(18);
+  std::uniform_int_distribution<int> m(1, 7), sign(0, 1);
+  for (auto& c : p.w) c = static_cast<uint8_t>(m(rng) | (sign(rng) << 7));
+  p.scale[0] = 1.0f;
+  std::vector<double> want, magnitude;
+  reference(p, false, want, magnitude);
+  const MmaWorkspace ws(p.out);
+  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+    EXPECT_LE(check_mma(p, false, 0, load, ws.view, want, magnitude), mma_tolerance(p.in));
+  }
+}
+
+// Without a workspace the product runs unsplit, with the same result.
+TEST(CudaGemvFp8MmaTest, NoWorkspaceRunsUnsplit) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const Problem p = make_problem(128, 1024, 9, kcu::Fp8Scale::kPerChannel, 19);
+  std::vector<double> want, magnitude;
+  reference(p, true, want, magnitude);
+  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+    EXPECT_LE(check_mma(p, true, 4, load, kcu::Fp8MmaWorkspace{}, want, magnitude), mma_tolerance(p.in));
+  }
+}
+
+TEST(CudaGemvFp8MmaTest, SplitsKeepTheGridInOneWave) {
+  // 8B shapes at 32 rows where the device holds 528 blocks (132 SMs x 4): o 4096 outputs = 64
+  // groups of 64 -> 8 splits (512 blocks, and 4096 / (16 x 32) = 8); down (in 14336) 8; q 4096 x
+  // 4096 8; gate / up 14336 x 4096 = 224 groups -> 2; k / v 1024 x 4096: 16 groups would take 33,
+  // the partial sums' cap 8; a joined gate_up 28672 = 448 groups -> 1. At 9 rows the cap is 28.
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 4096, 4096, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 4096, 14336, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 14336, 4096, 528), 2);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 1024, 4096, 528), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(9, 1024, 4096, 528), 28);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 28672, 4096, 528), 1);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(1, 64, 256, 528), 2);     // the 128-column units
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(1, 64, 1 << 20, 528), 64);  // the most
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 64, 256, 528), 1);    // the cap (256 / 512 = 0)
+}
+
+TEST(CudaGemvFp8MmaTest, UnsupportedShapesThrow) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  kcu::DeviceBuffer probe(1 << 16);
+  EXPECT_TRUE(kcu::gemv_fp8_mma_supports(32, 1024, probe.data(), probe.data()));
+  EXPECT_FALSE(kcu::gemv_fp8_mma_supports(33, 1024, probe.data(), probe.data())) << "more than 32 rows";
+  EXPECT_FALSE(kcu::gemv_fp8_mma_supports(0, 1024, probe.data(), probe.data())) << "no rows";
+  EXPECT_FALSE(kcu::gemv_fp8_mma_supports(9, 1000, probe.data(), probe.data())) << "in % 16 != 0";
+  EXPECT_FALSE(kcu::gemv_fp8_mma_supports(9, 1024, probe.data(), probe.as<uint8_t>() + 2)) << "misaligned x";
+  EXPECT_THROW(kcu::launch_gemv_fp8_mma(probe.as<uint8_t>(), nullptr, kcu::Fp8Scale::kPerTensor, probe.as<uint16_t>(),
+                                        9, 1024, 4, nullptr, probe.as<float>(), kcu::Fp8MmaWorkspace{}, nullptr),
+               Error) << "no scale";
+  EXPECT_THROW(kcu::launch_gemv_fp8_mma(probe.as<uint8_t>(), probe.as<float>(), kcu::Fp8Scale::kPerTensor,
+                                        probe.as<uint16_t>(), 33, 1024, 4, nullptr, probe.as<float>(),
+                                        kcu::Fp8MmaWorkspace{}, nullptr),
+               Error);
 }
 
 TEST(CudaGemvFp8Test, UnsupportedShapesThrow) {

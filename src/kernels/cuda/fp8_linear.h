@@ -3,11 +3,12 @@
 // all in device memory.
 //
 // x comes prepared for bf16 weights by CublasLinear::prepare (split hi + lo by default, rounded in
-// the rounding mode), and then:
-//   rows <= kGemvFp8MaxRows (and the gemv's alignment): launch_gemv_fp8 streams the FP8 weight
-//     (1 byte per weight read). Split: the hi and lo rows run as 2 * rows rows of the gemv (one or
-//     two launches of at most 8 rows) into scratch and y = hi + lo (+ bias) (launch_add_row_halves),
-//     so the activations keep ~16 significant bits as the bf16 path's split does.
+// the rounding mode), and then (the decode products, each weight byte read once per launch):
+//   rows <= kFp8GemvUseMaxRows (and the gemv's alignment): launch_gemv_fp8 (f32 FMA units).
+//   rows <= kFp8StreamMaxRows: launch_gemv_fp8_mma (bf16 tensor cores, gemv_fp8.h).
+//   Split: the hi and lo rows run as 2 * rows rows of the same kernel (launches of at most 8 / 32
+//     rows) into scratch and y = hi + lo (+ bias) (launch_add_row_halves), so the activations
+//     keep ~16 significant bits as the bf16 path's split does.
 //   more rows: the weight is converted to bf16 without rounding it and multiplied by CublasLinear's
 //     bf16 path (until the cuBLASLt FP8 GEMM of fp8_lt_linear.h is chosen by measurement):
 //       kPerTensor, kPerChannel: the codes alone (launch_fp8_codes_bf16, exact), y = (x . codes^T)
@@ -31,6 +32,13 @@
 
 namespace spindle::kernels::cuda {
 
+// Which decode product takes `rows` rows (above kFp8StreamMaxRows: the prefill path below, or the
+// FP8 prefill entry CudaOps chose, fp8_linear_registry.h). kFp8GemvUseMaxRows: gemv_fp8 up to 8
+// rows as before the mma kernel existed; bench_gemv_fp8 times both at 1..32 rows (the question
+// whether the mma kernel also wins at 5..8 is answered there, and this constant set from it).
+inline constexpr int64_t kFp8GemvUseMaxRows = kGemvFp8MaxRows;
+inline constexpr int64_t kFp8StreamMaxRows = kGemvFp8MmaMaxRows;
+
 struct DeviceFp8Weight {
   const uint8_t* codes = nullptr;  // [out_features, in_features] e4m3
   const float* scales = nullptr;   // fp8_scale_count(mode, out, in) floats
@@ -44,19 +52,24 @@ class Fp8Linear {
   Fp8Linear(CublasLinear& linear, cudaStream_t stream) : linear_(linear), stream_(stream) {}
 
   // Scratch for FP8 weights of at most max_out outputs and max_elements weights (twice that when
-  // any weight has block scales: hi and lo). Call at load (growing moves the buffers: captured
-  // graphs would point at freed memory).
+  // any weight has block scales: hi and lo), and the mma kernel's workspace (its counters zeroed
+  // here). Call at load (growing moves the buffers: captured graphs would point at freed memory).
   void reserve(int64_t max_out, int64_t max_elements, bool has_block_scales = true);
 
   // y = x . dequant(w)^T (+ bias [out] f32); x prepared for DType::kBF16 with w.in_features columns.
   void forward(const DeviceFp8Weight& w, const CublasLinear::Input& x, float* y, const float* bias);
 
-  uint64_t workspace_bytes() const { return product_.size() + dequantized_.size(); }
+  uint64_t workspace_bytes() const { return product_.size() + dequantized_.size() + mma_buffer_.size(); }
 
  private:
+  // The streaming products of rows <= kFp8StreamMaxRows (false: not this shape or alignment).
+  bool forward_stream(const DeviceFp8Weight& w, const CublasLinear::Input& x, float* y, const float* bias);
+
   CublasLinear& linear_;
   cudaStream_t stream_ = nullptr;
-  DeviceBuffer product_;      // f32 [2 * kGemvFp8MaxRows, max_out]: split gemv rows
+  DeviceBuffer product_;      // f32 [2 * kFp8StreamMaxRows, max_out]: split rows (hi rows, lo rows)
+  DeviceBuffer mma_buffer_;   // launch_gemv_fp8_mma's workspace (mma_)
+  Fp8MmaWorkspace mma_;
   DeviceBuffer dequantized_;  // bf16 [max_elements] (codes, or hi), then [max_elements] (lo) for blocks
 };
 

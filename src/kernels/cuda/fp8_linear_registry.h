@@ -2,8 +2,8 @@
 // smallest honest CUDA counterpart of kernels/cpu/linear_registry.h. Each entry has a name, its
 // accuracy contract, availability reasons (device, cuBLASLt, shape) and a factory; a check runs an
 // entry on random weights of a shape against a float64 product and times it, and a chooser keeps
-// the fastest entry that passed. Products of at most kGemvFp8MaxRows rows always run on gemv_fp8
-// (fp8_linear.h); these entries serve the rows above.
+// the fastest entry that passed. Products of at most kFp8StreamMaxRows rows always run on the
+// streaming decode products (gemv_fp8, gemv_fp8_mma: fp8_linear.h); these entries serve the rows above.
 //
 //   fp8_w8a16                W8A16: the weight converted to bf16 exactly (codes, or hi + lo), x
 //                            split to ~16 bits (fp8_linear.h); tolerance kW8a16Tolerance

@@ -40,4 +40,65 @@ bool gemv_fp8_supports(int64_t rows, int64_t in, const void* w, const void* x);
 void launch_gemv_fp8(const uint8_t* w, const float* scale, Fp8Scale mode, const uint16_t* x_bf16, int64_t rows,
                      int64_t in, int64_t out, const float* bias, float* y, cudaStream_t stream);
 
+// ---- 1 to 32 rows on the tensor cores (issue 47: decode at C = 9..32) -------------------------
+// launch_gemv_fp8_mma: the same product (the same scale modes, y f32 [rows, out] overwritten), for
+// 1 <= rows <= kGemvFp8MmaMaxRows, each weight byte read once per launch. Work shape
+// (gemv_fp8_mma.cu): the weight is the A operand of bf16 mma.m16n8k16 (16 outputs x 16 inputs), x
+// the B operand (8 batch rows per n-tile, ceil(rows / 8) tiles); a warp owns 16 outputs and
+// streams its weight rows through a cp.async ring in shared memory (3 x 128 columns per row in
+// flight), converts e4m3 to bf16 in registers (exact: every e4m3 value is a bf16 value) and
+// multiplies with f32 accumulation. The input dimension is cut into `splits` ranges of 128 columns (grid.y) so that the
+// short-and-wide shapes (o, down) still fill the device; each range's partial sums go to
+// `workspace` and the last block of an output group to finish adds them in range order (the bits
+// do not depend on which block finishes last) and writes y. Block scales multiply each
+// 128-column partial sum (a warp's 16 outputs share one block row); per-tensor and per-channel
+// scales multiply the final sum once. The e4m3 NaN codes (0x7F, 0xFF) are not weights: they are
+// read as +-480 (no checkpoint holds them; fp8_e4m3 quantizers saturate).
+inline constexpr int64_t kGemvFp8MmaMaxRows = 32;
+
+// How launch_gemv_fp8_mma's warps copy their weight rows (cp.async, L2 only) into shared memory,
+// 3 units of 128 columns per row in flight or ready (results compared in bench_gemv_fp8):
+//   kLanePieces  each lane copies the 16-byte pieces its own fragments need: one copy instruction
+//                covers 8 rows x 64 contiguous bytes (the pattern of the former bf16 gemv_mma,
+//                which read W at 39-67% of the copy bandwidth, bench/results/2026-12-03-h200-gemv-mma).
+//   kRowSpans    one copy instruction covers 2 rows x 256 contiguous bytes; the fragments are read
+//                back from a swizzled [16 x 256] tile per stage (48 KiB of shared memory per block).
+enum class Fp8MmaLoad { kLanePieces, kRowSpans };
+
+// Scratch of launch_gemv_fp8_mma: partial sums and one counter per group of 64 outputs. The
+// counters must be zero before the first launch (fp8_mma_workspace_init); every launch leaves
+// them zero. One workspace serves one stream (launches in order).
+struct Fp8MmaWorkspace {
+  float* partial = nullptr;      // capacity `partial_floats`
+  int64_t partial_floats = 0;
+  uint32_t* counters = nullptr;  // capacity `counter_count`
+  int64_t counter_count = 0;
+};
+// Bytes of a workspace for weights of at most max_out outputs on the current device, and the
+// layout of such a buffer (base 256-byte aligned; counters zeroed, synchronously: call at load).
+int64_t fp8_mma_workspace_bytes(int64_t max_out);
+Fp8MmaWorkspace fp8_mma_workspace_init(void* base, int64_t bytes, int64_t max_out);
+
+// True when launch_gemv_fp8_mma takes this shape: 1 <= rows <= kGemvFp8MmaMaxRows, in % 16 == 0,
+// w and x 16-byte aligned.
+bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* x);
+
+// The number of 128-column ranges launch_gemv_fp8_mma cuts `in` into for `rows` rows where the
+// device holds `resident` of its blocks at once (SMs x blocks per SM at the kernel's registers and
+// shared memory): as many as keep every block of the grid resident, floor(resident /
+// ceil(out / 64)), so that the whole product is one wave (a second, partial wave would stream its
+// weights at a fraction of the bandwidth); 1 for the tall shapes; at most min(ceil(in / 128), 64),
+// and at most in / (16 rows), so that the partial sums (4 S rows out bytes, written and read back
+// through L2) stay within a quarter of the weight's bytes (k / v projections: 1024 x 4096).
+int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resident);
+// `resident` for a product of `rows` rows in `mode` on the current device (cached per device).
+int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode, Fp8MmaLoad load = Fp8MmaLoad::kLanePieces);
+
+// y[r, o] = sum_i x[r, i] * dequant(W)[o, i] (+ bias[o]). splits: 0 = gemv_fp8_mma_splits(...) on
+// the current device (a bench may force one); lowered to what `workspace` holds (1 needs none).
+// Throws spindle::Error (a CUDA error) when !gemv_fp8_mma_supports(...), out <= 0 or scale is null.
+void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, const uint16_t* x_bf16, int64_t rows,
+                         int64_t in, int64_t out, const float* bias, float* y, const Fp8MmaWorkspace& workspace,
+                         cudaStream_t stream, int64_t splits = 0, Fp8MmaLoad load = Fp8MmaLoad::kLanePieces);
+
 }  // namespace spindle::kernels::cuda
