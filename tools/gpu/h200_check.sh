@@ -88,7 +88,7 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
     moe_bench) tail -14 "$out/$name.txt" ;;
     fp8lt_bench) tail -26 "$out/$name.txt" ;;
     fp8_gemv_bench) tail -36 "$out/$name.txt" ;;
-    fp8_gemv) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|\[ gemv_fp8" "$out/$name.txt" | head -60 ;;
+    fp8_gemv) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|\[ gemv_fp8" "$out/$name.txt" | head -90 ;;
     fp8lt_*) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|max \||unavailable|: (fp8|cublas)" "$out/$name.txt" | head -80 ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
   esac

@@ -45,9 +45,9 @@ void launch_gemv_fp8(const uint8_t* w, const float* scale, Fp8Scale mode, const 
 // 1 <= rows <= kGemvFp8MmaMaxRows, each weight byte read once per launch. Work shape
 // (gemv_fp8_mma.cu): the weight is the A operand of bf16 mma.m16n8k16 (16 outputs x 16 inputs), x
 // the B operand (8 batch rows per n-tile, ceil(rows / 8) tiles); a warp owns 16 outputs and
-// streams its weight rows through a cp.async ring in shared memory (3 x 128 columns per row in
-// flight), converts e4m3 to bf16 in registers (exact: every e4m3 value is a bf16 value) and
-// multiplies with f32 accumulation. The input dimension is cut into `splits` ranges of 128 columns (grid.y) so that the
+// streams its weight rows through a cp.async ring in shared memory (Fp8MmaLoad), converts e4m3 to
+// bf16 in registers (exact: every e4m3 value is a bf16 value) and multiplies with f32
+// accumulation. The input dimension is cut into `splits` ranges of 128 columns (grid.y) so that the
 // short-and-wide shapes (o, down) still fill the device; each range's partial sums go to
 // `workspace` and the last block of an output group to finish adds them in range order (the bits
 // do not depend on which block finishes last) and writes y. Block scales multiply each
@@ -56,13 +56,15 @@ void launch_gemv_fp8(const uint8_t* w, const float* scale, Fp8Scale mode, const 
 // read as +-480 (no checkpoint holds them; fp8_e4m3 quantizers saturate).
 inline constexpr int64_t kGemvFp8MmaMaxRows = 32;
 
-// How launch_gemv_fp8_mma's warps copy their weight rows (cp.async, L2 only) into shared memory,
-// 3 units of 128 columns per row in flight or ready (results compared in bench_gemv_fp8):
+// How launch_gemv_fp8_mma's warps copy their weight rows (cp.async, L2 only) into shared memory
+// (results compared in bench_gemv_fp8):
 //   kLanePieces  each lane copies the 16-byte pieces its own fragments need: one copy instruction
 //                covers 8 rows x 64 contiguous bytes (the pattern of the former bf16 gemv_mma,
-//                which read W at 39-67% of the copy bandwidth, bench/results/2026-12-03-h200-gemv-mma).
+//                which read W at 39-67% of the copy bandwidth, bench/results/2026-12-03-h200-gemv-mma);
+//                a ring of 4 units of 128 columns per warp, 3 in flight (32 KiB per block).
 //   kRowSpans    one copy instruction covers 2 rows x 256 contiguous bytes; the fragments are read
-//                back from a swizzled [16 x 256] tile per stage (48 KiB of shared memory per block).
+//                back from a swizzled [16 x 256] tile per stage; 3 stages of 2 units per warp, 2 in
+//                flight (48 KiB of shared memory per block).
 enum class Fp8MmaLoad { kLanePieces, kRowSpans };
 
 // Scratch of launch_gemv_fp8_mma: partial sums and one counter per group of 64 outputs. The

@@ -113,7 +113,7 @@ __device__ __forceinline__ void chunk_mma(const uint4& wg, const uint4& wh, cons
   }
 }
 
-// The final value of output o of row r from its summed partials v.
+// The final value of output o from its summed partials v (scale, bias).
 template <Fp8Scale kMode>
 __device__ __forceinline__ float finish(const Args& a, int64_t o, float v) {
   if constexpr (kMode == Fp8Scale::kPerTensor) v *= a.scale[0];
@@ -497,7 +497,8 @@ void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, co
   }
   const int64_t units = (in + kUnit - 1) / kUnit;
   const int tiles = static_cast<int>((rows + 7) / 8);
-  int64_t s = splits > 0 ? std::min(splits, units) : gemv_fp8_mma_splits(rows, out, in, resident_blocks(tiles, mode, load));
+  int64_t s = splits > 0 ? std::min(splits, units)
+                         : gemv_fp8_mma_splits(rows, out, in, resident_blocks(tiles, mode, load));
   const int64_t groups = (out + kBlockOuts - 1) / kBlockOuts;
   if (workspace.counters == nullptr || workspace.counter_count < groups) s = 1;
   if (s > 1) s = std::min(s, workspace.partial_floats / (rows * out));
