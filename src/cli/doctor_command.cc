@@ -56,7 +56,7 @@ config::ModelAttentionDims dims_from(const DoctorArgs& a) {
 std::string validation_cell(const attn::BackendRow& row) {
   if (!row.validation) return row.unsupported_reasons.empty() ? "-" : "";
   const auto& v = *row.validation;
-  if (v.status != attn::ValidationStatus::kPass) return std::string(attn::validation_status_name(v.status));
+  if (v.status != CheckStatus::kPass) return std::string(check_status_name(v.status));
   const double err = row.phase == attn::Phase::kPrefill ? v.report.prefill_max_abs_error : v.report.decode_max_abs_error;
   return fmt::format("pass {:.1e}", err);
 }
@@ -99,8 +99,8 @@ void print_table(const config::ResolvedConfig& rc, const DeviceInfo& device, con
                available ? "yes" : "no", validation_cell(r), speed, rate_cell(r), r.chosen ? "*" : "", why);
   }
   for (const auto& r : s.rows) {
-    if (r.validation && r.validation->status != attn::ValidationStatus::kPass) {
-      fmt::print("  {} {}: {}\n", r.backend, attn::validation_status_name(r.validation->status), r.validation->detail);
+    if (r.validation && r.validation->status != CheckStatus::kPass) {
+      fmt::print("  {} {}: {}\n", r.backend, check_status_name(r.validation->status), r.validation->detail);
     }
   }
   fmt::print("Chosen: prefill {}, decode {}\n", s.prefill_backend, s.decode_backend);
@@ -159,8 +159,8 @@ void run_doctor_per_rank(const DoctorArgs& a, const DeviceInfo& detected, config
 
 std::string linear_validation_cell(const kernels::cpu::LinearKernelRow& r) {
   if (!r.outcome) return r.unsupported_reasons.empty() ? "-" : "";
-  if (r.outcome->status != kernels::cpu::LinearCheckStatus::kPass)
-    return std::string(kernels::cpu::linear_check_status_name(r.outcome->status));
+  if (r.outcome->status != CheckStatus::kPass)
+    return std::string(check_status_name(r.outcome->status));
   if (r.outcome->report.end_to_end_error > 0) {  // int8: and against the unquantized x
     return fmt::format("pass {:.1e}/{:.0e}", r.outcome->report.max_error, r.outcome->report.end_to_end_error);
   }
@@ -186,7 +186,7 @@ void print_linear_table(const kernels::cpu::LinearSelection& s) {
     }
     std::string why = fmt::format("{}", fmt::join(r.unsupported_reasons, "; "));
     if (!r.chosen_rows.empty()) why = fmt::format("* {}", fmt::join(r.chosen_rows, ","));
-    if (r.outcome && r.outcome->status != kernels::cpu::LinearCheckStatus::kPass) why = r.outcome->detail;
+    if (r.outcome && r.outcome->status != CheckStatus::kPass) why = r.outcome->detail;
     fmt::print("{}  {}\n", line, why);
   }
   for (const std::string& line : startup::describe_linear_choices(s)) fmt::print("Chosen: {}\n", line);

@@ -218,30 +218,20 @@ CompletionRelay::Choice::Choice(const tokenizer::Tokenizer& tokenizer, const Out
 
 CompletionRelay::CompletionRelay(engine::DpGroup& engine, std::shared_ptr<const GenerationRequest> request,
                                  Submitted submitted)
-    : engine_(engine),
+    : Relay(std::move(submitted.streams)),
+      engine_(engine),
       request_(std::move(request)),
       submitted_(std::move(submitted)),
       id_(new_id(request_->chat ? "chatcmpl" : "cmpl")),
       created_(static_cast<int64_t>(std::time(nullptr))) {
-  SPINDLE_CHECK(!submitted_.streams.empty(), "a relay needs at least one submitted choice");
-  choices_.reserve(submitted_.streams.size());
-  for (size_t i = 0; i < submitted_.streams.size(); ++i) {
+  SPINDLE_CHECK(!streams().empty(), "a relay needs at least one submitted choice");
+  choices_.reserve(streams().size());
+  for (size_t i = 0; i < streams().size(); ++i) {
     Choice& c = choices_.emplace_back(engine_.tokenizer(), submitted_.parsing);
     if (!request_->chat && request_->echo) {
       c.text_offset = submitted_.prompt_text.size();
       if (!request_->stream) c.text = submitted_.prompt_text;
     }
-  }
-}
-
-CompletionRelay::~CompletionRelay() {
-  cancel();
-  for (auto& stream : submitted_.streams) stream->set_notify({});
-}
-
-void CompletionRelay::cancel() {
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    if (!choices_[i].finished) submitted_.streams[i]->cancel();
   }
 }
 
@@ -329,11 +319,11 @@ std::string CompletionRelay::take_events() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     engine::RequestOutput o;
-    while (!c.finished && submitted_.streams[i]->try_pop(o)) {
+    while (next_output(i, o)) {
       if (o.finish_reason == engine::FinishReason::kError) {
         out += event(ApiError(500, "internal_error", "", "generation failed: " + o.error).to_json());
         out += "data: [DONE]\n\n";
-        c.finished = true;
+        set_finished(i);
         cancel();
         done_ = true;
         return out;
@@ -341,7 +331,7 @@ std::string CompletionRelay::take_events() {
       c.num_output_tokens = o.num_output_tokens;
       c.num_accepted_draft_tokens = o.num_accepted_draft_tokens;
       c.num_cached_prompt_tokens = o.num_cached_prompt_tokens;
-      c.finished = o.finished;
+      if (o.finished) set_finished(i);
       c.finish_reason = o.finish_reason;
       if (!r.chat && r.echo && r.sampling.logprobs && !c.prompt_seen && !o.tokens.empty()) out += echo_event(i, c, o);
       if (o.text.empty() && !o.finished && o.logprobs.empty()) continue;
@@ -357,7 +347,7 @@ std::string CompletionRelay::take_events() {
       choice["logprobs"] = r.sampling.logprobs ? completion_lp : json(nullptr);
       out += event(chunk(json::array({std::move(choice)})));
     }
-    all_finished = all_finished && c.finished;
+    all_finished = all_finished && finished(i);
   }
   if (all_finished) {
     if (r.include_usage) {
@@ -394,10 +384,7 @@ std::string CompletionRelay::chat_events(size_t index, Choice& c, const engine::
   return out;
 }
 
-std::string CompletionRelay::abort_stream(const std::string& reason) {
-  if (done_) return "";
-  cancel();
-  done_ = true;
+std::string CompletionRelay::abort_events(const std::string& reason) {
   return event(ApiError(503, "server_shutting_down", "", reason).to_json()) + "data: [DONE]\n\n";
 }
 
@@ -407,8 +394,8 @@ bool CompletionRelay::poll() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];
     engine::RequestOutput o;
-    while (!c.finished && submitted_.streams[i]->try_pop(o)) {
-      c.finished = o.finished || o.finish_reason == engine::FinishReason::kError;
+    while (next_output(i, o)) {
+      if (o.finished || o.finish_reason == engine::FinishReason::kError) set_finished(i);
       c.finish_reason = o.finish_reason;
       if (o.finish_reason == engine::FinishReason::kError) {
         c.error = o.error.empty() ? "unknown error" : o.error;
@@ -426,7 +413,7 @@ bool CompletionRelay::poll() {
       take_prompt_logprobs(c, o, c.completion_lp);
       append_logprobs(c, o, c.completion_lp, c.chat_lp);
     }
-    all_finished = all_finished && c.finished;
+    all_finished = all_finished && finished(i);
   }
   done_ = all_finished;
   return done_;
@@ -448,7 +435,7 @@ json CompletionRelay::response() const {
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& c = choices_[i];
     if (!c.error.empty()) throw ApiError(500, "internal_error", "", "generation failed: " + c.error);
-    json choice = {{"index", i}, {"finish_reason", finish_reason_json(c.finished, c.finish_reason)}};
+    json choice = {{"index", i}, {"finish_reason", finish_reason_json(finished(i), c.finish_reason)}};
     if (r.chat) {
       if (!c.calls.empty() && c.finish_reason == engine::FinishReason::kStop) choice["finish_reason"] = "tool_calls";
       choice["message"] = message(c);

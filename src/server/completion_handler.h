@@ -47,15 +47,11 @@ std::string logprob_token_text(const tokenizer::Tokenizer& tokenizer, TokenId to
 // Turns the events of one submitted request into its OpenAI response, without ever waiting: the
 // transport calls take_events() (streaming) or poll() (whole) whenever a stream has news (see
 // RequestStream::set_notify). Not thread-safe: one caller at a time. Destroying it cancels the
-// choices that have not finished (their pages are freed at the engine's next step).
+// choices that have not finished (their pages are freed at the engine's next step; relay.h).
 class CompletionRelay : public Relay {
  public:
   CompletionRelay(engine::DpGroup& engine, std::shared_ptr<const GenerationRequest> request, Submitted submitted);
-  ~CompletionRelay() override;
-  CompletionRelay(const CompletionRelay&) = delete;
-  CompletionRelay& operator=(const CompletionRelay&) = delete;
 
-  const std::vector<std::shared_ptr<engine::RequestStream>>& streams() const override { return submitted_.streams; }
   bool streaming() const override { return request_->stream; }
 
   // Streaming: every SSE event available now, concatenated ("data: {...}\n\n" each; first the role
@@ -65,16 +61,13 @@ class CompletionRelay : public Relay {
   // Whole response: consumes what is available; true once every choice has finished.
   bool poll() override;
   // After poll() returned true: the response body. Throws ApiError (500) when a choice failed.
+  // done(): [DONE] taken, or poll() returned true.
   nlohmann::json response() const override;
-  // Everything has been handed out ([DONE] taken, or poll() returned true).
-  bool done() const override { return done_; }
-  // The client is gone (or the server stops): cancels every unfinished choice.
-  void cancel() override;
-  // Streaming: the events that end the stream now (an error event naming `reason`, [DONE]);
-  // cancels every unfinished choice. "" when [DONE] was already taken.
-  std::string abort_stream(const std::string& reason) override;
 
  private:
+  // An aborted stream's end: an error event naming `reason`, then [DONE].
+  std::string abort_events(const std::string& reason) override;
+
   struct Choice {
     Choice(const tokenizer::Tokenizer& tokenizer, const OutputParsing& parsing);
     std::string text;                // content
@@ -88,7 +81,6 @@ class CompletionRelay : public Relay {
     int num_output_tokens = 0;
     int num_accepted_draft_tokens = 0;  // speculative drafts accepted (usage details)
     int num_cached_prompt_tokens = 0;   // prompt tokens this choice read from the prefix cache
-    bool finished = false;
     engine::FinishReason finish_reason = engine::FinishReason::kNone;
     std::string error;               // when a generation failed
     bool prompt_seen = false;        // its first token came (with the prompt logprobs, when asked)
@@ -113,12 +105,11 @@ class CompletionRelay : public Relay {
 
   engine::DpGroup& engine_;
   std::shared_ptr<const GenerationRequest> request_;
-  Submitted submitted_;
+  Submitted submitted_;  // its streams moved into the base (streams())
   std::vector<Choice> choices_;
   std::string id_;
   int64_t created_ = 0;
   bool started_ = false;  // streaming: the opening chunks were taken
-  bool done_ = false;
 };
 
 }  // namespace spindle::server

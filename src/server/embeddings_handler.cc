@@ -184,33 +184,21 @@ std::unique_ptr<Relay> submit_embeddings(engine::DpGroup& engine, const Embeddin
 
 EmbeddingRelay::EmbeddingRelay(engine::DpGroup& engine, const EmbeddingRequest& request,
                                std::vector<std::shared_ptr<engine::RequestStream>> streams, int num_prompt_tokens)
-    : engine_(engine),
+    : Relay(std::move(streams)),
+      engine_(engine),
       base64_(request.base64),
       dimensions_(request.dimensions),
-      streams_(std::move(streams)),
-      pooled_(streams_.size()),
-      finished_(streams_.size(), false),
+      pooled_(this->streams().size()),
       num_prompt_tokens_(num_prompt_tokens) {}
-
-EmbeddingRelay::~EmbeddingRelay() {
-  cancel();
-  for (auto& s : streams_) s->set_notify({});
-}
-
-void EmbeddingRelay::cancel() {
-  for (size_t i = 0; i < streams_.size(); ++i) {
-    if (!finished_[i]) streams_[i]->cancel();
-  }
-}
 
 bool EmbeddingRelay::poll() {
   if (done_) return true;
   bool all = true;
-  for (size_t i = 0; i < streams_.size(); ++i) {
+  for (size_t i = 0; i < streams().size(); ++i) {
     engine::RequestOutput o;
-    while (!finished_[i] && streams_[i]->try_pop(o)) {
+    while (next_output(i, o)) {
       if (!o.finished) continue;
-      finished_[i] = true;
+      set_finished(i);
       if (o.finish_reason == engine::FinishReason::kError || o.embedding.empty()) {
         error_ = fmt::format("input {}: {}", i, o.error.empty() ? "no embedding was computed" : o.error);
         cancel();
@@ -219,7 +207,7 @@ bool EmbeddingRelay::poll() {
       }
       pooled_[i] = std::move(o.embedding);
     }
-    all = all && finished_[i];
+    all = all && finished(i);
   }
   done_ = all;
   return done_;

@@ -59,27 +59,21 @@ class EmbeddingRelay : public Relay {
  public:
   EmbeddingRelay(engine::DpGroup& engine, const EmbeddingRequest& request,
                  std::vector<std::shared_ptr<engine::RequestStream>> streams, int num_prompt_tokens);
-  ~EmbeddingRelay() override;
 
-  const std::vector<std::shared_ptr<engine::RequestStream>>& streams() const override { return streams_; }
   bool streaming() const override { return false; }
   std::string take_events() override { return ""; }
   bool poll() override;
   nlohmann::json response() const override;
-  bool done() const override { return done_; }
-  void cancel() override;
-  std::string abort_stream(const std::string& /*reason*/) override { return ""; }
 
  private:
+  std::string abort_events(const std::string& /*reason*/) override { return ""; }  // never streams
+
   engine::DpGroup& engine_;
   bool base64_;
   int dimensions_;
-  std::vector<std::shared_ptr<engine::RequestStream>> streams_;
   std::vector<std::vector<float>> pooled_;  // per input, once finished
-  std::vector<bool> finished_;
   std::string error_;
   int num_prompt_tokens_ = 0;
-  bool done_ = false;
 };
 
 }  // namespace spindle::server

@@ -10,37 +10,29 @@ namespace spindle::server {
 using nlohmann::json;
 
 ResponsesRelay::ResponsesRelay(engine::DpGroup& engine, const ResponsesRequest& request, Submitted submitted)
-    : engine_(engine),
-      submitted_(std::move(submitted)),
+    : Relay(std::move(submitted.streams)),
+      engine_(engine),
+      num_prompt_tokens_(submitted.num_prompt_tokens),
       stream_(request.generation.stream),
-      fields_(submitted_.parsing),
+      fields_(submitted.parsing),
       events_(responses_id("resp"), static_cast<int64_t>(std::time(nullptr)), engine.model_name(), request.echo) {
-  SPINDLE_CHECK(submitted_.streams.size() == 1, "a response is one engine request, got {}", submitted_.streams.size());
-}
-
-ResponsesRelay::~ResponsesRelay() {
-  cancel();
-  for (auto& stream : submitted_.streams) stream->set_notify({});
-}
-
-void ResponsesRelay::cancel() {
-  if (!finished_) submitted_.streams[0]->cancel();
+  SPINDLE_CHECK(streams().size() == 1, "a response is one engine request, got {}", streams().size());
 }
 
 bool ResponsesRelay::consume(std::vector<json>* out) {
   engine::RequestOutput o;
-  while (!finished_ && submitted_.streams[0]->try_pop(o)) {
+  while (next_output(0, o)) {
     if (o.finish_reason == engine::FinishReason::kError) {
       error_ = o.error.empty() ? "unknown error" : o.error;
-      finished_ = true;
+      set_finished(0);
       return true;
     }
     ChoiceDelta d = fields_.push(o.text, o.finished);
     reasoning_ += d.reasoning;
     std::vector<json> events = events_.push(d);
     if (o.finished) {
-      finished_ = true;
-      const Usage usage{submitted_.num_prompt_tokens, o.num_output_tokens, o.num_accepted_draft_tokens,
+      set_finished(0);
+      const Usage usage{num_prompt_tokens_, o.num_output_tokens, o.num_accepted_draft_tokens,
                         o.num_cached_prompt_tokens};
       const int reasoning_tokens =
           reasoning_.empty() ? 0 : static_cast<int>(engine_.tokenizer().encode(reasoning_, false).size());
@@ -50,7 +42,7 @@ bool ResponsesRelay::consume(std::vector<json>* out) {
       for (json& e : events) out->push_back(std::move(e));
     }
   }
-  return finished_;
+  return finished(0);
 }
 
 std::string ResponsesRelay::error_event(const std::string& code, const std::string& message) {
@@ -70,16 +62,13 @@ std::string ResponsesRelay::take_events() {
   if (!error_.empty()) {
     text += error_event("internal_error", "generation failed: " + error_);
     done_ = true;
-  } else if (finished_) {
+  } else if (finished(0)) {
     done_ = true;
   }
   return text;
 }
 
-std::string ResponsesRelay::abort_stream(const std::string& reason) {
-  if (done_) return "";
-  cancel();
-  done_ = true;
+std::string ResponsesRelay::abort_events(const std::string& reason) {
   return error_event("server_shutting_down", reason);
 }
 

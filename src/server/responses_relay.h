@@ -18,35 +18,29 @@ namespace spindle::server {
 
 class ResponsesRelay : public Relay {
  public:
+  // submitted: one engine request.
   ResponsesRelay(engine::DpGroup& engine, const ResponsesRequest& request, Submitted submitted);
-  ~ResponsesRelay() override;
-  ResponsesRelay(const ResponsesRelay&) = delete;
-  ResponsesRelay& operator=(const ResponsesRelay&) = delete;
 
-  const std::vector<std::shared_ptr<engine::RequestStream>>& streams() const override { return submitted_.streams; }
   bool streaming() const override { return stream_; }
   std::string take_events() override;
   bool poll() override;
   nlohmann::json response() const override;
-  bool done() const override { return done_; }
-  void cancel() override;
-  std::string abort_stream(const std::string& reason) override;
 
  private:
   // Consumes the engine's events now available; the ResponseEvents events they give appended to
   // `out` when given. True once the request has finished (or failed: error_ is set).
   bool consume(std::vector<nlohmann::json>* out);
   std::string error_event(const std::string& code, const std::string& message);
+  // An aborted stream's end: an "error" event (server_shutting_down) naming `reason`.
+  std::string abort_events(const std::string& reason) override;
 
   engine::DpGroup& engine_;
-  Submitted submitted_;
+  int num_prompt_tokens_;
   bool stream_;
   ChoiceFields fields_;
   ResponseEvents events_;
   std::string reasoning_;  // all reasoning text (its token count goes in usage)
   bool started_ = false;
-  bool finished_ = false;
-  bool done_ = false;
   std::string error_;
 };
 

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace spindle {
@@ -33,6 +35,38 @@ bool resolve_symbol(void* handle, const char* symbol, Fn& fn, std::string& error
   }
   fn = reinterpret_cast<Fn>(address);
   return true;
+}
+
+// Where a vendor API comes from, and the words of its errors.
+struct ApiLibrary {
+  std::vector<std::string> files;  // dlopen names, tried in order
+  std::string_view name;           // "cuBLAS": "cuBLAS not found (<failures>); <hint>"
+  std::string_view hint;           // what to do when no file opens
+  std::string_view stem;           // "libcublas": "libcublas: no symbol cublasGemmEx (...) (<path>)"
+};
+
+// A vendor API (a struct of typed function pointers and its `path`), or why it is unusable.
+template <typename Api>
+struct LoadedApi {
+  Api api;
+  std::string error;  // empty when api is usable
+};
+
+// Opens the first of library.files (api.path: the one that opened) and fills the API with
+// resolve(handle, api, error): a chain of resolve_symbol, which may finish the API (read its
+// version) once every symbol is there. Never throws; the error says what went wrong.
+template <typename Api, typename Resolve>
+LoadedApi<Api> load_api(const ApiLibrary& library, Resolve&& resolve) {
+  LoadedApi<Api> out;
+  const OpenedLibrary lib = open_first_library(library.files);
+  if (lib.handle == nullptr) {
+    out.error = fmt::format("{} not found ({}); {}", library.name, lib.failures, library.hint);
+    return out;
+  }
+  out.api.path = lib.path;
+  resolve(lib.handle, out.api, out.error);
+  if (!out.error.empty()) out.error = fmt::format("{}: {} ({})", library.stem, out.error, lib.path);
+  return out;  // the handle stays open for the life of the process
 }
 
 }  // namespace spindle

@@ -17,13 +17,12 @@ namespace spindle::attn {
 namespace {
 
 using attn::ValidationOutcome;
-using attn::ValidationStatus;
 using ::testing::HasSubstr;
 
 const attn::AttentionShape kShape{32, 8, 128, 0.0884f, DType::kBF16, 16};
 
 struct FakeResult {
-  ValidationStatus status = ValidationStatus::kPass;
+  CheckStatus status = CheckStatus::kPass;
   double prefill = 0;  // tokens/s
   double decode = 0;
   double latency = 0;  // batch-1 decode tokens/s (0: not timed)
@@ -40,7 +39,7 @@ struct FakeValidator {
       ValidationOutcome o;
       const FakeResult r = table.count(name) ? table.at(name) : FakeResult{};
       o.status = r.status;
-      o.detail = std::string(attn::validation_status_name(r.status));
+      o.detail = std::string(check_status_name(r.status));
       o.report.backend = name;
       o.report.timed = timing;
       o.report.prefill_tokens_per_s = timing ? r.prefill : 0;
@@ -54,10 +53,10 @@ struct FakeValidator {
 // Typical relative speeds: each ISA faster than the last.
 FakeValidator typical() {
   FakeValidator v;
-  v.table = {{"reference", {ValidationStatus::kPass, 100, 10}},
-             {"cpu_avx2", {ValidationStatus::kPass, 3000, 400}},
-             {"cpu_avx512", {ValidationStatus::kPass, 6000, 600}},
-             {"cpu_amx", {ValidationStatus::kPass, 20000, 610}}};
+  v.table = {{"reference", {CheckStatus::kPass, 100, 10}},
+             {"cpu_avx2", {CheckStatus::kPass, 3000, 400}},
+             {"cpu_avx512", {CheckStatus::kPass, 6000, 600}},
+             {"cpu_amx", {CheckStatus::kPass, 20000, 610}}};
   return v;
 }
 
@@ -113,9 +112,9 @@ TEST(AttentionSelectionTest, DecodeWeighsTheBatchOneStepAsMuchAsTheLargeOne) {
 
 TEST(AttentionSelectionTest, EverythingFailingFallsBackToReferenceLoudly) {
   auto v = typical();
-  v.table["cpu_avx2"].status = ValidationStatus::kCrash;
-  v.table["cpu_avx512"].status = ValidationStatus::kMismatch;
-  v.table["cpu_amx"].status = ValidationStatus::kTimeout;
+  v.table["cpu_avx2"].status = CheckStatus::kCrash;
+  v.table["cpu_avx512"].status = CheckStatus::kMismatch;
+  v.table["cpu_amx"].status = CheckStatus::kTimeout;
   const auto s = select_attention_backends(testing::sapphire_rapids_machine(true), kShape, {}, v.fn());
   EXPECT_EQ(s.prefill_backend, "reference");
   EXPECT_EQ(s.decode_backend, "reference");
@@ -156,7 +155,7 @@ TEST(AttentionSelectionTest, ExplicitFlagsWinAndFailLoudly) {
   }
 
   o.attention_backend = "cpu_avx2";
-  v.table["cpu_avx2"].status = ValidationStatus::kMismatch;
+  v.table["cpu_avx2"].status = CheckStatus::kMismatch;
   try {
     select_attention_backends(testing::avx2_machine(), kShape, o, v.fn());
     FAIL();
@@ -215,7 +214,7 @@ TEST_P(FaultySelectionTest, FaultyBackendIsRejectedAndTheNextChosen) {
   for (const auto& row : s.rows) {
     if (row.backend == "cpu_avx2") {
       ASSERT_TRUE(row.validation.has_value());
-      EXPECT_NE(row.validation->status, ValidationStatus::kPass);
+      EXPECT_NE(row.validation->status, CheckStatus::kPass);
       EXPECT_THAT(row.why, HasSubstr("rejected"));
     }
   }

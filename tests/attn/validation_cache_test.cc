@@ -12,7 +12,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using attn::ValidationOutcome;
-using attn::ValidationStatus;
 
 const attn::AttentionShape kShape{32, 8, 128, 0.0884f, DType::kBF16, 16};
 
@@ -28,7 +27,7 @@ struct CountingValidator {
     return [this](const std::string& name, const attn::AttentionShape&, bool timing) {
       ++calls;
       ValidationOutcome o;
-      o.status = name == "cpu_avx2" ? ValidationStatus::kPass : ValidationStatus::kPass;
+      o.status = name == "cpu_avx2" ? CheckStatus::kPass : CheckStatus::kPass;
       o.report.backend = name;
       o.report.timed = timing;
       o.report.prefill_tokens_per_s = name == "reference" ? 10 : 1000;
@@ -93,20 +92,20 @@ TEST(ValidationCacheTest, TimeoutsAreNotKeptButCrashesAre) {
   const auto dir = fresh_dir("keep");
   ValidationCache cache(dir, "k");
   ValidationOutcome timeout;
-  timeout.status = ValidationStatus::kTimeout;
+  timeout.status = CheckStatus::kTimeout;
   ValidationOutcome crash;
-  crash.status = ValidationStatus::kCrash;
+  crash.status = CheckStatus::kCrash;
   cache.store("a", timeout);
   cache.store("b", crash);
   EXPECT_FALSE(cache.find("a", false).has_value());
   ASSERT_TRUE(cache.find("b", false).has_value());
-  EXPECT_EQ(cache.find("b", true)->status, ValidationStatus::kCrash);
+  EXPECT_EQ(cache.find("b", true)->status, CheckStatus::kCrash);
 }
 
 TEST(ValidationCacheTest, UntimedPassDoesNotAnswerATimedQuestion) {
   ValidationCache cache(fresh_dir("timed"), "k");
   ValidationOutcome pass;
-  pass.status = ValidationStatus::kPass;
+  pass.status = CheckStatus::kPass;
   pass.report.timed = false;
   cache.store("a", pass);
   EXPECT_TRUE(cache.find("a", false).has_value());

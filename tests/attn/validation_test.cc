@@ -69,7 +69,7 @@ TEST(ValidationTest, ReferenceInProcessPasses) {
 
 TEST(ValidationTest, UnknownBackendIsAnErrorNotACrash) {
   const auto outcome = validate_in_child("flashinfer", kShape, child_options());
-  EXPECT_EQ(outcome.status, ValidationStatus::kError);
+  EXPECT_EQ(outcome.status, CheckStatus::kError);
   EXPECT_THAT(outcome.detail, HasSubstr("unknown attention backend"));
 }
 
@@ -77,14 +77,14 @@ TEST(ValidationTest, OptimizedBackendPassesInAChildWithinMemoryLimits) {
   const std::string backend = optimized_backend_here();
   if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
   const auto outcome = validate_in_child(backend, kShape, child_options());
-  ASSERT_EQ(outcome.status, ValidationStatus::kPass) << outcome.detail;
+  ASSERT_EQ(outcome.status, CheckStatus::kPass) << outcome.detail;
   EXPECT_LE(outcome.report.prefill_max_abs_error, tolerance_for(DType::kBF16).max_abs_error);
   EXPECT_GT(outcome.report.peak_rss_bytes, 0);
   EXPECT_LT(outcome.report.peak_rss_bytes, 64ll << 20) << "validation must stay under 64 MiB";
   EXPECT_FALSE(outcome.report.timed);
 
   const auto timed = validate_in_child(backend, kShape, child_options(120, true));
-  ASSERT_EQ(timed.status, ValidationStatus::kPass) << timed.detail;
+  ASSERT_EQ(timed.status, CheckStatus::kPass) << timed.detail;
   EXPECT_TRUE(timed.report.timed);
   EXPECT_GT(timed.report.prefill_tokens_per_s, 0);
   EXPECT_GT(timed.report.decode_tokens_per_s, 0);
@@ -97,7 +97,7 @@ TEST(ValidationTest, InjectedCrashIsCaughtWithTheSignalName) {
   if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
   FaultEnv fault(backend + "=crash");
   const auto outcome = validate_in_child(backend, kShape, child_options());
-  EXPECT_EQ(outcome.status, ValidationStatus::kCrash);
+  EXPECT_EQ(outcome.status, CheckStatus::kCrash);
   EXPECT_THAT(outcome.detail, HasSubstr("SIGSEGV"));
 }
 
@@ -106,7 +106,7 @@ TEST(ValidationTest, InjectedHangIsKilledAtTheTimeout) {
   if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
   FaultEnv fault(backend + "=hang");
   const auto outcome = validate_in_child(backend, kShape, child_options(2.0));
-  EXPECT_EQ(outcome.status, ValidationStatus::kTimeout);
+  EXPECT_EQ(outcome.status, CheckStatus::kTimeout);
   EXPECT_THAT(outcome.detail, HasSubstr("2 s"));
 }
 
@@ -115,7 +115,7 @@ TEST(ValidationTest, InjectedWrongValuesAreAMismatch) {
   if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs on this machine";
   FaultEnv fault(backend + "=wrong");
   const auto outcome = validate_in_child(backend, kShape, child_options());
-  EXPECT_EQ(outcome.status, ValidationStatus::kMismatch);
+  EXPECT_EQ(outcome.status, CheckStatus::kMismatch);
   EXPECT_NEAR(outcome.report.prefill_max_abs_error, 0.5, 0.02);
   EXPECT_THAT(outcome.detail, HasSubstr("> tolerance"));
 }
@@ -140,13 +140,13 @@ TEST(ValidationTest, FaultSpecParsing) {
 
 TEST(ValidationTest, OutcomeJsonRoundTrip) {
   ValidationOutcome o;
-  o.status = ValidationStatus::kCrash;
+  o.status = CheckStatus::kCrash;
   o.detail = "crashed with SIGILL";
   o.report.backend = "cpu_amx";
   o.report.decode_kv_gb_per_s = 12.5;
   o.report.decode_latency_tokens_per_s = 3000;
   const auto back = validation_outcome_from_json(to_json(o));
-  EXPECT_EQ(back.status, ValidationStatus::kCrash);
+  EXPECT_EQ(back.status, CheckStatus::kCrash);
   EXPECT_EQ(back.detail, o.detail);
   EXPECT_EQ(back.report.backend, "cpu_amx");
   EXPECT_EQ(back.report.decode_kv_gb_per_s, 12.5);

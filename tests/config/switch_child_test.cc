@@ -40,12 +40,12 @@ TEST(SwitchChildTest, AFaultSetInTheRegistryReachesTheChild) {
   const std::string backend = optimized_backend_here();
   if (backend.empty()) GTEST_SKIP() << "no optimized CPU backend runs here";
   // Without the value the candidate passes.
-  ASSERT_EQ(attn::validate_in_child(backend, kShape, options()).status, attn::ValidationStatus::kPass);
+  ASSERT_EQ(attn::validate_in_child(backend, kShape, options()).status, CheckStatus::kPass);
   Switches values = switches();
   values.attn_fault = backend + "=wrong";  // the candidate's output is moved by 0.5
   const ScopedSwitches scoped(values);
   const attn::ValidationOutcome outcome = attn::validate_in_child(backend, kShape, options());
-  EXPECT_EQ(outcome.status, attn::ValidationStatus::kMismatch) << outcome.detail;
+  EXPECT_EQ(outcome.status, CheckStatus::kMismatch) << outcome.detail;
 }
 
 TEST(SwitchChildTest, AMalformedValueIsTheChildsNamedError) {
@@ -53,7 +53,7 @@ TEST(SwitchChildTest, AMalformedValueIsTheChildsNamedError) {
   values.attn_fault = "reference";  // not name=mode: the child's fault parser names the variable
   const ScopedSwitches scoped(values);
   const attn::ValidationOutcome outcome = attn::validate_in_child("reference", kShape, options());
-  EXPECT_EQ(outcome.status, attn::ValidationStatus::kError);
+  EXPECT_EQ(outcome.status, CheckStatus::kError);
   EXPECT_THAT(outcome.detail, ::testing::HasSubstr("SPINDLE_ATTN_FAULT"));
 }
 

@@ -355,7 +355,7 @@ TEST_P(CudaBackendTest, PassesValidationInAChild) {
     const AttentionShape shape{32, 8, 128, 0.08838834764831845f, dtype, 16};
     if (!attention_registry().get(backend).unsupported_reasons(cuda_device_info(), shape).empty()) continue;
     const auto outcome = validate_in_child(backend, shape, options);
-    ASSERT_EQ(outcome.status, ValidationStatus::kPass) << dtype_label(dtype) << ": " << outcome.detail;
+    ASSERT_EQ(outcome.status, CheckStatus::kPass) << dtype_label(dtype) << ": " << outcome.detail;
     EXPECT_LE(outcome.report.prefill_max_abs_error, tolerance_for(dtype).max_abs_error);
     EXPECT_LE(outcome.report.decode_max_abs_error, tolerance_for(dtype).max_abs_error);
     std::printf("%s %s: prefill err %.3g, decode err %.3g, prefill %.0f tok/s (%.1f GFLOP/s), decode %.0f tok/s "
@@ -431,7 +431,7 @@ TEST(CudaAttentionTest, WrongFaultIsCaughtOnTheDevice) {
   values.attn_fault = "cuda_reference=wrong";  // reaches the child on its command line
   const ScopedSwitches scoped(values);
   const auto outcome = validate_in_child("cuda_reference", {8, 2, 64, 0.125f, DType::kBF16, 16}, options);
-  EXPECT_EQ(outcome.status, ValidationStatus::kMismatch) << outcome.detail;
+  EXPECT_EQ(outcome.status, CheckStatus::kMismatch) << outcome.detail;
 }
 
 }  // namespace

@@ -20,26 +20,24 @@
 // attention and an f32 KV cache.
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attn/attention_backend.h"
-#include "engine/engine.h"
-#include "engine/metrics.h"
+#include "cuda/cuda_golden_engine.h"
+#include "cuda/cuda_skip.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
+#include "engine/spec_harness.h"
+#include "grammar/json_schema.h"
 #include "kv/page_pool.h"
 #include "model/cuda_model.h"
 #include "model/golden_fixtures.h"
 #include "startup/workspace_probe.h"
-#include "cuda/cuda_skip.h"
 #include "engine/host_rows_cases.h"
-#include "engine/spec_harness.h"
-#include "grammar/json_schema.h"
-#include "util/error.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -48,114 +46,44 @@ namespace {
 
 using testing::model_dir;
 using testing::read_golden;
+using testing::Served;
 
 constexpr int kPageSize = 16;
-
-
-struct Served {
-  std::vector<std::vector<TokenId>> tokens;  // per prompt
-  DeviceOps::GraphStats graphs;
-  bool graphs_enabled = false;
-};
-
-// Serves every prompt at once (greedy, `max_tokens` each, EOS ignored) through a real Engine on
-// CUDA device 0 and returns the generated ids.
-Served serve(const std::string& model, const std::string& backend, DType kv_dtype, int max_graph_batch,
-             const std::vector<std::vector<TokenId>>& prompts, int max_tokens, bool overlap_schedule = false) {
-  auto transformer = load_cuda_model(model_dir(model));
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir(model));
-  const attn::AttentionShape shape = transformer->attention_shape(kv_dtype, kPageSize);
-  auto prefill = attn::create_attention_backend(backend, shape, {});
-  auto decode = attn::create_attention_backend(backend, shape, {});
-  engine::RunnerOptions runner_options;
-  runner_options.max_graph_batch = max_graph_batch;
-  runner_options.max_model_len = 256;
-  engine::Runner runner(*transformer, *prefill, *decode, runner_options);
-  const ModelConfig& c = transformer->config();
-  kv::KvLayout layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, kv_dtype, kPageSize};
-  kv::PagePool pool(layout, 256, 1, attn::Device::kCuda);
-  runner.bind_kv_caches(pool.layer_caches());
-  engine::Metrics metrics;
-  engine::EngineOptions options;
-  options.scheduler.max_num_batched_tokens = 512;
-  options.scheduler.max_running_requests = 64;
-  options.scheduler.max_model_len = 256;
-  options.max_queued_requests = 64;
-  options.model_name = model;
-  options.cuda_device = 0;
-  options.overlap_schedule = overlap_schedule;
-  engine::Engine engine(runner, tok, nullptr, pool, metrics, options);
-  engine.start();
-
-  std::vector<std::shared_ptr<engine::RequestStream>> streams;
-  for (const auto& p : prompts) {
-    engine::SamplingParams params;
-    params.temperature = 0.0f;
-    params.max_tokens = max_tokens;
-    params.ignore_eos = true;
-    streams.push_back(engine.submit(p, params));
-  }
-  Served out;
-  for (auto& stream : streams) {
-    std::vector<TokenId> ids;
-    for (;;) {
-      engine::RequestOutput o;
-      if (!stream->pop(o, std::chrono::seconds(120))) {
-        ADD_FAILURE() << model << ": a request timed out";
-        break;
-      }
-      EXPECT_TRUE(o.error.empty()) << o.error;
-      ids.insert(ids.end(), o.tokens.begin(), o.tokens.end());
-      if (o.finished) break;
-    }
-    out.tokens.push_back(ids);
-  }
-  EXPECT_TRUE(engine.kv_integrity_ok());
-  engine.stop();
-  out.graphs = transformer->graph_stats();
-  out.graphs_enabled = runner.graphs_enabled();
-  return out;
-}
 
 class CudaEngineTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaEngineTest, GraphsAndDeviceSamplingMatchHuggingFaceGreedy) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const auto golden = read_golden(GetParam());
-  std::vector<std::vector<TokenId>> prompts;
   size_t max_tokens = 0;
-  for (const auto& g : golden) {
-    prompts.push_back(g.ids);
-    max_tokens = std::max(max_tokens, g.greedy.size());
-  }
+  for (const auto& g : golden) max_tokens = std::max(max_tokens, g.greedy.size());
   // Graphs and the overlap schedule (--enable-overlap-schedule) on: the served default, one step at
   // a time, equals it (OverlapScheduleEqualsOneStepAtATime).
-  const Served served =
-      serve(GetParam(), "cuda_reference", DType::kF32, 8, prompts, static_cast<int>(max_tokens), /*overlap=*/true);
+  testing::CudaServeOptions serve;
+  serve.overlap_schedule = true;
+  const Served served = testing::serve_on_cuda(GetParam(), serve, testing::golden_ids(golden),
+                                               testing::greedy_params(static_cast<int>(max_tokens)));
   EXPECT_TRUE(served.graphs_enabled);
   EXPECT_GT(served.graphs.replays, 0) << "no decode step replayed a graph";
-  for (size_t i = 0; i < golden.size(); ++i) {
-    const std::vector<TokenId>& ours = served.tokens[i];
-    ASSERT_GE(ours.size(), golden[i].greedy.size()) << "prompt " << i;
-    for (size_t j = 0; j < golden[i].greedy.size(); ++j) {
-      ASSERT_EQ(ours[j], golden[i].greedy[j]) << GetParam() << " prompt " << i << " token " << j;
-    }
-  }
+  testing::expect_golden_greedy(served.tokens, golden, GetParam());
 }
 
 TEST_P(CudaEngineTest, GraphStepsEqualEagerStepsForEveryDecodeBackend) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const auto golden = read_golden(GetParam());
-  std::vector<std::vector<TokenId>> prompts;
-  for (const auto& g : golden) prompts.push_back(g.ids);
+  const std::vector<std::vector<TokenId>> prompts = testing::golden_ids(read_golden(GetParam()));
   // Also a lone prompt (graph batch size 1) and three (padded to 4).
   for (const std::string backend : {"cuda_reference", "cuda_flash", "cudnn_sdpa"}) {
     for (const size_t count : {size_t{1}, size_t{3}, prompts.size()}) {
       const std::vector<std::vector<TokenId>> some(prompts.begin(), prompts.begin() + std::min(count, prompts.size()));
+      testing::CudaServeOptions serve;
+      serve.backend = backend;
+      serve.kv_dtype = DType::kBF16;
+      serve.max_graph_batch = 0;
       Served eager, graph;
       try {
-        eager = serve(GetParam(), backend, DType::kBF16, 0, some, 40);
-        graph = serve(GetParam(), backend, DType::kBF16, 8, some, 40);
+        eager = testing::serve_on_cuda(GetParam(), serve, some, testing::greedy_params(40));
+        serve.max_graph_batch = 8;
+        graph = testing::serve_on_cuda(GetParam(), serve, some, testing::greedy_params(40));
       } catch (const Error& e) {
         std::printf("[ SKIPPED  ] %s on %s: %s\n", backend.c_str(), GetParam().c_str(), e.what());
         continue;
@@ -182,22 +110,14 @@ TEST_P(CudaEngineTest, GraphStepsEqualEagerStepsForEveryDecodeBackend) {
 TEST_P(CudaEngineTest, SpeculativeGreedyAndSeededOutputIsIdentical) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const auto golden = read_golden(GetParam());
-  std::vector<std::vector<TokenId>> prompts;
-  for (const auto& g : golden) prompts.push_back(g.ids);
+  const std::vector<std::vector<TokenId>> prompts = testing::golden_ids(golden);
   // cuda_reference with an f32 KV cache and exact activations, as the HF comparison above: a
   // verify step runs its rows through the prefill kernels and GEMMs of another m than a decode
   // step, and with bf16 rounding (cuda_flash's P, bf16 KV) the logits of the two paths differ by
   // ~1e-3, more than the smallest greedy margin of the bf16 goldens (qwen3-qknorm-bf16: 1.2e-3;
   // seen flipping a token there). cuda_reference computes each row alike in both phases.
-  testing::SpecRun base_run;
-  base_run.device = attn::Device::kCuda;
-  base_run.backend = "cuda_reference";
-  base_run.kv_dtype = DType::kF32;
-  base_run.max_graph_batch = 8;
-  engine::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.max_tokens = 40;
-  greedy.ignore_eos = true;
+  const testing::SpecRun base_run = testing::exact_cuda_spec_run();
+  const engine::SamplingParams greedy = testing::greedy_params(40);
   engine::SamplingParams seeded = greedy;
   seeded.temperature = 0.9f;
   seeded.top_p = 0.95f;
@@ -255,9 +175,7 @@ TEST_P(CudaEngineTest, SpeculativeGreedyAndSeededOutputIsIdentical) {
 // one non-speculative decoding uses). tests/engine/jump_forward_engine_test.cc runs it on the CPU.
 TEST_P(CudaEngineTest, ConstrainedDraftsAndJumpForwardEqualDecodingWithoutThem) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const auto golden = read_golden(GetParam());
-  std::vector<std::vector<TokenId>> prompts;
-  for (const auto& g : golden) prompts.push_back(g.ids);
+  const std::vector<std::vector<TokenId>> prompts = testing::golden_ids(read_golden(GetParam()));
   grammar::JsonGrammarOptions options;
   options.strict = true;
   const auto schema = grammar::CompiledGrammar::compile(grammar::grammar_from_json_schema(
@@ -266,11 +184,7 @@ TEST_P(CudaEngineTest, ConstrainedDraftsAndJumpForwardEqualDecodingWithoutThem) 
           "score": {"type": "integer", "minimum": -50, "maximum": 50}, "color": {"enum": ["red", "green", "blue"]},
           "verified": {"type": "boolean"}}, "required": ["id", "name", "active", "score", "color", "verified"]})",
       options));
-  testing::SpecRun off;  // as SpeculativeGreedyAndSeededOutputIsIdentical: each row computed alike
-  off.device = attn::Device::kCuda;
-  off.backend = "cuda_reference";
-  off.kv_dtype = DType::kF32;
-  off.max_graph_batch = 8;
+  testing::SpecRun off = testing::exact_cuda_spec_run();  // as SpeculativeGreedyAndSeededOutputIsIdentical
   off.jump_forward = false;
   engine::SamplingParams greedy;
   greedy.temperature = 0.0f;

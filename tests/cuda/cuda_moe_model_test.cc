@@ -20,25 +20,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "attn/attention_backend.h"
+#include "cuda/cuda_golden_engine.h"
 #include "cuda/cuda_skip.h"
-#include "engine/engine.h"
-#include "engine/metrics.h"
-#include "engine/runner.h"
 #include "engine/spec_harness.h"
-#include "kv/page_pool.h"
 #include "model/cuda_model.h"
 #include "model/forward_scenarios.h"
 #include "model/golden_fixtures.h"
 #include "model/model.h"
 #include "model/model_loader.h"
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace spindle {
@@ -119,92 +114,23 @@ TEST_P(CudaMoeModelTest, WeightAndWorkspaceBytes) {
   testing::expect_workspace_grows_with_the_batch(*model_, golden_);
 }
 
-struct Served {
-  std::vector<std::vector<TokenId>> tokens;
-  DeviceOps::GraphStats graphs;
-};
-
-// Every prompt at once, greedy, through a real Engine on device 0 with step graphs up to batch 8.
-Served serve_with_graphs(const std::string& model, const std::vector<GoldenPrompt>& golden) {
-  auto transformer = load_cuda_model(model_dir(model));
-  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir(model));
-  const attn::AttentionShape shape = transformer->attention_shape(DType::kF32, kPageSize);
-  auto prefill = attn::create_attention_backend("cuda_reference", shape, {});
-  auto decode = attn::create_attention_backend("cuda_reference", shape, {});
-  engine::RunnerOptions runner_options;
-  runner_options.max_graph_batch = 8;
-  runner_options.max_model_len = 256;
-  engine::Runner runner(*transformer, *prefill, *decode, runner_options);
-  const ModelConfig& c = transformer->config();
-  kv::PagePool pool({c.num_hidden_layers, c.num_key_value_heads, c.head_dim, DType::kF32, kPageSize}, 256, 1,
-                    attn::Device::kCuda);
-  runner.bind_kv_caches(pool.layer_caches());
-  engine::Metrics metrics;
-  engine::EngineOptions options;
-  options.scheduler.max_num_batched_tokens = 512;
-  options.scheduler.max_running_requests = 64;
-  options.scheduler.max_model_len = 256;
-  options.max_queued_requests = 64;
-  options.model_name = model;
-  options.cuda_device = 0;
-  engine::Engine engine(runner, tok, nullptr, pool, metrics, options);
-  engine.start();
-  std::vector<std::shared_ptr<engine::RequestStream>> streams;
-  for (const GoldenPrompt& g : golden) streams.push_back(engine.submit(g.ids, testing::greedy_params(32)));
-  Served out;
-  for (auto& stream : streams) {
-    std::vector<TokenId> ids;
-    for (;;) {
-      engine::RequestOutput o;
-      if (!stream->pop(o, std::chrono::seconds(120))) {
-        ADD_FAILURE() << model << ": a request timed out";
-        break;
-      }
-      EXPECT_TRUE(o.error.empty()) << o.error;
-      ids.insert(ids.end(), o.tokens.begin(), o.tokens.end());
-      if (o.finished) break;
-    }
-    out.tokens.push_back(ids);
-  }
-  EXPECT_TRUE(engine.kv_integrity_ok());
-  engine.stop();
-  out.graphs = transformer->graph_stats();
-  return out;
-}
-
-void expect_greedy(const std::vector<std::vector<TokenId>>& tokens, const std::vector<GoldenPrompt>& golden,
-                   const std::string& what) {
-  ASSERT_EQ(tokens.size(), golden.size());
-  for (size_t i = 0; i < golden.size(); ++i) {
-    ASSERT_GE(tokens[i].size(), golden[i].greedy.size()) << what << " prompt " << i;
-    for (size_t j = 0; j < golden[i].greedy.size(); ++j) {
-      ASSERT_EQ(tokens[i][j], golden[i].greedy[j]) << what << " prompt " << i << " token " << j;
-    }
-  }
-}
-
 // Decode steps replayed from CUDA graphs: the routing of each replay is read on the device.
 TEST_P(CudaMoeModelTest, GraphReplayedDecodeMatchesHuggingFaceGreedy) {
-  const Served served = serve_with_graphs(GetParam(), golden_);
+  const testing::Served served =
+      testing::serve_on_cuda(GetParam(), {}, testing::golden_ids(golden_), testing::greedy_params(32));
   EXPECT_GT(served.graphs.replays, 0) << "no decode step replayed a graph";
-  expect_greedy(served.tokens, golden_, GetParam() + " with graphs");
+  testing::expect_golden_greedy(served.tokens, golden_, GetParam() + " with graphs");
 }
 
 // Verify steps (1 + 4 tokens per sequence, n-gram drafts) with graphs on: HF's greedy tokens.
 TEST_P(CudaMoeModelTest, SpeculativeVerifyStepsMatchHuggingFaceGreedy) {
-  testing::SpecRun run;
-  run.device = attn::Device::kCuda;
-  run.backend = "cuda_reference";
-  run.kv_dtype = DType::kF32;
-  run.max_graph_batch = 8;
+  testing::SpecRun run = testing::exact_cuda_spec_run();
   run.proposer = "ngram";
-  std::vector<std::vector<TokenId>> prompts;
-  for (const GoldenPrompt& g : golden_) prompts.push_back(g.ids);
-  const testing::SpecResult spec =
-      testing::serve_speculative(model_dir(GetParam()), run, prompts, {testing::greedy_params(32)});
+  const testing::SpecResult spec = testing::serve_speculative(model_dir(GetParam()), run, testing::golden_ids(golden_),
+                                                              {testing::greedy_params(32)});
   EXPECT_TRUE(spec.integrity_ok);
   EXPECT_GT(spec.metrics.spec_total_num_forward_ct, 0u) << "no verify step ran";
-  expect_greedy(spec.tokens, golden_, GetParam() + " n-gram speculation");
+  testing::expect_golden_greedy(spec.tokens, golden_, GetParam() + " n-gram speculation");
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CudaMoeModelTest,

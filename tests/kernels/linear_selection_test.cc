@@ -48,7 +48,7 @@ double made_up_seconds(const std::string& kernel, int64_t rows) {
 }
 
 struct MadeUpValidator {
-  std::map<std::string, LinearCheckStatus> status;  // default pass
+  std::map<std::string, CheckStatus> status;  // default pass
   int calls = 0;
   std::map<LinearShape, LinearOutcome> operator()(const std::string& kernel, const std::vector<LinearShape>& shapes,
                                                   const std::vector<int64_t>& rows) {
@@ -56,10 +56,10 @@ struct MadeUpValidator {
     std::map<LinearShape, LinearOutcome> out;
     for (const auto& s : shapes) {
       LinearOutcome o;
-      o.status = status.count(kernel) ? status[kernel] : LinearCheckStatus::kPass;
-      o.detail = std::string(linear_check_status_name(o.status));
+      o.status = status.count(kernel) ? status[kernel] : CheckStatus::kPass;
+      o.detail = std::string(check_status_name(o.status));
       o.report.shape = s.to_string();
-      o.report.passed = o.status == LinearCheckStatus::kPass;
+      o.report.passed = o.status == CheckStatus::kPass;
       for (int64_t r : rows) o.report.seconds.emplace_back(r, made_up_seconds(kernel, r));
       out[s] = o;
     }
@@ -98,8 +98,8 @@ TEST(LinearSelectionTest, TheFastestPerRowCountMakesTheTable) {
 TEST(LinearSelectionTest, RejectedKernelsAreNeverChosen) {
   const LinearRegistry registry = made_up_registry();
   MadeUpValidator v;
-  v.status["fast_small"] = LinearCheckStatus::kCrash;
-  v.status["prefill_only"] = LinearCheckStatus::kMismatch;
+  v.status["fast_small"] = CheckStatus::kCrash;
+  v.status["prefill_only"] = CheckStatus::kMismatch;
   const auto s = select_linear_kernels(detect_cpu_info(), {kSquare}, options_of({1, 8}, 512), std::ref(v), registry);
   ASSERT_EQ(s.choices[0].table.size(), 1u);
   EXPECT_EQ(s.choices[0].table[0].kernel, "fast_large");
@@ -181,7 +181,7 @@ TEST(LinearSelectionTest, ExplicitNamesThatCannotServeAreErrorsWithTheReason) {
   o.decode_kernel = "prefill_only";
   EXPECT_THAT(error_of(o), HasSubstr("cannot serve decode rows"));
   o.decode_kernel = "fast_large";
-  v.status["fast_large"] = LinearCheckStatus::kMismatch;
+  v.status["fast_large"] = CheckStatus::kMismatch;
   EXPECT_THAT(error_of(o), HasSubstr("validation mismatch"));
 }
 
@@ -199,8 +199,8 @@ TEST(LinearSelectionCacheTest, ASecondSelectionIsAnsweredFromTheFiles) {
   const LinearRegistry registry = made_up_registry();
   const LinearSelectionOptions o = options_of({1, 8}, 512);
   MadeUpValidator v;
-  v.status["prefill_only"] = LinearCheckStatus::kCrash;  // kept too: a crash stays a crash
-  v.status["fast_large"] = LinearCheckStatus::kTimeout;  // not kept: may be transient
+  v.status["prefill_only"] = CheckStatus::kCrash;  // kept too: a crash stays a crash
+  v.status["fast_large"] = CheckStatus::kTimeout;  // not kept: may be transient
   LinearSelectionCache first(dir, LinearSelectionCache::make_key("b1", "cpu1", o));
   select_linear_kernels(detect_cpu_info(), {kSquare}, o, first.wrap(std::ref(v)), registry);
   EXPECT_EQ(first.num_misses(), 3);
@@ -230,7 +230,7 @@ TEST(LinearChildTest, ACleanKernelPassesAndIsTimed) {
   const auto out = validate_linear_in_child("onednn_f32", {{96, 80, DType::kF32}}, {1, 70}, child_options());
   ASSERT_EQ(out.size(), 1u);
   const LinearOutcome& o = out.begin()->second;
-  EXPECT_EQ(o.status, LinearCheckStatus::kPass) << o.detail;
+  EXPECT_EQ(o.status, CheckStatus::kPass) << o.detail;
   EXPECT_GT(o.report.seconds_at(70), 0);
 }
 
@@ -241,7 +241,7 @@ TEST(LinearChildTest, ACrashingKernelIsRejectedAndTheParentSurvives) {
   const auto out = validate_linear_in_child("onednn_f32", {kSquare, kWide}, {}, child_options());
   ASSERT_EQ(out.size(), 2u);
   for (const auto& [shape, o] : out) {
-    EXPECT_EQ(o.status, LinearCheckStatus::kCrash) << shape.to_string();
+    EXPECT_EQ(o.status, CheckStatus::kCrash) << shape.to_string();
     EXPECT_THAT(o.detail, HasSubstr("SIGILL"));
   }
 }
@@ -252,7 +252,7 @@ TEST(LinearChildTest, AWrongKernelIsAMismatch) {
   const ScopedSwitches scoped(faulty);
   const auto out = validate_linear_in_child("onednn_f32", {kSquare}, {}, child_options());
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out.begin()->second.status, LinearCheckStatus::kMismatch) << out.begin()->second.detail;
+  EXPECT_EQ(out.begin()->second.status, CheckStatus::kMismatch) << out.begin()->second.detail;
 }
 
 TEST(LinearChildTest, TheRealSelectionRunsOnTheNextKernelWhenOneCrashes) {
@@ -279,7 +279,7 @@ TEST(LinearChildTest, TheRealSelectionRunsOnTheNextKernelWhenOneCrashes) {
   for (const auto& r : s.rows) {
     if ((r.kernel == "avx2" || r.kernel == "avx512") && r.unsupported_reasons.empty()) {
       ASSERT_TRUE(r.outcome.has_value());
-      EXPECT_EQ(r.outcome->status, LinearCheckStatus::kCrash);
+      EXPECT_EQ(r.outcome->status, CheckStatus::kCrash);
     }
   }
 }

@@ -13,7 +13,6 @@ namespace spindle::attn {
 
 using attn::Phase;
 using attn::ValidationOutcome;
-using attn::ValidationStatus;
 
 std::string_view policy_name(BackendPolicy policy) {
   return policy == BackendPolicy::kBenchmark ? "benchmark" : "priority";
@@ -86,8 +85,8 @@ class Selector {
   void record(BackendRow& row, const ValidationOutcome& outcome, Phase phase) {
     row.validation = outcome;
     row.speed = phase_speed(outcome, phase);
-    if (outcome.status != ValidationStatus::kPass) {
-      row.why = fmt::format("rejected: {} ({})", attn::validation_status_name(outcome.status), outcome.detail);
+    if (outcome.status != CheckStatus::kPass) {
+      row.why = fmt::format("rejected: {} ({})", check_status_name(outcome.status), outcome.detail);
     }
   }
 
@@ -111,8 +110,8 @@ class Selector {
     if (!options_.skip_validation) {
       const auto& outcome = outcome_of(name);
       record(*row, outcome, phase);
-      SPINDLE_CHECK(outcome.status == ValidationStatus::kPass, "{} {} failed validation on {}: {}: {}", flag,
-                    name, shape_.to_string(), attn::validation_status_name(outcome.status), outcome.detail);
+      SPINDLE_CHECK(outcome.status == CheckStatus::kPass, "{} {} failed validation on {}: {}: {}", flag,
+                    name, shape_.to_string(), check_status_name(outcome.status), outcome.detail);
     }
     row->chosen = true;
     row->why = fmt::format("explicit {}{}", flag, options_.skip_validation ? " (validation skipped)" : "");
@@ -133,7 +132,7 @@ class Selector {
         continue;
       }
       record(*row, outcome_of(row->backend), phase);
-      if (row->validation->status == ValidationStatus::kPass) passed.push_back(row);
+      if (row->validation->status == CheckStatus::kPass) passed.push_back(row);
     }
     SPINDLE_CHECK(!passed.empty(), "no {} attention backend is usable for {} ({} available, none passed validation)",
                   attn::phase_name(phase), shape_.to_string(), num_available);

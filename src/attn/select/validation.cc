@@ -29,18 +29,6 @@ Tolerance tolerance_for(DType kv_dtype) {
   return kv_dtype == DType::kF32 ? Tolerance{2e-4} : Tolerance{1.5e-2};
 }
 
-std::string_view validation_status_name(ValidationStatus status) {
-  switch (status) {
-    case ValidationStatus::kPass: return "pass";
-    case ValidationStatus::kMismatch: return "mismatch";
-    case ValidationStatus::kCrash: return "crash";
-    case ValidationStatus::kTimeout: return "timeout";
-    case ValidationStatus::kError: return "error";
-    case ValidationStatus::kSkipped: return "skipped";
-  }
-  return "?";
-}
-
 // ---- JSON ---------------------------------------------------------------------------------------
 
 nlohmann::json to_json(const CheckReport& r) {
@@ -99,24 +87,12 @@ double decode_selection_speed(const CheckReport& report) {
 }
 
 nlohmann::json to_json(const ValidationOutcome& o) {
-  return {{"status", validation_status_name(o.status)}, {"detail", o.detail}, {"report", to_json(o.report)}};
+  return {{"status", check_status_name(o.status)}, {"detail", o.detail}, {"report", to_json(o.report)}};
 }
 
 ValidationOutcome validation_outcome_from_json(const nlohmann::json& j) {
-  ValidationOutcome o;
-  const auto status = j.at("status").get<std::string>();
-  bool known = false;
-  for (auto s : {ValidationStatus::kPass, ValidationStatus::kMismatch, ValidationStatus::kCrash,
-                 ValidationStatus::kTimeout, ValidationStatus::kError, ValidationStatus::kSkipped}) {
-    if (validation_status_name(s) == status) {
-      o.status = s;
-      known = true;
-    }
-  }
-  SPINDLE_CHECK(known, "unknown validation status '{}'", status);
-  o.detail = j.at("detail").get<std::string>();
-  o.report = check_report_from_json(j.at("report"));
-  return o;
+  return {check_status_from_name(j.at("status").get<std::string>()), j.at("detail").get<std::string>(),
+          check_report_from_json(j.at("report"))};
 }
 
 // ---- The check (child side) ---------------------------------------------------------------------
@@ -297,39 +273,23 @@ ValidationOutcome validate_in_child(const std::string& backend, const AttentionS
   const std::string executable = options.executable.empty() ? "/proc/self/exe" : options.executable;
   const ChildRun run =
       run_child_process(child_arguments(executable, backend, shape, options.timing, options.cuda_device), options.timeout_s);
-  const bool timed_out = run.timed_out;
-  const std::string& out = run.out;
-  const std::string& err = run.err;
   ValidationOutcome outcome;
-  if (timed_out) {
-    outcome.status = ValidationStatus::kTimeout;
-    outcome.detail = fmt::format("no answer within {:g} s; killed", options.timeout_s);
-    return outcome;
-  }
-  if (run.signaled) {
-    outcome.status = ValidationStatus::kCrash;
-    outcome.detail = "crashed with " + signal_description(run.signal);
-    return outcome;
-  }
-  try {
-    outcome.report = check_report_from_json(nlohmann::json::parse(last_json_line(out)));
-  } catch (const std::exception& e) {
-    outcome.status = ValidationStatus::kError;
-    outcome.detail = fmt::format("child exited with status {} without a report: {}",
-                                 run.exit_status,
-                                 last_line(err).empty() ? last_line(out) : last_line(err));
+  const auto parse = [](const std::string& line) { return check_report_from_json(nlohmann::json::parse(line)); };
+  if (auto verdict = read_child_report(run, options.timeout_s, parse, outcome.report)) {
+    outcome.status = verdict->status;
+    outcome.detail = std::move(verdict->detail);
     return outcome;
   }
   const CheckReport& r = outcome.report;
   if (!r.error.empty()) {
-    outcome.status = ValidationStatus::kError;
+    outcome.status = CheckStatus::kError;
     outcome.detail = r.error;
   } else if (!r.passed) {
-    outcome.status = ValidationStatus::kMismatch;
+    outcome.status = CheckStatus::kMismatch;
     outcome.detail = fmt::format("max abs error prefill {:.3g}, decode {:.3g} > tolerance {:.3g}",
                                  r.prefill_max_abs_error, r.decode_max_abs_error, r.tolerance);
   } else {
-    outcome.status = ValidationStatus::kPass;
+    outcome.status = CheckStatus::kPass;
     outcome.detail = fmt::format("max abs error prefill {:.3g}, decode {:.3g} <= {:.3g}",
                                  r.prefill_max_abs_error, r.decode_max_abs_error, r.tolerance);
   }

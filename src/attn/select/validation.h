@@ -12,6 +12,7 @@
 #include <string>
 
 #include "attn/attention_types.h"
+#include "util/check_status.h"
 #include <nlohmann/json_fwd.hpp>
 
 namespace spindle::attn {
@@ -76,11 +77,8 @@ inline constexpr TimingSizes timing_sizes(Device device) {
 // Runs the check in this process (the child's job; tests call it directly too).
 CheckReport run_backend_check(const std::string& backend, const AttentionShape& shape, bool timing);
 
-enum class ValidationStatus { kPass, kMismatch, kCrash, kTimeout, kError, kSkipped };
-std::string_view validation_status_name(ValidationStatus status);
-
 struct ValidationOutcome {
-  ValidationStatus status = ValidationStatus::kError;
+  CheckStatus status = CheckStatus::kError;  // util/check_status.h
   std::string detail;   // why it was rejected ("crashed with SIGSEGV", "max abs error 0.5 > 0.015")
   CheckReport report;   // what the child reported (empty on crash or timeout)
 };

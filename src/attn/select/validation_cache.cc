@@ -11,15 +11,6 @@
 #include "util/switches.h"
 
 namespace spindle::attn {
-namespace {
-
-bool cacheable(attn::ValidationStatus s) {
-  return s == attn::ValidationStatus::kPass || s == attn::ValidationStatus::kMismatch ||
-         s == attn::ValidationStatus::kCrash;
-}
-
-}  // namespace
-
 ValidationCache::ValidationCache(std::filesystem::path dir, std::string key) : key_(std::move(key)) {
   path_ = dir / fmt::format("attention-{:016x}.json", fnv1a_64(key_));
   load();
@@ -62,12 +53,12 @@ std::optional<attn::ValidationOutcome> ValidationCache::find(const std::string& 
   const auto it = outcomes_.find(backend);
   if (it == outcomes_.end()) return std::nullopt;
   const bool timed = it->second.report.timed;
-  if (timing && !timed && it->second.status == attn::ValidationStatus::kPass) return std::nullopt;
+  if (timing && !timed && it->second.status == CheckStatus::kPass) return std::nullopt;
   return it->second;
 }
 
 void ValidationCache::store(const std::string& backend, const attn::ValidationOutcome& outcome) {
-  if (cacheable(outcome.status)) outcomes_[backend] = outcome;
+  if (check_status_cacheable(outcome.status)) outcomes_[backend] = outcome;
 }
 
 void ValidationCache::save() const {

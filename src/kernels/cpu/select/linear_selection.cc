@@ -25,36 +25,13 @@ LinearSelectionOptions linear_rows_for(int64_t max_batch, int64_t max_batched_to
   return o;
 }
 
-std::string_view linear_check_status_name(LinearCheckStatus status) {
-  switch (status) {
-    case LinearCheckStatus::kPass: return "pass";
-    case LinearCheckStatus::kMismatch: return "mismatch";
-    case LinearCheckStatus::kCrash: return "crash";
-    case LinearCheckStatus::kTimeout: return "timeout";
-    case LinearCheckStatus::kError: return "error";
-  }
-  return "?";
-}
-
 nlohmann::json to_json(const LinearOutcome& o) {
-  return {{"status", linear_check_status_name(o.status)}, {"detail", o.detail}, {"report", to_json(o.report)}};
+  return {{"status", check_status_name(o.status)}, {"detail", o.detail}, {"report", to_json(o.report)}};
 }
 
 LinearOutcome linear_outcome_from_json(const nlohmann::json& j) {
-  LinearOutcome o;
-  const auto status = j.at("status").get<std::string>();
-  bool known = false;
-  for (auto s : {LinearCheckStatus::kPass, LinearCheckStatus::kMismatch, LinearCheckStatus::kCrash,
-                 LinearCheckStatus::kTimeout, LinearCheckStatus::kError}) {
-    if (linear_check_status_name(s) == status) {
-      o.status = s;
-      known = true;
-    }
-  }
-  SPINDLE_CHECK(known, "unknown linear check status '{}'", status);
-  o.detail = j.at("detail").get<std::string>();
-  o.report = linear_shape_report_from_json(j.at("report"));
-  return o;
+  return {check_status_from_name(j.at("status").get<std::string>()), j.at("detail").get<std::string>(),
+          linear_shape_report_from_json(j.at("report"))};
 }
 
 const std::vector<LinearRowChoice>* LinearSelection::find(const LinearShape& shape) const {
@@ -104,7 +81,7 @@ std::vector<LinearKernelRow> validated_rows(const CpuInfo& cpu, const std::vecto
     if (runnable.empty() || !wanted(o, d.name)) continue;
     std::map<LinearShape, LinearOutcome> outcomes;
     if (o.skip_validation) {
-      for (const auto& s : runnable) outcomes[s] = {LinearCheckStatus::kPass, "not validated (--skip-backend-validation)", {}};
+      for (const auto& s : runnable) outcomes[s] = {CheckStatus::kPass, "not validated (--skip-backend-validation)", {}};
     } else {
       outcomes = validate(d.name, runnable, timing_rows);
     }
@@ -115,7 +92,7 @@ std::vector<LinearKernelRow> validated_rows(const CpuInfo& cpu, const std::vecto
   return rows;
 }
 
-bool passed(const LinearKernelRow& r) { return r.outcome && r.outcome->status == LinearCheckStatus::kPass; }
+bool passed(const LinearKernelRow& r) { return r.outcome && r.outcome->status == CheckStatus::kPass; }
 
 // The winner among `shape`'s passed rows for `rows` rows (decode or prefill class), or null.
 // `keep` (the previous decode row count's winner) counts kLinearKeepFraction faster than timed.
@@ -150,7 +127,7 @@ std::string explicit_failure(const std::vector<LinearKernelRow>& all, const Line
   for (const auto& r : all) {
     if (r.kernel != name || r.shape != shape) continue;
     if (!r.unsupported_reasons.empty()) return fmt::format("{}", fmt::join(r.unsupported_reasons, "; "));
-    if (r.outcome) return fmt::format("validation {}: {}", linear_check_status_name(r.outcome->status), r.outcome->detail);
+    if (r.outcome) return fmt::format("validation {}: {}", check_status_name(r.outcome->status), r.outcome->detail);
   }
   return "not validated";
 }

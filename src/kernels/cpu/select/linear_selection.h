@@ -31,6 +31,7 @@
 
 #include "kernels/cpu/linear_registry.h"
 #include "kernels/cpu/select/linear_check.h"
+#include "util/check_status.h"
 
 namespace spindle {
 struct CpuInfo;
@@ -58,11 +59,8 @@ struct LinearSelectionOptions {
 // decode rows 1, 2, 4, ... up to min(max_batch, kLinearDecodeMaxRows); prefill min(512, max_batched_tokens).
 LinearSelectionOptions linear_rows_for(int64_t max_batch, int64_t max_batched_tokens, LinearSelectionOptions options);
 
-enum class LinearCheckStatus { kPass, kMismatch, kCrash, kTimeout, kError };
-std::string_view linear_check_status_name(LinearCheckStatus status);
-
 struct LinearOutcome {
-  LinearCheckStatus status = LinearCheckStatus::kError;
+  CheckStatus status = CheckStatus::kError;  // util/check_status.h
   std::string detail;        // why rejected, or the error that passed
   LinearShapeReport report;  // the child's report for this shape (empty on crash or timeout)
 };

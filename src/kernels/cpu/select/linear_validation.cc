@@ -37,12 +37,12 @@ std::vector<std::string> child_arguments(const std::string& executable, const st
 }
 
 LinearOutcome classify(const LinearShapeReport& r) {
-  LinearOutcome o{LinearCheckStatus::kPass, "", r};
+  LinearOutcome o{CheckStatus::kPass, "", r};
   if (!r.error.empty()) {
-    o.status = LinearCheckStatus::kError;
+    o.status = CheckStatus::kError;
     o.detail = r.error;
   } else if (!r.passed) {
-    o.status = LinearCheckStatus::kMismatch;
+    o.status = CheckStatus::kMismatch;
     o.detail = fmt::format("max error {:.3g} x sum|x w| > tolerance {:.3g}", r.max_error, r.tolerance);
   } else {
     o.detail = fmt::format("max error {:.3g} x sum|x w| <= {:.3g}", r.max_error, r.tolerance);
@@ -67,29 +67,18 @@ std::map<LinearShape, LinearOutcome> validate_linear_in_child(const std::string&
   timeout = std::max(timeout, options.timeout_s);
   const ChildRun run = run_child_process(
       child_arguments(executable, kernel, shapes, timing_rows, options.allow_bf16_activations), timeout);
-  LinearOutcome failed;
-  std::optional<LinearCheckReport> report;
-  if (run.timed_out) {
-    failed = {LinearCheckStatus::kTimeout, fmt::format("no answer within {:g} s; killed", timeout), {}};
-  } else if (run.signaled) {
-    failed = {LinearCheckStatus::kCrash, "crashed with " + signal_description(run.signal), {}};
-  } else {
-    try {
-      report = linear_check_report_from_json(nlohmann::json::parse(last_json_line(run.out)));
-    } catch (const std::exception&) {
-      failed = {LinearCheckStatus::kError,
-                fmt::format("child exited with status {} without a report: {}", run.exit_status,
-                            last_line(run.err).empty() ? last_line(run.out) : last_line(run.err)),
-                {}};
-    }
-  }
+  LinearCheckReport report;
+  const auto parse = [](const std::string& line) { return linear_check_report_from_json(nlohmann::json::parse(line)); };
+  const std::optional<CheckVerdict> failed = read_child_report(run, timeout, parse, report);
   std::map<LinearShape, LinearOutcome> out;
   for (const LinearShape& s : shapes) {
-    LinearOutcome o = failed;
-    o.report.shape = s.to_string();
-    if (report) {
-      o = {LinearCheckStatus::kError, "the child did not report this shape", {}};
-      for (const auto& r : report->shapes) {
+    LinearOutcome o;
+    if (failed) {
+      o = {failed->status, failed->detail, {}};
+      o.report.shape = s.to_string();
+    } else {
+      o = {CheckStatus::kError, "the child did not report this shape", {}};
+      for (const auto& r : report.shapes) {
         if (r.shape == s.to_string()) o = classify(r);
       }
     }
@@ -157,7 +146,7 @@ LinearValidator LinearSelectionCache::wrap(LinearValidator inner) {
       auto it = cached.find(kernel);
       // A pass must carry every timing asked for.
       const bool usable = it != cached.end() &&
-                          (it->second.status != LinearCheckStatus::kPass ||
+                          (it->second.status != CheckStatus::kPass ||
                            std::all_of(rows.begin(), rows.end(), [&](int64_t r) { return it->second.report.seconds_at(r) > 0; }));
       if (usable) {
         out[s] = it->second;
@@ -169,9 +158,7 @@ LinearValidator LinearSelectionCache::wrap(LinearValidator inner) {
     }
     if (missing.empty()) return out;
     for (auto& [s, o] : inner(kernel, missing, rows)) {
-      const bool keep = o.status == LinearCheckStatus::kPass || o.status == LinearCheckStatus::kMismatch ||
-                        o.status == LinearCheckStatus::kCrash;
-      if (keep) {
+      if (check_status_cacheable(o.status)) {
         outcomes(s)[kernel] = o;
         save(s);
       }
