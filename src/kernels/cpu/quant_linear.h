@@ -53,6 +53,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/huge_page_allocator.h"
+
 namespace spindle {
 class ThreadPool;
 struct CpuInfo;
@@ -75,11 +77,13 @@ int64_t quant_file_block_elements(QuantType type);
 int64_t quant_file_block_bytes(QuantType type);
 
 // A repacked weight (layout above). bytes: ceil(n / 16) groups of group_bytes each, 64-byte aligned.
+// The storage of a weight of 2 MiB or more is advised for transparent huge pages
+// (util/huge_page_allocator.h): a decode step streams every byte of it once.
 struct PackedQuantWeight {
   QuantType type = QuantType::kQ8_0;
   int64_t n = 0, k = 0;
   int64_t group_bytes = 0;
-  std::vector<uint8_t> storage;  // over-allocated by 64 so data() can be aligned
+  std::vector<uint8_t, HugePageAllocator<uint8_t>> storage;  // over-allocated by 64 so data() can be aligned
   int64_t offset = 0;            // of the aligned start within storage
   const uint8_t* data() const { return storage.data() + offset; }
   int64_t num_groups() const { return (n + kQuantGroupRows - 1) / kQuantGroupRows; }

@@ -1,0 +1,73 @@
+// util/huge_page_allocator.h: blocks of 2 MiB or more start on a 2 MiB boundary and carry the
+// MADV_HUGEPAGE advice (the "hg" VmFlag of their mapping in /proc/self/smaps, where the kernel has
+// transparent huge pages); smaller ones come from operator new; both hold what is written; a vector
+// over the allocator copies and frees like any other.
+#include "util/huge_page_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace spindle {
+namespace {
+
+// The VmFlags line of the mapping of /proc/self/smaps that contains p ("" when none does).
+std::string vm_flags_of(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t begin = 0, end = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> begin >> dash >> end && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = at >= begin && at < end;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(HugePageAllocatorTest, LargeBlocksAreAlignedAdvisedAndHoldTheirBytes) {
+  for (size_t bytes : {kHugePageMinBytes, kHugePageMinBytes * 3 + 12345}) {
+    void* p = huge_page_alloc(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHugePageMinBytes, 0u) << bytes;
+    auto* b = static_cast<uint8_t*>(p);
+    for (size_t i = 0; i < bytes; i += 4093) b[i] = static_cast<uint8_t>(i * 7);
+    b[bytes - 1] = 0xA5;
+    for (size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(b[i], static_cast<uint8_t>(i * 7)) << i;
+    EXPECT_EQ(b[bytes - 1], 0xA5);
+    if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+      EXPECT_NE(vm_flags_of(p).find(" hg"), std::string::npos) << vm_flags_of(p);
+    }
+    huge_page_free(p, bytes);
+  }
+}
+
+TEST(HugePageAllocatorTest, SmallBlocksAndVectorsWork) {
+  void* p = huge_page_alloc(100);
+  ASSERT_NE(p, nullptr);
+  static_cast<uint8_t*>(p)[99] = 1;
+  huge_page_free(p, 100);
+
+  std::vector<uint8_t, HugePageAllocator<uint8_t>> big(kHugePageMinBytes + 64, 3), small(10, 4);
+  big.back() = 9;
+  const auto copy = big;  // a copy gets its own block, equal bytes
+  EXPECT_NE(copy.data(), big.data());
+  EXPECT_EQ(copy.size(), big.size());
+  EXPECT_EQ(copy.back(), 9);
+  EXPECT_EQ(copy[kHugePageMinBytes / 2], 3);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePageMinBytes, 0u);
+  EXPECT_EQ(small[9], 4);
+}
+
+}  // namespace
+}  // namespace spindle
