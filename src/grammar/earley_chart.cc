@@ -54,6 +54,7 @@ bool EarleyChart::add(const EarleyItem& item) {
   }
   table_[h] = k;
   items_.push_back(item);
+  items_.back().next = next_symbol(item);
   return true;
 }
 
@@ -61,13 +62,13 @@ void EarleyChart::close_set() {
   const auto cur = static_cast<uint32_t>(set_begin_.size() - 1);
   for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
     const EarleyItem it = items_[i];
-    const int32_t sym = next_symbol(it);
+    const int32_t sym = it.next;
     if (sym == INT32_MAX) {
       if (it.origin == cur) continue;  // a nullable completion: its prediction already advanced
       const int32_t lhs = g_->productions()[it.production].lhs;
       const size_t end = set_begin_[it.origin + 1];
       for (size_t j = set_begin_[it.origin]; j < end; ++j) {
-        if (next_symbol(items_[j]) == lhs) add({items_[j].production, items_[j].dot + 1, items_[j].origin});
+        if (items_[j].next == lhs) add({items_[j].production, items_[j].dot + 1, items_[j].origin});
       }
     } else if (!Grammar::is_lexeme(sym)) {
       if (predicted_[static_cast<size_t>(sym)] != stamp_) {
@@ -86,7 +87,7 @@ int32_t EarleyChart::scan(uint32_t from, std::span<const int> lexemes) {
   ++stamp_;
   const size_t end = set_begin_[from + 1];
   for (size_t j = set_begin_[from]; j < end; ++j) {
-    const int32_t sym = next_symbol(items_[j]);
+    const int32_t sym = items_[j].next;
     if (sym != INT32_MAX && Grammar::is_lexeme(sym) && lexeme_mark_[static_cast<size_t>(Grammar::lexeme_of(sym))]) {
       add({items_[j].production, items_[j].dot + 1, items_[j].origin});
     }
@@ -110,7 +111,7 @@ void EarleyChart::truncate(size_t n) {
 std::vector<int> EarleyChart::expected_lexemes(uint32_t k) const {
   std::vector<int> out;
   for (const EarleyItem& it : set(k)) {
-    const int32_t sym = next_symbol(it);
+    const int32_t sym = it.next;
     if (sym != INT32_MAX && Grammar::is_lexeme(sym)) out.push_back(Grammar::lexeme_of(sym));
   }
   std::sort(out.begin(), out.end());

@@ -16,6 +16,7 @@ struct EarleyItem {
   uint32_t production = 0;
   uint32_t dot = 0;
   uint32_t origin = 0;  // set index where the production began
+  int32_t next = 0;     // the symbol after the dot, INT32_MAX when complete (set by the chart)
 };
 
 class EarleyChart {
@@ -40,7 +41,7 @@ class EarleyChart {
  private:
   bool add(const EarleyItem& item);
   void close_set();
-  int32_t next_symbol(const EarleyItem& item) const;  // INT32_MAX when complete
+  int32_t next_symbol(const EarleyItem& item) const;  // INT32_MAX when complete (from the grammar)
 
   const CompiledGrammar* g_;
   std::vector<EarleyItem> items_;

@@ -205,6 +205,16 @@ void Nfa::finalize() {
 
 LexerDfa::LexerDfa(const Nfa& nfa, size_t max_states) : nfa_(nfa), max_states_(max_states) {
   mark_.assign(nfa.num_states(), 0);
+  // Byte classes: a new class starts at every edge's lo and after every edge's hi.
+  std::array<uint8_t, 257> cut{};
+  cut[0] = 1;
+  for (uint32_t x = 0; x < nfa.num_states(); ++x) {
+    for (const Nfa::Edge& e : nfa.edges(x)) cut[e.lo] = 1, cut[e.hi + 1u] = 1;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (cut[static_cast<size_t>(b)]) class_rep_[num_classes_++] = static_cast<uint8_t>(b);
+    byte_class_[static_cast<size_t>(b)] = static_cast<uint8_t>(num_classes_ - 1);
+  }
   std::vector<uint32_t> none;
   intern(none);  // state 0: dead
 }
@@ -224,7 +234,7 @@ int32_t LexerDfa::intern(std::vector<uint32_t>& states) {
   std::erase_if(states, [&](uint32_t s) { return nfa_.edges(s).empty() && nfa_.accept_lexeme(s) < 0; });
   std::sort(states.begin(), states.end());
   states.erase(std::unique(states.begin(), states.end()), states.end());
-  std::string key(reinterpret_cast<const char*>(states.data()), states.size() * sizeof(uint32_t));
+  const std::string_view key(reinterpret_cast<const char*>(states.data()), states.size() * sizeof(uint32_t));
   auto it = index_.find(key);
   if (it != index_.end()) return it->second;
   SPINDLE_CHECK(sets_.size() < max_states_,
@@ -236,10 +246,10 @@ int32_t LexerDfa::intern(std::vector<uint32_t>& states) {
   }
   std::sort(acc.begin(), acc.end());
   acc.erase(std::unique(acc.begin(), acc.end()), acc.end());
-  sets_.push_back(std::move(states));
+  index_.emplace(std::string(key), id);
+  sets_.push_back(states);
   accepts_.push_back(std::move(acc));
-  trans_.resize(trans_.size() + 256, id == 0 ? kDead : -1);
-  index_.emplace(std::move(key), id);
+  trans_.resize(trans_.size() + num_classes_, id == 0 ? kDead : -1);
   return id;
 }
 
@@ -333,26 +343,17 @@ const std::array<uint64_t, 4>& LexerDfa::compute_loop_bytes(int32_t s) {
 }
 
 int32_t LexerDfa::compute(int32_t s, uint8_t b) {
-  // The interval of bytes around b between consecutive edge bounds of s's NFA states: they all
-  // reach the same set, so one closure fills the row over the whole interval.
-  int lo = 0, hi = 255;
-  std::vector<uint32_t> next;
+  // Every byte of b's class moves each NFA state alike: one closure fills the row's entry.
+  std::vector<uint32_t>& next = scratch_;
+  next.clear();
   for (uint32_t st : sets_[static_cast<size_t>(s)]) {
     for (const Nfa::Edge& e : nfa_.edges(st)) {
-      if (e.lo <= b && b <= e.hi) {
-        next.push_back(e.to);
-        lo = std::max<int>(lo, e.lo);
-        hi = std::min<int>(hi, e.hi);
-      } else if (e.hi < b) {
-        lo = std::max<int>(lo, e.hi + 1);
-      } else {
-        hi = std::min<int>(hi, e.lo - 1);
-      }
+      if (e.lo <= b && b <= e.hi) next.push_back(e.to);
     }
   }
   closure(next);
   const int32_t t = intern(next);
-  for (int c = lo; c <= hi; ++c) trans_[static_cast<size_t>(s) * 256 + static_cast<size_t>(c)] = t;
+  trans_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]] = t;
   return t;
 }
 

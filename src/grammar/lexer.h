@@ -7,9 +7,11 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -87,9 +89,12 @@ class LexerDfa {
   // The state where the given lexemes (sorted, unique) begin.
   int32_t start(std::span<const int> lexemes);
   int32_t next(int32_t s, uint8_t b) {
-    const int32_t t = trans_[static_cast<size_t>(s) * 256 + b];
+    const int32_t t = trans_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]];
     return t >= 0 ? t : compute(s, b);
   }
+  // Bytes of one class (no NFA edge starts or ends inside a class) lead every state to the same
+  // state; a DFA row holds one entry per class.
+  size_t num_classes() const { return num_classes_; }
   // The lexemes that end at s (sorted).
   std::span<const int> accepts(int32_t s) const { return accepts_[static_cast<size_t>(s)]; }
   bool accepting(int32_t s) const { return !accepts_[static_cast<size_t>(s)].empty(); }
@@ -109,7 +114,17 @@ class LexerDfa {
   // character (U+0080-U+10FFFF but surrogates); false when one of them leads nowhere. Works on
   // NFA state sets, so the states in the middle of a character are never built.
   bool utf8_char_targets(int32_t s, std::vector<int32_t>& out);
-  // The bytes b with next(s, b) == s (256 bits), computed on first use.
+  // next(s, b) == s for every byte b set in bytes (256 bits); builds only the transitions it
+  // reads, stopping at the first byte that leaves s.
+  bool loops_on(int32_t s, const std::array<uint64_t, 4>& bytes) {
+    for (size_t w = 0; w < 4; ++w) {
+      for (uint64_t x = bytes[w]; x != 0; x &= x - 1) {
+        if (next(s, static_cast<uint8_t>(w * 64 + static_cast<size_t>(std::countr_zero(x)))) != s) return false;
+      }
+    }
+    return true;
+  }
+  // The bytes b with next(s, b) == s (256 bits), computed on first use (the whole row).
   const std::array<uint64_t, 4>& loop_bytes(int32_t s) {
     const auto i = static_cast<size_t>(s);
     return i < loops_known_.size() && loops_known_[i] ? loops_[i] : compute_loop_bytes(s);
@@ -127,10 +142,19 @@ class LexerDfa {
 
   const Nfa& nfa_;
   size_t max_states_;
-  std::vector<int32_t> trans_;  // [num_states, 256], -1 = not built yet
+  std::array<uint8_t, 256> byte_class_{};
+  std::array<uint8_t, 256> class_rep_{};  // [classes] the first byte of each class
+  size_t num_classes_ = 0;
+  std::vector<int32_t> trans_;  // [num_states, num_classes_], -1 = not built yet
+  std::vector<uint32_t> scratch_;  // compute's NFA set
   std::vector<std::vector<uint32_t>> sets_;
   std::vector<std::vector<int>> accepts_;
-  std::unordered_map<std::string, int32_t> index_;
+  // Keyed by a state's sorted NFA set (as bytes), looked up without a copy.
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view k) const { return std::hash<std::string_view>()(k); }
+  };
+  std::unordered_map<std::string, int32_t, KeyHash, std::equal_to<>> index_;
   std::unordered_map<std::string, int32_t> start_index_;
   std::vector<uint8_t> mark_;  // [nfa states] scratch for closure
   std::vector<std::array<uint64_t, 4>> loops_;

@@ -116,14 +116,14 @@ void set_bit(uint32_t* mask, TokenId id) { mask[id >> 5] |= uint32_t{1} << (id &
 
 // Every token of node i's subtree stays inside the lexeme from state s (the state after node
 // i's byte): s loops on every byte below, or on the ASCII bytes below and on every non-ASCII
-// character, the bytes below being well-formed UTF-8.
+// character, the bytes below being well-formed UTF-8. Reads only the transitions of s it needs
+// (a whole row would build states no walk reaches).
 bool subtree_within(const TokenTrie& t, MatcherCache& cache, size_t i, const TokenTrie::WalkNode& n, int32_t s) {
-  const auto& loop = cache.dfa.loop_bytes(s);
-  if ((loop[0] | loop[1]) == 0) return false;
-  if ((n.ascii_below[0] & ~loop[0]) != 0 || (n.ascii_below[1] & ~loop[1]) != 0) return false;
+  LexerDfa& dfa = cache.dfa;
+  if (!dfa.loops_on(s, {n.ascii_below[0], n.ascii_below[1], 0, 0})) return false;
   if ((n.flags & TokenTrie::kNonAsciiBelow) == 0) return true;
   const auto& below = t.bytes_below(i);
-  if (((below[2] & ~loop[2]) | (below[3] & ~loop[3])) == 0) return true;
+  if (dfa.loops_on(s, {0, 0, below[2], below[3]})) return true;
   return (n.flags & TokenTrie::kUtf8Below) != 0 && cache.loops_on_utf8(s);
 }
 
@@ -141,12 +141,14 @@ void store_within(std::vector<uint32_t>& bits, size_t count, StateMasks& out) {
   }
 }
 
+using LexStack = std::vector<TokenTrie::WalkCursor<int32_t>>;
+
 // The lexer-only walk of one trie from lex: sets the bits of tokens staying inside the
 // lexeme(s) and records the exit nodes; returns how many bits it set (sparse walks only). With
 // `dense` the trie's bits are set first and rejected subtrees cleared (cheap when most tokens
 // stay within, as inside a string); otherwise within tokens are set one by one.
 size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_t lex, bool dense,
-                  std::vector<uint32_t>& bits, std::vector<int32_t>& state, StateMasks& out) {
+                  std::vector<uint32_t>& bits, LexStack& stack, StateMasks& out) {
   if (t.num_nodes() <= 1) return 0;
   if (dense) {
     const auto tb = t.token_bits();
@@ -162,28 +164,21 @@ size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_
       w = on ? (w | bit) : (w & ~bit);
     }
   };
-  state.resize(static_cast<size_t>(t.max_depth()) + 1);
-  state[0] = lex;
-  for (uint32_t i = 1; i < t.num_nodes();) {
-    const TokenTrie::WalkNode& n = t.walk_node(i);
-    const int32_t p = state[n.depth - 1u];
-    const int32_t s = cache.dfa.next(p, n.byte);
+  LexerDfa& dfa = cache.dfa;
+  t.walk_below(0, lex, stack, [&](uint32_t i, const TokenTrie::WalkNode& n, int32_t p, int32_t& s) {
+    s = dfa.next(p, n.byte);
     if (s == LexerDfa::kDead) {
-      if (cache.dfa.accepting(p)) out.exits.push_back({trie, i, p});
+      if (dfa.accepting(p)) out.exits.push_back({trie, i, p});
       if (dense) mark(n.token_begin, n.token_end, false);
-      i = n.next;
-      continue;
+      return false;
     }
-    state[n.depth] = s;
-    const bool leaf = (n.flags & TokenTrie::kLeaf) != 0;
-    if (leaf || subtree_within(t, cache, i, n, s)) {
+    if ((n.flags & TokenTrie::kLeaf) != 0 || subtree_within(t, cache, i, n, s)) {
       if (!dense) mark(n.token_begin, n.token_end, true);
-      i = n.next;
-      continue;
+      return false;
     }
-    if (!dense) mark(n.token_begin, t.walk_node(i + 1).token_begin, true);
-    ++i;
-  }
+    if (!dense) mark(n.token_begin, t.walk_node(n.child_begin).token_begin, true);
+    return true;
+  });
   return set_count;
 }
 
@@ -199,14 +194,14 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
   const auto& start_loop = cache.dfa.loop_bytes(lex);
   const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
   std::vector<uint32_t> bits(t.mask_words(), 0);
-  std::vector<int32_t> state;
+  LexStack stack;
   size_t set_count = 0;
   // Tokens of a few such characters and then a control byte die there (no lexeme ends).
   const bool skip_control = cache.horizon.control_dead_of(lex) > TokenizerInfo::kControlMaxPrefix;
   for (size_t k = 0; k < t.tries().size(); ++k) {
     if (k >= 1 && static_cast<int>(k) <= out->slices) continue;
     if (skip_control && static_cast<int>(k) == t.control_trie()) continue;
-    set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, bits, state, *out);
+    set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, bits, stack, *out);
   }
   store_within(bits, dense ? bits.size() : set_count, *out);
   std::stable_sort(out->exits.begin(), out->exits.end(),
@@ -221,29 +216,25 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
 // The lexer-only walk of the exits [begin, end) once the next lexeme starts in `start`: each
 // exit node's byte is read from `start`, the nodes below from the states reached.
 std::unique_ptr<ExitMasks> build_exit_masks(const TokenizerInfo& t, MatcherCache& cache, std::span<const StateMasks::Exit> exits,
-                                            int32_t start, std::vector<int32_t>& state) {
+                                            int32_t start, LexStack& stack) {
   auto out = std::make_unique<ExitMasks>();
+  LexerDfa& dfa = cache.dfa;
   for (const StateMasks::Exit& e : exits) {
     const TokenTrie& trie = t.tries()[e.trie];
-    const uint32_t end = trie.next(e.node);
-    const uint16_t d0 = trie.depth(e.node);
-    state.resize(static_cast<size_t>(trie.max_depth()) + 1);
-    state[d0 - 1u] = start;
-    for (uint32_t i = e.node; i < end;) {
-      const TokenTrie::WalkNode& n = trie.walk_node(i);
-      const int32_t p = state[n.depth - 1u];
-      const int32_t s = cache.dfa.next(p, n.byte);
-      if (s == LexerDfa::kDead) {
-        // At the exit node itself the lexeme just taken may not be followed by an empty one
-        // (as Matcher::step: one scan per byte).
-        if (i != e.node && cache.dfa.accepting(p)) out->exits.push_back({e.trie, i, p});
-        i = n.next;
-        continue;
+    // At the exit node itself the lexeme just taken may not be followed by an empty one (as
+    // Matcher::step: one scan per byte), so a dead byte there records no exit.
+    const int32_t s = dfa.next(start, trie.byte(e.node));
+    if (s == LexerDfa::kDead) continue;
+    for (TokenId id : trie.tokens_at(e.node)) out->within_ids.push_back(id);
+    trie.walk_below(e.node, s, stack, [&](uint32_t i, const TokenTrie::WalkNode& n, int32_t p, int32_t& c) {
+      c = dfa.next(p, n.byte);
+      if (c == LexerDfa::kDead) {
+        if (dfa.accepting(p)) out->exits.push_back({e.trie, i, p});
+        return false;
       }
-      state[n.depth] = s;
       for (TokenId id : trie.tokens_at(i)) out->within_ids.push_back(id);
-      ++i;
-    }
+      return true;
+    });
   }
   return out;
 }
@@ -396,20 +387,14 @@ std::string Matcher::forced_bytes(size_t max_bytes) {
 }
 
 void Matcher::walk_subtree(const TokenTrie& t, uint32_t root, Frame parent, uint32_t* mask) {
-  const uint32_t end = t.next(root);
-  frames_.resize(static_cast<size_t>(t.max_depth()) + 1);
-  frames_[t.depth(root) - 1u] = parent;
-  for (uint32_t i = root; i < end;) {
-    const Frame& p = frames_[t.depth(i) - 1u];
-    Frame f = p;
-    if (!step(f.set, f.lex, t.byte(i), true)) {
-      i = t.next(i);
-      continue;
-    }
-    frames_[t.depth(i)] = f;
+  if (!step(parent.set, parent.lex, t.byte(root), true)) return;
+  for (TokenId id : t.tokens_at(root)) set_bit(mask, id);
+  t.walk_below(root, parent, frames_, [&](uint32_t i, const TokenTrie::WalkNode& n, const Frame& p, Frame& c) {
+    c = p;
+    if (!step(c.set, c.lex, n.byte, true)) return false;
     for (TokenId id : t.tokens_at(i)) set_bit(mask, id);
-    ++i;
-  }
+    return true;
+  });
 }
 
 void Matcher::fill_from(uint32_t set, int32_t lex, uint32_t* mask) {

@@ -110,8 +110,8 @@ class Matcher {
   bool started_ = false;
   std::vector<Snapshot> history_;
   std::unordered_map<uint64_t, int32_t> scan_memo_;
-  std::vector<Frame> frames_;
-  std::vector<int32_t> walk_state_;
+  std::vector<TokenTrie::WalkCursor<Frame>> frames_;
+  std::vector<TokenTrie::WalkCursor<int32_t>> walk_state_;
 };
 
 }  // namespace spindle::grammar

@@ -97,18 +97,30 @@ TokenTrie::TokenTrie(std::vector<TokenId> ids, const std::vector<std::string>& t
     }
     ok_acc[d] &= contrib;
   }
-  walk_.resize(num);
+  // Relayout: each node's children get consecutive indices, assigned in the preorder of their
+  // parents (the root keeps 0). pos[i]: node i's new index; first[i]: its first child's.
+  std::vector<uint32_t> pos(num, 0), first(num, 0);
+  std::vector<uint16_t> count(num, 0);
+  uint32_t placed = 1;
   for (size_t i = 0; i < num; ++i) {
-    WalkNode& w = walk_[i];
+    first[i] = placed;
+    for (size_t c = i + 1; c < next[i]; c = next[c]) pos[c] = placed++, ++count[i];
+  }
+  walk_.resize(num);
+  std::vector<std::array<uint64_t, 4>> below(num);
+  for (size_t i = 0; i < num; ++i) {
+    WalkNode& w = walk_[pos[i]];
     w.ascii_below = {below_[i][0], below_[i][1]};
-    w.next = next[i];
+    w.child_begin = count[i] != 0 ? first[i] : 0;
+    w.num_children = count[i];
     w.token_begin = token_begin[i];
     w.token_end = token_begin[next[i]];
-    w.depth = depth[i];
     w.byte = byte[i];
     w.flags = static_cast<uint8_t>((next[i] == i + 1 ? kLeaf : 0) |
                                    ((below_[i][2] | below_[i][3]) != 0 ? kNonAsciiBelow : 0) | ((ok[i] & 1) ? kUtf8Below : 0));
+    below[pos[i]] = below_[i];
   }
+  below_ = std::move(below);
   bits_.assign(mask_words, 0);
   for (TokenId id : tokens_) bits_[static_cast<size_t>(id) >> 5] |= uint32_t{1} << (id & 31);
 }
