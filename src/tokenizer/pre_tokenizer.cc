@@ -152,7 +152,10 @@ bool PreTokenizer::is_byte_level() const {
   return false;
 }
 
-void PreTokenizer::split(std::string_view text, bool at_text_start, std::vector<std::string>& words) const {
+void PreTokenizer::split(std::string_view text, bool at_text_start, std::vector<std::string>& words,
+                         bool continues_text) const {
+  // A piece that begins the given text, where that text continues another: no prefix of any kind.
+  const auto continues = [&](const Piece& piece) { return continues_text && piece.at_text_start; };
   std::vector<Piece> pieces{{std::string(text), at_text_start}};
   std::vector<Piece> next;
   for (const Step& step : steps_) {
@@ -164,7 +167,9 @@ void PreTokenizer::split(std::string_view text, bool at_text_start, std::vector<
           apply_split(*step.regex, step.behavior, step.invert, piece, next);
           break;
         case Step::Kind::kByteLevel: {
-          if (step.add_prefix_space && !piece.text.starts_with(' ')) piece.text = prepend(" ", piece.text);
+          if (step.add_prefix_space && !continues(piece) && !piece.text.starts_with(' ')) {
+            piece.text = prepend(" ", piece.text);
+          }
           std::vector<Piece> parts;
           if (step.regex) {
             apply_split(*step.regex, SplitBehavior::kIsolated, false, piece, parts);
@@ -180,8 +185,8 @@ void PreTokenizer::split(std::string_view text, bool at_text_start, std::vector<
         }
         case Step::Kind::kMetaspace: {
           std::string s = replace_all(piece.text, " ", step.replacement);
-          const bool add_prefix = step.prepend_scheme == "always" ||
-                               (step.prepend_scheme == "first" && piece.at_text_start);
+          const bool add_prefix = !continues(piece) && (step.prepend_scheme == "always" ||
+                                                         (step.prepend_scheme == "first" && piece.at_text_start));
           if (add_prefix && !s.starts_with(step.replacement)) s = prepend(step.replacement, s);
           if (!step.split) {
             next.push_back({std::move(s), piece.at_text_start});

@@ -28,7 +28,11 @@ class PreTokenizer {
 
   // Appends the words of text (valid UTF-8). at_text_start: text begins the whole input
   // (not after an added token); Metaspace's prepend_scheme "first" depends on it.
-  void split(std::string_view text, bool at_text_start, std::vector<std::string>& words) const;
+  // continues_text (with at_text_start): the input continues a text mid-way
+  // (Tokenizer::encode_continuation), so its first piece gets no prefix at all (Metaspace's
+  // "first" or "always" replacement, ByteLevel's add_prefix_space); later pieces as usual.
+  void split(std::string_view text, bool at_text_start, std::vector<std::string>& words,
+             bool continues_text = false) const;
 
   bool is_byte_level() const;
 

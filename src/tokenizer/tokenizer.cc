@@ -231,15 +231,15 @@ void Tokenizer::encode_segments(std::span<const Segment> segments, std::vector<T
       ids.push_back(segment.id);
       continue;
     }
-    // A piece starts the text where it is the first of encode()'s text; a continuation's first
-    // piece does not (later pieces follow an added token in both).
+    // The first piece starts the text; a continuation's first piece gets no start-of-text prefix
+    // (later pieces follow an added token in both).
     const bool first = segment.offset == 0;
     const bool continues = continuation && first;
     words.clear();
     if (normalizer_.is_identity()) {
-      pre_tokenizer_.split(segment.text, first && !continues, words);
+      pre_tokenizer_.split(segment.text, first, words, continues);
     } else {
-      pre_tokenizer_.split(normalizer_.apply(segment.text, continues), first && !continues, words);
+      pre_tokenizer_.split(normalizer_.apply(segment.text, continues), first, words, continues);
     }
     for (const std::string& word : words) model_->encode_word(word, ids);
   }

@@ -150,6 +150,27 @@ TEST(TokenizerTest, EncodeContinuationHasNoStartOfTextPrefix) {
   EXPECT_THROW(meta.encode_continuation("\xff"), Error);
 }
 
+// The pre-tokenizer's prefixes too: Metaspace "always" (what an older tokenizer.json with
+// add_prefix_space and no prepend_scheme means) and ByteLevel's add_prefix_space put a prefix
+// before every piece of encode(); a continuation's first piece gets none (its bytes decode back).
+TEST(TokenizerTest, EncodeContinuationSkipsPreTokenizerPrefixes) {
+  auto j = read_json(golden_tokenizer_dir("metaspace") / "tokenizer.json");
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}};
+  const Tokenizer always = from_json(j);
+  EXPECT_TRUE(always.id_to_token(always.encode("{x", false).front()).starts_with("\u2581"));
+  const std::vector<TokenId> cont = always.encode_continuation("{x");
+  ASSERT_FALSE(cont.empty());
+  EXPECT_FALSE(always.id_to_token(cont.front()).starts_with("\u2581"));
+  EXPECT_EQ(always.encode_continuation(" world"), always.encode("world", false));  // its own space
+  auto b = read_json(golden_tokenizer_dir("bytelevel-qwen2") / "tokenizer.json");
+  b["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
+  const Tokenizer spaced = from_json(b);
+  EXPECT_EQ(spaced.decode(spaced.encode("hello", false), false), " hello");
+  EXPECT_EQ(spaced.decode(spaced.encode_continuation("hello"), false), "hello");
+  EXPECT_EQ(spaced.encode_continuation(" hello"), spaced.encode("hello", false));
+}
+
 TEST(TokenizerTest, LongSingleWordIsFast) {
   // SentencePiece-style text without a pre-tokenizer is one word: merging must not be quadratic.
   const Tokenizer tok = Tokenizer::load(golden_tokenizer_dir("metaspace"));
