@@ -5,8 +5,9 @@
 //   prefill: tokens/s and TFLOP/s of one --prompt-token sequence vs oneDNN's matmul rate at the
 //            MLP shape [prompt, hidden] x [hidden, intermediate], measured in the same run.
 // A GGUF mixture of experts: the bound counts top_k of each layer's experts at batch 1 and at most
-// batch * top_k of them at a larger batch (an upper bound on the bytes: distinct experts are not
-// counted yet). The model: --model DIR or FILE.gguf, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
+// batch * top_k of them at a larger batch (an upper bound on the bytes); with --profile 1 the
+// distinct experts each step's routing selected are counted (Profile::experts_per_layer) and a
+// second bound uses them. The model: --model DIR or FILE.gguf, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
 // into a temporary folder (bench_model_writer.h) and removed at exit. KV cache bf16, page 16,
 // the highest-priority CPU attention backend usable here, make_linear_kernel's linear kernels,
 // ThreadPool::global() (SPINDLE_NUM_THREADS). --matmul-precision as `spindle serve` has it (default
@@ -160,6 +161,20 @@ struct Profile {
   std::map<std::string, std::pair<int64_t, double>> linear;  // "out x in, m=rows [kernel]" -> calls, s
   int64_t attention_calls = 0;
   double attention_s = 0;
+  // A mixture of experts: the experts' down product's shape [hidden, expert width] and the sparse
+  // layers (0: not counted; also when a shared expert or dense MLP has that shape). Each expert a
+  // step runs calls its down product once, so experts_per_layer() is the distinct experts the
+  // step's routing selected, per sparse layer, averaged over the phase's steps.
+  int64_t expert_out = 0, expert_in = 0;
+  int sparse_layers = 0;
+  double experts_per_layer(int steps) const {
+    if (sparse_layers == 0) return 0;
+    const std::string prefix = fmt::format("{}x{} m=", expert_out, expert_in);
+    int64_t calls = 0;
+    for (const auto& [key, v] : linear)
+      if (key.starts_with(prefix)) calls += v.first;
+    return double(calls) / steps / sparse_layers;
+  }
   void reset() {
     linear.clear();
     attention_calls = 0;
@@ -183,6 +198,9 @@ struct Profile {
     const double rest = total_s - linear_s - attention_s;
     std::printf("    rest (norms, rope, silu, adds, host work)          %9.3f ms/step %5.1f%%\n", rest * per,
                 100 * rest / total_s);
+    if (sparse_layers > 0)
+      std::printf("    experts run per sparse layer: %.2f per step (distinct experts the routing selected)\n",
+                  experts_per_layer(steps));
   }
 };
 Profile g_profile;
@@ -195,7 +213,18 @@ class TimedLinear final : public kernels::cpu::LinearKernel {
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
     const double t0 = bench::now_s();
     inner_->forward(x, m, y, pool, bias);
-    const double t = bench::now_s() - t0;
+    record(m, bench::now_s() - t0);
+  }
+  // The experts of a MoE step call this (a verify's or batch's rows take the step's kernel choice).
+  void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
+                            const float* bias) override {
+    const double t0 = bench::now_s();
+    inner_->forward_choosing_for(x, m, choose_rows, y, pool, bias);
+    record(m, bench::now_s() - t0);
+  }
+
+ private:
+  void record(int64_t m, double t) {
     char key[128];
     std::snprintf(key, sizeof(key), "%lldx%lld m=%lld", static_cast<long long>(out_), static_cast<long long>(in_),
                   static_cast<long long>(m));
@@ -204,7 +233,6 @@ class TimedLinear final : public kernels::cpu::LinearKernel {
     v.second += t;
   }
 
- private:
   std::unique_ptr<kernels::cpu::LinearKernel> inner_;
   int64_t out_, in_;
 };
@@ -232,16 +260,16 @@ class TimedBackend final : public attn::AttentionBackend {
   attn::AttentionBackend& inner_;
 };
 
-// The bytes of a GGUF file's tensors that one decode step of `rows` rows reads: all of them, less
-// the token embedding when the file has its own output tensor (a step then reads one embedding
-// row); of a mixture of experts' stacked expert tensors (blk.N.ffn_*_exps, E experts, top k) at
-// most min(E, rows * k) experts' slices: exactly k at one row, an upper bound on the bytes for more
-// rows (the distinct experts a step's routing selects are not counted yet).
-double gguf_step_bytes(const std::filesystem::path& path, const ModelConfig& c, int64_t rows) {
+// The bytes of a GGUF file's tensors that one decode step reads: all of them, less the token
+// embedding when the file has its own output tensor (a step then reads one embedding row); of a
+// mixture of experts' stacked expert tensors (blk.N.ffn_*_exps, E experts) `experts_read` experts'
+// slices per layer (rows * top_k capped at E: exactly top_k at one row, an upper bound for more
+// rows; or the distinct experts the step's routing selected, where --profile counted them).
+double gguf_step_bytes(const std::filesystem::path& path, const ModelConfig& c, double experts_read) {
   const gguf::GgufFile file(path);
   const bool tied = file.find_tensor("output.weight") == nullptr;
   const double experts = c.moe.enabled() ? c.moe.num_experts : 1;
-  const double read = c.moe.enabled() ? std::min<double>(experts, double(rows) * c.moe.num_experts_per_tok) : 1;
+  const double read = c.moe.enabled() ? experts_read : 1;
   double bytes = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (!tied && t.name == "token_embd.weight") continue;
@@ -314,6 +342,15 @@ int main(int argc, char** argv) {
                 huge_pages ? "weights copied into transparent huge pages" : "weights mapped", model->weight_bytes() / 1e9,
                 model->linear_kernel_name(), model->num_fused_gate_up(), c.num_hidden_layers,
                 args.matmul_precision.c_str(), bf16_activations ? "yes" : "no");
+    if (c.moe.enabled()) {  // Profile::experts_per_layer's shape and layers
+      g_profile.expert_out = c.hidden_size;
+      g_profile.expert_in = c.moe.moe_intermediate_size;
+      for (int l = 0; l < c.num_hidden_layers; ++l) g_profile.sparse_layers += c.is_moe_layer(l);
+      const bool shared_alike = c.moe.shared_expert_intermediate_size == c.moe.moe_intermediate_size;
+      const bool dense_alike =
+          g_profile.sparse_layers < c.num_hidden_layers && c.intermediate_size == c.moe.moe_intermediate_size;
+      if (shared_alike || dense_alike) g_profile.sparse_layers = 0;
+    }
     std::unique_ptr<Transformer> model_b;
     if (ab) {
       ModelOptions b_options = options;
@@ -332,7 +369,8 @@ int main(int argc, char** argv) {
     const double linear_params = layer_params * c.num_hidden_layers;
     // (a GGUF mixture of experts: a step of b rows reads at most b * top_k experts per layer.)
     auto decode_bytes = [&](int64_t rows) {
-      return is_gguf_path(dir) ? gguf_step_bytes(dir, c, rows) : (linear_params + v * h) * elem;
+      const double top_k_rows = std::min<double>(c.moe.num_experts, double(rows) * c.moe.num_experts_per_tok);
+      return is_gguf_path(dir) ? gguf_step_bytes(dir, c, top_k_rows) : (linear_params + v * h) * elem;
     };
     const double step_weight_bytes = decode_bytes(1);
     if (is_gguf_path(dir))
@@ -479,6 +517,13 @@ int main(int argc, char** argv) {
       std::printf("  calling thread's CPU time %.3f ms/step (with 1 thread: the step's work, whatever the machine's load)\n",
                   cpu_t * 1e3);
       g_profile.print(b == 1 ? "decode batch 1" : "decode batch 16", args.steps, t * args.steps);
+      if (const double distinct = g_profile.experts_per_layer(args.steps); distinct > 0 && is_gguf_path(dir)) {
+        const double bytes = gguf_step_bytes(dir, c, distinct);
+        const double bound = b / (bytes / (bw_bound * 1e9));
+        std::printf("  bound with the distinct experts (%.2f of %d per layer): %.2f tokens/s (weights %.3f GB/step) "
+                    "-> %.1f%% (this profiled run's step time)\n",
+                    distinct, c.moe.num_experts, bound, bytes / 1e9, 100 * (b / t) / bound);
+      }
     }
     std::printf("\nworkspace_bytes after the run: %.1f MB\n", model->workspace_bytes() / 1e6);
   } catch (const std::exception& e) {
