@@ -386,8 +386,16 @@ int main(int argc, char** argv) {
     // (bf16 or f32; a GGUF file: its tensors' bytes, the "read bound for the file's bytes").
     const double elem = double(dtype_size(c.torch_dtype));
     const double h = c.hidden_size, im = c.intermediate_size, v = c.vocab_size;
-    const double layer_params = h * c.q_size() + 2 * h * c.kv_size() + c.q_size() * h + 3 * h * im;
-    const double linear_params = layer_params * c.num_hidden_layers;
+    // The products a token computes: a sparse layer's top_k experts (+ a shared expert) and router
+    // instead of the dense MLP (so the prefill TFLOP/s below count active parameters).
+    double linear_params = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const double mlp = c.is_moe_layer(l) ? 3 * h * (double(c.moe.num_experts_per_tok) * c.moe.moe_intermediate_size +
+                                                      c.moe.shared_expert_intermediate_size) +
+                                                 h * c.moe.num_experts
+                                           : 3 * h * im;
+      linear_params += h * c.q_size() + 2 * h * c.kv_size() + c.q_size() * h + mlp;
+    }
     // (a GGUF mixture of experts: a step of b rows reads at most b * top_k experts per layer.)
     auto decode_bytes = [&](int64_t rows) {
       const double top_k_rows = std::min<double>(c.moe.num_experts, double(rows) * c.moe.num_experts_per_tok);

@@ -85,7 +85,8 @@ spindle() {
   $PY bench/cpu_peer/moe_active_bytes.py "$FILE" | tee -a "$out/bench.txt"
   local args=(--model "$FILE" --context 512 --prompt 512 --steps "$STEPS" --weights-memory mapped)
   guarded "$out/spindle.txt" "$BUILD/bench/bench_model_forward" "${args[@]}" || true
-  grep -E "^memory read|^loaded|^prefill|^decode batch|bound from bandwidth|bandwidth now|killed" "$out/spindle.txt" \
+  grep -E "^memory read|^loaded|^prefill|^decode batch|bound from bandwidth|bandwidth now|distinct experts|calling thread|killed" \
+    "$out/spindle.txt" \
     | sed "s/^/spindle: /" | tee -a "$out/bench.txt"
   if [ "${PROFILE:-0}" = 1 ]; then
     stamp "spindle --profile 1" | tee -a "$out/bench.txt"
