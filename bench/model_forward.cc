@@ -529,6 +529,7 @@ int main(int argc, char** argv) {
       const double bw_bound = std::max(bw, bw_now);
       g_profile.reset();
       g_experts.calls = 0;
+      std::printf("  (timing %d steps of batch %d from here)\n", args.steps, b);  // a profiler may attach now
       const double start = bench::now_s();
       const double cpu_start = bench::thread_cpu_s();
       for (int i = 1; i <= args.steps; ++i) step(i);

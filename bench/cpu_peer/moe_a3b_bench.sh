@@ -14,6 +14,9 @@
 #                                   run with --profile 1, the distinct experts and where time went)
 #   moe_a3b_bench.sh llama OUT      llama-bench pp512 and tg32 at depth 512, then llama-batched-bench
 #                                   (one shared 512-token prompt, 1 and 16 sequences decoding 16 tokens)
+#   moe_a3b_bench.sh profile OUT    where Spindle's batch-1 decode time goes: bench_model_forward
+#                                   --profile 1 (per product shape) with `perf record` attached for
+#                                   10 s of its decode steps (perf-report.txt: the hottest symbols)
 #   moe_a3b_bench.sh all OUT        spindle, then llama (llama.cpp starts after Spindle has exited)
 #
 # Every engine process runs under a memory guard: the file needs ~18 GB resident of the 23.5 GiB
@@ -114,17 +117,35 @@ for r in json.load(open(sys.argv[1])):
   grep -E "^\|" "$out/llama-batched-bench.txt" | sed "s/^/llama-batched-bench: /" | tee -a "$out/bench.txt"
 }
 
+profile() {
+  local out=$1
+  mkdir -p "$out"
+  stamp "spindle --profile 1 + perf" | tee -a "$out/bench.txt"
+  "$BUILD/bench/bench_model_forward" --model "$FILE" --context 512 --prompt 16 --steps "${PROFILE_STEPS:-300}" \
+    --weights-memory mapped --profile 1 --decode-batches 1 >"$out/spindle-profile.txt" 2>&1 &
+  local pid=$!
+  until grep -q "(timing" "$out/spindle-profile.txt" || ! kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  perf record -F 999 -g -p "$pid" -o "$out/perf.data" -- sleep 10 >/dev/null 2>&1 || true
+  wait "$pid" || true
+  perf report -i "$out/perf.data" --no-children --sort symbol --percent-limit 0.3 --stdio 2>/dev/null \
+    | grep -E "^ +[0-9.]+%" | sed -E 's/[[:space:]-]+$//' >"$out/perf-report.txt" || true
+  rm -f "$out/perf.data"
+  sed -n '/^decode batch 1/,$p' "$out/spindle-profile.txt" | tee -a "$out/bench.txt"
+  head -15 "$out/perf-report.txt" | tee -a "$out/bench.txt"
+}
+
 case "${1:-}" in
   model) model ;;
   check) check "${2:?OUT directory}" ;;
   spindle) spindle "${2:?OUT directory}" ;;
   llama) llama "${2:?OUT directory}" ;;
+  profile) profile "${2:?OUT directory}" ;;
   all)
     spindle "${2:?OUT directory}"
     llama "$2"
     ;;
   *)
-    echo "usage: $0 model | check OUT | spindle OUT | llama OUT | all OUT"
+    echo "usage: $0 model | check OUT | spindle OUT | llama OUT | profile OUT | all OUT"
     exit 2
     ;;
 esac
