@@ -5,8 +5,8 @@
 //   prefill: tokens/s and TFLOP/s of one --prompt-token sequence vs oneDNN's matmul rate at the
 //            MLP shape [prompt, hidden] x [hidden, intermediate], measured in the same run.
 // A GGUF mixture of experts: the bound counts top_k of each layer's experts at batch 1 and at most
-// batch * top_k of them at a larger batch (an upper bound on the bytes: distinct experts are not
-// counted yet). The model: --model DIR or FILE.gguf, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
+// batch * top_k of them at a larger batch (an upper bound on the bytes); the distinct experts each
+// decode step's routing selected are counted (ExpertCount) and a second bound uses them. The model: --model DIR or FILE.gguf, or (default) a random-weight bf16 model of Llama-3.2-1B's shape written
 // into a temporary folder (bench_model_writer.h) and removed at exit. KV cache bf16, page 16,
 // the highest-priority CPU attention backend usable here, make_linear_kernel's linear kernels,
 // ThreadPool::global() (SPINDLE_NUM_THREADS). --matmul-precision as `spindle serve` has it (default
@@ -16,7 +16,7 @@
 // usage: bench_model_forward [--model DIR] [--layers N] [--context 512] [--prompt 512] [--steps 8]
 //                            [--attention-backend NAME] [--matmul-precision auto|exact|bf16]
 //                            [--profile 1] [--decode 0] [--linear NAME]
-//                            [--weights-memory auto|mapped|huge-pages]
+//                            [--weights-memory auto|mapped|huge-pages] [--decode-batches 1 16]
 // --profile 1: after each phase, where its time went: every linear product by shape and row count
 //   (wall time of LinearKernel::forward), the attention backend's forward (wall time, all layers)
 //   and the rest (norms, RoPE, SiLU, residual adds, embedding, the runner's host work, pool
@@ -29,6 +29,7 @@
 // --decode 0: the prefill only. --linear NAME: every weight on make_named_linear_kernel(NAME)
 //   instead of the auto policy (for A/B of a kernel at model level).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +73,7 @@ struct Args {
   bool decode = true;
   std::string linear;  // empty: make_linear_kernel's policy
   std::string weights_memory = "auto";
+  std::vector<int> decode_batches{1, 16};
 };
 
 Args parse_args(int argc, char** argv) {
@@ -91,6 +93,8 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--profile", a.profile, "1: where each phase's time went (0)");
   app.add_option("--decode", a.decode, "0: the prefill only (1)");
   app.add_option("--linear", a.linear, "Every weight on this named linear kernel (auto policy)");
+  app.add_option("--decode-batches", a.decode_batches, "Decode batch sizes, in order (1 16)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--weights-memory", a.weights_memory, "auto, mapped, huge-pages or ab (auto)")
       ->check(CLI::IsMember({"auto", "mapped", "huge-pages", "ab"}));
   bench::parse_or_exit(app, argc, argv);
@@ -187,6 +191,48 @@ struct Profile {
 };
 Profile g_profile;
 
+// A mixture of experts' distinct experts per step: each expert a step runs calls its down product
+// (shape [hidden, expert width]) once, through a CountingLinear around that kernel. Not counted
+// (sparse_layers 0) for a dense model or where a shared expert or dense MLP has that shape.
+struct ExpertCount {
+  int64_t out = 0, in = 0;
+  int sparse_layers = 0;
+  std::atomic<int64_t> calls{0};  // experts run side by side on the pool's threads
+  void configure(const ModelConfig& c) {
+    if (!c.moe.enabled()) return;
+    out = c.hidden_size;
+    in = c.moe.moe_intermediate_size;
+    for (int l = 0; l < c.num_hidden_layers; ++l) sparse_layers += c.is_moe_layer(l);
+    const bool shared_alike = c.moe.shared_expert_intermediate_size == c.moe.moe_intermediate_size;
+    const bool dense_alike = sparse_layers < c.num_hidden_layers && c.intermediate_size == c.moe.moe_intermediate_size;
+    if (shared_alike || dense_alike) sparse_layers = 0;
+  }
+  bool counts(const kernels::cpu::LinearWeight& w) const {
+    return sparse_layers > 0 && w.out_features == out && w.in_features == in;
+  }
+  // Distinct experts per sparse layer and step over `steps` steps since calls was last zeroed.
+  double per_layer(int steps) const { return sparse_layers > 0 ? double(calls.load()) / steps / sparse_layers : 0; }
+};
+ExpertCount g_experts;
+
+class CountingLinear final : public kernels::cpu::LinearKernel {
+ public:
+  explicit CountingLinear(std::unique_ptr<kernels::cpu::LinearKernel> inner) : inner_(std::move(inner)) {}
+  const char* name() const override { return inner_->name(); }
+  void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
+    g_experts.calls.fetch_add(1, std::memory_order_relaxed);
+    inner_->forward(x, m, y, pool, bias);
+  }
+  void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
+                            const float* bias) override {
+    g_experts.calls.fetch_add(1, std::memory_order_relaxed);
+    inner_->forward_choosing_for(x, m, choose_rows, y, pool, bias);
+  }
+
+ private:
+  std::unique_ptr<kernels::cpu::LinearKernel> inner_;
+};
+
 class TimedLinear final : public kernels::cpu::LinearKernel {
  public:
   TimedLinear(std::unique_ptr<kernels::cpu::LinearKernel> inner, const kernels::cpu::LinearWeight& w)
@@ -195,7 +241,18 @@ class TimedLinear final : public kernels::cpu::LinearKernel {
   void forward(const float* x, int64_t m, float* y, ThreadPool* pool, const float* bias) override {
     const double t0 = bench::now_s();
     inner_->forward(x, m, y, pool, bias);
-    const double t = bench::now_s() - t0;
+    record(m, bench::now_s() - t0);
+  }
+  // The experts of a MoE step call this (a verify's or batch's rows take the step's kernel choice).
+  void forward_choosing_for(const float* x, int64_t m, int64_t choose_rows, float* y, ThreadPool* pool,
+                            const float* bias) override {
+    const double t0 = bench::now_s();
+    inner_->forward_choosing_for(x, m, choose_rows, y, pool, bias);
+    record(m, bench::now_s() - t0);
+  }
+
+ private:
+  void record(int64_t m, double t) {
     char key[128];
     std::snprintf(key, sizeof(key), "%lldx%lld m=%lld", static_cast<long long>(out_), static_cast<long long>(in_),
                   static_cast<long long>(m));
@@ -204,7 +261,6 @@ class TimedLinear final : public kernels::cpu::LinearKernel {
     v.second += t;
   }
 
- private:
   std::unique_ptr<kernels::cpu::LinearKernel> inner_;
   int64_t out_, in_;
 };
@@ -232,16 +288,16 @@ class TimedBackend final : public attn::AttentionBackend {
   attn::AttentionBackend& inner_;
 };
 
-// The bytes of a GGUF file's tensors that one decode step of `rows` rows reads: all of them, less
-// the token embedding when the file has its own output tensor (a step then reads one embedding
-// row); of a mixture of experts' stacked expert tensors (blk.N.ffn_*_exps, E experts, top k) at
-// most min(E, rows * k) experts' slices: exactly k at one row, an upper bound on the bytes for more
-// rows (the distinct experts a step's routing selects are not counted yet).
-double gguf_step_bytes(const std::filesystem::path& path, const ModelConfig& c, int64_t rows) {
+// The bytes of a GGUF file's tensors that one decode step reads: all of them, less the token
+// embedding when the file has its own output tensor (a step then reads one embedding row); of a
+// mixture of experts' stacked expert tensors (blk.N.ffn_*_exps, E experts) `experts_read` experts'
+// slices per layer (rows * top_k capped at E: exactly top_k at one row, an upper bound for more
+// rows; or the distinct experts the step's routing selected, where --profile counted them).
+double gguf_step_bytes(const std::filesystem::path& path, const ModelConfig& c, double experts_read) {
   const gguf::GgufFile file(path);
   const bool tied = file.find_tensor("output.weight") == nullptr;
   const double experts = c.moe.enabled() ? c.moe.num_experts : 1;
-  const double read = c.moe.enabled() ? std::min<double>(experts, double(rows) * c.moe.num_experts_per_tok) : 1;
+  const double read = c.moe.enabled() ? experts_read : 1;
   double bytes = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     if (!tied && t.name == "token_embd.weight") continue;
@@ -287,9 +343,10 @@ int main(int argc, char** argv) {
     SPINDLE_CHECK(args.matmul_precision == "auto" || args.matmul_precision == "exact" || args.matmul_precision == "bf16",
                   "--matmul-precision '{}' is not one of: auto, exact, bf16", args.matmul_precision);
     // The rule of config::resolve: auto means bf16 activations for a checkpoint stored in bf16.
+    const ModelConfig file_config = load_model_config(dir);
     const bool bf16_activations =
-        args.matmul_precision == "bf16" ||
-        (args.matmul_precision == "auto" && load_model_config(dir).torch_dtype == DType::kBF16);
+        args.matmul_precision == "bf16" || (args.matmul_precision == "auto" && file_config.torch_dtype == DType::kBF16);
+    g_experts.configure(file_config);
     ModelOptions options;
     const bool ab = args.weights_memory == "ab";  // A mapped, B in huge pages
     options.weights_memory =
@@ -302,6 +359,7 @@ int main(int argc, char** argv) {
       std::unique_ptr<kernels::cpu::LinearKernel> k = args.linear.empty()
                                                           ? kernels::cpu::make_linear_kernel(w, o)
                                                           : kernels::cpu::make_named_linear_kernel(args.linear, w, o);
+      if (g_experts.counts(w)) k = std::make_unique<CountingLinear>(std::move(k));
       if (!args.profile) return k;
       return std::unique_ptr<kernels::cpu::LinearKernel>(std::make_unique<TimedLinear>(std::move(k), w));
     };
@@ -328,11 +386,20 @@ int main(int argc, char** argv) {
     // (bf16 or f32; a GGUF file: its tensors' bytes, the "read bound for the file's bytes").
     const double elem = double(dtype_size(c.torch_dtype));
     const double h = c.hidden_size, im = c.intermediate_size, v = c.vocab_size;
-    const double layer_params = h * c.q_size() + 2 * h * c.kv_size() + c.q_size() * h + 3 * h * im;
-    const double linear_params = layer_params * c.num_hidden_layers;
+    // The products a token computes: a sparse layer's top_k experts (+ a shared expert) and router
+    // instead of the dense MLP (so the prefill TFLOP/s below count active parameters).
+    double linear_params = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      const double mlp = c.is_moe_layer(l) ? 3 * h * (double(c.moe.num_experts_per_tok) * c.moe.moe_intermediate_size +
+                                                      c.moe.shared_expert_intermediate_size) +
+                                                 h * c.moe.num_experts
+                                           : 3 * h * im;
+      linear_params += h * c.q_size() + 2 * h * c.kv_size() + c.q_size() * h + mlp;
+    }
     // (a GGUF mixture of experts: a step of b rows reads at most b * top_k experts per layer.)
     auto decode_bytes = [&](int64_t rows) {
-      return is_gguf_path(dir) ? gguf_step_bytes(dir, c, rows) : (linear_params + v * h) * elem;
+      const double top_k_rows = std::min<double>(c.moe.num_experts, double(rows) * c.moe.num_experts_per_tok);
+      return is_gguf_path(dir) ? gguf_step_bytes(dir, c, top_k_rows) : (linear_params + v * h) * elem;
     };
     const double step_weight_bytes = decode_bytes(1);
     if (is_gguf_path(dir))
@@ -366,7 +433,7 @@ int main(int argc, char** argv) {
       backend_b = attn::create_attention_backend(backend_name, shape, {});
       runner_b = std::make_unique<spindle::engine::Runner>(*model_b, *backend_b, *backend_b);
     }
-    const int max_batch = 16;
+    const int max_batch = *std::max_element(args.decode_batches.begin(), args.decode_batches.end());
     const int per_seq = args.context + args.steps + 2;
     KvPool kv(c, max_batch * ((per_seq + 15) / 16) + (args.prompt + 15) / 16);
     runner.bind_kv_caches(kv.caches);
@@ -409,7 +476,7 @@ int main(int argc, char** argv) {
     }
 
     // Decode: `b` sequences with args.context cached tokens each, args.steps steps.
-    for (const int b : {1, max_batch}) {
+    for (const int b : args.decode_batches) {
       if (!args.decode) break;
       std::vector<std::vector<int32_t>> tables;
       kv.next = (args.prompt + 15) / 16;  // reuse the decode region
@@ -461,6 +528,8 @@ int main(int argc, char** argv) {
       const double bw_now = bench::memory_read_gbps(pool);
       const double bw_bound = std::max(bw, bw_now);
       g_profile.reset();
+      g_experts.calls = 0;
+      std::printf("  (timing %d steps of batch %d from here)\n", args.steps, b);  // a profiler may attach now
       const double start = bench::now_s();
       const double cpu_start = bench::thread_cpu_s();
       for (int i = 1; i <= args.steps; ++i) step(i);
@@ -478,7 +547,14 @@ int main(int argc, char** argv) {
                   100 * (b / t) / bound_wkv, (decode_bytes(b) + kv_bytes) / t / 1e9);
       std::printf("  calling thread's CPU time %.3f ms/step (with 1 thread: the step's work, whatever the machine's load)\n",
                   cpu_t * 1e3);
-      g_profile.print(b == 1 ? "decode batch 1" : "decode batch 16", args.steps, t * args.steps);
+      g_profile.print(fmt::format("decode batch {}", b).c_str(), args.steps, t * args.steps);
+      if (const double distinct = g_experts.per_layer(args.steps); distinct > 0 && is_gguf_path(dir)) {
+        const double bytes = gguf_step_bytes(dir, c, distinct);
+        const double bound = b / (bytes / (bw_bound * 1e9));
+        std::printf("  bound with the distinct experts the steps' routing selected (%.2f of %d per sparse layer): "
+                    "%.2f tokens/s (weights %.3f GB/step) -> %.1f%%\n",
+                    distinct, c.moe.num_experts, bound, bytes / 1e9, 100 * (b / t) / bound);
+      }
     }
     std::printf("\nworkspace_bytes after the run: %.1f MB\n", model->workspace_bytes() / 1e6);
   } catch (const std::exception& e) {
