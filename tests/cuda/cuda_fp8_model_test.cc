@@ -9,7 +9,7 @@
 //
 // Tolerances:
 //   kDecodeTolerance = 1e-3  rows <= 32 (kFp8StreamMaxRows) stream the FP8 weight: launch_gemv_fp8
-//                            (<= 8 rows) and launch_gemv_fp8_mma (9..32, bf16 tensor cores) on the
+//                            (<= 3 rows) and launch_gemv_fp8_mma (4..32, bf16 tensor cores) on the
 //                            split bf16 activations (hi + lo, ~16 significant bits, relative 2^-17)
 //                            with the e4m3 weights exact and f32 sums: expected ~1e-5 (printed). A
 //                            prompt of at most 32 tokens prefills on these paths too.

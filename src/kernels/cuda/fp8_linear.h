@@ -33,10 +33,12 @@
 namespace spindle::kernels::cuda {
 
 // Which decode product takes `rows` rows (above kFp8StreamMaxRows: the prefill path below, or the
-// FP8 prefill entry CudaOps chose, fp8_linear_registry.h). kFp8GemvUseMaxRows: gemv_fp8 up to 8
-// rows as before the mma kernel existed; bench_gemv_fp8 times both at 1..32 rows (the question
-// whether the mma kernel also wins at 5..8 is answered there, and this constant set from it).
-inline constexpr int64_t kFp8GemvUseMaxRows = kGemvFp8MaxRows;
+// FP8 prefill entry CudaOps chose, fp8_linear_registry.h). kFp8GemvUseMaxRows: gemv_fp8 up to 3
+// rows, the mma kernel from 4: bench_gemv_fp8 on an H200 (bench/results/2026-12-07-h100-fp8-moe,
+// the H200 section), one 8B layer's products: 1 row 79 vs 114 us (gemv_fp8 vs mma), 3 rows 117 vs
+// 116, 4 rows 145 vs 117, 8 rows 267 vs 118.
+inline constexpr int64_t kFp8GemvUseMaxRows = 3;
+static_assert(kFp8GemvUseMaxRows <= kGemvFp8MaxRows);
 inline constexpr int64_t kFp8StreamMaxRows = kGemvFp8MmaMaxRows;
 
 struct DeviceFp8Weight {
