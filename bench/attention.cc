@@ -156,18 +156,6 @@ struct Batch {
   }
 };
 
-// Best CPU time of the calling thread for fn over `reps` runs (after one warm-up run).
-double best_cpu_time(int reps, const std::function<void()>& fn) {
-  fn();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = bench::thread_cpu_s();
-    fn();
-    best = std::min(best, bench::thread_cpu_s() - t0);
-  }
-  return best;
-}
-
 struct KernelEntry {
   std::string name;
   std::function<void(const PagedAttentionParams&)> run;
@@ -317,7 +305,7 @@ int main(int argc, char** argv) {
         const auto run_all = [&] {
           for (Batch& b : pools) k.run(b.params(run_pool));
         };
-        const double t = (cpu_time ? best_cpu_time(reps, run_all) : best_time(reps, run_all)) / double(pools.size());
+        const double t = (cpu_time ? bench::best_cpu_time(reps, run_all) : best_time(reps, run_all)) / double(pools.size());
         if (first == 0) first = t;
         if (decode_batch > 0) {
           std::printf("  %-16s %10s %9.3f ms %9.0f tok/s %8.1f GB/s of KV %6.2fx the first shape\n",

@@ -28,6 +28,18 @@ inline double thread_cpu_s() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
+// Best CPU time of the calling thread for fn over `reps` runs (after one warm-up run).
+inline double best_cpu_time(int reps, const std::function<void()>& fn) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = thread_cpu_s();
+    fn();
+    best = std::min(best, thread_cpu_s() - t0);
+  }
+  return best;
+}
+
 // Best wall time of fn over `reps` runs (after one warm-up run).
 inline double best_time(int reps, const std::function<void()>& fn) {
   fn();

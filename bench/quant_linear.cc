@@ -97,18 +97,6 @@ double sweep_time(int reps, int64_t copies, const std::function<void(int64_t)>& 
   });
 }
 
-// Best thread CPU time of fn over reps runs (after one warm-up run).
-double cpu_time(int reps, const std::function<void()>& fn) {
-  fn();
-  double best = 1e30;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = bench::thread_cpu_s();
-    fn();
-    best = std::min(best, bench::thread_cpu_s() - t0);
-  }
-  return best;
-}
-
 #if defined(SPINDLE_BENCH_QUANT_NO_ONEDNN)
 // The direct bf16 kernel over column slices (multiples of kLinearSliceAlign, 4 per thread).
 class DirectBf16 {
@@ -195,7 +183,7 @@ void bench_type(QuantType type, const std::vector<QuantKernelIsa>& isas, const O
         const auto x = random_x(m, s.k, rng);
         std::vector<float> y(static_cast<size_t>(m * s.n));
         const auto run = [&](int64_t c) { quant_linear_forward(isa, ws[c], x.data(), m, y.data(), run_pool); };
-        const double t = o.cpu_time ? cpu_time(o.reps * (m <= 16 ? 20 : 1), [&] { run(0); })
+        const double t = o.cpu_time ? bench::best_cpu_time(o.reps * (m <= 16 ? 20 : 1), [&] { run(0); })
                                     : sweep_time(o.reps, copies, run) / copies;
         std::printf("| %s | %ld | %ld | %ld | %s | %.3f | %.1f | %.0f%% | %.1f | %.1f |\n", s.name, long(s.n), long(s.k),
                     long(m), name, t * 1e3, bytes / t / 1e9, 100.0 * bytes / t / 1e9 / bound,
@@ -206,7 +194,7 @@ void bench_type(QuantType type, const std::vector<QuantKernelIsa>& isas, const O
         const auto x = random_x(m, s.k, rng);
         std::vector<float> y(static_cast<size_t>(m * s.n));
         const auto run = [&] { quant_linear_forward(isa, ws[0], x.data(), m, y.data(), run_pool); };
-        const double t = o.cpu_time ? cpu_time(std::max(1, o.reps / 2), run) : bench::best_time(std::max(1, o.reps / 2), run);
+        const double t = o.cpu_time ? bench::best_cpu_time(std::max(1, o.reps / 2), run) : bench::best_time(std::max(1, o.reps / 2), run);
         std::printf("| %s | %ld | %ld | %ld | %s | %.2f | | | | %.1f |\n", s.name, long(s.n), long(s.k), long(m), name,
                     t * 1e3, 2.0 * m * s.n * s.k / t / 1e9);
       }
