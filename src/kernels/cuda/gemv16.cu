@@ -30,16 +30,6 @@ using detail::aligned16;
 using detail::load_stream;
 using detail::with_rows;
 
-// Two 16-bit values of one 32-bit word as f32 (low half first).
-template <bool kBf16>
-__device__ __forceinline__ float2 unpack2(uint32_t word) {
-  if constexpr (kBf16) {
-    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
-  } else {
-    return __half22float2(*reinterpret_cast<const __half2*>(&word));
-  }
-}
-
 template <bool kBf16>
 __device__ __forceinline__ float dot8(float acc, uint4 w, uint4 x) {
   const uint32_t ws[4] = {w.x, w.y, w.z, w.w};

@@ -93,15 +93,6 @@ constexpr int64_t kPrefillMaxZ = 4;
 template <bool kGateUp>
 inline constexpr int kFeaturesPerTile = kGateUp ? 8 : 16;
 
-template <bool kBf16>
-__device__ __forceinline__ float2 unpack2(uint32_t word) {
-  if constexpr (kBf16) {
-    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
-  } else {
-    return __half22float2(*reinterpret_cast<const __half2*>(&word));
-  }
-}
-
 // hi = round16(a, b), lo = round16((a, b) - hi) as packed pairs (a in the low half).
 template <bool kBf16>
 __device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {

@@ -9,6 +9,16 @@
 
 namespace spindle::kernels::cuda {
 
+// Two 16-bit values of one 32-bit word as f32 (low half first): bf16 when kBf16, else f16.
+template <bool kBf16>
+__device__ __forceinline__ float2 unpack2(uint32_t word) {
+  if constexpr (kBf16) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+  } else {
+    return __half22float2(*reinterpret_cast<const __half2*>(&word));
+  }
+}
+
 // util/half.h float_to_bf16_bits: nearest even, NaN kept quiet with its sign.
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float value) {
   const uint32_t u = __float_as_uint(value);
