@@ -25,7 +25,7 @@
 #   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
 #                    (the FP8 prefill entries checked and timed on the 8B shapes), bench_fp8_lt
 #                    (prefill FP8 vs cuBLAS bf16 at 512..8192 rows), memcheck (step fp8lt)
-#   cpu_*            the CPU kernel tests (quant_linear, linear, linear_selection, linear_registry,
+#   cpu_*            the CPU kernel tests (amx_instructions, quant_linear, linear, linear_selection, linear_registry,
 #                    paged_attention) on this host's Xeon (AMX), when bundled (step cpu_amx)
 #   templates        tests/jinja/transformers_check.py: jinja_oracle.py vs transformers' renderer
 #   ops              tests/cuda/cuda_ops_test (norms, SwiGLU and their 16-bit copies vs the CPU kernels; gemv16)
@@ -135,7 +135,7 @@ fi
 # issue 45: the CPU kernel tests that skip on the dev VMs (this host's Xeon has AMX), when bundled
 if has cpu_amx; then
   grep -o -w -E 'amx_int8|amx_bf16|avx512_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ' >"$out/cpu_flags.txt"
-  for t in quant_linear_test linear_test linear_selection_test linear_registry_test paged_attention_test; do
+  for t in amx_instructions_test quant_linear_test linear_test linear_selection_test linear_registry_test paged_attention_test; do
     [[ -x $bin/$t ]] && run "cpu_$t" 120 $bin/$t --gtest_brief=1 "--gtest_filter=${CPU_FILTER:-*}"
   done
   # A binary that died of a signal (SIGILL 132, SIGSEGV 139): each of its tests alone, to name the

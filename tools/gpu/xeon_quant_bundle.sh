@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 : "${LLAMA_CPP:?set LLAMA_CPP to a llama.cpp tree built CPU-only (build/bin)}"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-SPINDLE_BUNDLE_BINARIES="tests/kernels/quant_linear_test tests/kernels/linear_test tests/kernels/linear_registry_test
+SPINDLE_BUNDLE_BINARIES="tests/kernels/amx_instructions_test tests/kernels/quant_linear_test tests/kernels/linear_test tests/kernels/linear_registry_test
   tests/kernels/paged_attention_test tests/attn/attention_selection_test bench/bench_model_forward bench/make_bench_model" \
   scripts/bundle.sh "$stage/bundle" >/dev/null
 strip "$stage"/bundle/bin/* 2>/dev/null || true

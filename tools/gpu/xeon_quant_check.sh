@@ -28,7 +28,7 @@ step_env() {
 }
 
 step_tests() {
-  for t in quant_linear_test linear_test linear_registry_test paged_attention_test attention_selection_test; do
+  for t in amx_instructions_test quant_linear_test linear_test linear_registry_test paged_attention_test attention_selection_test; do
     timeout 600 "$B/$t" --gtest_brief=1 >"$out/test-$t.txt" 2>&1
     echo "$t exit $? ($(grep -c '\[  SKIPPED \]' "$out/test-$t.txt") skipped lines)" >>"$out/tests.txt"
   done
