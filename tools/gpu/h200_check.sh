@@ -22,6 +22,7 @@
 #                    bench_moe_cuda (one Qwen3-30B-A3B layer's block at 1-1024 rows vs the bytes of the experts
 #                    it selected), compute-sanitizer memcheck over the kernel test and one golden (step moe, issue 48)
 #   fp8_golden/      tools/golden/make_fp8_golden.py: a block-FP8 folder and HF transformers' FP8 logits on it
+#   embed_golden.json tools/golden/make_embedding_golden.py: sentence-transformers' embeddings of the Qwen3 golden folder
 #   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
 #                    (the FP8 prefill entries checked and timed on the 8B shapes), bench_fp8_lt
 #                    (prefill FP8 vs cuBLAS bf16 at 512..8192 rows), memcheck (step fp8lt)
@@ -131,6 +132,11 @@ fi
 # path on it against a float64 forward over the dequantized weights (fp8_golden/ holds folder and golden.json)
 if has fp8_golden; then
   run fp8_golden 300 python3 tools/golden/make_fp8_golden.py --src tests/golden/llama-gqa-f32 --out "$out/fp8_golden"
+fi
+# issue 46 item 6: /v1/embeddings goldens by sentence-transformers itself (last-token and mean pooling over
+# the random Qwen3 golden folder; embed_golden.json is what tests/golden/embeddings/ takes)
+if has embed_golden; then
+  run embed_golden 200 python3 tools/golden/make_embedding_golden.py --src tests/golden/qwen3-qknorm-f32 --out "$out/embed_golden.json"
 fi
 # issue 45: the CPU kernel tests that skip on the dev VMs (this host's Xeon has AMX), when bundled
 if has cpu_amx; then
