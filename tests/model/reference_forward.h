@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <string>
@@ -32,8 +33,17 @@
 
 #include "model/golden_fixtures.h"
 #include "model/model_config.h"
+#include "support/fp8_reference.h"
 
 namespace spindle::testing {
+
+// How a rounded product's input is rounded (ReferenceShape::quantize_activations):
+//   kInt8Block32   the CPU int8 kernels (kernels/cpu/quant_linear.h): per block of 32,
+//                  dx = max|x_b| / 127, x -> dx * nearest-even(x / dx)
+//   kE4m3PerToken  the FP8 tensor-core products (kernels/cuda/fp8_activation.h, per token): per
+//                  product input, s = f32(max|x|) / 448 in f32 (1 when 0), x -> s * e4m3(x / s), e4m3
+//                  the nearest-even E4M3 value (fp8_reference.h's definition), saturated at +-448
+enum class ActivationRounding { kInt8Block32, kE4m3PerToken };
 
 struct ReferenceShape {
   int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
@@ -43,6 +53,15 @@ struct ReferenceShape {
   // block of 32, dx = max|x_b| / 127, x -> dx * nearest-even(x / dx).
   bool quantize_activations = false;
   bool quantize_only_experts = false;  // with quantize_activations: the routed experts' inputs only
+  // With quantize_activations: how (above); whether the LM head's input is rounded too (the FP8
+  // checkpoints' LM head is not FP8); only positions [0, rounded_positions) (all when negative: a
+  // prefill on the W8A8 path, decode rows on W8A16); and, where output_bf16(out, in) says so for a
+  // rounded product of that [out, in] weight, its output (before the bias) rounded to f32 then bf16,
+  // as a cuBLASLt product without an f32-output algorithm writes it.
+  ActivationRounding rounding = ActivationRounding::kInt8Block32;
+  bool round_lm_head = true;
+  int64_t rounded_positions = -1;
+  std::function<bool(int64_t out, int64_t in)> output_bf16;
   // Sensitivity probes of the rounded forward (gguf_moe_test.cc): round as the kernels compute it,
   // q = nearest-even(f32(x) * f32(1 / dx)) in f32 (instead of x / dx in float64), and / or multiply
   // every input element i by (1 + jitter * (i odd ? 1 : -1)) before rounding it.
@@ -70,11 +89,55 @@ inline Vec rms_norm(const Vec& x, const Vec& w, double eps, size_t offset = 0, s
 struct Rounding {
   bool on = false, in_f32 = false;
   double jitter = 0;
+  ActivationRounding kind = ActivationRounding::kInt8Block32;
+  std::function<bool(int64_t out, int64_t in)> out_bf16;  // empty: f32 outputs
 };
+
+// The E4M3 value nearest to v (ties to the even code), saturated at +-448.
+inline double round_e4m3(double v) {
+  static const std::vector<double> values = [] {  // codes 0..126: every non-negative finite value
+    std::vector<double> t;
+    for (int code = 0; code < 127; ++code) t.push_back(e4m3_definition(code));
+    return t;
+  }();
+  const double a = std::min(std::abs(v), values.back());
+  const size_t hi = static_cast<size_t>(std::lower_bound(values.begin(), values.end(), a) - values.begin());
+  size_t code = hi;
+  if (hi > 0 && values[hi] != a) {
+    const double below = a - values[hi - 1], above = values[hi] - a;
+    code = below < above || (below == above && (hi - 1) % 2 == 0) ? hi - 1 : hi;
+  }
+  return v < 0 ? -values[code] : values[code];
+}
+
+// v rounded to f32, then to bf16 (nearest even), as a double.
+inline double round_bf16(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if (std::isfinite(f)) bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
+// kE4m3PerToken of one product input (x already jittered).
+inline Vec quantize_token_e4m3(const Vec& x, bool in_f32) {
+  double m = 0;
+  for (double v : x) m = std::max(m, std::abs(v));
+  const float amax = static_cast<float>(m), s = amax > 0 ? amax / 448.0f : 1.0f;
+  Vec out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double scaled = in_f32 ? static_cast<double>(static_cast<float>(x[i]) / s) : x[i] / static_cast<double>(s);
+    out[i] = round_e4m3(scaled) * static_cast<double>(s);
+  }
+  return out;
+}
 
 inline Vec quantize_blocks(const Vec& x_in, const Rounding& r) {
   Vec x = x_in, out(x.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] *= 1.0 + (i % 2 ? r.jitter : -r.jitter);
+  if (r.kind == ActivationRounding::kE4m3PerToken) return quantize_token_e4m3(x, r.in_f32);
   for (size_t b = 0; b < x.size(); b += 32) {
     double m = 0;
     for (size_t i = b; i < b + 32 && i < x.size(); ++i) m = std::max(m, std::abs(x[i]));
@@ -92,11 +155,12 @@ inline Vec quantize_blocks(const Vec& x_in, const Rounding& r) {
 inline Vec matvec(const Vec& w, const Vec& x_in, const Vec* bias = nullptr, const Rounding& quantize = {}) {
   const Vec x = quantize.on ? quantize_blocks(x_in, quantize) : x_in;
   const size_t cols = x.size(), rows = w.size() / cols;
+  const bool bf16_out = quantize.on && quantize.out_bf16 && quantize.out_bf16(static_cast<int64_t>(rows), static_cast<int64_t>(cols));
   Vec y(rows);
   for (size_t r = 0; r < rows; ++r) {
-    double acc = bias ? (*bias)[r] : 0.0;
+    double acc = 0.0;
     for (size_t c = 0; c < cols; ++c) acc += w[r * cols + c] * x[c];
-    y[r] = acc;
+    y[r] = (bf16_out ? round_bf16(acc) : acc) + (bias ? (*bias)[r] : 0.0);
   }
   return y;
 }
@@ -126,18 +190,20 @@ inline std::string layer_name(int64_t i, const std::string& suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
 }
 
-// How a routed expert's input is rounded, and any other product's.
-inline Rounding quantize_experts(const ReferenceShape& s) {
-  return {s.quantize_activations, s.round_in_f32, s.activation_jitter};
+// How a routed expert's input at position t is rounded, and any other product's.
+inline Rounding quantize_experts(const ReferenceShape& s, size_t t) {
+  const bool at = s.rounded_positions < 0 || static_cast<int64_t>(t) < s.rounded_positions;
+  return {s.quantize_activations && at, s.round_in_f32, s.activation_jitter, s.rounding, s.output_bf16};
 }
-inline Rounding quantize_dense(const ReferenceShape& s) {
-  return {s.quantize_activations && !s.quantize_only_experts, s.round_in_f32, s.activation_jitter};
+inline Rounding quantize_dense(const ReferenceShape& s, size_t t) {
+  Rounding r = quantize_experts(s, t);
+  r.on = r.on && !s.quantize_only_experts;
+  return r;
 }
 
 // q, k, v of every position of layer l (q/k normed per head for Qwen3, then rotated).
 inline void qkv(const ReferenceShape& s, const Weights& w, int64_t l, const std::vector<Vec>& x, std::vector<Vec>& q,
                 std::vector<Vec>& k, std::vector<Vec>& v) {
-  const Rounding qa = quantize_dense(s);
   const size_t d = static_cast<size_t>(s.head_dim);
   const Vec factors = w.contains("rope_freqs") ? w.at("rope_freqs") : Vec{};
   auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
@@ -149,6 +215,7 @@ inline void qkv(const ReferenceShape& s, const Weights& w, int64_t l, const std:
     }
   };
   for (size_t t = 0; t < x.size(); ++t) {
+    const Rounding qa = quantize_dense(s, t);
     const Vec h = rms_norm(x[t], at("input_layernorm.weight"), s.eps);
     q[t] = matvec(at("self_attn.q_proj.weight"), h, bias("self_attn.q_proj.bias"), qa);
     k[t] = matvec(at("self_attn.k_proj.weight"), h, bias("self_attn.k_proj.bias"), qa);
@@ -196,8 +263,8 @@ inline Vec swiglu_mlp(const Weights& w, const std::string& gate, const std::stri
 }
 
 // A sparse layer's mixture of experts (the header's definition); `p` is "mlp." or "block_sparse_moe.".
-inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::string& p, const Vec& h) {
-  const Rounding qa = quantize_experts(s);
+inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::string& p, const Vec& h, size_t t) {
+  const Rounding qa = quantize_experts(s, t);
   const bool mixtral = p == "block_sparse_moe.";
   const Vec logits = matvec(w.at(layer_name(l, p + "gate.weight")), h);
   const double m = *std::max_element(logits.begin(), logits.end());
@@ -222,25 +289,25 @@ inline Vec moe(const ReferenceShape& s, const Weights& w, int64_t l, const std::
   if (w.contains(layer_name(l, "mlp.shared_expert_gate.weight"))) {
     const std::string sh = layer_name(l, "mlp.shared_expert.");
     const Vec out =
-        swiglu_mlp(w, sh + "gate_proj.weight", sh + "up_proj.weight", sh + "down_proj.weight", h, quantize_dense(s));
+        swiglu_mlp(w, sh + "gate_proj.weight", sh + "up_proj.weight", sh + "down_proj.weight", h, quantize_dense(s, t));
     const double g = matvec(w.at(layer_name(l, "mlp.shared_expert_gate.weight")), h)[0];
     for (size_t i = 0; i < y.size(); ++i) y[i] += out[i] / (1.0 + std::exp(-g));
   }
   return y;
 }
 
-// x += attention output projection; x += MLP (or the layer's mixture of experts).
-inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l, const Vec& a, Vec& x) {
-  const Rounding qa = quantize_dense(s);
+// Position t's x += attention output projection; x += MLP (or the layer's mixture of experts).
+inline void residual_blocks(const ReferenceShape& s, const Weights& w, int64_t l, size_t t, const Vec& a, Vec& x) {
+  const Rounding qa = quantize_dense(s, t);
   auto at = [&](const std::string& suffix) -> const Vec& { return w.at(layer_name(l, suffix)); };
   const Vec o = matvec(at("self_attn.o_proj.weight"), a, nullptr, qa);
   for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
   const Vec h = rms_norm(x, at("post_attention_layernorm.weight"), s.eps);
   Vec down;
   if (w.contains(layer_name(l, "mlp.gate.weight"))) {
-    down = moe(s, w, l, "mlp.", h);
+    down = moe(s, w, l, "mlp.", h, t);
   } else if (w.contains(layer_name(l, "block_sparse_moe.gate.weight"))) {
-    down = moe(s, w, l, "block_sparse_moe.", h);
+    down = moe(s, w, l, "block_sparse_moe.", h, t);
   } else {
     down = swiglu_mlp(w, layer_name(l, "mlp.gate_proj.weight"), layer_name(l, "mlp.up_proj.weight"),
                       layer_name(l, "mlp.down_proj.weight"), h, qa);
@@ -262,7 +329,7 @@ inline std::vector<double> reference_last_hidden(const ReferenceShape& s, const 
   for (int64_t l = 0; l < s.layers; ++l) {
     std::vector<r::Vec> q(n), k(n), v(n);
     r::qkv(s, w, l, x, q, k, v);
-    for (size_t t = 0; t < n; ++t) r::residual_blocks(s, w, l, r::attend(s, t, q, k, v), x[t]);
+    for (size_t t = 0; t < n; ++t) r::residual_blocks(s, w, l, t, r::attend(s, t, q, k, v), x[t]);
   }
   return r::rms_norm(x.back(), w.at("model.norm.weight"), s.eps);
 }
@@ -272,7 +339,7 @@ inline std::vector<double> reference_last_logits(const ReferenceShape& s, const 
   namespace r = reference_forward_detail;
   const r::Vec h = reference_last_hidden(s, w, ids);
   const r::Vec& head = w.contains("lm_head.weight") ? w.at("lm_head.weight") : w.at("model.embed_tokens.weight");
-  return r::matvec(head, h, nullptr, r::quantize_dense(s));
+  return r::matvec(head, h, nullptr, s.round_lm_head ? r::quantize_dense(s, ids.size() - 1) : r::Rounding{});
 }
 
 // The shape of a model Spindle loaded (its ModelConfig, experts included), unquantized activations.
