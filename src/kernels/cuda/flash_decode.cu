@@ -59,6 +59,7 @@
 #include "kernels/cuda/split_policy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/fp8_convert.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/round16.cuh"
 
@@ -237,19 +238,6 @@ struct StageSource {
   int num_keys;             // keys of this block's chunk
   int num_chunks;           // head_dim / 8
 };
-
-// 8 FP8 (E4M3FN) bytes -> 8 f16 (exact), in order, as one 16-byte ring chunk.
-__device__ __forceinline__ uint4 fp8x8_to_half8(uint2 bytes) {
-  uint32_t h[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t word = i < 2 ? bytes.x : bytes.y;
-    const auto pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * (i & 1))) & 0xffffu);
-    const __half2_raw two = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    h[i] = static_cast<uint32_t>(two.x) | (static_cast<uint32_t>(two.y) << 16);
-  }
-  return make_uint4(h[0], h[1], h[2], h[3]);
-}
 
 // FP8 KV: issue_stage's copies as loads of 8 bytes per chunk, converted and stored into the ring
 // (zeros for keys past the chunk); every load of the stage is issued before the first store.

@@ -51,6 +51,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/fp8_convert.cuh"
 #include "kernels/cuda/mma_utils.cuh"
 
 namespace spindle::kernels::cuda::detail {
@@ -92,19 +93,6 @@ struct PrefillTile {
   static constexpr int kQOffsetBytes = kQInRegisters ? kStageBytes : 2 * kStageBytes;
   static constexpr size_t kSharedBytes = 2 * kStageBytes + (kQInRegisters ? 0 : kQBytes);
 };
-
-// 8 FP8 (E4M3FN) bytes -> 8 f16 (exact), in order.
-__device__ __forceinline__ uint4 fp8x8_to_half8(uint2 bytes) {
-  uint32_t h[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t word = i < 2 ? bytes.x : bytes.y;
-    const auto pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * (i & 1))) & 0xffffu);
-    const __half2_raw two = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    h[i] = static_cast<uint32_t>(two.x) | (static_cast<uint32_t>(two.y) << 16);
-  }
-  return make_uint4(h[0], h[1], h[2], h[3]);
-}
 
 __device__ __forceinline__ void store_shared_16(uint32_t shared_dst, uint4 v) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
