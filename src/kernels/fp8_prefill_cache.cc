@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "util/cache_file.h"
-#include "util/mapped_file.h"
 
 namespace spindle::kernels {
 
@@ -56,20 +54,11 @@ bool Fp8PrefillCache::cacheable(const Fp8PrefillOutcome& o) {
 std::map<std::string, Fp8PrefillOutcome>& Fp8PrefillCache::outcomes(std::string_view shape) {
   if (auto it = loaded_.find(shape); it != loaded_.end()) return it->second;
   auto& map = loaded_[std::string(shape)];
-  const auto path = path_for(shape);
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return map;
-  try {
-    const auto j = nlohmann::json::parse(read_text_file(path));
-    if (j.at("key").get<std::string>() != shape_key(shape)) {
-      spdlog::warn("ignoring FP8 prefill cache {}: it belongs to another key", path.string());
-      return map;
-    }
-    for (const auto& [name, o] : j.at("outcomes").items()) map[name] = fp8_prefill_outcome_from_json(o);
-  } catch (const std::exception& e) {
-    map.clear();
-    spdlog::warn("ignoring corrupt FP8 prefill cache {}: {}", path.string(), e.what());
-  }
+  const bool usable = read_keyed_outcomes(path_for(shape), shape_key(shape), "FP8 prefill cache",
+                                          [&](const std::string& name, const nlohmann::json& o) {
+                                            map[name] = fp8_prefill_outcome_from_json(o);
+                                          });
+  if (!usable) map.clear();
   return map;
 }
 
@@ -84,14 +73,9 @@ void Fp8PrefillCache::store(std::string_view shape, const std::string& kernel, c
   if (!cacheable(outcome)) return;
   auto& map = outcomes(shape);
   map[kernel] = outcome;
-  const auto path = path_for(shape);
-  try {
-    nlohmann::json j = {{"key", shape_key(shape)}, {"outcomes", nlohmann::json::object()}};
-    for (const auto& [name, o] : map) j["outcomes"][name] = to_json(o);
-    write_file_atomically(path, j.dump(2) + "\n");
-  } catch (const std::exception& e) {
-    spdlog::warn("could not write FP8 prefill cache {}: {}", path.string(), e.what());
-  }
+  nlohmann::json outcomes_json = nlohmann::json::object();
+  for (const auto& [name, o] : map) outcomes_json[name] = to_json(o);
+  write_keyed_outcomes(path_for(shape), shape_key(shape), outcomes_json, "FP8 prefill cache");
 }
 
 Fp8PrefillCheckFn Fp8PrefillCache::wrap(Fp8PrefillCheckFn inner) {

@@ -1,10 +1,15 @@
 #include "util/cache_file.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <stdexcept>
+
+#include "util/mapped_file.h"
 
 namespace spindle {
 
@@ -26,6 +31,34 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view t
     if (!out) throw std::runtime_error("write failed");
   }
   std::filesystem::rename(tmp, path);
+}
+
+bool read_keyed_outcomes(const std::filesystem::path& path, std::string_view key, std::string_view what,
+                         const std::function<void(const std::string& name, const nlohmann::json& outcome)>& add) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return true;
+  try {
+    const auto j = nlohmann::json::parse(read_text_file(path));
+    if (j.at("key").get<std::string>() != key) {
+      spdlog::warn("ignoring {} {}: it belongs to another key", what, path.string());
+      return false;
+    }
+    for (const auto& [name, outcome] : j.at("outcomes").items()) add(name, outcome);
+  } catch (const std::exception& e) {
+    spdlog::warn("ignoring corrupt {} {}: {}", what, path.string(), e.what());
+    return false;
+  }
+  return true;
+}
+
+void write_keyed_outcomes(const std::filesystem::path& path, std::string_view key, const nlohmann::json& outcomes,
+                          std::string_view what) {
+  try {
+    const nlohmann::json j = {{"key", key}, {"outcomes", outcomes}};
+    write_file_atomically(path, j.dump(2) + "\n");
+  } catch (const std::exception& e) {
+    spdlog::warn("could not write {} {}: {}", what, path.string(), e.what());
+  }
 }
 
 }  // namespace spindle

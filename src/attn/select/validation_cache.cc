@@ -2,12 +2,10 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include <cstdlib>
 
 #include "util/cache_file.h"
-#include "util/mapped_file.h"
 #include "util/switches.h"
 
 namespace spindle::attn {
@@ -32,21 +30,11 @@ std::string ValidationCache::make_key(std::string_view build_id, std::string_vie
 }
 
 void ValidationCache::load() {
-  std::error_code ec;
-  if (!std::filesystem::exists(path_, ec)) return;
-  try {
-    const auto j = nlohmann::json::parse(read_text_file(path_));
-    if (j.at("key").get<std::string>() != key_) {
-      spdlog::warn("ignoring backend cache {}: it belongs to another key", path_.string());
-      return;
-    }
-    for (const auto& [name, outcome] : j.at("outcomes").items()) {
-      outcomes_[name] = attn::validation_outcome_from_json(outcome);
-    }
-  } catch (const std::exception& e) {
-    outcomes_.clear();
-    spdlog::warn("ignoring corrupt backend cache {}: {}", path_.string(), e.what());
-  }
+  const bool usable =
+      read_keyed_outcomes(path_, key_, "backend cache", [&](const std::string& name, const nlohmann::json& o) {
+        outcomes_[name] = attn::validation_outcome_from_json(o);
+      });
+  if (!usable) outcomes_.clear();
 }
 
 std::optional<attn::ValidationOutcome> ValidationCache::find(const std::string& backend, bool timing) const {
@@ -62,13 +50,9 @@ void ValidationCache::store(const std::string& backend, const attn::ValidationOu
 }
 
 void ValidationCache::save() const {
-  try {
-    nlohmann::json j = {{"key", key_}, {"outcomes", nlohmann::json::object()}};
-    for (const auto& [name, outcome] : outcomes_) j["outcomes"][name] = attn::to_json(outcome);
-    write_file_atomically(path_, j.dump(2) + "\n");
-  } catch (const std::exception& e) {
-    spdlog::warn("could not write backend cache {}: {}", path_.string(), e.what());
-  }
+  nlohmann::json outcomes = nlohmann::json::object();
+  for (const auto& [name, outcome] : outcomes_) outcomes[name] = attn::to_json(outcome);
+  write_keyed_outcomes(path_, key_, outcomes, "backend cache");
 }
 
 BackendValidator ValidationCache::wrap(BackendValidator inner) {

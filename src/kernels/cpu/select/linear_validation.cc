@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <optional>
@@ -12,7 +11,6 @@
 #include "util/cache_file.h"
 #include "util/child_process.h"
 #include "util/error.h"
-#include "util/mapped_file.h"
 #include "util/switches.h"
 
 namespace spindle::kernels::cpu {
@@ -108,32 +106,19 @@ std::filesystem::path LinearSelectionCache::path_for(const LinearShape& shape) c
 std::map<std::string, LinearOutcome>& LinearSelectionCache::outcomes(const LinearShape& shape) {
   if (auto it = loaded_.find(shape); it != loaded_.end()) return it->second;
   auto& map = loaded_[shape];
-  const auto path = path_for(shape);
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return map;
-  try {
-    const auto j = nlohmann::json::parse(read_text_file(path));
-    if (j.at("key").get<std::string>() != key_prefix_ + ";shape=" + shape.to_string()) {
-      spdlog::warn("ignoring linear kernel cache {}: it belongs to another key", path.string());
-      return map;
-    }
-    for (const auto& [name, o] : j.at("outcomes").items()) map[name] = linear_outcome_from_json(o);
-  } catch (const std::exception& e) {
-    map.clear();
-    spdlog::warn("ignoring corrupt linear kernel cache {}: {}", path.string(), e.what());
-  }
+  const bool usable = read_keyed_outcomes(path_for(shape), key_prefix_ + ";shape=" + shape.to_string(),
+                                          "linear kernel cache", [&](const std::string& name, const nlohmann::json& o) {
+                                            map[name] = linear_outcome_from_json(o);
+                                          });
+  if (!usable) map.clear();
   return map;
 }
 
 void LinearSelectionCache::save(const LinearShape& shape) {
-  const auto path = path_for(shape);
-  try {
-    nlohmann::json j = {{"key", key_prefix_ + ";shape=" + shape.to_string()}, {"outcomes", nlohmann::json::object()}};
-    for (const auto& [name, o] : outcomes(shape)) j["outcomes"][name] = to_json(o);
-    write_file_atomically(path, j.dump(2) + "\n");
-  } catch (const std::exception& e) {
-    spdlog::warn("could not write linear kernel cache {}: {}", path.string(), e.what());
-  }
+  nlohmann::json outcomes_json = nlohmann::json::object();
+  for (const auto& [name, o] : outcomes(shape)) outcomes_json[name] = to_json(o);
+  write_keyed_outcomes(path_for(shape), key_prefix_ + ";shape=" + shape.to_string(), outcomes_json,
+                       "linear kernel cache");
 }
 
 LinearValidator LinearSelectionCache::wrap(LinearValidator inner) {
