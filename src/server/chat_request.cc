@@ -156,11 +156,7 @@ void parse_tool_choice(const ordered_json& body, ChatContext& c) {
       check_keys(*f, {"name"}, "tool_choice.function.");
       c.tool_choice = ToolChoice::kNamed;
       c.tool_choice_name = string_member(*f, "name", "tool_choice.function.", true);
-      bool known = false;
-      for (const auto& tool : c.tools.is_array() ? c.tools : ordered_json::array()) {
-        known = known || tool["function"]["name"] == c.tool_choice_name;
-      }
-      if (!known) {
+      if (!c.has_tool(c.tool_choice_name)) {
         bad_request("tool_choice.function.name",
                     fmt::format("'tool_choice.function.name' is '{}', which is not among the tools", c.tool_choice_name));
       }

@@ -11,6 +11,12 @@
 
 namespace spindle::server {
 
+bool ChatContext::has_tool(const std::string& name) const {
+  if (!tools.is_array()) return false;
+  return std::any_of(tools.begin(), tools.end(),
+                     [&](const nlohmann::ordered_json& tool) { return tool["function"]["name"] == name; });
+}
+
 using nlohmann::json;
 
 json ApiError::to_json() const {

@@ -67,6 +67,9 @@ struct ChatContext {
   bool parallel_tool_calls = true;  // false: at most one call is returned
   bool has_tool_turns = false;      // a tool message or an assistant turn with tool_calls
   bool has_tools() const { return !tools.is_null(); }
+  // Whether one of the tools is the function `name` (tools holds {"type", "function": {"name", ...}}
+  // dicts, as both chat and responses requests store them).
+  bool has_tool(const std::string& name) const;
 };
 
 // The most choices one request may ask for ("n").

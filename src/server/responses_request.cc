@@ -189,11 +189,7 @@ void read_tool_choice(const ordered_json& body, ChatContext& c) {
       check_keys(FieldScope{}, *choice, {"type", "name"}, "tool_choice.", "a function tool choice");
       c.tool_choice = ToolChoice::kNamed;
       c.tool_choice_name = string_member(*choice, "name", "tool_choice.", true);
-      bool known = false;
-      for (const auto& tool : c.tools.is_array() ? c.tools : ordered_json::array()) {
-        known = known || tool["function"]["name"] == c.tool_choice_name;
-      }
-      if (!known) {
+      if (!c.has_tool(c.tool_choice_name)) {
         bad_request("tool_choice.name", fmt::format("'tool_choice.name' is '{}', which is not among the tools", c.tool_choice_name));
       }
     } else if (*choice != "auto") {

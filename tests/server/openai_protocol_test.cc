@@ -219,6 +219,9 @@ TEST(OpenAiProtocolTest, RulesBetweenFields) {
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"required"})", "tool_choice"},
       {R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
        "tool_choice.function.name"},  // a named function that is not among the (absent) tools
+      {R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],)"
+       R"("tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice.function.name"},  // nor among the tools sent
       {R"({"messages":[{"role":"user","content":"x"}],"parallel_tool_calls":1})", "parallel_tool_calls"},
       {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":[]})", "chat_template_kwargs"},
       {R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"tools":[]}})",
@@ -268,6 +271,13 @@ TEST(OpenAiProtocolTest, ParsesToolsAndToolTurnsForTheTemplate) {
   EXPECT_FALSE(plain.chat_context.has_tools());
   EXPECT_EQ(plain.chat_context.tool_choice, ToolChoice::kNone);
   EXPECT_TRUE(template_context(plain.chat_context)["tools"].is_null());
+  // A named choice of one of the tools (the second).
+  const auto named = parse_chat_request(
+      R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}},)"
+      R"({"type":"function","function":{"name":"g"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+      kLimit);
+  EXPECT_EQ(named.chat_context.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.chat_context.tool_choice_name, "g");
 }
 
 TEST(OpenAiProtocolTest, OversizedBodyIs413) {
