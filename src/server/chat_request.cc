@@ -140,29 +140,38 @@ void parse_tools(const ordered_json& body, ChatContext& c) {
   if (!tools->empty()) c.tools = *tools;
 }
 
-void parse_tool_choice(const ordered_json& body, ChatContext& c) {
+// Chat's named tool choice: {"type": "function", "function": {"name": "f"}}.
+NamedToolChoice read_chat_named_choice(const ordered_json& choice) {
+  check_keys(choice, {"type", "function"}, "tool_choice.");
+  if (string_member(choice, "type", "tool_choice.", true) != "function") {
+    bad_request("tool_choice.type", "'tool_choice.type' must be \"function\"");
+  }
+  const ordered_json* f = get_member(choice, "function");
+  if (!f || !f->is_object()) bad_request("tool_choice.function", "'tool_choice.function' must be an object");
+  check_keys(*f, {"name"}, "tool_choice.function.");
+  return {string_member(*f, "name", "tool_choice.function.", true), "tool_choice.function.name"};
+}
+
+}  // namespace
+
+void parse_tool_choice(const ordered_json& body, ChatContext& c, std::string_view named_form,
+                       NamedToolChoice (*read_named)(const ordered_json& choice)) {
   if (const ordered_json* choice = get_member(body, "tool_choice")) {
     if (*choice == "none") {
       c.tool_choice = ToolChoice::kNone;
     } else if (*choice == "required") {
       c.tool_choice = ToolChoice::kRequired;
-    } else if (choice->is_object()) {  // {"type": "function", "function": {"name": "f"}}
-      check_keys(*choice, {"type", "function"}, "tool_choice.");
-      if (string_member(*choice, "type", "tool_choice.", true) != "function") {
-        bad_request("tool_choice.type", "'tool_choice.type' must be \"function\"");
-      }
-      const ordered_json* f = get_member(*choice, "function");
-      if (!f || !f->is_object()) bad_request("tool_choice.function", "'tool_choice.function' must be an object");
-      check_keys(*f, {"name"}, "tool_choice.function.");
+    } else if (choice->is_object()) {
+      NamedToolChoice named = read_named(*choice);
       c.tool_choice = ToolChoice::kNamed;
-      c.tool_choice_name = string_member(*f, "name", "tool_choice.function.", true);
+      c.tool_choice_name = std::move(named.name);
       if (!c.has_tool(c.tool_choice_name)) {
-        bad_request("tool_choice.function.name",
-                    fmt::format("'tool_choice.function.name' is '{}', which is not among the tools", c.tool_choice_name));
+        bad_request(named.param,
+                    fmt::format("'{}' is '{}', which is not among the tools", named.param, c.tool_choice_name));
       }
     } else if (*choice != "auto") {
-      bad_request("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or "
-                                 "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      bad_request("tool_choice",
+                  fmt::format("'tool_choice' must be \"auto\", \"none\", \"required\" or {}", named_form));
     }
     if (c.tool_choice == ToolChoice::kRequired && !c.has_tools()) {
       bad_request("tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
@@ -173,8 +182,6 @@ void parse_tool_choice(const ordered_json& body, ChatContext& c) {
     c.parallel_tool_calls = parallel->get<bool>();
   }
 }
-
-}  // namespace
 
 void parse_template_kwargs(const ordered_json& body, ChatContext& c) {
   if (const ordered_json* kwargs = get_member(body, "chat_template_kwargs")) {
@@ -207,7 +214,7 @@ void parse_chat_context(const ordered_json& body, GenerationRequest& r) {
     c.template_messages.push_back(parse_message((*messages)[i], i, c, r.messages));
   }
   parse_tools(body, c);
-  parse_tool_choice(body, c);
+  parse_tool_choice(body, c, R"({"type": "function", "function": {"name": ...}})", read_chat_named_choice);
   parse_template_kwargs(body, c);
 }
 

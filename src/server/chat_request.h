@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+#include <string_view>
+
 #include "server/openai_protocol.h"
 
 namespace spindle::tokenizer {
@@ -16,6 +19,19 @@ namespace spindle::server {
 // Reads them from `body` (the request, parsed keeping the client's key order) into r.messages
 // and r.chat_context. The top-level keys have been checked against the field lists already.
 void parse_chat_context(const nlohmann::ordered_json& body, GenerationRequest& r);
+
+// A named tool choice as the request's API spells it: the function's name, and the parameter
+// that holds it ("tool_choice.function.name" for chat, "tool_choice.name" for responses).
+struct NamedToolChoice {
+  std::string name;
+  std::string param;
+};
+// tool_choice and parallel_tool_calls from `body` into c (chat and responses share the rules):
+// "auto", "none", "required" (a 400 without tools), or an object, which read_named checks and reads
+// (a 400 when its name is not among c.tools); any other value is a 400 showing `named_form`, the
+// API's object. c.tools must be read first.
+void parse_tool_choice(const nlohmann::ordered_json& body, ChatContext& c, std::string_view named_form,
+                       NamedToolChoice (*read_named)(const nlohmann::ordered_json& choice));
 
 // chat_template_kwargs and reasoning_effort from `body` into c.template_kwargs; the variables
 // transformers' apply_chat_template sets itself (messages, tools, ...) may not be overridden.

@@ -175,34 +175,14 @@ void read_tools(const ordered_json& body, ChatContext& c) {
   if (!out.empty()) c.tools = std::move(out);
 }
 
-void read_tool_choice(const ordered_json& body, ChatContext& c) {
-  if (const ordered_json* choice = get_member(body, "tool_choice")) {
-    if (*choice == "none") {
-      c.tool_choice = ToolChoice::kNone;
-    } else if (*choice == "required") {
-      c.tool_choice = ToolChoice::kRequired;
-    } else if (choice->is_object()) {  // {"type": "function", "name": "f"}
-      const std::string type = string_member(*choice, "type", "tool_choice.", true);
-      if (type != "function") {
-        bad_request("tool_choice.type", fmt::format("'tool_choice.type' is '{}'; only \"function\" is supported", type));
-      }
-      check_keys(FieldScope{}, *choice, {"type", "name"}, "tool_choice.", "a function tool choice");
-      c.tool_choice = ToolChoice::kNamed;
-      c.tool_choice_name = string_member(*choice, "name", "tool_choice.", true);
-      if (!c.has_tool(c.tool_choice_name)) {
-        bad_request("tool_choice.name", fmt::format("'tool_choice.name' is '{}', which is not among the tools", c.tool_choice_name));
-      }
-    } else if (*choice != "auto") {
-      bad_request("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
-    }
-    if (c.tool_choice == ToolChoice::kRequired && !c.has_tools()) {
-      bad_request("tool_choice", "'tool_choice' \"required\" needs a non-empty 'tools'");
-    }
+// The Responses API's named tool choice: {"type": "function", "name": "f"}.
+NamedToolChoice read_responses_named_choice(const ordered_json& choice) {
+  const std::string type = string_member(choice, "type", "tool_choice.", true);
+  if (type != "function") {
+    bad_request("tool_choice.type", fmt::format("'tool_choice.type' is '{}'; only \"function\" is supported", type));
   }
-  if (const ordered_json* parallel = get_member(body, "parallel_tool_calls")) {
-    if (!parallel->is_boolean()) bad_request("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
-    c.parallel_tool_calls = parallel->get<bool>();
-  }
+  check_keys(FieldScope{}, choice, {"type", "name"}, "tool_choice.", "a function tool choice");
+  return {string_member(choice, "name", "tool_choice.", true), "tool_choice.name"};
 }
 
 // reasoning: {effort}; a summary is refused (none is written).
@@ -308,7 +288,7 @@ ResponsesRequest parse_responses_request(const std::string& body, size_t max_bod
   const ordered_json o = ordered_json::parse(body);
   read_input(o, r);
   read_tools(o, r.chat_context);
-  read_tool_choice(o, r.chat_context);
+  parse_tool_choice(o, r.chat_context, R"({"type": "function", "name": ...})", read_responses_named_choice);
   read_text_format(o, r);
   parse_template_kwargs(o, r.chat_context);  // chat_template_kwargs (reasoning_effort is not a field here)
   read_reasoning(o, r.chat_context);

@@ -278,6 +278,17 @@ TEST(OpenAiProtocolTest, ParsesToolsAndToolTurnsForTheTemplate) {
       kLimit);
   EXPECT_EQ(named.chat_context.tool_choice, ToolChoice::kNamed);
   EXPECT_EQ(named.chat_context.tool_choice_name, "g");
+  // The errors name chat's spelling of a named choice (messages written by hand).
+  const auto [maybe_status, maybe_param, maybe_message] =
+      error_of(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"maybe"})", true);
+  EXPECT_EQ(maybe_param, "tool_choice");
+  EXPECT_EQ(maybe_message,
+            R"('tool_choice' must be "auto", "none", "required" or {"type": "function", "function": {"name": ...}})");
+  const auto [other_status, other_param, other_message] = error_of(
+      R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],)"
+      R"("tool_choice":{"type":"function","function":{"name":"g"}}})",
+      true);
+  EXPECT_EQ(other_message, "'tool_choice.function.name' is 'g', which is not among the tools");
 }
 
 TEST(OpenAiProtocolTest, OversizedBodyIs413) {

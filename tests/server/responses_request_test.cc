@@ -180,6 +180,26 @@ TEST(ResponsesRequestTest, RefusalsNameTheParameter) {
   EXPECT_EQ(refused_param(R"({"input": "x", "store": false, "previous_response_id": null})"), "<no error>");
 }
 
+// tool_choice's errors name the Responses API's spelling of a named choice (written by hand).
+TEST(ResponsesRequestTest, ToolChoiceErrorsSpellTheResponsesShape) {
+  const auto message_of = [](const std::string& body) -> std::string {
+    try {
+      parse(body);
+    } catch (const ApiError& e) {
+      return e.what();
+    }
+    return "<no error>";
+  };
+  EXPECT_EQ(message_of(R"({"input": "x", "tool_choice": "maybe"})"),
+            R"('tool_choice' must be "auto", "none", "required" or {"type": "function", "name": ...})");
+  EXPECT_EQ(message_of(R"({"input": "x", "tools": [{"type": "function", "name": "f"}],
+                           "tool_choice": {"type": "function", "name": "g"}})"),
+            "'tool_choice.name' is 'g', which is not among the tools");
+  EXPECT_EQ(message_of(R"({"input": "x", "tools": [{"type": "function", "name": "f"}],
+                           "tool_choice": {"type": "function", "name": "f"}, "parallel_tool_calls": 1})"),
+            "'parallel_tool_calls' must be a boolean");
+}
+
 // text.format is chat's response_format: the schema in the client's key order, strict, the param
 // a later compile error names.
 TEST(ResponsesRequestTest, TextFormatIsAnOutputConstraint) {
