@@ -46,6 +46,7 @@
 #include "bench_cli.h"
 #include "bench_model_writer.h"
 #include "bench_util.h"
+#include "model/cpu_ops.h"
 #include "config/server_config.h"
 #include "engine/runner.h"
 #include "gguf/gguf_file.h"
@@ -62,6 +63,7 @@ using namespace spindle;
 namespace {
 
 struct Args {
+  int experiment_no_arena = 0;
   std::string model_dir;
   int layers = 16;
   int context = 512;
@@ -91,6 +93,7 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--matmul-precision", a.matmul_precision, "auto, exact or bf16 (auto)")
       ->check(CLI::IsMember({"auto", "exact", "bf16"}));
   app.add_option("--profile", a.profile, "1: where each phase's time went (0)");
+  app.add_option("--experiment-no-arena", a.experiment_no_arena, "EXPERIMENT");
   app.add_option("--decode", a.decode, "0: the prefill only (1)");
   app.add_option("--linear", a.linear, "Every weight on this named linear kernel (auto policy)");
   app.add_option("--decode-batches", a.decode_batches, "Decode batch sizes, in order (1 16)")
@@ -364,7 +367,9 @@ int main(int argc, char** argv) {
       return std::unique_ptr<kernels::cpu::LinearKernel>(std::make_unique<TimedLinear>(std::move(k), w));
     };
     double t0 = bench::now_s();
+    g_experiment_no_arena = ab || args.experiment_no_arena;  // EXPERIMENT: A = old
     auto model = load_cpu_model(dir, options);
+    g_experiment_no_arena = false;
     const ModelConfig& c = model->config();
     std::printf("loaded %s in %.2f s (%s): weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers; "
                 "--matmul-precision %s (bf16 activations allowed: %s)\n",
@@ -375,7 +380,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<Transformer> model_b;
     if (ab) {
       ModelOptions b_options = options;
-      b_options.weights_memory = FileMemory::kHugePageCopy;
+      b_options.weights_memory = FileMemory::kMapped;  // EXPERIMENT
       t0 = bench::now_s();
       model_b = load_cpu_model(dir, b_options);
       std::printf("A/B: A = the weights mapped (above), B = loaded again into transparent huge pages in %.2f s\n",
@@ -495,18 +500,21 @@ int main(int argc, char** argv) {
       step(0);  // warm-up
       if (runner_b) {
         step_on(*runner_b, 0);
-        std::vector<double> ta, tb;
+        std::vector<double> ta, tb, ca, cb;  // wall and the calling thread's CPU time per step
         int b_won = 0;
         for (int i = 1; i <= args.steps; ++i) {
-          double t[2];
+          double t[2], cpu[2];
           for (int k = 0; k < 2; ++k) {
             const bool on_b = (k == 1) != (i % 2 == 0);  // A B, then B A
-            const double t0s = bench::now_s();
+            const double t0s = bench::now_s(), c0s = bench::thread_cpu_s();
             step_on(on_b ? *runner_b : runner, i);
             t[on_b ? 1 : 0] = bench::now_s() - t0s;
+            cpu[on_b ? 1 : 0] = bench::thread_cpu_s() - c0s;
           }
           ta.push_back(t[0]);
           tb.push_back(t[1]);
+          ca.push_back(cpu[0]);
+          cb.push_back(cpu[1]);
           b_won += t[1] < t[0];
         }
         auto median = [](std::vector<double> v) {
@@ -521,11 +529,18 @@ int main(int argc, char** argv) {
                     b, args.context, args.steps, ma * 1e3, mb * 1e3, mb / ma, b_won, args.steps, std::max(bw, bw_ab),
                     100 * decode_bytes(b) / (std::max(bw, bw_ab) * 1e9) / ma,
                     100 * decode_bytes(b) / (std::max(bw, bw_ab) * 1e9) / mb);
+        std::printf("  calling thread's CPU time: A median %.2f ms/step, B %.2f, B/A %.3f\n", median(ca) * 1e3,
+                    median(cb) * 1e3, median(cb) / median(ca));
         continue;
       }
       // The bound uses the higher of the start-of-run and a fresh bandwidth measurement (on a
       // shared machine other load moves it; the higher one is the stricter bound).
       const double bw_now = bench::memory_read_gbps(pool);
+      {
+        const int64_t c0 = g_experiment_pool_calls.load();
+        step(1);
+        std::printf("EXPERIMENT pool parallel_for calls in one step: %lld\n", (long long)(g_experiment_pool_calls.load() - c0));
+      }
       const double bw_bound = std::max(bw, bw_now);
       g_profile.reset();
       g_experts.calls = 0;

@@ -14,6 +14,7 @@
 #include "util/thread_pool.h"
 
 namespace spindle {
+bool g_experiment_no_arena = false;
 
 namespace kc = kernels::cpu;
 
@@ -128,8 +129,11 @@ CpuOps::Placed CpuOps::place_converted(std::span<const WeightView> parts) {
   Placed p;
   if (first.quantized()) {
     const kc::QuantType type = cpu_quant_type(first);
-    p.packed = std::make_unique<kc::PackedQuantWeight>(
-        kc::repack_quant_weight(type, source.data(), static_cast<int64_t>(source.size()), rows, first.cols(), pool_));
+    // Below 2 MiB (a mixture of experts' per-expert weights, small projections) the bytes go to the
+    // arena's huge pages; operator new would put them on 4 KiB pages.
+    HugePageArena* arena = source.size() < kHugePageMinBytes && !g_experiment_no_arena ? &small_weights_ : nullptr;
+    p.packed = std::make_unique<kc::PackedQuantWeight>(kc::repack_quant_weight(
+        type, source.data(), static_cast<int64_t>(source.size()), rows, first.cols(), pool_, arena));
     p.linear_weight = kc::LinearWeight::from_quant(*p.packed);
     weight_bytes_ += static_cast<uint64_t>(p.packed->num_bytes());
   } else {  // F16: widened to f32 (the CPU linear kernels read F32 or BF16)

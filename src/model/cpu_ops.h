@@ -29,9 +29,11 @@
 #include "model/cpu_moe.h"
 #include "model/device_ops.h"
 #include "model/model.h"
+#include "util/huge_page_allocator.h"
 #include "model/model_config.h"
 
 namespace spindle {
+extern bool g_experiment_no_arena;  // EXPERIMENT
 
 class CpuOps final : public DeviceOps {
  public:
@@ -116,6 +118,9 @@ class CpuOps final : public DeviceOps {
   std::function<std::unique_ptr<kernels::cpu::LinearKernel>(const kernels::cpu::LinearWeight&)> make_linear_;
   std::unique_ptr<WeightSource> weights_;
   WeightQuantization quantization_ = WeightQuantization::kNone;
+  // Small repacked weights' bytes (below kHugePageMinBytes: per-expert weights), on huge pages;
+  // declared before placed_ so that it outlives the weights that point into it.
+  HugePageArena small_weights_;
   std::vector<Placed> placed_;
   std::set<const void*> counted_;  // tensors already in weight_bytes_ (a tied LM head reads the embedding)
   uint64_t weight_bytes_ = 0;

@@ -40,4 +40,24 @@ void huge_page_free(void* p, size_t bytes) noexcept {
   ::munmap(p, mapped_bytes(bytes));
 }
 
+HugePageArena::HugePageArena(size_t chunk_bytes) : chunk_bytes_(chunk_bytes < kHugePageMinBytes ? kHugePageMinBytes : chunk_bytes) {}
+
+HugePageArena::~HugePageArena() {
+  for (const Chunk& c : chunks_) huge_page_free(c.data, c.bytes);
+}
+
+void* HugePageArena::allocate(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t start = (used_ + kAlign - 1) / kAlign * kAlign;
+  if (chunks_.empty() || bytes == 0 || start + bytes > chunks_.back().bytes) {
+    const size_t size = bytes > chunk_bytes_ ? mapped_bytes(bytes) : chunk_bytes_;
+    chunks_.push_back({huge_page_alloc(size), size});  // size >= kHugePageMinBytes: 2 MiB-aligned
+    mapped_ += size;
+    used_ = bytes == 0 ? 1 : bytes;
+    return chunks_.back().data;
+  }
+  used_ = start + bytes;
+  return static_cast<char*>(chunks_.back().data) + start;
+}
+
 }  // namespace spindle

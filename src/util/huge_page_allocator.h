@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace spindle {
 
@@ -34,6 +35,37 @@ struct HugePageAllocator {
   bool operator==(const HugePageAllocator<U>& /*other*/) const noexcept {
     return true;
   }
+};
+
+// Many small read-mostly blocks (each below kHugePageMinBytes, e.g. a mixture of experts' per-expert
+// repacked weights: 0.9-1.8 MiB each in Qwen3-30B-A3B's shape) carved out of huge-page chunks, so
+// they are read on 2 MiB pages too: operator new would put them on 4 KiB pages, a TLB miss (a
+// two-dimensional page walk under a hypervisor) every 4 KiB of a decode step's expert products.
+// allocate() hands out `bytes` at a 64-byte boundary from the current chunk (a new chunk of
+// max(chunk_bytes, bytes) when it does not fit; the old chunk's tail stays unused). Blocks live until
+// the arena is destroyed. Not thread-safe: one caller at a time.
+class HugePageArena {
+ public:
+  static constexpr size_t kDefaultChunkBytes = size_t{64} << 20;
+  explicit HugePageArena(size_t chunk_bytes = kDefaultChunkBytes);
+  ~HugePageArena();
+  HugePageArena(const HugePageArena&) = delete;
+  HugePageArena& operator=(const HugePageArena&) = delete;
+
+  // bytes > 0; throws std::bad_alloc when a chunk cannot be mapped.
+  void* allocate(size_t bytes);
+  // Bytes mapped for chunks (what the arena holds, used or not).
+  size_t bytes_mapped() const { return mapped_; }
+
+ private:
+  struct Chunk {
+    void* data;
+    size_t bytes;
+  };
+  size_t chunk_bytes_;
+  std::vector<Chunk> chunks_;
+  size_t used_ = 0;  // of the last chunk
+  size_t mapped_ = 0;
 };
 
 }  // namespace spindle

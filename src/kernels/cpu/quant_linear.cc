@@ -281,7 +281,7 @@ int64_t quant_file_block_bytes(QuantType type) {
 }
 
 PackedQuantWeight repack_quant_weight(QuantType type, const void* file_bytes, int64_t file_num_bytes, int64_t n,
-                                      int64_t k, ThreadPool* pool) {
+                                      int64_t k, ThreadPool* pool, HugePageArena* arena) {
   const int64_t be = quant_file_block_elements(type);
   SPINDLE_CHECK(n > 0 && k > 0, "quantized weight {}: shape [{}, {}] must be positive", quant_type_name(type), n, k);
   SPINDLE_CHECK(k % be == 0, "quantized weight {}: row length {} is not a multiple of the block size {}",
@@ -296,10 +296,16 @@ PackedQuantWeight repack_quant_weight(QuantType type, const void* file_bytes, in
   w.n = n;
   w.k = k;
   w.group_bytes = blocks * unit_bytes(type);
-  w.storage.assign(static_cast<size_t>(w.num_bytes() + 64), 0);
-  w.offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(w.storage.data()) % 64) % 64);
+  uint8_t* dst = nullptr;
+  if (arena != nullptr) {  // 64-byte aligned; every byte is written below (padding rows zeroed by repack_unit)
+    w.arena_bytes = static_cast<uint8_t*>(arena->allocate(static_cast<size_t>(w.num_bytes())));
+    dst = w.arena_bytes;
+  } else {
+    w.storage.assign(static_cast<size_t>(w.num_bytes() + 64), 0);
+    w.offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(w.storage.data()) % 64) % 64);
+    dst = w.storage.data() + w.offset;
+  }
   const auto* src = static_cast<const uint8_t*>(file_bytes);
-  uint8_t* dst = w.storage.data() + w.offset;
   const auto repack_group = [&](int64_t g) {
     FileBlock rows[kQuantGroupRows];
     const int num_rows = static_cast<int>(std::min<int64_t>(kQuantGroupRows, n - g * kQuantGroupRows));

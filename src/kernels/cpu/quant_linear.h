@@ -78,14 +78,17 @@ int64_t quant_file_block_bytes(QuantType type);
 
 // A repacked weight (layout above). bytes: ceil(n / 16) groups of group_bytes each, 64-byte aligned.
 // The storage of a weight of 2 MiB or more is advised for transparent huge pages
-// (util/huge_page_allocator.h): a decode step streams every byte of it once.
+// (util/huge_page_allocator.h): a decode step streams every byte of it once. A weight repacked into
+// a HugePageArena (smaller weights: a mixture of experts' per-expert products) has no storage; its
+// bytes are at `arena_bytes`, owned by the arena, which must outlive the weight.
 struct PackedQuantWeight {
   QuantType type = QuantType::kQ8_0;
   int64_t n = 0, k = 0;
   int64_t group_bytes = 0;
   std::vector<uint8_t, HugePageAllocator<uint8_t>> storage;  // over-allocated by 64 so data() can be aligned
   int64_t offset = 0;            // of the aligned start within storage
-  const uint8_t* data() const { return storage.data() + offset; }
+  uint8_t* arena_bytes = nullptr;  // set: the bytes are in an arena (storage empty, offset 0)
+  const uint8_t* data() const { return arena_bytes != nullptr ? arena_bytes : storage.data() + offset; }
   int64_t num_groups() const { return (n + kQuantGroupRows - 1) / kQuantGroupRows; }
   int64_t num_bytes() const { return num_groups() * group_bytes; }
 };
@@ -93,8 +96,9 @@ struct PackedQuantWeight {
 // file_bytes: n rows of k / quant_file_block_elements(type) blocks (the GGUF tensor data).
 // Throws spindle::Error when k is not a multiple of the block, n or k is not positive, or
 // file_num_bytes is not the tensor's size. pool: spreads groups over workers (null: serial).
+// arena: where the bytes go (null: the weight's own storage); the same bytes either way.
 PackedQuantWeight repack_quant_weight(QuantType type, const void* file_bytes, int64_t file_num_bytes, int64_t n,
-                                      int64_t k, ThreadPool* pool = nullptr);
+                                      int64_t k, ThreadPool* pool = nullptr, HugePageArena* arena = nullptr);
 
 // x quantized per block of 32 (see above). q: [m, k]; scale: [m, k / 32]; sum16: [m, k / 16].
 struct QuantizedActivations {
