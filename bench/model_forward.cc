@@ -46,7 +46,6 @@
 #include "bench_cli.h"
 #include "bench_model_writer.h"
 #include "bench_util.h"
-#include "model/cpu_ops.h"
 #include "config/server_config.h"
 #include "engine/runner.h"
 #include "gguf/gguf_file.h"
@@ -63,7 +62,6 @@ using namespace spindle;
 namespace {
 
 struct Args {
-  int experiment_no_arena = 0;
   std::string model_dir;
   int layers = 16;
   int context = 512;
@@ -93,7 +91,6 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--matmul-precision", a.matmul_precision, "auto, exact or bf16 (auto)")
       ->check(CLI::IsMember({"auto", "exact", "bf16"}));
   app.add_option("--profile", a.profile, "1: where each phase's time went (0)");
-  app.add_option("--experiment-no-arena", a.experiment_no_arena, "EXPERIMENT");
   app.add_option("--decode", a.decode, "0: the prefill only (1)");
   app.add_option("--linear", a.linear, "Every weight on this named linear kernel (auto policy)");
   app.add_option("--decode-batches", a.decode_batches, "Decode batch sizes, in order (1 16)")
@@ -367,9 +364,7 @@ int main(int argc, char** argv) {
       return std::unique_ptr<kernels::cpu::LinearKernel>(std::make_unique<TimedLinear>(std::move(k), w));
     };
     double t0 = bench::now_s();
-    g_experiment_no_arena = ab || args.experiment_no_arena;  // EXPERIMENT: A = old
     auto model = load_cpu_model(dir, options);
-    g_experiment_no_arena = false;
     const ModelConfig& c = model->config();
     std::printf("loaded %s in %.2f s (%s): weight_bytes %.3f GB, linear kernel %s, gate/up fused in %d/%d layers; "
                 "--matmul-precision %s (bf16 activations allowed: %s)\n",
@@ -380,7 +375,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<Transformer> model_b;
     if (ab) {
       ModelOptions b_options = options;
-      b_options.weights_memory = FileMemory::kMapped;  // EXPERIMENT
+      b_options.weights_memory = FileMemory::kHugePageCopy;
       t0 = bench::now_s();
       model_b = load_cpu_model(dir, b_options);
       std::printf("A/B: A = the weights mapped (above), B = loaded again into transparent huge pages in %.2f s\n",
@@ -536,11 +531,6 @@ int main(int argc, char** argv) {
       // The bound uses the higher of the start-of-run and a fresh bandwidth measurement (on a
       // shared machine other load moves it; the higher one is the stricter bound).
       const double bw_now = bench::memory_read_gbps(pool);
-      {
-        const int64_t c0 = g_experiment_pool_calls.load();
-        step(1);
-        std::printf("EXPERIMENT pool parallel_for calls in one step: %lld\n", (long long)(g_experiment_pool_calls.load() - c0));
-      }
       const double bw_bound = std::max(bw, bw_now);
       g_profile.reset();
       g_experts.calls = 0;

@@ -2,9 +2,12 @@
 // experts, top 8, hidden 2048, width 768; gate/up joined as one [2F, H] Q4_K weight, down [H, F]
 // Q4_K or Q6_K), the variants alternated step by step in one run, so that the machine's load
 // falls on each alike:
-//   own      every expert's weights in their own allocation (operator new below 2 MiB: 4 KiB
-//            pages), each expert's products on one thread, experts side by side
-//   arena    the same weights repacked into a HugePageArena (2 MiB pages)
+//   arena    every expert's weights repacked into a HugePageArena (2 MiB pages; what CpuOps
+//            does for weights below 2 MiB), each expert's products on one thread, experts side by
+//            side (cpu_moe.cc's batch-1 path)
+//   own      the same weights each in their own allocation (operator new below 2 MiB: 4 KiB pages)
+//   arena2, own2  the two again: the first variant of a step ran slower in an earlier order
+//            (own first: +17% for the arena, vs +5.5% in this order), so each is measured twice
 // Each step picks top_k distinct experts at random (a set of --sets layers' experts, so that a
 // step's experts are rarely still in the L3 from an earlier step); the x row is random. Prints per
 // variant the median step time and the GB/s of the repacked bytes read, next to the streaming read
@@ -22,7 +25,6 @@
 #include "bench_util.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant_linear.h"
-#include "kernels/cpu/quant_linear_isa.h"
 #include "util/huge_page_allocator.h"
 #include "util/thread_pool.h"
 

@@ -14,7 +14,6 @@
 #include "util/thread_pool.h"
 
 namespace spindle {
-bool g_experiment_no_arena = false;
 
 namespace kc = kernels::cpu;
 
@@ -131,7 +130,7 @@ CpuOps::Placed CpuOps::place_converted(std::span<const WeightView> parts) {
     const kc::QuantType type = cpu_quant_type(first);
     // Below 2 MiB (a mixture of experts' per-expert weights, small projections) the bytes go to the
     // arena's huge pages; operator new would put them on 4 KiB pages.
-    HugePageArena* arena = source.size() < kHugePageMinBytes && !g_experiment_no_arena ? &small_weights_ : nullptr;
+    HugePageArena* arena = source.size() < kHugePageMinBytes ? &small_weights_ : nullptr;
     p.packed = std::make_unique<kc::PackedQuantWeight>(kc::repack_quant_weight(
         type, source.data(), static_cast<int64_t>(source.size()), rows, first.cols(), pool_, arena));
     p.linear_weight = kc::LinearWeight::from_quant(*p.packed);

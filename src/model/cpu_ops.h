@@ -33,7 +33,6 @@
 #include "model/model_config.h"
 
 namespace spindle {
-extern bool g_experiment_no_arena;  // EXPERIMENT
 
 class CpuOps final : public DeviceOps {
  public:

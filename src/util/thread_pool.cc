@@ -184,7 +184,6 @@ void ThreadPool::worker_loop() {
   }
 }
 
-std::atomic<int64_t> g_experiment_pool_calls{0};
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
   if (workers_.empty() || n == 1 || tls_inside_pool) {
@@ -192,7 +191,6 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn)
     return;
   }
   SPINDLE_CHECK(n < (int64_t{1} << kGenShift), "parallel_for: {} tasks is too many", n);
-  g_experiment_pool_calls.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard call_lock(call_mutex_);
   const uint64_t gen = ((work_.load() >> kGenShift) + 1) & 0xffffffffu;
   {

@@ -28,7 +28,6 @@
 
 namespace spindle {
 
-extern std::atomic<int64_t> g_experiment_pool_calls;  // EXPERIMENT
 class ThreadPool {
  public:
   // num_threads counts the caller: 1 means serial (no workers). 0 means one per usable core.

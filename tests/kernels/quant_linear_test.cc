@@ -222,6 +222,32 @@ INSTANTIATE_TEST_SUITE_P(Isas, QuantLinearKernel,
                                            QuantKernelIsa::kAvx512Vnni, QuantKernelIsa::kAmxInt8),
                          [](const auto& info) { return std::string(quant_kernel_isa_name(info.param)); });
 
+// A weight repacked into a HugePageArena (CpuOps' weights below 2 MiB) has the same bytes as one in
+// its own storage, so every kernel computes the same outputs from it.
+TEST(QuantLinear, ArenaRepackEqualsOwnStorage) {
+  std::mt19937 rng(33);
+  HugePageArena arena;
+  const int64_t n = 40, k = 512, m = 3;
+  for (QuantType type : quant_types()) {
+    SCOPED_TRACE(std::string(quant_type_name(type)));
+    const auto file = random_weight(type, n, k, rng);
+    const auto own = repack_quant_weight(type, file.data(), int64_t(file.size()), n, k);
+    const auto in_arena = repack_quant_weight(type, file.data(), int64_t(file.size()), n, k, nullptr, &arena);
+    ASSERT_TRUE(in_arena.storage.empty());
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(in_arena.data()) % 64, 0u);
+    ASSERT_EQ(own.num_bytes(), in_arena.num_bytes());
+    EXPECT_EQ(0, std::memcmp(own.data(), in_arena.data(), static_cast<size_t>(own.num_bytes())));
+    const auto x = random_x(m, k, rng);
+    for (QuantKernelIsa isa : quant_kernel_isas()) {
+      if (!skip_reason(isa).empty()) continue;
+      std::vector<float> a(m * n), b(m * n);
+      quant_linear_forward(isa, own, x.data(), m, a.data(), nullptr);
+      quant_linear_forward(isa, in_arena, x.data(), m, b.data(), nullptr);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << quant_kernel_isa_name(isa);
+    }
+  }
+}
+
 // amx_int8 computes the same integers and the same f32 epilogue as avx512_vnni (quant_linear_amx.cc).
 TEST(QuantLinear, AmxEqualsAvx512VnniBitForBit) {
   for (QuantKernelIsa isa : {QuantKernelIsa::kAmxInt8, QuantKernelIsa::kAvx512Vnni}) {

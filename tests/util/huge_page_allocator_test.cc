@@ -1,12 +1,14 @@
 // util/huge_page_allocator.h: blocks of 2 MiB or more start on a 2 MiB boundary and carry the
 // MADV_HUGEPAGE advice (the "hg" VmFlag of their mapping in /proc/self/smaps, where the kernel has
 // transparent huge pages); smaller ones come from operator new; both hold what is written; a vector
-// over the allocator copies and frees like any other.
+// over the allocator copies and frees like any other. HugePageArena carves small blocks out of such
+// chunks.
 #include "util/huge_page_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -67,6 +69,41 @@ TEST(HugePageAllocatorTest, SmallBlocksAndVectorsWork) {
   EXPECT_EQ(copy[kHugePageMinBytes / 2], 3);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % kHugePageMinBytes, 0u);
   EXPECT_EQ(small[9], 4);
+}
+
+// HugePageArena: blocks are 64-byte aligned, do not overlap, hold their bytes; a block that does
+// not fit the current chunk starts a new 2 MiB-aligned, advised chunk, and one above the chunk size
+// gets a chunk of its own.
+TEST(HugePageArenaTest, BlocksAreAlignedDisjointAndAdvised) {
+  HugePageArena arena(kHugePageMinBytes * 2);
+  std::vector<std::pair<uint8_t*, size_t>> blocks;
+  for (size_t bytes : {size_t{1000}, size_t{1} << 20, size_t{3}, size_t{3200000}, size_t{900000},
+                       kHugePageMinBytes * 3 + 5, size_t{77}}) {
+    auto* p = static_cast<uint8_t*>(arena.allocate(bytes));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+    std::memset(p, static_cast<int>(blocks.size() + 1), bytes);
+    blocks.emplace_back(p, bytes);
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto [p, bytes] = blocks[i];
+    EXPECT_EQ(p[0], i + 1) << i;  // no later block overwrote this one
+    EXPECT_EQ(p[bytes - 1], i + 1) << i;
+    for (size_t j = 0; j < blocks.size(); ++j) {
+      if (j != i) EXPECT_TRUE(p + bytes <= blocks[j].first || blocks[j].first + blocks[j].second <= p) << i << " " << j;
+    }
+  }
+  // Chunks: 4 MiB (blocks 0-2), 4 MiB (3-4: 3200000 did not fit the first), the 6 MiB block's own
+  // (and 77 bytes in its 4 KiB-rounded tail).
+  EXPECT_EQ(blocks[0].first + 1024, blocks[1].first);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[3].first) % kHugePageMinBytes, 0u);
+  EXPECT_EQ(blocks[3].first + 3200000, blocks[4].first);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[5].first) % kHugePageMinBytes, 0u);
+  EXPECT_EQ(blocks[5].first + kHugePageMinBytes * 3 + 64, blocks[6].first);
+  EXPECT_EQ(arena.bytes_mapped(), 2 * 2 * kHugePageMinBytes + (kHugePageMinBytes * 3 + 4096));
+  if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    EXPECT_NE(vm_flags_of(blocks[1].first).find(" hg"), std::string::npos) << vm_flags_of(blocks[1].first);
+  }
 }
 
 }  // namespace

@@ -439,8 +439,15 @@ std::vector<std::string> quant_linear_unsupported_reasons(QuantKernelIsa isa, co
 
 void quant_linear_forward(QuantKernelIsa isa, const PackedQuantWeight& w, const QuantizedActivations& x, float* y,
                           ThreadPool* pool) {
-  static const CpuInfo cpu = detect_cpu_info();
-  if (const auto reasons = quant_linear_unsupported_reasons(isa, cpu); !reasons.empty()) {
+  // The reasons per ISA, found once: every product calls this (a batch-1 MoE step ~1000 times),
+  // and each look-up builds strings.
+  static const std::vector<std::vector<std::string>> unsupported = [] {
+    const CpuInfo cpu = detect_cpu_info();
+    std::vector<std::vector<std::string>> r;
+    for (QuantKernelIsa i : quant_kernel_isas()) r.push_back(quant_linear_unsupported_reasons(i, cpu));
+    return r;
+  }();
+  if (const auto& reasons = unsupported[static_cast<size_t>(isa)]; !reasons.empty()) {
     SPINDLE_CHECK(false, "quantized linear kernel {} cannot run here: {}", quant_kernel_isa_name(isa),
                   fmt::join(reasons, "; "));
   }

@@ -16,7 +16,6 @@
 #include "kernels/cpu/quant_linear_avx512_decode.h"
 
 namespace spindle::kernels::cpu {
-int g_quant_prefetch_bytes = 0;
 namespace {
 
 template <QuantType T>
@@ -110,13 +109,7 @@ void tile(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
   for (int i = 0; i < MT; ++i) acc[i] = _mm512_setzero_ps();
   Block blk;
   blk.min = _mm512_setzero_ps();
-  const int64_t pf = g_quant_prefetch_bytes;
-  const uint8_t* pf_at = gw + pf;
   for (int64_t b = 0; b < nb; ++b) {
-    if (pf > 0) {
-      const uint8_t* pf_end = gw + pf + (b + 1) * w.group_bytes / nb;
-      for (; pf_at < pf_end; pf_at += 64) _mm_prefetch(reinterpret_cast<const char*>(pf_at), _MM_HINT_T0);
-    }
     decode<T>(gw, b, blk);
     rows_block<T, MT>(blk, rt, b, acc);
   }

@@ -65,7 +65,6 @@ inline constexpr int64_t kQuantRowChunk = 64;
 
 void quant_linear_groups_avx2(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 void quant_linear_groups_avx_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
-extern int g_quant_prefetch_bytes;  // EXPERIMENT
 void quant_linear_groups_avx512_vnni(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 void quant_linear_groups_amx(const QuantGroupsParams& p, int64_t group_begin, int64_t group_end);
 
