@@ -20,6 +20,7 @@
 #   SPINDLE_FRESH_KEEP=1       keep the root afterwards (for a look inside)
 #   SPINDLE_FRESH_MIRROR=URL   Debian mirror (default: http://deb.debian.org/debian)
 #   SPINDLE_FRESH_LOG=FILE     also write this script's log to FILE
+#   SPINDLE_FRESH_MAKE_TEST_S=N  time limit of `make test` in seconds (default 3600; a shared, busy host needs more)
 #   SPINDLE_FRESH_LOGS=DIR     where the full logs of `make test` and `make run` inside the root are
 #                              copied before the root is removed (default: /var/tmp/spindle-fresh-logs)
 set -uo pipefail
@@ -34,7 +35,7 @@ PORT=8080
 
 # Time limits per step, seconds.
 T_DEBOOTSTRAP=1200
-T_MAKE_TEST=3600
+T_MAKE_TEST="${SPINDLE_FRESH_MAKE_TEST_S:-3600}"  # a from-scratch build and the suite; more on a loaded host
 T_READY=600      # make run: until the server prints its curl command
 T_CURL=120
 
