@@ -46,8 +46,11 @@ uint32_t Nfa::new_state() {
 }
 
 void Nfa::add_lexeme(const RegexNode& re, int lexeme) {
+  const size_t first = accept_.size();
   const Fragment f = build(re);
   const uint32_t done = new_state();
+  owner_.resize(accept_.size(), lexeme);
+  std::fill(owner_.begin() + static_cast<long>(first), owner_.end(), lexeme);
   accept_[done] = lexeme;
   eps(f.end, done);
   if (starts_.size() <= static_cast<size_t>(lexeme)) starts_.resize(static_cast<size_t>(lexeme) + 1);
@@ -271,6 +274,14 @@ int32_t LexerDfa::start(std::span<const int> lexemes) {
 int32_t LexerDfa::state_of(uint32_t x) {
   std::vector<uint32_t> states = {x};
   closure(states);
+  return intern(states);
+}
+
+int32_t LexerDfa::part_of(int32_t s, int lexeme) {
+  std::vector<uint32_t> states;
+  for (uint32_t x : sets_[static_cast<size_t>(s)]) {
+    if (nfa_.owner(x) == lexeme) states.push_back(x);
+  }
   return intern(states);
 }
 

@@ -46,6 +46,8 @@ class Nfa {
   size_t num_states() const { return accept_.size(); }
   uint32_t lexeme_start(int lexeme) const { return starts_[static_cast<size_t>(lexeme)]; }
   int accept_lexeme(uint32_t state) const { return accept_[state]; }  // -1 when none
+  // The lexeme whose automaton state s is (each lexeme's states are its own).
+  int owner(uint32_t state) const { return owner_[state]; }
   std::span<const Edge> edges(uint32_t s) const {
     return {edges_.data() + edge_begin_[s], edges_.data() + edge_begin_[s + 1]};
   }
@@ -72,6 +74,7 @@ class Nfa {
   std::vector<std::pair<uint32_t, Edge>> build_edges_;
   std::vector<std::pair<uint32_t, uint32_t>> build_eps_;
   std::vector<int> accept_;
+  std::vector<int> owner_;  // [states] the lexeme each state was built for
   std::vector<uint32_t> starts_;
   std::vector<uint8_t> live_;
   std::vector<uint32_t> edge_begin_, eps_begin_;
@@ -99,6 +102,7 @@ class LexerDfa {
   std::span<const int> accepts(int32_t s) const { return accepts_[static_cast<size_t>(s)]; }
   bool accepting(int32_t s) const { return !accepts_[static_cast<size_t>(s)].empty(); }
   size_t num_states() const { return sets_.size(); }
+  const Nfa& nfa() const { return nfa_; }
   // The NFA states of DFA state s (those with byte edges or an accept, sorted).
   std::span<const uint32_t> nfa_states(int32_t s) const { return sets_[static_cast<size_t>(s)]; }
   // No byte continues the lexeme(s) of s (s is dead or only ends lexemes).
@@ -110,6 +114,9 @@ class LexerDfa {
   }
   // The DFA state of NFA state x alone (with its epsilon closure); kDead when x has no future.
   int32_t state_of(uint32_t x);
+  // The DFA state of the NFA states of s that belong to `lexeme` (a set closed under epsilon
+  // moves stays closed: no move leaves its lexeme); kDead when none does.
+  int32_t part_of(int32_t s, int lexeme);
   // Appends to out the DFA states reached from s by each well-formed multi-byte UTF-8
   // character (U+0080-U+10FFFF but surrogates); false when one of them leads nowhere. Works on
   // NFA state sets, so the states in the middle of a character are never built.

@@ -191,13 +191,19 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
   auto out = std::make_unique<StateMasks>();
   const int horizon = cache.horizon.of(lex);
   while (out->slices < t.num_slices() && t.slice_max_chars(out->slices + 1) <= horizon) ++out->slices;
-  const auto& start_loop = cache.dfa.loop_bytes(lex);
-  const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
+  // Dense (most walked tokens stay within) only where no slice is taken whole: with a
+  // horizon the walked tries hold the tokens a string state mostly rejects (quotes, escapes,
+  // controls), and a whole DFA row would be built to tell.
+  bool dense = false;
+  if (horizon < 1) {
+    const auto& start_loop = cache.dfa.loop_bytes(lex);
+    dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
+  }
   std::vector<uint32_t> bits(t.mask_words(), 0);
   LexStack stack;
   size_t set_count = 0;
   // Tokens of a few such characters and then a control byte die there (no lexeme ends).
-  const bool skip_control = cache.horizon.control_dead_of(lex) > TokenizerInfo::kControlMaxPrefix;
+  const bool skip_control = cache.horizon.controls_die(lex, TokenizerInfo::kControlMaxPrefix);
   for (size_t k = 0; k < t.tries().size(); ++k) {
     if (k >= 1 && static_cast<int>(k) <= out->slices) continue;
     if (skip_control && static_cast<int>(k) == t.control_trie()) continue;
