@@ -146,6 +146,12 @@ class LexerDfa {
   bool advance_ranges(const std::vector<uint32_t>& from, std::span<const std::pair<uint8_t, uint8_t>> ranges,
                       std::vector<int32_t>& out);
   void closure(std::vector<uint32_t>& states);
+  // The states with byte edges or an accept in x's epsilon closure (sorted), computed once.
+  std::span<const uint32_t> important_closure(uint32_t x);
+  // out = the important states reached from `from` by byte b (sorted, unique).
+  void move_on(std::span<const uint32_t> from, uint8_t b, std::vector<uint32_t>& out);
+  // intern() of a sorted set of important states (no copy when the state exists).
+  int32_t intern_sorted(const std::vector<uint32_t>& states);
 
   const Nfa& nfa_;
   size_t max_states_;
@@ -163,7 +169,10 @@ class LexerDfa {
   };
   std::unordered_map<std::string, int32_t, KeyHash, std::equal_to<>> index_;
   std::unordered_map<std::string, int32_t> start_index_;
-  std::vector<uint8_t> mark_;  // [nfa states] scratch for closure
+  std::vector<uint8_t> mark_;  // [nfa states] scratch for closure and move_on
+  std::vector<uint8_t> in_out_;        // [nfa states] scratch for move_on
+  std::vector<uint32_t> closure_at_;    // [nfa states] offset + 1 into closure_pool_, 0 = not yet
+  std::vector<uint32_t> closure_pool_;  // per computed state: count, then the states
   std::vector<std::array<uint64_t, 4>> loops_;
   std::vector<uint8_t> loops_known_;
 };
