@@ -33,8 +33,8 @@ bool StringHorizon::successors(int32_t s, std::vector<int32_t>& out) {
     ok = t != LexerDfa::kDead;
     if (res.empty() || res.back() != t) res.push_back(t);
   }
-  // Every well-formed multi-byte character.
-  if (ok) ok = dfa_.utf8_char_targets(s, res);
+  // Every well-formed multi-byte character (unless the alphabet is ASCII only).
+  if (ok && !ascii_only_) ok = dfa_.utf8_char_targets(s, res);
   if (succ_begin_.size() < dfa_.num_states()) succ_begin_.resize(dfa_.num_states(), 0);
   if (!ok) {
     succ_begin_[i] = -1;

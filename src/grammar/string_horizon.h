@@ -28,7 +28,10 @@ class StringHorizon {
  public:
   static constexpr int kUnbounded = 1 << 30;
 
-  StringHorizon(LexerDfa& dfa, int cap) : dfa_(dfa), cap_(cap) {}
+  // ascii_only: the characters are the one-byte ones only (0x20-0x7E but '"' and '\\'): a
+  // state that only some multi-byte characters kill (a pattern's '.' dies on U+2028 and
+  // U+2029) may survive every ASCII string.
+  StringHorizon(LexerDfa& dfa, int cap, bool ascii_only = false) : dfa_(dfa), cap_(cap), ascii_only_(ascii_only) {}
 
   // min(horizon of DFA state s, cap), or kUnbounded when every such string of any length keeps
   // s alive.
@@ -62,6 +65,7 @@ class StringHorizon {
 
   LexerDfa& dfa_;
   int cap_;
+  bool ascii_only_;
   size_t budget_end_ = 0;
   std::vector<int32_t> memo_;       // [DFA states] horizon + 1, 0 = unknown
   std::vector<uint32_t> seen_;      // [DFA states] stamp of the search that reached it

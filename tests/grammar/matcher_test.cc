@@ -119,7 +119,7 @@ TEST(MatcherOracle, Llama31VocabularySlices) {
   // that may be any other string: the key states' horizon comes from the part of the
   // any-other-key lexeme alone (StringHorizon); a '.' pattern dies on U+2028 and U+2029 only;
   // "pick" (and the second grammar) is a set of two string lexemes, each surviving less than the
-  // other in some places.
+  // other in some places; the third grammar's '.' has no horizon but survives every ASCII string.
   const char* const long_keys = R"({"type":"object","properties":{
     "configurationEndpointAddress":{"type":"string","pattern":"^a.*b$"},
     "configurationEndpointTimeout":{"type":"integer"},
@@ -129,6 +129,7 @@ TEST(MatcherOracle, Llama31VocabularySlices) {
       CompiledGrammar::compile(grammar_from_json_schema(long_keys, flexible)),
       CompiledGrammar::compile(grammar_from_json_schema(
           R"({"anyOf":[{"type":"string","maxLength":3},{"type":"string","pattern":"^[a-z]+$"}]})")),
+      CompiledGrammar::compile(grammar_from_json_schema(R"({"type":"string","pattern":"^a.*b$"})")),
       CompiledGrammar::compile(grammar_from_json_schema(schema, flexible)),
       CompiledGrammar::compile(grammar_from_json_schema(schema)),
       CompiledGrammar::compile(grammar_from_regex(R"("([^"\\]|\\n){0,30}")")),
