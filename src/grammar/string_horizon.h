@@ -11,8 +11,8 @@
 // bound past them. A set of NFA states survives wherever one of its parts does, so the best
 // part of one lexeme alone (a DFA state of its own, its horizon memoized and shared by every
 // set holding it, as a key that may be any string but the declared ones is shared by every key
-// position of its object) is a lower bound too: when it reaches the cap the set is not
-// searched. A lower bound only costs speed, never a wrong mask.
+// position of its object) is a lower bound too: when it reaches kPartEnough characters the set
+// itself is not searched. A lower bound only costs speed, never a wrong mask.
 //
 // Not thread-safe: one per LexerDfa (the matcher family's cache).
 #pragma once
