@@ -10,6 +10,10 @@
 // those of the valid instances' tokens; each instance's matcher is a fork of the schema's first
 // matcher (shared caches).
 //
+// Each schema's line of the --out file also carries its masks' statistics (masks, mask_sum_us,
+// mask_max_us, masks_over_500us, and slowest: [instance, token, us] of its slowest mask), so
+// the masks of the tail can be traced to their schemas.
+//
 // Usage: bench_grammar_maskbench DATA_DIR [--tokenizer DIR] [--every N] [--timeout S]
 //        [--out results.jsonl]
 #include <sys/wait.h>
@@ -71,16 +75,22 @@ void run_schema(const std::filesystem::path& file, const tokenizer::Tokenizer& t
     root.fill_mask(mask);
     out["ttfm_us"] = cpu_us() - t0;
     out["status"] = "compiled";
-    int valid_ok = 0, valid_n = 0, invalid_ok = 0, invalid_n = 0;
+    int valid_ok = 0, valid_n = 0, invalid_ok = 0, invalid_n = 0, instance = -1;
+    Json slowest = Json::array({-1, -1, 0.0});
     for (const Json& t : doc.value("tests", Json::array())) {
+      ++instance;
       const bool valid = t.at("valid").get<bool>();
       const std::string text = t.at("data").dump();
       Matcher m = root.fork();
       bool accepted = true;
+      int pos = 0;
       for (TokenId id : tok.encode(text, false)) {
         const double t1 = cpu_us();
         m.fill_mask(mask);
-        if (valid) times += std::to_string(static_cast<long>((cpu_us() - t1) * 10)) + " ";
+        const double us = cpu_us() - t1;
+        if (valid) times += std::to_string(static_cast<long>(us * 10)) + " ";
+        if (valid && us > slowest[2].get<double>()) slowest = Json::array({instance, pos, us});
+        ++pos;
         if (!((mask[static_cast<size_t>(id) / 32] >> (id % 32)) & 1u) || !m.accept_token(id)) {
           accepted = false;
           break;
@@ -95,6 +105,7 @@ void run_schema(const std::filesystem::path& file, const tokenizer::Tokenizer& t
         if (accepted && !out.contains("accepted_invalid")) out["accepted_invalid"] = text.substr(0, 300);
       }
     }
+    out["slowest"] = slowest;
     out["valid"] = {valid_ok, valid_n};
     out["invalid"] = {invalid_ok, invalid_n};
     out["pass"] = valid_ok == valid_n && invalid_ok == invalid_n;
@@ -176,7 +187,16 @@ int main(int argc, char** argv) {
     } else {
       r = Json::parse(text.substr(0, nl));
       std::istringstream ts(text.substr(nl + 1));
-      for (long v; ts >> v;) masks.push_back(static_cast<double>(v) / 10);
+      double sum = 0, max = 0;
+      int n = 0, over = 0;
+      for (long v; ts >> v; ++n) {
+        const double us = static_cast<double>(v) / 10;
+        masks.push_back(us);
+        sum += us, max = std::max(max, us), over += us > 500;
+      }
+      if (r.value("status", "") == "compiled") {
+        r["masks"] = n, r["mask_sum_us"] = sum, r["mask_max_us"] = max, r["masks_over_500us"] = over;
+      }
     }
     const std::string st = r["status"].get<std::string>();
     ++status[st];

@@ -46,8 +46,11 @@ uint32_t Nfa::new_state() {
 }
 
 void Nfa::add_lexeme(const RegexNode& re, int lexeme) {
+  const size_t first = accept_.size();
   const Fragment f = build(re);
   const uint32_t done = new_state();
+  owner_.resize(accept_.size(), lexeme);
+  std::fill(owner_.begin() + static_cast<long>(first), owner_.end(), lexeme);
   accept_[done] = lexeme;
   eps(f.end, done);
   if (starts_.size() <= static_cast<size_t>(lexeme)) starts_.resize(static_cast<size_t>(lexeme) + 1);
@@ -274,6 +277,14 @@ int32_t LexerDfa::state_of(uint32_t x) {
   return intern(states);
 }
 
+int32_t LexerDfa::part_of(int32_t s, int lexeme) {
+  std::vector<uint32_t> states;
+  for (uint32_t x : sets_[static_cast<size_t>(s)]) {
+    if (nfa_.owner(x) == lexeme) states.push_back(x);
+  }
+  return intern(states);
+}
+
 bool LexerDfa::advance_ranges(const std::vector<uint32_t>& from, std::span<const std::pair<uint8_t, uint8_t>> ranges,
                               std::vector<int32_t>& out) {
   const int lo = ranges[0].first, hi = ranges[0].second;
@@ -290,17 +301,10 @@ bool LexerDfa::advance_ranges(const std::vector<uint32_t>& from, std::span<const
   std::vector<uint32_t> next;
   for (size_t k = 0; k + 1 < cuts.size(); ++k) {
     const int b = cuts[k];
-    next.clear();
-    for (uint32_t st : from) {
-      for (const Nfa::Edge& e : nfa_.edges(st)) {
-        if (e.lo <= b && b <= e.hi) next.push_back(e.to);
-      }
-    }
-    closure(next);
-    std::erase_if(next, [&](uint32_t x) { return nfa_.edges(x).empty() && nfa_.accept_lexeme(x) < 0; });
+    move_on(from, static_cast<uint8_t>(b), next);
     if (next.empty()) return false;
     if (ranges.size() == 1) {
-      out.push_back(intern(next));
+      out.push_back(intern_sorted(next));
     } else if (!advance_ranges(next, ranges.subspan(1), out)) {
       return false;
     }
@@ -342,17 +346,50 @@ const std::array<uint64_t, 4>& LexerDfa::compute_loop_bytes(int32_t s) {
   return loops_[i];
 }
 
-int32_t LexerDfa::compute(int32_t s, uint8_t b) {
-  // Every byte of b's class moves each NFA state alike: one closure fills the row's entry.
-  std::vector<uint32_t>& next = scratch_;
-  next.clear();
-  for (uint32_t st : sets_[static_cast<size_t>(s)]) {
+std::span<const uint32_t> LexerDfa::important_closure(uint32_t x) {
+  if (closure_at_.empty()) closure_at_.assign(nfa_.num_states(), 0);
+  if (closure_at_[x] == 0) {
+    std::vector<uint32_t> states = {x};
+    closure(states);
+    std::erase_if(states, [&](uint32_t y) { return nfa_.edges(y).empty() && nfa_.accept_lexeme(y) < 0; });
+    std::sort(states.begin(), states.end());
+    closure_at_[x] = static_cast<uint32_t>(closure_pool_.size()) + 1;
+    closure_pool_.push_back(static_cast<uint32_t>(states.size()));
+    closure_pool_.insert(closure_pool_.end(), states.begin(), states.end());
+  }
+  const size_t at = closure_at_[x] - 1;
+  return {closure_pool_.data() + at + 1, closure_pool_[at]};
+}
+
+void LexerDfa::move_on(std::span<const uint32_t> from, uint8_t b, std::vector<uint32_t>& out) {
+  // in_out_ (not mark_, which important_closure's closure uses) keeps out unique.
+  if (in_out_.empty()) in_out_.assign(nfa_.num_states(), 0);
+  out.clear();
+  for (uint32_t st : from) {
     for (const Nfa::Edge& e : nfa_.edges(st)) {
-      if (e.lo <= b && b <= e.hi) next.push_back(e.to);
+      if (e.lo > b || b > e.hi) continue;
+      for (uint32_t y : important_closure(e.to)) {
+        if (!in_out_[y]) in_out_[y] = 1, out.push_back(y);
+      }
     }
   }
-  closure(next);
-  const int32_t t = intern(next);
+  for (uint32_t y : out) in_out_[y] = 0;
+  std::sort(out.begin(), out.end());
+}
+
+int32_t LexerDfa::intern_sorted(const std::vector<uint32_t>& states) {
+  const std::string_view key(reinterpret_cast<const char*>(states.data()), states.size() * sizeof(uint32_t));
+  auto it = index_.find(key);
+  if (it != index_.end()) return it->second;
+  std::vector<uint32_t> copy = states;
+  return intern(copy);
+}
+
+int32_t LexerDfa::compute(int32_t s, uint8_t b) {
+  // Every byte of b's class moves each NFA state alike: one move fills the row's entry.
+  std::vector<uint32_t>& next = scratch_;
+  move_on(sets_[static_cast<size_t>(s)], b, next);
+  const int32_t t = intern_sorted(next);
   trans_[static_cast<size_t>(s) * num_classes_ + byte_class_[b]] = t;
   return t;
 }

@@ -46,6 +46,8 @@ class Nfa {
   size_t num_states() const { return accept_.size(); }
   uint32_t lexeme_start(int lexeme) const { return starts_[static_cast<size_t>(lexeme)]; }
   int accept_lexeme(uint32_t state) const { return accept_[state]; }  // -1 when none
+  // The lexeme whose automaton state s is (each lexeme's states are its own).
+  int owner(uint32_t state) const { return owner_[state]; }
   std::span<const Edge> edges(uint32_t s) const {
     return {edges_.data() + edge_begin_[s], edges_.data() + edge_begin_[s + 1]};
   }
@@ -72,6 +74,7 @@ class Nfa {
   std::vector<std::pair<uint32_t, Edge>> build_edges_;
   std::vector<std::pair<uint32_t, uint32_t>> build_eps_;
   std::vector<int> accept_;
+  std::vector<int> owner_;  // [states] the lexeme each state was built for
   std::vector<uint32_t> starts_;
   std::vector<uint8_t> live_;
   std::vector<uint32_t> edge_begin_, eps_begin_;
@@ -99,6 +102,7 @@ class LexerDfa {
   std::span<const int> accepts(int32_t s) const { return accepts_[static_cast<size_t>(s)]; }
   bool accepting(int32_t s) const { return !accepts_[static_cast<size_t>(s)].empty(); }
   size_t num_states() const { return sets_.size(); }
+  const Nfa& nfa() const { return nfa_; }
   // The NFA states of DFA state s (those with byte edges or an accept, sorted).
   std::span<const uint32_t> nfa_states(int32_t s) const { return sets_[static_cast<size_t>(s)]; }
   // No byte continues the lexeme(s) of s (s is dead or only ends lexemes).
@@ -110,6 +114,9 @@ class LexerDfa {
   }
   // The DFA state of NFA state x alone (with its epsilon closure); kDead when x has no future.
   int32_t state_of(uint32_t x);
+  // The DFA state of the NFA states of s that belong to `lexeme` (a set closed under epsilon
+  // moves stays closed: no move leaves its lexeme); kDead when none does.
+  int32_t part_of(int32_t s, int lexeme);
   // Appends to out the DFA states reached from s by each well-formed multi-byte UTF-8
   // character (U+0080-U+10FFFF but surrogates); false when one of them leads nowhere. Works on
   // NFA state sets, so the states in the middle of a character are never built.
@@ -139,6 +146,12 @@ class LexerDfa {
   bool advance_ranges(const std::vector<uint32_t>& from, std::span<const std::pair<uint8_t, uint8_t>> ranges,
                       std::vector<int32_t>& out);
   void closure(std::vector<uint32_t>& states);
+  // The states with byte edges or an accept in x's epsilon closure (sorted), computed once.
+  std::span<const uint32_t> important_closure(uint32_t x);
+  // out = the important states reached from `from` by byte b (sorted, unique).
+  void move_on(std::span<const uint32_t> from, uint8_t b, std::vector<uint32_t>& out);
+  // intern() of a sorted set of important states (no copy when the state exists).
+  int32_t intern_sorted(const std::vector<uint32_t>& states);
 
   const Nfa& nfa_;
   size_t max_states_;
@@ -156,7 +169,10 @@ class LexerDfa {
   };
   std::unordered_map<std::string, int32_t, KeyHash, std::equal_to<>> index_;
   std::unordered_map<std::string, int32_t> start_index_;
-  std::vector<uint8_t> mark_;  // [nfa states] scratch for closure
+  std::vector<uint8_t> mark_;  // [nfa states] scratch for closure and move_on
+  std::vector<uint8_t> in_out_;        // [nfa states] scratch for move_on
+  std::vector<uint32_t> closure_at_;    // [nfa states] offset + 1 into closure_pool_, 0 = not yet
+  std::vector<uint32_t> closure_pool_;  // per computed state: count, then the states
   std::vector<std::array<uint64_t, 4>> loops_;
   std::vector<uint8_t> loops_known_;
 };

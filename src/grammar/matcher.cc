@@ -35,7 +35,8 @@ struct ExitMasks {
 class MatcherCache {
  public:
   MatcherCache(const CompiledGrammar& g, const TokenizerInfo& t)
-      : dfa(g.nfa(), g.limits().max_dfa_states), horizon(dfa, largest_finite_slice(t)) {
+      : dfa(g.nfa(), g.limits().max_dfa_states), horizon(dfa, largest_finite_slice(t)),
+        ascii_horizon(dfa, largest_finite_slice(t), true) {
     for (const std::string& text : g.special_tokens()) {
       for (TokenId id : t.special_ids(text)) special_ids.push_back(id);
     }
@@ -45,6 +46,7 @@ class MatcherCache {
   bool loops_on_utf8(int32_t s);
   LexerDfa dfa;
   StringHorizon horizon;
+  StringHorizon ascii_horizon;  // over one-byte string characters only
   std::unordered_map<int32_t, std::unique_ptr<StateMasks>> masks;
   // Key: (lexer state << 32 | group) and the next lexeme's start state.
   struct ExitKey {
@@ -143,12 +145,31 @@ void store_within(std::vector<uint32_t>& bits, size_t count, StateMasks& out) {
 
 using LexStack = std::vector<TokenTrie::WalkCursor<int32_t>>;
 
+// A lexer walk's frame: the DFA state, and whether the path from the walk's root is one-byte
+// string characters only (0x20-0x7E but '"' and '\\').
+struct LexFrame {
+  int32_t s;
+  bool ascii;
+};
+using LexFrameStack = std::vector<TokenTrie::WalkCursor<LexFrame>>;
+
+constexpr bool string_ascii(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
+
+// Only one-byte string characters on every path strictly below node n.
+bool string_ascii_below(const TokenTrie::WalkNode& n) {
+  constexpr uint64_t kNot0 = 0xFFFFFFFFull | (uint64_t{1} << '"');
+  constexpr uint64_t kNot1 = (uint64_t{1} << ('\\' - 64)) | (uint64_t{1} << (0x7F - 64));
+  return (n.flags & TokenTrie::kNonAsciiBelow) == 0 && (n.ascii_below[0] & kNot0) == 0 && (n.ascii_below[1] & kNot1) == 0;
+}
+
 // The lexer-only walk of one trie from lex: sets the bits of tokens staying inside the
 // lexeme(s) and records the exit nodes; returns how many bits it set (sparse walks only). With
 // `dense` the trie's bits are set first and rejected subtrees cleared (cheap when most tokens
-// stay within, as inside a string); otherwise within tokens are set one by one.
-size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_t lex, bool dense,
-                  std::vector<uint32_t>& bits, LexStack& stack, StateMasks& out) {
+// stay within, as inside a string); otherwise within tokens are set one by one. ascii_free: no
+// one-byte string character string kills lex (StringHorizon over ASCII unbounded), so below a
+// path of such characters every subtree of such characters stays within.
+size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_t lex, bool dense, bool ascii_free,
+                  std::vector<uint32_t>& bits, LexFrameStack& stack, StateMasks& out) {
   if (t.num_nodes() <= 1) return 0;
   if (dense) {
     const auto tb = t.token_bits();
@@ -165,14 +186,16 @@ size_t walk_lexer(const TokenTrie& t, uint32_t trie, MatcherCache& cache, int32_
     }
   };
   LexerDfa& dfa = cache.dfa;
-  t.walk_below(0, lex, stack, [&](uint32_t i, const TokenTrie::WalkNode& n, int32_t p, int32_t& s) {
-    s = dfa.next(p, n.byte);
-    if (s == LexerDfa::kDead) {
-      if (dfa.accepting(p)) out.exits.push_back({trie, i, p});
+  t.walk_below(0, LexFrame{lex, true}, stack, [&](uint32_t i, const TokenTrie::WalkNode& n, const LexFrame& p, LexFrame& c) {
+    c.s = dfa.next(p.s, n.byte);
+    if (c.s == LexerDfa::kDead) {
+      if (dfa.accepting(p.s)) out.exits.push_back({trie, i, p.s});
       if (dense) mark(n.token_begin, n.token_end, false);
       return false;
     }
-    if ((n.flags & TokenTrie::kLeaf) != 0 || subtree_within(t, cache, i, n, s)) {
+    c.ascii = p.ascii && string_ascii(n.byte);
+    if ((n.flags & TokenTrie::kLeaf) != 0 || (ascii_free && c.ascii && string_ascii_below(n)) ||
+        subtree_within(t, cache, i, n, c.s)) {
       if (!dense) mark(n.token_begin, n.token_end, true);
       return false;
     }
@@ -191,17 +214,26 @@ std::unique_ptr<StateMasks> build_state_masks(const TokenizerInfo& t, MatcherCac
   auto out = std::make_unique<StateMasks>();
   const int horizon = cache.horizon.of(lex);
   while (out->slices < t.num_slices() && t.slice_max_chars(out->slices + 1) <= horizon) ++out->slices;
-  const auto& start_loop = cache.dfa.loop_bytes(lex);
-  const bool dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
+  // Dense (most walked tokens stay within) only where no slice is taken whole: with a
+  // horizon the walked tries hold the tokens a string state mostly rejects (quotes, escapes,
+  // controls), and a whole DFA row would be built to tell.
+  bool dense = false;
+  if (horizon < 1) {
+    const auto& start_loop = cache.dfa.loop_bytes(lex);
+    dense = std::popcount(start_loop[0]) + std::popcount(start_loop[1]) >= 48;
+  }
+  // Without a horizon (some character kills lex, as U+2028 kills a pattern's '.'), ASCII
+  // subtrees may still all stay within.
+  const bool ascii_free = horizon < 1 && cache.ascii_horizon.of(lex) == StringHorizon::kUnbounded;
   std::vector<uint32_t> bits(t.mask_words(), 0);
-  LexStack stack;
+  LexFrameStack stack;
   size_t set_count = 0;
   // Tokens of a few such characters and then a control byte die there (no lexeme ends).
-  const bool skip_control = cache.horizon.control_dead_of(lex) > TokenizerInfo::kControlMaxPrefix;
+  const bool skip_control = cache.horizon.controls_die(lex, TokenizerInfo::kControlMaxPrefix);
   for (size_t k = 0; k < t.tries().size(); ++k) {
     if (k >= 1 && static_cast<int>(k) <= out->slices) continue;
     if (skip_control && static_cast<int>(k) == t.control_trie()) continue;
-    set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, bits, stack, *out);
+    set_count += walk_lexer(t.tries()[k], static_cast<uint32_t>(k), cache, lex, dense, ascii_free, bits, stack, *out);
   }
   store_within(bits, dense ? bits.size() : set_count, *out);
   std::stable_sort(out->exits.begin(), out->exits.end(),

@@ -114,24 +114,60 @@ RegexPtr re_optional(RegexPtr child) { return re_repeat(std::move(child), 0, 1);
 
 RegexPtr re_any_char() { return re_chars({{0, kMaxCodePoint}}); }
 
-std::string regex_key(const RegexNode& node) {
-  std::string out;
+namespace {
+
+void append_hex(std::string& out, uint32_t v) {
+  char buf[8];
+  int n = 0;
+  do {
+    buf[n++] = "0123456789abcdef"[v & 15];
+    v >>= 4;
+  } while (v != 0);
+  while (n > 0) out += buf[--n];
+}
+
+// regex_key's text appended to out (one buffer for the whole tree: linear in its size).
+void append_key(const RegexNode& node, std::string& out) {
   switch (node.kind) {
     case RegexNode::Kind::kEmpty:
-      return "()";
+      out += "()";
+      return;
     case RegexNode::Kind::kChars:
     case RegexNode::Kind::kBytes:
-      out = node.kind == RegexNode::Kind::kChars ? "[" : "B[";
-      for (const CodeRange& r : node.ranges) out += fmt::format("{:x}-{:x},", uint32_t(r.lo), uint32_t(r.hi));
-      return out + "]";
+      out += node.kind == RegexNode::Kind::kChars ? "[" : "B[";
+      for (const CodeRange& r : node.ranges) {
+        append_hex(out, static_cast<uint32_t>(r.lo));
+        out += '-';
+        append_hex(out, static_cast<uint32_t>(r.hi));
+        out += ',';
+      }
+      out += ']';
+      return;
     case RegexNode::Kind::kConcat:
     case RegexNode::Kind::kAlt:
-      out = node.kind == RegexNode::Kind::kConcat ? "(" : "(|";
-      for (const RegexPtr& c : node.children) out += regex_key(*c) + (node.kind == RegexNode::Kind::kAlt ? "|" : "");
-      return out + ")";
+      out += node.kind == RegexNode::Kind::kConcat ? "(" : "(|";
+      for (const RegexPtr& c : node.children) {
+        append_key(*c, out);
+        if (node.kind == RegexNode::Kind::kAlt) out += '|';
+      }
+      out += ')';
+      return;
     case RegexNode::Kind::kRepeat:
-      return fmt::format("{}{{{},{}}}", regex_key(*node.children[0]), node.min, node.max);
+      append_key(*node.children[0], out);
+      out += '{';
+      out += std::to_string(node.min);
+      out += ',';
+      out += std::to_string(node.max);
+      out += '}';
+      return;
   }
+}
+
+}  // namespace
+
+std::string regex_key(const RegexNode& node) {
+  std::string out;
+  append_key(node, out);
   return out;
 }
 

@@ -100,7 +100,7 @@ TEST(MatcherOracle, Llama31Vocabulary) {
 // Grammars whose string states take whole vocabulary slices (StringHorizon) and skip the
 // control-byte trie: keys that may be any string but the declared ones, a maxLength chain past
 // the largest finite slice, a minLength prefix, a pattern string (no slice), a string that
-// admits newlines (control trie walked), flexible whitespace. Walks pick random allowed
+// admits newlines (control trie walked), flexible whitespace, long declared keys. Walks pick random allowed
 // tokens, so strings fill with Llama-3.1's multi-byte and partial-UTF-8 tokens.
 TEST(MatcherOracle, Llama31VocabularySlices) {
   if (!std::filesystem::exists(testing::llama31_dir() / "tokenizer.json")) {
@@ -115,7 +115,21 @@ TEST(MatcherOracle, Llama31VocabularySlices) {
     "required":["title","code"]})";
   JsonGrammarOptions flexible;
   flexible.whitespace = JsonGrammarOptions::Whitespace::kFlexible;
+  // Declared keys past the largest finite slice (17+ characters, sharing prefixes) beside keys
+  // that may be any other string: the key states' horizon comes from the part of the
+  // any-other-key lexeme alone (StringHorizon); a '.' pattern dies on U+2028 and U+2029 only;
+  // "pick" (and the second grammar) is a set of two string lexemes, each surviving less than the
+  // other in some places; the third grammar's '.' has no horizon but survives every ASCII string.
+  const char* const long_keys = R"({"type":"object","properties":{
+    "configurationEndpointAddress":{"type":"string","pattern":"^a.*b$"},
+    "configurationEndpointTimeout":{"type":"integer"},
+    "configurationName":{"type":"string","maxLength":20},
+    "pick":{"anyOf":[{"type":"string","maxLength":3},{"type":"string","pattern":"^[a-z]+$"}]}}})";
   const std::vector<std::shared_ptr<const CompiledGrammar>> gs = {
+      CompiledGrammar::compile(grammar_from_json_schema(long_keys, flexible)),
+      CompiledGrammar::compile(grammar_from_json_schema(
+          R"({"anyOf":[{"type":"string","maxLength":3},{"type":"string","pattern":"^[a-z]+$"}]})")),
+      CompiledGrammar::compile(grammar_from_json_schema(R"({"type":"string","pattern":"^a.*b$"})")),
       CompiledGrammar::compile(grammar_from_json_schema(schema, flexible)),
       CompiledGrammar::compile(grammar_from_json_schema(schema)),
       CompiledGrammar::compile(grammar_from_regex(R"("([^"\\]|\\n){0,30}")")),
