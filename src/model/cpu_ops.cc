@@ -112,34 +112,39 @@ CpuOps::Placed CpuOps::place_vector(const WeightView& w) {
   return p;
 }
 
+// Parts are repacked where they lie, never joined in a temporary first: a copy per expert, freed
+// after repacking, left holes in the malloc heap that stayed resident (~84 MiB per layer of the
+// Qwen3-30B-A3B shape while the repacked experts came from malloc; tests/model/load_memory_test.cc).
 CpuOps::Placed CpuOps::place_converted(std::span<const WeightView> parts) {
   const WeightView& first = parts.front();
   int64_t rows = 0;
-  size_t bytes = 0;
-  for (const WeightView& t : parts) rows += t.rows(), bytes += t.bytes.size();
-  // One contiguous source: the part itself, or the parts copied back to back.
-  std::vector<std::byte> joined;
-  std::span<const std::byte> source = first.bytes;
-  if (parts.size() > 1) {
-    joined.reserve(bytes);
-    for (const WeightView& t : parts) joined.insert(joined.end(), t.bytes.begin(), t.bytes.end());
-    source = joined;
-  }
+  for (const WeightView& t : parts) rows += t.rows();
   Placed p;
   if (first.quantized()) {
     const kc::QuantType type = cpu_quant_type(first);
+    std::vector<kc::QuantRows> sources;
+    size_t bytes = 0;
+    sources.reserve(parts.size());
+    for (const WeightView& t : parts) {
+      sources.push_back({t.bytes.data(), static_cast<int64_t>(t.bytes.size()), t.rows()});
+      bytes += t.bytes.size();
+    }
     // Below 2 MiB (a mixture of experts' per-expert weights, small projections) the bytes go to the
     // arena's huge pages; operator new would put them on 4 KiB pages.
-    HugePageArena* arena = source.size() < kHugePageMinBytes ? &small_weights_ : nullptr;
-    p.packed = std::make_unique<kc::PackedQuantWeight>(kc::repack_quant_weight(
-        type, source.data(), static_cast<int64_t>(source.size()), rows, first.cols(), pool_, arena));
+    HugePageArena* arena = bytes < kHugePageMinBytes ? &small_weights_ : nullptr;
+    p.packed = std::make_unique<kc::PackedQuantWeight>(kc::repack_quant_weight(type, sources, first.cols(), pool_, arena));
     p.linear_weight = kc::LinearWeight::from_quant(*p.packed);
     weight_bytes_ += static_cast<uint64_t>(p.packed->num_bytes());
-  } else {  // F16: widened to f32 (the CPU linear kernels read F32 or BF16)
-    p.widened.resize(static_cast<size_t>(rows * first.cols()));
-    kc::embedding_gather({source.data(), DType::kF16}, 1, static_cast<int64_t>(p.widened.size()),
-                         std::vector<int32_t>{0}, p.widened.data());
-    p.linear_weight = kc::LinearWeight{p.widened.data(), DType::kF32, rows, first.cols()};
+  } else {  // F16: widened to f32 (the CPU linear kernels read F32 or BF16), part after part
+    const int64_t cols = first.cols();
+    p.widened.resize(static_cast<size_t>(rows * cols));
+    int64_t row = 0;
+    for (const WeightView& t : parts) {
+      kc::embedding_gather({t.bytes.data(), DType::kF16}, 1, t.rows() * cols, std::vector<int32_t>{0},
+                           p.widened.data() + row * cols);
+      row += t.rows();
+    }
+    p.linear_weight = kc::LinearWeight{p.widened.data(), DType::kF32, rows, cols};
     weight_bytes_ += p.widened.size() * sizeof(float);
   }
   for (const WeightView& t : parts) {

@@ -96,7 +96,8 @@ class CpuOps final : public DeviceOps {
   };
   Placed place_vector(const WeightView& w);
   // A linear weight that is not read in place: repacked (block types) or widened (F16), its parts
-  // joined; the sources released.
+  // stacked along out_features, each read where it lies (never joined in a temporary first); the
+  // sources released.
   Placed place_converted(std::span<const WeightView> parts);
   // --quantization q8_0: plain F32 / BF16 linear parts (in_features a multiple of 32) as Q8_0
   // blocks (gguf/quantize_q8_0.h), each view reading its part's blocks; empty when the parts stay

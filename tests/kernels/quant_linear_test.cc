@@ -301,6 +301,40 @@ TEST(QuantLinear, CorruptedWeightFails) {
   expect_corruption_fails(QuantType::kQ5_1, 64 + 256 + 1, 0x10);
 }
 
+// Parts repacked where they lie (a gate and an up projection, q/k/v) give the bytes the joined
+// rows give: part boundaries at 5 and 21 rows cut through the groups of 16. The joined repack is
+// the one the float64 tests above check.
+TEST(QuantLinear, PartsRepackAsTheirJoinedRows) {
+  std::mt19937 rng(13);
+  const int64_t k = 512;
+  const int64_t part_rows[] = {5, 16, 22};
+  for (QuantType type : quant_types()) {
+    SCOPED_TRACE(std::string(quant_type_name(type)));
+    std::vector<std::vector<uint8_t>> files;
+    std::vector<uint8_t> joined;
+    std::vector<QuantRows> parts;
+    for (int64_t rows : part_rows) files.push_back(random_weight(type, rows, k, rng));
+    for (size_t i = 0; i < files.size(); ++i) {
+      joined.insert(joined.end(), files[i].begin(), files[i].end());
+      parts.push_back({files[i].data(), int64_t(files[i].size()), part_rows[i]});
+    }
+    ThreadPool pool(2);
+    const auto a = repack_quant_weight(type, joined.data(), int64_t(joined.size()), 43, k);
+    const auto b = repack_quant_weight(type, parts, k, &pool);
+    ASSERT_EQ(a.n, b.n);
+    ASSERT_EQ(a.num_bytes(), b.num_bytes());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), size_t(a.num_bytes())));
+  }
+  std::vector<uint8_t> data(144 * 3);
+  const QuantRows bad[] = {{data.data(), 144, 1}, {data.data(), 144, 2}};  // part 1: 2 rows, 1 row's bytes
+  try {
+    repack_quant_weight(QuantType::kQ4_K, bad, 256);
+    ADD_FAILURE() << "no error for a part of the wrong size";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("part 1 of 2"), std::string::npos) << e.what();
+  }
+}
+
 TEST(QuantLinear, BadShapesAreErrors) {
   std::vector<uint8_t> data(144 * 2);
   EXPECT_THROW(repack_quant_weight(QuantType::kQ4_K, data.data(), int64_t(data.size()), 2, 128), Error);  // k % 256

@@ -282,15 +282,28 @@ int64_t quant_file_block_bytes(QuantType type) {
 
 PackedQuantWeight repack_quant_weight(QuantType type, const void* file_bytes, int64_t file_num_bytes, int64_t n,
                                       int64_t k, ThreadPool* pool, HugePageArena* arena) {
+  const QuantRows whole{file_bytes, file_num_bytes, n};
+  return repack_quant_weight(type, {&whole, 1}, k, pool, arena);
+}
+
+PackedQuantWeight repack_quant_weight(QuantType type, std::span<const QuantRows> parts, int64_t k, ThreadPool* pool,
+                                      HugePageArena* arena) {
   const int64_t be = quant_file_block_elements(type);
-  SPINDLE_CHECK(n > 0 && k > 0, "quantized weight {}: shape [{}, {}] must be positive", quant_type_name(type), n, k);
+  int64_t n = 0;
+  for (const QuantRows& p : parts) n += p.rows;
+  SPINDLE_CHECK(!parts.empty() && n > 0 && k > 0, "quantized weight {}: shape [{}, {}] must be positive",
+                quant_type_name(type), n, k);
   SPINDLE_CHECK(k % be == 0, "quantized weight {}: row length {} is not a multiple of the block size {}",
                 quant_type_name(type), k, be);
   const int64_t blocks = k / be;
   const int64_t row_bytes = blocks * quant_file_block_bytes(type);
-  SPINDLE_CHECK(file_bytes != nullptr && file_num_bytes == n * row_bytes,
-                "quantized weight {} [{}, {}]: {} bytes given, the tensor has {}", quant_type_name(type), n, k,
-                file_num_bytes, n * row_bytes);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const QuantRows& p = parts[i];
+    SPINDLE_CHECK(p.bytes != nullptr && p.rows > 0 && p.num_bytes == p.rows * row_bytes,
+                  "quantized weight {} [{}, {}]{}: {} bytes given for {} rows, the rows have {}", quant_type_name(type),
+                  n, k, parts.size() > 1 ? fmt::format(", part {} of {}", i, parts.size()) : std::string(),
+                  p.num_bytes, p.rows, p.rows * row_bytes);
+  }
   PackedQuantWeight w;
   w.type = type;
   w.n = n;
@@ -305,15 +318,21 @@ PackedQuantWeight repack_quant_weight(QuantType type, const void* file_bytes, in
     w.offset = static_cast<int64_t>((64 - reinterpret_cast<uintptr_t>(w.storage.data()) % 64) % 64);
     dst = w.storage.data() + w.offset;
   }
-  const auto* src = static_cast<const uint8_t*>(file_bytes);
+  // Row `row` of the joined weight: in the part whose rows cover it (parts are few: a linear walk).
+  const auto row_source = [&](int64_t row) {
+    for (const QuantRows& p : parts) {
+      if (row < p.rows) return static_cast<const uint8_t*>(p.bytes) + row * row_bytes;
+      row -= p.rows;
+    }
+    return static_cast<const uint8_t*>(nullptr);  // (unreachable: row < n)
+  };
   const auto repack_group = [&](int64_t g) {
     FileBlock rows[kQuantGroupRows];
+    const uint8_t* src[kQuantGroupRows];
     const int num_rows = static_cast<int>(std::min<int64_t>(kQuantGroupRows, n - g * kQuantGroupRows));
+    for (int r = 0; r < num_rows; ++r) src[r] = row_source(g * kQuantGroupRows + r);
     for (int64_t kb = 0; kb < blocks; ++kb) {
-      for (int r = 0; r < num_rows; ++r) {
-        const uint8_t* b = src + (g * kQuantGroupRows + r) * row_bytes + kb * quant_file_block_bytes(type);
-        unpack_block(type, b, rows[r]);
-      }
+      for (int r = 0; r < num_rows; ++r) unpack_block(type, src[r] + kb * quant_file_block_bytes(type), rows[r]);
       repack_unit(type, rows, num_rows, dst + g * w.group_bytes + kb * unit_bytes(type));
     }
   };
