@@ -182,7 +182,10 @@ std::vector<CpuOps::QuantizedPart> CpuOps::quantize_parts(std::span<const Weight
     q.view = t;
     q.view.block = gguf::GgmlType::kQ8_0;
     q.view.bytes = q.blocks;
-    q.view.release = nullptr;  // the plain source stays (a tied LM head's table is the embedding)
+    // The plain source is released after repacking, as a block-typed one is: a GGUF file's mapped
+    // pages dropped (a tied LM head's table is the embedding, whose lookups re-read the pages they
+    // touch from the file; a huge-page copy has no release), a permuted copy freed.
+    q.view.release = t.release;
   }
   return out;
 }
