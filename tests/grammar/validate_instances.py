@@ -23,8 +23,8 @@ for line in sys.stdin:
         try:
             cls(job["schema"], format_checker=None).validate(instance)
             print("OK")
-        except jsonschema.ValidationError as e:
-            print("BAD " + str(e).splitlines()[0])
+        except Exception as e:  # a ValidationError, or a schema the validator cannot use: that case only
+            print("BAD " + type(e).__name__ + ": " + str(e).splitlines()[0])
         continue
     v = cls(job["schema"], format_checker=cls.FORMAT_CHECKER)
     print("1" if v.is_valid(instance) else "0")

@@ -13,7 +13,6 @@
 #include <cstring>
 #include <random>
 
-#include "kernels/cpu/amx_tile_config.h"
 #include "platform/cpu_info.h"
 
 namespace spindle::kernels::cpu {
@@ -28,20 +27,36 @@ std::string skip_reason(std::string_view feature) {
 
 // C[m][n] += sum_k A[m][k] * B[k / 4][4 n + k % 4] (u8 x s8, tdpbusd's definition): rows x kb bytes
 // of A, kb / 4 rows of 64 bytes of B. Returns 0 when the tile product equals the scalar one.
-int tdpbusd_case(int rows, int kb, bool release_first) {
+// The 64-byte palette-1 tile configuration, written from its definition (byte 0 palette, bytes
+// 16 + 2t colsb of tile t, byte 48 + t its rows), independent of the kernels' AmxTileConfig.
+struct alignas(64) TileConfig {
+  uint8_t bytes[64] = {1};
+  TileConfig& tile(int t, int rows, int colsb) {
+    bytes[16 + 2 * t] = static_cast<uint8_t>(colsb);
+    bytes[17 + 2 * t] = static_cast<uint8_t>(colsb >> 8);
+    bytes[48 + t] = static_cast<uint8_t>(rows);
+    return *this;
+  }
+};
+
+// Only these two functions hold AMX and AVX-512 code (target attribute): the rest of this file runs
+// in the test's parent on any x86-64, where it must be able to skip.
+#define SPINDLE_AMX_TARGET __attribute__((target("avx512f,amx-tile,amx-int8,amx-bf16")))
+
+SPINDLE_AMX_TARGET int tdpbusd_case(int rows, int kb, bool release_first) {
   std::mt19937 rng(static_cast<uint32_t>(rows * 100 + kb));
   alignas(64) uint8_t a[16 * 64];
   alignas(64) int8_t b[16 * 64];
   alignas(64) int32_t c[16 * 16];
   for (auto& v : a) v = static_cast<uint8_t>(rng());
   for (auto& v : b) v = static_cast<int8_t>(rng());
-  AmxTileConfig cfg;
+  TileConfig cfg;
   cfg.tile(0, rows, 64).tile(1, rows, 64).tile(2, rows, kb).tile(3, rows, kb).tile(4, kb / 4, 64).tile(5, kb / 4, 64);
   if (release_first) {
-    cfg.load();
+    _tile_loadconfig(&cfg);
     _tile_release();
   }
-  cfg.load();
+  _tile_loadconfig(&cfg);
   _tile_zero(0);
   _tile_loadd(2, a, 64);
   _tile_loadd(4, b, 64);
@@ -60,7 +75,7 @@ int tdpbusd_case(int rows, int kb, bool release_first) {
 
 // tdpbf16ps on full tiles: C[m][n] += sum_k A[m][k] * B[k / 2][2 n + k % 2] in f32 (bf16 inputs
 // that are small integers, so every product and sum is exact).
-int tdpbf16ps_case() {
+SPINDLE_AMX_TARGET int tdpbf16ps_case() {
   std::mt19937 rng(7);
   alignas(64) uint16_t a[16 * 32];
   alignas(64) uint16_t b[16 * 32];
@@ -74,7 +89,9 @@ int tdpbf16ps_case() {
   int av[16 * 32], bv[16 * 32];
   for (int i = 0; i < 16 * 32; ++i) a[i] = bf16(av[i] = static_cast<int>(rng() % 9) - 4);
   for (int i = 0; i < 16 * 32; ++i) b[i] = bf16(bv[i] = static_cast<int>(rng() % 9) - 4);
-  load_full_amx_tiles(3);
+  TileConfig cfg;
+  cfg.tile(0, 16, 64).tile(1, 16, 64).tile(2, 16, 64);
+  _tile_loadconfig(&cfg);
   _tile_zero(0);
   _tile_loadd(1, a, 64);
   _tile_loadd(2, b, 64);

@@ -22,6 +22,7 @@
 #include <malloc.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "model/model_loader.h"
 #include "model/safetensors_writer.h"
 #include "model/transformer.h"
+#include "util/thread_pool.h"
 
 namespace spindle {
 namespace {
@@ -131,6 +133,12 @@ TEST(LoadMemoryTest, GgufMoeLoadHoldsItsRepackedWeights) {
   const std::filesystem::path path = dir.path() / "moe-q4k.gguf";
   const Shape shape;
   const int64_t repacked = write_moe_file(path, shape);
+  // The load's thread pool started and its threads' stacks and malloc arenas touched before the
+  // measurement (their cost grows with the core count, not with the weights).
+  ThreadPool::global().parallel_for(4 * ThreadPool::global().num_threads(), [](int64_t) {
+    void* p = std::malloc(64);
+    std::free(p);
+  });
   malloc_trim(0);  // the writer's freed buffers out of the heap, so the load cannot reuse resident pages
 
   const int64_t before = rss_anon_bytes();
