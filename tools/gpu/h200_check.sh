@@ -41,6 +41,8 @@
 #                    float64 reference over the same FP8 pages, the CUDA writer bit for bit), then (MEMCHECK!=0)
 #                    compute-sanitizer memcheck over cuda_flash's fp8 decode and prefill cases
 #   e2e/             bench/e2e_gpu/run.sh (the 8B shape served; E2E_TIMEOUT, and run.sh's knobs)
+#   structured/      bench/e2e_gpu/structured_rows.sh: a json_schema constraint's cost at C=1 and 32 on the
+#                    8B shape, plain and constrained alternated (issue 44; STRUCTURED_TIMEOUT)
 #   early.jsonl/.md  bench_spec_verify decode/verify of the graph-replayed step at EARLY_SETS contexts and batches
 #   spec_verify*     bench_spec_verify on the 8B shape: verify (1 + k tokens) vs decode, batch 1 and 8
 #   profile_prefill.md  one 8000-token prefill forward of the 8B shape kernel by kernel (ncu; step profile_prefill)
@@ -185,6 +187,11 @@ fi
 if has e2e; then  # bench/e2e_gpu: the 8B shape served, against the bound and HF transformers
   SPINDLE=$PWD/$bin/spindle RESULTS=$out/e2e timeout ${E2E_TIMEOUT:-560} bash bench/e2e_gpu/run.sh >"$out/e2e.txt" 2>&1
   echo "== e2e exit $?"; grep -vE "^\[" "$out/e2e.txt" | tail -40
+fi
+if has structured; then  # issue 44: what a json_schema constraint costs the 8B shape served at C=1 and 32
+  SPINDLE=$PWD/$bin/spindle RESULTS=$out/structured timeout ${STRUCTURED_TIMEOUT:-420} \
+    bash bench/e2e_gpu/structured_rows.sh >"$out/structured.txt" 2>&1
+  tail -45 "$out/structured.txt"; pack
 fi
 if has early; then  # the graph-replayed decode and verify step, graphs planned as served (--max-model-len 8448)
   work=${WORK:-/tmp/e2e-work}
