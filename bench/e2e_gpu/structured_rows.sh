@@ -16,7 +16,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 spindle=${SPINDLE:-build/bin/spindle}
 results=${RESULTS:-/tmp/structured-out}
-work=${WORK:-/tmp/fp8-work}
+work=${WORK:-/tmp/e2e-work}  # run.sh's folder: one 8B model serves both
 levels=${LEVELS:-1,32}
 rounds=${ROUNDS:-3}
 shape=${SHAPE:-8b}
@@ -25,7 +25,7 @@ constraint=${CONSTRAINT:-$here/../results/2026-12-07-structured-output-devvm/con
 mkdir -p "$results" "$work"
 say() { echo "== $(date +%T) $*"; }
 
-dir=$work/bf16
+dir=$work/model
 if [[ ! -f $dir/model.safetensors ]]; then
   say "model bf16 ($shape)"
   python3 "$here/make_model.py" "$dir" --shape "$shape" >"$results/model.json" || exit 1
