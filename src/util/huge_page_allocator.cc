@@ -48,16 +48,20 @@ HugePageArena::~HugePageArena() {
 
 void* HugePageArena::allocate(size_t bytes) {
   constexpr size_t kAlign = 64;
-  const size_t start = (used_ + kAlign - 1) / kAlign * kAlign;
-  if (chunks_.empty() || bytes == 0 || start + bytes > chunks_.back().bytes) {
-    const size_t size = bytes > chunk_bytes_ ? mapped_bytes(bytes) : chunk_bytes_;
-    chunks_.push_back({huge_page_alloc(size), size});  // size >= kHugePageMinBytes: 2 MiB-aligned
-    mapped_ += size;
-    used_ = bytes == 0 ? 1 : bytes;
-    return chunks_.back().data;
+  if (bytes == 0) bytes = 1;
+  // First fit over the chunks' tails, oldest first: a block that does not fit the newest chunk's
+  // tail often fits an older one (e.g. a 0.9 MiB down projection behind 1.8 MiB gate/up blocks).
+  for (Chunk& c : chunks_) {
+    const size_t start = (c.used + kAlign - 1) / kAlign * kAlign;
+    if (start + bytes <= c.bytes) {
+      c.used = start + bytes;
+      return static_cast<char*>(c.data) + start;
+    }
   }
-  used_ = start + bytes;
-  return static_cast<char*>(chunks_.back().data) + start;
+  const size_t size = bytes > chunk_bytes_ ? mapped_bytes(bytes) : chunk_bytes_;
+  chunks_.push_back({huge_page_alloc(size), size, bytes});  // size >= kHugePageMinBytes: 2 MiB-aligned
+  mapped_ += size;
+  return chunks_.back().data;
 }
 
 }  // namespace spindle

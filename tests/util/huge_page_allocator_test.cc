@@ -71,9 +71,9 @@ TEST(HugePageAllocatorTest, SmallBlocksAndVectorsWork) {
   EXPECT_EQ(small[9], 4);
 }
 
-// HugePageArena: blocks are 64-byte aligned, do not overlap, hold their bytes; a block that does
-// not fit the current chunk starts a new 2 MiB-aligned, advised chunk, and one above the chunk size
-// gets a chunk of its own.
+// HugePageArena: blocks are 64-byte aligned, do not overlap, hold their bytes; a block goes to the
+// oldest chunk whose tail it fits, else starts a new 2 MiB-aligned, advised chunk, and one above the
+// chunk size gets a chunk of its own.
 TEST(HugePageArenaTest, BlocksAreAlignedDisjointAndAdvised) {
   HugePageArena arena(kHugePageMinBytes * 2);
   std::vector<std::pair<uint8_t*, size_t>> blocks;
@@ -93,13 +93,15 @@ TEST(HugePageArenaTest, BlocksAreAlignedDisjointAndAdvised) {
       if (j != i) EXPECT_TRUE(p + bytes <= blocks[j].first || blocks[j].first + blocks[j].second <= p) << i << " " << j;
     }
   }
-  // Chunks: 4 MiB (blocks 0-2), 4 MiB (3-4: 3200000 did not fit the first), the 6 MiB block's own
-  // (and 77 bytes in its 4 KiB-rounded tail).
+  // Chunks: 4 MiB (blocks 0-2, then 4 and 6 by first fit: they fit its tail), 4 MiB (block 3:
+  // 3200000 did not fit the first's 3,144,701 free bytes), the 6 MiB block's own. Offsets in the
+  // first chunk: 0, 1024, 1049600 (3 bytes), 1049664 (64-aligned; 900000 bytes), 1949696.
   EXPECT_EQ(blocks[0].first + 1024, blocks[1].first);
+  EXPECT_EQ(blocks[0].first + 1049600, blocks[2].first);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[3].first) % kHugePageMinBytes, 0u);
-  EXPECT_EQ(blocks[3].first + 3200000, blocks[4].first);
+  EXPECT_EQ(blocks[0].first + 1049664, blocks[4].first);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[5].first) % kHugePageMinBytes, 0u);
-  EXPECT_EQ(blocks[5].first + kHugePageMinBytes * 3 + 64, blocks[6].first);
+  EXPECT_EQ(blocks[0].first + 1949696, blocks[6].first);
   EXPECT_EQ(arena.bytes_mapped(), 2 * 2 * kHugePageMinBytes + (kHugePageMinBytes * 3 + 4096));
   if (std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
     EXPECT_NE(vm_flags_of(blocks[1].first).find(" hg"), std::string::npos) << vm_flags_of(blocks[1].first);
