@@ -44,6 +44,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
@@ -306,7 +307,16 @@ void launch_config(const MoeGroupedParams& p, int64_t z, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.out_features + kFeatures - 1) / kFeatures),
                   static_cast<unsigned>(std::min<int64_t>(p.num_experts, p.num_choices)), static_cast<unsigned>(z));
   const auto kernel = moe_mma_kernel<Cfg, kBf16, kGateUp>;
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSharedBytes));
+  // The shared-memory limit is set once per device (bit d of `raised`), not on every launch: a
+  // runtime call per launch is host time on every eager step.
+  static std::atomic<uint64_t> raised{0};
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (raised.load(std::memory_order_acquire) & bit) == 0) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSharedBytes));
+    raised.fetch_or(bit, std::memory_order_release);
+  }
   launch_pdl(kernel, grid, Cfg::kThreads, Cfg::kSharedBytes, stream, p);
 }
 
