@@ -92,4 +92,51 @@ void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
   detail::queue_moe_combine(p, stream);
 }
 
+bool moe_fused_supported(int64_t rows, int num_experts, WeightType type, bool aligned16, int64_t hidden,
+                         int64_t width, const float* x) {
+  return rows >= 1 && rows <= kMoeFusedMaxRows && num_experts >= 1 && num_experts <= kMoeFusedMaxExperts &&
+         type != WeightType::kF32 && aligned16 && hidden % 8 == 0 && width % 8 == 0 && aligned(x, 16);
+}
+
+void launch_moe_route_group(const MoeFusedRouteParams& p, cudaStream_t stream) {
+  const MoeRouteParams& r = p.route;
+  SPINDLE_CHECK(r.num_experts >= 1 && r.num_experts <= kMoeFusedMaxExperts && r.top_k >= 1 &&
+                    r.top_k <= std::min(r.num_experts, kMoeMaxTopK) && r.rows >= 1 && r.rows <= kMoeFusedMaxRows,
+                "moe route+group: top {} of {} experts over {} rows (the small-step path: at most {} experts, {} "
+                "rows, top {})",
+                r.top_k, r.num_experts, r.rows, kMoeFusedMaxExperts, kMoeFusedMaxRows, kMoeMaxTopK);
+  SPINDLE_CHECK(r.experts != nullptr && r.weights != nullptr && p.offsets != nullptr && p.order != nullptr &&
+                    p.active != nullptr && p.counter != nullptr &&
+                    (r.logits != nullptr ||
+                     (r.x != nullptr && r.router != nullptr && r.hidden >= 1 && r.logits_scratch != nullptr)),
+                "moe route+group: a null pointer (a router product needs logits_scratch)");
+  const size_t element = r.router_type == WeightType::kF32 ? 4 : 2;
+  const bool vec = r.logits == nullptr && r.hidden % 8 == 0 && aligned(r.x, 16) && aligned(r.router, 16) &&
+                   (r.hidden * static_cast<int64_t>(element)) % 16 == 0;
+  detail::queue_moe_route_group(p, vec, stream);
+}
+
+void launch_moe_gate_up_stream(const MoeGroupedParams& p, cudaStream_t stream) {
+  check_grouped(p, "gate/up stream", true);
+  SPINDLE_CHECK(p.type != WeightType::kF32 && p.aligned16 && p.in_features % 8 == 0 && aligned(p.x, 16),
+                "moe gate/up stream: 16-bit experts with 16-byte aligned rows only ({} columns)", p.in_features);
+  if (p.num_choices == 0) return;
+  detail::queue_moe_gate_up_stream(p, stream);
+}
+
+void launch_moe_down_combine(const MoeDownCombineParams& p, cudaStream_t stream) {
+  check_grouped(p.down, "down+combine", false);
+  const MoeCombineParams& c = p.combine;
+  SPINDLE_CHECK(p.down.type != WeightType::kF32 && p.down.aligned16 && p.down.in_features % 8 == 0 &&
+                    aligned(p.down.x, 16),
+                "moe down+combine: 16-bit experts with 16-byte aligned rows only ({} columns)", p.down.in_features);
+  SPINDLE_CHECK(c.weights != nullptr && c.y != nullptr && p.tile_counters != nullptr &&
+                    (c.shared_out == nullptr || c.shared_gate != nullptr) && c.top_k == p.down.top_k &&
+                    c.hidden == p.down.out_features && c.rows * c.top_k == p.down.num_choices,
+                "moe down+combine: {} rows x top {} vs {} choices, hidden {} vs {} outputs, or a null pointer",
+                c.rows, c.top_k, p.down.num_choices, c.hidden, p.down.out_features);
+  if (p.down.num_choices == 0) return;
+  detail::queue_moe_down_combine(p, stream);
+}
+
 }  // namespace spindle::kernels::cuda

@@ -127,4 +127,73 @@ struct MoeCombineParams {
 };
 void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
+// ---- The small-step path (decode and verify steps): three launches instead of six -------------
+//
+// route_group (router product, top-k and grouping in one launch), gate_up_stream (the weights of
+// the selected experts streamed by f32 FMA, SwiGLU in its epilogue), down_combine (the down product
+// and, in the last block of each output tile, the weighted sum over the row's experts and the
+// shared expert's term). For 16-bit experts (bf16, f16) with 16-byte aligned rows, hidden and
+// width multiples of 8, steps of at most kMoeFusedMaxRows rows and routers of at most
+// kMoeFusedMaxExperts experts (moe_fused_supported); the general launches above do the rest.
+//
+// Arithmetic: routing the same bits as launch_moe_route + launch_moe_group (the same dot products,
+// top_k_warp, the same grouping); the expert products f32 FMA over f32 rows (the f32 kernel's
+// order: 8 columns a lane step, lane-strided, a warp sum), so they differ from the tensor-core
+// kernels' (x split into two 16-bit parts) by the split's ~2^-16 relative error: a row is
+// batch-invariant within this path (1..kMoeFusedMaxRows rows), not across the two paths. The
+// combine is launch_moe_combine's, bit for bit.
+//
+// Budget at batch 1, Qwen3-30B-A3B (H 2048, F 768, 128 experts, top 8), bf16 experts on an H200
+// (4.26 TB/s copy bandwidth; bound 75.5 MB + 0.5 MB router = 17.8 us). Predicted, not measured:
+//   general path (6 launches, measured 62.7 us): spread logits 512 KB on 16 blocks, ~1 KB in
+//     flight per warp (~6 us) + top-k, 1 block (~2 us) + grouping, 1 block, a serial scan of E by
+//     one thread (~5 us) = 20 us measured with their launch gaps; gate/up on tensor cores 192
+//     blocks of 64 weight rows, 4-stage cp.async ring (~18-20 us for 50.3 MB), down 256 blocks of 96
+//     KB each (~10 us for 25.2 MB), combine one 256-thread block per row, 8 dependent L2 reads per
+//     thread (~3-4 us), 2-3 us of launch gap each without overlap of one's tail with the next one's
+//     ramp.
+//   this path (3 launches): route_group ~3.5 us (router in one round trip: 8 vectors per lane in
+//     flight, 128 warps; ticket ~0.5 us; 8 top-k rounds ~0.7 us; grouping ~0.5 us); gate_up_stream
+//     768 blocks x 4 warps (one wave at <= 80 registers), 4 KB in flight per warp = 12.6 MB >> the
+//     ~5 MB Little's law asks at 4.26 TB/s x ~1.2 us: 50.3 MB in ~12.5-13 us; down_combine 2048
+//     blocks of 12 KB, their first 2 KB per warp asked of L2 before their wait (under gate/up's
+//     tail): ~6-7 us, ~1 us of it exposed; the tile's combine ~1 us. Sum ~25-27 us = 66-71% of
+//     the bound; 8 rows (~52 distinct experts, bound 115 us) ~125-130 us (~90%); 32 rows (~112
+//     experts, bound 248 us) ~270 us (~90%).
+inline constexpr int64_t kMoeFusedMaxRows = 32;
+inline constexpr int kMoeFusedMaxExperts = 512;
+// Outputs per down_combine block (its output tile); the tile counters: ceil(hidden / this).
+inline constexpr int kMoeDownCombineTile = 8;
+
+// Whether the small-step path computes a block: rows 1..kMoeFusedMaxRows, num_experts <=
+// kMoeFusedMaxExperts, 16-bit experts with aligned16, hidden and width % 8 == 0, x 16-byte aligned.
+bool moe_fused_supported(int64_t rows, int num_experts, WeightType type, bool aligned16, int64_t hidden,
+                         int64_t width, const float* x);
+
+struct MoeFusedRouteParams {
+  MoeRouteParams route;  // a router product needs logits_scratch; rows <= kMoeFusedMaxRows
+  // out, as MoeGroupParams's: offsets [E + 1], order [rows * top_k], active [E + 1].
+  int32_t* offsets = nullptr;
+  int32_t* order = nullptr;
+  int32_t* active = nullptr;
+  // One int32 of device memory, 0 before the first launch; every launch leaves it 0 (a ticket
+  // counter: the last block to finish the router product does the top-k and the grouping).
+  int32_t* counter = nullptr;
+};
+void launch_moe_route_group(const MoeFusedRouteParams& p, cudaStream_t stream);
+
+// act at grouped positions (launch_moe_gate_up's output), for moe_fused_supported blocks. Waits
+// for its predecessor first (launch_moe_down_combine relies on it).
+void launch_moe_gate_up_stream(const MoeGroupedParams& p, cudaStream_t stream);
+
+struct MoeDownCombineParams {
+  MoeGroupedParams down;    // launch_moe_down's: down.x = act, down.y = out [rows * top_k, H] (scratch)
+  MoeCombineParams combine; // weights, shared_out / shared_gate, rows, top_k, hidden, y; expert_out unused
+  // [ceil(H / kMoeDownCombineTile)] int32, 0 before the first launch; every launch leaves them 0.
+  int32_t* tile_counters = nullptr;
+};
+// Contract: queued right after launch_moe_gate_up_stream, itself right after the
+// launch_moe_route_group that wrote down's grouping (its blocks read active[] before they wait).
+void launch_moe_down_combine(const MoeDownCombineParams& p, cudaStream_t stream);
+
 }  // namespace spindle::kernels::cuda

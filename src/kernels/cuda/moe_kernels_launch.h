@@ -4,6 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include "kernels/cuda/moe_kernels.h"
 
 namespace spindle::kernels::cuda::detail {
@@ -20,5 +23,10 @@ void queue_moe_grouped(const MoeGroupedParams& p, bool gate_up, bool vec, cudaSt
 // loads' alignment (in % 8 == 0, every weight row and x 16-byte aligned).
 void queue_moe_grouped_mma(const MoeGroupedParams& p, bool gate_up, cudaStream_t stream);
 void queue_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
+// The small-step path (moe_fused.cu); vec as queue_moe_route's.
+size_t moe_route_group_shared_bytes(int num_experts, int64_t num_choices);
+void queue_moe_route_group(const MoeFusedRouteParams& p, bool vec, cudaStream_t stream);
+void queue_moe_gate_up_stream(const MoeGroupedParams& p, cudaStream_t stream);
+void queue_moe_down_combine(const MoeDownCombineParams& p, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda::detail
