@@ -54,12 +54,18 @@ void CudaMoeScratch::reserve(const ModelConfig& c, int64_t step_rows) {
     grow(shared_out, r * h, sizeof(float));
     grow(shared_gate, r, sizeof(float));
   }
+  const size_t counter_bytes = (1 + (h + kcu::kMoeDownCombineTile - 1) / kcu::kMoeDownCombineTile) * sizeof(int32_t);
+  if (counters.size() < counter_bytes) {
+    counters.reserve(counter_bytes);
+    kcu::fill_zero(counters.data(), counters.size());  // the kernels keep them zero from here on
+  }
   rows = std::max(rows, r);
 }
 
 uint64_t CudaMoeScratch::bytes() const {
   return logits.size() + experts.size() + weights.size() + offsets.size() + order.size() + active.size() +
-         act.size() + out.size() + shared_gate_up.size() + shared_act.size() + shared_out.size() + shared_gate.size();
+         act.size() + out.size() + shared_gate_up.size() + shared_act.size() + shared_out.size() + shared_gate.size() +
+         counters.size();
 }
 
 void check_cuda_moe_weights(const ModelConfig& c, WeightSource& weights) {
@@ -155,6 +161,11 @@ void CudaOps::moe(const float* x, int64_t rows, const MoeBlock& block, float* y)
 void CudaOps::moe_chunk(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts,
                         float* y) {
   CudaMoeScratch& s = moe_->scratch;
+  if (kcu::moe_fused_supported(rows, block.num_experts, experts.type, experts.aligned16, config_.hidden_size,
+                               block.expert_width, x)) {
+    moe_chunk_fused(x, rows, block, experts, y);
+    return;
+  }
   moe_route(x, rows, block);
   moe_expert_products(x, rows, block, experts);
   kcu::MoeCombineParams combine;
@@ -172,8 +183,39 @@ void CudaOps::moe_chunk(const float* x, int64_t rows, const MoeBlock& block, con
   kcu::launch_moe_combine(combine, stream_);
 }
 
-// The router product and top-k into the scratch's experts / weights, then their grouping by expert.
-void CudaOps::moe_route(const float* x, int64_t rows, const MoeBlock& block) {
+// The small-step path (kernels/cuda/moe_kernels.h): the shared expert first (its outputs are the
+// combine's inputs), then route_group, gate_up_stream and down_combine back to back (the last one
+// reads the grouping before it waits, which that order makes safe).
+void CudaOps::moe_chunk_fused(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts,
+                              float* y) {
+  CudaMoeScratch& s = moe_->scratch;
+  if (block.shared_width > 0) moe_shared_expert(x, rows, block);
+  kcu::MoeFusedRouteParams route;
+  route.route = moe_route_params(x, rows, block);
+  route.offsets = s.offsets.as<int32_t>();
+  route.order = s.order.as<int32_t>();
+  route.active = s.active.as<int32_t>();
+  route.counter = s.counters.as<int32_t>();
+  kcu::launch_moe_route_group(route, stream_);
+  kcu::MoeGroupedParams g = moe_grouped_params(x, rows, block, experts, true);
+  kcu::launch_moe_gate_up_stream(g, stream_);
+  kcu::MoeDownCombineParams down;
+  down.down = moe_grouped_params(x, rows, block, experts, false);
+  down.combine.weights = s.weights.as<float>();
+  down.combine.rows = rows;
+  down.combine.top_k = block.top_k;
+  down.combine.hidden = config_.hidden_size;
+  down.combine.y = y;
+  if (block.shared_width > 0) {
+    down.combine.shared_out = s.shared_out.as<float>();
+    down.combine.shared_gate = s.shared_gate.as<float>();
+  }
+  down.tile_counters = s.counters.as<int32_t>() + 1;
+  kcu::launch_moe_down_combine(down, stream_);
+}
+
+// The routing launch's params: the router product of x, top-k into the scratch's experts / weights.
+kcu::MoeRouteParams CudaOps::moe_route_params(const float* x, int64_t rows, const MoeBlock& block) {
   CudaMoeScratch& s = moe_->scratch;
   const int64_t h = config_.hidden_size;
   const kcu::DeviceWeight& router = placed(block.router).weight;
@@ -192,15 +234,21 @@ void CudaOps::moe_route(const float* x, int64_t rows, const MoeBlock& block) {
   route.experts = s.experts.as<int32_t>();
   route.weights = s.weights.as<float>();
   route.logits_scratch = s.logits.as<float>();
-  kcu::launch_moe_route(route, stream_);
+  return route;
+}
+
+// The router product and top-k into the scratch's experts / weights, then their grouping by expert.
+void CudaOps::moe_route(const float* x, int64_t rows, const MoeBlock& block) {
+  CudaMoeScratch& s = moe_->scratch;
+  kcu::launch_moe_route(moe_route_params(x, rows, block), stream_);
   kcu::launch_moe_group({s.experts.as<int32_t>(), rows * block.top_k, block.num_experts, s.offsets.as<int32_t>(),
                          s.order.as<int32_t>(), s.active.as<int32_t>()},
                         stream_);
 }
 
-// The grouped gate/up + SiLU-mul into act, then the grouped down into out (by choice).
-void CudaOps::moe_expert_products(const float* x, int64_t rows, const MoeBlock& block,
-                                  const CudaMoeExperts& experts) {
+// The grouped gate/up (gate_up: x -> act) or down (act -> out, by choice) product's params.
+kcu::MoeGroupedParams CudaOps::moe_grouped_params(const float* x, int64_t rows, const MoeBlock& block,
+                                                  const CudaMoeExperts& experts, bool gate_up) {
   CudaMoeScratch& s = moe_->scratch;
   const int64_t e_count = block.num_experts;
   kcu::MoeGroupedParams g;
@@ -214,20 +262,29 @@ void CudaOps::moe_expert_products(const float* x, int64_t rows, const MoeBlock& 
   g.type = experts.type;
   g.aligned16 = experts.aligned16;
   const auto* table = experts.pointers.as<const void*>();
-  g.first = table;
-  g.second = table + e_count;
-  g.in_features = config_.hidden_size;
-  g.out_features = block.expert_width;
-  g.x = x;
-  g.y = s.act.as<float>();
-  kcu::launch_moe_gate_up(g, stream_);
-  g.first = table + 2 * e_count;
-  g.second = nullptr;
-  g.in_features = block.expert_width;
-  g.out_features = config_.hidden_size;
-  g.x = s.act.as<float>();
-  g.y = s.out.as<float>();
-  kcu::launch_moe_down(g, stream_);
+  if (gate_up) {
+    g.first = table;
+    g.second = table + e_count;
+    g.in_features = config_.hidden_size;
+    g.out_features = block.expert_width;
+    g.x = x;
+    g.y = s.act.as<float>();
+  } else {
+    g.first = table + 2 * e_count;
+    g.second = nullptr;
+    g.in_features = block.expert_width;
+    g.out_features = config_.hidden_size;
+    g.x = s.act.as<float>();
+    g.y = s.out.as<float>();
+  }
+  return g;
+}
+
+// The grouped gate/up + SiLU-mul into act, then the grouped down into out (by choice).
+void CudaOps::moe_expert_products(const float* x, int64_t rows, const MoeBlock& block,
+                                  const CudaMoeExperts& experts) {
+  kcu::launch_moe_gate_up(moe_grouped_params(x, rows, block, experts, true), stream_);
+  kcu::launch_moe_down(moe_grouped_params(x, rows, block, experts, false), stream_);
 }
 
 // Qwen2-MoE's shared expert through the dense products: shared_out = swiglu(x) W_down^T and

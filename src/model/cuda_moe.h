@@ -47,6 +47,10 @@ struct CudaMoeScratch {
   kernels::cuda::DeviceBuffer shared_act;      // [R, S]
   kernels::cuda::DeviceBuffer shared_out;      // [R, H]
   kernels::cuda::DeviceBuffer shared_gate;     // [R]
+  // The small-step path's ticket counters (kernels/cuda/moe_kernels.h, moe_fused_supported): [1]
+  // for route_group, then [ceil(H / kMoeDownCombineTile)] for down_combine; zero when allocated,
+  // left zero by every launch.
+  kernels::cuda::DeviceBuffer counters;
   int64_t rows = 0;                            // R reserved
 
   // Grows every buffer for a step of `rows` rows (at most kCudaMoeChunkRows count).

@@ -36,6 +36,7 @@
 #include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/fp8_linear_registry.h"
 #include "kernels/cuda/model_ops.h"
+#include "kernels/cuda/moe_kernels.h"
 #include "kernels/cuda/paged_attention.h"
 #include "model/cuda_model.h"
 #include "model/cuda_moe.h"
@@ -115,7 +116,11 @@ class CudaOps final : public DeviceOps {
   uint64_t moe_workspace_bytes() const;
   const CudaMoeExperts& moe_experts(const MoeBlock& block);
   void moe_chunk(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts, float* y);
+  void moe_chunk_fused(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts, float* y);
+  kernels::cuda::MoeRouteParams moe_route_params(const float* x, int64_t rows, const MoeBlock& block);
   void moe_route(const float* x, int64_t rows, const MoeBlock& block);
+  kernels::cuda::MoeGroupedParams moe_grouped_params(const float* x, int64_t rows, const MoeBlock& block,
+                                                     const CudaMoeExperts& experts, bool gate_up);
   void moe_expert_products(const float* x, int64_t rows, const MoeBlock& block, const CudaMoeExperts& experts);
   void moe_shared_expert(const float* x, int64_t rows, const MoeBlock& block);
 
