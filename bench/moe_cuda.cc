@@ -13,6 +13,8 @@
 //                       [--rows 1,2,4,8,16,32,64,128,512,1024]   (defaults: one Qwen3-30B-A3B layer)
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <stdexcept>
@@ -67,7 +69,7 @@ struct Layer {
 // One step's rows and scratch.
 struct Step {
   int64_t rows;
-  kcu::DeviceBuffer x, logits, ids, weights, offsets, order, active, act, out, y;
+  kcu::DeviceBuffer x, logits, ids, weights, offsets, order, active, act, out, y, counters;
   Step(const Shape& s, int64_t r, std::mt19937& rng) : rows(r) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> host(static_cast<size_t>(r * s.hidden));
@@ -79,16 +81,22 @@ struct Step {
     ids.reserve(n * 4), weights.reserve(n * 4), order.reserve(n * 4);
     offsets.reserve((s.experts + 1) * 4), active.reserve((s.experts + 1) * 4);
     act.reserve(n * s.width * 4), out.reserve(n * s.hidden * 4), y.reserve(host.size() * 4);
+    counters.reserve((1 + (s.hidden + kcu::kMoeDownCombineTile - 1) / kcu::kMoeDownCombineTile) * 4);
+    kcu::fill_zero(counters.data(), counters.size());
   }
 };
 
-void run_route(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
+kcu::MoeRouteParams route_params(const Shape& s, const Layer& l, Step& st) {
   kcu::MoeRouteParams route;
   route.x = st.x.as<float>(), route.router = l.router.data(), route.hidden = s.hidden;
   route.rows = st.rows, route.num_experts = s.experts, route.top_k = s.top_k, route.norm_topk_prob = true;
   route.experts = st.ids.as<int32_t>(), route.weights = st.weights.as<float>();
   route.logits_scratch = st.logits.as<float>();
-  kcu::launch_moe_route(route, stream);
+  return route;
+}
+
+void run_route(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
+  kcu::launch_moe_route(route_params(s, l, st), stream);
   kcu::launch_moe_group({st.ids.as<int32_t>(), st.rows * s.top_k, s.experts, st.offsets.as<int32_t>(),
                          st.order.as<int32_t>(), st.active.as<int32_t>()},
                         stream);
@@ -120,6 +128,26 @@ void run_block(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
   kcu::launch_moe_combine(c, stream);
 }
 
+// The small-step path (moe_kernels.h, kMoeFusedMaxRows): route_group, gate_up_stream, down_combine.
+void run_route_group(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
+  kcu::MoeFusedRouteParams p;
+  p.route = route_params(s, l, st);
+  p.offsets = st.offsets.as<int32_t>(), p.order = st.order.as<int32_t>(), p.active = st.active.as<int32_t>();
+  p.counter = st.counters.as<int32_t>();
+  kcu::launch_moe_route_group(p, stream);
+}
+
+void run_block_fused(const Shape& s, const Layer& l, Step& st, cudaStream_t stream) {
+  run_route_group(s, l, st, stream);
+  kcu::launch_moe_gate_up_stream(grouped(s, l, st, true), stream);
+  kcu::MoeDownCombineParams d;
+  d.down = grouped(s, l, st, false);
+  d.combine.weights = st.weights.as<float>();
+  d.combine.rows = st.rows, d.combine.top_k = s.top_k, d.combine.hidden = s.hidden, d.combine.y = st.y.as<float>();
+  d.tile_counters = st.counters.as<int32_t>() + 1;
+  kcu::launch_moe_down_combine(d, stream);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -145,8 +173,9 @@ int main(int argc, char** argv) try {
   std::printf("{\"copy_bandwidth_bytes_s\": %.4g}\n", bandwidth);
   std::string table =
       "| rows | distinct experts | block us | bytes bound us | % of bound | route+group us | gate/up us (% of its "
-      "bound) | down us (% of its bound) | expert TFLOP/s (x as hi + lo: 2x on the tensor cores) |\n"
-      "|---|---|---|---|---|---|---|---|---|\n";
+      "bound) | down us (% of its bound) | expert TFLOP/s (x as hi + lo: 2x on the tensor cores) | small-step path "
+      "block us (% of bound) | its route_group us |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const int64_t rows : rows_list) {
     Step step(s, rows, rng);
     const double t = bench::timed([&] { run_block(s, layer, step, stream); }, flush, reps, stream);
@@ -156,6 +185,31 @@ int main(int argc, char** argv) try {
         bench::timed([&] { kcu::launch_moe_gate_up(grouped(s, layer, step, true), stream); }, flush, reps, stream);
     const double t_down =
         bench::timed([&] { kcu::launch_moe_down(grouped(s, layer, step, false), stream); }, flush, reps, stream);
+    // The small-step path on the same step (its routing is the same bits), from a cold L2 too.
+    double t_fused = 0, t_route_group = 0;
+    if (rows <= kcu::kMoeFusedMaxRows && s.experts <= kcu::kMoeFusedMaxExperts) {
+      t_fused = bench::timed([&] { run_block_fused(s, layer, step, stream); }, flush, reps, stream);
+      t_route_group = bench::timed([&] { run_route_group(s, layer, step, stream); }, flush, reps, stream);
+    }
+    double fused_diff = -1;  // max |fused - general| / max |general| over the step's outputs (a sanity check)
+    if (t_fused > 0) {
+      const size_t n = static_cast<size_t>(rows * s.hidden);
+      std::vector<float> general(n), fused(n);
+      run_block(s, layer, step, stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      kcu::copy_to_host(general.data(), step.y.data(), n * 4);
+      run_block_fused(s, layer, step, stream);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      kcu::copy_to_host(fused.data(), step.y.data(), n * 4);
+      double scale = 0, diff = 0;
+      for (size_t i = 0; i < n; ++i) {
+        scale = std::max(scale, std::fabs(double(general[i])));
+        diff = std::max(diff, std::fabs(double(fused[i]) - general[i]));
+      }
+      fused_diff = diff / std::max(scale, 1e-30);
+      std::printf("{\"rows\": %lld, \"fused_vs_general_max_rel_diff\": %.3g}\n", static_cast<long long>(rows),
+                  fused_diff);
+    }
     int32_t distinct = 0;
     kcu::copy_to_host(&distinct, step.active.as<int32_t>() + s.experts, 4);
     const double bound = (router_bytes + distinct * expert_bytes) / bandwidth;
@@ -164,14 +218,23 @@ int main(int argc, char** argv) try {
     const double tflops = 2.0 * rows * s.top_k * 3.0 * s.width * s.hidden / t / 1e12;
     std::printf("{\"rows\": %lld, \"distinct_experts\": %d, \"block_us\": %.2f, \"bound_us\": %.2f, "
                 "\"pct_of_bound\": %.1f, \"route_group_us\": %.2f, \"gate_up_us\": %.2f, \"gate_up_bound_us\": %.2f, "
-                "\"down_us\": %.2f, \"down_bound_us\": %.2f, \"expert_tflops\": %.2f}\n",
+                "\"down_us\": %.2f, \"down_bound_us\": %.2f, \"expert_tflops\": %.2f, \"fused_block_us\": %.2f, "
+                "\"fused_pct_of_bound\": %.1f, \"route_group_us\": %.2f}\n",
                 static_cast<long long>(rows), distinct, t * 1e6, bound * 1e6, bound / t * 100, t_route * 1e6,
-                t_gate_up * 1e6, gate_up_bound * 1e6, t_down * 1e6, down_bound * 1e6, tflops);
-    char line[300];
+                t_gate_up * 1e6, gate_up_bound * 1e6, t_down * 1e6, down_bound * 1e6, tflops, t_fused * 1e6,
+                t_fused > 0 ? bound / t_fused * 100 : 0.0, t_route_group * 1e6);
+    char line[400];
     std::snprintf(line, sizeof line,
-                  "| %lld | %d | %.1f | %.1f | %.0f%% | %.1f | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2f |\n",
+                  "| %lld | %d | %.1f | %.1f | %.0f%% | %.1f | %.1f (%.0f%%) | %.1f (%.0f%%) | %.2f |",
                   static_cast<long long>(rows), distinct, t * 1e6, bound * 1e6, bound / t * 100, t_route * 1e6,
                   t_gate_up * 1e6, gate_up_bound / t_gate_up * 100, t_down * 1e6, down_bound / t_down * 100, tflops);
+    table += line;
+    if (t_fused > 0) {
+      std::snprintf(line, sizeof line, " %.1f (%.0f%%) | %.1f |\n", t_fused * 1e6, bound / t_fused * 100,
+                    t_route_group * 1e6);
+    } else {
+      std::snprintf(line, sizeof line, " - | - |\n");
+    }
     table += line;
   }
   std::printf("\ncopy bandwidth %.2f TB/s; hidden %lld, width %lld, %d experts, top %d\n\n%s", bandwidth / 1e12,

@@ -35,6 +35,15 @@
 //   - a CUDA graph of the block captured once and replayed after the routing changed (new logits
 //     written to the same buffer), 5 rows (decode) and 300 (prefill): the replay matches the
 //     reference of the new routing.
+//   - the small-step path (route_group, gate_up_stream, down_combine; moe_kernels.h): route_group
+//     gives launch_moe_route's ids and weight bits and launch_moe_group's grouping (1..32 rows; top
+//     8 of 128, 2 of 8, 4 of 60, 1/2/8 of 13; bf16/f16/f32 routers; hidden 128 and 68), ids and
+//     weights against float64 where the margin decides, ties to the lower index, NaNs, an expert no
+//     row chooses, its ticket counter back at zero after each launch; the whole block against float64
+//     with kProductTolerance (f32 FMA over f32 rows), a shared expert (Qwen2-MoE), 1..32 rows; a row
+//     the same bits alone and in batches of 12 and 32; graph replay after new routing (1, 5, 32
+//     rows); the streamed products alone at the Qwen3-30B-A3B shape against kSplitTolerance (an
+//     upper bound: they do not split x).
 // Skips when no CUDA device with cc >= 8.0 is usable.
 #include <gtest/gtest.h>
 
@@ -335,7 +344,7 @@ struct Block {
   kcu::DeviceBuffer dx, dlogits, dshared_out, dshared_gate, dgate_up, ddown, table;
   bool aligned16 = true;
   // Scratch and output.
-  kcu::DeviceBuffer ids, weights, offsets, order, active, act, out, y;
+  kcu::DeviceBuffer ids, weights, offsets, order, active, act, out, y, counters;
 
   void make(uint64_t seed) {
     const int64_t e = num_experts, h = hidden, f = width;
@@ -367,6 +376,56 @@ struct Block {
     ids.reserve(n * 4 + 4), weights.reserve(n * 4 + 4), order.reserve(n * 4 + 4);
     offsets.reserve((e + 1) * 4), active.reserve((e + 1) * 4);
     act.reserve(n * f * 4 + 4), out.reserve(n * h * 4 + 4), y.reserve(rows * h * 4 + 4);
+    counters = to_device(std::vector<int32_t>(static_cast<size_t>(1 + (h + kcu::kMoeDownCombineTile - 1) /
+                                                                          kcu::kMoeDownCombineTile),
+                                              0));
+  }
+
+  // The small-step path: route_group -> gate_up_stream -> down_combine on `stream`.
+  void run_fused(cudaStream_t stream) const {
+    kcu::MoeFusedRouteParams r;
+    r.route.logits = dlogits.as<float>();
+    r.route.rows = rows;
+    r.route.num_experts = num_experts;
+    r.route.top_k = top_k;
+    r.route.norm_topk_prob = true;
+    r.route.experts = ids.as<int32_t>();
+    r.route.weights = weights.as<float>();
+    r.offsets = offsets.as<int32_t>(), r.order = order.as<int32_t>(), r.active = active.as<int32_t>();
+    r.counter = counters.as<int32_t>();
+    kcu::launch_moe_route_group(r, stream);
+    kcu::launch_moe_gate_up_stream(grouped(true), stream);
+    kcu::MoeDownCombineParams d;
+    d.down = grouped(false);
+    d.combine.weights = weights.as<float>();
+    d.combine.shared_out = shared ? dshared_out.as<float>() : nullptr;
+    d.combine.shared_gate = shared ? dshared_gate.as<float>() : nullptr;
+    d.combine.rows = rows, d.combine.top_k = top_k, d.combine.hidden = hidden;
+    d.combine.y = y.as<float>();
+    d.tile_counters = counters.as<int32_t>() + 1;
+    kcu::launch_moe_down_combine(d, stream);
+  }
+
+  kcu::MoeGroupedParams grouped(bool gate_up) const {
+    kcu::MoeGroupedParams g;
+    g.offsets = offsets.as<int32_t>(), g.order = order.as<int32_t>(), g.active = active.as<int32_t>();
+    g.num_experts = num_experts, g.top_k = top_k, g.num_choices = rows * top_k, g.max_rows_per_expert = rows;
+    g.type = type, g.aligned16 = aligned16;
+    const auto* t = table.as<const void*>();
+    if (gate_up) {
+      g.first = t, g.second = t + num_experts, g.in_features = hidden, g.out_features = width;
+      g.x = dx.as<float>(), g.y = act.as<float>();
+    } else {
+      g.first = t + 2 * num_experts, g.second = nullptr, g.in_features = width, g.out_features = hidden;
+      g.x = act.as<float>(), g.y = out.as<float>();
+    }
+    return g;
+  }
+
+  // Every ticket counter back at zero (each launch must leave them so).
+  void expect_counters_zero(const std::string& what) const {
+    const std::vector<int32_t> c = to_host<int32_t>(counters, counters.size() / 4);
+    EXPECT_EQ(std::count(c.begin(), c.end(), 0), static_cast<long>(c.size())) << what << ": a ticket counter left set";
   }
 
   // route -> group -> gate/up -> down -> combine on `stream`; nothing synchronizes.
@@ -449,9 +508,9 @@ struct Block {
     return tensor ? kTensorBlockTolerance : kProductTolerance;
   }
 
-  void expect_matches_reference(const std::string& what) const {
+  void expect_matches_reference(const std::string& what, double tol = 0) const {
     const std::vector<float> got = to_host<float>(y, static_cast<size_t>(rows * hidden));
-    const double tol = tolerance();
+    if (tol == 0) tol = tolerance();
     int bad = 0;
     for (int64_t r = 0; r < rows && bad < 5; ++r) {
       const std::vector<double> want = reference(r);
@@ -612,7 +671,7 @@ struct WideExperts {
 // Runs gate/up and down over `rows` rows routed by `experts` [rows, top_k] (grouped on the
 // device) and checks up to 48 grouped positions spread over all of them (first and last included).
 void check_wide_products(const WideExperts& w, int64_t rows, int top_k, const std::vector<int32_t>& experts,
-                         uint64_t seed) {
+                         uint64_t seed, bool stream = false) {
   const int64_t h = WideExperts::kHidden, f = WideExperts::kWidth, n = rows * top_k;
   const int e_count = WideExperts::kExperts;
   const std::vector<float> x = random_values(static_cast<size_t>(rows * h), seed, 1.0f);
@@ -630,16 +689,34 @@ void check_wide_products(const WideExperts& w, int64_t rows, int top_k, const st
   g.first = t, g.second = t + e_count, g.in_features = h, g.out_features = f;
   g.x = dx.as<float>(), g.y = act.as<float>();
   ASSERT_TRUE(kcu::moe_grouped_uses_tensor_cores(g));
-  kcu::launch_moe_gate_up(g, nullptr);
+  const kcu::DeviceBuffer route_weights = to_device(std::vector<float>(static_cast<size_t>(n), 1.0f / top_k));
+  kcu::DeviceBuffer y(static_cast<size_t>(rows * h) * 4);
+  const kcu::DeviceBuffer counters = to_device(std::vector<int32_t>(h / kcu::kMoeDownCombineTile, 0));
+  if (stream) {
+    ASSERT_TRUE(kcu::moe_fused_supported(rows, e_count, w.type, true, h, f, dx.as<float>()));
+    kcu::launch_moe_gate_up_stream(g, nullptr);
+  } else {
+    kcu::launch_moe_gate_up(g, nullptr);
+  }
   g.first = t + 2 * e_count, g.second = nullptr, g.in_features = f, g.out_features = h;
   g.x = act.as<float>(), g.y = out.as<float>();
   ASSERT_TRUE(kcu::moe_grouped_uses_tensor_cores(g));
-  kcu::launch_moe_down(g, nullptr);
+  if (stream) {  // out by choice is down_combine's scratch: checked as launch_moe_down's
+    kcu::MoeDownCombineParams d;
+    d.down = g;
+    d.combine.weights = route_weights.as<float>();
+    d.combine.rows = rows, d.combine.top_k = top_k, d.combine.hidden = h, d.combine.y = y.as<float>();
+    d.tile_counters = counters.as<int32_t>();
+    kcu::launch_moe_down_combine(d, nullptr);
+  } else {
+    kcu::launch_moe_down(g, nullptr);
+  }
   kcu::synchronize_device();
   const std::vector<int32_t> ord = to_host<int32_t>(order, static_cast<size_t>(n));
   const std::vector<float> a = to_host<float>(act, static_cast<size_t>(n * f));
   const std::vector<float> o = to_host<float>(out, static_cast<size_t>(n * h));
-  const std::string what = std::string(type_name(w.type)) + " rows " + std::to_string(rows);
+  const std::string what =
+      std::string(type_name(w.type)) + " rows " + std::to_string(rows) + (stream ? " (stream kernels)" : "");
   const int64_t samples = std::min<int64_t>(n, 48);
   int bad = 0;
   for (int64_t s = 0; s < samples && bad < 5; ++s) {
@@ -690,6 +767,306 @@ TEST(CudaMoeProducts, TensorCoresAtQwen3ShapeMatchFloat64) {
       check_wide_products(w, rows, kTopK, experts, 900 + static_cast<uint64_t>(rows));
     }
   }
+}
+
+TEST(CudaMoeProducts, StreamKernelsAtQwen3ShapeMatchFloat64) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kTopK = 4;
+  for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF16}) {
+    const WideExperts w(type);
+    std::mt19937 rng(4);
+    for (const int64_t rows : {1, 5, 24, 32}) {
+      if (type == kcu::WeightType::kF16 && rows != 5) continue;
+      std::vector<int32_t> experts(static_cast<size_t>(rows * kTopK));
+      for (int64_t r = 0; r < rows; ++r) {  // from 24 rows expert 0 in every row (row tiles of 2 and 4, many passes)
+        std::vector<int32_t> ids(WideExperts::kExperts);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin() + (rows >= 24 ? 1 : 0), ids.end(), rng);
+        std::copy(ids.begin(), ids.begin() + kTopK, experts.begin() + r * kTopK);
+      }
+      check_wide_products(w, rows, kTopK, experts, 950 + static_cast<uint64_t>(rows), /*stream=*/true);
+    }
+  }
+}
+
+// ---- The small-step path (moe_kernels.h: route_group, gate_up_stream, down_combine) -------------
+
+struct Routing {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  Grouping group;
+  int32_t counter = 0;
+};
+
+// launch_moe_route + launch_moe_group, or launch_moe_route_group (launched twice: the second launch
+// must find its counter reset and give the same result).
+Routing routing_on_device(kcu::MoeRouteParams p, bool fused) {
+  const size_t n = static_cast<size_t>(p.rows * p.top_k), e = static_cast<size_t>(p.num_experts);
+  kcu::DeviceBuffer ids(n * 4 + 4), w(n * 4 + 4), offsets((e + 1) * 4), order(n * 4 + 4), active((e + 1) * 4),
+      scratch(static_cast<size_t>(p.rows) * e * 4 + 4);
+  const kcu::DeviceBuffer counter = to_device(std::vector<int32_t>{0});
+  p.experts = ids.as<int32_t>();
+  p.weights = w.as<float>();
+  p.logits_scratch = p.logits == nullptr ? scratch.as<float>() : nullptr;
+  if (fused) {
+    kcu::MoeFusedRouteParams f;
+    f.route = p;
+    f.offsets = offsets.as<int32_t>(), f.order = order.as<int32_t>(), f.active = active.as<int32_t>();
+    f.counter = counter.as<int32_t>();
+    kcu::launch_moe_route_group(f, nullptr);
+    kcu::launch_moe_route_group(f, nullptr);
+  } else {
+    kcu::launch_moe_route(p, nullptr);
+    kcu::launch_moe_group({ids.as<int32_t>(), static_cast<int64_t>(n), p.num_experts, offsets.as<int32_t>(),
+                           order.as<int32_t>(), active.as<int32_t>()},
+                          nullptr);
+  }
+  kcu::synchronize_device();
+  Routing r{to_host<int32_t>(ids, n), to_host<float>(w, n),
+            Grouping{to_host<int32_t>(offsets, e + 1), to_host<int32_t>(order, n), to_host<int32_t>(active, e + 1)},
+            to_host<int32_t>(counter, 1)[0]};
+  r.group.active.resize(static_cast<size_t>(r.group.active[e]));  // the list, then its count (checked equal above)
+  r.group.active.push_back(to_host<int32_t>(active, e + 1)[e]);
+  return r;
+}
+
+// The grouping a counting sort of `ids` gives (launch_moe_group's definition).
+void expect_grouping_of(const Routing& got, int num_experts, const std::string& what) {
+  std::vector<int32_t> offsets(static_cast<size_t>(num_experts) + 1, 0), order, active;
+  for (int e = 0; e < num_experts; ++e) {
+    for (size_t c = 0; c < got.ids.size(); ++c) {
+      if (got.ids[c] == e) order.push_back(static_cast<int32_t>(c));
+    }
+    offsets[e + 1] = static_cast<int32_t>(order.size());
+    if (offsets[e + 1] > offsets[e]) active.push_back(e);
+  }
+  active.push_back(static_cast<int32_t>(active.size()));
+  EXPECT_EQ(got.group.offsets, offsets) << what;
+  EXPECT_EQ(got.group.order, order) << what;
+  EXPECT_EQ(got.group.active, active) << what;
+}
+
+// route_group from the router product: the same ids and weight bits as launch_moe_route, the same
+// grouping as launch_moe_group, ids and weights against float64 where the margin decides, the
+// counter left at zero; 1..32 rows, top 8 of 128 (Qwen3-MoE), 2 of 8 (Mixtral), 4 of 60 (Qwen2-MoE),
+// 1, 2 and 8 of 13; hidden 128 (vector loads) and 68 (scalar).
+TEST(CudaMoeFused, RouteGroupEqualsRouteThenGroup) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int experts, top_k;
+  };
+  uint64_t seed = 300;
+  for (const Case c : {Case{128, 8}, Case{8, 2}, Case{60, 4}, Case{13, 1}, Case{13, 2}, Case{13, 8}}) {
+    for (const int64_t hidden : {128, 68}) {
+      for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF16, kcu::WeightType::kF32}) {
+        if (type != kcu::WeightType::kBF16 && (c.experts != 128 || hidden != 128)) continue;
+        const Stored w = store(random_values(static_cast<size_t>(c.experts * hidden), seed++, 0.3f), type);
+        const kcu::DeviceBuffer dw = to_device(w.bytes);
+        for (const int64_t rows : {1, 2, 3, 4, 5, 8, 13, 17, 31, 32}) {
+          const std::vector<float> x = random_values(static_cast<size_t>(rows * hidden), seed++, 1.0f);
+          const kcu::DeviceBuffer dx = to_device(x);
+          kcu::MoeRouteParams p;
+          p.x = dx.as<float>(), p.router = dw.data(), p.router_type = type, p.hidden = hidden;
+          p.rows = rows, p.num_experts = c.experts, p.top_k = c.top_k, p.norm_topk_prob = c.top_k > 1;
+          const std::string what = std::string(type_name(type)) + " top " + std::to_string(c.top_k) + " of " +
+                                   std::to_string(c.experts) + " hidden " + std::to_string(hidden) + " rows " +
+                                   std::to_string(rows);
+          const Routing general = routing_on_device(p, false), fused = routing_on_device(p, true);
+          EXPECT_EQ(fused.ids, general.ids) << what;
+          EXPECT_EQ(0, std::memcmp(fused.weights.data(), general.weights.data(), fused.weights.size() * 4)) << what;
+          EXPECT_EQ(fused.group.offsets, general.group.offsets) << what;
+          EXPECT_EQ(fused.group.order, general.group.order) << what;
+          EXPECT_EQ(fused.group.active, general.group.active) << what;
+          EXPECT_EQ(fused.counter, 0) << what;
+          expect_grouping_of(fused, c.experts, what);
+          for (int64_t r = 0; r < rows; ++r) {
+            std::vector<double> logits(static_cast<size_t>(c.experts), 0.0);
+            for (int e = 0; e < c.experts; ++e) {
+              for (int64_t k = 0; k < hidden; ++k) logits[e] += double(x[r * hidden + k]) * w.values[e * hidden + k];
+            }
+            const Routed want = reference_route(logits, c.top_k, p.norm_topk_prob);
+            if (want.margin <= kRouteMargin) continue;
+            for (int j = 0; j < c.top_k; ++j) EXPECT_EQ(fused.ids[r * c.top_k + j], want.ids[j]) << what << " row " << r;
+            expect_weights(RouteOut{fused.ids, fused.weights}, want, r, c.top_k, what, kProductWeightTolerance);
+          }
+        }
+      }
+    }
+  }
+}
+
+// route_group from given logits: exact ties to the lower index, NaNs never over a number, a row of
+// NaNs 0..k-1 (the TiesNansAndTopK rows), and an expert no row chooses.
+TEST(CudaMoeFused, RouteGroupTiesAndNans) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr int kE = 13;
+  std::vector<std::vector<float>> rows = {
+      {1, 3, 3, 0, 3, -1, 2, 2, 0.5f, 3, -4, 1, 0},
+      {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {nan, 1, nan, 2, -1, nan, 0, 0, 5, nan, 1, 1, -7},
+  };
+  rows.push_back(std::vector<float>(kE, nan));
+  for (int i = 0; i < 3; ++i) rows.push_back(random_values(kE, 60 + i, 2.0f));
+  for (auto& r : rows) r[kE - 1] = -1e30f;  // expert 12: chosen by no row (a NaN row's NaNs still rank lower)
+  std::vector<float> flat;
+  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  const kcu::DeviceBuffer logits = to_device(flat);
+  for (const int k : {1, 2, 8}) {
+    for (const bool norm : {false, true}) {
+      kcu::MoeRouteParams p;
+      p.logits = logits.as<float>();
+      p.rows = static_cast<int64_t>(rows.size());
+      p.num_experts = kE;
+      p.top_k = k;
+      p.norm_topk_prob = norm;
+      const std::string what = "top " + std::to_string(k) + (norm ? " norm" : "");
+      const Routing got = routing_on_device(p, true);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const Routed want = reference_route(std::vector<double>(rows[r].begin(), rows[r].end()), k, norm);
+        for (int j = 0; j < k; ++j) EXPECT_EQ(got.ids[r * k + j], want.ids[j]) << what << " row " << r << " slot " << j;
+        if (r != 2 && r != 3) expect_weights(RouteOut{got.ids, got.weights}, want, static_cast<int64_t>(r), k, what);
+      }
+      expect_grouping_of(got, kE, what);
+      EXPECT_EQ(got.group.offsets[kE], got.group.offsets[kE - 1]) << what << ": expert 12 chosen";
+      EXPECT_EQ(got.counter, 0) << what;
+    }
+  }
+}
+
+// Two identical router rows through route_group: the exact tie goes to the lower index.
+TEST(CudaMoeFused, IdenticalRouterRowsTieToTheLowerIndex) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kE = 13;
+  constexpr int64_t kHidden = 136;
+  const std::vector<float> x = random_values(kHidden, 5, 1.0f);
+  std::vector<float> router = random_values(kE * kHidden, 6, 0.01f);
+  for (int64_t c = 0; c < kHidden; ++c) router[2 * kHidden + c] = router[9 * kHidden + c] = x[c] > 0 ? 0.5f : -0.5f;
+  const Stored w = store(router, kcu::WeightType::kBF16);
+  const kcu::DeviceBuffer dx = to_device(x), dw = to_device(w.bytes);
+  kcu::MoeRouteParams p;
+  p.x = dx.as<float>(), p.router = dw.data(), p.hidden = kHidden;
+  p.rows = 1, p.num_experts = kE, p.top_k = 2, p.norm_topk_prob = true;
+  const Routing got = routing_on_device(p, true);
+  EXPECT_EQ(got.ids[0], 2);
+  EXPECT_EQ(got.ids[1], 9);
+  EXPECT_EQ(got.weights[0], got.weights[1]);
+  EXPECT_EQ(got.group.order, (std::vector<int32_t>{0, 1}));
+}
+
+// The whole block through the small-step path against float64 (f32 FMA products: kProductTolerance),
+// 1..32 rows: top 1, 2 (with a shared expert) and 8 of 13, 8 of 128 (Qwen3-MoE), 2 of 8 (Mixtral),
+// 4 of 60 with a shared expert (Qwen2-MoE); the last expert chosen by no row, row 0 an exact tie of
+// every logit (experts 0..k-1, equal weights); the counters left at zero.
+TEST(CudaMoeFused, BlockMatchesFloat64) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int experts, top_k;
+    bool shared;
+  };
+  uint64_t seed = 700;
+  for (const Case c : {Case{13, 1, false}, Case{13, 2, true}, Case{13, 8, false}, Case{128, 8, false},
+                       Case{8, 2, false}, Case{60, 4, true}}) {
+    for (const kcu::WeightType type : {kcu::WeightType::kBF16, kcu::WeightType::kF16}) {
+      for (const int64_t rows : {1, 2, 3, 5, 8, 12, 17, 31, 32}) {
+        if (type == kcu::WeightType::kF16 && rows != 3 && rows != 32) continue;
+        for (const auto& [hidden, width] : {std::pair<int64_t, int64_t>{128, 40}, {72, 48}}) {
+          Block b;
+          b.num_experts = c.experts, b.top_k = c.top_k, b.rows = rows, b.hidden = hidden, b.width = width;
+          b.type = type, b.shared = c.shared;
+          b.make(seed++);
+          for (int64_t r = 0; r < rows; ++r) b.logits[r * c.experts + c.experts - 1] = -1e4f;  // never chosen
+          std::fill(b.logits.begin(), b.logits.begin() + c.experts, 0.5f);  // row 0: all tied
+          kcu::copy_to_device(b.dlogits.data(), b.logits.data(), b.logits.size() * 4);
+          ASSERT_TRUE(kcu::moe_fused_supported(rows, c.experts, type, b.aligned16, hidden, width, b.dx.as<float>()));
+          b.run_fused(nullptr);
+          kcu::synchronize_device();
+          const std::string what = "small-step " + describe(b) + " of " + std::to_string(c.experts);
+          b.expect_matches_reference(what, kProductTolerance);
+          b.expect_counters_zero(what);
+          const std::vector<int32_t> active = to_host<int32_t>(b.active, static_cast<size_t>(c.experts + 1));
+          EXPECT_TRUE(std::find(active.begin(), active.begin() + active[c.experts], c.experts - 1) ==
+                      active.begin() + active[c.experts])
+              << what << ": the last expert was chosen";
+        }
+      }
+    }
+  }
+}
+
+// Within the small-step path a row computes the same bits alone as in a batch of 12 or 32 (rows of
+// an expert in tiles of 4, 2 and 1 there, 1 alone).
+TEST(CudaMoeFused, RowAloneEqualsRowInBatch) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const int64_t batch_rows : {12, 32}) {
+    Block batch;
+    batch.top_k = 8, batch.rows = batch_rows, batch.hidden = 128, batch.width = 40, batch.shared = true;
+    batch.make(17);
+    batch.run_fused(nullptr);
+    kcu::synchronize_device();
+    const std::vector<float> all = to_host<float>(batch.y, static_cast<size_t>(batch_rows * 128));
+    for (const int64_t r : {int64_t{0}, int64_t{5}, batch_rows - 1}) {
+      Block alone;
+      alone.top_k = 8, alone.rows = 1, alone.hidden = 128, alone.width = 40, alone.shared = true;
+      alone.make(17);
+      alone.x.assign(batch.x.begin() + r * 128, batch.x.begin() + (r + 1) * 128);
+      alone.logits.assign(batch.logits.begin() + r * 13, batch.logits.begin() + (r + 1) * 13);
+      alone.shared_out.assign(batch.shared_out.begin() + r * 128, batch.shared_out.begin() + (r + 1) * 128);
+      alone.shared_gate.assign(batch.shared_gate.begin() + r, batch.shared_gate.begin() + r + 1);
+      kcu::copy_to_device(alone.dx.data(), alone.x.data(), 128 * 4);
+      kcu::copy_to_device(alone.dlogits.data(), alone.logits.data(), 13 * 4);
+      kcu::copy_to_device(alone.dshared_out.data(), alone.shared_out.data(), 128 * 4);
+      kcu::copy_to_device(alone.dshared_gate.data(), alone.shared_gate.data(), 4);
+      alone.run_fused(nullptr);
+      kcu::synchronize_device();
+      const std::vector<float> one = to_host<float>(alone.y, 128);
+      EXPECT_EQ(0, std::memcmp(one.data(), all.data() + r * 128, 128 * 4)) << "row " << r << " of " << batch_rows;
+    }
+  }
+}
+
+// The small-step block captured once in a CUDA graph replays correctly after the routing changed.
+TEST(CudaMoeFused, GraphReplayFollowsNewRouting) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const int64_t rows : {1, 5, 32}) {
+    Block b;
+    b.top_k = 2, b.rows = rows, b.hidden = 128, b.width = 40, b.shared = true;
+    b.make(31);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    b.run_fused(stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int round = 0; round < 3; ++round) {
+      if (round > 0) {
+        b.logits = random_values(b.logits.size(), 800 + round, 2.0f);
+        b.x = random_values(b.x.size(), 900 + round, 1.0f);
+        kcu::copy_to_device(b.dlogits.data(), b.logits.data(), b.logits.size() * 4);
+        kcu::copy_to_device(b.dx.data(), b.x.data(), b.x.size() * 4);
+      }
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const std::string what = "small-step graph replay, " + std::to_string(rows) + " rows, round " + std::to_string(round);
+      b.expect_matches_reference(what, kProductTolerance);
+      b.expect_counters_zero(what);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+TEST(CudaMoeFused, BadParamsThrow) {
+  kcu::MoeFusedRouteParams p;
+  p.route.rows = kcu::kMoeFusedMaxRows + 1, p.route.num_experts = 8, p.route.top_k = 2;
+  EXPECT_THROW(kcu::launch_moe_route_group(p, nullptr), Error);
+  p.route.rows = 1;  // no counter, no logits
+  EXPECT_THROW(kcu::launch_moe_route_group(p, nullptr), Error);
+  EXPECT_FALSE(kcu::moe_fused_supported(1, 8, kcu::WeightType::kF32, true, 64, 64, nullptr));
+  EXPECT_FALSE(kcu::moe_fused_supported(kcu::kMoeFusedMaxRows + 1, 8, kcu::WeightType::kBF16, true, 64, 64, nullptr));
 }
 
 TEST(CudaMoeRoute, BadParamsThrow) {

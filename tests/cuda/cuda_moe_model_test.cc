@@ -7,7 +7,10 @@
 // Tolerances (those of the bf16 CUDA model tests, cuda_model_test.cc):
 //   kBf16Tolerance  = 2e-2  relative error of a logits row vs HF, max_i |ours - HF| / max_i |HF|
 //   kBatchTolerance = 1e-4  a prompt alone vs inside a ragged batch (the dense products take other
-//                           cuBLAS kernels at other row counts; the expert kernels are batch-invariant)
+//                           cuBLAS kernels at other row counts; the expert kernels are batch-invariant
+//                           within a path: steps of <= kMoeFusedMaxRows rows run the small-step path's
+//                           f32 FMA products, larger ones the tensor cores' split products, which
+//                           differ by ~2^-16 of a product's magnitude)
 //   kCpuTolerance   = 2e-3  CUDA vs Spindle's CPU path on the same prompt: both compute f32
 //                           activations against the bf16 weights; CUDA's dense products split the
 //                           activations into two bf16 parts (~16 significant bits; <= 2.2e-5 on the
