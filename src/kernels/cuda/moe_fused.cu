@@ -205,8 +205,9 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
 }
 
 // acc[j][r] = the warp's sum of w_j . x_r over `vecs` 16-byte vectors of w (8 columns each): lane l
-// takes vectors l, l + 32, ... (kG of them per row in flight), each column's fmaf(w, x, acc) in
-// order, then the butterfly (grouped_dots' order: every lane returns the sums).
+// takes vectors l, l + 32, ... (kG of them per row in flight, the last group too: Qwen3's down rows
+// are 3 vectors a lane, read at once), each column's fmaf(w, x, acc) in order, then the butterfly
+// (grouped_dots' order: every lane returns the sums).
 template <bool kBf16, int kW, int kRows, int kG>
 __device__ __forceinline__ void stream_dots(const uint4* const (&w)[kW], const float* const (&x)[kRows], int64_t vecs,
                                             int lane, float (&acc)[kW][kRows]) {
@@ -215,16 +216,20 @@ __device__ __forceinline__ void stream_dots(const uint4* const (&w)[kW], const f
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
   }
-  auto group = [&](int64_t v, auto g) {
-    constexpr int kU = decltype(g)::value;
-    uint4 wv[kU][kW];
+  // kG vectors per row from v (partial: only those below vecs, the rest neither read nor added).
+  auto group = [&](int64_t v, auto partial) {
+    constexpr bool kPartial = decltype(partial)::value;
+    uint4 wv[kG][kW];
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < kG; ++u) {
 #pragma unroll
-      for (int j = 0; j < kW; ++j) wv[u][j] = load_stream(w[j] + v + 32 * u);
+      for (int j = 0; j < kW; ++j) {
+        wv[u][j] = !kPartial || v + 32 * u < vecs ? load_stream(w[j] + v + 32 * u) : make_uint4(0, 0, 0, 0);
+      }
     }
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < kG; ++u) {
+      if (kPartial && v + 32 * u >= vecs) break;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         float xv[8];
@@ -240,8 +245,8 @@ __device__ __forceinline__ void stream_dots(const uint4* const (&w)[kW], const f
     }
   };
   int64_t v = lane;
-  for (; v + 32 * (kG - 1) < vecs; v += 32 * kG) group(v, std::integral_constant<int, kG>{});
-  for (; v < vecs; v += 32) group(v, std::integral_constant<int, 1>{});
+  for (; v + 32 * (kG - 1) < vecs; v += 32 * kG) group(v, std::false_type{});
+  if (v < vecs) group(v, std::true_type{});  // the last 1 .. kG - 1 vectors, all loads in flight at once
 #pragma unroll
   for (int j = 0; j < kW; ++j) {
 #pragma unroll
@@ -314,10 +319,11 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) moe_down_c
   const int64_t o_tile = int64_t{blockIdx.x} * kMoeDownCombineTile;
   const int64_t o0 = o_tile + (threadIdx.x >> 5) * kDownOutputs;
   const int64_t in = p.in_features, out = p.out_features, vecs = in / 8;
-  // Before the wait: active[] and the table (route_group's output, complete: see the header).
-  const int num_active = p.active[p.num_experts];
+  // Before the wait: active[] (route_group's output, complete: see the header) read from L2, not
+  // through this SM's L1, and the table.
+  const int num_active = __ldcg(p.active + p.num_experts);
   const bool working = static_cast<int>(blockIdx.y) < num_active;
-  const int e = working ? p.active[blockIdx.y] : 0;
+  const int e = working ? __ldcg(p.active + blockIdx.y) : 0;
   const uint4* w[kDownOutputs];
   if (working) {
 #pragma unroll
