@@ -64,13 +64,99 @@ constexpr int kGateUpFeatures = 2;  // per warp: 4 weight rows (gate, up)
 constexpr int kDownOutputs = 2;     // per warp
 static_assert(kStreamWarps * kDownOutputs == kMoeDownCombineTile, "a down block is one output tile");
 
+// ---- the streamed dot products ---------------------------------------------------------------
+
+template <bool kBf16>
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = unpack2<kBf16>(words[i]);
+    f[2 * i] = a.x;
+    f[2 * i + 1] = a.y;
+  }
+}
+
+// acc[j][r] = the warp's sum of w_j . x_r over `vecs` 16-byte vectors of w (8 columns each): lane l
+// takes vectors l, l + 32, ... (kG of them per row in flight, the last group too: Qwen3's down rows
+// are 3 vectors a lane, read at once), each column's fmaf(w, x, acc) in order, then the butterfly
+// (grouped_dots' order: every lane returns the sums).
+template <bool kBf16, int kW, int kRows, int kG>
+__device__ __forceinline__ void stream_dots(const uint4* const (&w)[kW], const float* const (&x)[kRows], int64_t vecs,
+                                            int lane, float (&acc)[kW][kRows]) {
+#pragma unroll
+  for (int j = 0; j < kW; ++j) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
+  }
+  // kG vectors per row from v (partial: only those below vecs, the rest neither read nor added).
+  auto group = [&](int64_t v, auto partial) {
+    constexpr bool kPartial = decltype(partial)::value;
+    uint4 wv[kG][kW];
+#pragma unroll
+    for (int u = 0; u < kG; ++u) {
+#pragma unroll
+      for (int j = 0; j < kW; ++j) {
+        wv[u][j] = !kPartial || v + 32 * u < vecs ? load_stream(w[j] + v + 32 * u) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kG; ++u) {
+      if (kPartial && v + 32 * u >= vecs) break;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float xv[8];
+        load8(x[r] + 8 * (v + 32 * u), xv);
+#pragma unroll
+        for (int j = 0; j < kW; ++j) {
+          float wf[8];
+          unpack8<kBf16>(wv[u][j], wf);
+#pragma unroll
+          for (int t = 0; t < 8; ++t) acc[j][r] = fmaf(wf[t], xv[t], acc[j][r]);
+        }
+      }
+    }
+  };
+  int64_t v = lane;
+  for (; v + 32 * (kG - 1) < vecs; v += 32 * kG) group(v, std::false_type{});
+  if (v < vecs) group(v, std::true_type{});  // the last 1 .. kG - 1 vectors, all loads in flight at once
+#pragma unroll
+  for (int j = 0; j < kW; ++j) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[j][r] = warp_sum(acc[j][r]);
+  }
+}
+
 // ---- route_group ----------------------------------------------------------------------------
 
-// Logits of expert e for rows r0 .. r0 + n - 1 (n <= 4) into scratch [rows, E]: warp_dot's sum.
+// Logits of expert e for rows r0 .. r0 + n - 1 (n <= 4) into scratch [rows, E]: warp_dot's sum (the
+// 16-bit vector case through stream_dots: the same order and unpacking, the same bits).
 template <typename T, bool kVec>
 __device__ void router_logits_rows(const MoeFusedRouteParams& p, int e, int64_t r0, int n, int lane) {
   const MoeRouteParams& q = p.route;
   const T* w = static_cast<const T*>(q.router) + int64_t{e} * q.hidden;
+  if constexpr (kVec && !std::is_same_v<T, float>) {  // 16-bit: 8 vectors a lane in flight (Qwen3: the whole row)
+    const uint4* wr[1] = {reinterpret_cast<const uint4*>(w)};
+    auto rows = [&](auto count) {
+      constexpr int kRows = decltype(count)::value;
+      const float* x[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) x[r] = q.x + (r0 + r) * q.hidden;
+      float acc[1][kRows];
+      stream_dots<std::is_same_v<T, __nv_bfloat16>, 1, kRows, 8>(wr, x, q.hidden / 8, lane, acc);
+      if (lane != 0) return;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) q.logits_scratch[(r0 + r) * q.num_experts + e] = acc[0][r];
+    };
+    static_assert(kRouteRowsPerBlock == 4, "rows 1..4 below");
+    switch (n) {
+      case 1: rows(std::integral_constant<int, 1>{}); break;
+      case 2: rows(std::integral_constant<int, 2>{}); break;
+      case 3: rows(std::integral_constant<int, 3>{}); break;
+      default: rows(std::integral_constant<int, 4>{}); break;
+    }
+    return;
+  }
   float acc[kRouteRowsPerBlock] = {};
   if constexpr (kVec) {
 #pragma unroll 4
@@ -192,67 +278,6 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_group_kernel(MoeFused
 }
 
 // ---- the streamed expert products -----------------------------------------------------------
-
-template <bool kBf16>
-__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = unpack2<kBf16>(words[i]);
-    f[2 * i] = a.x;
-    f[2 * i + 1] = a.y;
-  }
-}
-
-// acc[j][r] = the warp's sum of w_j . x_r over `vecs` 16-byte vectors of w (8 columns each): lane l
-// takes vectors l, l + 32, ... (kG of them per row in flight, the last group too: Qwen3's down rows
-// are 3 vectors a lane, read at once), each column's fmaf(w, x, acc) in order, then the butterfly
-// (grouped_dots' order: every lane returns the sums).
-template <bool kBf16, int kW, int kRows, int kG>
-__device__ __forceinline__ void stream_dots(const uint4* const (&w)[kW], const float* const (&x)[kRows], int64_t vecs,
-                                            int lane, float (&acc)[kW][kRows]) {
-#pragma unroll
-  for (int j = 0; j < kW; ++j) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[j][r] = 0.0f;
-  }
-  // kG vectors per row from v (partial: only those below vecs, the rest neither read nor added).
-  auto group = [&](int64_t v, auto partial) {
-    constexpr bool kPartial = decltype(partial)::value;
-    uint4 wv[kG][kW];
-#pragma unroll
-    for (int u = 0; u < kG; ++u) {
-#pragma unroll
-      for (int j = 0; j < kW; ++j) {
-        wv[u][j] = !kPartial || v + 32 * u < vecs ? load_stream(w[j] + v + 32 * u) : make_uint4(0, 0, 0, 0);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kG; ++u) {
-      if (kPartial && v + 32 * u >= vecs) break;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float xv[8];
-        load8(x[r] + 8 * (v + 32 * u), xv);
-#pragma unroll
-        for (int j = 0; j < kW; ++j) {
-          float wf[8];
-          unpack8<kBf16>(wv[u][j], wf);
-#pragma unroll
-          for (int t = 0; t < 8; ++t) acc[j][r] = fmaf(wf[t], xv[t], acc[j][r]);
-        }
-      }
-    }
-  };
-  int64_t v = lane;
-  for (; v + 32 * (kG - 1) < vecs; v += 32 * kG) group(v, std::false_type{});
-  if (v < vecs) group(v, std::true_type{});  // the last 1 .. kG - 1 vectors, all loads in flight at once
-#pragma unroll
-  for (int j = 0; j < kW; ++j) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[j][r] = warp_sum(acc[j][r]);
-  }
-}
 
 // Runs the grouped positions [begin, end) of one expert kMaxRows (4 or 2), 2 or 1 at a time (the
 // bits of a row do not depend on which): emit(i0, acc) receives the sums of positions i0 .. i0 +
