@@ -14,7 +14,7 @@
 //   the f32 rows; f32 FMA in moe_kernels.cu's grouped_dots order, a warp sum, SwiGLU.
 // down_combine: grid (ceil(H / 8), min(E, choices)); warp w owns outputs o0 = (bx * 4 + w) * 2,
 //   o0 + 1 of expert active[slot], four vectors per weight row in flight; writes out[choice, o].
-//   Before its wait it asks L2 for the first 4 vectors per lane of its weight rows (the expert is
+//   Before its wait it asks L2 for the first 4 vectors per lane of its weight rows (2 KiB a row) (the expert is
 //   known: active[] was written by route_group, complete before this launch, see below), so the
 //   down weights stream in under gate_up_stream's tail. Then the block takes a ticket of its
 //   output tile; the last of the tile's active experts computes y of the tile for every row:
@@ -26,10 +26,7 @@
 // every gate_up_stream block has passed its wait, i.e. once route_group has completed. So the three
 // launches must be queued back to back in this order (launch_moe_down_combine's contract).
 //
-// Time at batch 1 of Qwen3-30B-A3B on an H200 (4.26 TB/s copy bandwidth; a prediction, see
-// moe_kernels.h for the budget): route_group ~3-4 us (0.5 MB router in one round trip, the ticket,
-// 8 top-k rounds, the grouping), gate/up 50.3 MB ~12-13 us, down 25.2 MB ~6 us mostly under gate/up's
-// tail, the combine ~1 us.
+// Time at batch 1 of Qwen3-30B-A3B on an H200: moe_kernels.h's budget (a prediction).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -144,22 +144,24 @@ void launch_moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 // combine is launch_moe_combine's, bit for bit.
 //
 // Budget at batch 1, Qwen3-30B-A3B (H 2048, F 768, 128 experts, top 8), bf16 experts on an H200
-// (4.26 TB/s copy bandwidth; bound 75.5 MB + 0.5 MB router = 17.8 us). Predicted, not measured:
-//   general path (6 launches, measured 62.7 us): spread logits 512 KB on 16 blocks, ~1 KB in
-//     flight per warp (~6 us) + top-k, 1 block (~2 us) + grouping, 1 block, a serial scan of E by
-//     one thread (~5 us) = 20 us measured with their launch gaps; gate/up on tensor cores 192
-//     blocks of 64 weight rows, 4-stage cp.async ring (~18-20 us for 50.3 MB), down 256 blocks of 96
-//     KB each (~10 us for 25.2 MB), combine one 256-thread block per row, 8 dependent L2 reads per
-//     thread (~3-4 us), 2-3 us of launch gap each without overlap of one's tail with the next one's
-//     ramp.
-//   this path (3 launches): route_group ~3.5 us (router in one round trip: 8 vectors per lane in
-//     flight, 128 warps; ticket ~0.5 us; 8 top-k rounds ~0.7 us; grouping ~0.5 us); gate_up_stream
-//     768 blocks x 4 warps (one wave at <= 80 registers), 4 KB in flight per warp = 12.6 MB >> the
-//     ~5 MB Little's law asks at 4.26 TB/s x ~1.2 us: 50.3 MB in ~12.5-13 us; down_combine 2048
-//     blocks of 12 KB, their first 2 KB per warp asked of L2 before their wait (under gate/up's
-//     tail): ~6-7 us, ~1 us of it exposed; the tile's combine ~1 us. Sum ~25-27 us = 66-71% of
-//     the bound; 8 rows (~52 distinct experts, bound 115 us) ~125-130 us (~90%); 32 rows (~112
-//     experts, bound 248 us) ~270 us (~90%).
+// (4.26 TB/s copy bandwidth; bound: 8 x 3 x 2048 x 768 x 2 B = 75.5 MB + 0.5 MB router = 17.8 us),
+// as bench_moe_cuda times it (eager launches, L2 cold). Predictions from the code, not measured:
+//   general path, 6 launches (measured 62.7 us, route + group 20.0 us of it): spread logits on 16
+//     blocks, ~1 vector a lane in flight, 8 round trips (~6 us); top-k, 1 block (~2 us); grouping,
+//     1 block, one thread scanning 128 experts (~4-5 us); the launch gaps between them (~2-3 us
+//     each); gate/up on tensor cores, 192 blocks of 64 weight rows over 2 blocks per SM (~18-20 us
+//     for 50.3 MB); down, 256 blocks of 96 KB (~9-10 us for 25.2 MB); combine, one 256-thread
+//     block per row, 8 dependent L2 reads a thread (~3-4 us); no kernel's tail overlaps the next
+//     one's ramp.
+//   this path, 3 launches: route_group ~5-6 us (8 vectors a lane in flight, 128 warps: the router
+//     in one round trip; fence + ticket ~1 us; 8 top-k rounds ~0.7 us; grouping ~1 us);
+//     gate_up_stream 768 blocks x 4 warps at 80 registers (6 blocks per SM: one wave on 132 SMs),
+//     4 KB in flight a warp = 12.6 MB against the ~5 MB Little's law asks (4.26 TB/s x ~1.2 us):
+//     50.3 MB at ~90% of the copy bandwidth ~13-14 us; down_combine 2048 blocks of 12 KB (2.6
+//     waves), each warp's 3 KB in one round trip, asked of L2 before its wait: 25.2 MB ~6-7 us,
+//     ~1 us of it under gate/up's tail; the tiles' combine ~1 us. Sum ~25-29 us = 61-71% of the
+//     bound (75% needs ~23.7 us). 8 rows (~52 distinct experts, bound ~115 us): ~130-135 us
+//     (85-88%, was 60%); 32 rows (~112 experts, bound ~248 us): ~275-290 us (85-90%, was 72%).
 inline constexpr int64_t kMoeFusedMaxRows = 32;
 inline constexpr int kMoeFusedMaxExperts = 512;
 // Outputs per down_combine block (its output tile); the tile counters: ceil(hidden / this).
