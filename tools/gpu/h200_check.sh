@@ -20,7 +20,8 @@
 #   moe_*, memcheck_moe*  tests/cuda/cuda_moe_kernels_test (routing, grouping, grouped expert products vs float64;
 #                    graph replay), cuda_moe_model_test (the MoE HF goldens on CUDA, graphs, verify steps),
 #                    bench_moe_cuda (one Qwen3-30B-A3B layer's block at 1-1024 rows vs the bytes of the experts
-#                    it selected), compute-sanitizer memcheck over the kernel test and one golden (step moe, issue 48)
+#                    it selected; at <= 32 rows the small-step path beside the general one), compute-sanitizer
+#                    memcheck over the kernel test and one golden, racecheck over CudaMoeFused.* (step moe, issue 48)
 #   fp8_golden/      tools/golden/make_fp8_golden.py: a block-FP8 folder and HF transformers' FP8 logits on it
 #   embed_golden.json tools/golden/make_embedding_golden.py: sentence-transformers' embeddings of the Qwen3 golden folder
 #   fp8lt_*, memcheck_fp8lt  tests/cuda/cuda_fp8_lt_test (cuBLASLt FP8 vs float64), cuda_fp8_registry_test
@@ -289,6 +290,9 @@ if has moe; then  # issue 48: mixtures of experts on CUDA
     run memcheck_moe 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_moe_kernels_test --gtest_brief=1
     run memcheck_moe_model 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_moe_model_test \
       --gtest_brief=1 "--gtest_filter=*PrefillLogitsAndGreedyDecode*qwen2_moe*:*GraphReplayed*qwen3_moe*"
+    # the small-step path's last-block top-k and grouping share memory across warps
+    run racecheck_moe 200 compute-sanitizer --tool racecheck --error-exitcode 1 $bin/cuda_moe_kernels_test \
+      --gtest_brief=1 "--gtest_filter=CudaMoeFused.*"
   fi
 fi
 if has dp; then  # issue 17: two DP ranks sharing one GPU, each planning half its memory
