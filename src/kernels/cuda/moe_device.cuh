@@ -79,6 +79,7 @@ __device__ inline void top_k_warp(const float* logits, unsigned char* taken, int
       const int oi = __shfl_xor_sync(kFullMask, bi, off);
       if (ranks_before(ov, oi, best, bi)) best = ov, bi = oi;
     }
+    __syncwarp();  // every lane has read taken[] this round (an explicit barrier for racecheck)
     if (lane == 0) taken[bi] = 1;
     if (lane == j) my_id = bi, my_logit = best;
     __syncwarp();
