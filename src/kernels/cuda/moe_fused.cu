@@ -1,7 +1,7 @@
 // Kernels of moe_kernels.h's small-step path (kMoeFusedMaxRows): three launches per MoE block.
 //
 // route_group: grid (ceil(E / 8), ceil(rows / 4)) blocks of 8 warps; warp w of block (bx, by)
-//   computes the router logits of expert bx * 8 + w for rows by * 4 .. by * 4 + 3 (moe_kernels.cu's
+//   asks L2 for its router row before its PDL wait, then computes the router logits of expert bx * 8 + w for rows by * 4 .. by * 4 + 3 (moe_kernels.cu's
 //   warp_dot order: the same bits) into the logits scratch, then the block takes a ticket (a
 //   device counter); the last block reads every logit back (L2), picks each row's top k (one warp
 //   per row, top_k_warp: the same ids and weight bits as launch_moe_route) and groups the choices
@@ -21,8 +21,8 @@
 //   sum_j w[r, j] * out[r k + j] in slot order, + sigmoid(shared_gate) * shared_out (launch_moe_
 //   combine's arithmetic, the same bits), and sets the tile's counter back to 0.
 //
-// PDL (pdl.cuh): every kernel calls pdl_begin (wait first) before touching another kernel's output,
-// except down_combine's reads of active[] and the expert table before its wait: it launches only once
+// PDL (pdl.cuh): every kernel calls pdl_begin (wait first) before touching another kernel's output
+// (route_group and down_combine prefetch weights into L2 before it), except down_combine's reads of active[] and the expert table before its wait: it launches only once
 // every gate_up_stream block has passed its wait, i.e. once route_group has completed. So the three
 // launches must be queued back to back in this order (launch_moe_down_combine's contract).
 //
@@ -60,6 +60,10 @@ constexpr int kStreamBlocksPerSm = 6;
 constexpr int kGateUpFeatures = 2;  // per warp: 4 weight rows (gate, up)
 constexpr int kDownOutputs = 2;     // per warp
 static_assert(kStreamWarps * kDownOutputs == kMoeDownCombineTile, "a down block is one output tile");
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 
 // ---- the streamed dot products ---------------------------------------------------------------
 
@@ -253,12 +257,22 @@ __device__ void top_k_and_group(const MoeFusedRouteParams& p, const float* logit
 
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(kRouteThreads) moe_route_group_kernel(MoeFusedRouteParams p) {
-  pdl_begin();  // first: x (and given logits) are the previous kernels' outputs (pdl.cuh)
   extern __shared__ __align__(16) unsigned char route_shared[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int e = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  if (p.route.logits == nullptr && e < p.route.num_experts) {
+    // Before the wait, the warp's router row (a weight: no kernel writes it) asked of L2, 32 bytes
+    // a lane step: in a served step this kernel launches during the norm before it (pdl.cuh), so
+    // the router's round trip overlaps that kernel instead of following it.
+    const auto* row = static_cast<const unsigned char*>(p.route.router) +
+                      int64_t{e} * p.route.hidden * static_cast<int64_t>(sizeof(T));
+    for (int64_t b = int64_t{lane} * 32; b < p.route.hidden * static_cast<int64_t>(sizeof(T)); b += 32 * 32) {
+      prefetch_l2(row + b);
+    }
+  }
+  pdl_begin();  // x (and given logits) are the previous kernels' outputs (pdl.cuh)
   const float* logits = p.route.logits;
   if (logits == nullptr) {
-    const int e = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
     const int64_t r0 = int64_t{blockIdx.y} * kRouteRowsPerBlock;
     const int n = static_cast<int>(min(int64_t{kRouteRowsPerBlock}, p.route.rows - r0));
     if (e < p.route.num_experts) router_logits_rows<T, kVec>(p, e, r0, n, lane);
@@ -328,10 +342,6 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) moe_gate_u
     }
   };
   expert_rows<kBf16, 2 * kGateUpFeatures, 2, 2>(w, begin, end, in / 8, lane, row_of, emit);
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 template <bool kBf16>
