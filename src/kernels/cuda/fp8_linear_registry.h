@@ -92,6 +92,7 @@ double fp8_prefill_tolerance(const Fp8PrefillDescriptor& descriptor, int64_t in_
 struct Fp8PrefillCheck : kernels::Fp8PrefillOutcome {
   std::string kernel;
   Fp8LinearShape shape;
+  bool operator==(const Fp8PrefillCheck&) const = default;  // names too, not the outcome's alone
 };
 
 // Runs `kernel` on random weights of `shape` (e4m3 codes, scales in [1e-3, 4e-3]) and x [rows, in]
