@@ -4,13 +4,11 @@
 #include <set>
 #include <string>
 
+#include "grammar/regex_ast.h"
 #include "util/error.h"
 
 namespace spindle::grammar {
 namespace {
-
-constexpr int kMaxDepth = 200;
-constexpr int kMaxRepeat = 10000;
 
 class GbnfParser {
  public:
@@ -89,7 +87,7 @@ class GbnfParser {
   }
 
   std::vector<std::vector<int32_t>> alternatives(int depth) {
-    if (depth > kMaxDepth) fail("groups nested too deeply");
+    if (depth > kMaxGroupDepth) fail("groups nested too deeply");
     std::vector<std::vector<int32_t>> out;
     out.push_back(sequence(depth));
     while (peek() == '|') {
@@ -148,7 +146,7 @@ class GbnfParser {
     long v = 0;
     while (peek() >= '0' && peek() <= '9') {
       v = v * 10 + (t_[pos_++] - '0');
-      if (v > kMaxRepeat) fail(fmt::format("repetition count above {}", kMaxRepeat));
+      if (v > kMaxRepeatCount) fail(fmt::format("repetition count above {}", kMaxRepeatCount));
     }
     return static_cast<int>(v);
   }

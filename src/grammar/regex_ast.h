@@ -30,6 +30,13 @@ struct RegexNode {
 
 inline constexpr char32_t kMaxCodePoint = 0x10FFFF;
 
+// The text front ends' limits (GBNF, regex): groups ( ) nested at most kMaxGroupDepth deep and
+// repetition counts {m,n} at most kMaxRepeatCount, so that a hostile pattern neither exhausts the
+// parser's stack nor expands into a grammar too large to build. Each front end names the limit in
+// its error ("groups nested too deeply", "repetition count above 10000").
+inline constexpr int kMaxGroupDepth = 200;
+inline constexpr int kMaxRepeatCount = 10000;
+
 RegexPtr re_empty();
 // A set of code points (sorted and merged here; surrogates are dropped when matched as UTF-8).
 // An empty set matches nothing.

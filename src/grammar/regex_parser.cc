@@ -5,9 +5,6 @@
 namespace spindle::grammar {
 namespace {
 
-constexpr int kMaxRepeat = 10000;
-constexpr int kMaxDepth = 200;
-
 class RegexParser {
  public:
   RegexParser(std::string_view p, RegexMode mode) : p_(p), mode_(mode) {}
@@ -61,7 +58,7 @@ class RegexParser {
   }
 
   RegexPtr alternation(int depth) {
-    if (depth > kMaxDepth) fail("groups nested too deeply");
+    if (depth > kMaxGroupDepth) fail("groups nested too deeply");
     std::vector<RegexPtr> alts;
     do {
       alts.push_back(re_concat(sequence_items(depth)));
@@ -74,7 +71,7 @@ class RegexParser {
     long v = 0;
     while (!done() && peek() >= '0' && peek() <= '9') {
       v = v * 10 + (p_[pos_++] - '0');
-      if (v > kMaxRepeat) fail(fmt::format("repetition count above {}", kMaxRepeat));
+      if (v > kMaxRepeatCount) fail(fmt::format("repetition count above {}", kMaxRepeatCount));
     }
     out = static_cast<int>(v);
     return pos_ > start;

@@ -32,7 +32,8 @@
 
 namespace spindle::kernels {
 
-// One entry's check on one shape: Fp8PrefillCheck (fp8_linear_registry.h) without its names.
+// One entry's check on one shape without its names (Fp8PrefillCheck in fp8_linear_registry.h adds
+// them); max_error is the max over the checked outputs of |y - ref| / S.
 struct Fp8PrefillOutcome {
   std::vector<std::string> unsupported_reasons;  // not empty: not run
   bool passed = false;

@@ -90,5 +90,16 @@ TEST(Gbnf, Errors) {
   expect_error("root ::= \"a\"\n  \"b\" ::= x", "line 2");
 }
 
+// The limits shared with the regex front end (regex_ast.h): kMaxGroupDepth nested groups parse,
+// one more is refused; a repetition count above kMaxRepeatCount is refused.
+TEST(Gbnf, SharedLimits) {
+  const auto nested = [](int depth) {
+    return "root ::= " + std::string(static_cast<size_t>(depth), '(') + "\"a\"" + std::string(static_cast<size_t>(depth), ')');
+  };
+  EXPECT_TRUE(Gbnf(nested(kMaxGroupDepth)).ok("a"));
+  expect_error(nested(kMaxGroupDepth + 1), "nested too deeply");
+  expect_error("root ::= \"a\"{" + std::to_string(kMaxRepeatCount + 1) + "}", "repetition count above 10000");
+}
+
 }  // namespace
 }  // namespace spindle::grammar

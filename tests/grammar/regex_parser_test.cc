@@ -148,6 +148,18 @@ TEST(RegexParser, UnsupportedConstructsNamed) {
   expect_error("a{99999}", "repetition count");
 }
 
+// The limits shared with the GBNF front end (regex_ast.h): kMaxGroupDepth nested groups parse,
+// one more is refused; a count of kMaxRepeatCount parses, one more is refused.
+TEST(RegexParser, SharedLimits) {
+  const auto nested = [](int depth) {
+    return std::string(static_cast<size_t>(depth), '(') + "a" + std::string(static_cast<size_t>(depth), ')');
+  };
+  EXPECT_NO_THROW(parse_regex(nested(kMaxGroupDepth), RegexMode::kFullMatch));
+  expect_error(nested(kMaxGroupDepth + 1), "nested too deeply");
+  EXPECT_NO_THROW(parse_regex("a{" + std::to_string(kMaxRepeatCount) + "}", RegexMode::kFullMatch));
+  expect_error("a{" + std::to_string(kMaxRepeatCount + 1) + "}", "repetition count above 10000");
+}
+
 TEST(RegexParser, UnicodeClassesMatchUtf8) {
   const auto vocab = byte_vocab();
   auto g = CompiledGrammar::compile(grammar_from_regex("[α-ω]+\\u{1F600}?[^a]"));

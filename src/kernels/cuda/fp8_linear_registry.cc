@@ -305,21 +305,10 @@ Fp8PrefillChecker direct_fp8_prefill_checker(int64_t rows, int timing_reps, int 
 Fp8PrefillChecker cached_fp8_prefill_checker(Fp8PrefillCache& cache, Fp8PrefillChecker inner) {
   // The cache speaks in names and shape strings: each call's shape is passed to `inner` as it is.
   return [&cache, inner = std::move(inner)](std::string_view kernel, const Fp8LinearShape& shape) {
-    const kernels::Fp8PrefillCheckFn through_cache = cache.wrap([&](const std::string& k, const std::string&) {
-      const Fp8PrefillCheck c = inner(k, shape);
-      return kernels::Fp8PrefillOutcome{c.unsupported_reasons, c.passed, c.max_error, c.tolerance, c.seconds, c.error};
-    });
-    const kernels::Fp8PrefillOutcome o = through_cache(std::string(kernel), shape.to_string());
-    Fp8PrefillCheck c;
-    c.kernel = std::string(kernel);
-    c.shape = shape;
-    c.unsupported_reasons = o.unsupported_reasons;
-    c.passed = o.passed;
-    c.max_error = o.max_error;
-    c.tolerance = o.tolerance;
-    c.seconds = o.seconds;
-    c.error = o.error;
-    return c;
+    // The cache keeps the outcome part of each check; the names come back from this call.
+    const kernels::Fp8PrefillCheckFn through_cache =
+        cache.wrap([&](const std::string& k, const std::string&) -> kernels::Fp8PrefillOutcome { return inner(k, shape); });
+    return Fp8PrefillCheck{through_cache(std::string(kernel), shape.to_string()), std::string(kernel), shape};
   };
 }
 

@@ -87,15 +87,12 @@ const Fp8PrefillDescriptor& fp8_prefill_kernel(std::string_view name);
 // The entry's tolerance for a weight of in_features inputs.
 double fp8_prefill_tolerance(const Fp8PrefillDescriptor& descriptor, int64_t in_features);
 
-struct Fp8PrefillCheck {
+// One entry's check on one shape: the outcome the cache keeps (seconds: the median of the timed
+// repetitions at `rows`) and the names it was checked under.
+struct Fp8PrefillCheck : kernels::Fp8PrefillOutcome {
   std::string kernel;
   Fp8LinearShape shape;
-  std::vector<std::string> unsupported_reasons;  // not empty: not run
-  bool passed = false;
-  double max_error = 0;   // max over the checked outputs of |y - ref| / S
-  double tolerance = 0;
-  double seconds = 0;     // per forward at `rows` (median of the timed repetitions; 0 when not timed)
-  std::string error;      // what went wrong when the check could not run
+  bool operator==(const Fp8PrefillCheck&) const = default;  // names too, not the outcome's alone
 };
 
 // Runs `kernel` on random weights of `shape` (e4m3 codes, scales in [1e-3, 4e-3]) and x [rows, in]
