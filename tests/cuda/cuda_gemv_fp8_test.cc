@@ -6,10 +6,10 @@
 // each row of a multi-row launch equals the one-row launch's bits, and unsupported shapes throw.
 //
 // launch_gemv_fp8_mma (the tensor-core product of 1..32 rows) against the same float64 product:
-// rows 1, 5, 8, 9, 16, 17, 24, 31, 32, every scale mode, input widths with a partial last 128-column
+// rows 1, 4, 5, 8, 9, 16, 17, 24, 31, 32, every scale mode, input widths with a partial last 128-column
 // unit (336 = 2 x 128 + 80, 1040 = 8 x 128 + 16) and the 8B shapes' 4096 and 14336, output counts
 // that are not multiples of 16 or 64 (200, 257: clamped rows in the last warp), with the automatic
-// input splits and forced ones (1, 2, 3, the most), both weight loads (Fp8MmaLoad). Tolerance:
+// input splits and forced ones (1, 2, 3, the most), every weight load (Fp8MmaLoad). Tolerance:
 // (in / 16 + 64) 2^-23 of sum |x w| (each bf16 x e4m3 product is exact in f32; an mma adds 16 of them to its f32 accumulator, at most
 // in / 16 such additions per output, each within 2^-23 of the running sum even where the tensor
 // cores truncate; the split sums, block scales and the final scale add a few more: 64). Also: a
@@ -196,9 +196,13 @@ struct MmaWorkspace {
   }
 };
 
+// Every weight load of launch_gemv_fp8_mma (kBlockStages: 128-output blocks, x in shared memory).
+constexpr kcu::Fp8MmaLoad kMmaLoads[] = {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans,
+                                         kcu::Fp8MmaLoad::kBlockStages};
+
 // Every row count of kMmaRows (at most p.rows) with `splits` (0: automatic), each output of each
 // row against the float64 product; returns the worst |y - ref| / sum |x w|.
-constexpr int64_t kMmaRows[] = {1, 5, 8, 9, 16, 17, 24, 31, 32};
+constexpr int64_t kMmaRows[] = {1, 4, 5, 8, 9, 16, 17, 24, 31, 32};
 
 double check_mma(const Problem& p, bool with_bias, int64_t splits, kcu::Fp8MmaLoad load,
                  const kcu::Fp8MmaWorkspace& ws, const std::vector<double>& want,
@@ -211,7 +215,9 @@ double check_mma(const Problem& p, bool with_bias, int64_t splits, kcu::Fp8MmaLo
   kcu::DeviceBuffer dy(static_cast<size_t>(p.rows * p.out) * sizeof(float));
   const std::string what = mode_name(p.mode) + " " + std::to_string(p.out) + "x" + std::to_string(p.in) +
                            (with_bias ? " +bias" : "") + " splits " + std::to_string(splits) +
-                           (load == kcu::Fp8MmaLoad::kRowSpans ? " row spans" : " lane pieces");
+                           (load == kcu::Fp8MmaLoad::kRowSpans     ? " row spans"
+                            : load == kcu::Fp8MmaLoad::kBlockStages ? " block stages"
+                                                                    : " lane pieces");
   const double tolerance = mma_tolerance(p.in);
   double worst = 0;
   for (const int64_t rows : kMmaRows) {
@@ -254,7 +260,7 @@ void check_mma_shape(int64_t out, int64_t in, kcu::Fp8Scale mode, bool with_bias
   std::vector<double> want, magnitude;
   reference(p, with_bias, want, magnitude);
   const MmaWorkspace ws(out);
-  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+  for (const kcu::Fp8MmaLoad load : kMmaLoads) {
     for (const int64_t s : splits) check_mma(p, with_bias, s, load, ws.view, want, magnitude);
   }
 }
@@ -291,7 +297,7 @@ TEST(CudaGemvFp8MmaTest, SubnormalWeightsAreNotFlushed) {
   std::vector<double> want, magnitude;
   reference(p, false, want, magnitude);
   const MmaWorkspace ws(p.out);
-  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+  for (const kcu::Fp8MmaLoad load : kMmaLoads) {
     EXPECT_LE(check_mma(p, false, 0, load, ws.view, want, magnitude), mma_tolerance(p.in));
   }
 }
@@ -302,7 +308,7 @@ TEST(CudaGemvFp8MmaTest, NoWorkspaceRunsUnsplit) {
   const Problem p = make_problem(128, 1024, 9, kcu::Fp8Scale::kPerChannel, 19);
   std::vector<double> want, magnitude;
   reference(p, true, want, magnitude);
-  for (const kcu::Fp8MmaLoad load : {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans}) {
+  for (const kcu::Fp8MmaLoad load : kMmaLoads) {
     EXPECT_LE(check_mma(p, true, 4, load, kcu::Fp8MmaWorkspace{}, want, magnitude), mma_tolerance(p.in));
   }
 }
@@ -321,6 +327,16 @@ TEST(CudaGemvFp8MmaTest, SplitsKeepTheGridInOneWave) {
   EXPECT_EQ(kcu::gemv_fp8_mma_splits(1, 64, 256, 528), 2);     // the 128-column units
   EXPECT_EQ(kcu::gemv_fp8_mma_splits(1, 64, 1 << 20, 528), 64);  // the most
   EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 64, 256, 528), 1);    // the cap (256 / 512 = 0)
+  // kBlockStages: 128-output groups, 264 blocks resident (132 SMs x 2). o: 32 groups -> 8 (the
+  // cap); q/k/v joined 6144: 48 groups -> 5; gate/up joined 28672: 224 groups -> 1; down 8; at 4
+  // rows q/k/v 5 and o (cap 64) 8 = 264 / 32.
+  const auto block = kcu::Fp8MmaLoad::kBlockStages;
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 4096, 4096, 264, block), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 6144, 4096, 264, block), 5);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 28672, 4096, 264, block), 1);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 4096, 14336, 264, block), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4, 6144, 4096, 264, block), 5);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(4, 4096, 4096, 264, block), 8);
 }
 
 TEST(CudaGemvFp8MmaTest, UnsupportedShapesThrow) {

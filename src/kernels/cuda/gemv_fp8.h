@@ -65,7 +65,13 @@ inline constexpr int64_t kGemvFp8MmaMaxRows = 32;
 //   kRowSpans    one copy instruction covers 2 rows x 256 contiguous bytes; the fragments are read
 //                back from a swizzled [16 x 256] tile per stage; 3 stages of 2 units per warp, 2 in
 //                flight (48 KiB of shared memory per block).
-enum class Fp8MmaLoad { kLanePieces, kRowSpans };
+//   kBlockStages one pipeline per block of 8 warps (128 outputs): a stage is the block's 128 rows x
+//                128 bytes (each copy instruction 4 rows x 128 contiguous bytes, L2 asked for 256)
+//                and x's rows x 128 columns, copied once per block into shared memory (x read once
+//                per 128 outputs instead of once per 16 through L1); 4 stages, 3 in flight (72-96
+//                KiB per block, 2 blocks per SM); the first weight copies issued before the PDL wait.
+//                gemv_fp8_mma.cu's comment has the analysis and predictions.
+enum class Fp8MmaLoad { kLanePieces, kRowSpans, kBlockStages };
 
 // Scratch of launch_gemv_fp8_mma: partial sums and one counter per group of 64 outputs. The
 // counters must be zero before the first launch (fp8_mma_workspace_init); every launch leaves
@@ -92,7 +98,9 @@ bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* 
 // weights at a fraction of the bandwidth); 1 for the tall shapes; at most min(ceil(in / 128), 64),
 // and at most in / (16 rows), so that the partial sums (4 S rows out bytes, written and read back
 // through L2) stay within a quarter of the weight's bytes (k / v projections: 1024 x 4096).
-int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resident);
+// Output groups are of the load's block: 64 outputs, 128 for kBlockStages.
+int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resident,
+                            Fp8MmaLoad load = Fp8MmaLoad::kLanePieces);
 // `resident` for a product of `rows` rows in `mode` on the current device (cached per device).
 int64_t gemv_fp8_mma_resident_blocks(int64_t rows, Fp8Scale mode, Fp8MmaLoad load = Fp8MmaLoad::kLanePieces);
 
