@@ -6,7 +6,7 @@
 //   fp8 gemv        launch_gemv_fp8, per-channel scales (rows <= 8)
 //   fp8 mma ch/blk  launch_gemv_fp8_mma, per-channel and 128x128-block scales (automatic splits, or
 //                   --splits), with each weight load (Fp8MmaLoad: lane pieces, row spans, block
-//                   stages)
+//                   stages, block pairs)
 // each as time and % of the device copy bandwidth measured in the same run (bytes read: the weight
 // and its scales; x and y are not counted), and the ratio of the faster bf16 time (gemv16 or cuBLAS:
 // what bf16 serves is gemv16 up to kGemv16UseMaxRows rows, cuBLAS above) to the faster FP8
@@ -42,11 +42,13 @@ namespace kcu = spindle::kernels::cuda;
 
 namespace {
 
-struct Times {  // seconds; 0: not run at this row count. mma: kLanePieces; spans: kRowSpans; stages: kBlockStages
+// seconds; 0: not run at this row count. mma: kLanePieces; spans: kRowSpans; stages: kBlockStages;
+// pairs: kBlockPairs
+struct Times {
   double cublas = 0, gemv16 = 0, gemv_fp8 = 0, mma_channel = 0, mma_block = 0, spans_channel = 0, spans_block = 0;
-  double stages_channel = 0, stages_block = 0;
+  double stages_channel = 0, stages_block = 0, pairs_channel = 0, pairs_block = 0;
   double bf16_best() const { return gemv16 > 0 && gemv16 < cublas ? gemv16 : cublas; }
-  double mma_best() const { return std::min({mma_channel, spans_channel, stages_channel}); }
+  double mma_best() const { return std::min({mma_channel, spans_channel, stages_channel, pairs_channel}); }
   double fp8_best() const { return gemv_fp8 > 0 ? std::min(gemv_fp8, mma_best()) : mma_best(); }
 };
 
@@ -104,6 +106,8 @@ Times time_products(Bench& b, const ShapeData& d, int64_t rows) {
   t.spans_block = mma(kcu::Fp8Scale::kBlock128, d.w.block_scale, kcu::Fp8MmaLoad::kRowSpans);
   t.stages_channel = mma(kcu::Fp8Scale::kPerChannel, d.w.channel_scale, kcu::Fp8MmaLoad::kBlockStages);
   t.stages_block = mma(kcu::Fp8Scale::kBlock128, d.w.block_scale, kcu::Fp8MmaLoad::kBlockStages);
+  t.pairs_channel = mma(kcu::Fp8Scale::kPerChannel, d.w.channel_scale, kcu::Fp8MmaLoad::kBlockPairs);
+  t.pairs_block = mma(kcu::Fp8Scale::kBlock128, d.w.block_scale, kcu::Fp8MmaLoad::kBlockPairs);
   return t;
 }
 
@@ -121,6 +125,8 @@ void report(const bench::ProjectionShape& s, int64_t rows, int64_t splits, const
       "\"mma_block_pct_bw\": %.1f, \"spans_channel_us\": %.2f, \"spans_block_us\": %.2f, "
       "\"spans_channel_pct_bw\": %.1f, \"spans_block_pct_bw\": %.1f, \"stages_channel_us\": %.2f, "
       "\"stages_block_us\": %.2f, \"stages_channel_pct_bw\": %.1f, \"stages_block_pct_bw\": %.1f, "
+      "\"pairs_channel_us\": %.2f, \"pairs_block_us\": %.2f, \"pairs_channel_pct_bw\": %.1f, "
+      "\"pairs_block_pct_bw\": %.1f, "
       "\"bf16_best_over_fp8_best\": %.3f}\n",
       s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in), static_cast<long long>(rows),
       static_cast<long long>(splits), t.cublas * 1e6, t.gemv16 * 1e6, t.gemv_fp8 * 1e6, t.mma_channel * 1e6,
@@ -128,6 +134,7 @@ void report(const bench::ProjectionShape& s, int64_t rows, int64_t splits, const
       pct(bytes_channel, t.mma_channel), pct(bytes_block, t.mma_block), t.spans_channel * 1e6, t.spans_block * 1e6,
       pct(bytes_channel, t.spans_channel), pct(bytes_block, t.spans_block), t.stages_channel * 1e6,
       t.stages_block * 1e6, pct(bytes_channel, t.stages_channel), pct(bytes_block, t.stages_block),
+      t.pairs_channel * 1e6, t.pairs_block * 1e6, pct(bytes_channel, t.pairs_channel), pct(bytes_block, t.pairs_block),
       t.bf16_best() / t.fp8_best());
   const auto cell = [&](double sec, double bytes) {
     if (sec <= 0) return std::string("-");
@@ -136,13 +143,15 @@ void report(const bench::ProjectionShape& s, int64_t rows, int64_t splits, const
     return std::string(c);
   };
   char line[512];
-  std::snprintf(line, sizeof line, "| %s | %lld x %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n",
+  std::snprintf(line, sizeof line,
+                "| %s | %lld x %lld | %lld | %lld | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n",
                 s.name.c_str(), static_cast<long long>(s.out), static_cast<long long>(s.in),
                 static_cast<long long>(rows), static_cast<long long>(splits), cell(t.cublas, bytes16).c_str(),
                 cell(t.gemv16, bytes16).c_str(), cell(t.gemv_fp8, bytes_channel).c_str(),
                 cell(t.mma_channel, bytes_channel).c_str(), cell(t.mma_block, bytes_block).c_str(),
                 cell(t.spans_channel, bytes_channel).c_str(), cell(t.spans_block, bytes_block).c_str(),
                 cell(t.stages_channel, bytes_channel).c_str(), cell(t.stages_block, bytes_block).c_str(),
+                cell(t.pairs_channel, bytes_channel).c_str(), cell(t.pairs_block, bytes_block).c_str(),
                 t.bf16_best() / t.fp8_best());
   table += line;
 }
@@ -153,8 +162,8 @@ void print_layer_sums(const std::map<int64_t, std::vector<Times>>& by_rows, cons
   std::printf(
       "\n| rows | one layer's products: bf16 best us | bf16 cuBLAS us | fp8 gemv us | fp8 mma lane pieces channel us "
       "| block128 | fp8 mma row spans channel us | block128 | fp8 mma block stages channel us | block128 "
-      "| bf16 best / fp8 best | fp8 best, q k v gate up apart, us | bf16 best / that |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| fp8 mma block pairs channel us | block128 | bf16 best / fp8 best | fp8 best, q k v gate up apart, us "
+      "| bf16 best / that |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [rows, ts] : by_rows) {
     Times sum;
     double bf16 = 0, best = 0;
@@ -163,15 +172,16 @@ void print_layer_sums(const std::map<int64_t, std::vector<Times>>& by_rows, cons
       sum.mma_channel += t.mma_channel, sum.mma_block += t.mma_block;
       sum.spans_channel += t.spans_channel, sum.spans_block += t.spans_block;
       sum.stages_channel += t.stages_channel, sum.stages_block += t.stages_block;
+      sum.pairs_channel += t.pairs_channel, sum.pairs_block += t.pairs_block;
       bf16 += t.bf16_best(), best += t.fp8_best();
     }
     const std::string gemv = sum.gemv_fp8 > 0 ? std::to_string(sum.gemv_fp8 * 1e6) : std::string("-");
     const auto a = apart.find(rows);
     const double served = a != apart.end() ? a->second : 0.0;
-    std::printf("| %lld | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f |\n",
+    std::printf("| %lld | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f |\n",
                 static_cast<long long>(rows), bf16 * 1e6, sum.cublas * 1e6, gemv.c_str(), sum.mma_channel * 1e6,
                 sum.mma_block * 1e6, sum.spans_channel * 1e6, sum.spans_block * 1e6, sum.stages_channel * 1e6,
-                sum.stages_block * 1e6, bf16 / best, served * 1e6,
+                sum.stages_block * 1e6, sum.pairs_channel * 1e6, sum.pairs_block * 1e6, bf16 / best, served * 1e6,
                 served > 0 ? bf16 / served : 0.0);
   }
 }
@@ -211,8 +221,8 @@ int main(int argc, char** argv) try {
   std::string table =
       "| shape | out x in | rows | splits | bf16 cuBLAS us (% bw) | bf16 gemv16 us (% bw) | fp8 gemv us (% bw) | "
       "fp8 mma lane pieces channel us (% bw) | block128 | fp8 mma row spans channel | block128 | "
-      "fp8 mma block stages channel | block128 | bf16 best / fp8 best |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+      "fp8 mma block stages channel | block128 | fp8 mma block pairs channel | block128 | bf16 best / fp8 best |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<int64_t, std::vector<Times>> by_rows;
   std::map<int64_t, double> apart;  // rows -> seconds of the FP8 layer with q, k, v, gate, up apart
   // The fused shapes (qkv, o, gate_up, down: bf16 and FP8), then q, k (= v) and gate (= up) alone

@@ -196,9 +196,10 @@ struct MmaWorkspace {
   }
 };
 
-// Every weight load of launch_gemv_fp8_mma (kBlockStages: 128-output blocks, x in shared memory).
+// Every weight load of launch_gemv_fp8_mma (kBlockStages, kBlockPairs: 128-output blocks, x in
+// shared memory; 200 and 257 outputs leave whole warps / m-tiles past `out` there).
 constexpr kcu::Fp8MmaLoad kMmaLoads[] = {kcu::Fp8MmaLoad::kLanePieces, kcu::Fp8MmaLoad::kRowSpans,
-                                         kcu::Fp8MmaLoad::kBlockStages};
+                                         kcu::Fp8MmaLoad::kBlockStages, kcu::Fp8MmaLoad::kBlockPairs};
 
 // Every row count of kMmaRows (at most p.rows) with `splits` (0: automatic), each output of each
 // row against the float64 product; returns the worst |y - ref| / sum |x w|.
@@ -217,6 +218,7 @@ double check_mma(const Problem& p, bool with_bias, int64_t splits, kcu::Fp8MmaLo
                            (with_bias ? " +bias" : "") + " splits " + std::to_string(splits) +
                            (load == kcu::Fp8MmaLoad::kRowSpans     ? " row spans"
                             : load == kcu::Fp8MmaLoad::kBlockStages ? " block stages"
+                            : load == kcu::Fp8MmaLoad::kBlockPairs  ? " block pairs"
                                                                     : " lane pieces");
   const double tolerance = mma_tolerance(p.in);
   double worst = 0;
@@ -337,6 +339,7 @@ TEST(CudaGemvFp8MmaTest, SplitsKeepTheGridInOneWave) {
   EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 4096, 14336, 264, block), 8);
   EXPECT_EQ(kcu::gemv_fp8_mma_splits(4, 6144, 4096, 264, block), 5);
   EXPECT_EQ(kcu::gemv_fp8_mma_splits(4, 4096, 4096, 264, block), 8);
+  EXPECT_EQ(kcu::gemv_fp8_mma_splits(32, 6144, 4096, 264, kcu::Fp8MmaLoad::kBlockPairs), 5);
 }
 
 TEST(CudaGemvFp8MmaTest, UnsupportedShapesThrow) {

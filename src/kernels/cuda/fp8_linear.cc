@@ -28,7 +28,8 @@ bool Fp8Linear::forward_stream(const DeviceFp8Weight& w, const CublasLinear::Inp
     if (gemv) {
       launch_gemv_fp8(w.codes, w.scales, w.mode, x16 + r0 * in, n, in, out, b, dst, stream_);
     } else {
-      launch_gemv_fp8_mma(w.codes, w.scales, w.mode, x16 + r0 * in, n, in, out, b, dst, mma_, stream_);
+      launch_gemv_fp8_mma(w.codes, w.scales, w.mode, x16 + r0 * in, n, in, out, b, dst, mma_, stream_, 0,
+                          gemv_fp8_mma_load_for(n));
     }
   };
   if (!x.split) {

@@ -70,8 +70,15 @@ inline constexpr int64_t kGemvFp8MmaMaxRows = 32;
 //                and x's rows x 128 columns, copied once per block into shared memory (x read once
 //                per 128 outputs instead of once per 16 through L1); 4 stages, 3 in flight (72-96
 //                KiB per block, 2 blocks per SM); the first weight copies issued before the PDL wait.
+//   kBlockPairs  kBlockStages with 4 warps of 2 m-tiles (32 outputs) each: every x fragment loaded
+//                from shared memory serves 2 mma (half the shared-memory loads of x at 17-32 rows).
 //                gemv_fp8_mma.cu's comment has the analysis and predictions.
-enum class Fp8MmaLoad { kLanePieces, kRowSpans, kBlockStages };
+enum class Fp8MmaLoad { kLanePieces, kRowSpans, kBlockStages, kBlockPairs };
+
+// The load Fp8Linear serves `rows` rows with: kBlockStages up to 16 rows, kBlockPairs above (chosen
+// on paper, 2026-12-08: gemv_fp8_mma.cu's analysis; bench_gemv_fp8 times all four loads, and the
+// two losers of its first run on a GPU are to be deleted with their code).
+Fp8MmaLoad gemv_fp8_mma_load_for(int64_t rows);
 
 // Scratch of launch_gemv_fp8_mma: partial sums and one counter per group of 64 outputs. The
 // counters must be zero before the first launch (fp8_mma_workspace_init); every launch leaves
@@ -98,7 +105,7 @@ bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* 
 // weights at a fraction of the bandwidth); 1 for the tall shapes; at most min(ceil(in / 128), 64),
 // and at most in / (16 rows), so that the partial sums (4 S rows out bytes, written and read back
 // through L2) stay within a quarter of the weight's bytes (k / v projections: 1024 x 4096).
-// Output groups are of the load's block: 64 outputs, 128 for kBlockStages.
+// Output groups are of the load's block: 64 outputs, 128 for kBlockStages and kBlockPairs.
 int64_t gemv_fp8_mma_splits(int64_t rows, int64_t out, int64_t in, int64_t resident,
                             Fp8MmaLoad load = Fp8MmaLoad::kLanePieces);
 // `resident` for a product of `rows` rows in `mode` on the current device (cached per device).

@@ -1,7 +1,9 @@
 // launch_gemv_fp8_mma (gemv_fp8.h): FP8-weight products of 1..32 rows on the bf16 tensor cores.
 //
-// Block = kWarps warps = 64 outputs; grid (ceil(out / 64), splits). Warp w of block (b, s) owns the
-// outputs o0 .. o0 + 15, o0 = 64 b + 16 w (rows past `out` read row out - 1 and store nothing), over
+// kLanePieces, kRowSpans: block = kWarps warps = 64 outputs; grid (ceil(out / 64), splits) (the
+// block pipelines kBlockStages / kBlockPairs: 128 outputs, x in shared memory: gemv_fp8_mma_block.cu).
+// Warp w of block (b, s) owns the outputs o0 .. o0 + 15, o0 = 64 b + 16 w (rows past `out` read row
+// out - 1 and store nothing), over
 // the 128-column units [s U / S, (s + 1) U / S) of the input, U = ceil(in / 128). Each lane copies
 // its weight pieces of a unit (64 bytes) with cp.async (L2 only) into its own slots of the warp's
 // shared-memory ring, kStages - 1 units ahead of the unit it multiplies (6 KiB in flight per warp,
@@ -25,6 +27,9 @@
 // the e4m3 exponent field in the low bits of bf16's and the 3 mantissa bits on top of bf16's 7,
 // i.e. the e4m3 value times 2^-120 (the e4m3 subnormals land on bf16 subnormals, exactly); one
 // bf16x2 multiply by 2^120 (mul.rn.bf16x2: exact, subnormal inputs supported) gives the value.
+//
+// Why these two loads read W at 33-45% of the copy bandwidth on an H200, and the block pipelines
+// that answer it: gemv_fp8_mma_block.cu.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +40,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemv_fp8.h"
+#include "kernels/cuda/gemv_fp8_mma.cuh"
 #include "kernels/cuda/mma_utils.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/row_dispatch.cuh"
@@ -42,64 +48,13 @@
 namespace spindle::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int64_t kBlockOuts = 16 * kWarps;  // outputs per block
-constexpr int64_t kUnit = 128;               // input columns per unit (= the scale block)
+using namespace detail::fp8_mma;  // NOLINT (this file's kernels are built from its pieces)
+
 constexpr int kStages = 4;                   // units of weights per warp in flight or ready (shared memory)
 constexpr int64_t kMaxSplits = 64;  // (the automatic choice; a forced one may exceed it)
 constexpr size_t kAlign = 256;
 
 using detail::aligned16;
-namespace mma = detail::mma;
-
-// Bytes 2p and 2p + 1 of `word` (e4m3) as bf16x2 (byte 2p in the low half); see the file comment.
-template <int kPair>
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint32_t word) {
-  // Each byte at the top of its 16-bit half: [0, b(2p), 0, b(2p+1)] from the low byte up.
-  const uint32_t t = __byte_perm(word, 0u, kPair == 0 ? 0x1404u : 0x3424u);
-  const uint32_t bits = (t & 0x80008000u) | ((t >> 4) & 0x07f007f0u);
-  const __nv_bfloat162 v = __hmul2_rn(*reinterpret_cast<const __nv_bfloat162*>(&bits),
-                                   __nv_bfloat162(__ushort_as_bfloat16(0x7B80), __ushort_as_bfloat16(0x7B80)));
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-struct Args {
-  const uint8_t* w;
-  const float* scale;
-  const uint16_t* x;
-  int64_t rows, in, out;
-  const float* bias;
-  float* y;
-  float* partial;      // [splits, rows, out] (splits > 1)
-  uint32_t* counters;  // [ceil(out / 64)] (splits > 1)
-  int64_t splits;
-};
-
-// One 64-column chunk (columns k .. k + 63 of the lane's pieces start at k + 16 q): the lane's
-// weight pieces wg (row o0 + g) and wh (row o0 + g + 8) against the x pieces of each n-tile,
-// accumulated into d.
-// One 64-column chunk's 4 mma steps per n-tile: the lane's weight pieces wg (row o0 + g) and wh
-// (row o0 + g + 8) against its x pieces xv[t] (row 8t + g of the same 16 columns), into d.
-template <int kTiles>
-__device__ __forceinline__ void chunk_mma_core(const uint4& wg, const uint4& wh, const uint4 (&xv)[kTiles][2],
-                                               float (&d)[kTiles][4]) {
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    const uint32_t a[4] = {e4m3x2_to_bf16x2<0>(word_of(wg, s)), e4m3x2_to_bf16x2<0>(word_of(wh, s)),
-                           e4m3x2_to_bf16x2<1>(word_of(wg, s)), e4m3x2_to_bf16x2<1>(word_of(wh, s))};
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      // x words 2s, 2s + 1 of the lane's 16 columns: vector (2s) / 4, words (2s) % 4 and + 1.
-      const uint4& xs = xv[t][s / 2];
-      mma::mma_16816<true>(d[t], a, word_of(xs, (2 * s) % 4), word_of(xs, (2 * s) % 4 + 1));
-    }
-  }
-}
 
 // One 64-column chunk (columns k .. k + 63 of the lane's pieces start at k + 16 q) with x read
 // from global memory (through L1).
@@ -121,115 +76,6 @@ __device__ __forceinline__ void chunk_mma(const uint4& wg, const uint4& wh, cons
     }
   }
   chunk_mma_core<kTiles>(wg, wh, xv, d);
-}
-
-// The final value of output o from its summed partials v (scale, bias).
-template <Fp8Scale kMode>
-__device__ __forceinline__ float finish(const Args& a, int64_t o, float v) {
-  if constexpr (kMode == Fp8Scale::kPerTensor) v *= a.scale[0];
-  if constexpr (kMode == Fp8Scale::kPerChannel) v *= a.scale[o];
-  return a.bias != nullptr ? v + a.bias[o] : v;
-}
-
-// y (or the split's partial) of the warp's 16 outputs from its accumulators (C layout: d[t][0, 1]
-// = output o0 + g, batch rows 8t + 2q, + 1; d[t][2, 3] = output o0 + g + 8, the same rows).
-template <int kTiles, Fp8Scale kMode>
-__device__ __forceinline__ void store_warp(const Args& a, int64_t o0, int g, int q, const float (&d)[kTiles][4],
-                                           float* dst, bool final_sum) {
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t r = 8 * t + 2 * q + (j & 1);
-      const int64_t o = o0 + g + (j >= 2 ? 8 : 0);
-      if (r >= a.rows || o >= a.out) continue;
-      dst[r * a.out + o] = final_sum ? finish<kMode>(a, o, d[t][j]) : d[t][j];
-    }
-  }
-}
-
-// The last block of an output group: y[r, block_o .. block_o + 63] = sum over s = 0, 1, ...,
-// splits - 1 (in that order) of partial[s, r, ...], then finish(). Latency-bound (every load an L2
-// hit), so each thread keeps its (up to) kItems 4-output items and kAhead splits of loads in
-// flight: ceil(splits / kAhead) round trips. Where out % 4 != 0 or y is not 16-byte aligned (no
-// float4 access) one output at a time.
-template <Fp8Scale kMode, int64_t kOuts = kBlockOuts, int kThr = kThreads>
-__device__ __forceinline__ void sum_splits(const Args& a) {
-  const int64_t block_o = static_cast<int64_t>(blockIdx.x) * kOuts;
-  if (a.out % 4 != 0 || reinterpret_cast<uintptr_t>(a.y) % 16 != 0) {
-    for (int64_t i = threadIdx.x; i < a.rows * kOuts; i += kThr) {
-      const int64_t r = i / kOuts, o = block_o + i % kOuts;
-      if (o >= a.out) continue;
-      float v = 0.0f;
-      for (int64_t s = 0; s < a.splits; ++s) v += __ldcg(a.partial + (s * a.rows + r) * a.out + o);
-      a.y[r * a.out + o] = finish<kMode>(a, o, v);
-    }
-    return;
-  }
-  constexpr int kQuads = kOuts / 4;  // 4-output items per row
-  constexpr int kItems = (kGemvFp8MmaMaxRows * kQuads + kThr - 1) / kThr;
-  constexpr int kAhead = 4;
-  int64_t at[kItems];  // item j: offset of (row r, outputs o .. o + 3) in one split's [rows, out]; -1: none
-  float4 v[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kThr;
-    const int64_t r = i / kQuads, o = block_o + 4 * (i % kQuads);
-    at[j] = r < a.rows && o < a.out ? r * a.out + o : -1;
-    v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  const int64_t stride = a.rows * a.out;  // floats per split
-  for (int64_t s0 = 0; s0 < a.splits; s0 += kAhead) {
-    float4 p[kAhead][kItems];
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k) {
-#pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        p[k][j] = s0 + k < a.splits && at[j] >= 0
-                      ? __ldcg(reinterpret_cast<const float4*>(a.partial + (s0 + k) * stride + at[j]))
-                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k) {  // in split order (a split past the last adds +0: same bits)
-#pragma unroll
-      for (int j = 0; j < kItems; ++j) {
-        v[j].x += p[k][j].x, v[j].y += p[k][j].y, v[j].z += p[k][j].z, v[j].w += p[k][j].w;
-      }
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    if (at[j] < 0) continue;
-    const int64_t o = block_o + 4 * ((threadIdx.x + static_cast<int64_t>(j) * kThr) % kQuads);
-    const float4 r = make_float4(finish<kMode>(a, o, v[j].x), finish<kMode>(a, o + 1, v[j].y),
-                                 finish<kMode>(a, o + 2, v[j].z), finish<kMode>(a, o + 3, v[j].w));
-    *reinterpret_cast<float4*>(a.y + at[j]) = r;
-  }
-}
-
-// The block's results from each warp's sums d (outputs o0 .. o0 + 15): y where splits == 1; else
-// this range's partial, then the last block of the output group (kOuts outputs) to arrive sums the
-// ranges in order 0 .. splits - 1 (threadFenceReduction's protocol). Every thread of the block
-// calls it.
-template <int kTiles, Fp8Scale kMode, int64_t kOuts, int kThr>
-__device__ __forceinline__ void write_result(const Args& a, int64_t o0, const float (&d)[kTiles][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  if (a.splits == 1) {
-    if (o0 < a.out) store_warp<kTiles, kMode>(a, o0, g, q, d, a.y, true);
-    return;
-  }
-  const int64_t split = blockIdx.y;
-  if (o0 < a.out) store_warp<kTiles, kMode>(a, o0, g, q, d, a.partial + split * a.rows * a.out, false);
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) last = atomicAdd(a.counters + blockIdx.x, 1u) == static_cast<uint32_t>(a.splits - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  sum_splits<kMode, kOuts, kThr>(a);
-  if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;  // ready for the next launch
 }
 
 // d += unit u's product from the lane's weight pieces (chunk 0 and 1 of rows o0 + g, o0 + g + 8),
@@ -373,176 +219,25 @@ __global__ void __launch_bounds__(kThreads, 4) gemv_fp8_mma_kernel(Args a) {
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kBlockOuts + 16 * warp;
   const int64_t units = (a.in + kUnit - 1) / kUnit;
   const int64_t split = blockIdx.y;
-  float d[kTiles][4];
+  float d[1][kTiles][4];
 #pragma unroll
-  for (int t = 0; t < kTiles; ++t) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.0f;
+  for (int t = 0; t < kTiles; ++t) d[0][t][0] = d[0][t][1] = d[0][t][2] = d[0][t][3] = 0.0f;
   // Whole warps: a warp whose first row exists runs (its last 15 rows may be clamped).
   if (o0 < a.out) {
     const int64_t u_begin = units * split / a.splits, u_end = units * (split + 1) / a.splits;
     if constexpr (kLoad == Fp8MmaLoad::kLanePieces) {
-      stream_units<kTiles, kMode>(a, ring[warp], o0, u_begin, u_end, d);
+      stream_units<kTiles, kMode>(a, ring[warp], o0, u_begin, u_end, d[0]);
     } else {
       uint8_t* stages = reinterpret_cast<uint8_t*>(spans) + warp * kSpanStages * kSpanStageBytes;
-      stream_spans<kTiles, kMode>(a, stages, o0, u_begin, u_end, d);
+      stream_spans<kTiles, kMode>(a, stages, o0, u_begin, u_end, d[0]);
     }
   }
-  write_result<kTiles, kMode, kBlockOuts, kThreads>(a, o0, d);
+  write_result<kTiles, kMode, kBlockOuts, kThreads, 1>(a, o0, d);
 }
-
-// ---- kBlockStages: one pipeline per block, x staged beside the weights ---------------------------
-// Block = kBWarps warps = kBOuts (128) outputs, warp w owning o0 = 128 b + 16 w (the same fragment
-// math as above). Stage = one 128-column unit: the block's 128 weight rows x 128 bytes (16 KiB;
-// copy i (0..3) of thread t: row 32 i + t / 8, 16-byte slot t % 8, so one copy instruction covers
-// 4 rows x 128 contiguous bytes = 4 whole L2 lines) and x's 8 kTiles rows x 128 columns (bf16,
-// 2 kTiles KiB; zero-filled past `rows`), copied once per block and read by all 8 warps from shared
-// memory. kBStages stages, kBStages - 1 in flight while one is multiplied; one __syncthreads per
-// unit. Layout in a stage, conflict-free for the fragment reads (8-lane phases read rows 2p and
-// 2p + 1) and the copies: weight row r, slot c at r * 128 + 16 (c ^ 4 (r % 2)); x row r, slot c
-// (8 columns) at r * 256 + 16 (c ^ (r % 2)). The weight copies of the first kBStages - 1 stages are
-// issued before pdl_begin (the weights are written by no kernel of a step), x's after.
-constexpr int kBWarps = 8;
-constexpr int kBThreads = 32 * kBWarps;
-constexpr int64_t kBOuts = 16 * kBWarps;
-constexpr int kBStages = 4;
-constexpr int kBWeightBytes = static_cast<int>(kBOuts * kUnit);  // 16384 per stage
-constexpr int kBXRowBytes = static_cast<int>(kUnit) * 2;         // 256
-template <int kTiles>
-constexpr int kBStageBytes = kBWeightBytes + 8 * kTiles * kBXRowBytes;
-template <int kTiles>
-constexpr int kBBlockBytes = kBStages * kBStageBytes<kTiles>;  // 72..96 KiB, dynamic
-
-// cp.async of 16 bytes asking L2 to fetch the whole 256-byte pair of lines (the next unit's 128
-// bytes of the row arrive with this unit's: DRAM sees 256 contiguous bytes per row).
-__device__ __forceinline__ void cp_async_16_l2_256(uint32_t shared_dst, const void* global_src, bool valid) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-// The block's weight rows of unit u into `stage` (zero-filled past u_end or `in`). No commit.
-__device__ __forceinline__ void issue_block_weights(const Args& a, uint8_t* stage, int64_t block_o, int64_t u,
-                                                    int64_t u_end) {
-  const int slot = threadIdx.x & 7;
-  const int64_t k = u * kUnit + 16 * slot;
-  const bool valid = u < u_end && k < a.in;
-#pragma unroll
-  for (int i = 0; i < static_cast<int>(kBOuts) / (kBThreads / 8); ++i) {
-    const int row = (kBThreads / 8) * i + (threadIdx.x >> 3);
-    const uint8_t* src = a.w + min(block_o + row, a.out - 1) * a.in;
-    cp_async_16_l2_256(mma::shared_address(stage + row * kUnit + ((slot ^ ((row & 1) << 2)) << 4)),
-                       valid ? src + k : src, valid);
-  }
-}
-
-// x's rows 0 .. 8 kTiles - 1, columns of unit u, into the stage's x part (zero-filled past `rows`,
-// u_end or `in`; in % 16 == 0, so an 8-column piece is all in or all out). No commit.
-template <int kTiles>
-__device__ __forceinline__ void issue_block_x(const Args& a, uint8_t* xs, int64_t u, int64_t u_end) {
-  constexpr int kPieces = 8 * kTiles * 16;
-#pragma unroll
-  for (int i = 0; i < (kPieces + kBThreads - 1) / kBThreads; ++i) {
-    const int p = i * kBThreads + static_cast<int>(threadIdx.x);
-    if (p >= kPieces) break;
-    const int row = p >> 4, slot = p & 15;
-    const int64_t k = u * kUnit + 8 * slot;
-    const bool valid = u < u_end && row < a.rows && k < a.in;
-    mma::cp_async_16(mma::shared_address(xs + row * kBXRowBytes + ((slot ^ (row & 1)) << 4)),
-                     valid ? a.x + row * a.in + k : a.x, valid);
-  }
-}
-
-// d += the warp's product of one stage (unit u): rows wrow .. wrow + 15 of the stage's weights
-// against its x, times the unit's block scale in kBlock128.
-template <int kTiles, Fp8Scale kMode>
-__device__ __forceinline__ void stage_mma(const uint8_t* stage, int wrow, int64_t u, const float* block_scales,
-                                          float (&d)[kTiles][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const uint8_t* xs = stage + kBWeightBytes;
-  const auto wpiece = [&](int row, int slot) {
-    return *reinterpret_cast<const uint4*>(stage + row * kUnit + ((slot ^ ((row & 1) << 2)) << 4));
-  };
-  const auto xpiece = [&](int row, int slot) {
-    return *reinterpret_cast<const uint4*>(xs + row * kBXRowBytes + ((slot ^ (row & 1)) << 4));
-  };
-  float part[kTiles][4];
-  float(&acc)[kTiles][4] = kMode == Fp8Scale::kBlock128 ? part : d;
-  if constexpr (kMode == Fp8Scale::kBlock128) {
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) part[t][0] = part[t][1] = part[t][2] = part[t][3] = 0.0f;
-  }
-#pragma unroll
-  for (int c = 0; c < 2; ++c) {  // chunk c: columns 64 c .. 64 c + 63; lane's 16 at 64 c + 16 q
-    uint4 xv[kTiles][2];
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      xv[t][0] = xpiece(8 * t + g, 8 * c + 2 * q);
-      xv[t][1] = xpiece(8 * t + g, 8 * c + 2 * q + 1);
-    }
-    chunk_mma_core<kTiles>(wpiece(wrow + g, 4 * c + q), wpiece(wrow + g + 8, 4 * c + q), xv, acc);
-  }
-  if constexpr (kMode == Fp8Scale::kBlock128) {
-    const float s = __ldg(block_scales + u);
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d[t][j] = fmaf(part[t][j], s, d[t][j]);
-    }
-  }
-}
-
-template <int kTiles, Fp8Scale kMode>
-__global__ void __launch_bounds__(kBThreads, 2) gemv_fp8_mma_block_kernel(Args a) {
-  extern __shared__ uint4 block_stages[];
-  uint8_t* stages = reinterpret_cast<uint8_t*>(block_stages);
-  constexpr int kStage = kBStageBytes<kTiles>;
-  const int warp = threadIdx.x / 32;
-  const int64_t block_o = static_cast<int64_t>(blockIdx.x) * kBOuts;
-  const int64_t units = (a.in + kUnit - 1) / kUnit;
-  const int64_t split = blockIdx.y;
-  const int64_t u_begin = units * split / a.splits, u_end = units * (split + 1) / a.splits;
-  // Groups: W0 .. W(kBStages - 2), then X0 .., then one per later stage; stage i's (W and X) have
-  // landed when at most kBStages - 2 newer groups are pending.
-#pragma unroll
-  for (int i = 0; i < kBStages - 1; ++i) {
-    issue_block_weights(a, stages + i * kStage, block_o, u_begin + i, u_end);
-    mma::cp_async_commit();
-  }
-  pdl_begin();
-#pragma unroll
-  for (int i = 0; i < kBStages - 1; ++i) {
-    issue_block_x<kTiles>(a, stages + i * kStage + kBWeightBytes, u_begin + i, u_end);
-    mma::cp_async_commit();
-  }
-  // Block scales of the block row (block_o .. block_o + 127 lie in one 128-row block).
-  const float* block_scales = kMode == Fp8Scale::kBlock128 ? a.scale + (block_o / kUnit) * units : nullptr;
-  float d[kTiles][4];
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t) d[t][0] = d[t][1] = d[t][2] = d[t][3] = 0.0f;
-  for (int64_t i = 0; u_begin + i < u_end; ++i) {
-    mma::cp_async_wait<kBStages - 2>();  // this thread's copies of stage i have landed
-    __syncthreads();                     // everyone's, and every warp is done with stage i - 1
-    uint8_t* next = stages + static_cast<int>((i + kBStages - 1) % kBStages) * kStage;
-    issue_block_weights(a, next, block_o, u_begin + i + kBStages - 1, u_end);
-    issue_block_x<kTiles>(a, next + kBWeightBytes, u_begin + i + kBStages - 1, u_end);
-    mma::cp_async_commit();
-    stage_mma<kTiles, kMode>(stages + static_cast<int>(i % kBStages) * kStage, 16 * warp, u_begin + i,
-                             block_scales, d);
-  }
-  mma::cp_async_wait<0>();  // the zero-filled stages past the range too, before the block ends
-  // (Rows past `out` were clamped copies of row out - 1: whole warps past it store nothing.)
-  write_result<kTiles, kMode, kBOuts, kBThreads>(a, block_o + 16 * warp, d);
-}
-
-
-using Kernel = void (*)(Args);
 
 template <int kTiles, Fp8Scale kMode, Fp8MmaLoad kLoad>
 Kernel kernel_of() {
-  if constexpr (kLoad == Fp8MmaLoad::kBlockStages) {
-    return gemv_fp8_mma_block_kernel<kTiles, kMode>;
-  } else {
-    return gemv_fp8_mma_kernel<kTiles, kMode, kLoad>;
-  }
+  return gemv_fp8_mma_kernel<kTiles, kMode, kLoad>;
 }
 
 template <int kTiles, Fp8MmaLoad kLoad>
@@ -569,28 +264,33 @@ Kernel kernel_of(int tiles, Fp8Scale mode, Fp8MmaLoad load) {
   switch (load) {
     case Fp8MmaLoad::kLanePieces: return kernel_of<Fp8MmaLoad::kLanePieces>(tiles, mode);
     case Fp8MmaLoad::kRowSpans: return kernel_of<Fp8MmaLoad::kRowSpans>(tiles, mode);
-    case Fp8MmaLoad::kBlockStages: return kernel_of<Fp8MmaLoad::kBlockStages>(tiles, mode);
+    case Fp8MmaLoad::kBlockStages: return block_kernel_of(tiles, mode, 1);
+    case Fp8MmaLoad::kBlockPairs: return block_kernel_of(tiles, mode, 2);
   }
   return nullptr;
 }
 
-size_t dynamic_bytes(Fp8MmaLoad load, int tiles) {
-  if (load == Fp8MmaLoad::kRowSpans) return kSpanBlockBytes;
-  if (load != Fp8MmaLoad::kBlockStages) return 0;
-  switch (tiles) {
-    case 1: return kBBlockBytes<1>;
-    case 2: return kBBlockBytes<2>;
-    case 3: return kBBlockBytes<3>;
-    default: return kBBlockBytes<4>;
-  }
+bool block_pipeline(Fp8MmaLoad load) {
+  return load == Fp8MmaLoad::kBlockStages || load == Fp8MmaLoad::kBlockPairs;
 }
 
-int threads_of(Fp8MmaLoad load) { return load == Fp8MmaLoad::kBlockStages ? kBThreads : kThreads; }
-int64_t outs_of(Fp8MmaLoad load) { return load == Fp8MmaLoad::kBlockStages ? kBOuts : kBlockOuts; }
+size_t dynamic_bytes(Fp8MmaLoad load, int tiles) {
+  if (load == Fp8MmaLoad::kRowSpans) return kSpanBlockBytes;
+  if (!block_pipeline(load)) return 0;
+  return block_dynamic_bytes(tiles);
+}
+
+int threads_of(Fp8MmaLoad load) {
+  return load == Fp8MmaLoad::kBlockStages  ? block_threads(1)
+         : load == Fp8MmaLoad::kBlockPairs ? block_threads(2)
+                                           : kThreads;
+}
+int64_t outs_of(Fp8MmaLoad load) { return block_pipeline(load) ? kBOuts : kBlockOuts; }
 
 constexpr int kMaxDevices = 64;
 constexpr Fp8Scale kModes[] = {Fp8Scale::kPerTensor, Fp8Scale::kPerChannel, Fp8Scale::kBlock128};
-constexpr Fp8MmaLoad kLoads[] = {Fp8MmaLoad::kLanePieces, Fp8MmaLoad::kRowSpans, Fp8MmaLoad::kBlockStages};
+constexpr Fp8MmaLoad kLoads[] = {Fp8MmaLoad::kLanePieces, Fp8MmaLoad::kRowSpans, Fp8MmaLoad::kBlockStages,
+                                 Fp8MmaLoad::kBlockPairs};
 
 int current_device() {
   int device = 0;
@@ -600,10 +300,10 @@ int current_device() {
 
 // How many blocks of the kernel for (tiles, mode, load) the current device holds at once (SMs x
 // blocks per SM at its registers and shared memory), cached per device; the first query also
-// lets kRowSpans and kBlockStages use their dynamic shared memory (48 KiB; 72-96 KiB). Queried at fp8_mma_workspace_init
+// lets kRowSpans and the block pipelines use their dynamic shared memory (48 KiB; 72-96 KiB). Queried at fp8_mma_workspace_init
 // (load), so a launch inside a graph capture asks the driver nothing.
 int64_t resident_blocks(int tiles, Fp8Scale mode, Fp8MmaLoad load) {
-  static std::atomic<int> cached[kMaxDevices][4][3][3] = {};
+  static std::atomic<int> cached[kMaxDevices][4][3][4] = {};
   const int device = current_device();
   std::atomic<int>& slot = cached[device][tiles - 1][static_cast<int>(mode)][static_cast<int>(load)];
   int n = slot.load(std::memory_order_relaxed);
@@ -673,6 +373,10 @@ Fp8MmaWorkspace fp8_mma_workspace_init(void* base, int64_t bytes, int64_t max_ou
   return ws;
 }
 
+Fp8MmaLoad gemv_fp8_mma_load_for(int64_t rows) {
+  return rows <= 16 ? Fp8MmaLoad::kBlockStages : Fp8MmaLoad::kBlockPairs;
+}
+
 bool gemv_fp8_mma_supports(int64_t rows, int64_t in, const void* w, const void* x) {
   return rows >= 1 && rows <= kGemvFp8MmaMaxRows && in > 0 && in % 16 == 0 && aligned16(w) && aligned16(x);
 }
@@ -681,7 +385,7 @@ void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, co
                          int64_t in, int64_t out, const float* bias, float* y, const Fp8MmaWorkspace& workspace,
                          cudaStream_t stream, int64_t splits, Fp8MmaLoad load) {
   if (!gemv_fp8_mma_supports(rows, in, w, x_bf16) || out <= 0 || (out + kBlockOuts - 1) / kBlockOuts > 0x7fffffff ||
-      (load != Fp8MmaLoad::kLanePieces && load != Fp8MmaLoad::kRowSpans && load != Fp8MmaLoad::kBlockStages) ||
+      (load != Fp8MmaLoad::kLanePieces && load != Fp8MmaLoad::kRowSpans && !block_pipeline(load)) ||
       scale == nullptr || splits < 0) {
     throw_cuda_error(cudaErrorInvalidValue, "launch_gemv_fp8_mma: unsupported shape, alignment or missing scale",
                      __FILE__, __LINE__);
@@ -696,7 +400,7 @@ void launch_gemv_fp8_mma(const uint8_t* w, const float* scale, Fp8Scale mode, co
   s = std::clamp<int64_t>(s, 1, std::min<int64_t>(units, 65535));
   const Args a{w, scale, x_bf16, rows, in, out, bias, y, workspace.partial, workspace.counters, s};
   const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(s));
-  if (splits > 0) resident_blocks(tiles, mode, load);  // (kRowSpans, kBlockStages: shared-memory attribute set)
+  if (splits > 0) resident_blocks(tiles, mode, load);  // (the shared-memory attribute set)
   launch_pdl(kernel_of(tiles, mode, load), grid, threads_of(load), dynamic_bytes(load, tiles), stream, a);
   CUDA_CHECK_LAUNCH();
 }
