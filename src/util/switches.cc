@@ -124,6 +124,17 @@ constinit const std::array kDeclarations = {
           s.cudnn_ragged = std::string(t);
         },
         [](const Switches& s) { return unless(s.cudnn_ragged.empty(), s.cudnn_ragged); }},
+    SwitchDeclaration{
+        "SPINDLE_FP8_MMA_LOAD", SwitchKind::kTest, "by rows (block stages <= 16 rows, block pairs above)",
+        "lanes|spans|stages|pairs: the weight load of gemv_fp8_mma that Fp8Linear serves, an A/B for issue "
+        "47's first GPU run of the block pipelines (chosen on paper, 2026-12-08); deleted with the losing loads "
+        "once measured",
+        false,
+        [](Switches& s, std::string_view t) {
+          check_one_of("SPINDLE_FP8_MMA_LOAD", t, {"lanes", "spans", "stages", "pairs"});
+          s.fp8_mma_load = std::string(t);
+        },
+        [](const Switches& s) { return unless(s.fp8_mma_load.empty(), s.fp8_mma_load); }},
     // kInternal
     SwitchDeclaration{
         "SPINDLE_OMP_WAIT_POLICY_DEFAULTED", SwitchKind::kInternal, "unset",

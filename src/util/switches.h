@@ -51,6 +51,7 @@ struct Switches {
   std::string linear_fault;        // SPINDLE_LINEAR_FAULT: "name=crash|wrong,..." (kernels/cpu/linear_registry.h)
   std::string sampler_fault;       // SPINDLE_SAMPLER_FAULT: "nan:SEED" | "throw:SEED"; "" = none
   std::string cudnn_ragged;        // SPINDLE_CUDNN_RAGGED: "0" padded / "1" packed Q/O; "" = by cuDNN version
+  std::string fp8_mma_load;        // SPINDLE_FP8_MMA_LOAD: lanes|spans|stages|pairs; "" = by rows (fp8_linear.cc)
   // kInternal
   bool openmp_policy_defaulted = false;  // SPINDLE_OMP_WAIT_POLICY_DEFAULTED=1 (platform/openmp_policy.h)
   // Measured, no variable: cuda_flash's start-time measurement sets them on the GPU

@@ -72,6 +72,7 @@ TEST(SwitchConfigTest, MalformedValuesAreErrorsNamingTheVariable) {
       {"SPINDLE_SAMPLER_FAULT", "oops:1"},
       {"SPINDLE_SAMPLER_FAULT", "nan:x"},
       {"SPINDLE_CUDNN_RAGGED", "yes"},
+      {"SPINDLE_FP8_MMA_LOAD", "fast"},
   };
   for (const auto& [name, value] : bad) {
     const std::string message = error_of([&] { config::resolve(Environment{{name, value}}); });

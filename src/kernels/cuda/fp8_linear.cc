@@ -1,11 +1,27 @@
 #include "kernels/cuda/fp8_linear.h"
 
 #include <algorithm>
+#include <string>
 
 #include "kernels/cuda/fp8_convert.h"
 #include "util/error.h"
+#include "util/switches.h"
 
 namespace spindle::kernels::cuda {
+namespace {
+
+// The weight load of gemv_fp8_mma for n rows: SPINDLE_FP8_MMA_LOAD where set (the A/B of the
+// block pipelines' first GPU run), else gemv_fp8_mma_load_for(n).
+Fp8MmaLoad mma_load_for(int64_t n) {
+  const std::string& forced = switches().fp8_mma_load;
+  if (forced == "lanes") return Fp8MmaLoad::kLanePieces;
+  if (forced == "spans") return Fp8MmaLoad::kRowSpans;
+  if (forced == "stages") return Fp8MmaLoad::kBlockStages;
+  if (forced == "pairs") return Fp8MmaLoad::kBlockPairs;
+  return gemv_fp8_mma_load_for(n);
+}
+
+}  // namespace
 
 void Fp8Linear::reserve(int64_t max_out, int64_t max_elements, bool has_block_scales) {
   max_out = std::max<int64_t>(max_out, 1);
@@ -29,7 +45,7 @@ bool Fp8Linear::forward_stream(const DeviceFp8Weight& w, const CublasLinear::Inp
       launch_gemv_fp8(w.codes, w.scales, w.mode, x16 + r0 * in, n, in, out, b, dst, stream_);
     } else {
       launch_gemv_fp8_mma(w.codes, w.scales, w.mode, x16 + r0 * in, n, in, out, b, dst, mma_, stream_, 0,
-                          gemv_fp8_mma_load_for(n));
+                          mma_load_for(n));
     }
   };
   if (!x.split) {

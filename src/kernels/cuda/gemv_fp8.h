@@ -76,8 +76,9 @@ inline constexpr int64_t kGemvFp8MmaMaxRows = 32;
 enum class Fp8MmaLoad { kLanePieces, kRowSpans, kBlockStages, kBlockPairs };
 
 // The load Fp8Linear serves `rows` rows with: kBlockStages up to 16 rows, kBlockPairs above (chosen
-// on paper, 2026-12-08: gemv_fp8_mma.cu's analysis; bench_gemv_fp8 times all four loads, and the
-// two losers of its first run on a GPU are to be deleted with their code).
+// on paper, 2026-12-08: gemv_fp8_mma_block.cu's analysis; bench_gemv_fp8 times all four loads, and the
+// losers of its first run on a GPU are to be deleted with their code; SPINDLE_FP8_MMA_LOAD overrides
+// it in Fp8Linear until then).
 Fp8MmaLoad gemv_fp8_mma_load_for(int64_t rows);
 
 // Scratch of launch_gemv_fp8_mma: partial sums and one counter per group of 64 outputs. The
