@@ -430,7 +430,8 @@ void CudaOps::linear_split_qkv_rope(const float* x, int64_t rows, const Product&
                                     const int64_t* positions, const attn::KvWriteTarget& kv) {
   const kcu::DeviceWeight& w = placed(qkv_product.weight).weight;
   const int d = config_.head_dim;
-  if (q_norm != kNoWeight || k_norm != kNoWeight ||
+  // (FP8: its product through linear(), then the split; gemv16 reads 16-bit weights only.)
+  if (w.dtype == DType::kF8E4M3 || q_norm != kNoWeight || k_norm != kNoWeight ||
       rows > kcu::gemv16_fused_use_max_rows() || w.out_features != int64_t{num_heads + 2 * num_kv_heads} * d ||
       !linear_->gemv16_takes(w, rows)) {
     linear(x, rows, {&qkv_product, 1});
@@ -541,6 +542,12 @@ void CudaOps::swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, f
 void CudaOps::linear_swiglu(const float* x, int64_t rows, WeightId gate_up_weight, float* gate_up, float* act,
                             int64_t im) {
   const kcu::DeviceWeight& w = placed(gate_up_weight).weight;
+  if (w.dtype == DType::kF8E4M3) {  // the joined FP8 product (fp8_linear_ or its prefill entry), then SwiGLU
+    const Product product{gate_up_weight, gate_up, kNoWeight};
+    linear(x, rows, {&product, 1});
+    silu_mul(gate_up, gate_up + im, 2 * im, act, rows, im);
+    return;
+  }
   const kcu::CublasLinear::Input in = input_for(x, rows, w);
   // (When forward_swiglu declines, silu_mul below sets the copy's target again.)
   if (w.out_features == 2 * im && linear_->forward_swiglu(w, in, act, out16_for(act, rows, im, /*slot=*/1))) return;

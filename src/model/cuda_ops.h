@@ -9,8 +9,9 @@
 // uploaded as bytes with their scales as f32 after them in the slot and run on
 // kernels/cuda/fp8_linear.h (the streaming FP8 products up to 32 rows: gemv_fp8, gemv_fp8_mma;
 // above, the FP8 prefill entry chosen per shape, kernels/cuda/fp8_linear_registry.h);
-// they are not joined with other parts, and with FP8 weights no op writes a fused 16-bit copy of
-// its output (the products convert their input themselves). Other ops: kernels/cuda/model_ops.h. RoPE reads the CPU RopeTable's
+// q | k | v and gate | up join as 16-bit ones do where their scales allow (model/fp8_join.h; else
+// they are placed one by one), and with FP8 weights no op writes a fused 16-bit copy of its output
+// (the products convert their input themselves). Other ops: kernels/cuda/model_ops.h. RoPE reads the CPU RopeTable's
 // cos/sin for positions below the table size and computes later positions with the same
 // arithmetic. The step's batch is uploaded once (kernels::cuda::DeviceBatch) and shared with the
 // attention backend.
@@ -55,7 +56,8 @@ class CudaOps final : public DeviceOps {
   const char* linear_kernel_name() const override { return linear_->name(); }
 
   WeightId place(std::span<const WeightView> parts, WeightUse use) override;
-  // Joined (q/k/v with their biases side by side; gate/up) where the parts share one dtype.
+  // Joined (q/k/v with their biases side by side; gate/up) where the parts share one dtype (FP8
+  // parts: and their scales join, model/fp8_join.h).
   LinearGroup place_group(LinearGroupKind kind, std::span<const WeightView> weights,
                           std::span<const WeightView> biases) override;
   void finish_loading() override;
@@ -200,6 +202,8 @@ class CudaOps final : public DeviceOps {
   std::map<std::string, std::unique_ptr<kernels::cuda::Fp8PrefillProduct>> fp8_prefill_;  // by entry name
   int64_t fp8_max_in_ = 0, fp8_max_out_ = 0, fp8_max_elements_ = 0;
   bool fp8_has_block_ = false;
+  int fp8_joined_ = 0, fp8_apart_ = 0;  // FP8 groups placed joined / one by one (logged at finish_fp8)
+  std::string fp8_apart_why_;           // the first group placed apart: why
   std::vector<Placed> placed_;
   std::map<const void*, size_t> slot_of_;  // host data -> offset (a tensor placed twice shares a slot)
   size_t cursor_ = 0;                      // bytes of the layout so far

@@ -1,5 +1,6 @@
 // CudaOps' FP8 linear weights (cuda_ops.h): placed as one slot of e4m3 codes, zero padding to the
-// slot alignment and the f32 scales; run by kernels::cuda::Fp8Linear up to 32 rows
+// slot alignment and the f32 scales; q | k | v and gate | up joined into one weight where their
+// scales allow (model/fp8_join.h), as 16-bit ones are; run by kernels::cuda::Fp8Linear up to 32 rows
 // (kFp8StreamMaxRows: gemv_fp8, gemv_fp8_mma), and above by the
 // FP8 prefill entry chosen per shape (kernels/cuda/fp8_linear_registry.h; fp8_w8a16: Fp8Linear).
 #include <cuda_runtime_api.h>
@@ -11,11 +12,13 @@
 #include <array>
 #include <map>
 #include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "model/cuda_ops.h"
+#include "model/fp8_join.h"
 #include "util/build_info.h"
 #include "util/error.h"
 
@@ -42,17 +45,37 @@ kcu::Fp8Scale device_mode(Fp8ScaleMode mode) {
 }  // namespace
 
 bool CudaOps::place_fp8(std::span<const WeightView> parts, Placed& p) {
-  if (parts.size() != 1) return false;  // each FP8 part has its own scales: not joined
-  const WeightView& w = parts.front();
-  p.fp8_scales = fp8_scales_f32(w);  // throws naming the tensor when its scale does not fit
-  p.weight = {nullptr, DType::kF8E4M3, w.rows(), w.cols()};
-  p.fp8.mode = device_mode(w.scale->mode);
-  p.fp8.out_features = w.rows();
-  p.fp8.in_features = w.cols();
+  // Joined parts (q | k | v, gate | up) as one weight: their codes back to back, the joined scales
+  // (model/fp8_join.h); parts that cannot share one product's scales are placed one by one.
+  std::vector<std::vector<float>> part_scales;
+  std::vector<Fp8JoinPart> join;
+  for (const WeightView& w : parts) {
+    if (w.dtype != DType::kF8E4M3) return false;  // joined parts share one dtype
+    part_scales.push_back(fp8_scales_f32(w));     // throws naming the tensor when its scale does not fit
+    join.push_back({w.name, w.rows(), w.cols(), w.scale->mode, part_scales.back(), w.scale->input_scale});
+  }
+  Fp8JoinedScales joined = join_fp8_scales(join);
+  if (!joined.joined()) {
+    std::vector<std::string_view> names;
+    for (const WeightView& w : parts) names.push_back(w.name);
+    spdlog::debug("fp8: {} placed apart: {}", fmt::join(names, " | "), joined.why_not);
+    if (fp8_apart_++ == 0) fp8_apart_why_ = joined.why_not;
+    return false;
+  }
+  if (parts.size() > 1) ++fp8_joined_;
+  p.fp8_scales = std::move(joined.scales);
+  p.weight = {nullptr, DType::kF8E4M3, joined.rows, joined.cols};
+  p.fp8.mode = device_mode(joined.mode);
+  p.fp8.out_features = joined.rows;
+  p.fp8.in_features = joined.cols;
   static const std::array<std::byte, kScaleAlign> zeros{};
-  const size_t padded = (w.bytes.size() + kScaleAlign - 1) / kScaleAlign * kScaleAlign;
-  p.parts.push_back(w.bytes);
-  if (padded > w.bytes.size()) p.parts.push_back(std::span<const std::byte>(zeros).first(padded - w.bytes.size()));
+  size_t code_bytes = 0;
+  for (const WeightView& w : parts) {
+    p.parts.push_back(w.bytes);  // the host (mapped) codes, copied once into the slot at finish_loading
+    code_bytes += w.bytes.size();
+  }
+  const size_t padded = (code_bytes + kScaleAlign - 1) / kScaleAlign * kScaleAlign;
+  if (padded > code_bytes) p.parts.push_back(std::span<const std::byte>(zeros).first(padded - code_bytes));
   p.fp8_scale_offset = padded;
   p.parts.push_back(std::as_bytes(std::span<const float>(p.fp8_scales)));
   has_16bit_weights_ = true;  // its products convert x to bf16 in CublasLinear's scratch
@@ -72,11 +95,26 @@ void CudaOps::finish_fp8() {
     has_block_scales = has_block_scales || p.fp8.mode == kcu::Fp8Scale::kBlock128;
     p.fp8_scales = {};
   }
-  if (max_out > 0) fp8_linear_->reserve(max_out, max_elements, has_block_scales);
   fp8_max_out_ = max_out;
   fp8_max_elements_ = max_elements;
   fp8_has_block_ = has_block_scales;
-  if (max_out > 0) choose_fp8_prefill();
+  if (max_out == 0) return;
+  spdlog::info("fp8: {} q|k|v and gate|up groups joined into one product each, {} placed one by one{}", fp8_joined_,
+               fp8_apart_, fp8_apart_ > 0 ? " (" + fp8_apart_why_ + ")" : std::string());
+  choose_fp8_prefill();
+  // fp8_linear_'s W8A16 scratch (a bf16 copy of one weight, two for block scales) only for the
+  // weights that can reach it: those whose prefill product is fp8_linear_'s own, and those the
+  // streaming products cannot take (in % 16 != 0). With a cuBLASLt entry chosen for every shape it
+  // holds nothing, so the joined gate|up (2I x H) costs no bf16 copy of its own.
+  int64_t w8a16_elements = 0;
+  bool w8a16_block = false;
+  for (const Placed& p : placed_) {
+    if (p.use != WeightUse::kLinear || p.weight.dtype != DType::kF8E4M3) continue;
+    if (p.fp8_prefill != nullptr && p.fp8.in_features % 16 == 0) continue;
+    w8a16_elements = std::max(w8a16_elements, p.fp8.out_features * p.fp8.in_features);
+    w8a16_block = w8a16_block || p.fp8.mode == kcu::Fp8Scale::kBlock128;
+  }
+  fp8_linear_->reserve(max_out, w8a16_elements, w8a16_block);
 }
 
 void CudaOps::choose_fp8_prefill() {

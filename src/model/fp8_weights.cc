@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <unordered_map>
 
 #include "util/error.h"
+#include "util/half.h"
 
 namespace spindle {
 namespace {
@@ -58,6 +60,21 @@ std::string scale_problem(Fp8ScaleMode mode, const TensorInfo& weight, const Ten
     return fmt::format("{}: {} (FP8 scales must be F32, BF16 or F16)", scale.name, dtype_name(scale.dtype));
   }
   return "";
+}
+
+// The one value of an X.input_scale tensor; throws naming it when it is not one F32, BF16 or F16 element.
+float input_scale_value(const Checkpoint& checkpoint, const TensorInfo& t, const std::string& where) {
+  SPINDLE_CHECK(t.num_elements() == 1 && is_scale_dtype(t.dtype), "{}: its input scale {} is {} {}; one F32, BF16 or "
+                "F16 value expected", where, t.name, dtype_name(t.dtype), format_shape(t.shape));
+  const std::span<const std::byte> b = checkpoint.tensor(t.name).bytes;
+  float v = 0;
+  uint16_t h = 0;
+  if (t.dtype == DType::kF32) {
+    std::memcpy(&v, b.data(), 4);
+    return v;
+  }
+  std::memcpy(&h, b.data(), 2);
+  return t.dtype == DType::kBF16 ? bf16_bits_to_float(h) : fp16_bits_to_float(h);
 }
 
 }  // namespace
@@ -129,6 +146,8 @@ WeightScale fp8_weight_scale(const Checkpoint& checkpoint, const std::optional<F
   s.dtype = scale->dtype;
   s.shape = scale->shape;
   s.bytes = checkpoint.tensor(scale->name).bytes;
+  const std::string input_name = weight_module(weight.name) + "." + std::string(kInputScale);
+  if (const TensorInfo* input = checkpoint.find(input_name)) s.input_scale = input_scale_value(checkpoint, *input, where);
   return s;
 }
 

@@ -34,6 +34,9 @@ struct WeightScale {
   DType dtype = DType::kF32;  // F32, BF16 or F16
   std::vector<int64_t> shape;
   std::span<const std::byte> bytes;  // fp8_scale_count(mode) elements, possibly unaligned
+  // X.input_scale (a static activation scale, one element) when the checkpoint stores one. No product
+  // reads it today (activations are quantized dynamically); joining compares it (model/fp8_join.h).
+  std::optional<float> input_scale;
 };
 
 struct WeightView {
