@@ -207,5 +207,39 @@ TEST(Fp8Errors, IgnoredModuleStoredAsFp8) {
   EXPECT_NE(error.find("listed as not converted"), std::string::npos) << error;
 }
 
+// X.input_scale (activation_scheme static) travels with its weight's scale (joining compares it:
+// model/fp8_join.h); a dynamic checkpoint has none; one of another type is refused naming it.
+TEST(Fp8Weights, StaticInputScaleTravelsWithTheWeight) {
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  for (Fp8Format format : {Fp8Format::kFp8Tensor, Fp8Format::kFp8Block}) {
+    testing::TempDir dir;
+    testing::write_golden_fp8("llama-gqa-f32", dir.path(), {.format = format});
+    const nlohmann::json config = nlohmann::json::parse(std::ifstream(dir.path() / "config.json"));
+    CheckpointWeights weights(std::make_unique<Checkpoint>(dir.path()), parse_quantization_config(config, "c"));
+    const WeightView w = weights.weight(q);
+    ASSERT_TRUE(w.scale.has_value());
+    if (format == Fp8Format::kFp8Tensor) {
+      EXPECT_EQ(w.scale->input_scale, std::optional<float>(0.05f));  // golden_fp8.h writes 0.05
+    } else {
+      EXPECT_FALSE(w.scale->input_scale.has_value());
+    }
+  }
+}
+
+TEST(Fp8Errors, InputScaleOfWrongTypeNamesTheTensor) {
+  testing::TempDir dir;
+  const std::string input = "model.layers.0.mlp.up_proj.input_scale";
+  testing::write_golden_fp8("llama-gqa-f32", dir.path(), {.format = Fp8Format::kFp8Tensor, .edit = [&](testing::NamedTensor& t) {
+    if (t.name == input) {
+      t.dtype = DType::kI8;
+      t.data.resize(1);
+    }
+    return true;
+  }});
+  const std::string error = load_error(dir.path());
+  EXPECT_NE(error.find("its input scale " + input + " is I8 []; one F32, BF16 or F16 value expected"),
+            std::string::npos) << error;
+}
+
 }  // namespace
 }  // namespace spindle
