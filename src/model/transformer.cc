@@ -86,6 +86,11 @@ int Transformer::num_fused_gate_up() const {
       std::count_if(layers_.begin(), layers_.end(), [](const Layer& l) { return l.gate_up.joined != kNoWeight; }));
 }
 
+int Transformer::num_fused_qkv() const {
+  return static_cast<int>(
+      std::count_if(layers_.begin(), layers_.end(), [](const Layer& l) { return l.qkv.joined != kNoWeight; }));
+}
+
 attn::AttentionShape Transformer::attention_shape(DType kv_dtype, int page_size) const {
   attn::AttentionShape s;
   s.num_heads = config_.num_attention_heads;

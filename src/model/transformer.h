@@ -64,6 +64,8 @@ class Transformer {
   const char* linear_kernel_name() const { return ops_->linear_kernel_name(); }
   // Layers whose gate_proj and up_proj run as one [2I, H] product.
   int num_fused_gate_up() const;
+  // Layers whose q_proj, k_proj and v_proj run as one [Q + 2K, H] product.
+  int num_fused_qkv() const;
 
   // The LM head computes the logits of the token ids [0, num_ids) only (a draft model proposing
   // from a vocabulary subset, engine/speculative/); every other entry of a logit row is kExcludedLogit.

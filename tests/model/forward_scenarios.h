@@ -81,6 +81,7 @@ class ModelStepper {
   uint64_t workspace_bytes() const { return model_->workspace_bytes(); }
   const char* linear_kernel_name() const { return model_->linear_kernel_name(); }
   int num_fused_gate_up() const { return model_->num_fused_gate_up(); }
+  int num_fused_qkv() const { return model_->num_fused_qkv(); }
   attn::AttentionShape attention_shape(DType kv_dtype, int page_size) const {
     return model_->attention_shape(kv_dtype, page_size);
   }
