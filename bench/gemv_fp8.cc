@@ -12,8 +12,10 @@
 // what bf16 serves is gemv16 up to kGemv16UseMaxRows rows, cuBLAS above) to the faster FP8
 // per-channel kernel. Last, per row count,
 // the four products of one layer summed: the decode step's product time, bf16 vs FP8 (the question
-// of issue 47's C = 32 target: >= 1.5x needs these >= 1.5x and more), and FP8 as CudaOps runs it
-// (q, k, v and gate, up as separate products: those shapes are timed too).
+// of issue 47's C = 32 target: >= 1.5x needs these >= 1.5x and more), FP8 with q, k, v and gate, up
+// as separate products (those shapes are timed too), and FP8 as CudaOps runs it (the kernel
+// Fp8Linear picks per row count) apart and joined (q|k|v, gate|up: model/fp8_join.h), their ratio
+// also as one JSON line per row count (before that table, which ends the output).
 // Every timed product starts with L2 cold (bench/cuda_bench_util.h). Median of --reps.
 //
 // usage: bench_gemv_fp8 [--hidden 4096] [--intermediate 14336] [--heads 32] [--kv-heads 8]
@@ -34,6 +36,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemv16.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/gemv_fp8.h"
 #include "util/half.h"
 
@@ -50,6 +53,27 @@ struct Times {
   double bf16_best() const { return gemv16 > 0 && gemv16 < cublas ? gemv16 : cublas; }
   double mma_best() const { return std::min({mma_channel, spans_channel, stages_channel, pairs_channel}); }
   double fp8_best() const { return gemv_fp8 > 0 ? std::min(gemv_fp8, mma_best()) : mma_best(); }
+  // The product CudaOps runs at `rows` (per channel; Fp8Linear: gemv_fp8 up to kFp8GemvUseMaxRows,
+  // then gemv_fp8_mma with the load gemv_fp8_mma_load_for(rows) names; SPINDLE_FP8_MMA_LOAD is not
+  // read here).
+  double served(int64_t rows) const {
+    if (rows <= kcu::kFp8GemvUseMaxRows && gemv_fp8 > 0) return gemv_fp8;
+    switch (kcu::gemv_fp8_mma_load_for(rows)) {
+      case kcu::Fp8MmaLoad::kLanePieces: return mma_channel;
+      case kcu::Fp8MmaLoad::kRowSpans: return spans_channel;
+      case kcu::Fp8MmaLoad::kBlockStages: return stages_channel;
+      case kcu::Fp8MmaLoad::kBlockPairs: return pairs_channel;
+    }
+    return mma_channel;
+  }
+};
+
+// One layer's FP8 products at one row count: q, k, v and gate, up apart (before issue 47's join)
+// or joined into qkv and gate_up (CudaOps now: model/fp8_join.h), o and down either way.
+struct LayerFp8 {
+  double apart_best = 0;     // the fastest kernel of each product
+  double apart_served = 0;   // the kernel CudaOps runs (Times::served)
+  double joined_served = 0;  // the same, q|k|v and gate|up joined
 };
 
 // What every timed product shares: the stream, the L2 flush, the repetitions, the mma workspace
@@ -156,14 +180,17 @@ void report(const bench::ProjectionShape& s, int64_t rows, int64_t splits, const
   table += line;
 }
 
-// Per row count, one layer's products summed; fp8 apart: the FP8 layer as CudaOps runs it (q, k, v
-// and gate, up are separate products, each with its scales: CudaOps::place_fp8 does not join them).
-void print_layer_sums(const std::map<int64_t, std::vector<Times>>& by_rows, const std::map<int64_t, double>& apart) {
-  std::printf(
+// Per row count, one layer's products summed; fp8 apart: q, k, v and gate, up as separate products
+// (CudaOps before the join, and what it still does where the parts' scales cannot join); "as
+// CudaOps runs it": the kernel Fp8Linear picks per row count, apart and joined (what it runs now).
+void print_layer_sums(const std::map<int64_t, std::vector<Times>>& by_rows, const std::map<int64_t, LayerFp8>& fp8) {
+  std::string table =
       "\n| rows | one layer's products: bf16 best us | bf16 cuBLAS us | fp8 gemv us | fp8 mma lane pieces channel us "
       "| block128 | fp8 mma row spans channel us | block128 | fp8 mma block stages channel us | block128 "
       "| fp8 mma block pairs channel us | block128 | bf16 best / fp8 best | fp8 best, q k v gate up apart, us "
-      "| bf16 best / that |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| bf16 best / that | as CudaOps runs it: apart us | joined us | apart / joined | bf16 best / joined |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  std::string json;  // one line per row count, printed before the table (the table ends the output)
   for (const auto& [rows, ts] : by_rows) {
     Times sum;
     double bf16 = 0, best = 0;
@@ -176,14 +203,28 @@ void print_layer_sums(const std::map<int64_t, std::vector<Times>>& by_rows, cons
       bf16 += t.bf16_best(), best += t.fp8_best();
     }
     const std::string gemv = sum.gemv_fp8 > 0 ? std::to_string(sum.gemv_fp8 * 1e6) : std::string("-");
-    const auto a = apart.find(rows);
-    const double served = a != apart.end() ? a->second : 0.0;
-    std::printf("| %lld | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f |\n",
-                static_cast<long long>(rows), bf16 * 1e6, sum.cublas * 1e6, gemv.c_str(), sum.mma_channel * 1e6,
-                sum.mma_block * 1e6, sum.spans_channel * 1e6, sum.spans_block * 1e6, sum.stages_channel * 1e6,
-                sum.stages_block * 1e6, sum.pairs_channel * 1e6, sum.pairs_block * 1e6, bf16 / best, served * 1e6,
-                served > 0 ? bf16 / served : 0.0);
+    const auto a = fp8.find(rows);
+    const LayerFp8 l = a != fp8.end() ? a->second : LayerFp8{};
+    const auto ratio = [](double n, double d) { return d > 0 ? n / d : 0.0; };
+    char row[640];
+    std::snprintf(row, sizeof row,
+                  "| %lld | %.1f | %.1f | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %.2f "
+                  "| %.1f | %.1f | %.2f | %.2f |\n",
+                  static_cast<long long>(rows), bf16 * 1e6, sum.cublas * 1e6, gemv.c_str(), sum.mma_channel * 1e6,
+                  sum.mma_block * 1e6, sum.spans_channel * 1e6, sum.spans_block * 1e6, sum.stages_channel * 1e6,
+                  sum.stages_block * 1e6, sum.pairs_channel * 1e6, sum.pairs_block * 1e6, bf16 / best,
+                  l.apart_best * 1e6, ratio(bf16, l.apart_best), l.apart_served * 1e6, l.joined_served * 1e6,
+                  ratio(l.apart_served, l.joined_served), ratio(bf16, l.joined_served));
+    table += row;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "{\"layer_rows\": %lld, \"bf16_best_us\": %.2f, \"fp8_apart_served_us\": %.2f, "
+                  "\"fp8_joined_served_us\": %.2f, \"apart_over_joined\": %.3f, \"bf16_over_joined\": %.3f}\n",
+                  static_cast<long long>(rows), bf16 * 1e6, l.apart_served * 1e6, l.joined_served * 1e6,
+                  ratio(l.apart_served, l.joined_served), ratio(bf16, l.joined_served));
+    json += line;
   }
+  std::printf("\n%s%s", json.c_str(), table.c_str());
 }
 
 }  // namespace
@@ -224,7 +265,7 @@ int main(int argc, char** argv) try {
       "fp8 mma block stages channel | block128 | fp8 mma block pairs channel | block128 | bf16 best / fp8 best |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   std::map<int64_t, std::vector<Times>> by_rows;
-  std::map<int64_t, double> apart;  // rows -> seconds of the FP8 layer with q, k, v, gate, up apart
+  std::map<int64_t, LayerFp8> fp8;  // rows -> seconds of the FP8 layer's products
   // The fused shapes (qkv, o, gate_up, down: bf16 and FP8), then q, k (= v) and gate (= up) alone
   // (FP8 only in the last table; each counted as often as the layer has it).
   std::vector<std::pair<bench::ProjectionShape, int>> runs;
@@ -245,11 +286,14 @@ int main(int argc, char** argv) try {
     const ShapeData d{s, w, dxf, dx, dy};
     for (int64_t rows = 1; rows <= max_rows; ++rows) {
       const Times t = time_products(b, d, rows);
+      LayerFp8& l = fp8[rows];
       if (apart_count == 0) {
         by_rows[rows].push_back(t);
-        if (s.name == "o" || s.name == "down") apart[rows] += t.fp8_best();
+        l.joined_served += t.served(rows);
+        if (s.name == "o" || s.name == "down") l.apart_best += t.fp8_best(), l.apart_served += t.served(rows);
       } else {
-        apart[rows] += apart_count * t.fp8_best();
+        l.apart_best += apart_count * t.fp8_best();
+        l.apart_served += apart_count * t.served(rows);
       }
       const int64_t used_splits =  // (per channel; forced ones are capped at the 128-column units)
           splits > 0 ? std::min(splits, (s.in + 127) / 128)
@@ -259,7 +303,7 @@ int main(int argc, char** argv) try {
     }
   }
   std::printf("\ncopy bandwidth %.2f TB/s, %d SMs\n\n%s", bandwidth / 1e12, sm_count, table.c_str());
-  print_layer_sums(by_rows, apart);
+  print_layer_sums(by_rows, fp8);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_gemv_fp8: %s\n", e.what());

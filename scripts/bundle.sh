@@ -39,7 +39,7 @@ command -v patchelf >/dev/null || { echo "bundle: patchelf not found (apt-get in
 binaries=("$build_dir/bin/spindle")
 optionals=(tests/cuda/cuda_attention_test tests/cuda/cuda_model_test tests/cuda/cuda_sampler_test
     tests/cuda/cuda_engine_test tests/cuda/cuda_ops_test tests/cuda/split_policy_test tests/cuda/cuda_gemv_fp8_test
-    tests/cuda/cuda_fp8_model_test tests/cuda/cuda_fp8_lt_test tests/cuda/cuda_fp8_registry_test bench/bench_fp8_lt
+    tests/cuda/cuda_fp8_join_test tests/cuda/cuda_fp8_model_test tests/cuda/cuda_fp8_lt_test tests/cuda/cuda_fp8_registry_test bench/bench_fp8_lt
     bench/bench_attention_cuda bench/bench_spec_verify bench/bench_gemv_fp8
     bench/bench_gemv16 tests/server/server_cuda_test tests/cuda/cuda_moe_kernels_test tests/cuda/cuda_moe_model_test
     bench/bench_moe_cuda)

@@ -14,7 +14,8 @@
 #   sampler, engine  tests/cuda/cuda_sampler_test, cuda_engine_test (device sampling, CUDA graphs; prompt logprobs
 #                    and embeddings: Cuda/HostRowsEngine.*)
 #   splits           tests/cuda/split_policy_test (flash decode's split sizes measured at start, kernels/cuda/split_policy.h)
-#   fp8_*, memcheck_fp8*  tests/cuda/cuda_gemv_fp8_test (gemv_fp8 at 1-8 rows, gemv_fp8_mma at 1-32),
+#   fp8_*, memcheck_fp8*  tests/cuda/cuda_gemv_fp8_test (gemv_fp8 at 1-8 rows, gemv_fp8_mma at 1-32), cuda_fp8_join_test
+#                    (joined q|k|v, gate|up FP8 weights through every product vs float64),
 #                    cuda_fp8_model_test, bench_gemv_fp8 (1-32 rows vs bf16 gemv16/cuBLAS and the copy
 #                    bandwidth), memcheck over the model test and the mma cases (step fp8)
 #   moe_*, memcheck_moe*  tests/cuda/cuda_moe_kernels_test (routing, grouping, grouped expert products vs float64;
@@ -92,6 +93,7 @@ run() {  # run NAME TIMEOUT CMD...: output to $out/NAME.txt, its tail to stdout
     moe_bench) tail -14 "$out/$name.txt" ;;
     fp8lt_bench) tail -26 "$out/$name.txt" ;;
     fp8_gemv_bench) tail -36 "$out/$name.txt" ;;
+    fp8_join) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|of tolerance|cublaslt" "$out/$name.txt" | head -80 ;;
     fp8_gemv) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|\[ gemv_fp8" "$out/$name.txt" | head -90 ;;
     fp8lt_*) grep -E "FAILED|PASSED|rror|Failure|Expected|Which is|max \||unavailable|: (fp8|cublas)" "$out/$name.txt" | head -80 ;;
     *) grep -E "FAILED|PASSED|ERROR SUMMARY|rror|Failure|Expected|Which is|max abs" "$out/$name.txt" | head -60 ;;
@@ -117,12 +119,14 @@ has gemv && run gemv 150 $bin/bench_gemv16 --reps 20  # gemv16 vs cuBLAS, 8B pro
 has engine && run engine 200 $bin/cuda_engine_test "--gtest_filter=${ENGINE_FILTER:-*}"
 if has fp8; then  # issue 47: the FP8 decode product and FP8 models on CUDA against the CPU, memcheck over both
   run fp8_gemv 120 $bin/cuda_gemv_fp8_test --gtest_brief=1
+  run fp8_join 120 $bin/cuda_fp8_join_test --gtest_brief=1  # q|k|v, gate|up joined (model/fp8_join.h) vs float64
   run fp8_gemv_bench 200 $bin/bench_gemv_fp8 --reps 10
   run fp8_model 200 $bin/cuda_fp8_model_test --gtest_brief=1
   [[ ${MEMCHECK:-1} == 1 ]] && run memcheck_fp8_mma 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_gemv_fp8_test --gtest_brief=1 \
     "--gtest_filter=*Mma*"
   [[ ${MEMCHECK:-1} == 1 ]] && run memcheck_fp8 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_model_test --gtest_brief=1 \
     "--gtest_filter=*llama_gqa_f32_block128*:*llama_gqa_f32_ct_channel*:*QuantizeAtLoad*"
+  [[ ${MEMCHECK:-1} == 1 ]] && run memcheck_fp8_join 200 compute-sanitizer --tool memcheck --error-exitcode 1 $bin/cuda_fp8_join_test --gtest_brief=1
 fi
 if has fp8lt; then  # issue 47: prefill on the FP8 tensor cores (cuBLASLt), the registry's checks, the bench
   run fp8lt_test 150 $bin/cuda_fp8_lt_test --gtest_brief=1
