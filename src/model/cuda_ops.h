@@ -104,7 +104,7 @@ class CudaOps final : public DeviceOps {
   void attend(attn::AttentionBackend& attention, int layer, attn::ConstTensor q, attn::ConstTensor k,
               attn::ConstTensor v, attn::Tensor out, bool kv_written) override;
   // A joined gate/up group: one gemv16 launch (product + SwiGLU) where CublasLinear::forward_swiglu
-  // takes it. Two products: the default.
+  // takes it (FP8: the joined product, then silu_mul). Two products: the default.
   void swiglu(const float* x, int64_t rows, const LinearGroup& gate_up, float* gate_up_scratch, float* act,
               int64_t im) override;
   // A sparse layer's mixture of experts on the device, no host sync (cuda_moe.cc, model/cuda_moe.h).

@@ -18,8 +18,10 @@
 // compressed-tensors writes them) stay in their plain dtype (lm_head, MoE routers). An FP8 weight
 // without its scale, or with a scale of the wrong shape or type, refuses the folder naming the tensor.
 //
-// The static input_scale is accepted and not used: every Spindle product of an FP8 weight today is
-// W8A16 (activations stay f32 on the CPU, bf16 into the CUDA gemv), which needs no activation scale.
+// The static input_scale is accepted and not used in any product: the CPU and the CUDA decode
+// products are W8A16 (activations stay f32 on the CPU, bf16 into the CUDA gemv), and the cuBLASLt
+// prefill quantizes activations per token. It travels with the weight's scale (WeightScale) so that
+// joining parts into one product (model/fp8_join.h) refuses parts whose static scales differ.
 #pragma once
 
 #include <cstdint>
