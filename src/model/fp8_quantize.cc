@@ -38,7 +38,7 @@ WeightView Fp8QuantizedWeights::weight(std::string_view hf_name) {
   v.shape = w.shape;
   v.bytes = q.codes;
   v.scale = WeightScale{w.name + " (per-channel scale)", Fp8ScaleMode::kPerChannel, DType::kF32, {out, 1},
-                        std::as_bytes(std::span<const float>(q.scales))};
+                        std::as_bytes(std::span<const float>(q.scales)), std::nullopt};  // (no activation scale)
   return v;
 }
 
