@@ -48,6 +48,8 @@ struct Shape {
 constexpr Shape kShapes[] = {
     {"q/o_proj", 2048, 2048}, {"k/v_proj", 512, 2048}, {"gate/up", 8192, 2048}, {"down", 2048, 8192}};
 constexpr Shape kLmHead{"lm_head", 128256, 2048};
+// Qwen3-30B-A3B's expert products (hidden 2048, expert width 768): gate or up, and down.
+constexpr Shape kExpertShapes[] = {{"expert gate/up", 768, 2048}, {"expert down", 2048, 768}};
 
 // Random GGUF blocks: uniform bytes, fp16 scale fields finite (exponent 8..14).
 std::vector<uint8_t> random_file(QuantType type, int64_t n, int64_t k, std::mt19937& rng) {
@@ -86,6 +88,7 @@ struct Options {
   int reps = 5;
   int64_t min_mib = 384;
   bool lm_head = false;
+  bool experts = false;
   bool no_bf16 = false;
   bool cpu_time = false;
 };
@@ -214,6 +217,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", o.reps, "Timed repetitions (best is kept)")->check(CLI::Range(1, 1000));
   app.add_option("--min-mib", o.min_mib, "Weight copies per decode shape, MiB at least")->check(CLI::Range(1, 8192));
   app.add_flag("--lm-head", o.lm_head, "Also the LM head shape (n = 128256, k = 2048)");
+  app.add_flag("--experts", o.experts, "Also the Qwen3-30B-A3B expert shapes (768x2048, 2048x768)");
   app.add_flag("--no-bf16", o.no_bf16, "Skip the bf16 yardstick");
   app.add_flag("--cpu-time", o.cpu_time, "One thread, cache-hot weights, timed by its CPU time (per-core rate)");
   bench::parse_or_exit(app, argc, argv);
@@ -247,6 +251,7 @@ int main(int argc, char** argv) {
   }
   std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
   if (o.lm_head) shapes.push_back(kLmHead);
+  if (o.experts) shapes.insert(shapes.end(), std::begin(kExpertShapes), std::end(kExpertShapes));
   if (!o.no_bf16 && !o.cpu_time) bench_bf16(o, shapes, bound, pool);
   for (QuantType t : types) bench_type(t, isas, o, shapes, bound, pool);
   if (!o.cpu_time) {
