@@ -204,6 +204,17 @@ inline void rows_block(const Block& blk, const RowTile& rt, int64_t b, __m256* a
   }
 }
 
+// out[0 .. valid - 1] = the first `valid` (1..8) lanes of v.
+inline void store_half(float* out, int64_t valid, __m256 v) {
+  if (valid == 8) {
+    _mm256_storeu_ps(out, v);
+  } else {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, v);
+    std::memcpy(out, tmp, sizeof(float) * valid);
+  }
+}
+
 template <QuantType T, bool kVnni, int MT>
 void tile(const QuantGroupsParams& p, int64_t g, int h, const RowTile& rt) {
   const PackedQuantWeight& w = *p.w;
@@ -220,15 +231,189 @@ void tile(const QuantGroupsParams& p, int64_t g, int h, const RowTile& rt) {
     rows_block<T, kVnni, MT>(blk, rt, b, acc);
   }
   const int64_t valid = std::min<int64_t>(8, w.n - col);
-  for (int i = 0; i < MT; ++i) {
-    float* out = p.y + (rt.i0 + i) * w.n + col;
-    if (valid == 8) {
-      _mm256_storeu_ps(out, acc[i]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[i]);
-      std::memcpy(out, tmp, sizeof(float) * valid);
+  for (int i = 0; i < MT; ++i) store_half(p.y + (rt.i0 + i) * w.n + col, valid, acc[i]);
+}
+
+// ---- One activation row (decode): both halves of a group in one pass, each activation broadcast
+// shared by the halves (tile<T, kVnni, 1> broadcasts every one twice, once a half), super-blocks
+// walked with their 8 blocks unrolled at constant offsets.
+// The integer sums are the same integers and the f32 steps per half and block are tile<T, kVnni, 1>'s
+// in the same order, so the outputs are bit for bit equal (a row's outputs do not depend on m).
+
+template <QuantType T>
+constexpr bool kHasRow1 = T == QuantType::kQ4_K || T == QuantType::kQ6_K || T == QuantType::kQ8_0;
+
+// The 4 int8 activations at x, broadcast.
+inline __m256i bcast(const int8_t* x) { return _mm256_set1_epi32(load32(x)); }
+
+// s + the int32 dot (madd of the int16 pair sums) of the int16 sum p (non-VNNI).
+inline __m256i madd_add(__m256i s, __m256i p) { return _mm256_add_epi32(s, _mm256_madd_epi16(p, _mm256_set1_epi16(1))); }
+
+// Per half of the group (rows 8 h .. 8 h + 7) its f32 accumulator.
+struct Row1Acc {
+  __m256 acc[2];
+};
+
+inline void scale_step(__m256& acc, __m256i isum, __m256 scale, __m256 vdx) {
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(scale, vdx), acc);
+}
+
+// The super-block's header at s, hidden from the compiler's common-subexpression elimination:
+// with d and dmin of both halves converted once and kept, the 16 ymm registers spill (~12 stack
+// moves a block); converting them again at each use is one instruction (vcvtph2ps from memory).
+inline const uint8_t* opaque(const uint8_t* s) {
+  asm volatile("" : "+r"(s));
+  return s;
+}
+
+// Q4_K block `sub` of the super-block at s, activations xb.
+template <bool kVnni>
+inline void q4_k_block(const uint8_t* s, int sub, const int8_t* xb, float dx, float dxs, Row1Acc& a) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const uint8_t* u = s + ql::kKHeader + sub * ql::kQ4_KSub;
+  __m256i isum[2];
+  if constexpr (kVnni) {  // high nibbles as 16 q (v & 0xF0) in their own chain, shifted down once
+    __m256i lo[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, hi16[2] = {lo[0], lo[0]};
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i xl = bcast(xb + 4 * c), xh = bcast(xb + 16 + 4 * c);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = load(u + 64 * c + 32 * h);
+        lo[h] = _mm256_dpbusd_avx_epi32(lo[h], _mm256_and_si256(v, low), xl);
+        hi16[h] = _mm256_dpbusd_avx_epi32(hi16[h], _mm256_andnot_si256(low, v), xh);
+      }
     }
+    for (int h = 0; h < 2; ++h) isum[h] = _mm256_add_epi32(lo[h], _mm256_srai_epi32(hi16[h], 4));
+  } else {  // all 8 maddubs of a half summed in int16 (kInt16Depth<Q4_K> = 8), then one madd
+    __m256i p[2];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i xl = bcast(xb + 4 * c), xh = bcast(xb + 16 + 4 * c);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = load(u + 64 * c + 32 * h);
+        const __m256i two = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v, low), xl),
+                                             _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), xh));
+        p[h] = c == 0 ? two : _mm256_add_epi16(p[h], two);
+      }
+    }
+    for (int h = 0; h < 2; ++h) isum[h] = _mm256_madd_epi16(p[h], _mm256_set1_epi16(1));
+  }
+  const __m256 vdx = _mm256_set1_ps(dx), vdxs = _mm256_set1_ps(dxs);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256 d = fp16x8(s + 16 * h), dmin = fp16x8(s + ql::kScaleBytes + 16 * h);
+    scale_step(a.acc[h], isum[h], _mm256_mul_ps(d, u8x8(s + 2 * ql::kScaleBytes + 16 * sub + 8 * h)), vdx);
+    const __m256 min = _mm256_mul_ps(dmin, u8x8(s + 2 * ql::kScaleBytes + 128 + 16 * sub + 8 * h));
+    a.acc[h] = _mm256_fnmadd_ps(min, vdxs, a.acc[h]);
+  }
+}
+
+// Q6_K block `blk` of the super-block at s: per half of k (kh), vectors 4 kh + c from -32 * xsum.
+template <bool kVnni>
+inline void q6_k_block(const uint8_t* s, int blk, const int8_t* xb, float dx, const int32_t* neg_off, Row1Acc& a) {
+  const __m256i low = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+  const uint8_t* u = s + ql::kQ6_KHeader + blk * ql::kQ6_KSub;
+  const __m256 vdx = _mm256_set1_ps(dx);
+#pragma GCC unroll 2
+  for (int kh = 0; kh < 2; ++kh) {
+    __m256i sum[2];
+    sum[0] = sum[1] = _mm256_set1_epi32(neg_off[kh]);
+#pragma GCC unroll 2
+    for (int c0 = 0; c0 < 4; c0 += 2) {  // pairs of vectors: two 6-bit maddubs fit int16 (kInt16Depth 2)
+      const __m256i x0 = bcast(xb + 16 * kh + 4 * c0), x1 = bcast(xb + 16 * kh + 4 * c0 + 4);
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i qh = load(u + ql::kNibbleBytes + 64 * kh + 32 * h);
+        __m256i w[2];
+        for (int j = 0; j < 2; ++j) {
+          const int c = c0 + j;
+          const __m256i v = load(u + 64 * c + 32 * h);
+          const __m256i nib = _mm256_and_si256(kh == 0 ? v : _mm256_srli_epi16(v, 4), low);
+          const __m256i high = c == 0 ? _mm256_slli_epi16(qh, 4)
+                               : c == 1 ? _mm256_slli_epi16(qh, 2)
+                               : c == 2 ? qh
+                                        : _mm256_srli_epi16(qh, 2);
+          w[j] = _mm256_or_si256(nib, _mm256_and_si256(high, bits45));
+        }
+        if constexpr (kVnni) {
+          sum[h] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(sum[h], w[0], x0), w[1], x1);
+        } else {
+          sum[h] = madd_add(sum[h], _mm256_add_epi16(_mm256_maddubs_epi16(w[0], x0), _mm256_maddubs_epi16(w[1], x1)));
+        }
+      }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256 scale = _mm256_mul_ps(fp16x8(s + 16 * h), i8x8(s + ql::kScaleBytes + 16 * (2 * blk + kh) + 8 * h));
+      scale_step(a.acc[h], sum[h], scale, vdx);
+    }
+  }
+}
+
+// Q8_0 block at u (avx2: the sign trick from 0; VNNI: q xor 0x80 from -128 * xsum).
+template <bool kVnni>
+inline void q8_0_block(const uint8_t* u, const int8_t* xb, float dx, int32_t neg_off, Row1Acc& a) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256i sum[2];
+  sum[0] = sum[1] = kVnni ? _mm256_set1_epi32(neg_off) : _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) {
+    const __m256i xv = bcast(xb + 4 * t);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = load(u + ql::kScaleBytes + 64 * t + 32 * h);
+      if constexpr (kVnni) {
+        sum[h] = _mm256_dpbusd_avx_epi32(sum[h], _mm256_xor_si256(v, flip), xv);
+      } else {
+        const __m256i pr = _mm256_maddubs_epi16(_mm256_abs_epi8(v), _mm256_sign_epi8(xv, v));
+        sum[h] = _mm256_add_epi32(sum[h], _mm256_madd_epi16(pr, ones));
+      }
+    }
+  }
+  const __m256 vdx = _mm256_set1_ps(dx);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) scale_step(a.acc[h], sum[h], fp16x8(u + 16 * h), vdx);
+}
+
+// y[rt.i0, 16 g + r] for r < 16 (valid columns only).
+template <QuantType T, bool kVnni>
+void row1(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
+  const PackedQuantWeight& w = *p.w;
+  const uint8_t* gw = w.data() + g * w.group_bytes;
+  const QuantizedActivations& x = *rt.x;
+  const int64_t nb = w.k / kQuantBlock;
+  const int8_t* xq = x.q.data() + rt.i0 * x.k;
+  const float* dx = x.scale.data() + rt.i0 * nb;
+  Row1Acc a{{_mm256_setzero_ps(), _mm256_setzero_ps()}};
+  if constexpr (T == QuantType::kQ8_0) {
+    for (int64_t b = 0; b < nb; ++b) {
+      q8_0_block<kVnni>(gw + b * ql::kQ8_0Block, xq + b * kQuantBlock, dx[b], rt.neg_off[b], a);
+    }
+  } else {
+    constexpr int64_t kSuper = T == QuantType::kQ4_K ? ql::kQ4_KSuper : ql::kQ6_KSuper;
+    for (int64_t sb = 0; sb < nb / 8; ++sb) {
+      const uint8_t* s = gw + sb * kSuper;
+      const int64_t b0 = 8 * sb;
+      const int8_t* xs = xq + b0 * kQuantBlock;
+      if constexpr (T == QuantType::kQ4_K) {
+#pragma GCC unroll 8
+        for (int sub = 0; sub < 8; ++sub) {
+          q4_k_block<kVnni>(opaque(s), sub, xs + sub * kQuantBlock, dx[b0 + sub], rt.dxs[b0 + sub], a);
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int blk = 0; blk < 8; ++blk) {
+          q6_k_block<kVnni>(opaque(s), blk, xs + blk * kQuantBlock, dx[b0 + blk], rt.neg_off + 2 * (b0 + blk), a);
+        }
+      }
+    }
+  }
+  for (int h = 0; h < 2; ++h) {
+    const int64_t col = g * kQuantGroupRows + 8 * h;
+    if (col >= w.n) break;
+    store_half(p.y + rt.i0 * w.n + col, std::min<int64_t>(8, w.n - col), a.acc[h]);
   }
 }
 
@@ -249,6 +434,12 @@ void groups(const QuantGroupsParams& p, int64_t g0, int64_t g1) {
       return RowTile{&x, i, terms.neg_off.data() + (i - c0) * nb * kH, terms.dxs.data() + (i - c0) * nb};
     };
     for (int64_t g = g0; g < g1; ++g) {
+      if constexpr (kHasRow1<T>) {
+        if (c1 - c0 == 1) {  // one row in the chunk: both halves in one pass
+          row1<T, kVnni>(p, g, at(c0));
+          continue;
+        }
+      }
       for (int h = 0; h < 2; ++h) {
         int64_t i = c0;
         for (; i + kTileRows <= c1; i += kTileRows) tile<T, kVnni, kTileRows>(p, g, h, at(i));
