@@ -258,14 +258,6 @@ inline void scale_step(__m256& acc, __m256i isum, __m256 scale, __m256 vdx) {
   acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(scale, vdx), acc);
 }
 
-// The super-block's header at s, hidden from the compiler's common-subexpression elimination:
-// with d and dmin of both halves converted once and kept, the 16 ymm registers spill (~12 stack
-// moves a block); converting them again at each use is one instruction (vcvtph2ps from memory).
-inline const uint8_t* opaque(const uint8_t* s) {
-  asm volatile("" : "+r"(s));
-  return s;
-}
-
 // Q4_K block `sub` of the super-block at s, activations xb.
 template <bool kVnni>
 inline void q4_k_block(const uint8_t* s, int sub, const int8_t* xb, float dx, float dxs, Row1Acc& a) {
@@ -296,6 +288,7 @@ inline void q4_k_block(const uint8_t* s, int sub, const int8_t* xb, float dx, fl
         const __m256i two = _mm256_add_epi16(_mm256_maddubs_epi16(_mm256_and_si256(v, low), xl),
                                              _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), xh));
         p[h] = c == 0 ? two : _mm256_add_epi16(p[h], two);
+        asm("" : "+x"(p[h]));  // accumulate in chunk order: GCC otherwise hoists every load and spills
       }
     }
     for (int h = 0; h < 2; ++h) isum[h] = _mm256_madd_epi16(p[h], _mm256_set1_epi16(1));
@@ -400,12 +393,12 @@ void row1(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
       if constexpr (T == QuantType::kQ4_K) {
 #pragma GCC unroll 8
         for (int sub = 0; sub < 8; ++sub) {
-          q4_k_block<kVnni>(opaque(s), sub, xs + sub * kQuantBlock, dx[b0 + sub], rt.dxs[b0 + sub], a);
+          q4_k_block<kVnni>(s, sub, xs + sub * kQuantBlock, dx[b0 + sub], rt.dxs[b0 + sub], a);
         }
       } else {
 #pragma GCC unroll 8
         for (int blk = 0; blk < 8; ++blk) {
-          q6_k_block<kVnni>(opaque(s), blk, xs + blk * kQuantBlock, dx[b0 + blk], rt.neg_off + 2 * (b0 + blk), a);
+          q6_k_block<kVnni>(s, blk, xs + blk * kQuantBlock, dx[b0 + blk], rt.neg_off + 2 * (b0 + blk), a);
         }
       }
     }
