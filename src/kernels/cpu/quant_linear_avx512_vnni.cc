@@ -124,6 +124,10 @@ void tile(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
 // (Q4_K) the high nibbles dotted as v & 0xF0 = 16 q in their own chain, shifted down by 4 once a
 // block (exact: the chain is a multiple of 16, |chain| <= 16 * 16 * 15 * 127), instead of a shift
 // and a mask per vector. Q6_K merges each vector's high bits with one vpternlogd.
+// Instructions a block of 32 x 16 rows (objdump of the loops): Q4_K 65 -> 36, Q6_K 82 -> 56. Time
+// (Zen 4 dev VM, one thread's CPU time): Q4_K 1.2-1.27x on weights of 0.6-10 MB (L2/L3), Q6_K
+// 1.0-1.1x, and ~1.0x on weights streamed from memory (the 128256x2048 LM head): the loop was
+// not bound by its instruction count there (bench/results/2026-12-07-devvm-zen4-quant-rows).
 
 // acc + the dot of 16 rows' unsigned quants w with the 4 int8 activations at x, broadcast.
 inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const int8_t* x) {
@@ -141,9 +145,10 @@ inline __m512i load_once(const uint8_t* p) {
   return v;
 }
 
-// Whether row1<T> exists for T (the rest run tile<T, 1>).
+// Whether row1<T> exists for T (the rest run tile<T, 1>; a Q8_0 version, 36 -> 28 instructions a
+// block, measured 0.93-1.00x of tile<Q8_0, 1> and was dropped).
 template <QuantType T>
-constexpr bool kHasRow1 = T == QuantType::kQ4_K || T == QuantType::kQ6_K || T == QuantType::kQ8_0;
+constexpr bool kHasRow1 = T == QuantType::kQ4_K || T == QuantType::kQ6_K;
 
 // acc + float(isum) * (scale * dx): the f32 step of rows_block.
 inline __m512 scale_step(__m512 acc, __m512i isum, __m512 scale, float dx) {
@@ -195,19 +200,7 @@ inline __m512 q6_k_block(const uint8_t* s, int blk, __m512 d, const int8_t* xb, 
   return acc;
 }
 
-// Q8_0 block at u: q xor 0x80 in two chains (k 0-15 from -128 * xsum, k 16-31 from 0).
-inline __m512 q8_0_block(const uint8_t* u, const int8_t* xb, float dx, int32_t neg_off, __m512 acc) {
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512i lo = _mm512_set1_epi32(neg_off), hi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-  for (int t = 0; t < 4; ++t) {
-    lo = dpbusd_bcast(lo, _mm512_xor_si512(load(u + ql::kScaleBytes + 64 * t), flip), xb + 4 * t);
-    hi = dpbusd_bcast(hi, _mm512_xor_si512(load(u + ql::kScaleBytes + 64 * (t + 4)), flip), xb + 16 + 4 * t);
-  }
-  return scale_step(acc, _mm512_add_epi32(lo, hi), fp16x16(u), dx);
-}
-
-// y[rt.i0, 16 g + r] for r < 16 (valid columns only).
+// y[rt.i0, 16 g + r] for r < 16 (valid columns only); T is Q4_K or Q6_K.
 template <QuantType T>
 void row1(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
   const PackedQuantWeight& w = *p.w;
@@ -217,28 +210,22 @@ void row1(const QuantGroupsParams& p, int64_t g, const RowTile& rt) {
   const int8_t* xq = x.q.data() + rt.i0 * x.k;
   const float* dx = x.scale.data() + rt.i0 * nb;
   __m512 acc = _mm512_setzero_ps();
-  if constexpr (T == QuantType::kQ8_0) {
-    for (int64_t b = 0; b < nb; ++b) {
-      acc = q8_0_block(gw + b * ql::kQ8_0Block, xq + b * kQuantBlock, dx[b], rt.neg_off[b], acc);
-    }
-  } else {
-    constexpr int64_t kSuper = T == QuantType::kQ4_K ? ql::kQ4_KSuper : ql::kQ6_KSuper;
-    for (int64_t sb = 0; sb < nb / 8; ++sb) {
-      const uint8_t* s = gw + sb * kSuper;
-      const int64_t b0 = 8 * sb;
-      const int8_t* xs = xq + b0 * kQuantBlock;
-      const __m512 d = fp16x16(s);
-      if constexpr (T == QuantType::kQ4_K) {
-        const __m512 dmin = fp16x16(s + ql::kScaleBytes);
+  constexpr int64_t kSuper = T == QuantType::kQ4_K ? ql::kQ4_KSuper : ql::kQ6_KSuper;
+  for (int64_t sb = 0; sb < nb / 8; ++sb) {
+    const uint8_t* s = gw + sb * kSuper;
+    const int64_t b0 = 8 * sb;
+    const int8_t* xs = xq + b0 * kQuantBlock;
+    const __m512 d = fp16x16(s);
+    if constexpr (T == QuantType::kQ4_K) {
+      const __m512 dmin = fp16x16(s + ql::kScaleBytes);
 #pragma GCC unroll 8
-        for (int sub = 0; sub < 8; ++sub) {
-          acc = q4_k_block(s, sub, d, dmin, xs + sub * kQuantBlock, dx[b0 + sub], rt.dxs[b0 + sub], acc);
-        }
-      } else {
+      for (int sub = 0; sub < 8; ++sub) {
+        acc = q4_k_block(s, sub, d, dmin, xs + sub * kQuantBlock, dx[b0 + sub], rt.dxs[b0 + sub], acc);
+      }
+    } else {
 #pragma GCC unroll 8
-        for (int blk = 0; blk < 8; ++blk) {
-          acc = q6_k_block(s, blk, d, xs + blk * kQuantBlock, dx[b0 + blk], rt.neg_off + 2 * (b0 + blk), acc);
-        }
+      for (int blk = 0; blk < 8; ++blk) {
+        acc = q6_k_block(s, blk, d, xs + blk * kQuantBlock, dx[b0 + blk], rt.neg_off + 2 * (b0 + blk), acc);
       }
     }
   }
