@@ -21,7 +21,7 @@
 //       a half step, the f32 activations upstream may flip it, and that moves the logits by ~1e-2
 //       (the MoE files of gguf_moe_test.cc show it prompt by prompt).
 // 3. weight_bytes: the repacked sizes from quant_linear.h's layout (per 16 rows and block: Q8_0 544
-//    bytes per 32, Q4_0 288 per 32, Q4_K 2368, Q5_K 2880, Q6_K 3360 per 256), the in-place tables
+//    bytes per 32, Q4_0 288 per 32, Q4_K 2368, Q5_K 2880, Q6_K 3392 per 256), the in-place tables
 //    and norms, exactly.
 // 4. Errors name the file, the tensor and what is wrong.
 #include <gtest/gtest.h>
@@ -173,7 +173,7 @@ uint64_t repacked_bytes(gguf::GgmlType type, int64_t n, int64_t k) {
     case gguf::GgmlType::kQ4_0: unit = 288; break;
     case gguf::GgmlType::kQ4_K: block = 256, unit = 2368; break;
     case gguf::GgmlType::kQ5_K: block = 256, unit = 2880; break;
-    case gguf::GgmlType::kQ6_K: block = 256, unit = 3360; break;
+    case gguf::GgmlType::kQ6_K: block = 256, unit = 3392; break;
     default: ADD_FAILURE() << "no repacked size for " << gguf::ggml_type_name(type);
   }
   return static_cast<uint64_t>((n + 15) / 16 * (k / block) * unit);

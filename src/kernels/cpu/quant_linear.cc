@@ -160,7 +160,7 @@ void gather(const FileBlock* rows, int num_rows, int e0, BlockQuants& q) {
 void repack_q6_k(const FileBlock* rows, int num_rows, uint8_t* out) {
   BlockQuants q;
   uint8_t* sc = out + ql::kScaleBytes;
-  std::memset(sc, 0, 256);
+  std::memset(sc, 0, ql::kQ6_KHeader - ql::kScaleBytes);  // the scales and the padding after them
   for (int s = 0; s < 16; ++s)
     for (int r = 0; r < num_rows; ++r) sc[16 * s + r] = rows[r].sc[s];
   for (int b = 0; b < 8; ++b) {

@@ -19,12 +19,13 @@
 //                       8 sub-blocks of 32, each 4 nibble chunks as Q4_0        w = d sc q - dmin m
 //   Q5_K super-block (2880 B): as Q4_K, each sub-block's nibble chunks followed by 64 B of fifth
 //                       bits: bit e of little-endian 64-bit word t = bit 4 of vector t's byte e
-//   Q6_K super-block (3360 B): d fp16[16] | sc int8[16][16] (16-element sub-block, row) |
+//   Q6_K super-block (3392 B): d fp16[16] | sc int8[16][16] (16-element sub-block, row) | 32 B of 0 |
 //                       8 blocks of 32: 4 nibble chunks, then 2 chunks of 64 B of high bits:
 //                       bits 2u, 2u+1 of byte e of chunk h = bits 4, 5 of vector 4h + u's byte e
 //                                                                               w = d sc (q - 32)
-// Per row and block this is the file's size, except Q4_K / Q5_K: 148 / 180 bytes per 256 instead of
-// 144 / 176 (their 6-bit scales and mins kept one per byte); Q5_0 / Q5_1 keep their 22 / 24.
+// Per row and block this is the file's size, except Q4_K / Q5_K / Q6_K: 148 / 180 / 212 bytes per 256
+// instead of 144 / 176 / 210 (6-bit scales and mins kept one per byte; Q6_K padded so that every
+// K-quant super-block is whole 64-byte lines); Q5_0 / Q5_1 keep their 22 / 24.
 //
 // Activations: quantize_activations() rounds x per block of 32 to int8 with an f32 scale
 // dx = max|x| / 127 (q = nearest-even(x * f32(1 / dx)) clamped to +-127; a zero block, or one below
