@@ -18,7 +18,8 @@
 //    q * dx moves each element by at most dx / 2, so |y - ref_f32x| <= sum_b (dx_b / 2) *
 //    sum_{k in b} |w[n, k]| + the bound of 1. The measured relative error (|y - ref| / A) is
 //    printed: typically ~2e-3 of A, the int8 activation rounding.
-// Shapes: m in {1, 3, 17, 67} (tiles of 1-4 rows, the 16-row AMX tile, a 64-row chunk plus 3);
+// Shapes: m in {1, 3, 17, 65, 67} (tiles of 1-4 rows, the one-row paths, the 16-row AMX tile, a
+// 64-row chunk plus 1 or 3);
 // n in {1, 15, 16, 33} (not multiples of the 16-row interleave); k in {256, 512, 2048}.
 // Kernels whose ISA this CPU lacks (or the OS does not enable) are skipped with the reason.
 #include "kernels/cpu/quant_linear.h"
@@ -124,6 +125,7 @@ std::vector<Shape> shapes() {
     for (int64_t n : {1, 15, 16, 33})
       for (int64_t k : {256, 512}) s.push_back({m, n, k});
   s.push_back({67, 33, 256});
+  s.push_back({65, 33, 512});  // a one-row chunk after a full one (avx2's one-row path at row 64)
   s.push_back({4, 40, 2048});
   return s;
 }
