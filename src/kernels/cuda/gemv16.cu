@@ -44,18 +44,6 @@ __device__ __forceinline__ float dot8(float acc, uint4 w, uint4 x) {
   return acc;
 }
 
-// x's 16-byte vector as 8 f32 values (unpack2's order: element 0 first).
-template <bool kBf16>
-__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = unpack2<kBf16>(words[i]);
-    f[2 * i] = a.x;
-    f[2 * i + 1] = a.y;
-  }
-}
-
 // One group of gemv16_kernel's loop: the vectors v, v + 32, ..., v + 32 (kU - 1) of kOuts rows
 // of W (all kU * kOuts loads issued before the first use, load_group) against the same vectors of
 // kRows x rows (fma_group).

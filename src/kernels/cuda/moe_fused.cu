@@ -67,17 +67,6 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 
 // ---- the streamed dot products ---------------------------------------------------------------
 
-template <bool kBf16>
-__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
-  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 a = unpack2<kBf16>(words[i]);
-    f[2 * i] = a.x;
-    f[2 * i + 1] = a.y;
-  }
-}
-
 // acc[j][r] = the warp's sum of w_j . x_r over `vecs` 16-byte vectors of w (8 columns each): lane l
 // takes vectors l, l + 32, ... (kG of them per row in flight, the last group too: Qwen3's down rows
 // are 3 vectors a lane, read at once), each column's fmaf(w, x, acc) in order, then the butterfly

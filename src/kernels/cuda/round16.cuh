@@ -1,5 +1,5 @@
-// Device helpers shared by the kernels that must give the same bits (model_ops.cu, gemv16.cu):
-// rounding f32 to the 16-bit types and SwiGLU's product. Include from .cu files only.
+// Device helpers shared by the kernels that must give the same bits (model_ops.cu, gemv16.cu,
+// moe_fused.cu): unpacking and rounding the 16-bit types and SwiGLU's product. Include from .cu files only.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,6 +16,18 @@ __device__ __forceinline__ float2 unpack2(uint32_t word) {
     return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
   } else {
     return __half22float2(*reinterpret_cast<const __half2*>(&word));
+  }
+}
+
+// A 16-byte vector of 8 16-bit values as f32 (unpack2's order: element 0 first).
+template <bool kBf16>
+__device__ __forceinline__ void unpack8(uint4 v, float (&f)[8]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = unpack2<kBf16>(words[i]);
+    f[2 * i] = a.x;
+    f[2 * i + 1] = a.y;
   }
 }
 
