@@ -22,8 +22,10 @@
 //   combine's arithmetic, the same bits), and sets the tile's counter back to 0.
 //
 // PDL (pdl.cuh): every kernel calls pdl_begin (wait first) before touching another kernel's output
-// (route_group and down_combine prefetch weights into L2 before it), except down_combine's reads of active[] and the expert table before its wait: it launches only once
-// every gate_up_stream block has passed its wait, i.e. once route_group has completed. So the three
+// (route_group and down_combine prefetch weights into L2 before it), except down_combine's early
+// reads of active[] and the expert table, for its L2 prefetch only (read again after its wait): it
+// launches only once every gate_up_stream block has passed its wait, i.e. once route_group has
+// completed. So the three
 // launches must be queued back to back in this order (launch_moe_down_combine's contract).
 //
 // Time at batch 1 of Qwen3-30B-A3B on an H200: moe_kernels.h's budget (a prediction).
@@ -340,21 +342,29 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) moe_down_c
   const int64_t o_tile = int64_t{blockIdx.x} * kMoeDownCombineTile;
   const int64_t o0 = o_tile + (threadIdx.x >> 5) * kDownOutputs;
   const int64_t in = p.in_features, out = p.out_features, vecs = in / 8;
-  // Before the wait: active[] (route_group's output, complete: see the header) read from L2, not
-  // through this SM's L1, and the table.
-  const int num_active = __ldcg(p.active + p.num_experts);
-  const bool working = static_cast<int>(blockIdx.y) < num_active;
-  const int e = working ? __ldcg(p.active + blockIdx.y) : 0;
-  const uint4* w[kDownOutputs];
-  if (working) {
+  const auto weight_rows = [&](int expert, const uint4* (&w)[kDownOutputs]) {
 #pragma unroll
     for (int j = 0; j < kDownOutputs; ++j) {
-      w[j] = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.first[e]) + min(o0 + j, out - 1) * in);
+      w[j] = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.first[expert]) + min(o0 + j, out - 1) * in);
+    }
+  };
+  const uint4* w[kDownOutputs];
+  // Before the wait, for the L2 prefetch only: active[] (route_group's output, complete: see the
+  // header) read from L2, not through this SM's L1. PDL promises visibility to the direct
+  // dependent at its wait, so the expert and the count this block works with and counts tickets
+  // against are read again after it.
+  if (const int early = __ldcg(p.active + p.num_experts); static_cast<int>(blockIdx.y) < early) {
+    weight_rows(__ldcg(p.active + blockIdx.y), w);
+#pragma unroll
+    for (int j = 0; j < kDownOutputs; ++j) {
       for (int64_t v = lane; v < min(vecs, int64_t{4 * 32}); v += 32) prefetch_l2(w[j] + v);
     }
   }
   pdl_begin();  // act is gate_up_stream's output
-  if (!working) return;  // whole blocks: no barrier is skipped
+  const int num_active = __ldcg(p.active + p.num_experts);
+  if (static_cast<int>(blockIdx.y) >= num_active) return;  // whole blocks: no barrier is skipped
+  const int e = __ldcg(p.active + blockIdx.y);
+  weight_rows(e, w);
   const int begin = p.offsets[e], end = p.offsets[e + 1];
   if (o0 < out) {
     const auto row_of = [&](int i) { return p.x + int64_t{min(i, end - 1)} * in; };
