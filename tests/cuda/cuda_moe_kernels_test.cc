@@ -576,29 +576,42 @@ void row_alone_equals_row_in_batch(int64_t batch_rows) {
 }
 
 // The block captured once in a CUDA graph replays correctly after the routing changed: the counts
-// and offsets are read on the device, never baked into the graph.
-void graph_replay_follows_new_routing(int64_t rows) {
+// and offsets are read on the device, never baked into the graph. `fused`: the small-step path
+// (run_fused; its ticket counters back at 0 after every replay), else the general one.
+void graph_replay_follows_new_routing(int64_t rows, bool fused) {
   Block b;
   b.top_k = 2, b.rows = rows, b.hidden = 128, b.width = 40, b.shared = true;
-  b.make(11);
+  b.make(fused ? 31 : 11);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  b.run(stream);
+  if (fused) {
+    b.run_fused(stream);
+  } else {
+    b.run(stream);
+  }
   ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  const uint32_t logits_seed = fused ? 800 : 500, x_seed = fused ? 900 : 600;
   for (int round = 0; round < 3; ++round) {
     if (round > 0) {  // new routing (and new inputs) in the same buffers
-      b.logits = random_values(b.logits.size(), 500 + round, 2.0f);
-      b.x = random_values(b.x.size(), 600 + round, 1.0f);
+      b.logits = random_values(b.logits.size(), logits_seed + round, 2.0f);
+      b.x = random_values(b.x.size(), x_seed + round, 1.0f);
       kcu::copy_to_device(b.dlogits.data(), b.logits.data(), b.logits.size() * 4);
       kcu::copy_to_device(b.dx.data(), b.x.data(), b.x.size() * 4);
     }
     ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    b.expect_matches_reference("graph replay, " + std::to_string(rows) + " rows, round " + std::to_string(round));
+    const std::string what = std::string(fused ? "small-step " : "") + "graph replay, " + std::to_string(rows) +
+                             " rows, round " + std::to_string(round);
+    if (fused) {
+      b.expect_matches_reference(what, kProductTolerance);
+      b.expect_counters_zero(what);
+    } else {
+      b.expect_matches_reference(what);
+    }
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -617,7 +630,7 @@ TEST(CudaMoeBlock, RowAloneEqualsRowInBatch) {
 
 TEST(CudaMoeBlock, GraphReplayFollowsNewRouting) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (const int64_t rows : {5, 300}) graph_replay_follows_new_routing(rows);
+  for (const int64_t rows : {5, 300}) graph_replay_follows_new_routing(rows, false);
 }
 
 // The grouped products alone at the Qwen3-30B-A3B expert shape (K 2048 for gate/up, 768 for
@@ -1028,35 +1041,7 @@ TEST(CudaMoeFused, RowAloneEqualsRowInBatch) {
 // The small-step block captured once in a CUDA graph replays correctly after the routing changed.
 TEST(CudaMoeFused, GraphReplayFollowsNewRouting) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (const int64_t rows : {1, 5, 32}) {
-    Block b;
-    b.top_k = 2, b.rows = rows, b.hidden = 128, b.width = 40, b.shared = true;
-    b.make(31);
-    cudaStream_t stream = nullptr;
-    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    b.run_fused(stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int round = 0; round < 3; ++round) {
-      if (round > 0) {
-        b.logits = random_values(b.logits.size(), 800 + round, 2.0f);
-        b.x = random_values(b.x.size(), 900 + round, 1.0f);
-        kcu::copy_to_device(b.dlogits.data(), b.logits.data(), b.logits.size() * 4);
-        kcu::copy_to_device(b.dx.data(), b.x.data(), b.x.size() * 4);
-      }
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      const std::string what = "small-step graph replay, " + std::to_string(rows) + " rows, round " + std::to_string(round);
-      b.expect_matches_reference(what, kProductTolerance);
-      b.expect_counters_zero(what);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-  }
+  for (const int64_t rows : {1, 5, 32}) graph_replay_follows_new_routing(rows, true);
 }
 
 TEST(CudaMoeFused, BadParamsThrow) {
